@@ -204,9 +204,39 @@ pub enum BatchError {
         /// What the decoder said.
         reason: String,
     },
+    /// Records could not be compressed.
+    #[error("record batch compression ({codec:?}) failed: {reason}")]
+    Compress {
+        /// The codec.
+        codec: Compression,
+        /// What the encoder said.
+        reason: String,
+    },
     /// The codec is recognised but Weir does not implement it.
     #[error("compression codec {0:?} is not supported by Weir (use none, lz4 or zstd)")]
     UnsupportedCompression(Compression),
+    /// A varint or varlong ends before its last byte.
+    #[error("varint truncated")]
+    VarintTruncated,
+    /// A varint or varlong is longer than its type allows or overflows it.
+    #[error("varint too long or overflows its type")]
+    VarintOverlong,
+    /// Decompressed records would exceed the limit (see
+    /// [`crate::compression::DECOMPRESSED_BYTES_MAX`]).
+    #[error("record batch decompression ({codec:?}) exceeds the {limit}-byte limit")]
+    DecompressedTooLarge {
+        /// The codec.
+        codec: Compression,
+        /// The limit that was hit.
+        limit: usize,
+    },
+    /// A value is too large to encode (a length or count past `i32::MAX`,
+    /// or a timestamp delta that overflows `i64`).
+    #[error("cannot encode record batch: {0} too large")]
+    TooLarge(&'static str),
+    /// `build` was called on a builder holding no records.
+    #[error("cannot build a record batch with no records")]
+    Empty,
 }
 
 /// The decoded fixed header of a batch.
@@ -275,6 +305,30 @@ impl BatchHeader {
             base_sequence: i32_at(buf, OFF_BASE_SEQUENCE),
             records_count: i32_at(buf, OFF_RECORDS_COUNT),
         })
+    }
+
+    /// Writes every header field, including `crc` as stored in `self`.
+    pub(crate) fn write(&self, out: &mut [u8; HEADER_BYTES]) {
+        out[0..8].copy_from_slice(&self.base_offset.to_be_bytes());
+        out[OFF_LENGTH..OFF_LENGTH + 4].copy_from_slice(&self.batch_length.to_be_bytes());
+        out[OFF_LEADER_EPOCH..OFF_LEADER_EPOCH + 4]
+            .copy_from_slice(&self.partition_leader_epoch.to_be_bytes());
+        out[OFF_MAGIC] = self.magic as u8;
+        out[OFF_CRC..OFF_CRC + 4].copy_from_slice(&self.crc.to_be_bytes());
+        out[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&self.attributes.0.to_be_bytes());
+        out[OFF_LAST_OFFSET_DELTA..OFF_LAST_OFFSET_DELTA + 4]
+            .copy_from_slice(&self.last_offset_delta.to_be_bytes());
+        out[OFF_BASE_TIMESTAMP..OFF_BASE_TIMESTAMP + 8]
+            .copy_from_slice(&self.base_timestamp.to_be_bytes());
+        out[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8]
+            .copy_from_slice(&self.max_timestamp.to_be_bytes());
+        out[OFF_PRODUCER_ID..OFF_PRODUCER_ID + 8].copy_from_slice(&self.producer_id.to_be_bytes());
+        out[OFF_PRODUCER_EPOCH..OFF_PRODUCER_EPOCH + 2]
+            .copy_from_slice(&self.producer_epoch.to_be_bytes());
+        out[OFF_BASE_SEQUENCE..OFF_BASE_SEQUENCE + 4]
+            .copy_from_slice(&self.base_sequence.to_be_bytes());
+        out[OFF_RECORDS_COUNT..OFF_RECORDS_COUNT + 4]
+            .copy_from_slice(&self.records_count.to_be_bytes());
     }
 
     /// Parses the header at the start of `buf` and checks the framing: the

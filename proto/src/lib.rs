@@ -7,6 +7,23 @@
 //! * [`batch`] — the record batch header (Kafka RecordBatch v2, magic 2):
 //!   validation, CRC32C, base-offset rewriting. This is the unit stored on disk
 //!   and sent on the wire, byte for byte.
+//! * [`varint`] — the zigzag varints and varlongs records are made of.
+//! * [`record`] — one record inside a batch: a zero-copy [`record::Record`]
+//!   view and the owned [`record::RecordData`] producers build from.
+//! * [`compression`] — LZ4 (frame format) and zstd for the records section,
+//!   with bounded decompression.
+//! * [`builder`] — [`builder::BatchBuilder`], which encodes records into a
+//!   complete, CRC-stamped batch.
+//! * [`reader`] — [`reader::RecordBatch`], which validates a batch and
+//!   iterates over its records with absolute offsets and timestamps.
+//!
+//! All decoding is total: malformed input yields a [`batch::BatchError`],
+//! never a panic nor an allocation sized by a field read from the input.
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod builder;
+pub mod compression;
+pub mod reader;
+pub mod record;
+pub mod varint;

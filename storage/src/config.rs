@@ -1,0 +1,184 @@
+//! Per-partition log configuration, with Kafka's topic-config names.
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `segment.bytes` | 1 GiB | roll the active segment when the next batch would pass this size |
+//! | `segment.ms` | 7 days | roll the active segment when it is this old (at the next append) |
+//! | `retention.ms` | 7 days (`-1` = forever) | delete closed segments whose newest record is older |
+//! | `retention.bytes` | `-1` (no limit) | delete oldest closed segments while the log is larger |
+//! | `index.interval.bytes` | 4096 | bytes of log between two index entries |
+//! | `flush.messages` | 1 | fdatasync after this many records; 1 = every acknowledged append is on disk |
+//! | `flush.ms` | `-1` (none) | fdatasync unsynced data at the latest after this long |
+//! | `max.message.bytes` | 1048588 | largest batch accepted |
+
+use crate::error::{Result, StorageError};
+
+/// Smallest accepted `segment.bytes` (Kafka's minimum is 14 bytes; ours
+/// keeps a segment able to hold at least a few index entries).
+pub const SEGMENT_BYTES_MIN: u64 = 4096;
+/// Largest accepted `segment.bytes`: positions in the index are `u32`.
+pub const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
+/// Default `segment.bytes`.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 1 << 30;
+/// Default `segment.ms` (7 days).
+pub const SEGMENT_MS_DEFAULT: i64 = 7 * 24 * 3600 * 1000;
+/// Default `retention.ms` (7 days).
+pub const RETENTION_MS_DEFAULT: i64 = 7 * 24 * 3600 * 1000;
+/// Default `index.interval.bytes`.
+pub const INDEX_INTERVAL_BYTES_DEFAULT: u64 = 4096;
+/// Default `max.message.bytes` (Kafka's: 1 MiB + the 12-byte log overhead).
+pub const MAX_MESSAGE_BYTES_DEFAULT: u64 = 1024 * 1024 + 12;
+
+const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
+const _: () = assert!(MAX_MESSAGE_BYTES_DEFAULT < SEGMENT_BYTES_DEFAULT);
+
+/// The configuration of one partition log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `segment.bytes`.
+    pub segment_bytes: u64,
+    /// `segment.ms`.
+    pub segment_ms: i64,
+    /// `retention.ms`; `None` keeps data forever.
+    pub retention_ms: Option<i64>,
+    /// `retention.bytes`; `None` sets no size limit.
+    pub retention_bytes: Option<u64>,
+    /// `index.interval.bytes`.
+    pub index_interval_bytes: u64,
+    /// `flush.messages`: records between two fdatasyncs.
+    pub flush_messages: u64,
+    /// `flush.ms`; `None`: no time-based flush.
+    pub flush_ms: Option<i64>,
+    /// `max.message.bytes`.
+    pub max_message_bytes: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            segment_ms: SEGMENT_MS_DEFAULT,
+            retention_ms: Some(RETENTION_MS_DEFAULT),
+            retention_bytes: None,
+            index_interval_bytes: INDEX_INTERVAL_BYTES_DEFAULT,
+            flush_messages: 1,
+            flush_ms: None,
+            max_message_bytes: MAX_MESSAGE_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// The keys [`LogConfig::set`] understands.
+pub const KEYS: &[&str] = &[
+    "segment.bytes",
+    "segment.ms",
+    "retention.ms",
+    "retention.bytes",
+    "index.interval.bytes",
+    "flush.messages",
+    "flush.ms",
+    "max.message.bytes",
+];
+
+impl LogConfig {
+    /// Whether an acknowledged append must wait for fdatasync.
+    pub fn sync_every_append(&self) -> bool {
+        self.flush_messages <= 1
+    }
+
+    /// Sets one key by its Kafka name. Values are integers; `-1` means
+    /// "unlimited" for `retention.ms`, `retention.bytes` and `flush.ms`.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let bad = |reason: &str| StorageError::Config {
+            key: key.to_string(),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        };
+        let n: i64 = value.trim().parse().map_err(|_| bad("not an integer"))?;
+        let positive = |min: i64| {
+            if n < min {
+                Err(bad(&format!("must be at least {min}")))
+            } else {
+                Ok(n)
+            }
+        };
+        let optional = || -> Result<Option<i64>> {
+            match n {
+                -1 => Ok(None),
+                n if n >= 0 => Ok(Some(n)),
+                _ => Err(bad("must be -1 (unlimited) or at least 0")),
+            }
+        };
+        match key {
+            "segment.bytes" => {
+                let v = positive(SEGMENT_BYTES_MIN as i64)? as u64;
+                if v > SEGMENT_BYTES_MAX {
+                    return Err(bad(&format!("must be at most {SEGMENT_BYTES_MAX}")));
+                }
+                self.segment_bytes = v;
+            }
+            "segment.ms" => self.segment_ms = positive(1)?,
+            "retention.ms" => self.retention_ms = optional()?,
+            "retention.bytes" => self.retention_bytes = optional()?.map(|v| v as u64),
+            "index.interval.bytes" => self.index_interval_bytes = positive(0)? as u64,
+            "flush.messages" => self.flush_messages = positive(1)? as u64,
+            "flush.ms" => self.flush_ms = optional()?,
+            "max.message.bytes" => {
+                self.max_message_bytes = positive(weir_proto::batch::HEADER_BYTES as i64)? as u64
+            }
+            _ => return Err(bad(&format!("unknown key (known: {})", KEYS.join(", ")))),
+        }
+        Ok(())
+    }
+
+    /// The value of a key as text (`-1` for unlimited), or `None` for an unknown key.
+    pub fn get(&self, key: &str) -> Option<String> {
+        let opt = |v: Option<i64>| v.unwrap_or(-1).to_string();
+        Some(match key {
+            "segment.bytes" => self.segment_bytes.to_string(),
+            "segment.ms" => self.segment_ms.to_string(),
+            "retention.ms" => opt(self.retention_ms),
+            "retention.bytes" => opt(self.retention_bytes.map(|v| v as i64)),
+            "index.interval.bytes" => self.index_interval_bytes.to_string(),
+            "flush.messages" => self.flush_messages.to_string(),
+            "flush.ms" => opt(self.flush_ms),
+            "max.message.bytes" => self.max_message_bytes.to_string(),
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_and_get_round_trip_every_key() {
+        let mut c = LogConfig::default();
+        for k in KEYS {
+            let v = c.get(k).unwrap();
+            c.set(k, &v).unwrap();
+        }
+        assert_eq!(c, LogConfig::default());
+        c.set("retention.ms", "-1").unwrap();
+        assert_eq!(c.retention_ms, None);
+        c.set("segment.bytes", "1048576").unwrap();
+        assert_eq!(c.segment_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let mut c = LogConfig::default();
+        let e = c.set("segment.bytes", "12").unwrap_err().to_string();
+        assert!(e.contains("segment.bytes=12"), "{e}");
+        assert!(c.set("flush.messages", "0").is_err());
+        assert!(c.set("retention.ms", "-2").is_err());
+        assert!(c
+            .set("nope", "1")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown key"));
+        assert!(c.set("segment.ms", "abc").is_err());
+        assert_eq!(c, LogConfig::default());
+    }
+}

@@ -1,0 +1,130 @@
+//! Errors of the storage engine.
+//!
+//! Every failure is a value: I/O errors carry the operation and the path,
+//! batch errors the partition. `StorageError` is `Clone` (I/O sources are
+//! behind an `Arc`) because one failed flush round must be reported to every
+//! appender that waited on it.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use thiserror::Error;
+use weir_proto::batch::BatchError;
+
+/// Result alias for the storage engine.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// What went wrong in a storage operation.
+#[derive(Debug, Clone, Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// A file operation failed.
+    #[error("I/O error during {op} on {}: {source}", path.display())]
+    Io {
+        /// The operation (`"write"`, `"fdatasync"`, …).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: Arc<io::Error>,
+    },
+    /// The batch given to `append` is not a valid record batch.
+    #[error("invalid record batch for {partition}: {source}")]
+    InvalidBatch {
+        /// `topic-partition`.
+        partition: String,
+        /// Why.
+        #[source]
+        source: BatchError,
+    },
+    /// The buffer given to `append` holds more than one batch (or trailing bytes).
+    #[error("append to {partition} takes exactly one batch: the batch is {batch_len} bytes but {buf_len} were given")]
+    TrailingBytes {
+        /// `topic-partition`.
+        partition: String,
+        /// Length of the first batch.
+        batch_len: usize,
+        /// Length of the buffer.
+        buf_len: usize,
+    },
+    /// The batch is larger than the topic's `max.message.bytes`.
+    #[error("record batch of {size} bytes exceeds max.message.bytes ({max}) of {partition}")]
+    BatchTooLarge {
+        /// `topic-partition`.
+        partition: String,
+        /// Batch size.
+        size: usize,
+        /// The limit.
+        max: u64,
+    },
+    /// A read or seek named an offset outside the log.
+    #[error("offset {offset} is out of range for {partition}: valid offsets are {log_start}..={log_end} (log end)")]
+    OffsetOutOfRange {
+        /// `topic-partition`.
+        partition: String,
+        /// The requested offset.
+        offset: u64,
+        /// First offset in the log.
+        log_start: u64,
+        /// Offset the next record will get (reads of it return nothing).
+        log_end: u64,
+    },
+    /// A previous write failed and the log is rolling back to its last
+    /// written offset; the append was not accepted.
+    #[error("{partition}: an earlier write failed and the log is recovering; retry the append")]
+    Recovering {
+        /// `topic-partition`.
+        partition: String,
+    },
+    /// The log could not recover from a write failure: appends are refused,
+    /// reads of written data still work.
+    #[error("{partition} is offline after an I/O failure: {reason}")]
+    Offline {
+        /// `topic-partition`.
+        partition: String,
+        /// The failure that took it offline.
+        reason: String,
+    },
+    /// The log was closed.
+    #[error("{partition} is closed")]
+    Closed {
+        /// `topic-partition`.
+        partition: String,
+    },
+    /// A configuration key or value is not valid.
+    #[error("invalid config {key}={value}: {reason}")]
+    Config {
+        /// The key (Kafka's name, e.g. `segment.bytes`).
+        key: String,
+        /// The value given.
+        value: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A file on disk is not what Weir wrote and cannot be repaired.
+    #[error("{}: {reason}", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl StorageError {
+    /// Wraps an I/O error (std or glommio) with the operation and path.
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, e: impl Into<io::Error>) -> Self {
+        StorageError::Io {
+            op,
+            path: path.into(),
+            source: Arc::new(e.into()),
+        }
+    }
+
+    /// Whether retrying the same request later can succeed.
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, StorageError::Recovering { .. })
+    }
+}

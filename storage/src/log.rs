@@ -1,0 +1,1493 @@
+//! The partition log: an ordered list of segments, append, read, recovery,
+//! truncation and retention.
+//!
+//! ## Watermarks
+//! * **log end offset** — the offset the next appended record gets. An
+//!   append is accepted (offsets assigned, readable from the cache) but not
+//!   yet *visible*.
+//! * **high watermark** (`written`) — every batch below it has been written
+//!   to its segment with direct I/O: it survives a crash of the process.
+//!   Reads never return data at or above it.
+//! * **durable offset** — every batch below it has been fdatasync'd: it
+//!   survives a power loss.
+//!
+//! ## Durability contract
+//! * after [`PartitionLog::append`] returns, the batch has offsets and is
+//!   queued in memory — nothing is on disk yet;
+//! * after [`PartitionLog::append_acked`] returns, the batch is on disk as
+//!   the topic's flush policy says: fdatasync'd with the default
+//!   `flush.messages=1`, otherwise written (safe from a process crash) and
+//!   fdatasync'd within `flush.messages` records or `flush.ms`;
+//! * after [`PartitionLog::flush`] returns, everything appended before the
+//!   call is fdatasync'd.
+//!
+//! ## Concurrency
+//! Everything runs on the owning core. `append_lock` orders appends and
+//! excludes them during truncation; `io_lock` makes file mutations (flush
+//! rounds, truncation, retention, close) one at a time. Lock order: append,
+//! then io. No `RefCell` borrow is held across an `.await`.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures_channel::oneshot;
+use glommio::io::DmaFile;
+use glommio::sync::Semaphore;
+use weir_proto::batch::{self, BatchError, BatchHeader};
+
+use crate::checkpoint::{self, Checkpoint};
+use crate::config::LogConfig;
+use crate::error::{Result, StorageError};
+use crate::segment::{self, FileKind, ScanSummary, Segment, SegmentState};
+use crate::shard::{bump, probe_device, ShardInner, StorageShard};
+use crate::tail_writer::WriteJob;
+
+/// Read-ahead of a cold read: at least this many bytes are read from disk.
+pub const READ_AHEAD_BYTES: u64 = 256 << 10;
+/// Largest single cold read.
+pub const READ_BYTES_MAX: u64 = 16 << 20;
+
+/// Offsets assigned to an appended batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// Offset of the batch's first record.
+    pub base_offset: u64,
+    /// Offset of its last record.
+    pub last_offset: u64,
+    /// Records in the batch.
+    pub records: u32,
+}
+
+/// Batches returned by [`PartitionLog::read`].
+#[derive(Debug, Clone, Default)]
+pub struct ReadResult {
+    /// Whole batches, in offset order, as stored (shared, not copied). The
+    /// first may start before the requested offset (it contains it).
+    pub batches: Vec<Bytes>,
+    /// Offset to read next.
+    pub next_offset: u64,
+    /// High watermark at the time of the read.
+    pub high_watermark: u64,
+    /// Log start offset at the time of the read.
+    pub log_start_offset: u64,
+}
+
+/// What opening a log found and repaired.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Whether the previous shutdown was clean (no scan was needed).
+    pub clean: bool,
+    /// Segments found.
+    pub segments: usize,
+    /// Segments scanned (after a crash: the unfinalized ones).
+    pub scanned_segments: usize,
+    /// Bytes of log cut (torn, zeroed or corrupt tails; preallocated zeros
+    /// are not counted).
+    pub truncated_bytes: u64,
+    /// Index files rebuilt from the log.
+    pub rebuilt_indexes: usize,
+    /// Log start offset after opening.
+    pub log_start_offset: u64,
+    /// Log end offset after opening.
+    pub log_end_offset: u64,
+}
+
+/// What a retention pass deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Segments deleted.
+    pub segments_deleted: usize,
+    /// Bytes deleted.
+    pub bytes_deleted: u64,
+    /// Log start offset afterwards.
+    pub log_start_offset: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Mode {
+    Open,
+    Recovering,
+    Offline(String),
+    Closed,
+}
+
+struct Waiter {
+    upto: u64,
+    durable: bool,
+    tx: oneshot::Sender<Result<()>>,
+}
+
+struct LogState {
+    config: LogConfig,
+    segments: BTreeMap<u64, Segment>,
+    log_start: u64,
+    next_offset: u64,
+    written: u64,
+    durable: u64,
+    appended_records: u64,
+    synced_records: u64,
+    last_sync: Instant,
+    force_sync: bool,
+    recovery_point: u64,
+    waiters: Vec<Waiter>,
+    mode: Mode,
+}
+
+pub(crate) struct LogInner {
+    id: u64,
+    name: String,
+    dir: PathBuf,
+    shard: Rc<ShardInner>,
+    append_lock: Semaphore,
+    io_lock: Semaphore,
+    pub(crate) in_dirty: Cell<bool>,
+    state: RefCell<LogState>,
+}
+
+/// One partition's log, owned by one core. Cheap to clone (a reference).
+#[derive(Clone)]
+pub struct PartitionLog {
+    inner: Rc<LogInner>,
+}
+
+impl std::fmt::Debug for PartitionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionLog")
+            .field("name", &self.inner.name)
+            .finish()
+    }
+}
+
+type JobOutcome = (u64, FileKind, Result<crate::tail_writer::Written>);
+
+/// Runs write jobs concurrently on this core.
+async fn run_jobs(jobs: Vec<(u64, FileKind, WriteJob)>) -> Vec<JobOutcome> {
+    let tasks: Vec<_> = jobs
+        .into_iter()
+        .map(|(b, k, j)| glommio::spawn_local(async move { (b, k, j.run().await) }))
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await);
+    }
+    out
+}
+
+/// fdatasyncs files concurrently on this core, counting the time.
+async fn sync_files(shard: &ShardInner, files: Vec<(Rc<DmaFile>, PathBuf)>) -> Result<()> {
+    let tasks: Vec<_> = files
+        .into_iter()
+        .map(|(f, p)| {
+            glommio::spawn_local(async move {
+                let t = Instant::now();
+                let r = f
+                    .fdatasync()
+                    .await
+                    .map_err(|e| StorageError::io("fdatasync", p, e));
+                (r, t.elapsed())
+            })
+        })
+        .collect();
+    let mut first_err = None;
+    for t in tasks {
+        let (r, took) = t.await;
+        let us = took.as_micros() as u64;
+        bump(&shard.counters.fdatasyncs, 1);
+        bump(&shard.counters.fdatasync_micros, us);
+        if us > shard.counters.fdatasync_micros_max.get() {
+            shard.counters.fdatasync_micros_max.set(us);
+        }
+        if let Err(e) = r {
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+fn remove_segment_files(dir: &Path, base: u64) -> Result<()> {
+    for p in segment::paths(dir, base) {
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StorageError::io("remove", &p, e)),
+        }
+    }
+    Ok(())
+}
+
+enum RoundError {
+    Write(StorageError),
+    Sync(StorageError),
+}
+
+impl PartitionLog {
+    /// Opens (or creates) the log in `dir` (`<topic>-<partition>`), owned by
+    /// `shard`'s core, and recovers it (see `docs/storage-format.md`):
+    /// after a clean shutdown nothing is scanned; after a crash the segments
+    /// not known to be closed cleanly are scanned from their last index
+    /// entry and cut after their last valid batch.
+    pub async fn open(
+        shard: &StorageShard,
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+    ) -> Result<(PartitionLog, RecoveryReport)> {
+        let dir: PathBuf = dir.into();
+        std::fs::create_dir_all(&dir).map_err(|e| StorageError::io("create directory", &dir, e))?;
+        probe_device(&dir).await?;
+        let sh = shard.inner.clone();
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| dir.display().to_string());
+        let now = sh.clock.now_ms();
+        let step = sh.config.prealloc_step;
+        let clean_leo = checkpoint::take_clean_marker(&dir)?;
+        let ckpt = Checkpoint::load(&dir)?.unwrap_or_default();
+
+        let mut bases = Vec::new();
+        let entries = std::fs::read_dir(&dir).map_err(|e| StorageError::io("list", &dir, e))?;
+        for e in entries {
+            let e = e.map_err(|e| StorageError::io("list", &dir, e))?;
+            let fname = e.file_name().to_string_lossy().into_owned();
+            if let Some(b) = segment::parse_log_file_name(&fname) {
+                bases.push(b);
+            } else if fname.ends_with(".tmp") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        bases.sort_unstable();
+
+        let mut report = RecoveryReport {
+            clean: clean_leo.is_some(),
+            segments: bases.len(),
+            ..Default::default()
+        };
+        let mut segments = BTreeMap::new();
+        let n = bases.len();
+        for (i, &base) in bases.iter().enumerate() {
+            let last = i + 1 == n;
+            let mut seg = Segment::open(&dir, base, now, step).await?;
+            let trusted = (clean_leo.is_some() || base < ckpt.recovery_point)
+                && trust_closed(&mut seg).await?;
+            if !trusted {
+                recover_segment(&mut seg, &config, &mut report, &sh).await?;
+                if !last {
+                    seg.state = SegmentState::Sealed;
+                }
+            }
+            if last {
+                seg.state = SegmentState::Active;
+                if let Some((t, _)) = seg.time_index.entries().first() {
+                    seg.created_ms = (*t).min(now);
+                }
+            }
+            segments.insert(base, seg);
+        }
+        if let (Some(leo), Some(seg)) = (clean_leo, segments.values().next_back()) {
+            if seg.next_offset != leo {
+                tracing::warn!(partition = %name, marker = leo, found = seg.next_offset,
+                    "clean-shutdown marker disagrees with the log; recovering the active segment");
+                let base = seg.base;
+                let seg = segments.get_mut(&base).expect("present");
+                recover_segment(seg, &config, &mut report, &sh).await?;
+            }
+        }
+        if segments.is_empty() {
+            let base = ckpt.log_start_offset;
+            segments.insert(base, Segment::create(&dir, base, now, step).await?);
+        }
+        let first = *segments.keys().next().expect("one segment");
+        let next_offset = segments.values().next_back().expect("one").next_offset;
+        let log_start = ckpt.log_start_offset.max(first).min(next_offset);
+        report.log_start_offset = log_start;
+        report.log_end_offset = next_offset;
+        if report.truncated_bytes > 0 {
+            tracing::warn!(partition = %name, bytes = report.truncated_bytes,
+                "recovery cut a torn or corrupt tail");
+        }
+        let needs_round = segments.values().any(|s| {
+            s.state == SegmentState::Sealed
+                || s.log.has_work()
+                || s.index_w.has_work()
+                || s.time_w.has_work()
+        });
+        let inner = Rc::new(LogInner {
+            id: sh.next_log_id(),
+            name,
+            dir,
+            shard: sh.clone(),
+            append_lock: Semaphore::new(1),
+            io_lock: Semaphore::new(1),
+            in_dirty: Cell::new(false),
+            state: RefCell::new(LogState {
+                config,
+                segments,
+                log_start,
+                next_offset,
+                written: next_offset,
+                durable: next_offset,
+                appended_records: 0,
+                synced_records: 0,
+                last_sync: Instant::now(),
+                force_sync: false,
+                recovery_point: ckpt.recovery_point,
+                waiters: Vec::new(),
+                mode: Mode::Open,
+            }),
+        });
+        let log = PartitionLog { inner };
+        if needs_round {
+            // Make recovery's cuts durable before new data lands on them.
+            log.inner.state.borrow_mut().force_sync = true;
+            log.inner.flush_round().await;
+            log.inner.check_mode()?;
+        }
+        Ok((log, report))
+    }
+
+    /// `topic-partition` (the directory name).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The directory holding the segments.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> LogConfig {
+        self.inner.state.borrow().config.clone()
+    }
+
+    /// Replaces the configuration (takes effect at the next append, flush
+    /// round or retention pass).
+    pub fn set_config(&self, config: LogConfig) {
+        self.inner.state.borrow_mut().config = config;
+    }
+
+    /// First offset that can be read.
+    pub fn log_start_offset(&self) -> u64 {
+        self.inner.state.borrow().log_start
+    }
+
+    /// Offset the next appended record will get.
+    pub fn log_end_offset(&self) -> u64 {
+        self.inner.state.borrow().next_offset
+    }
+
+    /// Every batch below this offset is written to disk (readable).
+    pub fn high_watermark(&self) -> u64 {
+        self.inner.state.borrow().written
+    }
+
+    /// Every batch below this offset is fdatasync'd.
+    pub fn durable_offset(&self) -> u64 {
+        self.inner.state.borrow().durable
+    }
+
+    /// Bytes of log (sum of segment sizes, indexes not included).
+    pub fn size_bytes(&self) -> u64 {
+        self.inner
+            .state
+            .borrow()
+            .segments
+            .values()
+            .map(|s| s.size())
+            .sum()
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.inner.state.borrow().segments.len()
+    }
+
+    /// Base offsets of the segments, in order.
+    pub fn segment_bases(&self) -> Vec<u64> {
+        self.inner.state.borrow().segments.keys().copied().collect()
+    }
+
+    /// Appends one validated batch: checks framing, magic and CRC, rejects
+    /// it with nothing written if anything is wrong, assigns offsets by
+    /// rewriting the base offset (the rest of the batch is stored byte for
+    /// byte) and queues it for the next flush round.
+    ///
+    /// After this returns the batch is in memory only; see
+    /// [`PartitionLog::append_acked`] and [`PartitionLog::wait_durable`].
+    pub async fn append(&self, mut data: BytesMut) -> Result<AppendInfo> {
+        let inner = &self.inner;
+        let _order = inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        inner.check_mode()?;
+        let h = batch::validate(&data).map_err(|source| StorageError::InvalidBatch {
+            partition: inner.name.clone(),
+            source,
+        })?;
+        if h.total_len() != data.len() {
+            return Err(StorageError::TrailingBytes {
+                partition: inner.name.clone(),
+                batch_len: h.total_len(),
+                buf_len: data.len(),
+            });
+        }
+        let (max, seg_bytes, seg_ms) = {
+            let st = inner.state.borrow();
+            (
+                st.config.max_message_bytes,
+                st.config.segment_bytes,
+                st.config.segment_ms,
+            )
+        };
+        if data.len() as u64 > max {
+            return Err(StorageError::BatchTooLarge {
+                partition: inner.name.clone(),
+                size: data.len(),
+                max,
+            });
+        }
+        let now = inner.shard.clock.now_ms();
+        let roll_base = {
+            let st = inner.state.borrow();
+            let seg = st.segments.values().next_back().expect("active segment");
+            let last = st.next_offset + h.last_offset_delta as u64;
+            let full = seg.size() + data.len() as u64 > seg_bytes;
+            let old = now.saturating_sub(seg.created_ms) >= seg_ms;
+            let rel_overflow = last - seg.base > u32::MAX as u64;
+            (!seg.is_empty() && (full || old || rel_overflow)).then_some(st.next_offset)
+        };
+        if let Some(base) = roll_base {
+            let seg =
+                Segment::create(&inner.dir, base, now, inner.shard.config.prealloc_step).await?;
+            let mut st = inner.state.borrow_mut();
+            if let Some(active) = st.segments.values_mut().next_back() {
+                active.state = SegmentState::Sealed;
+            }
+            st.segments.insert(base, seg);
+        }
+        let mut st = inner.state.borrow_mut();
+        let base_offset = st.next_offset;
+        batch::set_base_offset(&mut data, base_offset as i64);
+        let h = BatchHeader {
+            base_offset: base_offset as i64,
+            ..h
+        };
+        let bytes = data.freeze();
+        let interval = st.config.index_interval_bytes;
+        let seg = st
+            .segments
+            .values_mut()
+            .next_back()
+            .expect("active segment");
+        seg.append(bytes.clone(), &h, interval);
+        let last_offset = h.last_offset() as u64;
+        st.next_offset = last_offset + 1;
+        st.appended_records += h.records_count.max(0) as u64;
+        drop(st);
+        inner
+            .shard
+            .cache
+            .borrow_mut()
+            .insert(inner.id, base_offset, last_offset, bytes.clone());
+        bump(&inner.shard.counters.appends, 1);
+        bump(&inner.shard.counters.appended_bytes, bytes.len() as u64);
+        inner.shard.schedule(inner);
+        Ok(AppendInfo {
+            base_offset,
+            last_offset,
+            records: h.records_count.max(0) as u32,
+        })
+    }
+
+    /// Appends and waits until the batch is on disk as the flush policy says
+    /// (fdatasync'd with the default `flush.messages=1`).
+    pub async fn append_acked(&self, data: BytesMut) -> Result<AppendInfo> {
+        let info = self.append(data).await?;
+        let durable = self.inner.state.borrow().config.sync_every_append();
+        self.inner.wait(info.last_offset + 1, durable).await?;
+        Ok(info)
+    }
+
+    /// Waits until every batch below `upto` is written (readable, safe from
+    /// a process crash).
+    pub async fn wait_written(&self, upto: u64) -> Result<()> {
+        self.inner.wait(upto, false).await
+    }
+
+    /// Waits until every batch below `upto` is fdatasync'd.
+    pub async fn wait_durable(&self, upto: u64) -> Result<()> {
+        self.inner.wait(upto, true).await
+    }
+
+    /// Makes everything appended so far durable; returns the durable offset.
+    pub async fn flush(&self) -> Result<u64> {
+        let upto = self.log_end_offset();
+        self.inner.wait(upto, true).await?;
+        Ok(self.durable_offset())
+    }
+
+    /// Reads whole batches from `offset` up to about `max_bytes` (at least
+    /// one batch if any is readable, so a consumer always progresses). Never
+    /// returns data at or above the high watermark. Hits in the core's cache
+    /// are returned without copying; misses are read with direct I/O and
+    /// what is read ahead is cached.
+    pub async fn read(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+        let inner = &self.inner;
+        let (start, hw) = {
+            let st = inner.state.borrow();
+            (st.log_start, st.written)
+        };
+        if offset < start || offset > hw {
+            return Err(inner.out_of_range(offset));
+        }
+        let mut out = ReadResult {
+            batches: Vec::new(),
+            next_offset: offset,
+            high_watermark: hw,
+            log_start_offset: start,
+        };
+        let mut bytes = 0u64;
+        // Cache first: a tailing consumer is served from memory.
+        {
+            let mut cache = inner.shard.cache.borrow_mut();
+            while out.next_offset < hw {
+                let hit = if out.batches.is_empty() {
+                    cache.get(inner.id, out.next_offset)
+                } else {
+                    cache.get_exact(inner.id, out.next_offset)
+                };
+                let Some(b) = hit else { break };
+                if b.base_offset >= hw
+                    || (!out.batches.is_empty() && bytes + b.data.len() as u64 > max_bytes)
+                {
+                    break;
+                }
+                bytes += b.data.len() as u64;
+                out.next_offset = b.last_offset + 1;
+                out.batches.push(b.data);
+            }
+        }
+        if !out.batches.is_empty() || offset == hw {
+            return Ok(out);
+        }
+        // Cold read from the segment holding `offset` (or the next one, if
+        // `offset` falls in a gap).
+        let mut want = offset;
+        while out.batches.is_empty() && want < hw {
+            let Some((seg_base, file, path, align, floor_off, floor_pos, limit)) = ({
+                let st = inner.state.borrow();
+                st.segments
+                    .range(..=want)
+                    .next_back()
+                    .filter(|(_, s)| s.next_offset > want)
+                    .or_else(|| st.segments.range(want..).next())
+                    .map(|(_, s)| {
+                        let (fo, fp) = s.floor(want);
+                        (
+                            s.base,
+                            s.log.file().clone(),
+                            s.log.path().clone(),
+                            s.log.align(),
+                            fo,
+                            fp,
+                            s.log.written(),
+                        )
+                    })
+            }) else {
+                break;
+            };
+            let read_len = (max_bytes.max(READ_AHEAD_BYTES)).min(READ_BYTES_MAX);
+            let scan_limit = limit.min(floor_pos + read_len);
+            let mut cached = Vec::new();
+            let target = want;
+            let summary = segment::scan(
+                &file,
+                &path,
+                align,
+                seg_base,
+                floor_pos,
+                floor_off,
+                scan_limit,
+                |h, _, b| {
+                    cached.push((h.base_offset as u64, h.last_offset() as u64, b.clone()));
+                    true
+                },
+            )
+            .await?;
+            {
+                let mut cache = inner.shard.cache.borrow_mut();
+                for (base, last, b) in &cached {
+                    if *base >= hw {
+                        break;
+                    }
+                    cache.insert(inner.id, *base, *last, b.clone());
+                    if *last < target {
+                        continue;
+                    }
+                    if !out.batches.is_empty() && bytes + b.len() as u64 > max_bytes {
+                        break;
+                    }
+                    bytes += b.len() as u64;
+                    out.next_offset = last + 1;
+                    out.batches.push(b.clone());
+                }
+            }
+            if out.batches.is_empty() {
+                // Nothing at or after `want` in what was read: continue after it.
+                if summary.end_pos >= limit || summary.stopped.is_some() {
+                    want = {
+                        let st = inner.state.borrow();
+                        match st.segments.range(seg_base + 1..).next() {
+                            Some((&b, _)) => b.max(want),
+                            None => break,
+                        }
+                    };
+                    if summary.stopped.is_some() && summary.end_pos < limit {
+                        return Err(StorageError::Corrupt {
+                            path,
+                            reason: format!(
+                                "invalid batch at position {} below the high watermark: {:?}",
+                                summary.end_pos, summary.stopped
+                            ),
+                        });
+                    }
+                } else {
+                    want = summary.next_offset.max(want);
+                }
+            }
+        }
+        // Data truncated while the read was in flight is not returned.
+        let (start, hw) = {
+            let st = inner.state.borrow();
+            (st.log_start, st.written)
+        };
+        out.batches.retain(|b| {
+            BatchHeader::peek(b)
+                .is_ok_and(|h| (h.base_offset as u64) < hw && (h.last_offset() as u64) >= start)
+        });
+        out.high_watermark = hw;
+        out.log_start_offset = start;
+        Ok(out)
+    }
+
+    /// The first offset whose record timestamp is `>= ts`, through the time
+    /// indexes; `None` if every record is older. Searches written data only.
+    pub async fn offset_for_timestamp(&self, ts: i64) -> Result<Option<u64>> {
+        let inner = &self.inner;
+        let candidates: Vec<_> = {
+            let st = inner.state.borrow();
+            st.segments
+                .values()
+                .filter(|s| s.max_timestamp >= ts && s.base < st.written)
+                .map(|s| {
+                    let (fo, fp) = s.time_floor(ts);
+                    (
+                        s.base,
+                        s.log.file().clone(),
+                        s.log.path().clone(),
+                        s.log.align(),
+                        fo,
+                        fp,
+                        s.log.written(),
+                    )
+                })
+                .collect()
+        };
+        let (start, hw) = {
+            let st = inner.state.borrow();
+            (st.log_start, st.written)
+        };
+        for (base, file, path, align, fo, fp, limit) in candidates {
+            let mut found = None;
+            segment::scan(&file, &path, align, base, fp, fo, limit, |h, _, b| {
+                if (h.base_offset as u64) >= hw {
+                    return false;
+                }
+                if h.max_timestamp >= ts && (h.last_offset() as u64) >= start {
+                    found = Some(first_at_or_after(h, b, ts).max(start));
+                    return false;
+                }
+                true
+            })
+            .await?;
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes every batch at or after the one containing `offset` (as
+    /// Kafka: the log end becomes that batch's base offset), from memory and
+    /// disk, durably. Returns the new log end offset.
+    pub async fn truncate_to(&self, offset: u64) -> Result<u64> {
+        let inner = &self.inner;
+        let _a = inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        let _io = inner
+            .io_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        inner.check_mode()?;
+        let start = inner.state.borrow().log_start;
+        if offset < start {
+            return Err(inner.out_of_range(offset));
+        }
+        inner.write_pending_locked().await?;
+        inner.truncate_locked(offset).await
+    }
+
+    /// Raises the log start offset to `offset` (DeleteRecords): records
+    /// below it are no longer served, and segments entirely below it are
+    /// deleted. `offset` may be at most the high watermark. Returns the new
+    /// log start offset.
+    pub async fn delete_before(&self, offset: u64) -> Result<u64> {
+        let inner = &self.inner;
+        let _io = inner
+            .io_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        inner.check_mode()?;
+        let hw = inner.state.borrow().written;
+        if offset > hw {
+            return Err(inner.out_of_range(offset));
+        }
+        let doomed = {
+            let mut st = inner.state.borrow_mut();
+            if offset <= st.log_start {
+                return Ok(st.log_start);
+            }
+            st.log_start = offset;
+            let active = *st.segments.keys().next_back().expect("active");
+            let doomed: Vec<u64> = st
+                .segments
+                .values()
+                .filter(|s| {
+                    s.base != active
+                        && s.next_offset <= offset
+                        && s.state == SegmentState::Finalized
+                })
+                .map(|s| s.base)
+                .collect();
+            for b in &doomed {
+                st.segments.remove(b);
+            }
+            doomed
+        };
+        inner
+            .shard
+            .cache
+            .borrow_mut()
+            .remove_below(inner.id, offset);
+        inner.store_checkpoint()?;
+        for b in doomed {
+            remove_segment_files(&inner.dir, b)?;
+        }
+        checkpoint::sync_dir(&inner.dir)?;
+        Ok(offset)
+    }
+
+    /// Deletes closed segments by `retention.ms` (the segment's newest
+    /// record is older) and `retention.bytes` (the log is larger without
+    /// it), oldest first, never the active segment; advances the log start
+    /// offset. Uses the shard's clock.
+    pub async fn enforce_retention(&self) -> Result<RetentionReport> {
+        let inner = &self.inner;
+        let _io = inner
+            .io_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        inner.check_mode()?;
+        let now = inner.shard.clock.now_ms();
+        let (doomed, report) = {
+            let mut st = inner.state.borrow_mut();
+            let cfg = st.config.clone();
+            let mut total: u64 = st.segments.values().map(|s| s.size()).sum();
+            let active = *st.segments.keys().next_back().expect("active");
+            let mut doomed = Vec::new();
+            let mut bytes = 0;
+            for s in st.segments.values() {
+                if s.base == active || s.state != SegmentState::Finalized {
+                    break;
+                }
+                let by_time = cfg
+                    .retention_ms
+                    .is_some_and(|ms| s.max_timestamp < now.saturating_sub(ms));
+                let by_size = cfg
+                    .retention_bytes
+                    .is_some_and(|max| total - s.size() >= max);
+                if !(by_time || by_size) {
+                    break;
+                }
+                total -= s.size();
+                bytes += s.size();
+                doomed.push(s.base);
+            }
+            for b in &doomed {
+                st.segments.remove(b);
+            }
+            let first = *st.segments.keys().next().expect("active remains");
+            st.log_start = st.log_start.max(first);
+            (
+                doomed,
+                RetentionReport {
+                    segments_deleted: 0,
+                    bytes_deleted: bytes,
+                    log_start_offset: st.log_start,
+                },
+            )
+        };
+        if doomed.is_empty() {
+            return Ok(report);
+        }
+        inner
+            .shard
+            .cache
+            .borrow_mut()
+            .remove_below(inner.id, report.log_start_offset);
+        inner.store_checkpoint()?;
+        for b in &doomed {
+            remove_segment_files(&inner.dir, *b)?;
+        }
+        checkpoint::sync_dir(&inner.dir)?;
+        tracing::info!(partition = %inner.name, segments = doomed.len(), bytes = report.bytes_deleted,
+            log_start = report.log_start_offset, "retention deleted segments");
+        Ok(RetentionReport {
+            segments_deleted: doomed.len(),
+            ..report
+        })
+    }
+
+    /// Closes the log cleanly: writes and fdatasyncs everything, closes the
+    /// active segment (final index entry, exact file sizes) and writes the
+    /// clean-shutdown marker, so the next open does not scan.
+    pub async fn close(&self) -> Result<()> {
+        let inner = &self.inner;
+        let _a = inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        let _io = inner
+            .io_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        inner.check_mode()?;
+        inner.state.borrow_mut().force_sync = true;
+        if let Err(e) = inner.round_locked().await {
+            inner.fail(e);
+            return inner.check_mode();
+        }
+        let active = *inner
+            .state
+            .borrow()
+            .segments
+            .keys()
+            .next_back()
+            .expect("active");
+        inner.finalize_segment(active).await?;
+        let leo = {
+            let mut st = inner.state.borrow_mut();
+            st.recovery_point = st.next_offset;
+            st.mode = Mode::Closed;
+            st.next_offset
+        };
+        inner.store_checkpoint()?;
+        checkpoint::store_clean_marker(&inner.dir, leo)?;
+        inner.shard.cache.borrow_mut().remove_log(inner.id);
+        inner.fail_waiters(&inner.closed());
+        Ok(())
+    }
+
+    /// Closes the log and removes its directory (topic deletion).
+    pub async fn delete(&self) -> Result<()> {
+        let inner = &self.inner;
+        let _a = inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        let _io = inner
+            .io_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        {
+            let mut st = inner.state.borrow_mut();
+            st.mode = Mode::Closed;
+            st.segments.clear();
+        }
+        inner.shard.cache.borrow_mut().remove_log(inner.id);
+        inner.fail_waiters(&inner.closed());
+        std::fs::remove_dir_all(&inner.dir)
+            .map_err(|e| StorageError::io("remove directory", &inner.dir, e))
+    }
+}
+
+/// The offset of the first record with timestamp `>= ts` in a batch whose
+/// max timestamp is `>= ts`; the batch's base offset if its records cannot
+/// be decoded.
+fn first_at_or_after(h: &BatchHeader, bytes: &Bytes, ts: i64) -> u64 {
+    let _ = (bytes, ts);
+    h.base_offset as u64
+}
+
+/// Checks a segment that should have been closed cleanly: its last index
+/// entry must point at a valid batch that ends exactly at the file's end.
+/// Fills in next offset, max timestamp and last batch. Returns false if the
+/// segment must be scanned instead.
+async fn trust_closed(seg: &mut Segment) -> Result<bool> {
+    let Some((rel, pos)) = seg.index.last() else {
+        return Ok(seg.log.end() == 0);
+    };
+    if seg.time_index.last().map(|(_, r)| r) != Some(rel) {
+        return Ok(false);
+    }
+    let (pos, size) = (pos as u64, seg.log.end());
+    if pos + batch::HEADER_BYTES as u64 > size {
+        return Ok(false);
+    }
+    let head = segment::read_range(
+        seg.log.file(),
+        seg.log.path(),
+        seg.log.align(),
+        pos,
+        batch::HEADER_BYTES as u64,
+    )
+    .await?;
+    let Ok(h) = BatchHeader::peek(&head) else {
+        return Ok(false);
+    };
+    if h.base_offset as u64 != seg.base + rel as u64
+        || pos + h.total_len() as u64 != size
+        || h.magic != batch::MAGIC
+    {
+        return Ok(false);
+    }
+    seg.next_offset = h.last_offset() as u64 + 1;
+    seg.max_timestamp = seg.time_index.last().map(|(t, _)| t).unwrap_or(i64::MIN);
+    seg.last_batch = Some((h.base_offset as u64, pos));
+    seg.bytes_since_index = h.total_len() as u64;
+    Ok(true)
+}
+
+/// Scans a segment from its last trustworthy index entry, rebuilds the index
+/// entries after it, and cuts the log after the last valid batch.
+async fn recover_segment(
+    seg: &mut Segment,
+    config: &LogConfig,
+    report: &mut RecoveryReport,
+    shard: &ShardInner,
+) -> Result<()> {
+    report.scanned_segments += 1;
+    bump(&shard.counters.recovery_scanned_segments, 1);
+    let file_len = seg.log.written();
+    // Keep the common, valid prefix of both indexes.
+    let mut n = seg.index.len().min(seg.time_index.len());
+    while n > 0 {
+        let (r, p) = seg.index.entries()[n - 1];
+        if seg.time_index.entries()[n - 1].1 == r && (p as u64) < file_len {
+            let head = segment::read_range(
+                seg.log.file(),
+                seg.log.path(),
+                seg.log.align(),
+                p as u64,
+                batch::HEADER_BYTES as u64,
+            )
+            .await?;
+            if BatchHeader::peek(&head).is_ok_and(|h| h.base_offset as u64 == seg.base + r as u64) {
+                break;
+            }
+        }
+        n -= 1;
+    }
+    if n < seg.index.len() || n < seg.time_index.len() {
+        report.rebuilt_indexes += 1;
+    }
+    let (start_off, start_pos) = match n {
+        0 => (seg.base, 0),
+        _ => {
+            let (r, p) = seg.index.entries()[n - 1];
+            (seg.base + r as u64, p as u64)
+        }
+    };
+    let mut seen: Vec<(u64, u64, u64, i64)> = Vec::new();
+    let sum: ScanSummary = segment::scan(
+        seg.log.file(),
+        seg.log.path(),
+        seg.log.align(),
+        seg.base,
+        start_pos,
+        start_off,
+        file_len,
+        |h, pos, b| {
+            seen.push((h.base_offset as u64, pos, b.len() as u64, h.max_timestamp));
+            true
+        },
+    )
+    .await?;
+    // Rebuild: keep entries before the start point, re-add from the scan.
+    let keep = n.saturating_sub(1);
+    seg.index.truncate(keep);
+    seg.time_index.truncate(keep);
+    seg.index_w
+        .reset_to((keep * crate::offset_index::ENTRY_BYTES) as u64);
+    seg.time_w
+        .reset_to((keep * crate::time_index::ENTRY_BYTES) as u64);
+    seg.max_timestamp = seg.time_index.last().map(|(t, _)| t).unwrap_or(i64::MIN);
+    seg.last_batch = None;
+    seg.bytes_since_index = 0;
+    seg.next_offset = start_off;
+    let end = sum.end_pos.max(start_pos);
+    seg.log.reset_to(end);
+    for (off, pos, len, max_ts) in seen {
+        // Re-run the append-side index logic on the scanned batches.
+        seg.max_timestamp = seg.max_timestamp.max(max_ts);
+        if seg.last_batch.is_none() || seg.bytes_since_index >= config.index_interval_bytes {
+            seg.add_index_point(off, pos);
+        }
+        seg.bytes_since_index += len;
+        seg.last_batch = Some((off, pos));
+    }
+    seg.next_offset = sum.next_offset.max(start_off);
+    if sum.last_batch.is_none() && start_pos == 0 {
+        seg.next_offset = seg.base;
+    }
+    let cut = file_len - end;
+    let zeros = matches!(
+        sum.stopped,
+        Some(BatchError::BadLength { length: 0 }) | None
+    );
+    if cut > 0 && !zeros {
+        report.truncated_bytes += cut;
+        bump(&shard.counters.recovery_truncated_bytes, cut);
+        tracing::warn!(segment = %seg.log.path().display(), position = end, bytes = cut,
+            reason = ?sum.stopped, "cutting invalid tail of segment");
+    }
+    Ok(())
+}
+
+impl LogInner {
+    fn closed(&self) -> StorageError {
+        StorageError::Closed {
+            partition: self.name.clone(),
+        }
+    }
+
+    fn out_of_range(&self, offset: u64) -> StorageError {
+        let st = self.state.borrow();
+        StorageError::OffsetOutOfRange {
+            partition: self.name.clone(),
+            offset,
+            log_start: st.log_start,
+            log_end: st.written,
+        }
+    }
+
+    fn check_mode(&self) -> Result<()> {
+        match &self.state.borrow().mode {
+            Mode::Open => Ok(()),
+            Mode::Recovering => Err(StorageError::Recovering {
+                partition: self.name.clone(),
+            }),
+            Mode::Offline(reason) => Err(StorageError::Offline {
+                partition: self.name.clone(),
+                reason: reason.clone(),
+            }),
+            Mode::Closed => Err(self.closed()),
+        }
+    }
+
+    async fn wait(self: &Rc<Self>, upto: u64, durable: bool) -> Result<()> {
+        let rx = {
+            let st = self.state.borrow();
+            let mark = if durable { st.durable } else { st.written };
+            if mark >= upto {
+                return Ok(());
+            }
+            drop(st);
+            self.check_mode()?;
+            let mut st = self.state.borrow_mut();
+            let (tx, rx) = oneshot::channel();
+            st.waiters.push(Waiter { upto, durable, tx });
+            if durable {
+                st.force_sync = true;
+            }
+            rx
+        };
+        self.shard.schedule(self);
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(self.closed()),
+        }
+    }
+
+    fn wake_waiters(&self) {
+        let mut st = self.state.borrow_mut();
+        let (w, d) = (st.written, st.durable);
+        let waiters = std::mem::take(&mut st.waiters);
+        for x in waiters {
+            if (if x.durable { d } else { w }) >= x.upto {
+                let _ = x.tx.send(Ok(()));
+            } else {
+                st.waiters.push(x);
+            }
+        }
+    }
+
+    fn fail_waiters(&self, e: &StorageError) {
+        let waiters = std::mem::take(&mut self.state.borrow_mut().waiters);
+        for x in waiters {
+            let _ = x.tx.send(Err(e.clone()));
+        }
+    }
+
+    /// One flush round for this log (called by the committer).
+    pub(crate) async fn flush_round(self: &Rc<Self>) {
+        let Ok(_io) = self.io_lock.acquire_permit(1).await else {
+            return;
+        };
+        if self.state.borrow().mode != Mode::Open {
+            return;
+        }
+        if let Err(e) = self.round_locked().await {
+            self.fail(e);
+        }
+    }
+
+    fn fail(self: &Rc<Self>, e: RoundError) {
+        bump(&self.shard.counters.io_errors, 1);
+        match e {
+            RoundError::Write(e) => {
+                tracing::error!(partition = %self.name, error = %e, "write failed; rolling back to the last written offset");
+                self.state.borrow_mut().mode = Mode::Recovering;
+                self.fail_waiters(&e);
+                let me = self.clone();
+                glommio::spawn_local(async move { me.roll_back().await }).detach();
+            }
+            RoundError::Sync(e) => {
+                tracing::error!(partition = %self.name, error = %e, "fdatasync failed; taking the log offline");
+                self.state.borrow_mut().mode = Mode::Offline(e.to_string());
+                self.fail_waiters(&e);
+            }
+        }
+    }
+
+    async fn roll_back(self: Rc<Self>) {
+        let (Ok(_a), Ok(_io)) = (
+            self.append_lock.acquire_permit(1).await,
+            self.io_lock.acquire_permit(1).await,
+        ) else {
+            return;
+        };
+        let target = self.state.borrow().written;
+        let r = self.truncate_locked(target).await;
+        let mut st = self.state.borrow_mut();
+        match r {
+            Ok(_) => {
+                tracing::info!(partition = %self.name, offset = target, "rolled back after write failure");
+                st.mode = Mode::Open;
+            }
+            Err(e) => {
+                tracing::error!(partition = %self.name, error = %e, "roll back failed; log offline");
+                st.mode = Mode::Offline(e.to_string());
+            }
+        }
+    }
+
+    /// Writes every pending byte (used under both locks before truncation).
+    async fn write_pending_locked(self: &Rc<Self>) -> Result<()> {
+        match self.round_locked().await {
+            Ok(()) => Ok(()),
+            Err(RoundError::Write(e)) | Err(RoundError::Sync(e)) => {
+                self.fail(RoundError::Write(e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    fn take_all_jobs(&self) -> Vec<(u64, FileKind, WriteJob)> {
+        let mut st = self.state.borrow_mut();
+        let mut jobs = Vec::new();
+        for seg in st.segments.values_mut() {
+            for (k, j) in seg.take_jobs() {
+                jobs.push((seg.base, k, j));
+            }
+        }
+        jobs
+    }
+
+    /// Applies job outcomes; returns the first error.
+    fn apply(&self, outcomes: Vec<JobOutcome>) -> Result<()> {
+        let mut st = self.state.borrow_mut();
+        let mut first = None;
+        for (base, kind, r) in outcomes {
+            let Some(seg) = st.segments.get_mut(&base) else {
+                continue;
+            };
+            match r {
+                Ok(w) => seg.writer(kind).complete(w),
+                Err(e) => {
+                    seg.writer(kind).fail();
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    async fn round_locked(self: &Rc<Self>) -> Result<(), RoundError> {
+        let (target, target_records) = {
+            let st = self.state.borrow();
+            (st.next_offset, st.appended_records)
+        };
+        let jobs = self.take_all_jobs();
+        self.apply(run_jobs(jobs).await)
+            .map_err(RoundError::Write)?;
+        let (files, sealed) = {
+            let mut st = self.state.borrow_mut();
+            st.written = st.written.max(target);
+            let cfg = &st.config;
+            let by_count = target_records - st.synced_records >= cfg.flush_messages
+                && target_records > st.synced_records;
+            let by_time = cfg.flush_ms.is_some_and(|ms| {
+                st.last_sync.elapsed() >= Duration::from_millis(ms.max(0) as u64)
+            });
+            let sealed: Vec<u64> = st
+                .segments
+                .values()
+                .filter(|s| s.state == SegmentState::Sealed)
+                .map(|s| s.base)
+                .collect();
+            let need = st.force_sync || by_count || by_time || !sealed.is_empty();
+            let mut files = Vec::new();
+            if need {
+                for s in st.segments.values_mut() {
+                    if s.unsynced {
+                        s.unsynced = false;
+                        let [log, ..] = s.files();
+                        files.push(log);
+                    }
+                }
+                st.force_sync = false;
+            }
+            (need.then_some(files), sealed)
+        };
+        if let Some(files) = files {
+            sync_files(&self.shard, files)
+                .await
+                .map_err(RoundError::Sync)?;
+            let mut st = self.state.borrow_mut();
+            st.durable = st.durable.max(target);
+            st.synced_records = target_records;
+            st.last_sync = Instant::now();
+        }
+        for base in sealed {
+            self.finalize_segment(base)
+                .await
+                .map_err(RoundError::Sync)?;
+        }
+        self.wake_waiters();
+        let st = self.state.borrow();
+        if let Some(ms) = st.config.flush_ms {
+            if st.durable < st.written {
+                self.shard
+                    .schedule_at(st.last_sync + Duration::from_millis(ms.max(0) as u64), self);
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes a segment for good: final index entry, exact file sizes,
+    /// fdatasync of all three files, and the recovery point moved past it.
+    async fn finalize_segment(self: &Rc<Self>, base: u64) -> Result<()> {
+        let write = |s: &mut Segment| {
+            s.take_jobs()
+                .into_iter()
+                .map(|(k, j)| (s.base, k, j))
+                .collect::<Vec<_>>()
+        };
+        let jobs = {
+            let mut st = self.state.borrow_mut();
+            let Some(seg) = st.segments.get_mut(&base) else {
+                return Ok(());
+            };
+            seg.add_final_index_point();
+            write(seg)
+        };
+        self.apply(run_jobs(jobs).await)?;
+        let (jobs, files) = {
+            let mut st = self.state.borrow_mut();
+            let Some(seg) = st.segments.get_mut(&base) else {
+                return Ok(());
+            };
+            seg.cut_files_to_size();
+            (write(seg), seg.files().to_vec())
+        };
+        self.apply(run_jobs(jobs).await)?;
+        sync_files(&self.shard, files).await?;
+        let changed = {
+            let mut st = self.state.borrow_mut();
+            if let Some(seg) = st.segments.get_mut(&base) {
+                seg.state = SegmentState::Finalized;
+                seg.unsynced = false;
+            }
+            let rp = st
+                .segments
+                .values()
+                .find(|s| s.state != SegmentState::Finalized)
+                .map(|s| s.base)
+                .unwrap_or(st.next_offset);
+            let changed = rp != st.recovery_point;
+            st.recovery_point = rp;
+            changed
+        };
+        if changed {
+            self.store_checkpoint()?;
+        }
+        Ok(())
+    }
+
+    fn store_checkpoint(&self) -> Result<()> {
+        let c = {
+            let st = self.state.borrow();
+            Checkpoint {
+                log_start_offset: st.log_start,
+                recovery_point: st.recovery_point,
+            }
+        };
+        c.store(&self.dir)
+    }
+
+    /// Cuts the log at the batch containing `offset` (both locks held, no
+    /// pending bytes before the cut point). Returns the new log end.
+    async fn truncate_locked(self: &Rc<Self>, offset: u64) -> Result<u64> {
+        let (seg_base, file, path, align, floor_off, floor_pos, limit) = {
+            let st = self.state.borrow();
+            if offset >= st.next_offset && st.written >= st.next_offset {
+                return Ok(st.next_offset);
+            }
+            let (_, s) = st
+                .segments
+                .range(..=offset)
+                .next_back()
+                .or_else(|| st.segments.iter().next())
+                .expect("a segment");
+            let (fo, fp) = s.floor(offset);
+            (
+                s.base,
+                s.log.file().clone(),
+                s.log.path().clone(),
+                s.log.align(),
+                fo,
+                fp,
+                s.log.written(),
+            )
+        };
+        let mut cut = None;
+        let sum = segment::scan(
+            &file,
+            &path,
+            align,
+            seg_base,
+            floor_pos,
+            floor_off,
+            limit,
+            |h, pos, _| {
+                if h.last_offset() as u64 >= offset {
+                    cut = Some((pos, h.base_offset as u64));
+                    false
+                } else {
+                    true
+                }
+            },
+        )
+        .await?;
+        let (pos, new_end) = cut.unwrap_or((sum.end_pos, sum.next_offset.max(floor_off)));
+        // Summarise what remains after the last index entry kept.
+        let (kept_off, kept_pos) = {
+            let st = self.state.borrow();
+            let s = &st.segments[&seg_base];
+            let n = s
+                .index
+                .count_below_position(pos as u32)
+                .min(s.time_index.len());
+            match n {
+                0 => (s.base, 0),
+                n => {
+                    let (r, p) = s.index.entries()[n - 1];
+                    (s.base + r as u64, p as u64)
+                }
+            }
+        };
+        let remain = segment::scan(
+            &file,
+            &path,
+            align,
+            seg_base,
+            kept_pos,
+            kept_off,
+            pos,
+            |_, _, _| true,
+        )
+        .await?;
+        let doomed = {
+            let mut st = self.state.borrow_mut();
+            let doomed: Vec<u64> = st.segments.range(seg_base + 1..).map(|(b, _)| *b).collect();
+            for b in &doomed {
+                st.segments.remove(b);
+            }
+            let seg = st.segments.get_mut(&seg_base).expect("kept");
+            seg.cut(pos, new_end.max(seg_base), &remain);
+            st.next_offset = new_end.max(seg_base);
+            st.written = st.next_offset;
+            st.durable = st.durable.min(st.next_offset);
+            st.synced_records = st.appended_records;
+            st.recovery_point = st.recovery_point.min(seg_base);
+            st.log_start = st.log_start.min(st.next_offset);
+            doomed
+        };
+        self.shard.cache.borrow_mut().remove_from(self.id, new_end);
+        // The lowered recovery point must be durable before the cut segment
+        // is written again.
+        self.store_checkpoint()?;
+        let (jobs, files) = {
+            let mut st = self.state.borrow_mut();
+            let seg = st.segments.get_mut(&seg_base).expect("kept");
+            let jobs: Vec<_> = seg
+                .take_jobs()
+                .into_iter()
+                .map(|(k, j)| (seg_base, k, j))
+                .collect();
+            (jobs, seg.files().to_vec())
+        };
+        self.apply(run_jobs(jobs).await)?;
+        sync_files(&self.shard, files).await?;
+        {
+            let mut st = self.state.borrow_mut();
+            st.durable = st.next_offset;
+            if let Some(s) = st.segments.get_mut(&seg_base) {
+                s.unsynced = false;
+            }
+        }
+        for b in doomed {
+            remove_segment_files(&self.dir, b)?;
+        }
+        checkpoint::sync_dir(&self.dir)?;
+        self.wake_waiters();
+        Ok(self.state.borrow().next_offset)
+    }
+}

@@ -1,0 +1,274 @@
+//! One core's storage: the batch cache, the group committer and counters.
+//!
+//! A [`StorageShard`] is created inside a glommio executor and lives on that
+//! core; every [`crate::PartitionLog`] it opens is owned by the same core.
+//! Nothing here is `Send`: only this core touches its files, cache and state.
+//!
+//! **Group commit.** Appends only queue bytes. A single committer task per
+//! core runs *flush rounds*: each round takes every log that has new data,
+//! issues all their direct-I/O writes concurrently, then the fdatasyncs the
+//! logs' flush policies ask for, also concurrently, then wakes the appenders
+//! whose data is now written or durable. Appends that arrive during a round
+//! go into the next one, so one fdatasync covers every append of a tick.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::path::Path;
+use std::rc::{Rc, Weak};
+use std::time::{Duration, Instant};
+
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+
+use crate::cache::{BatchCache, CacheStats, CACHE_BYTES_PER_CORE_DEFAULT};
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Result, StorageError};
+use crate::log::LogInner;
+
+/// Default preallocation step of segment files.
+pub const PREALLOC_STEP_DEFAULT: u64 = 32 << 20;
+
+/// Settings of one core's storage.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Byte budget of the batch cache.
+    pub cache_bytes: u64,
+    /// Segment files are preallocated ahead of the writer in steps of this
+    /// many bytes (0 disables preallocation).
+    pub prealloc_step: u64,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        ShardConfig {
+            cache_bytes: CACHE_BYTES_PER_CORE_DEFAULT,
+            prealloc_step: PREALLOC_STEP_DEFAULT,
+        }
+    }
+}
+
+/// Counters of one core's storage (monotonic unless noted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShardStats {
+    /// Batches appended.
+    pub appends: u64,
+    /// Bytes appended.
+    pub appended_bytes: u64,
+    /// Flush rounds run.
+    pub flush_rounds: u64,
+    /// fdatasync calls issued.
+    pub fdatasyncs: u64,
+    /// Total time spent in fdatasync, µs.
+    pub fdatasync_micros: u64,
+    /// Longest fdatasync, µs.
+    pub fdatasync_micros_max: u64,
+    /// Failed writes or syncs.
+    pub io_errors: u64,
+    /// Bytes cut from torn or corrupt tails by recovery.
+    pub recovery_truncated_bytes: u64,
+    /// Segments scanned by recovery.
+    pub recovery_scanned_segments: u64,
+    /// Cache counters (occupancy is a gauge).
+    pub cache: CacheStats,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub appends: Cell<u64>,
+    pub appended_bytes: Cell<u64>,
+    pub flush_rounds: Cell<u64>,
+    pub fdatasyncs: Cell<u64>,
+    pub fdatasync_micros: Cell<u64>,
+    pub fdatasync_micros_max: Cell<u64>,
+    pub io_errors: Cell<u64>,
+    pub recovery_truncated_bytes: Cell<u64>,
+    pub recovery_scanned_segments: Cell<u64>,
+}
+
+pub(crate) fn bump(c: &Cell<u64>, by: u64) {
+    c.set(c.get() + by);
+}
+
+pub(crate) struct ShardInner {
+    pub cache: RefCell<BatchCache>,
+    pub clock: Rc<dyn Clock>,
+    pub config: ShardConfig,
+    pub counters: Counters,
+    dirty: RefCell<Vec<Rc<LogInner>>>,
+    timed: RefCell<Vec<(Instant, Weak<LogInner>)>>,
+    wake: LocalSender<()>,
+    next_id: Cell<u64>,
+}
+
+/// One core's storage. Cheap to clone (a reference).
+#[derive(Clone)]
+pub struct StorageShard {
+    pub(crate) inner: Rc<ShardInner>,
+}
+
+impl std::fmt::Debug for StorageShard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageShard")
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+impl StorageShard {
+    /// Creates the shard and spawns its committer. Must be called inside a
+    /// glommio executor; the shard belongs to that executor's core.
+    pub fn new(config: ShardConfig) -> Self {
+        Self::with_clock(config, Rc::new(SystemClock))
+    }
+
+    /// Like [`StorageShard::new`] with an injected clock (tests).
+    pub fn with_clock(config: ShardConfig, clock: Rc<dyn Clock>) -> Self {
+        let (tx, rx) = local_channel::new_bounded(1);
+        let inner = Rc::new(ShardInner {
+            cache: RefCell::new(BatchCache::new(config.cache_bytes)),
+            clock,
+            config,
+            counters: Counters::default(),
+            dirty: RefCell::new(Vec::new()),
+            timed: RefCell::new(Vec::new()),
+            wake: tx,
+            next_id: Cell::new(1),
+        });
+        glommio::spawn_local(committer(Rc::downgrade(&inner), rx)).detach();
+        StorageShard { inner }
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> ShardStats {
+        let c = &self.inner.counters;
+        ShardStats {
+            appends: c.appends.get(),
+            appended_bytes: c.appended_bytes.get(),
+            flush_rounds: c.flush_rounds.get(),
+            fdatasyncs: c.fdatasyncs.get(),
+            fdatasync_micros: c.fdatasync_micros.get(),
+            fdatasync_micros_max: c.fdatasync_micros_max.get(),
+            io_errors: c.io_errors.get(),
+            recovery_truncated_bytes: c.recovery_truncated_bytes.get(),
+            recovery_scanned_segments: c.recovery_scanned_segments.get(),
+            cache: self.inner.cache.borrow().stats(),
+        }
+    }
+
+    /// The clock this shard decides retention and roll by.
+    pub fn now_ms(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+}
+
+impl ShardInner {
+    pub fn next_log_id(&self) -> u64 {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        id
+    }
+
+    /// Queues a log for the next flush round.
+    pub fn schedule(&self, log: &Rc<LogInner>) {
+        if !log.in_dirty.replace(true) {
+            self.dirty.borrow_mut().push(log.clone());
+        }
+        let _ = self.wake.try_send(());
+    }
+
+    /// Asks for a round at `at` for a log with data that `flush.ms` must sync.
+    pub fn schedule_at(&self, at: Instant, log: &Rc<LogInner>) {
+        self.timed.borrow_mut().push((at, Rc::downgrade(log)));
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.timed.borrow().iter().map(|(t, _)| *t).min()
+    }
+
+    fn take_due(&self) -> Vec<Rc<LogInner>> {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        self.timed.borrow_mut().retain(|(t, w)| {
+            if *t <= now {
+                if let Some(l) = w.upgrade() {
+                    due.push(l);
+                }
+                false
+            } else {
+                w.strong_count() > 0
+            }
+        });
+        due
+    }
+}
+
+async fn committer(shard: Weak<ShardInner>, rx: LocalReceiver<()>) {
+    loop {
+        let deadline = match shard.upgrade() {
+            Some(s) => s.next_deadline(),
+            None => return,
+        };
+        let alive = match deadline {
+            None => rx.recv().await.is_some(),
+            Some(at) => {
+                let wait = at.saturating_duration_since(Instant::now());
+                futures_lite::future::or(async { rx.recv().await.is_some() }, async {
+                    glommio::timer::sleep(wait.max(Duration::from_micros(100))).await;
+                    true
+                })
+                .await
+            }
+        };
+        if !alive {
+            return;
+        }
+        let Some(s) = shard.upgrade() else { return };
+        for l in s.take_due() {
+            s.schedule(&l);
+        }
+        let logs: Vec<Rc<LogInner>> = std::mem::take(&mut *s.dirty.borrow_mut());
+        if logs.is_empty() {
+            continue;
+        }
+        bump(&s.counters.flush_rounds, 1);
+        drop(s);
+        let tasks: Vec<_> = logs
+            .into_iter()
+            .map(|l| {
+                l.in_dirty.set(false);
+                glommio::spawn_local(async move { l.flush_round().await })
+            })
+            .collect();
+        for t in tasks {
+            t.await;
+        }
+    }
+}
+
+/// glommio decides whether a device supports polled I/O by reading from the
+/// first file it opens on it; on a new, empty file that read "succeeds" and
+/// the device is wrongly marked pollable, after which every read fails with
+/// EOPNOTSUPP. Opening a file with real data first makes the probe honest.
+/// glommio keeps that verdict per thread, so this is done once per device
+/// per executor thread.
+pub(crate) async fn probe_device(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    thread_local!(static PROBED: RefCell<HashSet<u64>> = RefCell::new(HashSet::new()));
+    let meta = std::fs::metadata(dir).map_err(|e| StorageError::io("stat", dir, e))?;
+    let dev = meta.dev();
+    if PROBED.with(|p| p.borrow().contains(&dev)) {
+        return Ok(());
+    }
+    let path = dir.join(format!(
+        ".weir-io-probe-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::write(&path, vec![0u8; 4096]).map_err(|e| StorageError::io("write", &path, e))?;
+    let f = glommio::io::DmaFile::open(&path)
+        .await
+        .map_err(|e| StorageError::io("open", &path, e))?;
+    let _ = f.close().await;
+    let _ = std::fs::remove_file(&path);
+    PROBED.with(|p| p.borrow_mut().insert(dev));
+    Ok(())
+}
