@@ -228,8 +228,8 @@ impl PartitionLog {
     /// Opens (or creates) the log in `dir` (`<topic>-<partition>`), owned by
     /// `shard`'s core, and recovers it (see `docs/storage-format.md`):
     /// after a clean shutdown nothing is scanned; after a crash the segments
-    /// not known to be closed cleanly are scanned from their last index
-    /// entry and cut after their last valid batch.
+    /// not known to be closed cleanly are scanned and cut after their last
+    /// valid batch, and their indexes rebuilt.
     pub async fn open(
         shard: &StorageShard,
         dir: impl Into<PathBuf>,
@@ -296,11 +296,47 @@ impl PartitionLog {
                 recover_segment(seg, &config, &mut report, &sh).await?;
             }
         }
+        // Each segment starts where the previous one ends. After a crash a
+        // roll can be on disk while the end of the previous segment is not
+        // (batches are written after the roll, in the background), and a
+        // truncation can be cut short before it removed the later segments.
+        // Nothing after such a gap was acknowledged: remove it, as Kafka
+        // does after a truncation, so that no offset below the log end is
+        // missing.
+        let gap = segments
+            .values()
+            .zip(segments.values().skip(1))
+            .find(|(a, b)| a.next_offset != b.base)
+            .map(|(a, b)| (a.base, a.next_offset, b.base));
+        if let Some((keep, end, next_base)) = gap {
+            tracing::warn!(partition = %name, end, next_base,
+                "segments after a gap in the offsets were not acknowledged; removing them");
+            let doomed: Vec<u64> = segments.range(keep + 1..).map(|(b, _)| *b).collect();
+            for b in doomed {
+                if let Some(seg) = segments.remove(&b) {
+                    report.truncated_bytes += seg.size();
+                    bump(&sh.counters.recovery_truncated_bytes, seg.size());
+                }
+                remove_segment_files(&dir, b)?;
+            }
+            checkpoint::sync_dir(&dir)?;
+            let seg = segments.get_mut(&keep).expect("kept");
+            seg.state = SegmentState::Active;
+            if let Some((t, _)) = seg.time_index.entries().first() {
+                seg.created_ms = (*t).min(now);
+            }
+        }
         if segments.is_empty() {
             let base = ckpt.log_start_offset;
             segments.insert(base, Segment::create(&dir, base, now, step).await?);
         }
         let first = *segments.keys().next().expect("one segment");
+        // The active segment takes appends from now on, so it is no longer
+        // closed cleanly even if the checkpoint says so (a clean shutdown
+        // moves the recovery point past it): lower the recovery point to it,
+        // durably before the first append, so that a crash leads to a scan.
+        let active_base = *segments.keys().next_back().expect("one segment");
+        let recovery_point = ckpt.recovery_point.min(active_base);
         let next_offset = segments.values().next_back().expect("one").next_offset;
         let log_start = ckpt.log_start_offset.max(first).min(next_offset);
         report.log_start_offset = log_start;
@@ -334,7 +370,7 @@ impl PartitionLog {
                 synced_records: 0,
                 last_sync: Instant::now(),
                 force_sync: false,
-                recovery_point: ckpt.recovery_point,
+                recovery_point,
                 waiters: Vec::new(),
                 mode: Mode::Open,
             }),
@@ -345,6 +381,9 @@ impl PartitionLog {
             log.inner.state.borrow_mut().force_sync = true;
             log.inner.flush_round().await;
             log.inner.check_mode()?;
+        }
+        if recovery_point != ckpt.recovery_point {
+            log.inner.store_checkpoint()?;
         }
         Ok((log, report))
     }
@@ -602,7 +641,7 @@ impl PartitionLog {
             }) else {
                 break;
             };
-            let read_len = (max_bytes.max(READ_AHEAD_BYTES)).min(READ_BYTES_MAX);
+            let read_len = max_bytes.clamp(READ_AHEAD_BYTES, READ_BYTES_MAX);
             let scan_limit = limit.min(floor_pos + read_len);
             let mut cached = Vec::new();
             let target = want;
@@ -938,11 +977,19 @@ impl PartitionLog {
 }
 
 /// The offset of the first record with timestamp `>= ts` in a batch whose
-/// max timestamp is `>= ts`; the batch's base offset if its records cannot
-/// be decoded.
+/// max timestamp is `>= ts` (decompressing it if needed); the batch's base
+/// offset if its records cannot be decoded.
 fn first_at_or_after(h: &BatchHeader, bytes: &Bytes, ts: i64) -> u64 {
-    let _ = (bytes, ts);
-    h.base_offset as u64
+    let found = weir_proto::reader::RecordBatch::parse(bytes)
+        .and_then(|b| b.records())
+        .ok()
+        .and_then(|recs| {
+            recs.iter()
+                .map_while(|r| r.ok())
+                .find(|r| r.timestamp >= ts)
+                .map(|r| r.offset as u64)
+        });
+    found.unwrap_or(h.base_offset as u64)
 }
 
 /// Checks a segment that should have been closed cleanly: its last index
@@ -984,8 +1031,15 @@ async fn trust_closed(seg: &mut Segment) -> Result<bool> {
     Ok(true)
 }
 
-/// Scans a segment from its last trustworthy index entry, rebuilds the index
-/// entries after it, and cuts the log after the last valid batch.
+/// Scans a whole segment, rebuilds its indexes from the batches found, and
+/// cuts the log after the last valid batch.
+///
+/// The scan starts at the segment's first byte, not at its last index entry:
+/// the indexes are written concurrently with the log (and a large log write
+/// is split into chunks written concurrently), and only synced when the
+/// segment is finalized, so after a crash an index entry and the batch it
+/// points at can be on disk while a batch before it, from the same write, is
+/// not. Trusting the index would leave that batch in the log, unreadable.
 async fn recover_segment(
     seg: &mut Segment,
     config: &LogConfig,
@@ -995,43 +1049,16 @@ async fn recover_segment(
     report.scanned_segments += 1;
     bump(&shard.counters.recovery_scanned_segments, 1);
     let file_len = seg.log.written();
-    // Keep the common, valid prefix of both indexes.
-    let mut n = seg.index.len().min(seg.time_index.len());
-    while n > 0 {
-        let (r, p) = seg.index.entries()[n - 1];
-        if seg.time_index.entries()[n - 1].1 == r && (p as u64) < file_len {
-            let head = segment::read_range(
-                seg.log.file(),
-                seg.log.path(),
-                seg.log.align(),
-                p as u64,
-                batch::HEADER_BYTES as u64,
-            )
-            .await?;
-            if BatchHeader::peek(&head).is_ok_and(|h| h.base_offset as u64 == seg.base + r as u64) {
-                break;
-            }
-        }
-        n -= 1;
-    }
-    if n < seg.index.len() || n < seg.time_index.len() {
-        report.rebuilt_indexes += 1;
-    }
-    let (start_off, start_pos) = match n {
-        0 => (seg.base, 0),
-        _ => {
-            let (r, p) = seg.index.entries()[n - 1];
-            (seg.base + r as u64, p as u64)
-        }
-    };
+    let old_index = seg.index.entries().to_vec();
+    let old_time_index = seg.time_index.entries().to_vec();
     let mut seen: Vec<(u64, u64, u64, i64)> = Vec::new();
     let sum: ScanSummary = segment::scan(
         seg.log.file(),
         seg.log.path(),
         seg.log.align(),
         seg.base,
-        start_pos,
-        start_off,
+        0,
+        seg.base,
         file_len,
         |h, pos, b| {
             seen.push((h.base_offset as u64, pos, b.len() as u64, h.max_timestamp));
@@ -1039,19 +1066,15 @@ async fn recover_segment(
         },
     )
     .await?;
-    // Rebuild: keep entries before the start point, re-add from the scan.
-    let keep = n.saturating_sub(1);
-    seg.index.truncate(keep);
-    seg.time_index.truncate(keep);
-    seg.index_w
-        .reset_to((keep * crate::offset_index::ENTRY_BYTES) as u64);
-    seg.time_w
-        .reset_to((keep * crate::time_index::ENTRY_BYTES) as u64);
-    seg.max_timestamp = seg.time_index.last().map(|(t, _)| t).unwrap_or(i64::MIN);
+    // Rebuild both indexes from the scan.
+    seg.index.truncate(0);
+    seg.time_index.truncate(0);
+    seg.index_w.reset_to(0);
+    seg.time_w.reset_to(0);
+    seg.max_timestamp = i64::MIN;
     seg.last_batch = None;
     seg.bytes_since_index = 0;
-    seg.next_offset = start_off;
-    let end = sum.end_pos.max(start_pos);
+    let end = sum.end_pos;
     seg.log.reset_to(end);
     for (off, pos, len, max_ts) in seen {
         // Re-run the append-side index logic on the scanned batches.
@@ -1062,15 +1085,28 @@ async fn recover_segment(
         seg.bytes_since_index += len;
         seg.last_batch = Some((off, pos));
     }
-    seg.next_offset = sum.next_offset.max(start_off);
-    if sum.last_batch.is_none() && start_pos == 0 {
-        seg.next_offset = seg.base;
+    seg.next_offset = match sum.last_batch {
+        Some(_) => sum.next_offset,
+        None => seg.base,
+    };
+    if seg.index.entries() != old_index.as_slice()
+        || seg.time_index.entries() != old_time_index.as_slice()
+    {
+        report.rebuilt_indexes += 1;
     }
     let cut = file_len - end;
-    let zeros = matches!(
-        sum.stopped,
-        Some(BatchError::BadLength { length: 0 }) | None
-    );
+    let zeros = match sum.stopped {
+        None | Some(BatchError::BadLength { length: 0 }) => true,
+        // Less than a header left: the zero padding of the last block
+        // written (without preallocation), unless it holds data.
+        Some(BatchError::ShortHeader { .. }) => {
+            segment::read_range(seg.log.file(), seg.log.path(), seg.log.align(), end, cut)
+                .await?
+                .iter()
+                .all(|&b| b == 0)
+        }
+        Some(_) => false,
+    };
     if cut > 0 && !zeros {
         report.truncated_bytes += cut;
         bump(&shard.counters.recovery_truncated_bytes, cut);

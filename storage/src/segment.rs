@@ -386,6 +386,7 @@ pub async fn read_range(
 /// validating each batch's framing, CRC and offset order. Calls `visit` for
 /// each valid batch with its header, position and bytes; `visit` returns
 /// false to stop early. Reading stops at the first invalid batch.
+#[allow(clippy::too_many_arguments)]
 pub async fn scan(
     file: &DmaFile,
     path: &Path,

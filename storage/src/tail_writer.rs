@@ -25,6 +25,9 @@ use crate::error::{Result, StorageError};
 /// Alignment used for every direct-I/O write and read (at least the
 /// device's logical block size).
 pub const IO_ALIGN_MIN: u64 = 4096;
+/// Largest single direct-I/O write; larger writes are split and issued
+/// concurrently.
+pub const WRITE_CHUNK_BYTES: u64 = 1 << 20;
 
 /// Appends to one file.
 #[derive(Debug)]
@@ -249,32 +252,72 @@ impl WriteJob {
         debug_assert_eq!(head.len(), head_len);
         let total = self.end - start;
         let buf_len = total.div_ceil(self.align) * self.align;
-        let mut buf = self.file.alloc_dma_buffer(buf_len as usize);
-        {
+        // Split into chunks written concurrently: one huge write would run
+        // at queue depth 1.
+        let chunk = WRITE_CHUNK_BYTES.max(self.align);
+        let mut bufs = Vec::with_capacity(buf_len.div_ceil(chunk) as usize);
+        let mut sources = std::iter::once(&head[..])
+            .chain(self.pending.iter().map(|b| &b[..]))
+            .filter(|s| !s.is_empty());
+        let mut cur: &[u8] = sources.next().unwrap_or(&[]);
+        let mut at = 0u64;
+        let mut new_head = Vec::new();
+        let tail_start = self.end - self.end % self.align - start;
+        while at < buf_len {
+            let len = chunk.min(buf_len - at);
+            let mut buf = self.file.alloc_dma_buffer(len as usize);
             let dst = buf.as_bytes_mut();
-            dst[..head_len].copy_from_slice(&head);
-            let mut at = head_len;
-            for b in &self.pending {
-                dst[at..at + b.len()].copy_from_slice(b);
-                at += b.len();
+            let mut filled = 0usize;
+            while filled < dst.len() && !cur.is_empty() {
+                let n = cur.len().min(dst.len() - filled);
+                dst[filled..filled + n].copy_from_slice(&cur[..n]);
+                filled += n;
+                cur = &cur[n..];
+                if cur.is_empty() {
+                    cur = sources.next().unwrap_or(&[]);
+                }
             }
-            debug_assert_eq!(at as u64, total);
-            dst[at..].fill(0);
+            dst[filled..].fill(0);
+            if at + len > tail_start {
+                let from = tail_start.saturating_sub(at) as usize;
+                let to = (total.min(at + len) - at) as usize;
+                if from < to {
+                    new_head.extend_from_slice(&dst[from..to]);
+                }
+            }
+            bufs.push((at, len, buf));
+            at += len;
         }
-        let tail_start = (self.end - self.end % self.align - start) as usize;
-        let new_head = buf.as_bytes()[tail_start..total as usize].to_vec();
-        let n = self
-            .file
-            .write_at(buf, start)
-            .await
-            .map_err(io("write", &self.path))?;
-        if (n as u64) < buf_len {
+        let tasks: Vec<_> = bufs
+            .into_iter()
+            .map(|(at, len, buf)| {
+                let file = self.file.clone();
+                glommio::spawn_local(async move {
+                    let n = file.write_at(buf, start + at).await?;
+                    Ok::<_, glommio::GlommioError<()>>(n as u64 == len)
+                })
+            })
+            .collect();
+        let mut all_full = true;
+        let mut first_err = None;
+        for t in tasks {
+            match t.await {
+                Ok(full) => all_full &= full,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(StorageError::io("write", self.path.clone(), e));
+        }
+        if !all_full {
             return Err(StorageError::io(
                 "write",
                 self.path.clone(),
                 std::io::Error::new(
                     std::io::ErrorKind::WriteZero,
-                    format!("short write: {n} of {buf_len} bytes at {start}"),
+                    format!("short write at {start}"),
                 ),
             ));
         }

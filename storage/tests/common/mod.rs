@@ -78,3 +78,188 @@ pub fn log_files(dir: &Path) -> Vec<std::path::PathBuf> {
     v.sort();
     v
 }
+
+/// Runs `f` on a fresh glommio executor and returns what it returns.
+pub fn run_ret<T, F, Fut>(f: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T> + 'static,
+{
+    LocalExecutorBuilder::new(Placement::Unbound)
+        .spawn(f)
+        .expect("glommio executor starts (check `ulimit -l`)")
+        .join()
+        .expect("test body panicked")
+}
+
+/// A small deterministic RNG (splitmix64).
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// An RNG started from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// A number in `lo..hi` (`hi > lo`).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo)
+    }
+}
+
+/// A seed from `var` if set (to replay a failure), else from the clock.
+pub fn seed_from_env(var: &str) -> u64 {
+    match std::env::var(var) {
+        Ok(s) => s.trim().parse().expect("seed is a u64"),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1),
+    }
+}
+
+/// Bytes of the numbered-batch prefix: batch number and seed.
+pub const NUMBERED_PREFIX: usize = 16;
+
+/// Batch number `i` of the stream `seed`: 1..=5 records, a payload whose
+/// first 16 bytes are `i` and `seed` (so a batch found in a log can be
+/// regenerated and compared), the rest deterministic bytes of a size drawn
+/// from `i` (mostly small, some up to `max_len`), timestamp `1_000_000 + i`.
+pub fn numbered_batch(seed: u64, i: u64, max_len: usize) -> BytesMut {
+    let mut r = Rng::new(seed ^ i.wrapping_mul(0xD6E8_FEB8_6659_FD93));
+    let pick = r.range(0, 100);
+    let len = match pick {
+        0..=69 => r.range(0, 2000),
+        70..=94 => r.range(2000, 12_000),
+        _ => r.range(12_000, 70_000),
+    } as usize;
+    let len = len.min(max_len);
+    let records = 1 + (r.next_u64() % 5) as i32;
+    let mut p = Vec::with_capacity(NUMBERED_PREFIX + len);
+    p.extend_from_slice(&i.to_be_bytes());
+    p.extend_from_slice(&seed.to_be_bytes());
+    p.extend_from_slice(&payload(i ^ seed, len));
+    batch(records, &p, 1_000_000 + i as i64)
+}
+
+/// The `(i, seed)` of a stored numbered batch, if it has the prefix.
+pub fn batch_number(stored: &[u8]) -> Option<(u64, u64)> {
+    let at = batch::HEADER_BYTES;
+    let p = stored.get(at..at + NUMBERED_PREFIX)?;
+    Some((
+        u64::from_be_bytes(p[..8].try_into().ok()?),
+        u64::from_be_bytes(p[8..].try_into().ok()?),
+    ))
+}
+
+/// Reads every batch from `from` to the high watermark with reads of at
+/// most `max_bytes`, checking that each read progresses. Returns `(base
+/// offset, bytes)` of each batch.
+pub async fn read_to_end(
+    log: &weir_storage::PartitionLog,
+    from: u64,
+    max_bytes: u64,
+) -> Result<Vec<(u64, bytes::Bytes)>, weir_storage::StorageError> {
+    let mut out = Vec::new();
+    let mut at = from;
+    let hw = log.high_watermark();
+    // Every read returns at least one batch of at least one record.
+    for _ in 0..=hw.saturating_sub(from) {
+        if at >= hw {
+            break;
+        }
+        let r = log.read(at, max_bytes).await?;
+        assert!(
+            !r.batches.is_empty(),
+            "read at {at} below the high watermark {hw} returned nothing"
+        );
+        assert!(r.next_offset > at, "read at {at} did not progress");
+        for b in r.batches {
+            let h = batch::BatchHeader::peek(&b).expect("stored batch has a header");
+            out.push((h.base_offset as u64, b));
+        }
+        at = r.next_offset;
+    }
+    assert!(at >= hw, "read stopped at {at} before the end {hw}");
+    Ok(out)
+}
+
+/// A command running one test of this test binary in a child process.
+pub fn child_test(name: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().expect("test binary path"));
+    c.args(["--exact", name, "--nocapture", "--test-threads", "1"]);
+    c
+}
+
+/// Parses a child's `ACK <i> <base>` line (only complete lines).
+pub fn parse_ack(line: &str) -> Option<(u64, u64)> {
+    let rest = line.strip_suffix('\n')?.strip_prefix("ACK ")?;
+    let mut it = rest.split(' ');
+    let i = it.next()?.parse().ok()?;
+    let base = it.next()?.parse().ok()?;
+    it.next().is_none().then_some((i, base))
+}
+
+/// A batch of `records` real (decodable) uncompressed records: values of
+/// `value_len` deterministic bytes, record `r` at timestamp `ts + r`.
+pub fn records_batch(seed: u64, records: usize, value_len: usize, ts: i64) -> BytesMut {
+    use weir_proto::builder::BatchBuilder;
+    use weir_proto::record::RecordData;
+    let mut b = BatchBuilder::new(batch::Compression::None).expect("uncompressed builder");
+    for r in 0..records.max(1) {
+        b.push(&RecordData {
+            key: Some(bytes::Bytes::from(format!("k{seed}-{r}"))),
+            value: Some(bytes::Bytes::from(payload(
+                seed.wrapping_mul(31).wrapping_add(r as u64),
+                value_len,
+            ))),
+            headers: Vec::new(),
+            timestamp: ts + r as i64,
+        })
+        .expect("record fits");
+    }
+    b.build().expect("batch builds")
+}
+
+/// Runs one I/O round trip on this executor so that files dropped without
+/// an explicit close (glommio closes them at its next I/O cycle) are closed
+/// before the executor exits; otherwise each such file leaks a descriptor.
+pub async fn drain_file_closes(dir: &Path) {
+    let p = dir.join(".drain-closes");
+    std::fs::write(&p, [0u8; 4096]).unwrap();
+    let f = glommio::io::DmaFile::open(&p).await.unwrap();
+    f.close().await.unwrap();
+    std::fs::remove_file(&p).unwrap();
+}
+
+/// Reads a child's output on a thread and sends each complete line
+/// (newline included); the channel disconnects at end of output. The
+/// receiver can wait with a timeout, so a hung child cannot hang the test.
+pub fn line_reader(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = std::io::BufReader::new(out);
+        loop {
+            let mut line = String::new();
+            match out.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
