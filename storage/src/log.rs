@@ -350,6 +350,7 @@ impl PartitionLog {
                 || s.log.has_work()
                 || s.index_w.has_work()
                 || s.time_w.has_work()
+                || s.has_unreleased()
         });
         let inner = Rc::new(LogInner {
             id: sh.next_log_id(),
@@ -679,7 +680,17 @@ impl PartitionLog {
             }
             if out.batches.is_empty() {
                 // Nothing at or after `want` in what was read: continue after it.
-                if summary.end_pos >= limit || summary.stopped.is_some() {
+                if let (Some(e), true) = (&summary.stopped, summary.end_pos < limit) {
+                    bump(&inner.shard.counters.io_errors, 1);
+                    return Err(StorageError::Corrupt {
+                        path,
+                        reason: format!(
+                            "invalid batch at position {} below the high watermark: {e}",
+                            summary.end_pos
+                        ),
+                    });
+                }
+                if summary.end_pos >= limit {
                     want = {
                         let st = inner.state.borrow();
                         match st.segments.range(seg_base + 1..).next() {
@@ -687,15 +698,6 @@ impl PartitionLog {
                             None => break,
                         }
                     };
-                    if summary.stopped.is_some() && summary.end_pos < limit {
-                        return Err(StorageError::Corrupt {
-                            path,
-                            reason: format!(
-                                "invalid batch at position {} below the high watermark: {:?}",
-                                summary.end_pos, summary.stopped
-                            ),
-                        });
-                    }
                 } else {
                     want = summary.next_offset.max(want);
                 }
@@ -1031,15 +1033,13 @@ async fn trust_closed(seg: &mut Segment) -> Result<bool> {
     Ok(true)
 }
 
-/// Scans a whole segment, rebuilds its indexes from the batches found, and
-/// cuts the log after the last valid batch.
+/// Scans a segment from its last trustworthy index entry, rebuilds the
+/// index entries after it, and cuts the log after the last valid batch.
 ///
-/// The scan starts at the segment's first byte, not at its last index entry:
-/// the indexes are written concurrently with the log (and a large log write
-/// is split into chunks written concurrently), and only synced when the
-/// segment is finalized, so after a crash an index entry and the batch it
-/// points at can be on disk while a batch before it, from the same write, is
-/// not. Trusting the index would leave that batch in the log, unreadable.
+/// Index entries reach the files only after the log bytes before them were
+/// fdatasync'd (`Segment::release_index_entries`), so no hole can hide
+/// before the last entry; a crash scan therefore reads only the tail written
+/// since the last flush round that wrote index entries.
 async fn recover_segment(
     seg: &mut Segment,
     config: &LogConfig,
@@ -1051,14 +1051,44 @@ async fn recover_segment(
     let file_len = seg.log.written();
     let old_index = seg.index.entries().to_vec();
     let old_time_index = seg.time_index.entries().to_vec();
+    // The last index entry that points at a matching batch: index entries
+    // are written only after the log up to them was fdatasync'd, so the log
+    // before it holds no hole and the scan starts there.
+    let mut n = seg.index.len().min(seg.time_index.len());
+    while n > 0 {
+        let (r, p) = seg.index.entries()[n - 1];
+        if p as u64 + batch::HEADER_BYTES as u64 <= file_len {
+            let head = segment::read_range(
+                seg.log.file(),
+                seg.log.path(),
+                seg.log.align(),
+                p as u64,
+                batch::HEADER_BYTES as u64,
+            )
+            .await?;
+            if BatchHeader::peek(&head).is_ok_and(|h| {
+                h.base_offset as u64 == seg.base + r as u64 && h.magic == batch::MAGIC
+            }) {
+                break;
+            }
+        }
+        n -= 1;
+    }
+    let (start_off, start_pos) = match n {
+        0 => (seg.base, 0),
+        n => {
+            let (r, p) = seg.index.entries()[n - 1];
+            (seg.base + r as u64, p as u64)
+        }
+    };
     let mut seen: Vec<(u64, u64, u64, i64)> = Vec::new();
     let sum: ScanSummary = segment::scan(
         seg.log.file(),
         seg.log.path(),
         seg.log.align(),
         seg.base,
-        0,
-        seg.base,
+        start_pos,
+        start_off,
         file_len,
         |h, pos, b| {
             seen.push((h.base_offset as u64, pos, b.len() as u64, h.max_timestamp));
@@ -1066,16 +1096,22 @@ async fn recover_segment(
         },
     )
     .await?;
-    // Rebuild both indexes from the scan.
-    seg.index.truncate(0);
-    seg.time_index.truncate(0);
-    seg.index_w.reset_to(0);
-    seg.time_w.reset_to(0);
-    seg.max_timestamp = i64::MIN;
+    // Keep the entries before the start point; the scan re-adds the rest
+    // (its first batch is the start point itself).
+    let keep = n.saturating_sub(1);
+    seg.index.truncate(keep);
+    seg.time_index.truncate(keep);
+    seg.released = seg.released.min(keep);
+    seg.index_w
+        .reset_to((seg.released * crate::offset_index::ENTRY_BYTES) as u64);
+    seg.time_w
+        .reset_to((seg.released * crate::time_index::ENTRY_BYTES) as u64);
+    seg.max_timestamp = seg.time_index.last().map(|(t, _)| t).unwrap_or(i64::MIN);
     seg.last_batch = None;
     seg.bytes_since_index = 0;
     let end = sum.end_pos;
     seg.log.reset_to(end);
+    seg.synced_len = end;
     for (off, pos, len, max_ts) in seen {
         // Re-run the append-side index logic on the scanned batches.
         seg.max_timestamp = seg.max_timestamp.max(max_ts);
@@ -1085,9 +1121,15 @@ async fn recover_segment(
         seg.bytes_since_index += len;
         seg.last_batch = Some((off, pos));
     }
+    if seg.last_batch.is_none() {
+        seg.last_batch = seg
+            .index
+            .last()
+            .map(|(r, p)| (seg.base + r as u64, p as u64));
+    }
     seg.next_offset = match sum.last_batch {
         Some(_) => sum.next_offset,
-        None => seg.base,
+        None => start_off,
     };
     if seg.index.entries() != old_index.as_slice()
         || seg.time_index.entries() != old_time_index.as_slice()
@@ -1310,23 +1352,30 @@ impl LogInner {
                 .collect();
             let need = st.force_sync || by_count || by_time || !sealed.is_empty();
             let mut files = Vec::new();
+            let mut synced = Vec::new();
             if need {
                 for s in st.segments.values_mut() {
                     if s.unsynced {
                         s.unsynced = false;
                         let [log, ..] = s.files();
                         files.push(log);
+                        synced.push((s.base, s.log.written()));
                     }
                 }
                 st.force_sync = false;
             }
-            (need.then_some(files), sealed)
+            (need.then_some((files, synced)), sealed)
         };
-        if let Some(files) = files {
+        if let Some((files, synced)) = files {
             sync_files(&self.shard, files)
                 .await
                 .map_err(RoundError::Sync)?;
             let mut st = self.state.borrow_mut();
+            for (base, len) in synced {
+                if let Some(s) = st.segments.get_mut(&base) {
+                    s.mark_synced(len);
+                }
+            }
             st.durable = st.durable.max(target);
             st.synced_records = target_records;
             st.last_sync = Instant::now();
@@ -1361,6 +1410,9 @@ impl LogInner {
             let Some(seg) = st.segments.get_mut(&base) else {
                 return Ok(());
             };
+            // Callers sync the segment's data first: every entry may be written.
+            let written = seg.log.written();
+            seg.mark_synced(written);
             seg.add_final_index_point();
             write(seg)
         };

@@ -90,6 +90,10 @@ pub struct Segment {
     pub state: SegmentState,
     /// Written since the last fdatasync.
     pub unsynced: bool,
+    /// Bytes of the `.log` known to be fdatasync'd.
+    pub synced_len: u64,
+    /// Index entries queued for (or written to) the index files.
+    pub released: usize,
 }
 
 /// Paths of a segment's three files.
@@ -154,6 +158,8 @@ impl Segment {
             last_batch: None,
             state: SegmentState::Active,
             unsynced: false,
+            synced_len: 0,
+            released: 0,
         })
     }
 
@@ -165,8 +171,18 @@ impl Segment {
         let lf = open_file(&lp, false).await?;
         let len = file_len(&lf, &lp).await?;
         let (iraw, traw) = (read_index_file(&ip)?, read_index_file(&tp)?);
-        let index = OffsetIndex::decode(&iraw);
-        let time_index = TimeIndex::decode(&traw);
+        let mut index = OffsetIndex::decode(&iraw);
+        let mut time_index = TimeIndex::decode(&traw);
+        // Entry k of one index pairs with entry k of the other: keep the
+        // common prefix.
+        let paired = index
+            .entries()
+            .iter()
+            .zip(time_index.entries())
+            .take_while(|((r, _), (_, t))| r == t)
+            .count();
+        index.truncate(paired);
+        time_index.truncate(paired);
         let ifl = open_file(&ip, true).await?;
         let tf = open_file(&tp, true).await?;
         let (ilen, tlen) = (
@@ -187,6 +203,8 @@ impl Segment {
             last_batch: None,
             state: SegmentState::Finalized,
             unsynced: false,
+            synced_len: len,
+            released: paired,
         };
         // Whatever lies past the decoded entries (padding, stale entries) is cut.
         if iraw.len() as u64 != ilen {
@@ -224,22 +242,48 @@ impl Segment {
     }
 
     /// Adds an index point (offset and time entry) for the batch at `offset`, `pos`.
+    ///
+    /// The entry is used for lookups at once, but written to the index files
+    /// only once its batch is fdatasync'd (see [`Segment::release_index_entries`]).
     pub fn add_index_point(&mut self, offset: u64, pos: u64) {
         let rel = (offset - self.base) as u32;
         if self.index.push(rel, pos as u32) {
-            self.index_w
-                .push(Bytes::copy_from_slice(&OffsetIndex::encode_entry(
-                    rel, pos as u32,
-                )));
-            if self.time_index.push(self.max_timestamp, rel) {
-                self.time_w
-                    .push(Bytes::copy_from_slice(&TimeIndex::encode_entry(
-                        self.max_timestamp,
-                        rel,
-                    )));
-            }
+            let pushed = self.time_index.push(self.max_timestamp, rel);
+            assert!(pushed, "time index entries follow the offset index");
         }
         self.bytes_since_index = 0;
+    }
+
+    /// Queues for writing the index entries whose batches are fdatasync'd.
+    ///
+    /// Invariant: an index entry on disk points at a batch that, with every
+    /// batch before it in the segment, reached the disk before the entry
+    /// was written. So recovery may trust the log up to the last index
+    /// entry it finds and scan only from there: no hole can hide before it.
+    pub fn release_index_entries(&mut self) {
+        while self.released < self.index.len() {
+            let (rel, pos) = self.index.entries()[self.released];
+            if pos as u64 >= self.synced_len {
+                break;
+            }
+            let (ts, trel) = self.time_index.entries()[self.released];
+            debug_assert_eq!(rel, trel);
+            self.index_w
+                .push(Bytes::copy_from_slice(&OffsetIndex::encode_entry(rel, pos)));
+            self.time_w
+                .push(Bytes::copy_from_slice(&TimeIndex::encode_entry(ts, rel)));
+            self.released += 1;
+        }
+    }
+
+    /// Records that the first `len` bytes of the `.log` are fdatasync'd.
+    pub fn mark_synced(&mut self, len: u64) {
+        self.synced_len = self.synced_len.max(len);
+    }
+
+    /// Whether some index entries are not yet queued for writing.
+    pub fn has_unreleased(&self) -> bool {
+        self.released < self.index.len()
     }
 
     /// Adds the final index point (for the last batch) if it has none, so
@@ -255,6 +299,7 @@ impl Segment {
 
     /// Takes the write jobs of the three files.
     pub fn take_jobs(&mut self) -> Vec<(FileKind, WriteJob)> {
+        self.release_index_entries();
         let log = self.log.take_job();
         if log.is_some() {
             self.unsynced = true;
@@ -322,9 +367,16 @@ impl Segment {
         self.index.truncate(n);
         self.time_index.truncate(n);
         self.log.reset_to(pos);
+        self.synced_len = self.synced_len.min(pos);
+        self.released = self
+            .released
+            .min(n)
+            .min((self.index_w.written() / offset_index::ENTRY_BYTES as u64) as usize)
+            .min((self.time_w.written() / time_index::ENTRY_BYTES as u64) as usize);
         self.index_w
-            .reset_to((n * offset_index::ENTRY_BYTES) as u64);
-        self.time_w.reset_to((n * time_index::ENTRY_BYTES) as u64);
+            .reset_to((self.released * offset_index::ENTRY_BYTES) as u64);
+        self.time_w
+            .reset_to((self.released * time_index::ENTRY_BYTES) as u64);
         self.next_offset = next_offset;
         self.max_timestamp = self
             .time_index
