@@ -68,7 +68,7 @@ struct RunResult {
 fn run_on_executor<T: Send + 'static>(
     f: impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = T>>> + Send + 'static,
 ) -> T {
-    match LocalExecutorBuilder::new(Placement::Fixed(0)).spawn(move || f()) {
+    match LocalExecutorBuilder::new(Placement::Fixed(0)).spawn(f) {
         Ok(h) => h.join().expect("bench executor panicked"),
         Err(e) => {
             eprintln!(

@@ -144,6 +144,7 @@ pub(crate) struct LogInner {
     shard: Rc<ShardInner>,
     append_lock: Semaphore,
     io_lock: Semaphore,
+    sync_lock: Semaphore,
     pub(crate) in_dirty: Cell<bool>,
     state: RefCell<LogState>,
 }
@@ -359,6 +360,7 @@ impl PartitionLog {
             shard: sh.clone(),
             append_lock: Semaphore::new(1),
             io_lock: Semaphore::new(1),
+            sync_lock: Semaphore::new(1),
             in_dirty: Cell::new(false),
             state: RefCell::new(LogState {
                 config,
@@ -380,7 +382,7 @@ impl PartitionLog {
         if needs_round {
             // Make recovery's cuts durable before new data lands on them.
             log.inner.state.borrow_mut().force_sync = true;
-            log.inner.flush_round().await;
+            log.inner.flush_round(oneshot::channel().0).await;
             log.inner.check_mode()?;
         }
         if recovery_point != ckpt.recovery_point {
@@ -779,6 +781,12 @@ impl PartitionLog {
             .acquire_permit(1)
             .await
             .map_err(|_| inner.closed())?;
+        // Wait for a pipelined fdatasync still in flight.
+        let _sync = inner
+            .sync_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
         inner.check_mode()?;
         let start = inner.state.borrow().log_start;
         if offset < start {
@@ -796,6 +804,12 @@ impl PartitionLog {
         let inner = &self.inner;
         let _io = inner
             .io_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        // Wait for a pipelined fdatasync still in flight.
+        let _sync = inner
+            .sync_lock
             .acquire_permit(1)
             .await
             .map_err(|_| inner.closed())?;
@@ -847,6 +861,12 @@ impl PartitionLog {
         let inner = &self.inner;
         let _io = inner
             .io_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        // Wait for a pipelined fdatasync still in flight.
+        let _sync = inner
+            .sync_lock
             .acquire_permit(1)
             .await
             .map_err(|_| inner.closed())?;
@@ -926,9 +946,15 @@ impl PartitionLog {
             .acquire_permit(1)
             .await
             .map_err(|_| inner.closed())?;
+        // Wait for a pipelined fdatasync still in flight.
+        let _sync = inner
+            .sync_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
         inner.check_mode()?;
         inner.state.borrow_mut().force_sync = true;
-        if let Err(e) = inner.round_locked().await {
+        if let Err(e) = inner.round_locked(None).await {
             inner.fail(e);
             return inner.check_mode();
         }
@@ -963,6 +989,12 @@ impl PartitionLog {
             .map_err(|_| inner.closed())?;
         let _io = inner
             .io_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        // Wait for a pipelined fdatasync still in flight.
+        let _sync = inner
+            .sync_lock
             .acquire_permit(1)
             .await
             .map_err(|_| inner.closed())?;
@@ -1234,14 +1266,18 @@ impl LogInner {
     }
 
     /// One flush round for this log (called by the committer).
-    pub(crate) async fn flush_round(self: &Rc<Self>) {
-        let Ok(_io) = self.io_lock.acquire_permit(1).await else {
+    ///
+    /// `writes_done` is signalled (or dropped) once this round's writes are
+    /// done and the next round may start: the committer then begins the
+    /// next round's writes while this one's fdatasync is in flight.
+    pub(crate) async fn flush_round(self: &Rc<Self>, writes_done: oneshot::Sender<()>) {
+        let Ok(io) = self.io_lock.acquire_permit(1).await else {
             return;
         };
         if self.state.borrow().mode != Mode::Open {
             return;
         }
-        if let Err(e) = self.round_locked().await {
+        if let Err(e) = self.round_locked(Some((io, writes_done))).await {
             self.fail(e);
         }
     }
@@ -1265,9 +1301,10 @@ impl LogInner {
     }
 
     async fn roll_back(self: Rc<Self>) {
-        let (Ok(_a), Ok(_io)) = (
+        let (Ok(_a), Ok(_io), Ok(_sync)) = (
             self.append_lock.acquire_permit(1).await,
             self.io_lock.acquire_permit(1).await,
+            self.sync_lock.acquire_permit(1).await,
         ) else {
             return;
         };
@@ -1288,7 +1325,7 @@ impl LogInner {
 
     /// Writes every pending byte (used under both locks before truncation).
     async fn write_pending_locked(self: &Rc<Self>) -> Result<()> {
-        match self.round_locked().await {
+        match self.round_locked(None).await {
             Ok(()) => Ok(()),
             Err(RoundError::Write(e)) | Err(RoundError::Sync(e)) => {
                 self.fail(RoundError::Write(e.clone()));
@@ -1327,7 +1364,15 @@ impl LogInner {
         first.map_or(Ok(()), Err)
     }
 
-    async fn round_locked(self: &Rc<Self>) -> Result<(), RoundError> {
+    /// One round: writes, then fdatasync as the policy says, then closing
+    /// of rolled segments. With `pipeline` (the caller's I/O permit and its
+    /// signal), the I/O lock is handed over to the next round as soon as the
+    /// writes are done, unless a rolled segment must be closed; the sync
+    /// lock keeps the syncs in order.
+    async fn round_locked(
+        self: &Rc<Self>,
+        pipeline: Option<(glommio::sync::Permit<'_>, oneshot::Sender<()>)>,
+    ) -> Result<(), RoundError> {
         let (target, target_records) = {
             let st = self.state.borrow();
             (st.next_offset, st.appended_records)
@@ -1366,6 +1411,14 @@ impl LogInner {
             }
             (need.then_some((files, synced)), sealed)
         };
+        let mut _sync = None;
+        if sealed.is_empty() {
+            if let Some((io, done)) = pipeline {
+                _sync = self.sync_lock.acquire_permit(1).await.ok();
+                drop(io);
+                let _ = done.send(());
+            }
+        }
         if let Some((files, synced)) = files {
             sync_files(&self.shard, files)
                 .await

@@ -221,6 +221,9 @@ async fn committer(shard: Weak<ShardInner>, rx: LocalReceiver<()>) {
         if !alive {
             return;
         }
+        // Let appenders woken by the previous round queue their next batches
+        // first, so that this round carries more of them.
+        futures_lite::future::yield_now().await;
         let Some(s) = shard.upgrade() else { return };
         for l in s.take_due() {
             s.schedule(&l);
@@ -231,15 +234,19 @@ async fn committer(shard: Weak<ShardInner>, rx: LocalReceiver<()>) {
         }
         bump(&s.counters.flush_rounds, 1);
         drop(s);
-        let tasks: Vec<_> = logs
+        // Each log's round signals when its writes are done; its fdatasync
+        // may still be in flight while the next round's writes start.
+        let writes_done: Vec<_> = logs
             .into_iter()
             .map(|l| {
                 l.in_dirty.set(false);
-                glommio::spawn_local(async move { l.flush_round().await })
+                let (tx, rx) = futures_channel::oneshot::channel();
+                glommio::spawn_local(async move { l.flush_round(tx).await }).detach();
+                rx
             })
             .collect();
-        for t in tasks {
-            t.await;
+        for rx in writes_done {
+            let _ = rx.await;
         }
     }
 }
