@@ -87,6 +87,7 @@ fn append_run(
     record_bytes: usize,
     batch_bytes: usize,
     secs: f64,
+    config: LogConfig,
 ) -> RunResult {
     run_on_executor(move || {
         Box::pin(async move {
@@ -100,13 +101,10 @@ fn append_run(
                 (INFLIGHT_BYTES_MAX / (blen * partitions)).clamp(1, INFLIGHT_PER_PARTITION_MAX);
             let mut logs = Vec::new();
             for p in 0..partitions {
-                let (log, _) = PartitionLog::open(
-                    &shard,
-                    dir.join(format!("bench-{p}")),
-                    LogConfig::default(),
-                )
-                .await
-                .expect("open");
+                let (log, _) =
+                    PartitionLog::open(&shard, dir.join(format!("bench-{p}")), config.clone())
+                        .await
+                        .expect("open");
                 logs.push(log);
             }
             let hist = Rc::new(std::cell::RefCell::new(
@@ -187,6 +185,13 @@ fn main() {
         .map(|s| s.parse().expect("--seconds S"))
         .unwrap_or(4.0);
     let only = arg(&args, "--only");
+    let mut config = LogConfig::default();
+    if let Some(n) = arg(&args, "--flush-messages") {
+        // For comparison only: acknowledgements then wait for the write, not fdatasync.
+        config
+            .set("flush.messages", &n)
+            .expect("--flush-messages N");
+    }
     println!(
         "{:<8} {:>8} {:>5} {:>9} {:>12} {:>9} {:>9} {:>9} {:>9} {:>8}",
         "record",
@@ -211,7 +216,7 @@ fn main() {
                     continue;
                 }
                 let dir = fresh_dir(&root, &name);
-                let r = append_run(dir.clone(), parts, record, batch, secs);
+                let r = append_run(dir.clone(), parts, record, batch, secs, config.clone());
                 let _ = std::fs::remove_dir_all(&dir);
                 let h = &r.hist;
                 println!(

@@ -48,6 +48,9 @@ use crate::tail_writer::WriteJob;
 
 /// Read-ahead of a cold read: at least this many bytes are read from disk.
 pub const READ_AHEAD_BYTES: u64 = 256 << 10;
+/// Bytes of one log's active segment written in one flush round; the rest
+/// waits for the next round, which then overlaps this round's fdatasync.
+pub const ROUND_LOG_BYTES_MAX: u64 = 8 << 20;
 /// Largest single cold read.
 pub const READ_BYTES_MAX: u64 = 16 << 20;
 
@@ -1334,15 +1337,28 @@ impl LogInner {
         }
     }
 
-    fn take_all_jobs(&self) -> Vec<(u64, FileKind, WriteJob)> {
+    /// Takes this round's jobs: everything queued, except that the active
+    /// segment's `.log` job is limited to [`ROUND_LOG_BYTES_MAX`]. Returns
+    /// the jobs and, if batches were left for the next round, the offset up
+    /// to which this round writes.
+    fn take_all_jobs(&self) -> (Vec<(u64, FileKind, WriteJob)>, Option<u64>) {
         let mut st = self.state.borrow_mut();
         let mut jobs = Vec::new();
+        let mut left = None;
+        let active = *st.segments.keys().next_back().expect("active");
         for seg in st.segments.values_mut() {
-            for (k, j) in seg.take_jobs() {
+            let max = if seg.base == active {
+                ROUND_LOG_BYTES_MAX
+            } else {
+                u64::MAX
+            };
+            let (js, l) = seg.take_jobs_upto(max);
+            left = left.or(l);
+            for (k, j) in js {
                 jobs.push((seg.base, k, j));
             }
         }
-        jobs
+        (jobs, left)
     }
 
     /// Applies job outcomes; returns the first error.
@@ -1357,6 +1373,9 @@ impl LogInner {
                 Ok(w) => seg.writer(kind).complete(w),
                 Err(e) => {
                     seg.writer(kind).fail();
+                    if kind == FileKind::Log {
+                        seg.queued_ends.clear();
+                    }
                     first.get_or_insert(e);
                 }
             }
@@ -1373,11 +1392,19 @@ impl LogInner {
         self: &Rc<Self>,
         pipeline: Option<(glommio::sync::Permit<'_>, oneshot::Sender<()>)>,
     ) -> Result<(), RoundError> {
-        let (target, target_records) = {
+        let (mut target, mut target_records) = {
             let st = self.state.borrow();
             (st.next_offset, st.appended_records)
         };
-        let jobs = self.take_all_jobs();
+        let (jobs, left) = self.take_all_jobs();
+        if let Some(upto) = left {
+            // Batches were left for the next round: this one covers less,
+            // and its records are not counted as synced (a sync too many is
+            // harmless, one too few is not).
+            target = upto;
+            target_records = self.state.borrow().synced_records;
+            self.shard.schedule(self);
+        }
         self.apply(run_jobs(jobs).await)
             .map_err(RoundError::Write)?;
         let (files, sealed) = {

@@ -94,6 +94,8 @@ pub struct Segment {
     pub synced_len: u64,
     /// Index entries queued for (or written to) the index files.
     pub released: usize,
+    /// Offset after each batch queued on the `.log` writer, in order.
+    pub queued_ends: std::collections::VecDeque<u64>,
 }
 
 /// Paths of a segment's three files.
@@ -160,6 +162,7 @@ impl Segment {
             unsynced: false,
             synced_len: 0,
             released: 0,
+            queued_ends: Default::default(),
         })
     }
 
@@ -205,6 +208,7 @@ impl Segment {
             unsynced: false,
             synced_len: len,
             released: paired,
+            queued_ends: Default::default(),
         };
         // Whatever lies past the decoded entries (padding, stale entries) is cut.
         if iraw.len() as u64 != ilen {
@@ -239,6 +243,7 @@ impl Segment {
         self.last_batch = Some((base_offset, pos));
         self.next_offset = h.last_offset() as u64 + 1;
         self.log.push(data);
+        self.queued_ends.push_back(self.next_offset);
     }
 
     /// Adds an index point (offset and time entry) for the batch at `offset`, `pos`.
@@ -299,19 +304,38 @@ impl Segment {
 
     /// Takes the write jobs of the three files.
     pub fn take_jobs(&mut self) -> Vec<(FileKind, WriteJob)> {
+        self.take_jobs_upto(u64::MAX).0
+    }
+
+    /// Takes the write jobs of the three files, the `.log` job limited to
+    /// about `max_log_bytes`. Also returns, if queued batches remain, the
+    /// offset up to which the jobs write (the first batch left behind).
+    pub fn take_jobs_upto(
+        &mut self,
+        max_log_bytes: u64,
+    ) -> (Vec<(FileKind, WriteJob)>, Option<u64>) {
         self.release_index_entries();
-        let log = self.log.take_job();
+        let mut left = None;
+        let log = self.log.take_job_upto(max_log_bytes).map(|(job, n)| {
+            let n = n.min(self.queued_ends.len());
+            let last = self.queued_ends.drain(..n).next_back();
+            if !self.queued_ends.is_empty() {
+                left = last;
+            }
+            job
+        });
         if log.is_some() {
             self.unsynced = true;
         }
-        [
+        let jobs = [
             (FileKind::Log, log),
             (FileKind::Index, self.index_w.take_job()),
             (FileKind::TimeIndex, self.time_w.take_job()),
         ]
         .into_iter()
         .filter_map(|(k, j)| j.map(|j| (k, j)))
-        .collect()
+        .collect();
+        (jobs, left)
     }
 
     /// The writer of one of the files.
@@ -367,6 +391,7 @@ impl Segment {
         self.index.truncate(n);
         self.time_index.truncate(n);
         self.log.reset_to(pos);
+        self.queued_ends.clear();
         self.synced_len = self.synced_len.min(pos);
         self.released = self
             .released

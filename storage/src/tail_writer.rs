@@ -149,9 +149,30 @@ impl TailWriter {
 
     /// Takes the queued work as a job, or `None` if there is none.
     pub fn take_job(&mut self) -> Option<WriteJob> {
+        self.take_job_upto(u64::MAX).map(|(j, _)| j)
+    }
+
+    /// Takes queued work as a job: the queued byte strings, in order, while
+    /// they total at most `max_bytes` (but at least one). Returns the job
+    /// and how many byte strings it took; the rest stays queued.
+    pub fn take_job_upto(&mut self, max_bytes: u64) -> Option<(WriteJob, usize)> {
         if !self.has_work() {
             return None;
         }
+        let mut take = 0;
+        let mut bytes = 0u64;
+        for b in &self.pending {
+            if take > 0 && bytes + b.len() as u64 > max_bytes {
+                break;
+            }
+            bytes += b.len() as u64;
+            take += 1;
+        }
+        let pending: Vec<Bytes> = if take == self.pending.len() {
+            std::mem::take(&mut self.pending)
+        } else {
+            self.pending.drain(..take).collect()
+        };
         assert!(!self.in_flight, "two jobs in flight on one file");
         self.in_flight = true;
         let prealloc_to = if self.prealloc_step > 0 && self.end > self.prealloc_end {
@@ -161,17 +182,18 @@ impl TailWriter {
         } else {
             None
         };
-        Some(WriteJob {
+        let job = WriteJob {
             file: self.file.clone(),
             path: self.path.clone(),
             align: self.align,
             pos: self.next_pos,
             head: self.head.take(),
-            pending: std::mem::take(&mut self.pending),
+            pending,
             truncate: self.truncate.take(),
             prealloc_to,
-            end: self.end,
-        })
+            end: self.next_pos + bytes,
+        };
+        Some((job, take))
     }
 
     /// Makes the next job cut the file to its logical end (used when a
