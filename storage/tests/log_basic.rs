@@ -348,3 +348,52 @@ fn offset_for_timestamp_uses_the_time_index() {
         assert_eq!(log.offset_for_timestamp(10_500).await.unwrap(), Some(50));
     });
 }
+
+#[test]
+fn flush_messages_acks_on_write_and_syncs_every_n_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-8");
+    run(move || async move {
+        let shard = StorageShard::new(ShardConfig::default());
+        let mut cfg = LogConfig::default();
+        cfg.set("flush.messages", "10").unwrap();
+        let (log, _) = PartitionLog::open(&shard, &path, cfg).await.unwrap();
+        for i in 0..25u64 {
+            let info = log
+                .append_acked(batch(1, &payload(i, 64), 0))
+                .await
+                .unwrap();
+            // Acknowledged = written (readable, safe from a process crash).
+            assert!(log.high_watermark() > info.last_offset);
+        }
+        assert_eq!(log.durable_offset(), 20, "synced after 10 and 20 records");
+        assert_eq!(log.flush().await.unwrap(), 25);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn flush_ms_syncs_written_data_without_new_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-9");
+    run(move || async move {
+        let shard = StorageShard::new(ShardConfig::default());
+        let mut cfg = LogConfig::default();
+        cfg.set("flush.messages", "1000000").unwrap();
+        cfg.set("flush.ms", "20").unwrap();
+        let (log, _) = PartitionLog::open(&shard, &path, cfg).await.unwrap();
+        log.append_acked(batch(1, b"x", 0)).await.unwrap();
+        assert_eq!(log.high_watermark(), 1);
+        // The committer's flush.ms timer is the only thing that can sync
+        // now; poll for it with a deadline (there is no event to await).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while log.durable_offset() < 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "flush.ms never synced"
+            );
+            glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        log.close().await.unwrap();
+    });
+}
