@@ -1,0 +1,190 @@
+//! Broker configuration: embedded defaults, a TOML file (`--config`),
+//! `WEIR_*` environment variables and command-line flags, in increasing
+//! order of precedence. Every option can be set all four ways.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+/// Default native-protocol address.
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:9292";
+/// Default first per-core port (core N listens on this + N).
+pub const CORE_PORT_BASE_DEFAULT: u16 = 9300;
+/// Default metrics and admin HTTP address.
+pub const METRICS_LISTEN_DEFAULT: &str = "127.0.0.1:9644";
+/// Default data directory.
+pub const DATA_DIR_DEFAULT: &str = "./weir-data";
+/// Default largest request frame.
+pub const MAX_FRAME_BYTES_DEFAULT: u32 = 100 << 20;
+
+/// Options of `weir broker`, from flags or `WEIR_*` variables.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct BrokerArgs {
+    /// TOML file with any of the options below (keys as the flags, with `_`).
+    #[arg(long, env = "WEIR_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Where partitions and the topic registry live [default: ./weir-data].
+    #[arg(long, env = "WEIR_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Native protocol address shared by all cores (SO_REUSEPORT) [default: 127.0.0.1:9292].
+    #[arg(long, env = "WEIR_LISTEN")]
+    pub listen: Option<String>,
+    /// Core N also listens on this port + N; 0 picks free ports [default: 9300].
+    #[arg(long, env = "WEIR_CORE_PORT_BASE")]
+    pub core_port_base: Option<u16>,
+    /// Number of cores (pinned executors) [default: all available].
+    #[arg(long, env = "WEIR_CORES")]
+    pub cores: Option<usize>,
+    /// Metrics (Prometheus text at /metrics) address [default: 127.0.0.1:9644].
+    #[arg(long, env = "WEIR_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+    /// Largest request frame accepted, bytes [default: 104857600].
+    #[arg(long, env = "WEIR_MAX_FRAME_BYTES")]
+    pub max_frame_bytes: Option<u32>,
+    /// Create unknown topics on produce/metadata (`auto.create.topics.enable`) [default: false].
+    #[arg(long, env = "WEIR_AUTO_CREATE_TOPICS")]
+    pub auto_create_topics: Option<bool>,
+    /// Partitions of auto-created topics [default: 1].
+    #[arg(long, env = "WEIR_DEFAULT_PARTITIONS")]
+    pub default_partitions: Option<u32>,
+    /// Batch cache budget per core, bytes [default: 268435456].
+    #[arg(long, env = "WEIR_CACHE_BYTES_PER_CORE")]
+    pub cache_bytes_per_core: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    listen: Option<String>,
+    core_port_base: Option<u16>,
+    cores: Option<usize>,
+    metrics_listen: Option<String>,
+    max_frame_bytes: Option<u32>,
+    auto_create_topics: Option<bool>,
+    default_partitions: Option<u32>,
+    cache_bytes_per_core: Option<u64>,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Shared native-protocol address.
+    pub listen: SocketAddr,
+    /// First per-core port (0: free ports).
+    pub core_port_base: u16,
+    /// Number of cores.
+    pub cores: usize,
+    /// Metrics address.
+    pub metrics_listen: SocketAddr,
+    /// Largest request frame.
+    pub max_frame_bytes: u32,
+    /// `auto.create.topics.enable`.
+    pub auto_create_topics: bool,
+    /// Partitions of auto-created topics.
+    pub default_partitions: u32,
+    /// Cache budget per core.
+    pub cache_bytes_per_core: u64,
+}
+
+fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+}
+
+impl BrokerConfig {
+    /// Resolves flags/env over the file over the defaults.
+    pub fn resolve(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
+        let file = match &args.config {
+            Some(p) => load_file(p)?,
+            None => FileConfig::default(),
+        };
+        let available = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let cores = args.cores.or(file.cores).unwrap_or(available);
+        if cores == 0 {
+            bail!("--cores must be at least 1");
+        }
+        let addr = |what: &str, v: Option<String>, d: &str| -> anyhow::Result<SocketAddr> {
+            let s = v.unwrap_or_else(|| d.to_string());
+            s.parse()
+                .with_context(|| format!("{what} `{s}` is not an address like 127.0.0.1:9292"))
+        };
+        let max_frame_bytes = args
+            .max_frame_bytes
+            .or(file.max_frame_bytes)
+            .unwrap_or(MAX_FRAME_BYTES_DEFAULT);
+        if (max_frame_bytes as usize) < weir_proto::batch::HEADER_BYTES + 64 {
+            bail!("--max-frame-bytes {max_frame_bytes} is too small");
+        }
+        let default_partitions = args
+            .default_partitions
+            .or(file.default_partitions)
+            .unwrap_or(1);
+        if default_partitions == 0 {
+            bail!("--default-partitions must be at least 1");
+        }
+        Ok(BrokerConfig {
+            data_dir: args
+                .data_dir
+                .clone()
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from(DATA_DIR_DEFAULT)),
+            listen: addr(
+                "--listen",
+                args.listen.clone().or(file.listen),
+                LISTEN_DEFAULT,
+            )?,
+            core_port_base: args
+                .core_port_base
+                .or(file.core_port_base)
+                .unwrap_or(CORE_PORT_BASE_DEFAULT),
+            cores,
+            metrics_listen: addr(
+                "--metrics-listen",
+                args.metrics_listen.clone().or(file.metrics_listen),
+                METRICS_LISTEN_DEFAULT,
+            )?,
+            max_frame_bytes,
+            auto_create_topics: args
+                .auto_create_topics
+                .or(file.auto_create_topics)
+                .unwrap_or(false),
+            default_partitions,
+            cache_bytes_per_core: args
+                .cache_bytes_per_core
+                .or(file.cache_bytes_per_core)
+                .unwrap_or(weir_storage::CACHE_BYTES_PER_CORE_DEFAULT),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_override_defaults() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("weir.toml");
+        std::fs::write(&f, "cores = 3\nlisten = \"127.0.0.1:7000\"\n").unwrap();
+        let args = BrokerArgs {
+            config: Some(f.clone()),
+            cores: Some(2),
+            ..Default::default()
+        };
+        let c = BrokerConfig::resolve(&args).unwrap();
+        assert_eq!(c.cores, 2);
+        assert_eq!(c.listen.port(), 7000);
+        assert_eq!(c.data_dir, PathBuf::from(DATA_DIR_DEFAULT));
+        std::fs::write(&f, "nope = 1\n").unwrap();
+        let e = format!("{:#}", BrokerConfig::resolve(&args).unwrap_err());
+        assert!(e.contains("nope"), "{e}");
+    }
+}

@@ -1,0 +1,301 @@
+//! One core of the broker (its *shard*): the storage shard, the partition
+//! logs it owns, its copy of the topic registry, and its ends of the
+//! cross-core mesh.
+//!
+//! Which core owns what: partition `p` of topic `t` lives on core
+//! [`crate::registry::owner_core`]; only that core opens its log. Core 0
+//! also owns the authoritative topic registry (it alone writes
+//! `topics.toml`) and broadcasts every change to the other cores, which
+//! keep read-only copies for routing.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use bytes::Bytes;
+use futures_channel::oneshot;
+use glommio::channels::channel_mesh::{Receivers, Senders};
+use weir_storage::{PartitionLog, ShardConfig, StorageShard};
+
+use crate::config::BrokerConfig;
+use crate::registry::{self, owner_core, partition_dir, Registry, TopicSpec};
+
+/// Messages between cores. Everything in them is `Send`; batches travel as
+/// `Bytes` (a reference count, not a copy).
+#[derive(Debug)]
+pub enum CoreMsg {
+    /// Append a batch to a partition this core owns.
+    Produce {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// One record batch.
+        batch: Bytes,
+        /// 0, 1 or -1 (all).
+        acks: i8,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<ProduceOk, PartitionError>>,
+    },
+    /// Read from a partition this core owns.
+    Fetch {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// First offset wanted.
+        offset: u64,
+        /// Byte budget.
+        max_bytes: u64,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<FetchOk, PartitionError>>,
+    },
+    /// Offsets of a partition this core owns.
+    Offsets {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Timestamp to look up, if any.
+        timestamp: Option<i64>,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<OffsetsOk, PartitionError>>,
+    },
+    /// A topic change for core 0 to apply and broadcast.
+    Admin {
+        /// The change.
+        change: AdminChange,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<(), registry::TopicError>>,
+    },
+    /// The new registry (from core 0): open, close or delete logs to match.
+    Sync {
+        /// The registry after the change.
+        registry: Registry,
+        /// Topics deleted by the change (their files go).
+        deleted: Vec<(String, u32)>,
+        /// Done.
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// A topic change.
+#[derive(Debug, Clone)]
+pub enum AdminChange {
+    /// Create a topic.
+    Create(String, TopicSpec),
+    /// Delete a topic.
+    Delete(String),
+    /// Set configs.
+    Alter(String, Vec<(String, String)>),
+    /// Raise the partition count.
+    AddPartitions(String, u32),
+}
+
+/// A produce that succeeded.
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceOk {
+    /// Offset of the batch's first record.
+    pub base_offset: u64,
+    /// Log start offset.
+    pub log_start_offset: u64,
+}
+
+/// A fetch that succeeded.
+#[derive(Debug, Clone)]
+pub struct FetchOk {
+    /// Whole batches.
+    pub batches: Vec<Bytes>,
+    /// High watermark.
+    pub high_watermark: u64,
+    /// Log start offset.
+    pub log_start_offset: u64,
+}
+
+/// Offsets of a partition.
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetsOk {
+    /// Log start offset.
+    pub log_start_offset: u64,
+    /// High watermark (what consumers can read up to).
+    pub high_watermark: u64,
+    /// Size of the log, bytes.
+    pub size_bytes: u64,
+    /// Result of the timestamp lookup.
+    pub for_timestamp: Option<u64>,
+}
+
+/// A partition-level failure, as a wire error code and a message.
+#[derive(Debug, Clone)]
+pub struct PartitionError {
+    /// Stable wire error number (`weir_proto` error codes).
+    pub code: u16,
+    /// Human-readable reason.
+    pub message: String,
+}
+
+/// Process-wide facts shared by every core.
+#[derive(Debug)]
+pub struct Shared {
+    /// The configuration.
+    pub config: BrokerConfig,
+    /// Actual per-core ports (filled in as cores bind).
+    pub core_ports: Vec<AtomicU16>,
+    /// Actual shared port.
+    pub port: AtomicU16,
+    /// Set on SIGTERM/SIGINT.
+    pub stopping: Arc<AtomicBool>,
+    /// Mesh peer id of each core.
+    pub peer_of_core: Vec<std::sync::atomic::AtomicUsize>,
+}
+
+impl Shared {
+    /// Whether shutdown was requested.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// One core's state.
+pub struct Core {
+    /// This core's number.
+    pub id: usize,
+    /// Process-wide facts.
+    pub shared: Arc<Shared>,
+    /// This core's storage.
+    pub storage: StorageShard,
+    /// Partitions this core owns.
+    pub logs: RefCell<HashMap<(String, u32), PartitionLog>>,
+    /// This core's copy of the registry.
+    pub registry: RefCell<Registry>,
+    /// Senders to every core (by mesh peer id).
+    pub mesh: Senders<CoreMsg>,
+}
+
+impl Core {
+    /// Creates the core's state and opens the logs it owns.
+    pub async fn start(
+        id: usize,
+        shared: Arc<Shared>,
+        registry: Registry,
+        mesh: Senders<CoreMsg>,
+    ) -> anyhow::Result<Rc<Core>> {
+        let storage = StorageShard::new(ShardConfig {
+            cache_bytes: shared.config.cache_bytes_per_core,
+            ..ShardConfig::default()
+        });
+        let core = Rc::new(Core {
+            id,
+            shared,
+            storage,
+            logs: RefCell::new(HashMap::new()),
+            registry: RefCell::new(Registry::default()),
+            mesh,
+        });
+        core.apply_registry(registry, Vec::new()).await?;
+        Ok(core)
+    }
+
+    /// Number of cores.
+    pub fn cores(&self) -> usize {
+        self.shared.config.cores
+    }
+
+    /// The core owning a partition.
+    pub fn owner(&self, topic: &str, partition: u32) -> usize {
+        owner_core(topic, partition, self.cores())
+    }
+
+    /// Sends a message to a core (its mesh peer).
+    pub async fn send_to(&self, core: usize, msg: CoreMsg) -> anyhow::Result<()> {
+        let peer = self.shared.peer_of_core[core].load(Ordering::Acquire);
+        self.mesh
+            .send_to(peer, msg)
+            .await
+            .map_err(|_| anyhow::anyhow!("core {core} is not accepting messages"))
+    }
+
+    /// Opens the logs this core owns under `registry` that are not open,
+    /// closes the ones it no longer owns, removes deleted partitions.
+    pub async fn apply_registry(
+        &self,
+        registry: Registry,
+        deleted: Vec<(String, u32)>,
+    ) -> anyhow::Result<()> {
+        let data_dir = self.shared.config.data_dir.clone();
+        for (topic, partition) in deleted {
+            let log = self.logs.borrow_mut().remove(&(topic.clone(), partition));
+            if let Some(log) = log {
+                log.delete()
+                    .await
+                    .with_context(|| format!("deleting {topic}-{partition}"))?;
+            }
+        }
+        for (topic, spec) in registry.topics() {
+            let cfg = registry::log_config(&spec.configs)
+                .map_err(|e| anyhow::anyhow!("topic {topic}: {e}"))?;
+            for p in 0..spec.partitions {
+                if self.owner(topic, p) != self.id {
+                    continue;
+                }
+                let existing = self.logs.borrow().get(&(topic.clone(), p)).cloned();
+                match existing {
+                    Some(log) => log.set_config(cfg.clone()),
+                    None => {
+                        let (log, rep) = PartitionLog::open(
+                            &self.storage,
+                            partition_dir(&data_dir, topic, p),
+                            cfg.clone(),
+                        )
+                        .await
+                        .with_context(|| format!("opening {topic}-{p}"))?;
+                        if !rep.clean {
+                            tracing::warn!(partition = %format!("{topic}-{p}"), ?rep, "recovered after an unclean shutdown");
+                        }
+                        self.logs.borrow_mut().insert((topic.clone(), p), log);
+                    }
+                }
+            }
+        }
+        *self.registry.borrow_mut() = registry;
+        Ok(())
+    }
+
+    /// A log this core owns.
+    pub fn log(&self, topic: &str, partition: u32) -> Option<PartitionLog> {
+        self.logs
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .cloned()
+    }
+
+    /// Closes every log cleanly (shutdown).
+    pub async fn close_all(&self) {
+        let logs: Vec<_> = self.logs.borrow_mut().drain().collect();
+        for ((topic, p), log) in logs {
+            if let Err(e) = log.close().await {
+                tracing::error!(partition = %format!("{topic}-{p}"), error = %e, "close failed");
+            }
+        }
+    }
+}
+
+/// Receives messages from every peer and hands each to `handle`.
+pub fn serve_mesh(core: Rc<Core>, mut receivers: Receivers<CoreMsg>) {
+    for (_, rx) in receivers.streams() {
+        let core = core.clone();
+        glommio::spawn_local(async move {
+            while let Some(msg) = rx.recv().await {
+                let core = core.clone();
+                glommio::spawn_local(
+                    async move { crate::handlers::handle_core_msg(&core, msg).await },
+                )
+                .detach();
+            }
+        })
+        .detach();
+    }
+}

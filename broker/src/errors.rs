@@ -1,0 +1,22 @@
+//! Wire error numbers used by the broker (mirrors `weir_proto`'s
+//! `ErrorCode`; stable, never reused).
+#![allow(missing_docs)]
+
+pub const NONE: u16 = 0;
+pub const UNKNOWN: u16 = 1;
+pub const CORRUPT_MESSAGE: u16 = 2;
+pub const UNKNOWN_TOPIC_OR_PARTITION: u16 = 3;
+pub const OFFSET_OUT_OF_RANGE: u16 = 4;
+pub const MESSAGE_TOO_LARGE: u16 = 5;
+pub const INVALID_REQUEST: u16 = 6;
+pub const UNSUPPORTED_VERSION: u16 = 7;
+pub const UNSUPPORTED_API: u16 = 8;
+pub const FRAME_TOO_LARGE: u16 = 9;
+pub const TOPIC_ALREADY_EXISTS: u16 = 10;
+pub const INVALID_CONFIG: u16 = 11;
+pub const INVALID_PARTITIONS: u16 = 12;
+pub const NOT_OWNER: u16 = 13;
+pub const REQUEST_TIMED_OUT: u16 = 14;
+pub const STORAGE_ERROR: u16 = 15;
+pub const INVALID_TOPIC: u16 = 18;
+pub const RECOVERING: u16 = 19;

@@ -1,0 +1,232 @@
+//! Starting and stopping the broker: one pinned glommio executor per core,
+//! the cross-core mesh, listeners (the shared port with SO_REUSEPORT on
+//! every core, and each core's own port), signals and clean shutdown.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Barrier};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::config::BrokerConfig;
+use crate::core::{serve_mesh, Core, CoreMsg, Shared};
+use crate::registry::Registry;
+
+/// Capacity of each cross-core channel.
+pub const MESH_CHANNEL_CAPACITY: usize = 1024;
+/// How often a core checks for a shutdown request.
+pub const STOP_POLL_MS: u64 = 50;
+/// How long shutdown waits for in-flight requests.
+pub const DRAIN_MS_MAX: u64 = 10_000;
+
+/// Reserves the shared port when it is 0: binds a socket with SO_REUSEPORT
+/// (without listening, so it takes no connections) to learn a free port
+/// that every core then binds.
+fn reserve_port(addr: SocketAddr) -> anyhow::Result<(socket2::Socket, SocketAddr)> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    s.set_reuse_port(true)?;
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into())
+        .with_context(|| format!("cannot bind the native protocol address {addr}"))?;
+    let local = s
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| anyhow!("bound address is not an IP address"))?;
+    Ok((s, local))
+}
+
+/// Runs the broker until SIGTERM or SIGINT; returns after a clean shutdown.
+pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+    let registry = Registry::load(&config.data_dir)?;
+    let (placeholder, listen) = reserve_port(config.listen)?;
+    let n = config.cores;
+    let stopping = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stopping.clone()).context("installing signal handlers")?;
+    }
+    let shared = Arc::new(Shared {
+        config: BrokerConfig { listen, ..config },
+        core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
+        port: AtomicU16::new(listen.port()),
+        stopping: stopping.clone(),
+        peer_of_core: (0..n).map(|_| AtomicUsize::new(usize::MAX)).collect(),
+    });
+    let mesh: MeshBuilder<CoreMsg, _> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
+    let barrier = Arc::new(Barrier::new(n));
+    let (ready_tx, ready_rx) = mpsc::channel::<anyhow::Result<usize>>();
+    let cpus = std::thread::available_parallelism()
+        .map(|c| c.get())
+        .unwrap_or(1);
+    let mut handles = Vec::new();
+    for c in 0..n {
+        let (shared, registry, mesh, barrier, ready) = (
+            shared.clone(),
+            registry.clone(),
+            mesh.clone(),
+            barrier.clone(),
+            ready_tx.clone(),
+        );
+        let placement = if c < cpus {
+            Placement::Fixed(c)
+        } else {
+            Placement::Unbound
+        };
+        let h = LocalExecutorBuilder::new(placement)
+            .name(&format!("weir-core-{c}"))
+            .spawn(move || async move {
+                let r = core_main(c, shared.clone(), registry, mesh, barrier, ready.clone()).await;
+                if let Err(e) = &r {
+                    let _ = ready.send(Err(anyhow!("core {c}: {e:#}")));
+                    shared.stopping.store(true, Ordering::Release);
+                }
+                r
+            })
+            .map_err(|e| {
+                anyhow!(
+                    "cannot start the executor for core {c}: {e}. Weir needs io_uring and \
+                     locked memory for it: raise the limit with `ulimit -l unlimited` \
+                     (systemd: LimitMEMLOCK=infinity) or use fewer cores (--cores)"
+                )
+            })?;
+        handles.push(h);
+    }
+    drop(ready_tx);
+    let mut first_err = None;
+    for _ in 0..n {
+        match ready_rx.recv() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                first_err = Some(e);
+                break;
+            }
+            Err(_) => {
+                first_err = Some(anyhow!("a core stopped before it was ready"));
+                break;
+            }
+        }
+    }
+    drop(placeholder);
+    if let Some(e) = first_err {
+        stopping.store(true, Ordering::Release);
+        for h in handles {
+            let _ = h.join();
+        }
+        return Err(e);
+    }
+    let ports: Vec<u16> = shared
+        .core_ports
+        .iter()
+        .map(|p| p.load(Ordering::Acquire))
+        .collect();
+    println!(
+        "weir broker ready: listen={} cores={} core_ports={:?} data_dir={}",
+        listen,
+        n,
+        ports,
+        shared.config.data_dir.display()
+    );
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    tracing::info!(%listen, cores = n, ?ports, "broker ready");
+    let mut result = Ok(());
+    for (c, h) in handles.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => result = result.and(Err(e)),
+            Err(e) => result = result.and(Err(anyhow!("core {c} panicked: {e:?}"))),
+        }
+    }
+    if result.is_ok() {
+        tracing::info!("broker stopped cleanly");
+    }
+    result
+}
+
+async fn core_main(
+    c: usize,
+    shared: Arc<Shared>,
+    registry: Registry,
+    mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
+    barrier: Arc<Barrier>,
+    ready: mpsc::Sender<anyhow::Result<usize>>,
+) -> anyhow::Result<()> {
+    let (senders, receivers) = mesh
+        .join()
+        .await
+        .map_err(|_| anyhow!("joining the cross-core mesh failed"))?;
+    shared.peer_of_core[c].store(senders.peer_id(), Ordering::Release);
+    // Every core must know every other core's mesh id before routing.
+    barrier.wait();
+    let core = Core::start(c, shared.clone(), registry, senders).await?;
+    serve_mesh(core.clone(), receivers);
+    let listen = shared.config.listen;
+    let shared_l = TcpListener::bind(listen)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("core {c} cannot listen on {listen}"))?;
+    let own_port = match shared.config.core_port_base {
+        0 => 0,
+        b => b
+            .checked_add(c as u16)
+            .ok_or_else(|| anyhow!("--core-port-base {b} + core {c} overflows"))?,
+    };
+    let own_addr = SocketAddr::new(listen.ip(), own_port);
+    let own_l = TcpListener::bind(own_addr)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("core {c} cannot listen on its own port {own_addr}"))?;
+    let own_port = own_l.local_addr().map_err(std::io::Error::from)?.port();
+    shared.core_ports[c].store(own_port, Ordering::Release);
+    let active = Rc::new(std::cell::Cell::new(0usize));
+    for l in [shared_l, own_l] {
+        let (core, active) = (core.clone(), active.clone());
+        glommio::spawn_local(accept_loop(core, l, active)).detach();
+    }
+    let _ = ready.send(Ok(c));
+    while !shared.stopping() {
+        glommio::timer::sleep(Duration::from_millis(STOP_POLL_MS)).await;
+    }
+    // Stop: accept loops end at their next wake-up; let requests in flight finish.
+    let deadline = std::time::Instant::now() + Duration::from_millis(DRAIN_MS_MAX);
+    while active.get() > 0 && std::time::Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    core.close_all().await;
+    tracing::info!(core = c, "core stopped");
+    Ok(())
+}
+
+async fn accept_loop(core: Rc<Core>, listener: TcpListener, active: Rc<std::cell::Cell<usize>>) {
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            while !core.shared.stopping() {
+                glommio::timer::sleep(Duration::from_millis(STOP_POLL_MS)).await;
+            }
+            None
+        })
+        .await;
+        let Some(r) = accepted else { return };
+        match r {
+            Ok(stream) => {
+                let (core, active) = (core.clone(), active.clone());
+                glommio::spawn_local(async move {
+                    crate::connection::serve(core, stream, active).await;
+                })
+                .detach();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
