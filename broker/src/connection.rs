@@ -1,13 +1,145 @@
-//! One native-protocol connection: read frames, dispatch, answer.
+//! One native-protocol connection: read whole frames (bounded by
+//! `max_frame_bytes`), dispatch each request, write the answer.
+//!
+//! Requests on one connection are answered in order. A frame that is too
+//! large or cannot be parsed gets an error answer and the connection is
+//! closed (its framing can no longer be trusted); a request with a bad body,
+//! an unknown API or version gets an error answer and the connection stays
+//! open. Nothing here can affect another connection.
 
 use std::cell::Cell;
 use std::rc::Rc;
 
+use bytes::{Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
+use weir_proto::error_code::ErrorCode;
+use weir_proto::frame::{self, FrameError};
 
 use crate::core::Core;
 
+/// Bytes read from the socket at a time.
+pub const READ_CHUNK_BYTES: usize = 64 << 10;
+
+/// What to send back: the frame head and any payload pieces (cached
+/// batches, sent without copying).
+pub struct Answer {
+    /// Header and body.
+    pub head: BytesMut,
+    /// Payload pieces, in order.
+    pub payload: Vec<Bytes>,
+    /// Close the connection after sending.
+    pub close: bool,
+}
+
+impl Answer {
+    /// An answer without payload.
+    pub fn plain(head: BytesMut) -> Answer {
+        Answer {
+            head,
+            payload: Vec::new(),
+            close: false,
+        }
+    }
+
+    /// A frame-level error.
+    pub fn error(correlation_id: u32, code: ErrorCode, message: &str, close: bool) -> Answer {
+        let head = frame::encode_error_response(correlation_id, code, message)
+            .unwrap_or_else(|_| BytesMut::new());
+        Answer {
+            head,
+            payload: Vec::new(),
+            close,
+        }
+    }
+}
+
+fn correlation_id_of(buf: &[u8]) -> u32 {
+    buf.get(8..12)
+        .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
+        .unwrap_or(0)
+}
+
 /// Serves one connection until it closes.
-pub async fn serve(core: Rc<Core>, stream: TcpStream, active: Rc<Cell<usize>>) {
-    let _ = (core, stream, active);
+pub async fn serve(core: Rc<Core>, mut stream: TcpStream, active: Rc<Cell<usize>>) {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    let _ = stream.set_nodelay(true);
+    core.metrics
+        .connections
+        .set(core.metrics.connections.get() + 1);
+    let max = core.shared.config.max_frame_bytes as usize;
+    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    loop {
+        // Read until one whole frame is buffered.
+        let need = loop {
+            match frame::peek_frame_len(&buf, max) {
+                Ok(Some(n)) if buf.len() >= n => break Some(n),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(%peer, error = %e, "closing connection: bad frame");
+                    let a = Answer::error(
+                        correlation_id_of(&buf),
+                        e.error_code(),
+                        &e.to_string(),
+                        true,
+                    );
+                    let _ = send(&mut stream, a).await;
+                    break None;
+                }
+            }
+            if core.shared.stopping() {
+                break None;
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) => break None,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "connection read failed");
+                    break None;
+                }
+            }
+        };
+        let Some(need) = need else { return };
+        let request = buf.split_to(need).freeze();
+        core.metrics.add_in(request.len());
+        let api = request
+            .get(4..6)
+            .and_then(|b| weir_proto::api::ApiKey::from_u16(u16::from_be_bytes([b[0], b[1]])));
+        let started = std::time::Instant::now();
+        active.set(active.get() + 1);
+        let answer = crate::router::dispatch(&core, request).await;
+        active.set(active.get() - 1);
+        if let Some(api) = api {
+            let error = answer.head.get(8..10).is_some_and(|e| e != [0, 0]);
+            core.metrics
+                .record(api, started.elapsed().as_micros() as u64, error);
+        }
+        core.metrics
+            .add_out(answer.head.len() + answer.payload.iter().map(|p| p.len()).sum::<usize>());
+        let close = answer.close;
+        if let Err(e) = send(&mut stream, answer).await {
+            tracing::debug!(%peer, error = %e, "connection write failed");
+            return;
+        }
+        if close {
+            return;
+        }
+    }
+}
+
+async fn send(stream: &mut TcpStream, a: Answer) -> std::io::Result<()> {
+    stream.write_all(&a.head).await?;
+    for p in &a.payload {
+        stream.write_all(p).await?;
+    }
+    stream.flush().await
+}
+
+/// Turns a body decoding failure into an answer that keeps the connection.
+pub fn bad_body(correlation_id: u32, e: &FrameError) -> Answer {
+    Answer::error(correlation_id, e.error_code(), &e.to_string(), false)
 }

@@ -50,6 +50,8 @@ pub enum CoreMsg {
         offset: u64,
         /// Byte budget.
         max_bytes: u64,
+        /// If there is nothing at `offset` yet, wait up to this long for it.
+        wait_ms: u32,
         /// Where the answer goes.
         reply: oneshot::Sender<Result<FetchOk, PartitionError>>,
     },
@@ -70,6 +72,11 @@ pub enum CoreMsg {
         change: AdminChange,
         /// Where the answer goes.
         reply: oneshot::Sender<Result<(), registry::TopicError>>,
+    },
+    /// This core's metrics.
+    Metrics {
+        /// Where the snapshot goes.
+        reply: oneshot::Sender<crate::metrics::Snapshot>,
     },
     /// The new registry (from core 0): open, close or delete logs to match.
     Sync {
@@ -148,6 +155,8 @@ pub struct Shared {
     pub port: AtomicU16,
     /// Set on SIGTERM/SIGINT.
     pub stopping: Arc<AtomicBool>,
+    /// Actual metrics port (core 0 binds it).
+    pub metrics_port: AtomicU16,
     /// Mesh peer id of each core.
     pub peer_of_core: Vec<std::sync::atomic::AtomicUsize>,
 }
@@ -173,6 +182,8 @@ pub struct Core {
     pub registry: RefCell<Registry>,
     /// Senders to every core (by mesh peer id).
     pub mesh: Senders<CoreMsg>,
+    /// This core's counters.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl Core {
@@ -194,6 +205,7 @@ impl Core {
             logs: RefCell::new(HashMap::new()),
             registry: RefCell::new(Registry::default()),
             mesh,
+            metrics: Default::default(),
         });
         core.apply_registry(registry, Vec::new()).await?;
         Ok(core)
@@ -252,7 +264,7 @@ impl Core {
                         )
                         .await
                         .with_context(|| format!("opening {topic}-{p}"))?;
-                        if !rep.clean {
+                        if !rep.clean && rep.segments > 0 {
                             tracing::warn!(partition = %format!("{topic}-{p}"), ?rep, "recovered after an unclean shutdown");
                         }
                         self.logs.borrow_mut().insert((topic.clone(), p), log);

@@ -53,9 +53,11 @@ pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
             partition,
             offset,
             max_bytes,
+            wait_ms,
             reply,
         } => {
-            let _ = reply.send(fetch_local(core, &topic, partition, offset, max_bytes).await);
+            let _ =
+                reply.send(fetch_local(core, &topic, partition, offset, max_bytes, wait_ms).await);
         }
         CoreMsg::Offsets {
             topic,
@@ -64,6 +66,9 @@ pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
             reply,
         } => {
             let _ = reply.send(offsets_local(core, &topic, partition, timestamp).await);
+        }
+        CoreMsg::Metrics { reply } => {
+            let _ = reply.send(crate::metrics::snapshot(core));
         }
         CoreMsg::Admin { change, reply } => {
             let _ = reply.send(apply_admin(core, change).await);
@@ -114,10 +119,23 @@ pub async fn fetch_local(
     partition: u32,
     offset: u64,
     max_bytes: u64,
+    wait_ms: u32,
 ) -> Result<FetchOk, PartitionError> {
     let log = core
         .log(topic, partition)
         .ok_or_else(|| unknown(topic, partition))?;
+    if wait_ms > 0 && offset == log.high_watermark() {
+        // Long poll: wake when a batch at `offset` is written, or time out.
+        let wait = std::time::Duration::from_millis(wait_ms as u64);
+        let _ = futures_lite::future::or(
+            async { log.wait_written(offset + 1).await.is_ok() },
+            async {
+                glommio::timer::sleep(wait).await;
+                false
+            },
+        )
+        .await;
+    }
     let r = log
         .read(offset, max_bytes)
         .await

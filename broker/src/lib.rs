@@ -11,5 +11,7 @@ pub mod connection;
 pub mod core;
 pub mod errors;
 pub mod handlers;
+pub mod metrics;
 pub mod registry;
+pub mod router;
 pub mod server;

@@ -60,6 +60,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
         port: AtomicU16::new(listen.port()),
         stopping: stopping.clone(),
+        metrics_port: AtomicU16::new(0),
         peer_of_core: (0..n).map(|_| AtomicUsize::new(usize::MAX)).collect(),
     });
     let mesh: MeshBuilder<CoreMsg, _> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
@@ -130,10 +131,12 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         .map(|p| p.load(Ordering::Acquire))
         .collect();
     println!(
-        "weir broker ready: listen={} cores={} core_ports={:?} data_dir={}",
+        "weir broker ready: listen={} cores={} core_ports={:?} metrics={}:{} data_dir={}",
         listen,
         n,
         ports,
+        shared.config.metrics_listen.ip(),
+        shared.metrics_port.load(Ordering::Acquire),
         shared.config.data_dir.display()
     );
     use std::io::Write;
@@ -186,6 +189,15 @@ async fn core_main(
         .with_context(|| format!("core {c} cannot listen on its own port {own_addr}"))?;
     let own_port = own_l.local_addr().map_err(std::io::Error::from)?.port();
     shared.core_ports[c].store(own_port, Ordering::Release);
+    if c == 0 {
+        let addr = shared.config.metrics_listen;
+        let l = TcpListener::bind(addr)
+            .map_err(std::io::Error::from)
+            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+        let port = l.local_addr().map_err(std::io::Error::from)?.port();
+        shared.metrics_port.store(port, Ordering::Release);
+        glommio::spawn_local(crate::metrics::serve_http(core.clone(), l)).detach();
+    }
     let active = Rc::new(std::cell::Cell::new(0usize));
     for l in [shared_l, own_l] {
         let (core, active) = (core.clone(), active.clone());

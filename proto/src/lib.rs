@@ -17,13 +17,30 @@
 //! * [`reader`] — [`reader::RecordBatch`], which validates a batch and
 //!   iterates over its records with absolute offsets and timestamps.
 //!
-//! All decoding is total: malformed input yields a [`batch::BatchError`],
-//! never a panic nor an allocation sized by a field read from the input.
+//! The native protocol (specified in `docs/protocol.md`):
+//!
+//! * [`frame`] — request and response frames: a 16-byte header, an rkyv
+//!   body and a raw payload of record batches; [`frame::peek_frame_len`],
+//!   [`frame::decode_request`], [`frame::encode_request`], … and
+//!   [`frame::FrameError`].
+//! * [`api`] — [`api::ApiKey`], the stable API numbers, and the versions
+//!   this build speaks.
+//! * [`error_code`] — [`error_code::ErrorCode`], the stable error numbers.
+//! * [`messages`] — the request and response bodies (rkyv archives,
+//!   validated on decode) and the typed [`messages::AnyRequest`].
+//!
+//! All decoding is total: malformed input yields a [`batch::BatchError`] or a
+//! [`frame::FrameError`], never a panic nor an allocation sized by a field
+//! read from the input before it was checked against the bytes present.
 #![warn(missing_docs)]
 
+pub mod api;
 pub mod batch;
 pub mod builder;
 pub mod compression;
+pub mod error_code;
+pub mod frame;
+pub mod messages;
 pub mod reader;
 pub mod record;
 pub mod varint;

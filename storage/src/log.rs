@@ -1235,6 +1235,8 @@ impl LogInner {
             self.check_mode()?;
             let mut st = self.state.borrow_mut();
             let (tx, rx) = oneshot::channel();
+            // Waiters whose caller gave up (a timed-out long poll) go.
+            st.waiters.retain(|w| !w.tx.is_canceled());
             st.waiters.push(Waiter { upto, durable, tx });
             if durable {
                 st.force_sync = true;

@@ -1,0 +1,405 @@
+//! Metrics: per-core counters, gathered from every core through the mesh
+//! and served in Prometheus text format at `GET /metrics` by core 0.
+
+use std::cell::Cell;
+use std::fmt::Write as _;
+use std::rc::Rc;
+
+use futures_channel::oneshot;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpListener;
+use weir_proto::api::ApiKey;
+use weir_storage::ShardStats;
+
+use crate::core::{Core, CoreMsg};
+
+/// Upper bounds of the request-latency histogram buckets, µs.
+pub const LATENCY_BUCKETS_US: [u64; 12] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
+];
+/// Number of API keys counted.
+pub const APIS: usize = ApiKey::ALL.len();
+/// Largest HTTP request head read by the metrics endpoint.
+pub const HTTP_HEAD_BYTES_MAX: usize = 8 << 10;
+
+/// Counters of one API on one core.
+#[derive(Debug, Default)]
+pub struct ApiCounters {
+    requests: Cell<u64>,
+    errors: Cell<u64>,
+    latency_sum_us: Cell<u64>,
+    buckets: [Cell<u64>; LATENCY_BUCKETS_US.len()],
+}
+
+/// One core's counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    apis: [ApiCounters; APIS],
+    /// Request bytes received.
+    pub bytes_in: Cell<u64>,
+    /// Response bytes sent.
+    pub bytes_out: Cell<u64>,
+    /// Connections accepted.
+    pub connections: Cell<u64>,
+}
+
+fn add(c: &Cell<u64>, n: u64) {
+    c.set(c.get() + n);
+}
+
+impl Metrics {
+    /// Records one request of `api` that took `us` µs.
+    pub fn record(&self, api: ApiKey, us: u64, error: bool) {
+        let Some(a) = self.apis.get(api.as_u16() as usize) else {
+            return;
+        };
+        add(&a.requests, 1);
+        if error {
+            add(&a.errors, 1);
+        }
+        add(&a.latency_sum_us, us);
+        if let Some(i) = LATENCY_BUCKETS_US.iter().position(|&b| us <= b) {
+            add(&a.buckets[i], 1);
+        }
+    }
+
+    /// Adds received bytes.
+    pub fn add_in(&self, n: usize) {
+        add(&self.bytes_in, n as u64);
+    }
+
+    /// Adds sent bytes.
+    pub fn add_out(&self, n: usize) {
+        add(&self.bytes_out, n as u64);
+    }
+}
+
+/// A `Send` copy of one core's metrics.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    core: usize,
+    apis: Vec<(u64, u64, u64, Vec<u64>)>,
+    bytes_in: u64,
+    bytes_out: u64,
+    connections: u64,
+    storage: ShardStats,
+    partitions: Vec<(String, u32, u64, u64, u64)>,
+}
+
+/// Takes this core's snapshot.
+pub fn snapshot(core: &Core) -> Snapshot {
+    let m = &core.metrics;
+    Snapshot {
+        core: core.id,
+        apis: m
+            .apis
+            .iter()
+            .map(|a| {
+                (
+                    a.requests.get(),
+                    a.errors.get(),
+                    a.latency_sum_us.get(),
+                    a.buckets.iter().map(|b| b.get()).collect(),
+                )
+            })
+            .collect(),
+        bytes_in: m.bytes_in.get(),
+        bytes_out: m.bytes_out.get(),
+        connections: m.connections.get(),
+        storage: core.storage.stats(),
+        partitions: core
+            .logs
+            .borrow()
+            .iter()
+            .map(|((t, p), l)| {
+                (
+                    t.clone(),
+                    *p,
+                    l.log_end_offset(),
+                    l.log_start_offset(),
+                    l.size_bytes(),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// A one-sample-per-core metric: name, type, help, value.
+type Simple = (&'static str, &'static str, &'static str, fn(&Snapshot) -> f64);
+
+/// Renders every core's snapshot as Prometheus text.
+pub fn render(snaps: &[Snapshot]) -> String {
+    let mut o = String::new();
+    let family = |name: &str, kind: &str, help: &str, o: &mut String| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    family(
+        "weir_requests_total",
+        "counter",
+        "Requests handled, by API and core.",
+        &mut o,
+    );
+    for s in snaps {
+        for (i, a) in s.apis.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "weir_requests_total{{api=\"{}\",core=\"{}\"}} {}",
+                api_name(i),
+                s.core,
+                a.0
+            );
+        }
+    }
+    family(
+        "weir_request_errors_total",
+        "counter",
+        "Requests answered with a frame-level error.",
+        &mut o,
+    );
+    for s in snaps {
+        for (i, a) in s.apis.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "weir_request_errors_total{{api=\"{}\",core=\"{}\"}} {}",
+                api_name(i),
+                s.core,
+                a.1
+            );
+        }
+    }
+    family(
+        "weir_request_duration_seconds",
+        "histogram",
+        "Request latency on the broker, by API and core.",
+        &mut o,
+    );
+    for s in snaps {
+        for (i, a) in s.apis.iter().enumerate() {
+            let mut cum = 0;
+            for (b, n) in LATENCY_BUCKETS_US.iter().zip(&a.3) {
+                cum += n;
+                let _ = writeln!(
+                    o,
+                    "weir_request_duration_seconds_bucket{{api=\"{}\",core=\"{}\",le=\"{}\"}} {cum}",
+                    api_name(i),
+                    s.core,
+                    *b as f64 / 1e6
+                );
+            }
+            let _ = writeln!(
+                o,
+                "weir_request_duration_seconds_bucket{{api=\"{}\",core=\"{}\",le=\"+Inf\"}} {}",
+                api_name(i),
+                s.core,
+                a.0
+            );
+            let _ = writeln!(
+                o,
+                "weir_request_duration_seconds_sum{{api=\"{}\",core=\"{}\"}} {}",
+                api_name(i),
+                s.core,
+                a.2 as f64 / 1e6
+            );
+            let _ = writeln!(
+                o,
+                "weir_request_duration_seconds_count{{api=\"{}\",core=\"{}\"}} {}",
+                api_name(i),
+                s.core,
+                a.0
+            );
+        }
+    }
+    let simple: [Simple; 12] = [
+        (
+            "weir_recovery_scanned_segments_total",
+            "counter",
+            "Segments scanned by recovery at start-up (0 after a clean shutdown).",
+            |s| s.storage.recovery_scanned_segments as f64,
+        ),
+        (
+            "weir_recovery_truncated_bytes_total",
+            "counter",
+            "Bytes of torn or corrupt tails cut by recovery.",
+            |s| s.storage.recovery_truncated_bytes as f64,
+        ),
+        (
+            "weir_bytes_in_total",
+            "counter",
+            "Request bytes received.",
+            |s| s.bytes_in as f64,
+        ),
+        (
+            "weir_bytes_out_total",
+            "counter",
+            "Response bytes sent.",
+            |s| s.bytes_out as f64,
+        ),
+        (
+            "weir_connections_total",
+            "counter",
+            "Connections accepted.",
+            |s| s.connections as f64,
+        ),
+        (
+            "weir_cache_hits_total",
+            "counter",
+            "Batch cache hits.",
+            |s| s.storage.cache.hits as f64,
+        ),
+        (
+            "weir_cache_misses_total",
+            "counter",
+            "Batch cache misses (reads from disk).",
+            |s| s.storage.cache.misses as f64,
+        ),
+        (
+            "weir_cache_bytes",
+            "gauge",
+            "Bytes held by the batch cache.",
+            |s| s.storage.cache.bytes as f64,
+        ),
+        ("weir_fsync_total", "counter", "fdatasync calls.", |s| {
+            s.storage.fdatasyncs as f64
+        }),
+        (
+            "weir_fsync_seconds_total",
+            "counter",
+            "Time spent in fdatasync.",
+            |s| s.storage.fdatasync_micros as f64 / 1e6,
+        ),
+        (
+            "weir_fsync_seconds_max",
+            "gauge",
+            "Longest fdatasync.",
+            |s| s.storage.fdatasync_micros_max as f64 / 1e6,
+        ),
+        (
+            "weir_flush_rounds_total",
+            "counter",
+            "Group-commit flush rounds.",
+            |s| s.storage.flush_rounds as f64,
+        ),
+    ];
+    for (name, kind, help, f) in simple {
+        family(name, kind, help, &mut o);
+        for s in snaps {
+            let _ = writeln!(o, "{name}{{core=\"{}\"}} {}", s.core, f(s));
+        }
+    }
+    family(
+        "weir_cache_hit_ratio",
+        "gauge",
+        "Cache hits / lookups.",
+        &mut o,
+    );
+    for s in snaps {
+        let c = s.storage.cache;
+        let ratio = if c.hits + c.misses == 0 {
+            0.0
+        } else {
+            c.hits as f64 / (c.hits + c.misses) as f64
+        };
+        let _ = writeln!(o, "weir_cache_hit_ratio{{core=\"{}\"}} {ratio}", s.core);
+    }
+    for (name, help, idx) in [
+        (
+            "weir_partition_log_end_offset",
+            "Offset the next record gets.",
+            0,
+        ),
+        (
+            "weir_partition_log_start_offset",
+            "First readable offset.",
+            1,
+        ),
+        ("weir_partition_size_bytes", "Bytes of log on disk.", 2),
+    ] {
+        family(name, "gauge", help, &mut o);
+        for s in snaps {
+            for (t, p, leo, start, size) in &s.partitions {
+                let v = [leo, start, size][idx];
+                let _ = writeln!(
+                    o,
+                    "{name}{{topic=\"{t}\",partition=\"{p}\",core=\"{}\"}} {v}",
+                    s.core
+                );
+            }
+        }
+    }
+    o
+}
+
+fn api_name(i: usize) -> String {
+    ApiKey::ALL
+        .get(i)
+        .map(|a| format!("{a:?}"))
+        .unwrap_or_else(|| i.to_string())
+}
+
+/// Serves `GET /metrics` (core 0).
+pub async fn serve_http(core: Rc<Core>, listener: TcpListener) {
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            while !core.shared.stopping() {
+                glommio::timer::sleep(std::time::Duration::from_millis(
+                    crate::server::STOP_POLL_MS,
+                ))
+                .await;
+            }
+            None
+        })
+        .await;
+        let Some(Ok(mut stream)) = accepted else {
+            if core.shared.stopping() {
+                return;
+            }
+            continue;
+        };
+        let core = core.clone();
+        glommio::spawn_local(async move {
+            let mut head = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < HTTP_HEAD_BYTES_MAX {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let line = String::from_utf8_lossy(&head);
+            let (status, body) = if line.starts_with("GET /metrics ") {
+                ("200 OK", render(&gather(&core).await))
+            } else {
+                ("404 Not Found", "only GET /metrics is served here\n".to_string())
+            };
+            let resp = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(resp.as_bytes()).await;
+            let _ = stream.close().await;
+        })
+        .detach();
+    }
+}
+
+/// Snapshots of every core.
+pub async fn gather(core: &Rc<Core>) -> Vec<Snapshot> {
+    let mut out = vec![snapshot(core)];
+    for c in 0..core.cores() {
+        if c == core.id {
+            continue;
+        }
+        let (tx, rx) = oneshot::channel();
+        if core
+            .send_to(c, CoreMsg::Metrics { reply: tx })
+            .await
+            .is_ok()
+        {
+            if let Ok(s) = rx.await {
+                out.push(s);
+            }
+        }
+    }
+    out.sort_by_key(|s| s.core);
+    out
+}

@@ -1,0 +1,541 @@
+//! Request dispatch: decode a request, run its parts on the cores that own
+//! them (locally, or through the cross-core mesh), assemble the answer on
+//! the connection's core.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use futures_channel::oneshot;
+use weir_proto::api::ApiKey;
+use weir_proto::batch::BatchHeader;
+use weir_proto::error_code::ErrorCode;
+use weir_proto::frame::{self, Message, ResponseHeader};
+use weir_proto::messages::*;
+
+use crate::connection::{bad_body, Answer};
+use crate::core::{AdminChange, Core, CoreMsg, FetchOk, OffsetsOk, PartitionError, ProduceOk};
+use crate::errors as code;
+use crate::handlers;
+use crate::registry::{self, TopicError, TopicSpec};
+
+fn ok<T: Message>(correlation_id: u32, body: &T) -> Answer {
+    match frame::encode_response(&ResponseHeader::ok(correlation_id), body, 0) {
+        Ok(head) => Answer::plain(head),
+        Err(e) => Answer::error(correlation_id, e.error_code(), &e.to_string(), false),
+    }
+}
+
+fn topic_error_code(e: &TopicError) -> u16 {
+    match e {
+        TopicError::InvalidName(_) => code::INVALID_TOPIC,
+        TopicError::Exists(_) => code::TOPIC_ALREADY_EXISTS,
+        TopicError::Unknown(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
+        TopicError::Partitions { .. } => code::INVALID_PARTITIONS,
+        TopicError::Config(_) => code::INVALID_CONFIG,
+    }
+}
+
+fn topic_result(name: &str, r: Result<(), TopicError>) -> TopicResult {
+    match r {
+        Ok(()) => TopicResult {
+            name: name.into(),
+            error: code::NONE,
+            message: None,
+        },
+        Err(e) => TopicResult {
+            name: name.into(),
+            error: topic_error_code(&e),
+            message: Some(e.to_string()),
+        },
+    }
+}
+
+/// Decodes and answers one request frame.
+pub async fn dispatch(core: &Rc<Core>, request: Bytes) -> Answer {
+    let (h, body, payload) = match frame::decode_request(&request) {
+        Ok(x) => x,
+        Err(e) => {
+            let corr = request
+                .get(8..12)
+                .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
+                .unwrap_or(0);
+            return Answer::error(corr, e.error_code(), &e.to_string(), true);
+        }
+    };
+    let corr = h.correlation_id;
+    let api = match h.check_supported() {
+        Ok(api) => api,
+        Err(e) => return bad_body(corr, &e),
+    };
+    let payload = request.slice_ref(payload);
+    macro_rules! body {
+        ($t:ty) => {
+            match frame::decode_body::<$t>(body) {
+                Ok(b) => b,
+                Err(e) => return bad_body(corr, &e),
+            }
+        };
+    }
+    match api {
+        ApiKey::ApiVersions => {
+            let _ = body!(ApiVersionsRequest);
+            ok(corr, &ApiVersionsResponse::supported())
+        }
+        ApiKey::Metadata => {
+            let req = body!(MetadataRequest);
+            ok(corr, &metadata(core, req).await)
+        }
+        ApiKey::CreateTopics => {
+            let req = body!(CreateTopicsRequest);
+            let mut topics = Vec::new();
+            for t in req.topics {
+                let spec = TopicSpec {
+                    partitions: t.partitions,
+                    configs: t.configs.into_iter().collect(),
+                };
+                let r = admin(core, AdminChange::Create(t.name.clone(), spec)).await;
+                topics.push(topic_result(&t.name, r));
+            }
+            ok(corr, &CreateTopicsResponse { topics })
+        }
+        ApiKey::DeleteTopics => {
+            let req = body!(DeleteTopicsRequest);
+            let mut topics = Vec::new();
+            for name in req.names {
+                let r = admin(core, AdminChange::Delete(name.clone())).await;
+                topics.push(topic_result(&name, r));
+            }
+            ok(corr, &DeleteTopicsResponse { topics })
+        }
+        ApiKey::AlterConfigs => {
+            let req = body!(AlterConfigsRequest);
+            let mut topics = Vec::new();
+            for (name, set) in req.topics {
+                let r = admin(core, AdminChange::Alter(name.clone(), set)).await;
+                topics.push(topic_result(&name, r));
+            }
+            ok(corr, &AlterConfigsResponse { topics })
+        }
+        ApiKey::CreatePartitions => {
+            let req = body!(CreatePartitionsRequest);
+            let mut topics = Vec::new();
+            for (name, total) in req.topics {
+                let r = admin(core, AdminChange::AddPartitions(name.clone(), total)).await;
+                topics.push(topic_result(&name, r));
+            }
+            ok(corr, &CreatePartitionsResponse { topics })
+        }
+        ApiKey::DescribeConfigs => {
+            let req = body!(DescribeConfigsRequest);
+            ok(corr, &describe(core, req).await)
+        }
+        ApiKey::Produce => {
+            let req = body!(ProduceRequest);
+            ok(corr, &produce(core, req, payload).await)
+        }
+        ApiKey::Fetch => {
+            let req = body!(FetchRequest);
+            fetch(core, corr, req).await
+        }
+        ApiKey::ListOffsets => {
+            let req = body!(ListOffsetsRequest);
+            ok(corr, &list_offsets(core, req).await)
+        }
+        #[allow(unreachable_patterns)]
+        _ => Answer::error(
+            corr,
+            ErrorCode::UnsupportedApi,
+            "API not served by this broker",
+            false,
+        ),
+    }
+}
+
+/// Applies a topic change through core 0.
+async fn admin(core: &Rc<Core>, change: AdminChange) -> Result<(), TopicError> {
+    if core.id == 0 {
+        return handlers::apply_admin(core, change).await;
+    }
+    let (tx, rx) = oneshot::channel();
+    core.send_to(0, CoreMsg::Admin { change, reply: tx })
+        .await
+        .map_err(|e| TopicError::Config(format!("{e:#}")))?;
+    rx.await
+        .unwrap_or_else(|_| Err(TopicError::Config("core 0 dropped the request".into())))
+}
+
+/// Creates `topic` if auto-creation is on and it does not exist; whether it
+/// exists afterwards.
+async fn ensure_topic(core: &Rc<Core>, topic: &str) -> bool {
+    if core.registry.borrow().get(topic).is_some() {
+        return true;
+    }
+    if !core.shared.config.auto_create_topics {
+        return false;
+    }
+    let spec = TopicSpec {
+        partitions: core.shared.config.default_partitions,
+        configs: BTreeMap::new(),
+    };
+    let r = admin(core, AdminChange::Create(topic.into(), spec)).await;
+    r.is_ok() || matches!(r, Err(TopicError::Exists(_)))
+}
+
+async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
+    let host = core.shared.config.listen.ip().to_string();
+    let cores = (0..core.cores())
+        .map(|c| CoreInfo {
+            core: c as u32,
+            host: host.clone(),
+            port: core.shared.core_ports[c].load(std::sync::atomic::Ordering::Acquire),
+        })
+        .collect();
+    let names: Vec<String> = match req.topics {
+        Some(t) => t,
+        None => core.registry.borrow().topics().keys().cloned().collect(),
+    };
+    let mut topics = Vec::new();
+    for name in names {
+        ensure_topic(core, &name).await;
+        let spec = core.registry.borrow().get(&name).cloned();
+        topics.push(match spec {
+            Some(spec) => TopicMetadata {
+                name: name.clone(),
+                error: code::NONE,
+                partitions: (0..spec.partitions)
+                    .map(|p| PartitionMetadata {
+                        partition: p,
+                        core: core.owner(&name, p) as u32,
+                        error: code::NONE,
+                    })
+                    .collect(),
+            },
+            None => TopicMetadata {
+                name,
+                error: code::UNKNOWN_TOPIC_OR_PARTITION,
+                partitions: Vec::new(),
+            },
+        });
+    }
+    MetadataResponse { cores, topics }
+}
+
+fn unknown_partition(topic: &str, partition: u32) -> PartitionError {
+    PartitionError {
+        code: code::UNKNOWN_TOPIC_OR_PARTITION,
+        message: format!("unknown topic or partition {topic}-{partition}"),
+    }
+}
+
+fn partition_exists(core: &Core, topic: &str, partition: u32) -> bool {
+    core.registry
+        .borrow()
+        .get(topic)
+        .is_some_and(|s| partition < s.partitions)
+}
+
+/// Runs a partition operation on its owner core.
+async fn on_owner<T>(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    local: impl std::future::Future<Output = Result<T, PartitionError>>,
+    remote: impl FnOnce(oneshot::Sender<Result<T, PartitionError>>) -> CoreMsg,
+) -> Result<T, PartitionError> {
+    if !partition_exists(core, topic, partition) {
+        return Err(unknown_partition(topic, partition));
+    }
+    let owner = core.owner(topic, partition);
+    if owner == core.id {
+        return local.await;
+    }
+    let (tx, rx) = oneshot::channel();
+    core.send_to(owner, remote(tx))
+        .await
+        .map_err(|e| PartitionError {
+            code: code::STORAGE_ERROR,
+            message: format!("{e:#}"),
+        })?;
+    rx.await.unwrap_or_else(|_| {
+        Err(PartitionError {
+            code: code::STORAGE_ERROR,
+            message: format!("core {owner} dropped the request"),
+        })
+    })
+}
+
+async fn produce_partition(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    data: Bytes,
+    acks: i8,
+) -> Result<ProduceOk, PartitionError> {
+    if !ensure_topic(core, topic).await {
+        return Err(unknown_partition(topic, partition));
+    }
+    // The payload range may hold several batches: append them in order.
+    let mut first: Option<ProduceOk> = None;
+    let mut at = 0usize;
+    if data.is_empty() {
+        return Err(PartitionError {
+            code: code::CORRUPT_MESSAGE,
+            message: "empty record set".into(),
+        });
+    }
+    while at < data.len() {
+        let h = BatchHeader::parse_framed(&data[at..]).map_err(|e| PartitionError {
+            code: code::CORRUPT_MESSAGE,
+            message: format!("record batch at byte {at} of the partition's payload: {e}"),
+        })?;
+        let batch = data.slice(at..at + h.total_len());
+        at += h.total_len();
+        let local_batch = batch.clone();
+        let r = on_owner(
+            core,
+            topic,
+            partition,
+            async {
+                handlers::produce_local(
+                    core,
+                    topic,
+                    partition,
+                    BytesMut::from(&local_batch[..]),
+                    acks,
+                )
+                .await
+            },
+            |reply| CoreMsg::Produce {
+                topic: topic.to_string(),
+                partition,
+                batch,
+                acks,
+                reply,
+            },
+        )
+        .await?;
+        first.get_or_insert(r);
+    }
+    Ok(first.expect("at least one batch"))
+}
+
+async fn produce(core: &Rc<Core>, req: ProduceRequest, payload: Bytes) -> ProduceResponse {
+    let mut tasks = Vec::new();
+    for p in req.partitions {
+        let core = core.clone();
+        let data = frame::payload_slice(&payload, p.payload_offset, p.payload_len)
+            .map(|s| payload.slice_ref(s));
+        let acks = req.acks;
+        tasks.push(glommio::spawn_local(async move {
+            let r = match data {
+                Ok(data) => produce_partition(&core, &p.topic, p.partition, data, acks).await,
+                Err(e) => Err(PartitionError {
+                    code: code::INVALID_REQUEST,
+                    message: e.to_string(),
+                }),
+            };
+            match r {
+                Ok(ok) => ProducePartitionResult {
+                    topic: p.topic,
+                    partition: p.partition,
+                    error: code::NONE,
+                    message: None,
+                    base_offset: ok.base_offset,
+                    log_start_offset: ok.log_start_offset,
+                },
+                Err(e) => ProducePartitionResult {
+                    topic: p.topic,
+                    partition: p.partition,
+                    error: e.code,
+                    message: Some(e.message),
+                    base_offset: 0,
+                    log_start_offset: 0,
+                },
+            }
+        }));
+    }
+    let mut partitions = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        partitions.push(t.await);
+    }
+    ProduceResponse { partitions }
+}
+
+async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest) -> Answer {
+    let mut tasks = Vec::new();
+    let wait = if req.min_bytes > 0 {
+        req.max_wait_ms
+    } else {
+        0
+    };
+    for p in req.partitions {
+        let core = core.clone();
+        let max_bytes = p.max_bytes.min(req.max_bytes).max(1) as u64;
+        tasks.push(glommio::spawn_local(async move {
+            let (topic, partition, offset) = (p.topic.clone(), p.partition, p.offset);
+            let r: Result<FetchOk, PartitionError> = on_owner(
+                &core,
+                &topic,
+                partition,
+                handlers::fetch_local(&core, &topic, partition, offset, max_bytes, wait),
+                |reply| CoreMsg::Fetch {
+                    topic: topic.clone(),
+                    partition,
+                    offset,
+                    max_bytes,
+                    wait_ms: wait,
+                    reply,
+                },
+            )
+            .await;
+            (p, r)
+        }));
+    }
+    let mut partitions = Vec::with_capacity(tasks.len());
+    let mut pieces = Vec::new();
+    let mut at: u64 = 0;
+    for t in tasks {
+        let (p, r) = t.await;
+        match r {
+            Ok(f) => {
+                let start = at;
+                for b in f.batches {
+                    // The response budget: always at least the first batch.
+                    if at > 0 && at + b.len() as u64 > req.max_bytes as u64 {
+                        break;
+                    }
+                    at += b.len() as u64;
+                    pieces.push(b);
+                }
+                partitions.push(FetchPartitionResult {
+                    topic: p.topic,
+                    partition: p.partition,
+                    error: code::NONE,
+                    message: None,
+                    high_watermark: f.high_watermark,
+                    log_start_offset: f.log_start_offset,
+                    payload_offset: start as u32,
+                    payload_len: (at - start) as u32,
+                });
+            }
+            Err(e) => partitions.push(FetchPartitionResult {
+                topic: p.topic,
+                partition: p.partition,
+                error: e.code,
+                message: Some(e.message),
+                high_watermark: 0,
+                log_start_offset: 0,
+                payload_offset: at as u32,
+                payload_len: 0,
+            }),
+        }
+    }
+    let body = FetchResponse { partitions };
+    match frame::encode_response(&ResponseHeader::ok(corr), &body, at as usize) {
+        Ok(head) => Answer {
+            head,
+            payload: pieces,
+            close: false,
+        },
+        Err(e) => Answer::error(corr, e.error_code(), &e.to_string(), false),
+    }
+}
+
+async fn offsets(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    ts: Option<i64>,
+) -> Result<OffsetsOk, PartitionError> {
+    on_owner(
+        core,
+        topic,
+        partition,
+        handlers::offsets_local(core, topic, partition, ts),
+        |reply| CoreMsg::Offsets {
+            topic: topic.to_string(),
+            partition,
+            timestamp: ts,
+            reply,
+        },
+    )
+    .await
+}
+
+async fn list_offsets(core: &Rc<Core>, req: ListOffsetsRequest) -> ListOffsetsResponse {
+    let mut partitions = Vec::new();
+    for p in req.partitions {
+        let ts = match p.spec {
+            OffsetSpec::Timestamp(t) => Some(t),
+            _ => None,
+        };
+        let r = offsets(core, &p.topic, p.partition, ts).await;
+        partitions.push(match r {
+            Ok(o) => ListOffsetsResult {
+                topic: p.topic,
+                partition: p.partition,
+                error: code::NONE,
+                offset: match p.spec {
+                    OffsetSpec::Earliest => Some(o.log_start_offset),
+                    OffsetSpec::Latest => Some(o.high_watermark),
+                    OffsetSpec::Timestamp(_) => o.for_timestamp,
+                },
+                timestamp: ts,
+            },
+            Err(e) => ListOffsetsResult {
+                topic: p.topic,
+                partition: p.partition,
+                error: e.code,
+                offset: None,
+                timestamp: ts,
+            },
+        });
+    }
+    ListOffsetsResponse { partitions }
+}
+
+async fn describe(core: &Rc<Core>, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let names: Vec<String> = if req.topics.is_empty() {
+        core.registry.borrow().topics().keys().cloned().collect()
+    } else {
+        req.topics
+    };
+    let mut topics = Vec::new();
+    for name in names {
+        let spec = core.registry.borrow().get(&name).cloned();
+        let Some(spec) = spec else {
+            topics.push(TopicConfigs {
+                name,
+                error: code::UNKNOWN_TOPIC_OR_PARTITION,
+                configs: Vec::new(),
+                partitions: Vec::new(),
+            });
+            continue;
+        };
+        let mut partitions = Vec::new();
+        for p in 0..spec.partitions {
+            let o = offsets(core, &name, p, None).await;
+            let o = o.unwrap_or(OffsetsOk {
+                log_start_offset: 0,
+                high_watermark: 0,
+                size_bytes: 0,
+                for_timestamp: None,
+            });
+            partitions.push(PartitionDescription {
+                partition: p,
+                core: core.owner(&name, p) as u32,
+                log_start_offset: o.log_start_offset,
+                log_end_offset: o.high_watermark,
+                size_bytes: o.size_bytes,
+            });
+        }
+        topics.push(TopicConfigs {
+            configs: registry::effective_configs(&spec.configs),
+            name,
+            error: code::NONE,
+            partitions,
+        });
+    }
+    DescribeConfigsResponse { topics }
+}

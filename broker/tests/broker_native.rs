@@ -1,0 +1,349 @@
+//! A real broker on loopback: topics, produce/fetch across cores, offsets,
+//! long poll, bad input, SIGKILL and SIGTERM.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use weir_proto::error_code::ErrorCode;
+use weir_proto::messages::*;
+
+const UNKNOWN_TOPIC: u16 = 3;
+const OFFSET_OUT_OF_RANGE: u16 = 4;
+const CORRUPT: u16 = 2;
+
+fn create(c: &mut Client, name: &str, partitions: u32, configs: &[(&str, &str)]) -> TopicResult {
+    let (r, _) = c.ok(
+        &CreateTopicsRequest {
+            topics: vec![NewTopic {
+                name: name.into(),
+                partitions,
+                configs: configs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            }],
+        },
+        &[],
+    );
+    r.topics.into_iter().next().unwrap()
+}
+
+fn produce(c: &mut Client, topic: &str, parts: &[(u32, &[u8])], acks: i8) -> ProduceResponse {
+    let mut at = 0u32;
+    let mut partitions = Vec::new();
+    let mut payload: Vec<&[u8]> = Vec::new();
+    for (p, data) in parts {
+        partitions.push(ProducePartition {
+            topic: topic.into(),
+            partition: *p,
+            payload_offset: at,
+            payload_len: data.len() as u32,
+        });
+        at += data.len() as u32;
+        payload.push(data);
+    }
+    c.ok(
+        &ProduceRequest {
+            acks,
+            timeout_ms: 30_000,
+            partitions,
+        },
+        &payload,
+    )
+    .0
+}
+
+fn fetch(
+    c: &mut Client,
+    topic: &str,
+    partition: u32,
+    offset: u64,
+    wait_ms: u32,
+) -> (FetchPartitionResult, Vec<u8>) {
+    let (r, payload) = c.ok(
+        &FetchRequest {
+            max_wait_ms: wait_ms,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            partitions: vec![FetchPartition {
+                topic: topic.into(),
+                partition,
+                offset,
+                max_bytes: 1 << 20,
+            }],
+        },
+        &[],
+    );
+    let p = r.partitions.into_iter().next().unwrap();
+    let data =
+        payload[p.payload_offset as usize..(p.payload_offset + p.payload_len) as usize].to_vec();
+    (p, data)
+}
+
+fn read_all(c: &mut Client, topic: &str, partition: u32) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let (p, data) = fetch(c, topic, partition, offset, 0);
+        assert_eq!(p.error, 0, "{:?}", p.message);
+        if data.is_empty() {
+            return out;
+        }
+        let v = values(&data);
+        let from = offset;
+        offset = v.last().unwrap().0 + 1;
+        out.extend(v.into_iter().filter(|(o, _)| *o >= from));
+    }
+}
+
+#[test]
+fn produce_and_fetch_across_cores_survive_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let mut c = b.client();
+    assert_eq!(create(&mut c, "orders", 4, &[]).error, 0);
+    assert_eq!(create(&mut c, "orders", 4, &[]).error, 10, "exists");
+    let (md, _) = c.ok(&MetadataRequest { topics: None }, &[]);
+    assert_eq!(md.cores.len(), 2);
+    let t = &md.topics[0];
+    assert_eq!(t.partitions.len(), 4);
+    let owners: std::collections::BTreeSet<u32> = t.partitions.iter().map(|p| p.core).collect();
+    assert_eq!(owners.len(), 2, "partitions live on both cores");
+
+    // One request spanning all partitions (both cores), each acks mode.
+    let batches: Vec<_> = (0..4)
+        .map(|p| records_batch(&format!("p{p}"), 5, 1_000))
+        .collect();
+    for acks in [-1i8, 1, 0] {
+        let parts: Vec<(u32, &[u8])> = batches
+            .iter()
+            .enumerate()
+            .map(|(p, b)| (p as u32, &b[..]))
+            .collect();
+        let r = produce(&mut c, "orders", &parts, acks);
+        for p in &r.partitions {
+            assert_eq!(p.error, 0, "{:?}", p.message);
+        }
+    }
+    // acks=0 may still be in flight: a flush is not observable, so wait for
+    // the data with a long poll instead of sleeping.
+    for p in 0..4u32 {
+        let (r, _) = fetch(&mut c, "orders", p, 10, 5_000);
+        assert_eq!(r.error, 0);
+        let got = read_all(&mut c, "orders", p);
+        assert_eq!(got.len(), 15);
+        for (i, (o, v)) in got.iter().enumerate() {
+            assert_eq!(*o, i as u64);
+            assert_eq!(v, &format!("p{p}-{}", i % 5));
+        }
+    }
+    // Through a core's own port too.
+    let mut c1 = Client::connect(std::net::SocketAddr::new(b.addr.ip(), b.core_ports[1]));
+    assert_eq!(read_all(&mut c1, "orders", 2).len(), 15);
+
+    assert!(b.stop().success(), "SIGTERM exits 0");
+    let b = Broker::start(dir.path(), 2);
+    let text = scrape(&b);
+    for core in 0..2 {
+        assert!(
+            text.contains(&format!(
+                "weir_recovery_scanned_segments_total{{core=\"{core}\"}} 0"
+            )),
+            "a start after SIGTERM scans nothing"
+        );
+    }
+    let mut c = b.client();
+    let (md, _) = c.ok(&MetadataRequest { topics: None }, &[]);
+    assert_eq!(
+        md.topics[0].name, "orders",
+        "topic metadata survives restart"
+    );
+    for p in 0..4 {
+        assert_eq!(read_all(&mut c, "orders", p).len(), 15);
+    }
+}
+
+#[test]
+fn acked_records_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let mut c = b.client();
+    create(&mut c, "t", 2, &[]);
+    let mut acked = [0u64; 2];
+    for i in 0..200 {
+        let p = (i % 2) as u32;
+        let batch = records_batch(&format!("r{i}"), 3, 5);
+        let r = produce(&mut c, "t", &[(p, &batch)], -1);
+        assert_eq!(r.partitions[0].error, 0);
+        acked[p as usize] = r.partitions[0].base_offset + 3;
+    }
+    b.kill();
+    let b = Broker::start(dir.path(), 2);
+    let mut c = b.client();
+    for p in 0..2u32 {
+        let got = read_all(&mut c, "t", p);
+        assert!(
+            got.len() as u64 >= acked[p as usize],
+            "every acknowledged record is there"
+        );
+    }
+}
+
+#[test]
+fn long_poll_wakes_when_data_arrives_and_offsets_by_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let mut c = b.client();
+    create(&mut c, "lp", 1, &[]);
+    let addr = b.addr;
+    let t0 = Instant::now();
+    let waiter = std::thread::spawn(move || {
+        let mut c = Client::connect(addr);
+        let (p, data) = fetch(&mut c, "lp", 0, 0, 20_000);
+        (p.error, values(&data), t0.elapsed())
+    });
+    // Whether the waiter's fetch is already parked or arrives after the
+    // produce, it must return the record long before its 20 s timeout.
+    let batch = records_batch("x", 1, 10_000);
+    produce(&mut c, "lp", &[(0, &batch)], -1);
+    let (err, vals, took) = waiter.join().unwrap();
+    assert_eq!(err, 0);
+    assert_eq!(vals[0].1, "x-0");
+    assert!(
+        took < Duration::from_secs(15),
+        "woke on data, not on the timeout"
+    );
+
+    for ts in [20_000i64, 30_000] {
+        let batch = records_batch("y", 2, ts);
+        produce(&mut c, "lp", &[(0, &batch)], -1);
+    }
+    let (r, _) = c.ok(
+        &ListOffsetsRequest {
+            partitions: vec![
+                ListOffsetsPartition {
+                    topic: "lp".into(),
+                    partition: 0,
+                    spec: OffsetSpec::Earliest,
+                },
+                ListOffsetsPartition {
+                    topic: "lp".into(),
+                    partition: 0,
+                    spec: OffsetSpec::Latest,
+                },
+                ListOffsetsPartition {
+                    topic: "lp".into(),
+                    partition: 0,
+                    spec: OffsetSpec::Timestamp(20_001),
+                },
+                ListOffsetsPartition {
+                    topic: "lp".into(),
+                    partition: 0,
+                    spec: OffsetSpec::Timestamp(99_999),
+                },
+            ],
+        },
+        &[],
+    );
+    let o: Vec<_> = r.partitions.iter().map(|p| p.offset).collect();
+    assert_eq!(o, vec![Some(0), Some(5), Some(2), None]);
+}
+
+#[test]
+fn bad_input_gets_clear_errors_and_hurts_no_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_with(dir.path(), 2, &["--max-frame-bytes", "65536"]);
+    let mut good = b.client();
+    create(&mut good, "ok", 2, &[]);
+    let batch = records_batch("a", 2, 1);
+    produce(&mut good, "ok", &[(0, &batch)], -1);
+
+    // Unknown API key: an error answer, the connection stays usable.
+    let mut c = b.client();
+    let mut f = Vec::new();
+    f.extend_from_slice(&12u32.to_be_bytes());
+    f.extend_from_slice(&999u16.to_be_bytes());
+    f.extend_from_slice(&0u16.to_be_bytes());
+    f.extend_from_slice(&7u32.to_be_bytes());
+    f.extend_from_slice(&0u32.to_be_bytes());
+    c.send_raw(&f).unwrap();
+    let r = c.read_frame().unwrap();
+    let (h, _, _) = weir_proto::frame::decode_response(&r).unwrap();
+    assert_eq!(h.error, ErrorCode::UnsupportedApi);
+    assert_eq!(h.correlation_id, 7);
+    c.ok(&ApiVersionsRequest {}, &[]);
+
+    // A body that fails validation.
+    let mut f = Vec::new();
+    f.extend_from_slice(&(12u32 + 8).to_be_bytes());
+    f.extend_from_slice(&1u16.to_be_bytes()); // Metadata
+    f.extend_from_slice(&0u16.to_be_bytes());
+    f.extend_from_slice(&8u32.to_be_bytes());
+    f.extend_from_slice(&8u32.to_be_bytes());
+    f.extend_from_slice(&[0xff; 8]);
+    c.send_raw(&f).unwrap();
+    let (h, _, _) = weir_proto::frame::decode_response(&c.read_frame().unwrap()).unwrap();
+    assert_eq!(h.error, ErrorCode::InvalidRequest);
+
+    // Bad CRC, unknown topic, fetch past the end: partition-level errors.
+    let mut bad = records_batch("b", 1, 1);
+    let n = bad.len();
+    bad[n - 1] ^= 1;
+    let r = produce(&mut c, "ok", &[(0, &bad)], -1);
+    assert_eq!(r.partitions[0].error, CORRUPT);
+    assert!(r.partitions[0].message.as_ref().unwrap().contains("CRC"));
+    let r = produce(&mut c, "nope", &[(0, &batch)], -1);
+    assert_eq!(r.partitions[0].error, UNKNOWN_TOPIC);
+    let (p, _) = fetch(&mut c, "ok", 0, 99, 0);
+    assert_eq!(p.error, OFFSET_OUT_OF_RANGE);
+    assert!(p.message.unwrap().contains("0..=2"));
+
+    // A frame over --max-frame-bytes: an error answer, then the connection closes.
+    let mut big = b.client();
+    big.send_raw(&(1u32 << 20).to_be_bytes()).unwrap();
+    let (h, _, _) = weir_proto::frame::decode_response(&big.read_frame().unwrap()).unwrap();
+    assert_eq!(h.error, ErrorCode::FrameTooLarge);
+    let mut byte = [0u8; 1];
+    use std::io::Read;
+    assert_eq!(big.stream.read(&mut byte).unwrap_or(0), 0, "closed");
+
+    // Nothing written was lost, and other connections still work.
+    let (p, data) = fetch(&mut good, "ok", 0, 0, 0);
+    assert_eq!(p.error, 0);
+    assert_eq!(values(&data).len(), 2);
+}
+
+fn scrape(b: &Broker) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(b.metrics).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+#[test]
+fn metrics_endpoint_serves_prometheus_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let mut c = b.client();
+    create(&mut c, "m", 2, &[]);
+    let batch = records_batch("m", 3, 1);
+    produce(&mut c, "m", &[(0, &batch), (1, &batch)], -1);
+    fetch(&mut c, "m", 0, 0, 0);
+    let text = scrape(&b);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    for needle in [
+        "weir_requests_total{api=\"Produce\"",
+        "weir_request_duration_seconds_bucket{api=\"Fetch\"",
+        "weir_bytes_in_total{core=\"0\"}",
+        "weir_cache_hit_ratio{core=\"1\"}",
+        "weir_fsync_seconds_total",
+        "weir_partition_log_end_offset{topic=\"m\",partition=\"1\"",
+    ] {
+        assert!(text.contains(needle), "missing {needle}");
+    }
+}

@@ -1,0 +1,214 @@
+//! A broker process on loopback and a minimal blocking client, for tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use weir_proto::frame::{self, RequestHeader, ResponseHeader};
+use weir_proto::messages::Request;
+
+/// A running `weir broker`.
+pub struct Broker {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub core_ports: Vec<u16>,
+    pub metrics: SocketAddr,
+    pub dir: PathBuf,
+}
+
+impl Broker {
+    /// Starts a broker on free loopback ports over `dir` and waits for its
+    /// ready line.
+    pub fn start(dir: &Path, cores: usize) -> Broker {
+        Self::start_with(dir, cores, &[])
+    }
+
+    pub fn start_with(dir: &Path, cores: usize, extra: &[&str]) -> Broker {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args([
+                "broker",
+                "--data-dir",
+                dir.to_str().unwrap(),
+                "--cores",
+                &cores.to_string(),
+                "--listen",
+                "127.0.0.1:0",
+                "--core-port-base",
+                "0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
+            .args(extra)
+            .env("WEIR_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start weir broker");
+        let out = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(out).lines();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let line = loop {
+            match lines.next() {
+                Some(Ok(l)) if l.starts_with("weir broker ready:") => break l,
+                Some(Ok(_)) if Instant::now() < deadline => continue,
+                other => panic!("broker did not become ready: {other:?}"),
+            }
+        };
+        // weir broker ready: listen=127.0.0.1:P cores=N core_ports=[a, b] data_dir=...
+        let field = |k: &str| {
+            let i = line.find(k).unwrap() + k.len();
+            line[i..].split_whitespace().next().unwrap().to_string()
+        };
+        let addr: SocketAddr = field("listen=").parse().unwrap();
+        let metrics: SocketAddr = field("metrics=").parse().unwrap();
+        let i = line.find("core_ports=[").unwrap() + "core_ports=[".len();
+        let j = line[i..].find(']').unwrap() + i;
+        let core_ports = line[i..j]
+            .split(',')
+            .map(|s| s.trim().parse().unwrap())
+            .collect();
+        // Keep draining stdout so the broker never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        Broker {
+            child,
+            addr,
+            core_ports,
+            metrics,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.addr)
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        unsafe {
+            libc_kill(self.child.id() as i32, 15);
+        }
+        let st = self.child.wait().unwrap();
+        std::mem::forget(self);
+        st
+    }
+
+    /// SIGKILL and wait.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// A blocking native-protocol client.
+pub struct Client {
+    pub stream: TcpStream,
+    corr: u32,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Client { stream, corr: 0 }
+    }
+
+    /// Sends raw bytes.
+    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    /// Reads one response frame.
+    pub fn read_frame(&mut self) -> std::io::Result<Vec<u8>> {
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len)?;
+        let n = u32::from_be_bytes(len) as usize;
+        let mut buf = vec![0u8; 4 + n];
+        buf[..4].copy_from_slice(&len);
+        self.stream.read_exact(&mut buf[4..])?;
+        Ok(buf)
+    }
+
+    /// Sends a request with a payload; returns the response header, body
+    /// (or the frame-level error message) and payload.
+    pub fn call<R: Request>(
+        &mut self,
+        req: &R,
+        payload: &[&[u8]],
+    ) -> (ResponseHeader, Result<R::Response, String>, Vec<u8>) {
+        self.corr += 1;
+        let h = RequestHeader::of::<R>(self.corr);
+        let bytes = frame::encode_request_with_payload(&h, req, payload).unwrap();
+        self.stream.write_all(&bytes).unwrap();
+        let f = self.read_frame().unwrap();
+        let (rh, body, pl) = frame::decode_response(&f).unwrap();
+        assert_eq!(rh.correlation_id, self.corr);
+        let body = if rh.error == weir_proto::error_code::ErrorCode::None {
+            Ok(frame::decode_body::<R::Response>(body).unwrap())
+        } else {
+            Err(frame::decode_body::<weir_proto::messages::ErrorBody>(body)
+                .map(|b| b.message)
+                .unwrap_or_default())
+        };
+        (rh, body, pl.to_vec())
+    }
+
+    /// Like `call`, expecting success.
+    pub fn ok<R: Request>(&mut self, req: &R, payload: &[&[u8]]) -> (R::Response, Vec<u8>) {
+        let (h, b, p) = self.call(req, payload);
+        match b {
+            Ok(b) => (b, p),
+            Err(m) => panic!("request failed: {:?}: {m}", h.error),
+        }
+    }
+}
+
+/// A batch of `n` records with values `prefix-i`.
+pub fn records_batch(prefix: &str, n: usize, ts: i64) -> bytes::BytesMut {
+    let mut b =
+        weir_proto::builder::BatchBuilder::new(weir_proto::batch::Compression::None).unwrap();
+    for i in 0..n {
+        b.push(&weir_proto::record::RecordData {
+            key: None,
+            value: Some(bytes::Bytes::from(format!("{prefix}-{i}"))),
+            headers: Vec::new(),
+            timestamp: ts + i as i64,
+        })
+        .unwrap();
+    }
+    b.build().unwrap()
+}
+
+/// Values of every record in a payload of batches.
+pub fn values(payload: &[u8]) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < payload.len() {
+        let rb = weir_proto::reader::RecordBatch::parse(&payload[at..]).unwrap();
+        at += rb.header().total_len();
+        for r in rb.records().unwrap().iter() {
+            let r = r.unwrap();
+            out.push((
+                r.offset as u64,
+                String::from_utf8(r.record.value.unwrap().to_vec()).unwrap(),
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,149 @@
+//! API keys of the native protocol and the versions this build supports.
+//!
+//! Every request frame names its API (`api_key`) and the version of that
+//! API's body (`api_version`). Keys are stable and never reused; versions
+//! start at 0 and grow when an API's body changes shape. A server answers a
+//! version outside [`ApiKey::min_version`]`..=`[`ApiKey::max_version`] with
+//! [`crate::error_code::ErrorCode::UnsupportedVersion`] and an unknown key
+//! with [`crate::error_code::ErrorCode::UnsupportedApi`]; a client learns the
+//! ranges with an `ApiVersions` request.
+
+use std::fmt;
+
+use crate::messages::ApiVersionRange;
+
+/// An API of the native protocol. The discriminant is the key on the wire.
+///
+/// Stable: a key keeps its meaning forever and is never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u16)]
+#[non_exhaustive]
+pub enum ApiKey {
+    /// Which APIs and versions the server supports.
+    ApiVersions = 0,
+    /// Cores (listeners) and topics with their partitions' owning cores.
+    Metadata = 1,
+    /// Create topics.
+    CreateTopics = 2,
+    /// Delete topics.
+    DeleteTopics = 3,
+    /// Read topic configs and partition sizes/offsets.
+    DescribeConfigs = 4,
+    /// Change topic configs.
+    AlterConfigs = 5,
+    /// Grow topics' partition counts.
+    CreatePartitions = 6,
+    /// Append record batches.
+    Produce = 7,
+    /// Read record batches.
+    Fetch = 8,
+    /// Look up offsets (earliest, latest, by timestamp).
+    ListOffsets = 9,
+}
+
+impl ApiKey {
+    /// Every API, in key order.
+    pub const ALL: [ApiKey; 10] = [
+        ApiKey::ApiVersions,
+        ApiKey::Metadata,
+        ApiKey::CreateTopics,
+        ApiKey::DeleteTopics,
+        ApiKey::DescribeConfigs,
+        ApiKey::AlterConfigs,
+        ApiKey::CreatePartitions,
+        ApiKey::Produce,
+        ApiKey::Fetch,
+        ApiKey::ListOffsets,
+    ];
+
+    /// The key on the wire.
+    pub const fn as_u16(self) -> u16 {
+        self as u16
+    }
+
+    /// The API for a key read from the wire; `None` for a key this build
+    /// does not know.
+    pub const fn from_u16(key: u16) -> Option<ApiKey> {
+        Some(match key {
+            0 => ApiKey::ApiVersions,
+            1 => ApiKey::Metadata,
+            2 => ApiKey::CreateTopics,
+            3 => ApiKey::DeleteTopics,
+            4 => ApiKey::DescribeConfigs,
+            5 => ApiKey::AlterConfigs,
+            6 => ApiKey::CreatePartitions,
+            7 => ApiKey::Produce,
+            8 => ApiKey::Fetch,
+            9 => ApiKey::ListOffsets,
+            _ => return None,
+        })
+    }
+
+    /// The API's name, e.g. `"Produce"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ApiKey::ApiVersions => "ApiVersions",
+            ApiKey::Metadata => "Metadata",
+            ApiKey::CreateTopics => "CreateTopics",
+            ApiKey::DeleteTopics => "DeleteTopics",
+            ApiKey::DescribeConfigs => "DescribeConfigs",
+            ApiKey::AlterConfigs => "AlterConfigs",
+            ApiKey::CreatePartitions => "CreatePartitions",
+            ApiKey::Produce => "Produce",
+            ApiKey::Fetch => "Fetch",
+            ApiKey::ListOffsets => "ListOffsets",
+        }
+    }
+
+    /// Oldest version of this API this build speaks.
+    pub const fn min_version(self) -> u16 {
+        // All APIs are at version 0 for now.
+        0
+    }
+
+    /// Newest version of this API this build speaks.
+    pub const fn max_version(self) -> u16 {
+        0
+    }
+
+    /// Whether this build speaks `version` of this API.
+    pub const fn supports(self, version: u16) -> bool {
+        version >= self.min_version() && version <= self.max_version()
+    }
+
+    /// This API's supported range, as an `ApiVersions` response lists it.
+    pub fn version_range(self) -> ApiVersionRange {
+        ApiVersionRange {
+            api_key: self.as_u16(),
+            min: self.min_version(),
+            max: self.max_version(),
+        }
+    }
+}
+
+impl fmt::Display for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The supported version range of every API, in key order: the body of the
+/// `ApiVersions` response this build sends.
+pub fn supported_apis() -> Vec<ApiVersionRange> {
+    ApiKey::ALL.iter().map(|k| k.version_range()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_dense_and_round_trip() {
+        for (i, k) in ApiKey::ALL.iter().enumerate() {
+            assert_eq!(k.as_u16() as usize, i);
+            assert_eq!(ApiKey::from_u16(k.as_u16()), Some(*k));
+        }
+        assert_eq!(ApiKey::from_u16(ApiKey::ALL.len() as u16), None);
+        assert_eq!(ApiKey::from_u16(u16::MAX), None);
+    }
+}

@@ -1,0 +1,226 @@
+//! Error codes of the native protocol.
+//!
+//! An [`ErrorCode`] travels as a `u16`: in a response frame's header (a
+//! frame-level error, see [`crate::frame`]) and in the `error` field of each
+//! per-topic or per-partition result of a response body
+//! (see [`crate::messages`]).
+//!
+//! The numbers are part of the wire format: they are stable, and a number is
+//! never reused for another meaning, even after the code it named is retired.
+//! A receiver maps a number it does not know to [`ErrorCode::Unknown`]
+//! ([`ErrorCode::from_u16`] never fails), so a newer peer can add codes
+//! without breaking an older one.
+
+use std::fmt;
+
+/// A protocol error code. The discriminant is the number on the wire.
+///
+/// Stable: a number keeps its meaning forever and is never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// No error.
+    None = 0,
+    /// An error the server could not classify, or a number this build does
+    /// not know.
+    Unknown = 1,
+    /// A record batch failed validation (bad CRC, bad length, bad magic …).
+    CorruptMessage = 2,
+    /// The topic or partition does not exist.
+    UnknownTopicOrPartition = 3,
+    /// The requested offset is outside the log's range.
+    OffsetOutOfRange = 4,
+    /// A batch or a request is larger than the configured limit.
+    MessageTooLarge = 5,
+    /// The request is malformed (bad body, bad payload range, …).
+    InvalidRequest = 6,
+    /// The API is known but not at the requested version.
+    UnsupportedVersion = 7,
+    /// The API key is not known to the server.
+    UnsupportedApi = 8,
+    /// The frame is larger than the server's maximum frame size.
+    FrameTooLarge = 9,
+    /// A topic with that name already exists.
+    TopicAlreadyExists = 10,
+    /// A configuration key or value is invalid.
+    InvalidConfig = 11,
+    /// The partition count is invalid (zero, or not larger than the current
+    /// one when adding partitions).
+    InvalidPartitions = 12,
+    /// The partition lives on another core: reconnect to the core the
+    /// metadata names.
+    NotOwner = 13,
+    /// The request did not complete before its timeout.
+    RequestTimedOut = 14,
+    /// The storage layer failed (I/O error, disk full, …).
+    StorageError = 15,
+    /// Reserved for replication: too few in-sync replicas.
+    NotEnoughReplicas = 16,
+    /// The request is valid but refused by a server policy.
+    PolicyViolation = 17,
+    /// The topic name is invalid.
+    InvalidTopic = 18,
+    /// The partition is recovering (e.g. replaying its log after a restart);
+    /// retry later.
+    Recovering = 19,
+}
+
+impl ErrorCode {
+    /// Every code, in numeric order.
+    pub const ALL: [ErrorCode; 20] = [
+        ErrorCode::None,
+        ErrorCode::Unknown,
+        ErrorCode::CorruptMessage,
+        ErrorCode::UnknownTopicOrPartition,
+        ErrorCode::OffsetOutOfRange,
+        ErrorCode::MessageTooLarge,
+        ErrorCode::InvalidRequest,
+        ErrorCode::UnsupportedVersion,
+        ErrorCode::UnsupportedApi,
+        ErrorCode::FrameTooLarge,
+        ErrorCode::TopicAlreadyExists,
+        ErrorCode::InvalidConfig,
+        ErrorCode::InvalidPartitions,
+        ErrorCode::NotOwner,
+        ErrorCode::RequestTimedOut,
+        ErrorCode::StorageError,
+        ErrorCode::NotEnoughReplicas,
+        ErrorCode::PolicyViolation,
+        ErrorCode::InvalidTopic,
+        ErrorCode::Recovering,
+    ];
+
+    /// The number on the wire.
+    pub const fn as_u16(self) -> u16 {
+        self as u16
+    }
+
+    /// The code for a number read from the wire. Numbers this build does
+    /// not know map to [`ErrorCode::Unknown`]; never panics.
+    pub const fn from_u16(n: u16) -> ErrorCode {
+        match n {
+            0 => ErrorCode::None,
+            2 => ErrorCode::CorruptMessage,
+            3 => ErrorCode::UnknownTopicOrPartition,
+            4 => ErrorCode::OffsetOutOfRange,
+            5 => ErrorCode::MessageTooLarge,
+            6 => ErrorCode::InvalidRequest,
+            7 => ErrorCode::UnsupportedVersion,
+            8 => ErrorCode::UnsupportedApi,
+            9 => ErrorCode::FrameTooLarge,
+            10 => ErrorCode::TopicAlreadyExists,
+            11 => ErrorCode::InvalidConfig,
+            12 => ErrorCode::InvalidPartitions,
+            13 => ErrorCode::NotOwner,
+            14 => ErrorCode::RequestTimedOut,
+            15 => ErrorCode::StorageError,
+            16 => ErrorCode::NotEnoughReplicas,
+            17 => ErrorCode::PolicyViolation,
+            18 => ErrorCode::InvalidTopic,
+            19 => ErrorCode::Recovering,
+            _ => ErrorCode::Unknown,
+        }
+    }
+
+    /// `true` for [`ErrorCode::None`].
+    pub const fn is_none(self) -> bool {
+        matches!(self, ErrorCode::None)
+    }
+
+    /// Whether the same request may succeed if sent again later, unchanged
+    /// (possibly to another core, for [`ErrorCode::NotOwner`], after
+    /// refreshing metadata).
+    pub const fn is_retriable(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::NotOwner
+                | ErrorCode::RequestTimedOut
+                | ErrorCode::NotEnoughReplicas
+                | ErrorCode::Recovering
+        )
+    }
+
+    /// The variant's name, e.g. `"UnknownTopicOrPartition"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ErrorCode::None => "None",
+            ErrorCode::Unknown => "Unknown",
+            ErrorCode::CorruptMessage => "CorruptMessage",
+            ErrorCode::UnknownTopicOrPartition => "UnknownTopicOrPartition",
+            ErrorCode::OffsetOutOfRange => "OffsetOutOfRange",
+            ErrorCode::MessageTooLarge => "MessageTooLarge",
+            ErrorCode::InvalidRequest => "InvalidRequest",
+            ErrorCode::UnsupportedVersion => "UnsupportedVersion",
+            ErrorCode::UnsupportedApi => "UnsupportedApi",
+            ErrorCode::FrameTooLarge => "FrameTooLarge",
+            ErrorCode::TopicAlreadyExists => "TopicAlreadyExists",
+            ErrorCode::InvalidConfig => "InvalidConfig",
+            ErrorCode::InvalidPartitions => "InvalidPartitions",
+            ErrorCode::NotOwner => "NotOwner",
+            ErrorCode::RequestTimedOut => "RequestTimedOut",
+            ErrorCode::StorageError => "StorageError",
+            ErrorCode::NotEnoughReplicas => "NotEnoughReplicas",
+            ErrorCode::PolicyViolation => "PolicyViolation",
+            ErrorCode::InvalidTopic => "InvalidTopic",
+            ErrorCode::Recovering => "Recovering",
+        }
+    }
+
+    /// A short, human-readable description.
+    pub const fn description(self) -> &'static str {
+        match self {
+            ErrorCode::None => "no error",
+            ErrorCode::Unknown => "unknown error",
+            ErrorCode::CorruptMessage => "corrupt record batch",
+            ErrorCode::UnknownTopicOrPartition => "unknown topic or partition",
+            ErrorCode::OffsetOutOfRange => "offset out of range",
+            ErrorCode::MessageTooLarge => "message too large",
+            ErrorCode::InvalidRequest => "invalid request",
+            ErrorCode::UnsupportedVersion => "unsupported api version",
+            ErrorCode::UnsupportedApi => "unsupported api",
+            ErrorCode::FrameTooLarge => "frame too large",
+            ErrorCode::TopicAlreadyExists => "topic already exists",
+            ErrorCode::InvalidConfig => "invalid config",
+            ErrorCode::InvalidPartitions => "invalid partition count",
+            ErrorCode::NotOwner => "partition owned by another core",
+            ErrorCode::RequestTimedOut => "request timed out",
+            ErrorCode::StorageError => "storage error",
+            ErrorCode::NotEnoughReplicas => "not enough replicas",
+            ErrorCode::PolicyViolation => "policy violation",
+            ErrorCode::InvalidTopic => "invalid topic name",
+            ErrorCode::Recovering => "partition is recovering",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.description())
+    }
+}
+
+impl From<ErrorCode> for u16 {
+    fn from(code: ErrorCode) -> u16 {
+        code.as_u16()
+    }
+}
+
+impl From<u16> for ErrorCode {
+    fn from(n: u16) -> ErrorCode {
+        ErrorCode::from_u16(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_is_in_numeric_order_and_round_trips() {
+        for (i, code) in ErrorCode::ALL.iter().enumerate() {
+            assert_eq!(code.as_u16() as usize, i);
+            assert_eq!(ErrorCode::from_u16(code.as_u16()), *code);
+        }
+    }
+}

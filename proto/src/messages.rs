@@ -1,0 +1,562 @@
+//! Request and response bodies of the native protocol.
+//!
+//! Each body is an rkyv archive (little endian, naturally aligned
+//! primitives, 32-bit relative pointers), validated before it is
+//! deserialized. Every request type implements [`Request`], which names its
+//! [`ApiKey`] and its response type; every body type implements
+//! [`Message`].
+//!
+//! `error` fields are [`ErrorCode`] numbers (`ErrorCode::from_u16` reads
+//! them). Topic names are `String`s, partitions and cores `u32`s, offsets
+//! `u64`s, timestamps `i64` milliseconds since the Unix epoch.
+//!
+//! Record batches are not part of a body: they travel in the frame's
+//! payload, and a body names each partition's batches by a
+//! `(payload_offset, payload_len)` range relative to the payload's start
+//! (see [`crate::frame::payload_slice`]).
+//!
+//! [`ErrorCode`]: crate::error_code::ErrorCode
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+use crate::api::ApiKey;
+use crate::frame::{rkyv_decode, rkyv_encode, FrameError, Message, RequestHeader, ResponseHeader};
+
+/// A request type: its API key and the type of its response body.
+pub trait Request: Message {
+    /// The API this request belongs to.
+    const API_KEY: ApiKey;
+    /// The response body a successful answer carries.
+    type Response: Message;
+}
+
+/// A `(key, value)` configuration entry.
+pub type ConfigEntry = (String, String);
+
+// --- frame-level error -----------------------------------------------------
+
+/// Body of a response whose frame-level `error_code` is not 0.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Human-readable detail.
+    pub message: String,
+}
+
+// --- ApiVersions (0) --------------------------------------------------------
+
+/// Asks which APIs and versions the server supports.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ApiVersionsRequest {}
+
+/// The version range the server supports for one API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ApiVersionRange {
+    /// The API's key.
+    pub api_key: u16,
+    /// Oldest supported version.
+    pub min: u16,
+    /// Newest supported version.
+    pub max: u16,
+}
+
+/// Every API the server supports.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ApiVersionsResponse {
+    /// One entry per supported API.
+    pub apis: Vec<ApiVersionRange>,
+}
+
+impl ApiVersionsResponse {
+    /// The response this build sends: [`crate::api::supported_apis`].
+    pub fn supported() -> ApiVersionsResponse {
+        ApiVersionsResponse {
+            apis: crate::api::supported_apis(),
+        }
+    }
+}
+
+// --- Metadata (1) -------------------------------------------------------------
+
+/// Asks for the cluster's cores and topics.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct MetadataRequest {
+    /// Topics to describe; `None` for all of them.
+    pub topics: Option<Vec<String>>,
+}
+
+/// One core (shard) and the address it listens on.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct CoreInfo {
+    /// The core's id.
+    pub core: u32,
+    /// Host to connect to.
+    pub host: String,
+    /// Port to connect to.
+    pub port: u16,
+}
+
+/// One partition of a topic and the core that owns it.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct PartitionMetadata {
+    /// The partition's index.
+    pub partition: u32,
+    /// The core that owns it.
+    pub core: u32,
+    /// Error code for this partition (0 = none).
+    pub error: u16,
+}
+
+/// One topic and its partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct TopicMetadata {
+    /// The topic's name.
+    pub name: String,
+    /// Error code for this topic (e.g. `UnknownTopicOrPartition`).
+    pub error: u16,
+    /// Its partitions.
+    pub partitions: Vec<PartitionMetadata>,
+}
+
+/// The cluster's cores and the requested topics.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct MetadataResponse {
+    /// Every core and its listener.
+    pub cores: Vec<CoreInfo>,
+    /// The requested topics (all, if the request named none).
+    pub topics: Vec<TopicMetadata>,
+}
+
+// --- shared result ----------------------------------------------------------
+
+/// Outcome of an admin operation on one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct TopicResult {
+    /// The topic's name.
+    pub name: String,
+    /// Error code (0 = success).
+    pub error: u16,
+    /// Optional detail for the error.
+    pub message: Option<String>,
+}
+
+// --- CreateTopics (2) -----------------------------------------------------------
+
+/// A topic to create.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct NewTopic {
+    /// The topic's name.
+    pub name: String,
+    /// Number of partitions.
+    pub partitions: u32,
+    /// Config overrides.
+    pub configs: Vec<ConfigEntry>,
+}
+
+/// Creates topics.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct CreateTopicsRequest {
+    /// The topics to create.
+    pub topics: Vec<NewTopic>,
+}
+
+/// One result per requested topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct CreateTopicsResponse {
+    /// Per-topic outcome.
+    pub topics: Vec<TopicResult>,
+}
+
+// --- DeleteTopics (3) -----------------------------------------------------------
+
+/// Deletes topics.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DeleteTopicsRequest {
+    /// Names of the topics to delete.
+    pub names: Vec<String>,
+}
+
+/// One result per requested topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DeleteTopicsResponse {
+    /// Per-topic outcome.
+    pub topics: Vec<TopicResult>,
+}
+
+// --- DescribeConfigs (4) --------------------------------------------------------
+
+/// Reads topics' configs and partitions' state.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeConfigsRequest {
+    /// Names of the topics to describe.
+    pub topics: Vec<String>,
+}
+
+/// State of one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct PartitionDescription {
+    /// The partition's index.
+    pub partition: u32,
+    /// The core that owns it.
+    pub core: u32,
+    /// First offset still in the log.
+    pub log_start_offset: u64,
+    /// Offset the next appended record gets.
+    pub log_end_offset: u64,
+    /// Bytes on disk.
+    pub size_bytes: u64,
+}
+
+/// One topic's effective configs and partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct TopicConfigs {
+    /// The topic's name.
+    pub name: String,
+    /// Error code (0 = none).
+    pub error: u16,
+    /// Effective configs.
+    pub configs: Vec<ConfigEntry>,
+    /// Its partitions.
+    pub partitions: Vec<PartitionDescription>,
+}
+
+/// One entry per requested topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeConfigsResponse {
+    /// Per-topic configs.
+    pub topics: Vec<TopicConfigs>,
+}
+
+// --- AlterConfigs (5) -----------------------------------------------------------
+
+/// Changes topics' configs: `(topic, entries to set)`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AlterConfigsRequest {
+    /// Per topic, the entries to set.
+    pub topics: Vec<(String, Vec<ConfigEntry>)>,
+}
+
+/// One result per requested topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AlterConfigsResponse {
+    /// Per-topic outcome.
+    pub topics: Vec<TopicResult>,
+}
+
+// --- CreatePartitions (6) -------------------------------------------------------
+
+/// Grows topics: `(topic, new total partition count)`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct CreatePartitionsRequest {
+    /// Per topic, the new total number of partitions.
+    pub topics: Vec<(String, u32)>,
+}
+
+/// One result per requested topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct CreatePartitionsResponse {
+    /// Per-topic outcome.
+    pub topics: Vec<TopicResult>,
+}
+
+// --- Produce (7) ------------------------------------------------------------------
+
+/// One partition's batches in a produce request.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ProducePartition {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: u32,
+    /// Start of its record batches, relative to the payload's start.
+    pub payload_offset: u32,
+    /// Bytes of its record batches.
+    pub payload_len: u32,
+}
+
+/// Appends record batches; the batches are in the frame's payload.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ProduceRequest {
+    /// Acknowledgement mode: 0 = none (no response is sent), 1 = after the
+    /// owning core appended, -1 = after the write is durable/replicated.
+    pub acks: i8,
+    /// How long the server may wait for `acks`.
+    pub timeout_ms: u32,
+    /// One entry per partition written.
+    pub partitions: Vec<ProducePartition>,
+}
+
+/// Outcome of one partition's append.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ProducePartitionResult {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: u32,
+    /// Error code (0 = appended).
+    pub error: u16,
+    /// Optional detail for the error.
+    pub message: Option<String>,
+    /// Offset given to the first record appended.
+    pub base_offset: u64,
+    /// The partition's first offset after the append.
+    pub log_start_offset: u64,
+}
+
+/// One result per produced partition.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ProduceResponse {
+    /// Per-partition outcome.
+    pub partitions: Vec<ProducePartitionResult>,
+}
+
+// --- Fetch (8) --------------------------------------------------------------------
+
+/// One partition to read.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct FetchPartition {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: u32,
+    /// First offset wanted.
+    pub offset: u64,
+    /// Most bytes of batches to return for this partition.
+    pub max_bytes: u32,
+}
+
+/// Reads record batches.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct FetchRequest {
+    /// How long the server may wait for `min_bytes` to be available.
+    pub max_wait_ms: u32,
+    /// Bytes to wait for before answering.
+    pub min_bytes: u32,
+    /// Most bytes of batches in the whole response.
+    pub max_bytes: u32,
+    /// The partitions to read.
+    pub partitions: Vec<FetchPartition>,
+}
+
+/// One partition's batches in a fetch response.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct FetchPartitionResult {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: u32,
+    /// Error code (0 = none).
+    pub error: u16,
+    /// Optional detail for the error.
+    pub message: Option<String>,
+    /// Offset the next appended record gets.
+    pub high_watermark: u64,
+    /// First offset still in the log.
+    pub log_start_offset: u64,
+    /// Start of its record batches, relative to the payload's start.
+    pub payload_offset: u32,
+    /// Bytes of its record batches (0 if none).
+    pub payload_len: u32,
+}
+
+/// One result per fetched partition; the batches are in the frame's
+/// payload.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct FetchResponse {
+    /// Per-partition outcome.
+    pub partitions: Vec<FetchPartitionResult>,
+}
+
+// --- ListOffsets (9) -------------------------------------------------------------
+
+/// Which offset to look up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum OffsetSpec {
+    /// The log start offset.
+    Earliest,
+    /// The log end offset (the next offset to be written).
+    Latest,
+    /// The first offset whose timestamp is at or after this one (ms).
+    Timestamp(i64),
+}
+
+/// One partition to look up.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ListOffsetsPartition {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: u32,
+    /// What to look up.
+    pub spec: OffsetSpec,
+}
+
+/// Looks up offsets.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ListOffsetsRequest {
+    /// The partitions to look up.
+    pub partitions: Vec<ListOffsetsPartition>,
+}
+
+/// Result of one lookup.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ListOffsetsResult {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: u32,
+    /// Error code (0 = none).
+    pub error: u16,
+    /// The offset found; `None` if no record matches (a timestamp after
+    /// every record).
+    pub offset: Option<u64>,
+    /// The timestamp of the record at `offset`, for a timestamp lookup.
+    pub timestamp: Option<i64>,
+}
+
+/// One result per requested partition.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ListOffsetsResponse {
+    /// Per-partition results.
+    pub partitions: Vec<ListOffsetsResult>,
+}
+
+// --- trait impls -------------------------------------------------------------------
+
+macro_rules! impl_message {
+    ($($t:ty),* $(,)?) => {
+        $(
+            impl Message for $t {
+                fn encode_body(&self, out: &mut bytes::BytesMut) -> Result<(), FrameError> {
+                    rkyv_encode(self, out)
+                }
+                fn decode_body(body: &[u8]) -> Result<Self, FrameError> {
+                    rkyv_decode(body)
+                }
+            }
+        )*
+    };
+}
+
+impl_message!(
+    ErrorBody,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    ProduceRequest,
+    ProduceResponse,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+);
+
+/// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
+/// enums from one table, so the three cannot disagree.
+macro_rules! requests {
+    ($($variant:ident => $req:ident, $resp:ident;)*) => {
+        $(
+            impl Request for $req {
+                const API_KEY: ApiKey = ApiKey::$variant;
+                type Response = $resp;
+            }
+        )*
+
+        /// Any request body, tagged by its API.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub enum AnyRequest {
+            $(
+                #[doc = concat!("An `", stringify!($variant), "` request.")]
+                $variant($req),
+            )*
+        }
+
+        impl AnyRequest {
+            /// The request's API.
+            pub fn api_key(&self) -> ApiKey {
+                match self {
+                    $(AnyRequest::$variant(_) => ApiKey::$variant,)*
+                }
+            }
+
+            /// Decodes the body of a request frame, after checking that
+            /// this build supports the header's API and version
+            /// ([`FrameError::UnsupportedApi`],
+            /// [`FrameError::UnsupportedVersion`]).
+            pub fn decode(header: &RequestHeader, body: &[u8]) -> Result<AnyRequest, FrameError> {
+                match header.check_supported()? {
+                    $(ApiKey::$variant => <$req>::decode_body(body).map(AnyRequest::$variant),)*
+                }
+            }
+
+            /// Appends the body's archive to `out` (see
+            /// [`Message::encode_body`]).
+            pub fn encode_body(&self, out: &mut bytes::BytesMut) -> Result<(), FrameError> {
+                match self {
+                    $(AnyRequest::$variant(r) => r.encode_body(out),)*
+                }
+            }
+        }
+
+        /// Any response body, tagged by its API, or the body of a
+        /// frame-level error.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub enum AnyResponse {
+            /// The frame carried a frame-level error.
+            Error(ErrorBody),
+            $(
+                #[doc = concat!("An `", stringify!($variant), "` response.")]
+                $variant($resp),
+            )*
+        }
+
+        impl AnyResponse {
+            /// Decodes the body of a response frame to a request of API
+            /// `api` (which the client knows from the correlation id).
+            /// When the header carries a frame-level error, the body is an
+            /// [`ErrorBody`].
+            pub fn decode(api: ApiKey, header: &ResponseHeader, body: &[u8]) -> Result<AnyResponse, FrameError> {
+                if !header.error.is_none() {
+                    return ErrorBody::decode_body(body).map(AnyResponse::Error);
+                }
+                match api {
+                    $(ApiKey::$variant => <$resp>::decode_body(body).map(AnyResponse::$variant),)*
+                }
+            }
+
+            /// Appends the body's archive to `out` (see
+            /// [`Message::encode_body`]).
+            pub fn encode_body(&self, out: &mut bytes::BytesMut) -> Result<(), FrameError> {
+                match self {
+                    AnyResponse::Error(e) => e.encode_body(out),
+                    $(AnyResponse::$variant(r) => r.encode_body(out),)*
+                }
+            }
+        }
+    };
+}
+
+requests! {
+    ApiVersions => ApiVersionsRequest, ApiVersionsResponse;
+    Metadata => MetadataRequest, MetadataResponse;
+    CreateTopics => CreateTopicsRequest, CreateTopicsResponse;
+    DeleteTopics => DeleteTopicsRequest, DeleteTopicsResponse;
+    DescribeConfigs => DescribeConfigsRequest, DescribeConfigsResponse;
+    AlterConfigs => AlterConfigsRequest, AlterConfigsResponse;
+    CreatePartitions => CreatePartitionsRequest, CreatePartitionsResponse;
+    Produce => ProduceRequest, ProduceResponse;
+    Fetch => FetchRequest, FetchResponse;
+    ListOffsets => ListOffsetsRequest, ListOffsetsResponse;
+}
