@@ -16,6 +16,8 @@ pub const CORE_PORT_BASE_DEFAULT: u16 = 9300;
 pub const METRICS_LISTEN_DEFAULT: &str = "127.0.0.1:9644";
 /// Default data directory.
 pub const DATA_DIR_DEFAULT: &str = "./weir-data";
+/// Default retention interval (Kafka's `log.retention.check.interval.ms`).
+pub const RETENTION_CHECK_MS_DEFAULT: u64 = 300_000;
 /// Default largest request frame.
 pub const MAX_FRAME_BYTES_DEFAULT: u32 = 100 << 20;
 
@@ -52,6 +54,9 @@ pub struct BrokerArgs {
     /// Batch cache budget per core, bytes [default: 268435456].
     #[arg(long, env = "WEIR_CACHE_BYTES_PER_CORE")]
     pub cache_bytes_per_core: Option<u64>,
+    /// How often retention runs, ms (`log.retention.check.interval.ms`) [default: 300000].
+    #[arg(long, env = "WEIR_RETENTION_CHECK_MS")]
+    pub retention_check_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -66,6 +71,7 @@ struct FileConfig {
     auto_create_topics: Option<bool>,
     default_partitions: Option<u32>,
     cache_bytes_per_core: Option<u64>,
+    retention_check_ms: Option<u64>,
 }
 
 /// The resolved configuration.
@@ -89,6 +95,8 @@ pub struct BrokerConfig {
     pub default_partitions: u32,
     /// Cache budget per core.
     pub cache_bytes_per_core: u64,
+    /// Retention interval, ms.
+    pub retention_check_ms: u64,
 }
 
 fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -161,6 +169,11 @@ impl BrokerConfig {
                 .cache_bytes_per_core
                 .or(file.cache_bytes_per_core)
                 .unwrap_or(weir_storage::CACHE_BYTES_PER_CORE_DEFAULT),
+            retention_check_ms: args
+                .retention_check_ms
+                .or(file.retention_check_ms)
+                .unwrap_or(RETENTION_CHECK_MS_DEFAULT)
+                .max(1),
         })
     }
 }

@@ -1,5 +1,7 @@
 //! `weir`: the broker and its command-line tools.
 
+mod cli;
+
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use weir_broker::config::{BrokerArgs, BrokerConfig};
@@ -19,6 +21,12 @@ struct Cli {
 enum Command {
     /// Start a broker (embedded defaults: ./weir-data, 127.0.0.1:9292, all cores).
     Broker(BrokerArgs),
+    /// Manage topics: create, list, describe, alter, delete, add-partitions.
+    Topic(cli::TopicArgs),
+    /// Write records to a topic, one per line of stdin.
+    Produce(cli::ProduceArgs),
+    /// Print a topic's records, one per line.
+    Consume(cli::ConsumeArgs),
 }
 
 fn main() {
@@ -31,6 +39,9 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Broker(args) => BrokerConfig::resolve(&args).and_then(weir_broker::server::run),
+        Command::Topic(args) => cli::topic(args),
+        Command::Produce(args) => cli::produce(args),
+        Command::Consume(args) => cli::consume(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -125,7 +125,12 @@ pub fn snapshot(core: &Core) -> Snapshot {
 }
 
 /// A one-sample-per-core metric: name, type, help, value.
-type Simple = (&'static str, &'static str, &'static str, fn(&Snapshot) -> f64);
+type Simple = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Snapshot) -> f64,
+);
 
 /// Renders every core's snapshot as Prometheus text.
 pub fn render(snaps: &[Snapshot]) -> String {

@@ -198,6 +198,7 @@ async fn core_main(
         shared.metrics_port.store(port, Ordering::Release);
         glommio::spawn_local(crate::metrics::serve_http(core.clone(), l)).detach();
     }
+    glommio::spawn_local(retention_loop(core.clone())).detach();
     let active = Rc::new(std::cell::Cell::new(0usize));
     for l in [shared_l, own_l] {
         let (core, active) = (core.clone(), active.clone());
@@ -215,6 +216,27 @@ async fn core_main(
     core.close_all().await;
     tracing::info!(core = c, "core stopped");
     Ok(())
+}
+
+/// Applies `retention.ms` / `retention.bytes` to this core's partitions
+/// every `--retention-check-ms` (Kafka's `log.retention.check.interval.ms`).
+async fn retention_loop(core: Rc<Core>) {
+    loop {
+        let mut waited = 0;
+        while waited < core.shared.config.retention_check_ms {
+            if core.shared.stopping() {
+                return;
+            }
+            glommio::timer::sleep(Duration::from_millis(STOP_POLL_MS)).await;
+            waited += STOP_POLL_MS;
+        }
+        let logs: Vec<_> = core.logs.borrow().values().cloned().collect();
+        for log in logs {
+            if let Err(e) = log.enforce_retention().await {
+                tracing::warn!(partition = log.name(), error = %e, "retention pass failed");
+            }
+        }
+    }
 }
 
 async fn accept_loop(core: Rc<Core>, listener: TcpListener, active: Rc<std::cell::Cell<usize>>) {

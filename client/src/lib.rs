@@ -1,0 +1,704 @@
+//! # weir-client
+//!
+//! An async client for Weir's native protocol, for ordinary
+//! [tokio](https://tokio.rs) applications (it does not use glommio).
+//!
+//! A [`Client`] holds one TCP connection to one broker listener. The broker
+//! routes every request to the cores that own its partitions, so one
+//! connection to the bootstrap address reaches every partition.
+//!
+//! * admin: [`Client::create_topic`], [`Client::delete_topic`],
+//!   [`Client::list_topics`], [`Client::describe_topic`],
+//!   [`Client::alter_configs`], [`Client::create_partitions`],
+//!   [`Client::metadata`];
+//! * data: [`Client::produce`] / [`Client::produce_many`] (record batches,
+//!   e.g. from [`weir_proto::builder::BatchBuilder`], sent without copying),
+//!   [`Client::fetch`] / [`Client::fetch_many`] (whole batches, sliced from
+//!   the response without copying), [`Client::list_offsets`].
+//!
+//! Per-topic and per-partition failures become [`ClientError::Topic`] and
+//! [`ClientError::Partition`] with the server's code and message.
+//!
+//! ## Concurrency
+//!
+//! For now requests are serialized: a call holds the connection (behind a
+//! [`tokio::sync::Mutex`]) from writing its request until its answer is
+//! read, so concurrent calls on one `Client` queue up rather than pipeline.
+//! Open several clients for parallelism. Each request carries a
+//! correlation id that the answer must echo.
+//!
+//! ## Failures and cancellation
+//!
+//! Every call is bounded by [`ClientConfig::request_timeout`] (plus the
+//! long-poll wait for fetches). After a timeout, an I/O or protocol error,
+//! or a call whose future was dropped midway, the connection is closed and
+//! the next call opens a new one; calls are never retried automatically.
+//!
+//! ```no_run
+//! # async fn demo() -> weir_client::Result<()> {
+//! use bytes::Bytes;
+//! use weir_client::{Acks, Client};
+//! use weir_proto::batch::Compression;
+//! use weir_proto::builder::BatchBuilder;
+//! use weir_proto::record::RecordData;
+//!
+//! let client = Client::connect("127.0.0.1:9292").await?;
+//! client.create_topic("events", 4, vec![]).await?;
+//! let mut b = BatchBuilder::new(Compression::None)?;
+//! b.push(&RecordData { value: Some(Bytes::from("hello")), timestamp: 0, ..Default::default() })?;
+//! let offset = client.produce("events", 0, b.build()?.freeze(), Acks::All).await?;
+//! let fetched = client.fetch("events", 0, 0, 1 << 20, 500).await?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod batches;
+mod conn;
+mod error;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::BufReader;
+use tokio::net::{TcpStream, ToSocketAddrs};
+use tokio::sync::Mutex;
+use weir_proto::batch::BatchHeader;
+use weir_proto::error_code::ErrorCode;
+use weir_proto::frame::{self, RequestHeader, FRAME_BYTES_MAX_DEFAULT};
+use weir_proto::messages::{
+    AlterConfigsRequest, ApiVersionRange, ApiVersionsRequest, ConfigEntry, CreatePartitionsRequest,
+    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, ErrorBody, FetchPartition,
+    FetchRequest, ListOffsetsPartition, ListOffsetsRequest, MetadataRequest, MetadataResponse,
+    NewTopic, OffsetSpec, ProducePartition, ProduceRequest, Request, TopicConfigs, TopicMetadata,
+    TopicResult,
+};
+
+pub use batches::{split_batches, FetchedBatches};
+pub use error::{ClientError, Result};
+
+/// Settings of a [`Client`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Longest wait for one answer (a fetch may also wait its
+    /// `max_wait_ms`); also sent as a produce request's `timeout_ms`.
+    /// Default 30 s.
+    pub request_timeout: Duration,
+    /// Longest wait to establish the TCP connection. Default 10 s.
+    pub connect_timeout: Duration,
+    /// Largest response frame accepted. Default
+    /// [`FRAME_BYTES_MAX_DEFAULT`] (100 MiB).
+    pub max_frame_bytes: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// When the broker acknowledges a produce request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Acks {
+    /// Fire and forget (`acks=0`): the client does not wait for an answer,
+    /// so it learns neither offsets nor errors.
+    None,
+    /// After the owning core appended the batches (`acks=1`).
+    Leader,
+    /// After the batches are durable (and, later, replicated) (`acks=all`,
+    /// `-1`). The default.
+    #[default]
+    All,
+}
+
+impl Acks {
+    /// The value on the wire: 0, 1 or -1.
+    pub fn as_i8(self) -> i8 {
+        match self {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => -1,
+        }
+    }
+}
+
+impl FromStr for Acks {
+    type Err = String;
+
+    /// Parses `0`, `1`, `all` or `-1`.
+    fn from_str(s: &str) -> std::result::Result<Acks, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "0" | "none" => Ok(Acks::None),
+            "1" | "leader" => Ok(Acks::Leader),
+            "all" | "-1" => Ok(Acks::All),
+            other => Err(format!("invalid acks `{other}`: use 0, 1 or all")),
+        }
+    }
+}
+
+impl fmt::Display for Acks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Acks::None => "0",
+            Acks::Leader => "1",
+            Acks::All => "all",
+        })
+    }
+}
+
+/// The connection state behind the client's mutex.
+struct Conn {
+    /// `None` after a failure (or before the first call): the next call
+    /// connects again.
+    stream: Option<BufReader<TcpStream>>,
+    next_corr: u32,
+}
+
+/// A connection to a Weir broker. See the [crate docs](crate) for the
+/// concurrency and failure model.
+pub struct Client {
+    addr: SocketAddr,
+    config: ClientConfig,
+    conn: Mutex<Conn>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client").field("addr", &self.addr).finish()
+    }
+}
+
+async fn open(addr: SocketAddr, config: &ClientConfig) -> Result<BufReader<TcpStream>> {
+    let stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| ClientError::Timeout(config.connect_timeout))??;
+    stream.set_nodelay(true)?;
+    Ok(BufReader::with_capacity(64 << 10, stream))
+}
+
+/// A decoded answer: its body and its payload (a slice of the frame).
+struct Answer<T> {
+    body: T,
+    payload: Bytes,
+}
+
+impl Client {
+    /// Connects to a broker listener with the default [`ClientConfig`].
+    pub async fn connect(addr: impl ToSocketAddrs) -> Result<Client> {
+        Client::connect_with(addr, ClientConfig::default()).await
+    }
+
+    /// Connects to a broker listener (the first address of `addr` that
+    /// accepts).
+    pub async fn connect_with(addr: impl ToSocketAddrs, config: ClientConfig) -> Result<Client> {
+        let mut last = None;
+        for a in tokio::net::lookup_host(addr).await? {
+            match open(a, &config).await {
+                Ok(stream) => {
+                    return Ok(Client {
+                        addr: a,
+                        config,
+                        conn: Mutex::new(Conn {
+                            stream: Some(stream),
+                            next_corr: 1,
+                        }),
+                    })
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the address resolved to nothing",
+            ))
+        }))
+    }
+
+    /// The broker address this client talks to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The client's settings.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// Sends `req` followed by `payload`; waits for the answer unless
+    /// `expect_answer` is false. `extra_wait` is added to the timeout.
+    async fn call<R: Request>(
+        &self,
+        req: &R,
+        payload: &[Bytes],
+        extra_wait: Duration,
+        expect_answer: bool,
+    ) -> Result<Option<Answer<R::Response>>> {
+        let payload_len = payload.iter().map(|p| p.len()).sum();
+        let mut conn = self.conn.lock().await;
+        let corr = conn.next_corr;
+        conn.next_corr = corr.wrapping_add(1);
+        let head = frame::encode_request(&RequestHeader::of::<R>(corr), req, payload_len)?;
+        // The stream is taken out while in use: if this future is dropped
+        // midway (or fails), it is closed and the next call reconnects.
+        let mut stream = match conn.stream.take() {
+            Some(s) => s,
+            None => open(self.addr, &self.config).await?,
+        };
+        let limit = self.config.request_timeout + extra_wait;
+        let max = self.config.max_frame_bytes;
+        let exchange = async {
+            conn::write_frame(stream.get_mut(), &head, payload).await?;
+            if expect_answer {
+                conn::read_response(&mut stream, corr, max).await.map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let frame = tokio::time::timeout(limit, exchange)
+            .await
+            .map_err(|_| ClientError::Timeout(limit))??;
+        let Some(frame) = frame else {
+            conn.stream = Some(stream);
+            return Ok(None);
+        };
+        let answer = decode_answer::<R>(&frame)?;
+        conn.stream = Some(stream);
+        Ok(Some(answer))
+    }
+
+    /// [`Client::call`] for requests that always get an answer.
+    async fn request<R: Request>(&self, req: &R) -> Result<R::Response> {
+        let answer = self.call(req, &[], Duration::ZERO, true).await?;
+        Ok(answer.expect("an answer was expected").body)
+    }
+
+    /// The APIs and version ranges the broker supports.
+    pub async fn api_versions(&self) -> Result<Vec<ApiVersionRange>> {
+        Ok(self.request(&ApiVersionsRequest {}).await?.apis)
+    }
+
+    /// The broker's cores and the given topics (all topics for `None`).
+    /// Unknown topics are listed with their error code, not turned into an
+    /// error (see [`Client::topic_metadata`]).
+    pub async fn metadata(&self, topics: Option<Vec<String>>) -> Result<MetadataResponse> {
+        self.request(&MetadataRequest { topics }).await
+    }
+
+    /// One topic's partitions and their owning cores;
+    /// [`ClientError::Topic`] if it does not exist.
+    pub async fn topic_metadata(&self, name: &str) -> Result<TopicMetadata> {
+        let md = self.metadata(Some(vec![name.to_string()])).await?;
+        let t = md
+            .topics
+            .into_iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| missing("topic", name))?;
+        if t.error != 0 {
+            return Err(ClientError::topic(name, t.error, None));
+        }
+        Ok(t)
+    }
+
+    /// The names of all topics, sorted.
+    pub async fn list_topics(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .metadata(None)
+            .await?
+            .topics
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Creates a topic with `partitions` partitions and config overrides.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        configs: Vec<ConfigEntry>,
+    ) -> Result<()> {
+        let req = CreateTopicsRequest {
+            topics: vec![NewTopic {
+                name: name.to_string(),
+                partitions,
+                configs,
+            }],
+        };
+        topic_outcome(name, self.request(&req).await?.topics)
+    }
+
+    /// Deletes a topic and its data.
+    pub async fn delete_topic(&self, name: &str) -> Result<()> {
+        let req = DeleteTopicsRequest {
+            names: vec![name.to_string()],
+        };
+        topic_outcome(name, self.request(&req).await?.topics)
+    }
+
+    /// A topic's effective configs and, per partition, its owning core,
+    /// offsets and size on disk.
+    pub async fn describe_topic(&self, name: &str) -> Result<TopicConfigs> {
+        let req = DescribeConfigsRequest {
+            topics: vec![name.to_string()],
+        };
+        let t = self
+            .request(&req)
+            .await?
+            .topics
+            .into_iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| missing("topic", name))?;
+        if t.error != 0 {
+            return Err(ClientError::topic(name, t.error, None));
+        }
+        Ok(t)
+    }
+
+    /// Sets config entries of a topic (others keep their values).
+    pub async fn alter_configs(&self, name: &str, configs: Vec<ConfigEntry>) -> Result<()> {
+        let req = AlterConfigsRequest {
+            topics: vec![(name.to_string(), configs)],
+        };
+        topic_outcome(name, self.request(&req).await?.topics)
+    }
+
+    /// Grows a topic to `total` partitions.
+    pub async fn create_partitions(&self, name: &str, total: u32) -> Result<()> {
+        let req = CreatePartitionsRequest {
+            topics: vec![(name.to_string(), total)],
+        };
+        topic_outcome(name, self.request(&req).await?.topics)
+    }
+
+    /// Appends one record batch to a partition. Returns the offset the
+    /// broker gave its first record, or `None` with [`Acks::None`].
+    pub async fn produce(
+        &self,
+        topic: &str,
+        partition: u32,
+        batch: Bytes,
+        acks: Acks,
+    ) -> Result<Option<u64>> {
+        self.produce_many(acks, vec![(topic.to_string(), partition, batch)])
+            .await?
+            .pop()
+            .expect("one result per batch")
+    }
+
+    /// Appends record batches to partitions in one request: one result per
+    /// batch, in the order given (`Ok(None)` with [`Acks::None`]).
+    ///
+    /// The batches are sent as the frame's payload without being copied.
+    /// Batches for the same partition are sent as one contiguous range, in
+    /// the order given, so they are appended in that order; if one of them
+    /// fails, they all report the error (the ones before it may have been
+    /// appended). A batch whose framing is invalid fails alone, before
+    /// anything is sent. The outer error is for the request as a whole.
+    pub async fn produce_many(
+        &self,
+        acks: Acks,
+        batches: Vec<(String, u32, Bytes)>,
+    ) -> Result<Vec<Result<Option<u64>>>> {
+        let mut results: Vec<Option<Result<Option<u64>>>> = Vec::with_capacity(batches.len());
+        // (topic, partition) -> index in `groups`; groups keep first-seen order.
+        let mut index: HashMap<(&str, u32), usize> = HashMap::new();
+        let mut groups: Vec<Group<'_>> = Vec::new();
+        for (i, (topic, partition, batch)) in batches.iter().enumerate() {
+            let span = match BatchHeader::parse_framed(batch) {
+                Ok(h) if h.total_len() == batch.len() => h.offset_span(),
+                Ok(h) => {
+                    results.push(Some(Err(ClientError::InvalidArgument(format!(
+                        "batch {i} is {} bytes but its header says {}",
+                        batch.len(),
+                        h.total_len()
+                    )))));
+                    continue;
+                }
+                Err(e) => {
+                    results.push(Some(Err(ClientError::CorruptBatch(e))));
+                    continue;
+                }
+            };
+            results.push(None);
+            let g = *index.entry((topic, *partition)).or_insert_with(|| {
+                groups.push(Group {
+                    topic,
+                    partition: *partition,
+                    members: Vec::new(),
+                });
+                groups.len() - 1
+            });
+            groups[g].members.push((i, span));
+        }
+        let mut payload = Vec::new();
+        let mut partitions = Vec::with_capacity(groups.len());
+        let mut at: u64 = 0;
+        for g in &groups {
+            let start = at;
+            for &(i, _) in &g.members {
+                at += batches[i].2.len() as u64;
+                payload.push(batches[i].2.clone());
+            }
+            let (Ok(payload_offset), Ok(payload_len)) =
+                (u32::try_from(start), u32::try_from(at - start))
+            else {
+                return Err(ClientError::InvalidArgument(
+                    "produce request payload over 4 GiB".into(),
+                ));
+            };
+            partitions.push(ProducePartition {
+                topic: g.topic.to_string(),
+                partition: g.partition,
+                payload_offset,
+                payload_len,
+            });
+        }
+        if !groups.is_empty() {
+            let req = ProduceRequest {
+                acks: acks.as_i8(),
+                timeout_ms: millis_u32(self.config.request_timeout),
+                partitions,
+            };
+            let answer = self
+                .call(&req, &payload, Duration::ZERO, acks != Acks::None)
+                .await?;
+            match answer {
+                None => {
+                    for g in &groups {
+                        for &(i, _) in &g.members {
+                            results[i] = Some(Ok(None));
+                        }
+                    }
+                }
+                Some(a) => {
+                    if a.body.partitions.len() != groups.len() {
+                        return Err(ClientError::InvalidResponse(format!(
+                            "{} produce results for {} partitions",
+                            a.body.partitions.len(),
+                            groups.len()
+                        )));
+                    }
+                    for (g, r) in groups.iter().zip(a.body.partitions) {
+                        if r.topic != g.topic || r.partition != g.partition {
+                            return Err(ClientError::InvalidResponse(format!(
+                                "produce result for {}-{} where {}-{} was expected",
+                                r.topic, r.partition, g.topic, g.partition
+                            )));
+                        }
+                        let mut next = r.base_offset;
+                        for &(i, span) in &g.members {
+                            results[i] = Some(if r.error == 0 {
+                                Ok(Some(next))
+                            } else {
+                                Err(ClientError::partition(
+                                    g.topic,
+                                    g.partition,
+                                    r.error,
+                                    r.message.clone(),
+                                ))
+                            });
+                            next += span;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every batch has a result"))
+            .collect())
+    }
+
+    /// Reads batches of one partition from `offset`: up to `max_bytes`
+    /// (always at least one whole batch if there is one), waiting up to
+    /// `max_wait_ms` for data when `offset` is the end of the log.
+    pub async fn fetch(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max_bytes: u32,
+        max_wait_ms: u32,
+    ) -> Result<FetchedBatches> {
+        let target = FetchPartition {
+            topic: topic.to_string(),
+            partition,
+            offset,
+            max_bytes,
+        };
+        self.fetch_many(max_wait_ms, max_bytes, vec![target])
+            .await?
+            .pop()
+            .expect("one result per partition")
+    }
+
+    /// Reads several partitions in one request: one result per entry of
+    /// `partitions`, in order. `max_bytes` bounds the whole response (each
+    /// entry's `max_bytes` its partition). The broker waits up to
+    /// `max_wait_ms` for each partition that is at the end of its log.
+    pub async fn fetch_many(
+        &self,
+        max_wait_ms: u32,
+        max_bytes: u32,
+        partitions: Vec<FetchPartition>,
+    ) -> Result<Vec<Result<FetchedBatches>>> {
+        if partitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted: Vec<(String, u32)> = partitions
+            .iter()
+            .map(|p| (p.topic.clone(), p.partition))
+            .collect();
+        let req = FetchRequest {
+            max_wait_ms,
+            min_bytes: 1,
+            max_bytes,
+            partitions,
+        };
+        let wait = Duration::from_millis(max_wait_ms.into());
+        let a = self
+            .call(&req, &[], wait, true)
+            .await?
+            .expect("an answer was expected");
+        if a.body.partitions.len() != wanted.len() {
+            return Err(ClientError::InvalidResponse(format!(
+                "{} fetch results for {} partitions",
+                a.body.partitions.len(),
+                wanted.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(wanted.len());
+        for ((topic, partition), r) in wanted.iter().zip(a.body.partitions) {
+            if &r.topic != topic || r.partition != *partition {
+                return Err(ClientError::InvalidResponse(format!(
+                    "fetch result for {}-{} where {topic}-{partition} was expected",
+                    r.topic, r.partition
+                )));
+            }
+            if r.error != 0 {
+                out.push(Err(ClientError::partition(
+                    topic, *partition, r.error, r.message,
+                )));
+                continue;
+            }
+            let data = frame::payload_slice(&a.payload, r.payload_offset, r.payload_len)?;
+            let batches = split_batches(&a.payload.slice_ref(data))?;
+            out.push(Ok(FetchedBatches {
+                batches,
+                high_watermark: r.high_watermark,
+                log_start_offset: r.log_start_offset,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// Looks up an offset of a partition: the log start
+    /// ([`OffsetSpec::Earliest`]), the log end ([`OffsetSpec::Latest`]), or
+    /// the first record at or after a timestamp
+    /// ([`OffsetSpec::Timestamp`], ms; `None` if every record is older).
+    pub async fn list_offsets(
+        &self,
+        topic: &str,
+        partition: u32,
+        spec: OffsetSpec,
+    ) -> Result<Option<u64>> {
+        let req = ListOffsetsRequest {
+            partitions: vec![ListOffsetsPartition {
+                topic: topic.to_string(),
+                partition,
+                spec,
+            }],
+        };
+        let r = self
+            .request(&req)
+            .await?
+            .partitions
+            .into_iter()
+            .find(|r| r.topic == topic && r.partition == partition)
+            .ok_or_else(|| missing("partition", &format!("{topic}-{partition}")))?;
+        if r.error != 0 {
+            return Err(ClientError::partition(topic, partition, r.error, None));
+        }
+        Ok(r.offset)
+    }
+}
+
+/// A partition's batches within a produce request.
+struct Group<'a> {
+    topic: &'a str,
+    partition: u32,
+    /// (index in the caller's list, records' offset span)
+    members: Vec<(usize, u64)>,
+}
+
+fn millis_u32(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+}
+
+fn missing(what: &str, name: &str) -> ClientError {
+    ClientError::InvalidResponse(format!("no result for {what} `{name}`"))
+}
+
+/// The outcome of an admin operation on `name`.
+fn topic_outcome(name: &str, results: Vec<TopicResult>) -> Result<()> {
+    let r = results
+        .into_iter()
+        .find(|r| r.name == name)
+        .ok_or_else(|| missing("topic", name))?;
+    if r.error != 0 {
+        return Err(ClientError::topic(name, r.error, r.message));
+    }
+    Ok(())
+}
+
+/// Decodes a response frame: its body, or the frame-level error.
+fn decode_answer<R: Request>(frame: &Bytes) -> Result<Answer<R::Response>> {
+    let (h, body, payload) = frame::decode_response(frame)?;
+    if h.error != ErrorCode::None {
+        let message = frame::decode_body::<ErrorBody>(body)
+            .map(|b| b.message)
+            .unwrap_or_else(|_| h.error.description().to_string());
+        return Err(ClientError::Server {
+            code: h.error,
+            message,
+        });
+    }
+    Ok(Answer {
+        body: frame::decode_body::<R::Response>(body)?,
+        payload: frame.slice_ref(payload),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acks_parse_and_print() {
+        for (s, a, wire) in [
+            ("0", Acks::None, 0),
+            ("1", Acks::Leader, 1),
+            ("all", Acks::All, -1),
+            ("-1", Acks::All, -1),
+            ("ALL", Acks::All, -1),
+        ] {
+            let got: Acks = s.parse().unwrap();
+            assert_eq!(got, a);
+            assert_eq!(got.as_i8(), wire);
+            assert_eq!(got.to_string().parse::<Acks>().unwrap(), a);
+        }
+        assert!("2".parse::<Acks>().is_err());
+        assert_eq!(Acks::default(), Acks::All);
+    }
+}
