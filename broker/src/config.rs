@@ -131,6 +131,12 @@ impl BrokerConfig {
         if (max_frame_bytes as usize) < weir_proto::batch::HEADER_BYTES + 64 {
             bail!("--max-frame-bytes {max_frame_bytes} is too small");
         }
+        if max_frame_bytes as u64 > crate::core::INFLIGHT_BYTES_PER_CORE {
+            bail!(
+                "--max-frame-bytes {max_frame_bytes} is larger than a core's in-flight budget ({})",
+                crate::core::INFLIGHT_BYTES_PER_CORE
+            );
+        }
         let default_partitions = args
             .default_partitions
             .or(file.default_partitions)

@@ -74,11 +74,25 @@ pub async fn serve(core: Rc<Core>, mut stream: TcpStream, active: Rc<Cell<usize>
     let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     loop {
-        // Read until one whole frame is buffered.
+        // Read until one whole frame is buffered. Its size is taken from the
+        // core's in-flight budget first (waiting if other connections hold
+        // it), so a burst of large requests cannot exhaust memory.
+        let mut permit = None;
         let need = loop {
             match frame::peek_frame_len(&buf, max) {
-                Ok(Some(n)) if buf.len() >= n => break Some(n),
-                Ok(_) => {}
+                Ok(Some(n)) => {
+                    if permit.is_none() {
+                        match core.inflight.acquire_permit(n as u64).await {
+                            Ok(p) => permit = Some(p),
+                            Err(_) => break None,
+                        }
+                    }
+                    if buf.len() >= n {
+                        break Some(n);
+                    }
+                    buf.reserve(n - buf.len());
+                }
+                Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(%peer, error = %e, "closing connection: bad frame");
                     let a = Answer::error(
@@ -125,6 +139,7 @@ pub async fn serve(core: Rc<Core>, mut stream: TcpStream, active: Rc<Cell<usize>
             tracing::debug!(%peer, error = %e, "connection write failed");
             return;
         }
+        drop(permit);
         if close {
             return;
         }

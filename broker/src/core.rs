@@ -184,7 +184,14 @@ pub struct Core {
     pub mesh: Senders<CoreMsg>,
     /// This core's counters.
     pub metrics: crate::metrics::Metrics,
+    /// Bytes of requests being read or handled on this core: a connection
+    /// takes its frame's size before reading the frame and gives it back
+    /// after answering, so a core never holds more than this in requests.
+    pub inflight: glommio::sync::Semaphore,
 }
+
+/// Request bytes one core holds at most (reading or being handled).
+pub const INFLIGHT_BYTES_PER_CORE: u64 = 512 << 20;
 
 impl Core {
     /// Creates the core's state and opens the logs it owns.
@@ -206,6 +213,7 @@ impl Core {
             registry: RefCell::new(Registry::default()),
             mesh,
             metrics: Default::default(),
+            inflight: glommio::sync::Semaphore::new(INFLIGHT_BYTES_PER_CORE),
         });
         core.apply_registry(registry, Vec::new()).await?;
         Ok(core)

@@ -362,41 +362,89 @@ async fn produce(core: &Rc<Core>, req: ProduceRequest, payload: Bytes) -> Produc
     ProduceResponse { partitions }
 }
 
-async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest) -> Answer {
-    let mut tasks = Vec::new();
-    let wait = if req.min_bytes > 0 {
-        req.max_wait_ms
-    } else {
-        0
-    };
-    for p in req.partitions {
-        let core = core.clone();
-        let max_bytes = p.max_bytes.min(req.max_bytes).max(1) as u64;
-        tasks.push(glommio::spawn_local(async move {
-            let (topic, partition, offset) = (p.topic.clone(), p.partition, p.offset);
-            let r: Result<FetchOk, PartitionError> = on_owner(
-                &core,
-                &topic,
-                partition,
-                handlers::fetch_local(&core, &topic, partition, offset, max_bytes, wait),
-                |reply| CoreMsg::Fetch {
-                    topic: topic.clone(),
-                    partition,
-                    offset,
-                    max_bytes,
-                    wait_ms: wait,
-                    reply,
-                },
-            )
-            .await;
-            (p, r)
-        }));
+/// Fetches one partition on its owner core; with `wait_ms`, the owner waits
+/// for data at `offset` if there is none yet.
+async fn fetch_one(
+    core: &Rc<Core>,
+    p: &FetchPartition,
+    max_bytes: u64,
+    wait_ms: u32,
+) -> Result<FetchOk, PartitionError> {
+    let (topic, partition, offset) = (p.topic.as_str(), p.partition, p.offset);
+    on_owner(
+        core,
+        topic,
+        partition,
+        handlers::fetch_local(core, topic, partition, offset, max_bytes, wait_ms),
+        |reply| CoreMsg::Fetch {
+            topic: topic.to_string(),
+            partition,
+            offset,
+            max_bytes,
+            wait_ms,
+            reply,
+        },
+    )
+    .await
+}
+
+/// Fetches every partition of a request concurrently, without waiting.
+async fn fetch_all(core: &Rc<Core>, req: &FetchRequest) -> Vec<Result<FetchOk, PartitionError>> {
+    let tasks: Vec<_> = req
+        .partitions
+        .iter()
+        .map(|p| {
+            let (core, p) = (core.clone(), p.clone());
+            let max_bytes = p.max_bytes.min(req.max_bytes).max(1) as u64;
+            glommio::spawn_local(async move { fetch_one(&core, &p, max_bytes, 0).await })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await);
     }
+    out
+}
+
+async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest) -> Answer {
+    let mut results = fetch_all(core, &req).await;
+    let got: u64 = results
+        .iter()
+        .flatten()
+        .flat_map(|f| f.batches.iter().map(|b| b.len() as u64))
+        .sum();
+    if req.max_wait_ms > 0 && req.min_bytes > 0 && got < req.min_bytes as u64 {
+        // Long poll: wait until any partition gets data (each owner waits on
+        // its log), or the timeout; then read everything again.
+        let (tx, rx) = glommio::channels::local_channel::new_bounded::<()>(1);
+        let tx = Rc::new(tx);
+        for p in &req.partitions {
+            let (core, p, tx) = (core.clone(), p.clone(), tx.clone());
+            let wait = req.max_wait_ms;
+            glommio::spawn_local(async move {
+                if let Ok(f) = fetch_one(&core, &p, 1, wait).await {
+                    if !f.batches.is_empty() {
+                        let _ = tx.try_send(());
+                    }
+                }
+            })
+            .detach();
+        }
+        let wait = std::time::Duration::from_millis(req.max_wait_ms as u64);
+        futures_lite::future::or(
+            async {
+                rx.recv().await;
+            },
+            glommio::timer::sleep(wait),
+        )
+        .await;
+        results = fetch_all(core, &req).await;
+    }
+    let tasks: Vec<_> = req.partitions.into_iter().zip(results).collect();
     let mut partitions = Vec::with_capacity(tasks.len());
     let mut pieces = Vec::new();
     let mut at: u64 = 0;
-    for t in tasks {
-        let (p, r) = t.await;
+    for (p, r) in tasks {
         match r {
             Ok(f) => {
                 let start = at;

@@ -171,15 +171,45 @@ fn acked_records_survive_kill_9() {
     let b = Broker::start(dir.path(), 2);
     let mut c = b.client();
     create(&mut c, "t", 2, &[]);
+    // A producer keeps producing (acks=all) while the broker is killed;
+    // every acknowledgement it got is reported here first.
+    let (tx, rx) = std::sync::mpsc::channel::<(u32, u64)>();
+    let addr = b.addr;
+    let producer = std::thread::spawn(move || {
+        let mut c = Client::connect(addr);
+        for i in 0..100_000u32 {
+            let p = i % 2;
+            let batch = records_batch(&format!("r{i}"), 3, 5);
+            let req = ProduceRequest {
+                acks: -1,
+                timeout_ms: 30_000,
+                partitions: vec![ProducePartition {
+                    topic: "t".into(),
+                    partition: p,
+                    payload_offset: 0,
+                    payload_len: batch.len() as u32,
+                }],
+            };
+            match c.try_ok(&req, &[&batch]) {
+                Ok(r) if r.partitions[0].error == 0 => {
+                    if tx.send((p, r.partitions[0].base_offset + 3)).is_err() {
+                        return;
+                    }
+                }
+                _ => return,
+            }
+        }
+    });
     let mut acked = [0u64; 2];
-    for i in 0..200 {
-        let p = (i % 2) as u32;
-        let batch = records_batch(&format!("r{i}"), 3, 5);
-        let r = produce(&mut c, "t", &[(p, &batch)], -1);
-        assert_eq!(r.partitions[0].error, 0);
-        acked[p as usize] = r.partitions[0].base_offset + 3;
+    for _ in 0..300 {
+        let (p, end) = rx.recv().unwrap();
+        acked[p as usize] = acked[p as usize].max(end);
     }
     b.kill();
+    for (p, end) in rx.iter() {
+        acked[p as usize] = acked[p as usize].max(end);
+    }
+    producer.join().unwrap();
     let b = Broker::start(dir.path(), 2);
     let mut c = b.client();
     for p in 0..2u32 {
@@ -188,6 +218,9 @@ fn acked_records_survive_kill_9() {
             got.len() as u64 >= acked[p as usize],
             "every acknowledged record is there"
         );
+        for (i, (o, _)) in got.iter().enumerate() {
+            assert_eq!(*o, i as u64, "offsets are contiguous");
+        }
     }
 }
 
@@ -272,8 +305,21 @@ fn bad_input_gets_clear_errors_and_hurts_no_one() {
     let r = c.read_frame().unwrap();
     let (h, _, _) = weir_proto::frame::decode_response(&r).unwrap();
     assert_eq!(h.error, ErrorCode::UnsupportedApi);
+    let mut other = b.client();
+    other.ok(&ApiVersionsRequest {}, &[]);
     assert_eq!(h.correlation_id, 7);
     c.ok(&ApiVersionsRequest {}, &[]);
+
+    // A known API at an unknown version.
+    let mut f = Vec::new();
+    f.extend_from_slice(&12u32.to_be_bytes());
+    f.extend_from_slice(&1u16.to_be_bytes());
+    f.extend_from_slice(&77u16.to_be_bytes());
+    f.extend_from_slice(&8u32.to_be_bytes());
+    f.extend_from_slice(&0u32.to_be_bytes());
+    c.send_raw(&f).unwrap();
+    let (h, _, _) = weir_proto::frame::decode_response(&c.read_frame().unwrap()).unwrap();
+    assert_eq!(h.error, ErrorCode::UnsupportedVersion);
 
     // A body that fails validation.
     let mut f = Vec::new();
@@ -346,4 +392,43 @@ fn metrics_endpoint_serves_prometheus_text() {
     ] {
         assert!(text.contains(needle), "missing {needle}");
     }
+}
+
+#[test]
+fn long_poll_over_several_partitions_returns_when_one_gets_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let mut c = b.client();
+    create(&mut c, "multi", 4, &[]);
+    let addr = b.addr;
+    let t0 = Instant::now();
+    let waiter = std::thread::spawn(move || {
+        let mut c = Client::connect(addr);
+        let (r, payload) = c.ok(
+            &FetchRequest {
+                max_wait_ms: 20_000,
+                min_bytes: 1,
+                max_bytes: 1 << 20,
+                partitions: (0..4)
+                    .map(|p| FetchPartition {
+                        topic: "multi".into(),
+                        partition: p,
+                        offset: 0,
+                        max_bytes: 1 << 20,
+                    })
+                    .collect(),
+            },
+            &[],
+        );
+        (r, payload.len(), t0.elapsed())
+    });
+    let batch = records_batch("z", 1, 1);
+    produce(&mut c, "multi", &[(3, &batch)], -1);
+    let (r, len, took) = waiter.join().unwrap();
+    assert!(len > 0);
+    assert!(r.partitions.iter().all(|p| p.error == 0));
+    assert!(
+        took < Duration::from_secs(15),
+        "answered on data, not at the timeout"
+    );
 }

@@ -169,6 +169,26 @@ impl Client {
         (rh, body, pl.to_vec())
     }
 
+    /// Sends a request and reads its answer; I/O errors (a dead broker) are
+    /// returned, not panicked on. Frame-level errors are `InvalidData`.
+    pub fn try_ok<R: Request>(
+        &mut self,
+        req: &R,
+        payload: &[&[u8]],
+    ) -> std::io::Result<R::Response> {
+        self.corr += 1;
+        let h = RequestHeader::of::<R>(self.corr);
+        let bytes = frame::encode_request_with_payload(&h, req, payload).unwrap();
+        self.stream.write_all(&bytes)?;
+        let f = self.read_frame()?;
+        let bad = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        let (rh, body, _) = frame::decode_response(&f).map_err(|e| bad(e.to_string()))?;
+        if rh.error != weir_proto::error_code::ErrorCode::None {
+            return Err(bad(format!("{:?}", rh.error)));
+        }
+        frame::decode_body::<R::Response>(body).map_err(|e| bad(e.to_string()))
+    }
+
     /// Like `call`, expecting success.
     pub fn ok<R: Request>(&mut self, req: &R, payload: &[&[u8]]) -> (R::Response, Vec<u8>) {
         let (h, b, p) = self.call(req, payload);
