@@ -495,6 +495,26 @@ fn payload_total(payload: &[&[u8]]) -> usize {
         .fold(0usize, |n, p| n.saturating_add(p.len()))
 }
 
+/// Encodes a frame and copies `payload` (the concatenation of the slices)
+/// after its body.
+fn encode_frame_with_payload<T: Message>(
+    fixed: [u8; 8],
+    body: &T,
+    payload: &[&[u8]],
+) -> Result<BytesMut, FrameError> {
+    let payload_len = payload_total(payload);
+    let mut buf = encode_frame(
+        fixed,
+        body,
+        payload_len,
+        256usize.saturating_add(payload_len),
+    )?;
+    for p in payload {
+        buf.put_slice(p);
+    }
+    Ok(buf)
+}
+
 /// Encodes a request's header and body; `frame_len` also counts the
 /// `payload_len` bytes of payload the caller sends right after the returned
 /// bytes (e.g. with a vectored write of the batches).
@@ -513,17 +533,7 @@ pub fn encode_request_with_payload<T: Message>(
     body: &T,
     payload: &[&[u8]],
 ) -> Result<BytesMut, FrameError> {
-    let payload_len = payload_total(payload);
-    let mut buf = encode_frame(
-        request_fixed(header),
-        body,
-        payload_len,
-        256usize.saturating_add(payload_len),
-    )?;
-    for p in payload {
-        buf.put_slice(p);
-    }
-    Ok(buf)
+    encode_frame_with_payload(request_fixed(header), body, payload)
 }
 
 /// Encodes a response's header and body; `frame_len` also counts the
@@ -544,17 +554,7 @@ pub fn encode_response_with_payload<T: Message>(
     body: &T,
     payload: &[&[u8]],
 ) -> Result<BytesMut, FrameError> {
-    let payload_len = payload_total(payload);
-    let mut buf = encode_frame(
-        response_fixed(header),
-        body,
-        payload_len,
-        256usize.saturating_add(payload_len),
-    )?;
-    for p in payload {
-        buf.put_slice(p);
-    }
-    Ok(buf)
+    encode_frame_with_payload(response_fixed(header), body, payload)
 }
 
 /// Encodes a frame-level error response: header `error`, body

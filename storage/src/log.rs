@@ -774,22 +774,8 @@ impl PartitionLog {
     /// disk, durably. Returns the new log end offset.
     pub async fn truncate_to(&self, offset: u64) -> Result<u64> {
         let inner = &self.inner;
-        let _a = inner
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
-        let _io = inner
-            .io_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
-        // Wait for a pipelined fdatasync still in flight.
-        let _sync = inner
-            .sync_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
+        let _a = inner.lock(&inner.append_lock).await?;
+        let _files = inner.lock_files().await?;
         inner.check_mode()?;
         let start = inner.state.borrow().log_start;
         if offset < start {
@@ -805,17 +791,7 @@ impl PartitionLog {
     /// log start offset.
     pub async fn delete_before(&self, offset: u64) -> Result<u64> {
         let inner = &self.inner;
-        let _io = inner
-            .io_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
-        // Wait for a pipelined fdatasync still in flight.
-        let _sync = inner
-            .sync_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
+        let _files = inner.lock_files().await?;
         inner.check_mode()?;
         let hw = inner.state.borrow().written;
         if offset > hw {
@@ -862,17 +838,7 @@ impl PartitionLog {
     /// offset. Uses the shard's clock.
     pub async fn enforce_retention(&self) -> Result<RetentionReport> {
         let inner = &self.inner;
-        let _io = inner
-            .io_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
-        // Wait for a pipelined fdatasync still in flight.
-        let _sync = inner
-            .sync_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
+        let _files = inner.lock_files().await?;
         inner.check_mode()?;
         let now = inner.shard.clock.now_ms();
         let (doomed, report) = {
@@ -939,22 +905,8 @@ impl PartitionLog {
     /// clean-shutdown marker, so the next open does not scan.
     pub async fn close(&self) -> Result<()> {
         let inner = &self.inner;
-        let _a = inner
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
-        let _io = inner
-            .io_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
-        // Wait for a pipelined fdatasync still in flight.
-        let _sync = inner
-            .sync_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
+        let _a = inner.lock(&inner.append_lock).await?;
+        let _files = inner.lock_files().await?;
         inner.check_mode()?;
         inner.state.borrow_mut().force_sync = true;
         if let Err(e) = inner.round_locked(None).await {
@@ -985,22 +937,8 @@ impl PartitionLog {
     /// Closes the log and removes its directory (topic deletion).
     pub async fn delete(&self) -> Result<()> {
         let inner = &self.inner;
-        let _a = inner
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
-        let _io = inner
-            .io_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
-        // Wait for a pipelined fdatasync still in flight.
-        let _sync = inner
-            .sync_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| inner.closed())?;
+        let _a = inner.lock(&inner.append_lock).await?;
+        let _files = inner.lock_files().await?;
         {
             let mut st = inner.state.borrow_mut();
             st.mode = Mode::Closed;
@@ -1194,6 +1132,19 @@ async fn recover_segment(
 }
 
 impl LogInner {
+    /// Takes one of the log's locks.
+    async fn lock<'a>(&'a self, sem: &'a Semaphore) -> Result<glommio::sync::Permit<'a>> {
+        sem.acquire_permit(1).await.map_err(|_| self.closed())
+    }
+
+    /// Takes the I/O lock, then waits for a pipelined fdatasync still in
+    /// flight (the sync lock): what every file-changing operation needs.
+    async fn lock_files(&self) -> Result<(glommio::sync::Permit<'_>, glommio::sync::Permit<'_>)> {
+        let io = self.lock(&self.io_lock).await?;
+        let sync = self.lock(&self.sync_lock).await?;
+        Ok((io, sync))
+    }
+
     fn closed(&self) -> StorageError {
         StorageError::Closed {
             partition: self.name.clone(),
