@@ -54,7 +54,8 @@ impl Answer {
     }
 }
 
-fn correlation_id_of(buf: &[u8]) -> u32 {
+/// The correlation id of a (possibly partial) request frame, 0 if not there yet.
+pub fn correlation_id_of(buf: &[u8]) -> u32 {
     buf.get(8..12)
         .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
         .unwrap_or(0)

@@ -56,10 +56,7 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes) -> Answer {
     let (h, body, payload) = match frame::decode_request(&request) {
         Ok(x) => x,
         Err(e) => {
-            let corr = request
-                .get(8..12)
-                .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
-                .unwrap_or(0);
+            let corr = crate::connection::correlation_id_of(&request);
             return Answer::error(corr, e.error_code(), &e.to_string(), true);
         }
     };
