@@ -625,46 +625,28 @@ impl PartitionLog {
         // `offset` falls in a gap).
         let mut want = offset;
         while out.batches.is_empty() && want < hw {
-            let Some((seg_base, file, path, align, floor_off, floor_pos, limit)) = ({
+            let Some(cur) = ({
                 let st = inner.state.borrow();
                 st.segments
                     .range(..=want)
                     .next_back()
                     .filter(|(_, s)| s.next_offset > want)
                     .or_else(|| st.segments.range(want..).next())
-                    .map(|(_, s)| {
-                        let (fo, fp) = s.floor(want);
-                        (
-                            s.base,
-                            s.log.file().clone(),
-                            s.log.path().clone(),
-                            s.log.align(),
-                            fo,
-                            fp,
-                            s.log.written(),
-                        )
-                    })
+                    .map(|(_, s)| s.cursor(s.floor(want)))
             }) else {
                 break;
             };
+            let (seg_base, limit) = (cur.base, cur.limit);
             let read_len = max_bytes.clamp(READ_AHEAD_BYTES, READ_BYTES_MAX);
-            let scan_limit = limit.min(floor_pos + read_len);
+            let scan_limit = limit.min(cur.pos + read_len);
             let mut cached = Vec::new();
             let target = want;
-            let summary = segment::scan(
-                &file,
-                &path,
-                align,
-                seg_base,
-                floor_pos,
-                floor_off,
-                scan_limit,
-                |h, _, b| {
+            let summary = cur
+                .scan(scan_limit, |h, _, b| {
                     cached.push((h.base_offset as u64, h.last_offset() as u64, b.clone()));
                     true
-                },
-            )
-            .await?;
+                })
+                .await?;
             {
                 let mut cache = inner.shard.cache.borrow_mut();
                 for (base, last, b) in &cached {
@@ -688,7 +670,7 @@ impl PartitionLog {
                 if let (Some(e), true) = (&summary.stopped, summary.end_pos < limit) {
                     bump(&inner.shard.counters.io_errors, 1);
                     return Err(StorageError::Corrupt {
-                        path,
+                        path: cur.path.clone(),
                         reason: format!(
                             "invalid batch at position {} below the high watermark: {e}",
                             summary.end_pos
@@ -731,27 +713,16 @@ impl PartitionLog {
             st.segments
                 .values()
                 .filter(|s| s.max_timestamp >= ts && s.base < st.written)
-                .map(|s| {
-                    let (fo, fp) = s.time_floor(ts);
-                    (
-                        s.base,
-                        s.log.file().clone(),
-                        s.log.path().clone(),
-                        s.log.align(),
-                        fo,
-                        fp,
-                        s.log.written(),
-                    )
-                })
+                .map(|s| s.cursor(s.time_floor(ts)))
                 .collect()
         };
         let (start, hw) = {
             let st = inner.state.borrow();
             (st.log_start, st.written)
         };
-        for (base, file, path, align, fo, fp, limit) in candidates {
+        for cur in candidates {
             let mut found = None;
-            segment::scan(&file, &path, align, base, fp, fo, limit, |h, _, b| {
+            cur.scan(cur.limit, |h, _, b| {
                 if (h.base_offset as u64) >= hw {
                     return false;
                 }
@@ -1496,7 +1467,7 @@ impl LogInner {
     /// Cuts the log at the batch containing `offset` (both locks held, no
     /// pending bytes before the cut point). Returns the new log end.
     async fn truncate_locked(self: &Rc<Self>, offset: u64) -> Result<u64> {
-        let (seg_base, file, path, align, floor_off, floor_pos, limit) = {
+        let cur = {
             let st = self.state.borrow();
             if offset >= st.next_offset && st.written >= st.next_offset {
                 return Ok(st.next_offset);
@@ -1507,36 +1478,20 @@ impl LogInner {
                 .next_back()
                 .or_else(|| st.segments.iter().next())
                 .expect("a segment");
-            let (fo, fp) = s.floor(offset);
-            (
-                s.base,
-                s.log.file().clone(),
-                s.log.path().clone(),
-                s.log.align(),
-                fo,
-                fp,
-                s.log.written(),
-            )
+            s.cursor(s.floor(offset))
         };
+        let (seg_base, floor_off) = (cur.base, cur.offset);
         let mut cut = None;
-        let sum = segment::scan(
-            &file,
-            &path,
-            align,
-            seg_base,
-            floor_pos,
-            floor_off,
-            limit,
-            |h, pos, _| {
+        let sum = cur
+            .scan(cur.limit, |h, pos, _| {
                 if h.last_offset() as u64 >= offset {
                     cut = Some((pos, h.base_offset as u64));
                     false
                 } else {
                     true
                 }
-            },
-        )
-        .await?;
+            })
+            .await?;
         let (pos, new_end) = cut.unwrap_or((sum.end_pos, sum.next_offset.max(floor_off)));
         // Summarise what remains after the last index entry kept.
         let (kept_off, kept_pos) = {
@@ -1554,17 +1509,10 @@ impl LogInner {
                 }
             }
         };
-        let remain = segment::scan(
-            &file,
-            &path,
-            align,
-            seg_base,
-            kept_pos,
-            kept_off,
-            pos,
-            |_, _, _| true,
-        )
-        .await?;
+        let remain = cur
+            .at((kept_off, kept_pos))
+            .scan(pos, |_, _, _| true)
+            .await?;
         let doomed = {
             let mut st = self.state.borrow_mut();
             let doomed: Vec<u64> = st.segments.range(seg_base + 1..).map(|(b, _)| *b).collect();

@@ -364,6 +364,20 @@ impl Segment {
         ]
     }
 
+    /// A cursor at `(offset, position)` (from [`Segment::floor`] or
+    /// [`Segment::time_floor`]).
+    pub fn cursor(&self, (offset, pos): (u64, u64)) -> SegmentCursor {
+        SegmentCursor {
+            base: self.base,
+            file: self.log.file().clone(),
+            path: self.log.path().clone(),
+            align: self.log.align(),
+            offset,
+            pos,
+            limit: self.log.written(),
+        }
+    }
+
     /// The nearest known (offset, position) at or before `offset`.
     pub fn floor(&self, offset: u64) -> (u64, u64) {
         let rel = offset.saturating_sub(self.base).min(u32::MAX as u64) as u32;
@@ -419,6 +433,56 @@ impl Segment {
             None => 0,
         };
         self.state = SegmentState::Active;
+    }
+}
+
+/// Where to scan a segment from, copied out of the log's state so that no
+/// borrow is held across the I/O.
+#[derive(Debug, Clone)]
+pub struct SegmentCursor {
+    /// The segment's base offset.
+    pub base: u64,
+    /// Its `.log` file.
+    pub file: Rc<DmaFile>,
+    /// The file's path.
+    pub path: PathBuf,
+    /// Alignment of direct-I/O reads.
+    pub align: u64,
+    /// Offset of the batch at `pos` (or a lower bound for it).
+    pub offset: u64,
+    /// Where to start reading.
+    pub pos: u64,
+    /// Bytes of the file written to disk (reads stop there).
+    pub limit: u64,
+}
+
+impl SegmentCursor {
+    /// Scans from the cursor up to `limit` (see [`scan`]).
+    pub async fn scan(
+        &self,
+        limit: u64,
+        visit: impl FnMut(&BatchHeader, u64, &Bytes) -> bool,
+    ) -> Result<ScanSummary> {
+        scan(
+            &self.file,
+            &self.path,
+            self.align,
+            self.base,
+            self.pos,
+            self.offset,
+            limit,
+            visit,
+        )
+        .await
+    }
+
+    /// The same segment from another (offset, position).
+    pub fn at(&self, (offset, pos): (u64, u64)) -> SegmentCursor {
+        SegmentCursor {
+            offset,
+            pos,
+            ..self.clone()
+        }
     }
 }
 
