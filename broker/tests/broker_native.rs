@@ -388,6 +388,7 @@ fn metrics_endpoint_serves_prometheus_text() {
         "weir_bytes_in_total{core=\"0\"}",
         "weir_cache_hit_ratio{core=\"1\"}",
         "weir_fsync_seconds_total",
+        "weir_fsync_duration_seconds_bucket{core=\"0\",le=\"+Inf\"}",
         "weir_partition_log_end_offset{topic=\"m\",partition=\"1\"",
     ] {
         assert!(text.contains(needle), "missing {needle}");

@@ -202,6 +202,9 @@ async fn sync_files(shard: &ShardInner, files: Vec<(Rc<DmaFile>, PathBuf)>) -> R
         let us = took.as_micros() as u64;
         bump(&shard.counters.fdatasyncs, 1);
         bump(&shard.counters.fdatasync_micros, us);
+        if let Some(i) = crate::shard::FSYNC_BUCKETS_US.iter().position(|&b| us <= b) {
+            bump(&shard.counters.fdatasync_buckets[i], 1);
+        }
         if us > shard.counters.fdatasync_micros_max.get() {
             shard.counters.fdatasync_micros_max.set(us);
         }

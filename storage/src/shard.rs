@@ -24,6 +24,11 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{Result, StorageError};
 use crate::log::LogInner;
 
+/// Upper bounds (µs) of the fdatasync latency histogram buckets.
+pub const FSYNC_BUCKETS_US: [u64; 10] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000, 250_000,
+];
+
 /// Default preallocation step of segment files.
 pub const PREALLOC_STEP_DEFAULT: u64 = 32 << 20;
 
@@ -61,6 +66,9 @@ pub struct ShardStats {
     pub fdatasync_micros: u64,
     /// Longest fdatasync, µs.
     pub fdatasync_micros_max: u64,
+    /// fdatasyncs per latency bucket ([`FSYNC_BUCKETS_US`]; not cumulative;
+    /// slower ones only in the total count).
+    pub fdatasync_buckets: [u64; FSYNC_BUCKETS_US.len()],
     /// Failed writes or syncs.
     pub io_errors: u64,
     /// Bytes cut from torn or corrupt tails by recovery.
@@ -79,6 +87,7 @@ pub(crate) struct Counters {
     pub fdatasyncs: Cell<u64>,
     pub fdatasync_micros: Cell<u64>,
     pub fdatasync_micros_max: Cell<u64>,
+    pub fdatasync_buckets: [Cell<u64>; FSYNC_BUCKETS_US.len()],
     pub io_errors: Cell<u64>,
     pub recovery_truncated_bytes: Cell<u64>,
     pub recovery_scanned_segments: Cell<u64>,
@@ -147,6 +156,7 @@ impl StorageShard {
             fdatasyncs: c.fdatasyncs.get(),
             fdatasync_micros: c.fdatasync_micros.get(),
             fdatasync_micros_max: c.fdatasync_micros_max.get(),
+            fdatasync_buckets: std::array::from_fn(|i| c.fdatasync_buckets[i].get()),
             io_errors: c.io_errors.get(),
             recovery_truncated_bytes: c.recovery_truncated_bytes.get(),
             recovery_scanned_segments: c.recovery_scanned_segments.get(),
