@@ -292,6 +292,41 @@ pub fn render(snaps: &[Snapshot]) -> String {
         }
     }
     family(
+        "weir_fsync_duration_seconds",
+        "histogram",
+        "fdatasync latency of segment files, by core.",
+        &mut o,
+    );
+    for s in snaps {
+        let st = &s.storage;
+        let mut cum = 0;
+        for (b, n) in weir_storage::shard::FSYNC_BUCKETS_US
+            .iter()
+            .zip(&st.fdatasync_buckets)
+        {
+            cum += n;
+            let le = *b as f64 / 1e6;
+            let _ = writeln!(
+                o,
+                "weir_fsync_duration_seconds_bucket{{core=\"{}\",le=\"{le}\"}} {cum}",
+                s.core
+            );
+        }
+        let (core, n, sum) = (s.core, st.fdatasyncs, st.fdatasync_micros as f64 / 1e6);
+        let _ = writeln!(
+            o,
+            "weir_fsync_duration_seconds_bucket{{core=\"{core}\",le=\"+Inf\"}} {n}"
+        );
+        let _ = writeln!(
+            o,
+            "weir_fsync_duration_seconds_sum{{core=\"{core}\"}} {sum}"
+        );
+        let _ = writeln!(
+            o,
+            "weir_fsync_duration_seconds_count{{core=\"{core}\"}} {n}"
+        );
+    }
+    family(
         "weir_cache_hit_ratio",
         "gauge",
         "Cache hits / lookups.",
