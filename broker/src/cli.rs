@@ -251,18 +251,10 @@ const BATCH_BYTES_MAX: usize = 1 << 20;
 const SEND_BYTES: usize = 4 << 20;
 const SEND_BATCHES: usize = 64;
 
-/// The partition of a keyed record.
-///
-/// A simple stable hash (32-bit FNV-1a) for now; Kafka's murmur2
-/// partitioner, for key placement compatible with Kafka clients, comes
-/// later.
+/// The partition of a keyed record: Kafka's murmur2 partitioner, so keys
+/// land where the Java client and librdkafka would put them.
 fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for &b in key {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h % partitions
+    weir_client::partitioner::partition_for_key(key, partitions)
 }
 
 fn now_ms() -> i64 {
@@ -804,9 +796,8 @@ mod tests {
 
     #[test]
     fn key_partitioning_is_stable() {
-        // FNV-1a 32 of "a" is 0xe40c292c.
-        assert_eq!(partition_for_key(b"a", 1 << 31), 0xe40c292c % (1 << 31));
-        assert_eq!(partition_for_key(b"", 4), 0x811c9dc5 % 4);
+        // Kafka: toPositive(murmur2("foobar")) % 50 = 16.
+        assert_eq!(partition_for_key(b"foobar", 50), 16);
         for k in [&b"x"[..], b"key-1", b"\xff"] {
             assert!(partition_for_key(k, 7) < 7);
         }

@@ -55,6 +55,7 @@
 mod batches;
 mod conn;
 mod error;
+pub mod partitioner;
 
 use std::collections::HashMap;
 use std::fmt;
