@@ -324,9 +324,31 @@ async fn produce(core: &Rc<Core>, req: ProduceRequest, payload: Bytes) -> Produc
         let data = frame::payload_slice(&payload, p.payload_offset, p.payload_len)
             .map(|s| payload.slice_ref(s));
         let acks = req.acks;
+        // 0: no limit.
+        let timeout = std::time::Duration::from_millis(match req.timeout_ms {
+            0 => u64::from(u32::MAX),
+            ms => u64::from(ms),
+        });
         tasks.push(glommio::spawn_local(async move {
             let r = match data {
-                Ok(data) => produce_partition(&core, &p.topic, p.partition, data, acks).await,
+                // `timeout_ms` bounds the wait for the acknowledgement. As in
+                // Kafka, a timed-out batch may still be appended.
+                Ok(data) => {
+                    futures_lite::future::or(
+                        produce_partition(&core, &p.topic, p.partition, data, acks),
+                        async {
+                            glommio::timer::sleep(timeout).await;
+                            Err(PartitionError {
+                                code: code::REQUEST_TIMED_OUT,
+                                message: format!(
+                                    "not acknowledged within timeout_ms={}; the batch may still be appended",
+                                    timeout.as_millis()
+                                ),
+                            })
+                        },
+                    )
+                    .await
+                }
                 Err(e) => Err(PartitionError {
                     code: code::INVALID_REQUEST,
                     message: e.to_string(),
