@@ -72,6 +72,13 @@ pub enum ClientError {
     /// The call's arguments are invalid (checked before sending).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A [`crate::producer::Producer`]'s buffer stayed full: `send` waited
+    /// `max_block_ms` for earlier records to be delivered and gave up.
+    #[error("producer buffer full: no space freed up within {waited:?} (see ProducerConfig::buffer_memory and max_block_ms)")]
+    BufferFull {
+        /// How long `send` waited for buffer space.
+        waited: Duration,
+    },
 }
 
 // `Protocol` and `CorruptBatch` show their cause in their message, so they

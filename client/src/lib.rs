@@ -56,6 +56,7 @@ mod batches;
 mod conn;
 mod error;
 pub mod partitioner;
+pub mod producer;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -80,6 +81,9 @@ use weir_proto::messages::{
 
 pub use batches::{split_batches, FetchedBatches};
 pub use error::{ClientError, Result};
+pub use producer::{
+    DeliveryFuture, Partitioner, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+};
 
 /// Settings of a [`Client`].
 #[derive(Debug, Clone)]

@@ -1,0 +1,477 @@
+//! The batching producer against a fake backend (batching, linger, sticky
+//! partitions, buffer limits, compression, retries) and, for keyed records,
+//! a real `Client` against a scripted in-process server.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+use weir_client::partitioner::partition_for_key;
+use weir_client::producer::{BoxFuture, Compression, DefaultPartitioner, ProducerBackend};
+use weir_client::{
+    Acks, Client, ClientError, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
+};
+use weir_proto::api::ApiKey;
+use weir_proto::batch::Compression as Codec;
+use weir_proto::frame::{self, ResponseHeader};
+use weir_proto::messages::*;
+use weir_proto::reader::RecordBatch;
+
+type Request = Vec<(String, u32, Bytes)>;
+
+/// Records every produce request; assigns offsets per partition.
+#[derive(Default)]
+struct Fake {
+    partitions: u32,
+    /// Never answers produce requests (after recording them).
+    hang: bool,
+    /// How many produce requests fail with a (retriable) timeout first.
+    fail_first: AtomicUsize,
+    requests: Mutex<Vec<Request>>,
+    next: Mutex<HashMap<(String, u32), u64>>,
+    metadata_calls: AtomicUsize,
+}
+
+impl Fake {
+    fn new(partitions: u32) -> Arc<Fake> {
+        Arc::new(Fake {
+            partitions,
+            ..Fake::default()
+        })
+    }
+
+    fn requests(&self) -> Vec<Request> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    /// Record counts of every batch sent, in order.
+    fn batch_sizes(&self) -> Vec<i32> {
+        self.requests()
+            .iter()
+            .flatten()
+            .map(|(_, _, b)| RecordBatch::parse(b).unwrap().header().records_count)
+            .collect()
+    }
+}
+
+impl ProducerBackend for Fake {
+    fn produce_many(
+        &self,
+        acks: Acks,
+        batches: Vec<(String, u32, Bytes)>,
+    ) -> BoxFuture<'_, weir_client::Result<Vec<weir_client::Result<Option<u64>>>>> {
+        Box::pin(async move {
+            self.requests.lock().unwrap().push(batches.clone());
+            if self.hang {
+                std::future::pending::<()>().await;
+            }
+            if self
+                .fail_first
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(ClientError::Timeout(Duration::from_secs(1)));
+            }
+            let mut next = self.next.lock().unwrap();
+            Ok(batches
+                .iter()
+                .map(|(t, p, b)| {
+                    let n = RecordBatch::parse(b).unwrap().header().records_count as u64;
+                    let o = next.entry((t.clone(), *p)).or_insert(0);
+                    let base = *o;
+                    *o += n;
+                    Ok((acks != Acks::None).then_some(base))
+                })
+                .collect())
+        })
+    }
+
+    fn partition_count<'a>(&'a self, _topic: &'a str) -> BoxFuture<'a, weir_client::Result<u32>> {
+        self.metadata_calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move { Ok(self.partitions) })
+    }
+}
+
+fn producer(fake: &Arc<Fake>, config: ProducerConfig) -> Producer {
+    Producer::with_backend(fake.clone(), config, Arc::new(DefaultPartitioner))
+}
+
+fn config(linger_ms: u64, batch_size: usize) -> ProducerConfig {
+    let mut c = ProducerConfig::default();
+    c.linger_ms = linger_ms;
+    c.batch_size = batch_size;
+    c
+}
+
+fn value(i: usize, len: usize) -> Bytes {
+    let mut v = format!("{i:04}").into_bytes();
+    v.resize(len, b'.');
+    Bytes::from(v)
+}
+
+async fn offsets(futures: Vec<DeliveryFuture>) -> Vec<(u32, Option<u64>)> {
+    let mut out = Vec::new();
+    for f in futures {
+        let m = f.await.unwrap();
+        out.push((m.partition, m.offset));
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_are_sent_when_full_without_lingering() {
+    let fake = Fake::new(1);
+    let p = producer(&fake, config(60_000, 1000));
+    let start = Instant::now();
+    let mut futures = Vec::new();
+    for i in 0..20 {
+        let r = ProducerRecord::new("t", value(i, 100)).partition(0);
+        futures.push(p.send(r).await.unwrap());
+    }
+    let mut futures = futures.into_iter();
+    let first = futures.next().unwrap().await.unwrap();
+    assert_eq!((first.topic.as_str(), first.offset), ("t", Some(0)));
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "a full batch does not linger"
+    );
+    assert_eq!(
+        fake.batch_sizes(),
+        vec![8, 8],
+        "the third batch still lingers"
+    );
+    p.flush().await;
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "flush does not linger either"
+    );
+    let got = offsets(futures.collect()).await;
+    assert_eq!(got, (1..20).map(|o| (0, Some(o))).collect::<Vec<_>>());
+    assert_eq!(fake.batch_sizes(), vec![8, 8, 4]);
+    for (_, _, b) in fake.requests().iter().flatten() {
+        assert!(b.len() <= 1000, "{} bytes", b.len());
+    }
+    assert_eq!(fake.metadata_calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_is_sent_linger_ms_after_its_first_record() {
+    let fake = Fake::new(1);
+    let p = producer(&fake, config(50, 1 << 20));
+    let start = Instant::now();
+    let mut futures = Vec::new();
+    for i in 0..3 {
+        let r = ProducerRecord::new("t", value(i, 10)).partition(0);
+        futures.push(p.send(r).await.unwrap());
+    }
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(fake.requests().is_empty());
+    let got = offsets(futures).await;
+    assert_eq!(got, vec![(0, Some(0)), (0, Some(1)), (0, Some(2))]);
+    assert_eq!(start.elapsed(), Duration::from_millis(50));
+    assert_eq!(fake.requests().len(), 1);
+    assert_eq!(fake.batch_sizes(), vec![3]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ready_batches_of_several_partitions_share_one_request() {
+    let fake = Fake::new(3);
+    let p = producer(&fake, config(20, 1 << 20));
+    let mut futures = Vec::new();
+    for i in 0..6 {
+        let r = ProducerRecord::new("t", value(i, 10)).partition(i as u32 % 3);
+        futures.push(p.send(r).await.unwrap());
+    }
+    let got = offsets(futures).await;
+    assert_eq!(
+        got,
+        vec![
+            (0, Some(0)),
+            (1, Some(0)),
+            (2, Some(0)),
+            (0, Some(1)),
+            (1, Some(1)),
+            (2, Some(1))
+        ]
+    );
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 1);
+    let mut parts: Vec<u32> = reqs[0].iter().map(|(_, p, _)| *p).collect();
+    parts.sort();
+    assert_eq!(parts, vec![0, 1, 2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn null_keys_stick_to_a_partition_until_its_batch_is_sent() {
+    let fake = Fake::new(4);
+    let p = producer(&fake, config(60_000, 1000));
+    let mut futures = Vec::new();
+    for i in 0..24 {
+        futures.push(
+            p.send(ProducerRecord::new("t", value(i, 100)))
+                .await
+                .unwrap(),
+        );
+    }
+    p.flush().await;
+    let got = offsets(futures).await;
+    let parts: Vec<u32> = got.iter().map(|(p, _)| *p).collect();
+    for chunk in parts.chunks(8) {
+        assert!(chunk.iter().all(|&p| p == chunk[0]), "{parts:?}");
+    }
+    assert_ne!(parts[0], parts[8], "{parts:?}");
+    assert_ne!(parts[8], parts[16], "{parts:?}");
+    assert!(parts.iter().all(|&p| p < 4));
+    assert_eq!(fake.batch_sizes(), vec![8, 8, 8]);
+    assert_eq!(
+        fake.metadata_calls.load(Ordering::SeqCst),
+        1,
+        "the partition count is cached"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_buffer_blocks_send_then_fails_after_max_block_ms() {
+    let fake = Arc::new(Fake {
+        partitions: 1,
+        hang: true,
+        ..Fake::default()
+    });
+    let mut c = config(0, 1 << 20);
+    c.buffer_memory = 1000;
+    c.max_block_ms = 100;
+    let p = producer(&fake, c);
+    let mut futures = Vec::new();
+    for i in 0..3 {
+        // About 326 bytes each: three fit in 1000.
+        let r = ProducerRecord::new("t", value(i, 300)).partition(0);
+        futures.push(p.send(r).await.unwrap());
+    }
+    let start = Instant::now();
+    let e = p
+        .send(ProducerRecord::new("t", value(3, 300)).partition(0))
+        .await
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+    assert!(
+        matches!(e, ClientError::BufferFull { waited } if waited == Duration::from_millis(100)),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("buffer full"), "{e}");
+    assert!(
+        !fake.requests().is_empty(),
+        "the buffered records were sent"
+    );
+    let e = p
+        .send(ProducerRecord::new("t", value(4, 2000)).partition(0))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClientError::InvalidArgument(_)), "{e:?}");
+    drop(futures);
+}
+
+#[tokio::test(start_paused = true)]
+async fn compressed_batches_decode_back() {
+    for (codec, want) in [
+        (Compression::Lz4, Codec::Lz4),
+        (Compression::Zstd { level: 3 }, Codec::Zstd),
+    ] {
+        let fake = Fake::new(1);
+        let mut c = config(60_000, 1 << 20);
+        c.compression = codec;
+        let p = producer(&fake, c);
+        let mut futures = Vec::new();
+        for i in 0..10 {
+            let r = ProducerRecord::new("t", value(i, 200))
+                .partition(0)
+                .key(format!("k{i}"))
+                .header("h", Some(Bytes::from(format!("x{i}"))))
+                .timestamp(1_000 + i as i64);
+            futures.push(p.send(r).await.unwrap());
+        }
+        p.flush().await;
+        assert_eq!(offsets(futures).await.len(), 10);
+        let reqs = fake.requests();
+        assert_eq!(reqs.len(), 1);
+        let (_, _, b) = &reqs[0][0];
+        let batch = RecordBatch::parse(b).unwrap();
+        assert_eq!(batch.compression(), want);
+        assert!(b.len() < 10 * 200, "compressed: {} bytes", b.len());
+        let records = batch.records().unwrap();
+        let mut n = 0;
+        for (i, r) in records.iter().enumerate() {
+            let r = r.unwrap();
+            assert_eq!(r.offset, i as i64);
+            assert_eq!(r.timestamp, 1_000 + i as i64);
+            assert_eq!(r.record.key, Some(format!("k{i}").as_bytes()));
+            assert_eq!(r.record.value, Some(&value(i, 200)[..]));
+            let h: Vec<_> = r.record.headers().collect();
+            assert_eq!(h.len(), 1);
+            assert_eq!(
+                (h[0].key, h[0].value),
+                (&b"h"[..], Some(format!("x{i}").as_bytes()))
+            );
+            n += 1;
+        }
+        assert_eq!(n, 10);
+        p.close().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retriable_errors_are_retried_and_acks_zero_has_no_offsets() {
+    let fake = Fake::new(1);
+    fake.fail_first.store(2, Ordering::SeqCst);
+    let p = producer(&fake, config(0, 1 << 20));
+    let start = Instant::now();
+    let f = p
+        .send(ProducerRecord::new("t", "a").partition(0))
+        .await
+        .unwrap();
+    assert_eq!(f.await.unwrap().offset, Some(0));
+    assert_eq!(fake.requests().len(), 3);
+    assert_eq!(start.elapsed(), Duration::from_millis(200), "two backoffs");
+
+    let fake = Fake::new(1);
+    fake.fail_first.store(5, Ordering::SeqCst);
+    let mut c = config(0, 1 << 20);
+    c.retries = 1;
+    c.acks = Acks::None;
+    let p = producer(&fake, c);
+    let f = p
+        .send(ProducerRecord::new("t", "a").partition(0))
+        .await
+        .unwrap();
+    assert!(matches!(f.await, Err(ClientError::Timeout(_))));
+    assert_eq!(fake.requests().len(), 2);
+    let f = p
+        .send(ProducerRecord::new("t", "b").partition(0))
+        .await
+        .unwrap();
+    let f2 = p
+        .send(ProducerRecord::new("t", "c").partition(0))
+        .await
+        .unwrap();
+    p.close().await;
+    assert!(
+        matches!(f2.await, Err(ClientError::Timeout(_))),
+        "3rd and 4th fail"
+    );
+    drop(f);
+    let e = p.send(ProducerRecord::new("t", "d")).await.unwrap_err();
+    assert!(e.to_string().contains("closed"), "{e}");
+
+    let fake = Fake::new(1);
+    let mut c = config(0, 1 << 20);
+    c.acks = Acks::None;
+    let p = producer(&fake, c);
+    let f = p
+        .send(ProducerRecord::new("t", "a").partition(0))
+        .await
+        .unwrap();
+    assert_eq!(f.await.unwrap().offset, None);
+}
+
+/// A real `Client` against a scripted server: the topic has 7 partitions;
+/// produce answers with per-partition offsets and records the batches.
+#[tokio::test]
+async fn keyed_records_land_on_their_murmur2_partition() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let received: Arc<Mutex<Vec<(u32, Bytes)>>> = Arc::default();
+    let seen = received.clone();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut next: HashMap<u32, u64> = HashMap::new();
+        loop {
+            let mut len = [0u8; 4];
+            if s.read_exact(&mut len).await.is_err() {
+                return;
+            }
+            let mut f = vec![0u8; 4 + u32::from_be_bytes(len) as usize];
+            f[..4].copy_from_slice(&len);
+            s.read_exact(&mut f[4..]).await.unwrap();
+            let (h, body, payload) = frame::decode_request(&f).unwrap();
+            let rh = ResponseHeader::ok(h.correlation_id);
+            let out = match h.api().unwrap() {
+                ApiKey::Metadata => {
+                    let partitions = (0..7)
+                        .map(|p| PartitionMetadata {
+                            partition: p,
+                            core: 0,
+                            error: 0,
+                        })
+                        .collect();
+                    let md = MetadataResponse {
+                        cores: vec![],
+                        topics: vec![TopicMetadata {
+                            name: "k".into(),
+                            error: 0,
+                            partitions,
+                        }],
+                    };
+                    frame::encode_response_with_payload(&rh, &md, &[]).unwrap()
+                }
+                ApiKey::Produce => {
+                    let req = frame::decode_body::<ProduceRequest>(body).unwrap();
+                    let mut res = ProduceResponse::default();
+                    for p in req.partitions {
+                        let data =
+                            frame::payload_slice(payload, p.payload_offset, p.payload_len).unwrap();
+                        let n = RecordBatch::parse(data).unwrap().header().records_count;
+                        seen.lock()
+                            .unwrap()
+                            .push((p.partition, Bytes::copy_from_slice(data)));
+                        let o = next.entry(p.partition).or_insert(0);
+                        res.partitions.push(ProducePartitionResult {
+                            topic: p.topic,
+                            partition: p.partition,
+                            error: 0,
+                            message: None,
+                            base_offset: *o,
+                            log_start_offset: 0,
+                        });
+                        *o += n as u64;
+                    }
+                    frame::encode_response_with_payload(&rh, &res, &[]).unwrap()
+                }
+                other => panic!("unexpected {other}"),
+            };
+            s.write_all(&out).await.unwrap();
+        }
+    });
+    let client = Client::connect(addr).await.unwrap();
+    let p = Producer::new(client, config(1, 1 << 20));
+    let mut futures = Vec::new();
+    for i in 0..30 {
+        let key = format!("key-{i}");
+        let r = ProducerRecord::new("k", value(i, 10)).key(key.clone());
+        futures.push((key, p.send(r).await.unwrap()));
+    }
+    let mut per_partition: HashMap<u32, u64> = HashMap::new();
+    for (key, f) in futures {
+        let m = f.await.unwrap();
+        assert_eq!(m.partition, partition_for_key(key.as_bytes(), 7), "{key}");
+        let expected = per_partition.entry(m.partition).or_insert(0);
+        assert_eq!(m.offset, Some(*expected), "{key}");
+        *expected += 1;
+    }
+    assert!(per_partition.len() > 1);
+    for (partition, b) in received.lock().unwrap().iter() {
+        let batch = RecordBatch::parse(b).unwrap();
+        for r in batch.records().unwrap().iter() {
+            let key = r.unwrap().record.key.unwrap();
+            assert_eq!(partition_for_key(key, 7), *partition);
+        }
+    }
+    p.close().await;
+}
