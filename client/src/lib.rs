@@ -54,6 +54,7 @@
 
 mod batches;
 mod conn;
+pub mod consumer;
 mod error;
 pub mod partitioner;
 pub mod producer;
@@ -80,6 +81,7 @@ use weir_proto::messages::{
 };
 
 pub use batches::{split_batches, FetchedBatches};
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
 pub use error::{ClientError, Result};
 pub use producer::{
     DeliveryFuture, Partitioner, Producer, ProducerConfig, ProducerRecord, RecordMetadata,

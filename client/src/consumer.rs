@@ -1,0 +1,555 @@
+//! A polling [`Consumer`] over manually assigned partitions.
+//!
+//! [`Consumer::assign`] takes the partitions to read; [`Consumer::poll`]
+//! fetches all of them in one [`Client::fetch_many`] request (a long poll),
+//! validates every batch's CRC, decompresses lz4/zstd batches, and returns
+//! up to [`ConsumerConfig::max_poll_records`] records, in offset order per
+//! partition. Records decoded beyond that limit stay buffered for the next
+//! poll.
+//!
+//! ## Positions and resets
+//!
+//! A partition's *position* is the offset of the next record `poll` returns.
+//! It is set by [`Consumer::seek`] and friends; a partition without one gets
+//! it from [`ConsumerConfig::auto_offset_reset`] on the next poll. When the
+//! broker answers a fetch with `OffsetOutOfRange` (retention removed the
+//! records, or the position is past the log end), the position is reset the
+//! same way, and the offsets jumped over are added to
+//! [`Consumer::skipped`]; with [`OffsetReset::None`] the poll fails with
+//! [`ClientError::Partition`] (code `OffsetOutOfRange`, see [`Consumer::poll`]) naming the partition and the valid range.
+//! Nothing is skipped silently.
+//!
+//! ## Left out
+//!
+//! No consumer groups or committed offsets (positions live in memory), and
+//! no pipelining: the next fetch is sent when `poll` is called, not while the
+//! application processes the previous records.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+use weir_proto::batch::Compression as Codec;
+use weir_proto::error_code::ErrorCode;
+use weir_proto::messages::{FetchPartition, OffsetSpec};
+use weir_proto::reader::RecordBatch;
+
+use crate::producer::BoxFuture;
+use crate::{Client, ClientError, FetchedBatches, Result};
+
+/// Where a partition without a valid position starts (Kafka's
+/// `auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OffsetReset {
+    /// The log start offset.
+    Earliest,
+    /// The log end offset: only records appended from now on (the default).
+    #[default]
+    Latest,
+    /// No reset: `poll` fails (see [`Consumer::poll`]).
+    None,
+}
+
+/// Settings of a [`Consumer`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConsumerConfig {
+    /// Most records one `poll` returns. Default 500.
+    pub max_poll_records: usize,
+    /// Most bytes of one fetch response. Default 50 MiB.
+    pub fetch_max_bytes: u32,
+    /// Most bytes one partition contributes to a fetch (at least one batch
+    /// is always returned). Default 1 MiB.
+    pub max_partition_fetch_bytes: u32,
+    /// Longest time the broker waits for data in a fetch (further bounded by
+    /// `poll`'s timeout). Default 500 ms.
+    pub fetch_max_wait_ms: u32,
+    /// What to do without a valid position. Default [`OffsetReset::Latest`].
+    pub auto_offset_reset: OffsetReset,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            max_poll_records: 500,
+            fetch_max_bytes: 50 << 20,
+            max_partition_fetch_bytes: 1 << 20,
+            fetch_max_wait_ms: 500,
+            auto_offset_reset: OffsetReset::Latest,
+        }
+    }
+}
+
+/// A record returned by [`Consumer::poll`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// The record's offset.
+    pub offset: u64,
+    /// The record's timestamp (ms).
+    pub timestamp: i64,
+    /// The key; `None` for null.
+    pub key: Option<Bytes>,
+    /// The value; `None` for null (a tombstone).
+    pub value: Option<Bytes>,
+    /// Headers in order (keys decoded as UTF-8, lossily).
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+/// What a [`Consumer`] reads through: a [`Client`], or a fake in tests.
+pub trait ConsumerBackend: Send + Sync + 'static {
+    /// As [`Client::fetch_many`].
+    fn fetch_many(
+        &self,
+        max_wait_ms: u32,
+        max_bytes: u32,
+        partitions: Vec<FetchPartition>,
+    ) -> BoxFuture<'_, Result<Vec<Result<FetchedBatches>>>>;
+
+    /// As [`Client::list_offsets`].
+    fn list_offsets<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        spec: OffsetSpec,
+    ) -> BoxFuture<'a, Result<Option<u64>>>;
+}
+
+impl ConsumerBackend for Client {
+    fn fetch_many(
+        &self,
+        max_wait_ms: u32,
+        max_bytes: u32,
+        partitions: Vec<FetchPartition>,
+    ) -> BoxFuture<'_, Result<Vec<Result<FetchedBatches>>>> {
+        Box::pin(Client::fetch_many(self, max_wait_ms, max_bytes, partitions))
+    }
+
+    fn list_offsets<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        spec: OffsetSpec,
+    ) -> BoxFuture<'a, Result<Option<u64>>> {
+        Box::pin(Client::list_offsets(self, topic, partition, spec))
+    }
+}
+
+/// One assigned partition's state.
+#[derive(Debug)]
+struct PartitionState {
+    topic: String,
+    partition: u32,
+    /// Next offset `poll` returns; `None` until set or reset.
+    position: Option<u64>,
+    /// Where the next fetch starts (past the buffered records).
+    fetch_offset: u64,
+    /// Decoded records not yet returned.
+    buffered: VecDeque<ConsumerRecord>,
+    /// Offsets jumped over by out-of-range resets.
+    skipped: u64,
+}
+
+impl PartitionState {
+    fn set_position(&mut self, offset: u64) {
+        self.position = Some(offset);
+        self.fetch_offset = offset;
+        self.buffered.clear();
+    }
+}
+
+/// Reads records from assigned partitions. See the [module docs](self).
+pub struct Consumer {
+    backend: Arc<dyn ConsumerBackend>,
+    config: ConsumerConfig,
+    parts: Vec<PartitionState>,
+    /// Partition `poll` drains first (rotates for fairness).
+    next_drain: usize,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("config", &self.config)
+            .field("partitions", &self.parts)
+            .finish()
+    }
+}
+
+impl Consumer {
+    /// A consumer reading through `client`.
+    pub fn new(client: impl Into<Arc<Client>>, config: ConsumerConfig) -> Consumer {
+        let client: Arc<Client> = client.into();
+        Consumer::with_backend(client, config)
+    }
+
+    /// A consumer reading through any [`ConsumerBackend`].
+    pub fn with_backend(backend: Arc<dyn ConsumerBackend>, config: ConsumerConfig) -> Consumer {
+        Consumer {
+            backend,
+            config,
+            parts: Vec::new(),
+            next_drain: 0,
+        }
+    }
+
+    /// The consumer's settings.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    /// Replaces the assignment. Partitions kept from the previous
+    /// assignment keep their position and buffered records; new ones start
+    /// without a position. Duplicates are ignored.
+    pub fn assign(&mut self, partitions: Vec<(String, u32)>) {
+        let mut old = std::mem::take(&mut self.parts);
+        for (topic, partition) in partitions {
+            if self
+                .parts
+                .iter()
+                .any(|p| p.topic == topic && p.partition == partition)
+            {
+                continue;
+            }
+            let state = match old
+                .iter()
+                .position(|p| p.topic == topic && p.partition == partition)
+            {
+                Some(i) => old.swap_remove(i),
+                None => PartitionState {
+                    topic,
+                    partition,
+                    position: None,
+                    fetch_offset: 0,
+                    buffered: VecDeque::new(),
+                    skipped: 0,
+                },
+            };
+            self.parts.push(state);
+        }
+        self.next_drain = 0;
+    }
+
+    /// The assigned partitions, in assignment order.
+    pub fn assignment(&self) -> Vec<(String, u32)> {
+        self.parts
+            .iter()
+            .map(|p| (p.topic.clone(), p.partition))
+            .collect()
+    }
+
+    fn index(&self, topic: &str, partition: u32) -> Result<usize> {
+        self.parts
+            .iter()
+            .position(|p| p.topic == topic && p.partition == partition)
+            .ok_or_else(|| {
+                ClientError::InvalidArgument(format!(
+                    "partition {topic}-{partition} is not assigned"
+                ))
+            })
+    }
+
+    /// Sets the next offset `poll` returns for an assigned partition
+    /// (dropping its buffered records).
+    pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) -> Result<()> {
+        let i = self.index(topic, partition)?;
+        self.parts[i].set_position(offset);
+        Ok(())
+    }
+
+    /// Seeks each partition to its log start offset.
+    pub async fn seek_to_beginning(&mut self, partitions: &[(String, u32)]) -> Result<()> {
+        for (topic, partition) in partitions {
+            self.seek_to_spec(topic, *partition, OffsetSpec::Earliest)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Seeks each partition to its log end offset.
+    pub async fn seek_to_end(&mut self, partitions: &[(String, u32)]) -> Result<()> {
+        for (topic, partition) in partitions {
+            self.seek_to_spec(topic, *partition, OffsetSpec::Latest)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Seeks to the first record whose timestamp is at or after `ts` (ms),
+    /// or to the log end if every record is older. Returns the new position.
+    pub async fn seek_to_timestamp(&mut self, topic: &str, partition: u32, ts: i64) -> Result<u64> {
+        let i = self.index(topic, partition)?;
+        let offset = match self
+            .backend
+            .list_offsets(topic, partition, OffsetSpec::Timestamp(ts))
+            .await?
+        {
+            Some(o) => o,
+            None => self.lookup(topic, partition, OffsetSpec::Latest).await?,
+        };
+        self.parts[i].set_position(offset);
+        Ok(offset)
+    }
+
+    async fn seek_to_spec(&mut self, topic: &str, partition: u32, spec: OffsetSpec) -> Result<u64> {
+        let i = self.index(topic, partition)?;
+        let offset = self.lookup(topic, partition, spec).await?;
+        self.parts[i].set_position(offset);
+        Ok(offset)
+    }
+
+    /// `list_offsets` for Earliest / Latest, which always have an answer.
+    async fn lookup(&self, topic: &str, partition: u32, spec: OffsetSpec) -> Result<u64> {
+        self.backend
+            .list_offsets(topic, partition, spec)
+            .await?
+            .ok_or_else(|| {
+                ClientError::InvalidResponse(format!(
+                    "no {spec:?} offset for partition {topic}-{partition}"
+                ))
+            })
+    }
+
+    /// The offset of the next record `poll` returns for a partition, or
+    /// `None` if it is not assigned or has no position yet.
+    pub fn position(&self, topic: &str, partition: u32) -> Option<u64> {
+        let i = self.index(topic, partition).ok()?;
+        self.parts[i].position
+    }
+
+    /// How many offsets of a partition were jumped over by resets after
+    /// `OffsetOutOfRange` (records removed by retention before they were
+    /// read, or skipped by a reset to the log end). Cumulative; 0 for
+    /// partitions not assigned.
+    pub fn skipped(&self, topic: &str, partition: u32) -> u64 {
+        self.index(topic, partition)
+            .map(|i| self.parts[i].skipped)
+            .unwrap_or(0)
+    }
+
+    /// Records buffered by earlier fetches and not yet returned.
+    pub fn buffered(&self) -> usize {
+        self.parts.iter().map(|p| p.buffered.len()).sum()
+    }
+
+    /// Returns up to `max_poll_records` records, in offset order per
+    /// partition. Buffered records are returned without fetching;
+    /// otherwise all assigned partitions are fetched in one request that
+    /// waits up to `min(timeout, fetch_max_wait_ms)` for data, repeated
+    /// until some record arrives or `timeout` has passed. An empty vector
+    /// means nothing arrived in time (or nothing is assigned).
+    ///
+    /// Fails with [`ClientError::Partition`] (code `OffsetOutOfRange`, the
+    /// message naming the partition and the valid range) if a partition
+    /// needs a reset and `auto_offset_reset` is [`OffsetReset::None`], with
+    /// [`ClientError::CorruptBatch`] if a fetched batch is invalid (bad
+    /// CRC, undecodable records; the records before it are still returned
+    /// by the next poll), and with the fetch's error otherwise.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        if self.parts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.buffered() > 0 {
+                return Ok(self.drain());
+            }
+            self.ensure_positions().await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wait = u32::try_from(left.as_millis())
+                .unwrap_or(u32::MAX)
+                .min(self.config.fetch_max_wait_ms);
+            self.fetch_once(wait).await?;
+            if self.buffered() > 0 || Instant::now() >= deadline {
+                return Ok(self.drain());
+            }
+        }
+    }
+
+    /// Gives every partition without a position one, per
+    /// `auto_offset_reset`.
+    async fn ensure_positions(&mut self) -> Result<()> {
+        for i in 0..self.parts.len() {
+            if self.parts[i].position.is_some() {
+                continue;
+            }
+            let (topic, partition) = (self.parts[i].topic.clone(), self.parts[i].partition);
+            let spec = match self.config.auto_offset_reset {
+                OffsetReset::Earliest => OffsetSpec::Earliest,
+                OffsetReset::Latest => OffsetSpec::Latest,
+                OffsetReset::None => {
+                    return Err(no_offset(
+                        &topic,
+                        partition,
+                        format!("partition {topic}-{partition} has no position"),
+                    ))
+                }
+            };
+            let offset = self.lookup(&topic, partition, spec).await?;
+            self.parts[i].set_position(offset);
+        }
+        Ok(())
+    }
+
+    /// One fetch of every assigned partition; decodes into the buffers.
+    /// The first error is returned after every partition was handled.
+    async fn fetch_once(&mut self, wait_ms: u32) -> Result<()> {
+        let targets: Vec<FetchPartition> = self
+            .parts
+            .iter()
+            .map(|p| FetchPartition {
+                topic: p.topic.clone(),
+                partition: p.partition,
+                offset: p.fetch_offset,
+                max_bytes: self.config.max_partition_fetch_bytes,
+            })
+            .collect();
+        let results = self
+            .backend
+            .fetch_many(wait_ms, self.config.fetch_max_bytes, targets)
+            .await?;
+        if results.len() != self.parts.len() {
+            return Err(ClientError::InvalidResponse(format!(
+                "{} fetch results for {} partitions",
+                results.len(),
+                self.parts.len()
+            )));
+        }
+        let mut first_err = None;
+        for (i, r) in results.into_iter().enumerate() {
+            let outcome = match r {
+                Ok(fetched) => decode_into(&mut self.parts[i], &fetched),
+                Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
+                    self.reset_out_of_range(i).await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = outcome {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// The broker said the fetch offset of partition `i` is out of range:
+    /// reset per `auto_offset_reset`, counting the offsets jumped over.
+    async fn reset_out_of_range(&mut self, i: usize) -> Result<()> {
+        let (topic, partition) = (self.parts[i].topic.clone(), self.parts[i].partition);
+        let at = self.parts[i].fetch_offset;
+        let start = self.lookup(&topic, partition, OffsetSpec::Earliest).await?;
+        let end = self.lookup(&topic, partition, OffsetSpec::Latest).await?;
+        let target = match self.config.auto_offset_reset {
+            OffsetReset::Earliest => start,
+            OffsetReset::Latest => end,
+            OffsetReset::None => {
+                let why = format!(
+                    "offset {at} of partition {topic}-{partition} is out of range: \
+                     the log holds offsets {start}..{end}"
+                );
+                return Err(no_offset(&topic, partition, why));
+            }
+        };
+        let p = &mut self.parts[i];
+        p.skipped += target.saturating_sub(at);
+        p.set_position(target);
+        Ok(())
+    }
+
+    /// Takes up to `max_poll_records` buffered records, partition by
+    /// partition, starting from a rotating one.
+    fn drain(&mut self) -> Vec<ConsumerRecord> {
+        let max = self.config.max_poll_records.max(1);
+        let n = self.parts.len();
+        let mut out = Vec::new();
+        for k in 0..n {
+            let p = &mut self.parts[(self.next_drain + k) % n];
+            while out.len() < max {
+                let Some(r) = p.buffered.pop_front() else {
+                    break;
+                };
+                out.push(r);
+            }
+            if p.position.is_some() {
+                p.position = Some(p.buffered.front().map_or(p.fetch_offset, |r| r.offset));
+            }
+        }
+        if n > 0 {
+            self.next_drain = (self.next_drain + 1) % n;
+        }
+        out
+    }
+}
+
+/// The error for a partition that needs a reset under
+/// [`OffsetReset::None`]: [`ClientError::Partition`] with code
+/// `OffsetOutOfRange` and a message naming the partition (and the valid
+/// range, if known).
+fn no_offset(topic: &str, partition: u32, why: String) -> ClientError {
+    ClientError::Partition {
+        topic: topic.to_string(),
+        partition,
+        code: ErrorCode::OffsetOutOfRange,
+        message: format!("{why} and auto_offset_reset is none (seek first)"),
+    }
+}
+
+/// Validates and decodes one partition's fetched batches into its buffer,
+/// skipping records below the fetch offset. On a bad batch, the records
+/// before it stay buffered and the fetch offset stays at it.
+fn decode_into(p: &mut PartitionState, fetched: &FetchedBatches) -> Result<()> {
+    for batch in &fetched.batches {
+        let rb = RecordBatch::parse(batch)?;
+        let h = *rb.header();
+        let last = u64::try_from(h.last_offset())
+            .map_err(|_| ClientError::InvalidResponse("negative batch offset".into()))?;
+        if last < p.fetch_offset {
+            continue;
+        }
+        let records = rb.records()?;
+        let mut decoded = Vec::new();
+        if !h.attributes.is_control() {
+            let zero_copy = rb.compression() == Codec::None;
+            let bytes = |s: &[u8]| {
+                if zero_copy {
+                    batch.slice_ref(s)
+                } else {
+                    Bytes::copy_from_slice(s)
+                }
+            };
+            for r in &records {
+                let r = r?;
+                let offset = u64::try_from(r.offset)
+                    .map_err(|_| ClientError::InvalidResponse("negative record offset".into()))?;
+                if offset < p.fetch_offset {
+                    continue;
+                }
+                decoded.push(ConsumerRecord {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    offset,
+                    timestamp: r.timestamp,
+                    key: r.record.key.map(bytes),
+                    value: r.record.value.map(bytes),
+                    headers: r
+                        .record
+                        .headers()
+                        .map(|h| {
+                            (
+                                String::from_utf8_lossy(h.key).into_owned(),
+                                h.value.map(bytes),
+                            )
+                        })
+                        .collect(),
+                });
+            }
+        }
+        p.buffered.extend(decoded);
+        p.fetch_offset = last + 1;
+    }
+    Ok(())
+}

@@ -1,0 +1,527 @@
+//! The consumer against a fake in-memory log (positions, resets, limits,
+//! CRC checks, compression) and, once, a real `Client` against a scripted
+//! in-process server.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use weir_client::consumer::ConsumerBackend;
+use weir_client::producer::BoxFuture;
+use weir_client::{
+    Client, ClientError, Consumer, ConsumerConfig, ConsumerRecord, FetchedBatches, OffsetReset,
+};
+use weir_proto::api::ApiKey;
+use weir_proto::batch::{set_base_offset, BatchError, BatchHeader, Compression};
+use weir_proto::builder::BatchBuilder;
+use weir_proto::error_code::ErrorCode;
+use weir_proto::frame::{self, ResponseHeader};
+use weir_proto::messages::*;
+use weir_proto::reader::RecordBatch;
+use weir_proto::record::RecordData;
+
+const T: &str = "t";
+
+/// Timestamp of the record at `offset` in every fake log.
+fn ts(offset: u64) -> i64 {
+    1_000 + 10 * offset as i64
+}
+
+fn value(partition: u32, offset: u64) -> Bytes {
+    Bytes::from(format!("p{partition}-{offset}"))
+}
+
+/// A batch of `n` records at `base` for `partition`, each with a key, a
+/// value and one header.
+fn batch(codec: Compression, partition: u32, base: u64, n: u64) -> Bytes {
+    let mut b = BatchBuilder::new(codec).unwrap();
+    for o in base..base + n {
+        b.push(&RecordData {
+            key: Some(Bytes::from(format!("k{o}"))),
+            value: Some(value(partition, o)),
+            headers: vec![("h".into(), Some(Bytes::from_static(b"x")))],
+            timestamp: ts(o),
+        })
+        .unwrap();
+    }
+    let mut out = b.build().unwrap();
+    set_base_offset(&mut out, base as i64);
+    out.freeze()
+}
+
+#[derive(Default)]
+struct Log {
+    start: u64,
+    end: u64,
+    batches: Vec<Bytes>,
+}
+
+/// An in-memory broker: per-partition logs, recorded fetches.
+#[derive(Default)]
+struct Fake {
+    logs: Mutex<HashMap<u32, Log>>,
+    fetches: Mutex<Vec<Vec<FetchPartition>>>,
+}
+
+impl Fake {
+    fn new() -> Arc<Fake> {
+        Arc::new(Fake::default())
+    }
+
+    /// Appends `n` records to partition `p` as one batch.
+    fn append(&self, p: u32, n: u64, codec: Compression) {
+        let mut logs = self.logs.lock().unwrap();
+        let log = logs.entry(p).or_default();
+        log.batches.push(batch(codec, p, log.end, n));
+        log.end += n;
+    }
+
+    /// Appends a raw (possibly corrupt) batch spanning `n` offsets.
+    fn append_raw(&self, p: u32, n: u64, b: Bytes) {
+        let mut logs = self.logs.lock().unwrap();
+        let log = logs.entry(p).or_default();
+        log.batches.push(b);
+        log.end += n;
+    }
+
+    /// Retention: the log now starts at `start` (whole batches below it go).
+    fn truncate(&self, p: u32, start: u64) {
+        let mut logs = self.logs.lock().unwrap();
+        let log = logs.get_mut(&p).unwrap();
+        log.batches
+            .retain(|b| BatchHeader::peek(b).unwrap().last_offset() >= start as i64);
+        log.start = start;
+    }
+
+    fn fetch_count(&self) -> usize {
+        self.fetches.lock().unwrap().len()
+    }
+}
+
+fn last_offset(b: &Bytes) -> u64 {
+    BatchHeader::peek(b).unwrap().last_offset() as u64
+}
+
+impl ConsumerBackend for Fake {
+    fn fetch_many(
+        &self,
+        _max_wait_ms: u32,
+        _max_bytes: u32,
+        partitions: Vec<FetchPartition>,
+    ) -> BoxFuture<'_, weir_client::Result<Vec<weir_client::Result<FetchedBatches>>>> {
+        Box::pin(async move {
+            self.fetches.lock().unwrap().push(partitions.clone());
+            let logs = self.logs.lock().unwrap();
+            let out = partitions
+                .iter()
+                .map(|t| {
+                    let empty = Log::default();
+                    let log = logs.get(&t.partition).unwrap_or(&empty);
+                    if t.offset < log.start || t.offset > log.end {
+                        return Err(ClientError::Partition {
+                            topic: t.topic.clone(),
+                            partition: t.partition,
+                            code: ErrorCode::OffsetOutOfRange,
+                            message: "offset out of range".into(),
+                        });
+                    }
+                    let mut batches = Vec::new();
+                    let mut size = 0;
+                    for b in log.batches.iter().filter(|b| last_offset(b) >= t.offset) {
+                        if !batches.is_empty() && size + b.len() > t.max_bytes as usize {
+                            break;
+                        }
+                        size += b.len();
+                        batches.push(b.clone());
+                    }
+                    Ok(FetchedBatches {
+                        batches,
+                        high_watermark: log.end,
+                        log_start_offset: log.start,
+                    })
+                })
+                .collect();
+            Ok(out)
+        })
+    }
+
+    fn list_offsets<'a>(
+        &'a self,
+        _topic: &'a str,
+        partition: u32,
+        spec: OffsetSpec,
+    ) -> BoxFuture<'a, weir_client::Result<Option<u64>>> {
+        Box::pin(async move {
+            let logs = self.logs.lock().unwrap();
+            let empty = Log::default();
+            let log = logs.get(&partition).unwrap_or(&empty);
+            Ok(match spec {
+                OffsetSpec::Earliest => Some(log.start),
+                OffsetSpec::Latest => Some(log.end),
+                OffsetSpec::Timestamp(t) => log.batches.iter().find_map(|b| {
+                    let rb = RecordBatch::parse(b).ok()?;
+                    let records = rb.records().ok()?;
+                    let found = records
+                        .iter()
+                        .map(Result::unwrap)
+                        .find(|r| r.timestamp >= t && r.offset as u64 >= log.start)
+                        .map(|r| r.offset as u64);
+                    found
+                }),
+            })
+        })
+    }
+}
+
+fn config(reset: OffsetReset) -> ConsumerConfig {
+    let mut c = ConsumerConfig::default();
+    c.auto_offset_reset = reset;
+    c
+}
+
+fn consumer(fake: &Arc<Fake>, c: ConsumerConfig, partitions: &[u32]) -> Consumer {
+    let mut consumer = Consumer::with_backend(fake.clone(), c);
+    consumer.assign(partitions.iter().map(|&p| (T.to_string(), p)).collect());
+    consumer
+}
+
+/// (partition, offset) of each record.
+fn ids(records: &[ConsumerRecord]) -> Vec<(u32, u64)> {
+    records.iter().map(|r| (r.partition, r.offset)).collect()
+}
+
+/// Checks every field against what [`batch`] wrote.
+fn check_contents(records: &[ConsumerRecord]) {
+    for r in records {
+        assert_eq!(r.topic, T);
+        assert_eq!(r.value, Some(value(r.partition, r.offset)));
+        assert_eq!(r.key, Some(Bytes::from(format!("k{}", r.offset))));
+        assert_eq!(r.timestamp, ts(r.offset));
+        assert_eq!(
+            r.headers,
+            vec![("h".to_string(), Some(Bytes::from_static(b"x")))]
+        );
+    }
+}
+
+const WAIT: Duration = Duration::from_secs(2);
+
+#[tokio::test]
+async fn poll_returns_records_in_order_across_two_partitions() {
+    let fake = Fake::new();
+    fake.append(0, 3, Compression::None);
+    fake.append(1, 2, Compression::None);
+    fake.append(0, 2, Compression::None);
+    let mut c = consumer(&fake, config(OffsetReset::Earliest), &[0, 1]);
+    assert_eq!(c.position(T, 0), None);
+    let got = c.poll(WAIT).await.unwrap();
+    check_contents(&got);
+    let p0: Vec<u64> = got
+        .iter()
+        .filter(|r| r.partition == 0)
+        .map(|r| r.offset)
+        .collect();
+    let p1: Vec<u64> = got
+        .iter()
+        .filter(|r| r.partition == 1)
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(p0, vec![0, 1, 2, 3, 4]);
+    assert_eq!(p1, vec![0, 1]);
+    let fetches = fake.fetches.lock().unwrap().clone();
+    assert_eq!(fetches.len(), 1, "one request for both partitions");
+    assert_eq!(fetches[0].len(), 2);
+    assert_eq!((c.position(T, 0), c.position(T, 1)), (Some(5), Some(2)));
+
+    // New data continues where the last poll ended.
+    fake.append(0, 1, Compression::None);
+    let got = c.poll(WAIT).await.unwrap();
+    assert_eq!(ids(&got), vec![(0, 5)]);
+    assert_eq!(fake.fetches.lock().unwrap()[1][0].offset, 5);
+    assert!(c.poll(Duration::ZERO).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn max_poll_records_leaves_the_rest_for_the_next_poll() {
+    let fake = Fake::new();
+    fake.append(0, 4, Compression::None);
+    fake.append(1, 3, Compression::None);
+    let mut cfg = config(OffsetReset::Earliest);
+    cfg.max_poll_records = 3;
+    let mut c = consumer(&fake, cfg, &[0, 1]);
+    let mut all = Vec::new();
+    loop {
+        let got = c.poll(Duration::ZERO).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        assert!(got.len() <= 3);
+        all.extend(got);
+    }
+    assert_eq!(fake.fetch_count(), 2, "leftovers come from the buffer");
+    check_contents(&all);
+    for p in [0, 1] {
+        let offsets: Vec<u64> = all
+            .iter()
+            .filter(|r| r.partition == p)
+            .map(|r| r.offset)
+            .collect();
+        let n = if p == 0 { 4 } else { 3 };
+        assert_eq!(offsets, (0..n).collect::<Vec<_>>());
+    }
+    assert_eq!((c.position(T, 0), c.position(T, 1)), (Some(4), Some(3)));
+}
+
+#[tokio::test]
+async fn first_poll_stops_at_the_limit_and_position_follows() {
+    let fake = Fake::new();
+    fake.append(0, 5, Compression::None);
+    let mut cfg = config(OffsetReset::Earliest);
+    cfg.max_poll_records = 2;
+    let mut c = consumer(&fake, cfg, &[0]);
+    assert_eq!(ids(&c.poll(WAIT).await.unwrap()), vec![(0, 0), (0, 1)]);
+    assert_eq!((c.position(T, 0), c.buffered()), (Some(2), 3));
+    assert_eq!(ids(&c.poll(WAIT).await.unwrap()), vec![(0, 2), (0, 3)]);
+    assert_eq!(ids(&c.poll(WAIT).await.unwrap()), vec![(0, 4)]);
+    assert_eq!(fake.fetch_count(), 1);
+}
+
+#[tokio::test]
+async fn seeks() {
+    let fake = Fake::new();
+    fake.append(0, 10, Compression::None);
+    let mut c = consumer(&fake, config(OffsetReset::None), &[0]);
+
+    // Into the middle of a batch: the records below are skipped.
+    c.seek(T, 0, 5).unwrap();
+    assert_eq!(c.position(T, 0), Some(5));
+    let got = c.poll(WAIT).await.unwrap();
+    assert_eq!(ids(&got), (5..10).map(|o| (0, o)).collect::<Vec<_>>());
+    check_contents(&got);
+
+    c.seek_to_beginning(&[(T.into(), 0)]).await.unwrap();
+    assert_eq!(c.position(T, 0), Some(0));
+    assert_eq!(c.poll(WAIT).await.unwrap().len(), 10);
+
+    c.seek(T, 0, 3).unwrap();
+    c.seek_to_end(&[(T.into(), 0)]).await.unwrap();
+    assert_eq!(c.position(T, 0), Some(10));
+    assert!(c.poll(Duration::ZERO).await.unwrap().is_empty());
+
+    assert_eq!(c.seek_to_timestamp(T, 0, ts(7) - 1).await.unwrap(), 7);
+    assert_eq!(c.position(T, 0), Some(7));
+    assert_eq!(
+        ids(&c.poll(WAIT).await.unwrap()),
+        vec![(0, 7), (0, 8), (0, 9)]
+    );
+    // No record that new: the end.
+    c.seek(T, 0, 0).unwrap();
+    assert_eq!(c.seek_to_timestamp(T, 0, ts(100)).await.unwrap(), 10);
+    assert_eq!(c.position(T, 0), Some(10));
+
+    // A seek drops buffered records.
+    let mut cfg = config(OffsetReset::Earliest);
+    cfg.max_poll_records = 1;
+    let mut c = consumer(&fake, cfg, &[0]);
+    assert_eq!(ids(&c.poll(WAIT).await.unwrap()), vec![(0, 0)]);
+    c.seek(T, 0, 8).unwrap();
+    assert_eq!(c.buffered(), 0);
+    assert_eq!(ids(&c.poll(WAIT).await.unwrap()), vec![(0, 8)]);
+
+    let e = c.seek(T, 9, 0).unwrap_err();
+    assert!(matches!(e, ClientError::InvalidArgument(_)), "{e}");
+    assert!(c.seek_to_timestamp(T, 9, 0).await.is_err());
+}
+
+#[tokio::test]
+async fn auto_offset_reset_without_a_position() {
+    let fake = Fake::new();
+    fake.append(0, 4, Compression::None);
+    fake.truncate(0, 0);
+
+    let mut c = consumer(&fake, config(OffsetReset::Earliest), &[0]);
+    assert_eq!(c.poll(WAIT).await.unwrap().len(), 4);
+
+    let mut c = consumer(&fake, ConsumerConfig::default(), &[0]);
+    assert_eq!(
+        ConsumerConfig::default().auto_offset_reset,
+        OffsetReset::Latest
+    );
+    assert!(c.poll(Duration::ZERO).await.unwrap().is_empty());
+    assert_eq!(c.position(T, 0), Some(4));
+    fake.append(0, 2, Compression::None);
+    assert_eq!(ids(&c.poll(WAIT).await.unwrap()), vec![(0, 4), (0, 5)]);
+    assert_eq!(c.skipped(T, 0), 0, "a first reset skips nothing");
+
+    let mut c = consumer(&fake, config(OffsetReset::None), &[0]);
+    let e = c.poll(WAIT).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::OffsetOutOfRange));
+    assert!(e.to_string().contains("t-0"), "{e}");
+    assert_eq!(fake.fetch_count(), 3, "nothing fetched without a position");
+    c.seek(T, 0, 1).unwrap();
+    assert_eq!(c.poll(WAIT).await.unwrap().len(), 5);
+}
+
+/// 10 records in batches of 2; the consumer is at 2; retention then
+/// removes offsets below 6.
+async fn out_of_range(reset: OffsetReset) -> (Arc<Fake>, Consumer) {
+    let fake = Fake::new();
+    for _ in 0..5 {
+        fake.append(0, 2, Compression::None);
+    }
+    let mut c = consumer(&fake, config(reset), &[0]);
+    c.seek(T, 0, 2).unwrap();
+    fake.truncate(0, 6);
+    (fake, c)
+}
+
+#[tokio::test]
+async fn out_of_range_below_the_log_start_resets_and_reports() {
+    let (_, mut c) = out_of_range(OffsetReset::Earliest).await;
+    let got = c.poll(WAIT).await.unwrap();
+    assert_eq!(ids(&got), (6..10).map(|o| (0, o)).collect::<Vec<_>>());
+    assert_eq!(c.skipped(T, 0), 4, "offsets 2..6 were removed unread");
+
+    let (fake, mut c) = out_of_range(OffsetReset::Latest).await;
+    assert!(c.poll(Duration::ZERO).await.unwrap().is_empty());
+    assert_eq!(c.position(T, 0), Some(10));
+    assert_eq!(c.skipped(T, 0), 8, "2..10 jumped over");
+    fake.append(0, 1, Compression::None);
+    assert_eq!(ids(&c.poll(WAIT).await.unwrap()), vec![(0, 10)]);
+    assert_eq!(c.skipped(T, 0), 8);
+
+    let (_, mut c) = out_of_range(OffsetReset::None).await;
+    let e = c.poll(WAIT).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::OffsetOutOfRange));
+    let msg = e.to_string();
+    assert!(
+        msg.contains("t-0") && msg.contains("offset 2") && msg.contains("6..10"),
+        "{msg}"
+    );
+    assert_eq!((c.position(T, 0), c.skipped(T, 0)), (Some(2), 0));
+    // The application decides: here, to the log start.
+    c.seek_to_beginning(&[(T.into(), 0)]).await.unwrap();
+    assert_eq!(c.poll(WAIT).await.unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn a_corrupt_batch_is_an_error_not_data() {
+    let fake = Fake::new();
+    fake.append(0, 3, Compression::None);
+    let mut bad = batch(Compression::None, 0, 3, 2).to_vec();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff; // in the records: the CRC no longer matches
+    fake.append_raw(0, 2, Bytes::from(bad));
+    fake.append(0, 1, Compression::None);
+    let mut c = consumer(&fake, config(OffsetReset::Earliest), &[0]);
+    let e = c.poll(WAIT).await.unwrap_err();
+    assert!(
+        matches!(e, ClientError::CorruptBatch(BatchError::BadCrc { .. })),
+        "{e:?}"
+    );
+    // The records before the bad batch are valid and still delivered...
+    assert_eq!(
+        ids(&c.poll(WAIT).await.unwrap()),
+        vec![(0, 0), (0, 1), (0, 2)]
+    );
+    // ...but nothing at or past it.
+    for _ in 0..2 {
+        assert!(matches!(
+            c.poll(WAIT).await,
+            Err(ClientError::CorruptBatch(_))
+        ));
+        assert_eq!(c.position(T, 0), Some(3));
+    }
+}
+
+#[tokio::test]
+async fn compressed_batches_decode() {
+    let fake = Fake::new();
+    fake.append(0, 3, Compression::Lz4);
+    fake.append(0, 3, Compression::Zstd);
+    fake.append(1, 4, Compression::Zstd);
+    let mut c = consumer(&fake, config(OffsetReset::Earliest), &[0, 1]);
+    c.seek(T, 1, 2).unwrap(); // mid-batch in a compressed batch
+    let got = c.poll(WAIT).await.unwrap();
+    check_contents(&got);
+    let mut want: Vec<(u32, u64)> = (0..6).map(|o| (0, o)).collect();
+    want.extend([(1, 2), (1, 3)]);
+    let mut have = ids(&got);
+    have.sort();
+    assert_eq!(have, want);
+}
+
+/// The `Client` backend: fetch and list_offsets over TCP to a scripted
+/// server.
+#[tokio::test]
+async fn through_a_client() {
+    let b0 = batch(Compression::Zstd, 0, 5, 3);
+    let served = b0.clone();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let counter = fetches.clone();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        loop {
+            let mut len = [0u8; 4];
+            if s.read_exact(&mut len).await.is_err() {
+                return;
+            }
+            let mut f = vec![0u8; 4 + u32::from_be_bytes(len) as usize];
+            f[..4].copy_from_slice(&len);
+            s.read_exact(&mut f[4..]).await.unwrap();
+            let (h, body, _) = frame::decode_request(&f).unwrap();
+            let rh = ResponseHeader::ok(h.correlation_id);
+            let out = match h.api().unwrap() {
+                ApiKey::ListOffsets => {
+                    let req = frame::decode_body::<ListOffsetsRequest>(body).unwrap();
+                    assert_eq!(req.partitions[0].spec, OffsetSpec::Earliest);
+                    let res = ListOffsetsResponse {
+                        partitions: vec![ListOffsetsResult {
+                            topic: T.into(),
+                            partition: 0,
+                            error: 0,
+                            offset: Some(5),
+                            timestamp: None,
+                        }],
+                    };
+                    frame::encode_response_with_payload(&rh, &res, &[])
+                }
+                ApiKey::Fetch => {
+                    let req = frame::decode_body::<FetchRequest>(body).unwrap();
+                    assert_eq!(req.partitions[0].offset, 5);
+                    assert!(req.max_wait_ms <= 500);
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let res = FetchResponse {
+                        partitions: vec![FetchPartitionResult {
+                            topic: T.into(),
+                            partition: 0,
+                            error: 0,
+                            message: None,
+                            high_watermark: 8,
+                            log_start_offset: 5,
+                            payload_offset: 0,
+                            payload_len: served.len() as u32,
+                        }],
+                    };
+                    frame::encode_response_with_payload(&rh, &res, &[&served])
+                }
+                other => panic!("unexpected {other}"),
+            };
+            s.write_all(&out.unwrap()).await.unwrap();
+        }
+    });
+    let client = Client::connect(addr).await.unwrap();
+    let mut c = Consumer::new(client, config(OffsetReset::Earliest));
+    c.assign(vec![(T.into(), 0)]);
+    let got = c.poll(WAIT).await.unwrap();
+    assert_eq!(ids(&got), vec![(0, 5), (0, 6), (0, 7)]);
+    check_contents(&got);
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    assert_eq!(c.position(T, 0), Some(8));
+}
