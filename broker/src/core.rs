@@ -144,6 +144,16 @@ pub struct PartitionError {
     pub message: String,
 }
 
+impl PartitionError {
+    /// The error for a topic or partition that does not exist.
+    pub fn unknown(topic: &str, partition: u32) -> PartitionError {
+        PartitionError {
+            code: crate::errors::UNKNOWN_TOPIC_OR_PARTITION,
+            message: format!("unknown topic or partition {topic}-{partition}"),
+        }
+    }
+}
+
 /// Process-wide facts shared by every core.
 #[derive(Debug)]
 pub struct Shared {
@@ -282,6 +292,12 @@ impl Core {
         }
         *self.registry.borrow_mut() = registry;
         Ok(())
+    }
+
+    /// A log this core owns, or the wire error for an unknown partition.
+    pub fn owned_log(&self, topic: &str, partition: u32) -> Result<PartitionLog, PartitionError> {
+        self.log(topic, partition)
+            .ok_or_else(|| PartitionError::unknown(topic, partition))
     }
 
     /// A log this core owns.

@@ -27,13 +27,6 @@ pub fn storage_error(e: &StorageError) -> PartitionError {
     }
 }
 
-fn unknown(topic: &str, partition: u32) -> PartitionError {
-    PartitionError {
-        code: code::UNKNOWN_TOPIC_OR_PARTITION,
-        message: format!("unknown topic or partition {topic}-{partition}"),
-    }
-}
-
 /// Handles one message addressed to this core.
 pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
     match msg {
@@ -94,9 +87,7 @@ pub async fn produce_local(
     batch: BytesMut,
     acks: i8,
 ) -> Result<ProduceOk, PartitionError> {
-    let log = core
-        .log(topic, partition)
-        .ok_or_else(|| unknown(topic, partition))?;
+    let log = core.owned_log(topic, partition)?;
     let info = match acks {
         0 => log.append(batch).await,
         1 => match log.append(batch).await {
@@ -121,9 +112,7 @@ pub async fn fetch_local(
     max_bytes: u64,
     wait_ms: u32,
 ) -> Result<FetchOk, PartitionError> {
-    let log = core
-        .log(topic, partition)
-        .ok_or_else(|| unknown(topic, partition))?;
+    let log = core.owned_log(topic, partition)?;
     if wait_ms > 0 && offset == log.high_watermark() {
         // Long poll: wake when a batch at `offset` is written, or time out.
         let wait = std::time::Duration::from_millis(wait_ms as u64);
@@ -154,9 +143,7 @@ pub async fn offsets_local(
     partition: u32,
     timestamp: Option<i64>,
 ) -> Result<OffsetsOk, PartitionError> {
-    let log = core
-        .log(topic, partition)
-        .ok_or_else(|| unknown(topic, partition))?;
+    let log = core.owned_log(topic, partition)?;
     let for_timestamp = match timestamp {
         Some(ts) => log
             .offset_for_timestamp(ts)

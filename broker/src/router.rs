@@ -218,13 +218,6 @@ async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
     MetadataResponse { cores, topics }
 }
 
-fn unknown_partition(topic: &str, partition: u32) -> PartitionError {
-    PartitionError {
-        code: code::UNKNOWN_TOPIC_OR_PARTITION,
-        message: format!("unknown topic or partition {topic}-{partition}"),
-    }
-}
-
 fn partition_exists(core: &Core, topic: &str, partition: u32) -> bool {
     core.registry
         .borrow()
@@ -241,7 +234,7 @@ async fn on_owner<T>(
     remote: impl FnOnce(oneshot::Sender<Result<T, PartitionError>>) -> CoreMsg,
 ) -> Result<T, PartitionError> {
     if !partition_exists(core, topic, partition) {
-        return Err(unknown_partition(topic, partition));
+        return Err(PartitionError::unknown(topic, partition));
     }
     let owner = core.owner(topic, partition);
     if owner == core.id {
@@ -270,7 +263,7 @@ async fn produce_partition(
     acks: i8,
 ) -> Result<ProduceOk, PartitionError> {
     if !ensure_topic(core, topic).await {
-        return Err(unknown_partition(topic, partition));
+        return Err(PartitionError::unknown(topic, partition));
     }
     // The payload range may hold several batches: append them in order.
     let mut first: Option<ProduceOk> = None;

@@ -2,13 +2,15 @@
 //! CRC checks, compression) and, once, a real `Client` against a scripted
 //! in-process server.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use weir_client::consumer::ConsumerBackend;
 use weir_client::producer::BoxFuture;
@@ -468,13 +470,9 @@ async fn through_a_client() {
     tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
         loop {
-            let mut len = [0u8; 4];
-            if s.read_exact(&mut len).await.is_err() {
+            let Some(f) = common::read_frame(&mut s).await else {
                 return;
-            }
-            let mut f = vec![0u8; 4 + u32::from_be_bytes(len) as usize];
-            f[..4].copy_from_slice(&len);
-            s.read_exact(&mut f[4..]).await.unwrap();
+            };
             let (h, body, _) = frame::decode_request(&f).unwrap();
             let rh = ResponseHeader::ok(h.correlation_id);
             let out = match h.api().unwrap() {

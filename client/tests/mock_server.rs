@@ -1,12 +1,14 @@
 //! The client against a scripted in-process server (no broker): framing,
 //! correlation, payload layout, error mapping, timeouts and reconnects.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use weir_client::{Acks, Client, ClientConfig, ClientError};
 use weir_proto::api::ApiKey;
@@ -34,16 +36,9 @@ async fn serve(script: Arc<Script>) -> (std::net::SocketAddr, Arc<AtomicUsize>) 
             let script = script.clone();
             tokio::spawn(async move {
                 loop {
-                    let mut len = [0u8; 4];
-                    if s.read_exact(&mut len).await.is_err() {
+                    let Some(f) = common::read_frame(&mut s).await else {
                         return;
-                    }
-                    let n = u32::from_be_bytes(len) as usize;
-                    let mut f = vec![0u8; 4 + n];
-                    f[..4].copy_from_slice(&len);
-                    if s.read_exact(&mut f[4..]).await.is_err() {
-                        return;
-                    }
+                    };
                     let (h, body, payload) = frame::decode_request(&f).unwrap();
                     if let Some(out) = script(h, body, payload) {
                         if s.write_all(&out).await.is_err() {
