@@ -103,6 +103,44 @@ pub enum StorageError {
         /// Why it was refused.
         reason: String,
     },
+    /// An idempotent producer's batch does not follow its last one: a
+    /// sequence gap, a repeat older than the batches remembered, or a new
+    /// epoch not starting at sequence 0. Nothing was appended.
+    #[error("out-of-order sequence for producer {producer_id} on {partition}: expected {expected}, got {got}")]
+    OutOfOrderSequence {
+        /// `topic-partition`.
+        partition: String,
+        /// The producer id.
+        producer_id: i64,
+        /// The base sequence the next batch must have.
+        expected: i32,
+        /// The batch's base sequence.
+        got: i32,
+    },
+    /// The batch's producer epoch is older than the producer's current
+    /// epoch: a newer instance of the producer fenced this one. Nothing was
+    /// appended.
+    #[error("producer {producer_id} on {partition} is fenced: epoch {epoch} is older than the current epoch {current}")]
+    InvalidProducerEpoch {
+        /// `topic-partition`.
+        partition: String,
+        /// The producer id.
+        producer_id: i64,
+        /// The batch's epoch.
+        epoch: i16,
+        /// The producer's current epoch.
+        current: i16,
+    },
+    /// The partition has no state for this producer id (never seen, evicted,
+    /// or its batches were truncated) and the batch does not start a
+    /// sequence at 0. Nothing was appended.
+    #[error("unknown producer id {producer_id} on {partition}")]
+    UnknownProducerId {
+        /// `topic-partition`.
+        partition: String,
+        /// The producer id.
+        producer_id: i64,
+    },
     /// A file on disk is not what Weir wrote and cannot be repaired.
     #[error("{}: {reason}", path.display())]
     Corrupt {

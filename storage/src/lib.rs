@@ -8,7 +8,10 @@
 //! * [`StorageShard`] — one per core: batch cache, group committer, counters.
 //! * [`PartitionLog`] — one partition (`<topic>-<partition>/`), owned by one
 //!   shard: append, read, offset for timestamp, truncation, retention,
-//!   recovery on open.
+//!   recovery on open, idempotent-producer checks.
+//! * [`ProducerStateTable`] — per-partition idempotent-producer state
+//!   (sequence and epoch checks, duplicate detection), snapshotted to
+//!   `producer.snapshot` and rebuilt from the batches on open.
 //! * [`LogConfig`] — Kafka-named per-topic settings.
 //!
 //! Which core owns what: a `StorageShard` and every log opened through it
@@ -28,6 +31,7 @@ pub mod config;
 pub mod error;
 pub mod log;
 pub mod offset_index;
+pub mod producer_state;
 pub mod segment;
 pub mod shard;
 pub mod tail_writer;
@@ -38,4 +42,5 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::LogConfig;
 pub use error::{Result, StorageError};
 pub use log::{AppendInfo, PartitionLog, ReadResult, RecoveryReport, RetentionReport};
+pub use producer_state::ProducerStateTable;
 pub use shard::{ShardConfig, ShardStats, StorageShard};

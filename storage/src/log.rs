@@ -21,11 +21,27 @@
 //! * after [`PartitionLog::flush`] returns, everything appended before the
 //!   call is fdatasync'd.
 //!
+//! ## Idempotent producers
+//! A batch with a producer id is checked against the partition's
+//! [`ProducerStateTable`] inside `append`, under the append lock and before
+//! anything is queued: a sequence gap, an unknown producer or a fenced epoch
+//! is refused with nothing written or cached; a retry of one of the
+//! producer's last 5 batches is not appended again and returns the original
+//! offsets with [`AppendInfo::duplicate`] set (it still waits in
+//! [`PartitionLog::wait_acked`], as the original may not be durable yet).
+//! The table is snapshotted to `producer.snapshot` (every
+//! [`PRODUCER_SNAPSHOT_INTERVAL_BYTES`] appended, at every segment roll and
+//! at `close`), each snapshot written only once the batches below its offset
+//! are fdatasync'd; `open` loads it and replays the batches after it.
+//!
 //! ## Concurrency
 //! Everything runs on the owning core. `append_lock` orders appends and
 //! excludes them during truncation; `io_lock` makes file mutations (flush
 //! rounds, truncation, retention, close) one at a time. Lock order: append,
-//! then io. No `RefCell` borrow is held across an `.await`.
+//! then io (then sync, then snapshot). The producer-snapshot writer takes
+//! only `snapshot_lock`, which truncation, close and delete also take, so a
+//! snapshot is never written over a cut it does not know of. No `RefCell`
+//! borrow is held across an `.await`.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -42,6 +58,7 @@ use weir_proto::batch::{self, BatchError, BatchHeader};
 use crate::checkpoint::{self, Checkpoint};
 use crate::config::LogConfig;
 use crate::error::{Result, StorageError};
+use crate::producer_state::{ProducerStateTable, Verdict, PRODUCER_SNAPSHOT_INTERVAL_BYTES};
 use crate::segment::{self, FileKind, ScanSummary, Segment, SegmentState};
 use crate::shard::{bump, probe_device, ShardInner, StorageShard};
 use crate::tail_writer::WriteJob;
@@ -63,6 +80,9 @@ pub struct AppendInfo {
     pub last_offset: u64,
     /// Records in the batch.
     pub records: u32,
+    /// The batch is a retry of an idempotent producer's batch already in
+    /// the log: nothing was appended, the offsets are the original batch's.
+    pub duplicate: bool,
 }
 
 /// Batches returned by [`PartitionLog::read`].
@@ -97,6 +117,9 @@ pub struct RecoveryReport {
     pub log_start_offset: u64,
     /// Log end offset after opening.
     pub log_end_offset: u64,
+    /// Bytes of batches read to rebuild the idempotent-producer state (those
+    /// after the producer snapshot; 0 after a clean close).
+    pub producer_state_scanned_bytes: u64,
 }
 
 /// What a retention pass deleted.
@@ -138,6 +161,30 @@ struct LogState {
     recovery_point: u64,
     waiters: Vec<Waiter>,
     mode: Mode,
+    /// Idempotent-producer state of the batches below `next_offset`.
+    producers: ProducerStateTable,
+    /// Bytes appended since the last snapshot was taken.
+    snapshot_bytes: u64,
+    /// A snapshot `(offset, table)` waiting for `durable` to reach its offset.
+    snapshot_pending: Option<(u64, ProducerStateTable)>,
+    /// Offset of the snapshot file on disk, if any.
+    snapshot_on_disk: Option<u64>,
+    /// Bumped by truncation, close and delete: a snapshot taken before is
+    /// not written.
+    snapshot_gen: u64,
+    /// A snapshot writer task is running.
+    snapshot_writing: bool,
+}
+
+impl LogState {
+    /// Takes a snapshot of the producer state as of `offset` (the log end)
+    /// unless one is already waiting to be written.
+    fn take_snapshot(&mut self, offset: u64) {
+        if self.snapshot_pending.is_none() {
+            self.snapshot_pending = Some((offset, self.producers.clone()));
+            self.snapshot_bytes = 0;
+        }
+    }
 }
 
 pub(crate) struct LogInner {
@@ -148,6 +195,7 @@ pub(crate) struct LogInner {
     append_lock: Semaphore,
     io_lock: Semaphore,
     sync_lock: Semaphore,
+    snapshot_lock: Semaphore,
     pub(crate) in_dirty: Cell<bool>,
     state: RefCell<LogState>,
 }
@@ -236,7 +284,9 @@ impl PartitionLog {
     /// `shard`'s core, and recovers it (see `docs/storage-format.md`):
     /// after a clean shutdown nothing is scanned; after a crash the segments
     /// not known to be closed cleanly are scanned and cut after their last
-    /// valid batch, and their indexes rebuilt.
+    /// valid batch, and their indexes rebuilt. The idempotent-producer state
+    /// is then loaded from `producer.snapshot` and the batches after it (all
+    /// of them if the snapshot is missing, damaged or past the log end).
     pub async fn open(
         shard: &StorageShard,
         dir: impl Into<PathBuf>,
@@ -367,6 +417,7 @@ impl PartitionLog {
             append_lock: Semaphore::new(1),
             io_lock: Semaphore::new(1),
             sync_lock: Semaphore::new(1),
+            snapshot_lock: Semaphore::new(1),
             in_dirty: Cell::new(false),
             state: RefCell::new(LogState {
                 config,
@@ -382,6 +433,12 @@ impl PartitionLog {
                 recovery_point,
                 waiters: Vec::new(),
                 mode: Mode::Open,
+                producers: ProducerStateTable::new(),
+                snapshot_bytes: 0,
+                snapshot_pending: None,
+                snapshot_on_disk: None,
+                snapshot_gen: 0,
+                snapshot_writing: false,
             }),
         });
         let log = PartitionLog { inner };
@@ -394,6 +451,7 @@ impl PartitionLog {
         if recovery_point != ckpt.recovery_point {
             log.inner.store_checkpoint()?;
         }
+        report.producer_state_scanned_bytes = log.inner.load_producer_state().await?;
         Ok((log, report))
     }
 
@@ -459,13 +517,18 @@ impl PartitionLog {
         self.inner.state.borrow().segments.keys().copied().collect()
     }
 
-    /// Appends one validated batch: checks framing, magic and CRC, rejects
-    /// it with nothing written if anything is wrong, assigns offsets by
-    /// rewriting the base offset (the rest of the batch is stored byte for
-    /// byte) and queues it for the next flush round.
+    /// Appends one validated batch: checks framing, magic and CRC, and for
+    /// a batch with a producer id its epoch and sequence (see the module
+    /// docs), rejects it with nothing written if anything is wrong, assigns
+    /// offsets by rewriting the base offset (the rest of the batch is stored
+    /// byte for byte) and queues it for the next flush round.
+    ///
+    /// A retry of one of the producer's last batches is not appended: the
+    /// original batch's offsets are returned with `duplicate` set.
     ///
     /// After this returns the batch is in memory only; see
-    /// [`PartitionLog::append_acked`] and [`PartitionLog::wait_durable`].
+    /// [`PartitionLog::wait_acked`], [`PartitionLog::append_acked`] and
+    /// [`PartitionLog::wait_durable`].
     pub async fn append(&self, mut data: BytesMut) -> Result<AppendInfo> {
         let inner = &self.inner;
         let _order = inner
@@ -500,6 +563,18 @@ impl PartitionLog {
                 max,
             });
         }
+        let verdict = inner.state.borrow().producers.check(&inner.name, &h)?;
+        if let Verdict::Duplicate(orig) = verdict {
+            tracing::debug!(partition = %inner.name, producer_id = h.producer_id,
+                base_sequence = h.base_sequence, base_offset = orig.base_offset,
+                "duplicate batch not appended");
+            return Ok(AppendInfo {
+                base_offset: orig.base_offset,
+                last_offset: orig.last_offset,
+                records: h.records_count.max(0) as u32,
+                duplicate: true,
+            });
+        }
         let now = inner.shard.clock.now_ms();
         let roll_base = {
             let st = inner.state.borrow();
@@ -518,6 +593,7 @@ impl PartitionLog {
                 active.state = SegmentState::Sealed;
             }
             st.segments.insert(base, seg);
+            st.take_snapshot(base);
         }
         let mut st = inner.state.borrow_mut();
         let base_offset = st.next_offset;
@@ -537,6 +613,12 @@ impl PartitionLog {
         let last_offset = h.last_offset() as u64;
         st.next_offset = last_offset + 1;
         st.appended_records += h.records_count.max(0) as u64;
+        st.producers.record(&h);
+        st.snapshot_bytes += bytes.len() as u64;
+        if st.snapshot_bytes >= PRODUCER_SNAPSHOT_INTERVAL_BYTES {
+            let end = st.next_offset;
+            st.take_snapshot(end);
+        }
         drop(st);
         inner
             .shard
@@ -550,16 +632,26 @@ impl PartitionLog {
             base_offset,
             last_offset,
             records: h.records_count.max(0) as u32,
+            duplicate: false,
         })
     }
 
     /// Appends and waits until the batch is on disk as the flush policy says
-    /// (fdatasync'd with the default `flush.messages=1`).
+    /// (fdatasync'd with the default `flush.messages=1`):
+    /// [`PartitionLog::append`] then [`PartitionLog::wait_acked`].
     pub async fn append_acked(&self, data: BytesMut) -> Result<AppendInfo> {
         let info = self.append(data).await?;
-        let durable = self.inner.state.borrow().config.sync_every_append();
-        self.inner.wait(info.last_offset + 1, durable).await?;
+        self.wait_acked(&info).await?;
         Ok(info)
+    }
+
+    /// Waits until an appended batch is on disk as the flush policy says:
+    /// every batch up to `info.last_offset` fdatasync'd with the default
+    /// `flush.messages=1`, otherwise written. A duplicate waits too (its
+    /// original may not be durable yet).
+    pub async fn wait_acked(&self, info: &AppendInfo) -> Result<()> {
+        let durable = self.inner.state.borrow().config.sync_every_append();
+        self.inner.wait(info.last_offset + 1, durable).await
     }
 
     /// Waits until every batch below `upto` is written (readable, safe from
@@ -895,6 +987,23 @@ impl PartitionLog {
             .next_back()
             .expect("active");
         inner.finalize_segment(active).await?;
+        // Everything is durable: the producer state as of the log end.
+        {
+            let _snap = inner.lock(&inner.snapshot_lock).await?;
+            let (offset, table) = {
+                let mut st = inner.state.borrow_mut();
+                st.snapshot_gen += 1;
+                st.snapshot_pending = None;
+                (st.next_offset, std::mem::take(&mut st.producers))
+            };
+            match inner.store_snapshot(table, offset).await {
+                Ok(()) => inner.state.borrow_mut().snapshot_on_disk = Some(offset),
+                // The previous snapshot (if any) stays valid: the next open
+                // replays more batches.
+                Err(e) => tracing::warn!(partition = %inner.name, error = %e,
+                    "could not write the producer snapshot at close"),
+            }
+        }
         let leo = {
             let mut st = inner.state.borrow_mut();
             st.recovery_point = st.next_offset;
@@ -913,10 +1022,13 @@ impl PartitionLog {
         let inner = &self.inner;
         let _a = inner.lock(&inner.append_lock).await?;
         let _files = inner.lock_files().await?;
+        let _snap = inner.lock(&inner.snapshot_lock).await?;
         {
             let mut st = inner.state.borrow_mut();
             st.mode = Mode::Closed;
             st.segments.clear();
+            st.snapshot_gen += 1;
+            st.snapshot_pending = None;
         }
         inner.shard.cache.borrow_mut().remove_log(inner.id);
         inner.fail_waiters(&inner.closed());
@@ -1393,6 +1505,7 @@ impl LogInner {
                 .map_err(RoundError::Sync)?;
         }
         self.wake_waiters();
+        self.maybe_write_snapshot();
         let st = self.state.borrow();
         if let Some(ms) = st.config.flush_ms {
             if st.durable < st.written {
@@ -1467,6 +1580,130 @@ impl LogInner {
         c.store(&self.dir)
     }
 
+    /// Starts writing the pending producer snapshot if every batch below
+    /// its offset is fdatasync'd and no writer is running. The writer runs
+    /// in its own task (encoding and file I/O on glommio's blocking pool),
+    /// so a round's appenders never wait for it.
+    fn maybe_write_snapshot(self: &Rc<Self>) {
+        let job = {
+            let mut st = self.state.borrow_mut();
+            let due = st
+                .snapshot_pending
+                .as_ref()
+                .is_some_and(|(o, _)| *o <= st.durable);
+            if !due || st.snapshot_writing || st.mode != Mode::Open {
+                return;
+            }
+            let (offset, table) = st.snapshot_pending.take().expect("due");
+            st.snapshot_writing = true;
+            (offset, table, st.snapshot_gen)
+        };
+        let me = self.clone();
+        glommio::spawn_local(async move { me.write_snapshot(job).await }).detach();
+    }
+
+    async fn write_snapshot(self: Rc<Self>, (offset, table, gen): (u64, ProducerStateTable, u64)) {
+        if let Ok(_snap) = self.snapshot_lock.acquire_permit(1).await {
+            // A truncation, close or delete since the snapshot was taken
+            // makes it stale; an older snapshot never replaces a newer one.
+            let current = {
+                let st = self.state.borrow();
+                st.snapshot_gen == gen
+                    && st.mode == Mode::Open
+                    && st.snapshot_on_disk.is_none_or(|o| o < offset)
+            };
+            if current {
+                match self.store_snapshot(table, offset).await {
+                    Ok(()) => self.state.borrow_mut().snapshot_on_disk = Some(offset),
+                    Err(e) => tracing::warn!(partition = %self.name, offset, error = %e,
+                        "could not write the producer snapshot"),
+                }
+            }
+        }
+        self.state.borrow_mut().snapshot_writing = false;
+        self.maybe_write_snapshot();
+    }
+
+    /// Writes `producer.snapshot` on glommio's blocking pool (caller holds
+    /// `snapshot_lock`; every batch below `offset` is fdatasync'd).
+    async fn store_snapshot(&self, table: ProducerStateTable, offset: u64) -> Result<()> {
+        let dir = self.dir.clone();
+        glommio::executor()
+            .spawn_blocking(move || table.store(&dir, offset))
+            .await
+    }
+
+    /// Loads the producer state at open: the snapshot, then every batch from
+    /// its offset (or from the log start, without a usable snapshot) to the
+    /// log end. Returns the bytes of batches replayed.
+    async fn load_producer_state(self: &Rc<Self>) -> Result<u64> {
+        let dir = self.dir.clone();
+        let loaded = glommio::executor()
+            .spawn_blocking(move || ProducerStateTable::load(&dir))
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(partition = %self.name, error = %e,
+                    "ignoring unusable producer snapshot; rebuilding producer state from the log");
+                None
+            });
+        let (start, end) = {
+            let st = self.state.borrow();
+            (st.log_start, st.next_offset)
+        };
+        let (mut table, from, on_disk) = match loaded {
+            Some((offset, t)) if offset <= end => (t, offset.max(start), Some(offset)),
+            Some((offset, _)) => {
+                // Its batches were cut (a crash during a truncation, or
+                // data lost below it): remove it before the log grows again.
+                tracing::warn!(partition = %self.name, offset, log_end = end,
+                    "producer snapshot is past the log end; rebuilding producer state from the log");
+                ProducerStateTable::remove_snapshot(&self.dir)?;
+                (ProducerStateTable::new(), start, None)
+            }
+            None => (ProducerStateTable::new(), start, None),
+        };
+        let cursors: Vec<_> = {
+            let st = self.state.borrow();
+            st.segments
+                .values()
+                .filter(|s| s.next_offset > from)
+                .map(|s| s.cursor(s.floor(from)))
+                .collect()
+        };
+        let mut scanned = 0u64;
+        for cur in cursors {
+            let sum = cur
+                .scan(cur.limit, |h, _, b| {
+                    if h.last_offset() as u64 >= from {
+                        table.record(h);
+                        scanned += b.len() as u64;
+                    }
+                    true
+                })
+                .await?;
+            if let (Some(e), true) = (&sum.stopped, sum.end_pos < cur.limit) {
+                tracing::warn!(segment = %cur.path.display(), position = sum.end_pos, error = %e,
+                    "invalid batch while rebuilding producer state; skipping the rest of the segment");
+            }
+        }
+        {
+            let mut st = self.state.borrow_mut();
+            st.producers = table;
+            st.snapshot_on_disk = on_disk;
+        }
+        if scanned > 0 {
+            // Spare the next open this replay.
+            let _snap = self.lock(&self.snapshot_lock).await?;
+            let table = self.state.borrow().producers.clone();
+            match self.store_snapshot(table, end).await {
+                Ok(()) => self.state.borrow_mut().snapshot_on_disk = Some(end),
+                Err(e) => tracing::warn!(partition = %self.name, error = %e,
+                    "could not write the producer snapshot after recovery"),
+            }
+        }
+        Ok(scanned)
+    }
+
     /// Cuts the log at the batch containing `offset` (both locks held, no
     /// pending bytes before the cut point). Returns the new log end.
     async fn truncate_locked(self: &Rc<Self>, offset: u64) -> Result<u64> {
@@ -1496,6 +1733,33 @@ impl LogInner {
             })
             .await?;
         let (pos, new_end) = cut.unwrap_or((sum.end_pos, sum.next_offset.max(floor_off)));
+        // Producer state: no snapshot above the new end may survive (on
+        // disk, pending or being written), and no batch at or after it may
+        // be remembered. The file goes first, so that a failure changes
+        // nothing and a crash leaves no stale snapshot.
+        let _snap = self.lock(&self.snapshot_lock).await?;
+        let log_end = new_end.max(seg_base);
+        if self
+            .state
+            .borrow()
+            .snapshot_on_disk
+            .is_some_and(|o| o > log_end)
+        {
+            ProducerStateTable::remove_snapshot(&self.dir)?;
+            self.state.borrow_mut().snapshot_on_disk = None;
+        }
+        {
+            let mut st = self.state.borrow_mut();
+            st.snapshot_gen += 1;
+            if st
+                .snapshot_pending
+                .as_ref()
+                .is_some_and(|(o, _)| *o > log_end)
+            {
+                st.snapshot_pending = None;
+            }
+            st.producers.truncate(log_end);
+        }
         // Summarise what remains after the last index entry kept.
         let (kept_off, kept_pos) = {
             let st = self.state.borrow();
