@@ -39,11 +39,13 @@ pub enum ApiKey {
     Fetch = 8,
     /// Look up offsets (earliest, latest, by timestamp).
     ListOffsets = 9,
+    /// Hands out an idempotent producer's id and epoch.
+    InitProducerId = 10,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 10] = [
+    pub const ALL: [ApiKey; 11] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -54,6 +56,7 @@ impl ApiKey {
         ApiKey::Produce,
         ApiKey::Fetch,
         ApiKey::ListOffsets,
+        ApiKey::InitProducerId,
     ];
 
     /// The key on the wire.
@@ -75,6 +78,7 @@ impl ApiKey {
             7 => ApiKey::Produce,
             8 => ApiKey::Fetch,
             9 => ApiKey::ListOffsets,
+            10 => ApiKey::InitProducerId,
             _ => return None,
         })
     }
@@ -92,6 +96,7 @@ impl ApiKey {
             ApiKey::Produce => "Produce",
             ApiKey::Fetch => "Fetch",
             ApiKey::ListOffsets => "ListOffsets",
+            ApiKey::InitProducerId => "InitProducerId",
         }
     }
 

@@ -64,11 +64,20 @@ pub enum ErrorCode {
     /// The partition is recovering (e.g. replaying its log after a restart);
     /// retry later.
     Recovering = 19,
+    /// An idempotent producer's batch does not follow the last sequence
+    /// the partition holds for it (a gap): the batch was not appended.
+    OutOfOrderSequence = 20,
+    /// An idempotent producer's epoch is older than the partition's: a
+    /// newer instance of the producer took over (fenced).
+    InvalidProducerEpoch = 21,
+    /// The partition holds no state for this producer id and the batch
+    /// does not start a sequence (its base sequence is not 0).
+    UnknownProducerId = 22,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -89,6 +98,9 @@ impl ErrorCode {
         ErrorCode::PolicyViolation,
         ErrorCode::InvalidTopic,
         ErrorCode::Recovering,
+        ErrorCode::OutOfOrderSequence,
+        ErrorCode::InvalidProducerEpoch,
+        ErrorCode::UnknownProducerId,
     ];
 
     /// The number on the wire.
@@ -119,6 +131,9 @@ impl ErrorCode {
             17 => ErrorCode::PolicyViolation,
             18 => ErrorCode::InvalidTopic,
             19 => ErrorCode::Recovering,
+            20 => ErrorCode::OutOfOrderSequence,
+            21 => ErrorCode::InvalidProducerEpoch,
+            22 => ErrorCode::UnknownProducerId,
             _ => ErrorCode::Unknown,
         }
     }
@@ -164,6 +179,9 @@ impl ErrorCode {
             ErrorCode::PolicyViolation => "PolicyViolation",
             ErrorCode::InvalidTopic => "InvalidTopic",
             ErrorCode::Recovering => "Recovering",
+            ErrorCode::OutOfOrderSequence => "OutOfOrderSequence",
+            ErrorCode::InvalidProducerEpoch => "InvalidProducerEpoch",
+            ErrorCode::UnknownProducerId => "UnknownProducerId",
         }
     }
 
@@ -190,6 +208,9 @@ impl ErrorCode {
             ErrorCode::PolicyViolation => "policy violation",
             ErrorCode::InvalidTopic => "invalid topic name",
             ErrorCode::Recovering => "partition is recovering",
+            ErrorCode::OutOfOrderSequence => "out-of-order sequence number",
+            ErrorCode::InvalidProducerEpoch => "producer fenced by a newer epoch",
+            ErrorCode::UnknownProducerId => "unknown producer id",
         }
     }
 }

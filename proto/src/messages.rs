@@ -420,6 +420,27 @@ pub struct ListOffsetsResponse {
     pub partitions: Vec<ListOffsetsResult>,
 }
 
+// --- InitProducerId (10) ----------------------------------------------------------
+
+/// Asks for a new idempotent-producer identity. Every call hands out a
+/// fresh producer id (unique for the life of the data directory) with
+/// epoch 0.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct InitProducerIdRequest {}
+
+/// The identity an idempotent producer stamps on its batches.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct InitProducerIdResponse {
+    /// Error code (0 = none).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// The producer id (non-negative).
+    pub producer_id: i64,
+    /// The producer epoch.
+    pub producer_epoch: i16,
+}
+
 // --- trait impls -------------------------------------------------------------------
 
 macro_rules! impl_message {
@@ -459,6 +480,8 @@ impl_message!(
     FetchResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
 );
 
 /// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
@@ -559,4 +582,5 @@ requests! {
     Produce => ProduceRequest, ProduceResponse;
     Fetch => FetchRequest, FetchResponse;
     ListOffsets => ListOffsetsRequest, ListOffsetsResponse;
+    InitProducerId => InitProducerIdRequest, InitProducerIdResponse;
 }

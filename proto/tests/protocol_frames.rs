@@ -215,12 +215,12 @@ fn unsupported_api_and_version() {
     let (_, b, _) = decode_request(&body).unwrap();
 
     let unknown = RequestHeader {
-        api_key: 10,
+        api_key: 11,
         api_version: 0,
         correlation_id: 1,
     };
     let e = AnyRequest::decode(&unknown, b).unwrap_err();
-    assert_eq!(e, FrameError::UnsupportedApi { api_key: 10 });
+    assert_eq!(e, FrameError::UnsupportedApi { api_key: 11 });
     assert_eq!(e.error_code(), ErrorCode::UnsupportedApi);
     assert!(!e.is_fatal());
 
@@ -246,7 +246,7 @@ fn unsupported_api_and_version() {
 fn api_versions_lists_every_api_at_version_0() {
     let resp = ApiVersionsResponse::supported();
     assert_eq!(resp.apis, supported_apis());
-    assert_eq!(resp.apis.len(), 10);
+    assert_eq!(resp.apis.len(), 11);
     for (i, r) in resp.apis.iter().enumerate() {
         assert_eq!(
             *r,
@@ -437,6 +437,9 @@ fn error_codes_are_pinned() {
         ("PolicyViolation", 17),
         ("InvalidTopic", 18),
         ("Recovering", 19),
+        ("OutOfOrderSequence", 20),
+        ("InvalidProducerEpoch", 21),
+        ("UnknownProducerId", 22),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -456,7 +459,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in 20..=u16::MAX {
+    for n in 23..=u16::MAX {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -496,6 +499,7 @@ fn api_keys_are_pinned() {
         ("Produce", 7),
         ("Fetch", 8),
         ("ListOffsets", 9),
+        ("InitProducerId", 10),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -505,7 +509,7 @@ fn api_keys_are_pinned() {
         assert!(key.supports(0));
         assert!(!key.supports(1));
     }
-    for n in 10..=u16::MAX {
+    for n in 11..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

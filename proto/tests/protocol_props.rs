@@ -134,7 +134,9 @@ fn any_request() -> impl Strategy<Value = (AnyRequest, Vec<u8>)> {
             .prop_map(|(r, p)| (AnyRequest::CreatePartitions(r), p)),
         produce_request().prop_map(|(r, p)| (AnyRequest::Produce(r), p)),
         (fetch_request(), no_payload.clone()).prop_map(|(r, p)| (AnyRequest::Fetch(r), p)),
-        (list_offsets_request(), no_payload).prop_map(|(r, p)| (AnyRequest::ListOffsets(r), p)),
+        (list_offsets_request(), no_payload.clone())
+            .prop_map(|(r, p)| (AnyRequest::ListOffsets(r), p)),
+        no_payload.prop_map(|p| (AnyRequest::InitProducerId(InitProducerIdRequest {}), p)),
     ]
 }
 
@@ -152,6 +154,7 @@ fn encode_any(req: &AnyRequest, correlation_id: u32, payload: &[u8]) -> Vec<u8> 
         AnyRequest::Produce(r) => encode_request_with_payload(&h, r, &p),
         AnyRequest::Fetch(r) => encode_request_with_payload(&h, r, &p),
         AnyRequest::ListOffsets(r) => encode_request_with_payload(&h, r, &p),
+        AnyRequest::InitProducerId(r) => encode_request_with_payload(&h, r, &p),
         other => panic!("no encoder for {other:?}"),
     };
     let frame = frame.unwrap().to_vec();

@@ -18,7 +18,7 @@ use weir_proto::messages::*;
 /// Decodes `body` as message type number `selector` (modulo the number of
 /// types), following payload ranges into `payload`.
 fn decode_selected(selector: u8, body: &[u8], payload: &[u8]) {
-    match selector % 21 {
+    match selector % 23 {
         0 => drop(decode_body::<ErrorBody>(body)),
         1 => drop(decode_body::<ApiVersionsRequest>(body)),
         2 => drop(decode_body::<ApiVersionsResponse>(body)),
@@ -51,6 +51,8 @@ fn decode_selected(selector: u8, body: &[u8], payload: &[u8]) {
             }
         }
         19 => drop(decode_body::<ListOffsetsRequest>(body)),
+        20 => drop(decode_body::<InitProducerIdRequest>(body)),
+        21 => drop(decode_body::<InitProducerIdResponse>(body)),
         _ => drop(decode_body::<ListOffsetsResponse>(body)),
     }
 }
@@ -69,7 +71,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok((header, body, payload)) = decode_response(frame) {
         decode_selected(selector, body, payload);
-        if let Some(api) = ApiKey::from_u16(u16::from(selector) % 10) {
+        if let Some(api) = ApiKey::from_u16(u16::from(selector) % 11) {
             let _ = AnyResponse::decode(api, &header, body);
         }
     }
