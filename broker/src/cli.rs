@@ -4,20 +4,18 @@
 //! `WEIR_BOOTSTRAP`) through `weir-client` on a tokio current-thread
 //! runtime, and returns an error (printed by `main` as one line) on failure.
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::str::FromStr;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
-use weir_client::{Acks, Client};
-use weir_proto::batch::Compression;
-use weir_proto::builder::BatchBuilder;
-use weir_proto::messages::{FetchPartition, OffsetSpec};
-use weir_proto::reader::RecordBatch;
-use weir_proto::record::RecordData;
+use weir_client::producer::Compression as ProducerCompression;
+use weir_client::{
+    Acks, Client, Consumer, ConsumerConfig, DeliveryFuture, OffsetReset, ProducerConfig,
+    ProducerRecord,
+};
 
 /// Where to find the broker.
 #[derive(Args, Debug, Clone)]
@@ -95,8 +93,8 @@ enum TopicCommand {
 pub struct ProduceArgs {
     /// Topic to write to.
     topic: String,
-    /// Write every record to this partition (default: by key, or
-    /// round-robin per batch for records without a key).
+    /// Write every record to this partition (default: by key with Kafka's
+    /// murmur2 partitioner, sticky per batch for records without a key).
     #[arg(long)]
     partition: Option<u32>,
     /// Split each line into key and value at the first SEP (a line without
@@ -106,12 +104,29 @@ pub struct ProduceArgs {
     /// Acknowledgement: 0 (none), 1 (appended) or all (durable).
     #[arg(long, default_value = "all")]
     acks: Acks,
-    /// Records per batch (a batch is also closed at 1 MiB, and when stdin
-    /// has no more buffered input).
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
-    batch_records: u32,
+    /// Batch codec: none, lz4, zstd or zstd:LEVEL.
+    #[arg(long, default_value = "none", value_parser = parse_compression)]
+    compression: ProducerCompression,
+    /// How long a batch waits for more records after its first one.
+    #[arg(long, default_value_t = 5)]
+    linger_ms: u64,
+    /// A batch is sent once it holds this many bytes.
+    #[arg(long, default_value_t = 128 << 10, value_parser = clap::value_parser!(u64).range(1..=(64 << 20)))]
+    batch_size: u64,
     #[command(flatten)]
     conn: Conn,
+}
+
+fn parse_compression(s: &str) -> Result<ProducerCompression, String> {
+    match s {
+        "none" => Ok(ProducerCompression::None),
+        "lz4" => Ok(ProducerCompression::Lz4),
+        "zstd" => Ok(ProducerCompression::Zstd { level: 3 }),
+        _ => match s.strip_prefix("zstd:").map(str::parse::<i32>) {
+            Some(Ok(level)) => Ok(ProducerCompression::Zstd { level }),
+            _ => Err(format!("`{s}`: use none, lz4, zstd or zstd:LEVEL")),
+        },
+    }
 }
 
 /// `weir consume`.
@@ -245,158 +260,6 @@ fn describe_text(t: &weir_proto::messages::TopicConfigs) -> String {
 
 // --- produce -----------------------------------------------------------------
 
-/// A batch is closed at this size even before `--batch-records`.
-const BATCH_BYTES_MAX: usize = 1 << 20;
-/// Closed batches are sent once they add up to this many bytes (or count).
-const SEND_BYTES: usize = 4 << 20;
-const SEND_BATCHES: usize = 64;
-
-/// The partition of a keyed record: Kafka's murmur2 partitioner, so keys
-/// land where the Java client and librdkafka would put them.
-fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
-    weir_client::partitioner::partition_for_key(key, partitions)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-/// Turns records into batches per partition and sends them.
-struct Producer<'c> {
-    client: &'c Client,
-    rt: &'c tokio::runtime::Runtime,
-    topic: String,
-    partitions: u32,
-    fixed: Option<u32>,
-    acks: Acks,
-    batch_records: usize,
-    /// Open batches of records whose partition is known (fixed or keyed).
-    by_partition: HashMap<u32, BatchBuilder>,
-    /// The open batch of records without key; its partition is chosen
-    /// round-robin when it is closed.
-    unkeyed: Option<BatchBuilder>,
-    next_partition: u32,
-    /// Closed batches not sent yet, with their record counts.
-    ready: Vec<(String, u32, Bytes)>,
-    ready_records: Vec<u64>,
-    ready_bytes: usize,
-    sent: u64,
-    acked: u64,
-    failed_batches: u64,
-    total_batches: u64,
-    first_error: Option<String>,
-}
-
-impl Producer<'_> {
-    fn push(&mut self, key: Option<&[u8]>, value: &[u8]) -> Result<()> {
-        let record = RecordData {
-            key: key.map(Bytes::copy_from_slice),
-            value: Some(Bytes::copy_from_slice(value)),
-            headers: Vec::new(),
-            timestamp: now_ms(),
-        };
-        let target = self
-            .fixed
-            .or_else(|| key.map(|k| partition_for_key(k, self.partitions)));
-        let full =
-            |b: &BatchBuilder, n: usize| b.len() >= n || b.estimated_size() >= BATCH_BYTES_MAX;
-        match target {
-            Some(p) => {
-                let b = match self.by_partition.entry(p) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(BatchBuilder::new(Compression::None)?)
-                    }
-                };
-                b.push(&record)?;
-                if full(b, self.batch_records) {
-                    self.close_partition(p)?;
-                }
-            }
-            None => {
-                let b = match &mut self.unkeyed {
-                    Some(b) => b,
-                    None => self.unkeyed.insert(BatchBuilder::new(Compression::None)?),
-                };
-                b.push(&record)?;
-                if full(b, self.batch_records) {
-                    self.close_unkeyed()?;
-                }
-            }
-        }
-        if self.ready_bytes >= SEND_BYTES || self.ready.len() >= SEND_BATCHES {
-            self.send()?;
-        }
-        Ok(())
-    }
-
-    fn close(&mut self, partition: u32, b: BatchBuilder) -> Result<()> {
-        if b.is_empty() {
-            return Ok(());
-        }
-        let batch = b.build()?.freeze();
-        self.ready_bytes += batch.len();
-        self.ready_records.push(b.len() as u64);
-        self.ready.push((self.topic.clone(), partition, batch));
-        Ok(())
-    }
-
-    fn close_partition(&mut self, p: u32) -> Result<()> {
-        match self.by_partition.remove(&p) {
-            Some(b) => self.close(p, b),
-            None => Ok(()),
-        }
-    }
-
-    fn close_unkeyed(&mut self) -> Result<()> {
-        let Some(b) = self.unkeyed.take() else {
-            return Ok(());
-        };
-        let p = self.next_partition;
-        self.next_partition = (p + 1) % self.partitions;
-        self.close(p, b)
-    }
-
-    /// Closes every open batch and sends everything closed.
-    fn flush(&mut self) -> Result<()> {
-        let mut open: Vec<u32> = self.by_partition.keys().copied().collect();
-        open.sort_unstable();
-        for p in open {
-            self.close_partition(p)?;
-        }
-        self.close_unkeyed()?;
-        self.send()
-    }
-
-    fn send(&mut self) -> Result<()> {
-        if self.ready.is_empty() {
-            return Ok(());
-        }
-        let batches = std::mem::take(&mut self.ready);
-        let counts = std::mem::take(&mut self.ready_records);
-        self.ready_bytes = 0;
-        let results = self
-            .rt
-            .block_on(self.client.produce_many(self.acks, batches))
-            .with_context(|| format!("producing to {}", self.topic))?;
-        for (r, n) in results.into_iter().zip(counts) {
-            self.total_batches += 1;
-            self.sent += n;
-            match r {
-                Ok(_) => self.acked += n,
-                Err(e) => {
-                    self.failed_batches += 1;
-                    self.first_error.get_or_insert_with(|| e.to_string());
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The position of `needle` in `hay`.
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.is_empty() || needle.len() > hay.len() {
@@ -405,9 +268,16 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Runs `weir produce`.
+/// Runs `weir produce`: one record per stdin line, through the SDK's
+/// batching, idempotent producer.
 pub fn produce(args: ProduceArgs) -> Result<()> {
-    let rt = runtime()?;
+    // The producer's sender task runs on a worker thread, so it keeps
+    // sending while this thread waits for stdin.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
     let client = rt.block_on(connect(&args.conn))?;
     let md = rt.block_on(client.topic_metadata(&args.topic))?;
     let partitions = md.partitions.len() as u32;
@@ -422,29 +292,18 @@ pub fn produce(args: ProduceArgs) -> Result<()> {
             );
         }
     }
-    let mut producer = Producer {
-        client: &client,
-        rt: &rt,
-        topic: args.topic.clone(),
-        partitions,
-        fixed: args.partition,
-        acks: args.acks,
-        batch_records: args.batch_records as usize,
-        by_partition: HashMap::new(),
-        unkeyed: None,
-        next_partition: 0,
-        ready: Vec::new(),
-        ready_records: Vec::new(),
-        ready_bytes: 0,
-        sent: 0,
-        acked: 0,
-        failed_batches: 0,
-        total_batches: 0,
-        first_error: None,
-    };
+    let mut config = ProducerConfig::default();
+    config.acks = args.acks;
+    config.compression = args.compression;
+    config.linger_ms = args.linger_ms;
+    config.batch_size = args.batch_size as usize;
+    let _guard = rt.enter();
+    let producer = weir_client::Producer::new(client, config);
     let sep = args.key_separator.as_deref().map(str::as_bytes);
     let mut input = BufReader::with_capacity(1 << 20, std::io::stdin().lock());
     let mut line = Vec::new();
+    let mut tally = Tally::default();
+    let mut waiting: std::collections::VecDeque<DeliveryFuture> = Default::default();
     let result = (|| -> Result<()> {
         loop {
             line.clear();
@@ -461,39 +320,67 @@ pub fn produce(args: ProduceArgs) -> Result<()> {
                     line.pop();
                 }
             }
-            match sep.and_then(|s| find(&line, s).map(|i| (i, s.len()))) {
-                Some((i, n)) => producer.push(Some(&line[..i]), &line[i + n..])?,
-                None => producer.push(None, &line)?,
-            }
-            // Nothing more buffered: send what we have rather than wait for
-            // a full batch (interactive input shows up promptly).
-            if input.buffer().is_empty() {
-                producer.flush()?;
+            let (key, value) = match sep.and_then(|s| find(&line, s).map(|i| (i, s.len()))) {
+                Some((i, n)) => (Some(&line[..i]), &line[i + n..]),
+                None => (None, &line[..]),
+            };
+            let record = ProducerRecord {
+                topic: args.topic.clone(),
+                partition: args.partition,
+                key: key.map(Bytes::copy_from_slice),
+                value: Some(Bytes::copy_from_slice(value)),
+                ..ProducerRecord::default()
+            };
+            waiting.push_back(rt.block_on(producer.send(record))?);
+            tally.sent += 1;
+            // Count the records already acknowledged (in order), so that
+            // memory stays bounded by the producer's buffer.
+            while let Some(outcome) = waiting.front_mut().and_then(DeliveryFuture::try_outcome) {
+                waiting.pop_front();
+                tally.add(outcome);
             }
         }
-        producer.flush()
+        Ok(())
     })();
-    if args.acks == Acks::None {
-        // Answers come in order, so once this one is in, the broker has
-        // handled every produce request sent before it.
-        if result.is_ok() {
-            rt.block_on(client.api_versions())?;
+    rt.block_on(async {
+        producer.close().await;
+        for f in waiting {
+            tally.add(f.await);
         }
-        eprintln!("{} records sent (acks=0: not acknowledged)", producer.sent);
+    });
+    if args.acks == Acks::None {
+        eprintln!("{} records sent (acks=0: not acknowledged)", tally.sent);
     } else {
-        eprintln!("{} records acknowledged", producer.acked);
+        eprintln!("{} records acknowledged", tally.acked);
     }
     result?;
-    if producer.failed_batches > 0 {
+    if let Some(e) = tally.first_error {
         bail!(
-            "{} of {} batches failed ({} records not acknowledged); first error: {}",
-            producer.failed_batches,
-            producer.total_batches,
-            producer.sent - producer.acked,
-            producer.first_error.unwrap_or_default()
+            "{} of {} records not acknowledged; first error: {e}",
+            tally.sent - tally.acked,
+            tally.sent
         );
     }
     Ok(())
+}
+
+/// What became of the records `weir produce` sent.
+#[derive(Default)]
+struct Tally {
+    sent: u64,
+    acked: u64,
+    first_error: Option<String>,
+}
+
+impl Tally {
+    fn add(&mut self, outcome: weir_client::Result<weir_client::RecordMetadata>) {
+        match outcome {
+            Ok(_) => self.acked += 1,
+            Err(e) => {
+                self.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
 }
 
 // --- consume -----------------------------------------------------------------
@@ -623,11 +510,7 @@ fn write_record(out: &mut impl Write, format: &[Piece], r: &Printed<'_>) -> std:
     out.write_all(b"\n")
 }
 
-/// Bytes asked for per partition and per fetch.
-const FETCH_PARTITION_BYTES: u32 = 1 << 20;
-const FETCH_BYTES: u32 = 8 << 20;
-
-/// Runs `weir consume`.
+/// Runs `weir consume`, through the SDK's consumer.
 pub fn consume(args: ConsumeArgs) -> Result<()> {
     let format = parse_format(&args.format)?;
     let rt = runtime()?;
@@ -635,35 +518,36 @@ pub fn consume(args: ConsumeArgs) -> Result<()> {
     let topic = args.topic.as_str();
     let md = rt.block_on(client.topic_metadata(topic))?;
     let count = md.partitions.len() as u32;
-    let partitions: Vec<u32> = match args.partition {
+    let partitions: Vec<(String, u32)> = match args.partition {
         Some(p) if p >= count => {
             bail!("--partition {p} is out of range: topic `{topic}` has {count} partitions")
         }
-        Some(p) => vec![p],
-        None => (0..count).collect(),
+        Some(p) => vec![(topic.to_string(), p)],
+        None => (0..count).map(|p| (topic.to_string(), p)).collect(),
     };
-    // The next offset to print, per partition.
-    let mut next: Vec<u64> = Vec::with_capacity(partitions.len());
-    for &p in &partitions {
-        let spec = match args.from {
+    let mut config = ConsumerConfig::default();
+    config.max_poll_records = 10_000;
+    config.auto_offset_reset = OffsetReset::Earliest;
+    let mut consumer = Consumer::new(client, config);
+    consumer.assign(partitions.clone());
+    rt.block_on(async {
+        match args.from {
+            StartAt::Earliest => consumer.seek_to_beginning(&partitions).await,
+            StartAt::Latest => consumer.seek_to_end(&partitions).await,
             StartAt::Offset(o) => {
-                next.push(o);
-                continue;
+                for (t, p) in &partitions {
+                    consumer.seek(t, *p, o)?;
+                }
+                Ok(())
             }
-            StartAt::Earliest => OffsetSpec::Earliest,
-            StartAt::Latest => OffsetSpec::Latest,
-            StartAt::Timestamp(ms) => OffsetSpec::Timestamp(ms),
-        };
-        let found = rt.block_on(client.list_offsets(topic, p, spec))?;
-        let offset = match found {
-            Some(o) => o,
-            // Every record is older than the timestamp: start at the end.
-            None => rt
-                .block_on(client.list_offsets(topic, p, OffsetSpec::Latest))?
-                .unwrap_or(0),
-        };
-        next.push(offset);
-    }
+            StartAt::Timestamp(ms) => {
+                for (t, p) in &partitions {
+                    consumer.seek_to_timestamp(t, *p, ms).await?;
+                }
+                Ok(())
+            }
+        }
+    })?;
 
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
@@ -671,73 +555,33 @@ pub fn consume(args: ConsumeArgs) -> Result<()> {
     let max = args.max_records.unwrap_or(u64::MAX);
     let mut printed: u64 = 0;
     let mut last_progress = Instant::now();
-    let mut progressed = true;
     let result = (|| -> Result<()> {
-        while printed < max {
-            // Poll without waiting while records flow; when a round brought
-            // nothing, long-poll for the rest of the idle timeout.
-            let wait = if progressed {
-                0
-            } else {
-                let left = idle.saturating_sub(last_progress.elapsed());
-                if left.is_zero() {
-                    break;
-                }
-                u32::try_from(left.as_millis()).unwrap_or(u32::MAX).max(1)
-            };
-            let targets = partitions
-                .iter()
-                .zip(&next)
-                .map(|(&partition, &offset)| FetchPartition {
-                    topic: topic.to_string(),
-                    partition,
-                    offset,
-                    max_bytes: FETCH_PARTITION_BYTES,
-                })
-                .collect();
-            let results = rt.block_on(client.fetch_many(wait, FETCH_BYTES, targets))?;
-            progressed = false;
-            'partitions: for ((&partition, pos), r) in partitions.iter().zip(&mut next).zip(results)
-            {
-                for batch in r?.batches {
-                    let rb = RecordBatch::parse(&batch)
-                        .with_context(|| format!("batch of {topic}-{partition} at {pos}"))?;
-                    let h = *rb.header();
-                    if !h.attributes.is_control() {
-                        let records = rb.records()?;
-                        for rec in records.iter() {
-                            let rec = rec?;
-                            if rec.offset < *pos as i64 {
-                                continue;
-                            }
-                            let shown = Printed {
-                                topic,
-                                partition,
-                                offset: rec.offset,
-                                timestamp: rec.timestamp,
-                                key: rec.record.key,
-                                value: rec.record.value,
-                            };
-                            write_record(&mut out, &format, &shown)?;
-                            *pos = rec.offset as u64 + 1;
-                            progressed = true;
-                            printed += 1;
-                            if printed >= max {
-                                break 'partitions;
-                            }
-                        }
-                    }
-                    let after = (h.last_offset() + 1) as u64;
-                    if after > *pos {
-                        *pos = after;
-                        progressed = true;
-                    }
+        'poll: while printed < max {
+            let left = idle.saturating_sub(last_progress.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            let records = rt.block_on(consumer.poll(left))?;
+            if records.is_empty() {
+                continue;
+            }
+            last_progress = Instant::now();
+            for r in &records {
+                let shown = Printed {
+                    topic: &r.topic,
+                    partition: r.partition,
+                    offset: r.offset as i64,
+                    timestamp: r.timestamp,
+                    key: r.key.as_deref(),
+                    value: r.value.as_deref(),
+                };
+                write_record(&mut out, &format, &shown)?;
+                printed += 1;
+                if printed >= max {
+                    break 'poll;
                 }
             }
             out.flush()?;
-            if progressed {
-                last_progress = Instant::now();
-            }
         }
         Ok(())
     })();
@@ -795,12 +639,13 @@ mod tests {
     }
 
     #[test]
-    fn key_partitioning_is_stable() {
-        // Kafka: toPositive(murmur2("foobar")) % 50 = 16.
-        assert_eq!(partition_for_key(b"foobar", 50), 16);
-        for k in [&b"x"[..], b"key-1", b"\xff"] {
-            assert!(partition_for_key(k, 7) < 7);
-        }
+    fn compression_flags_parse() {
+        assert_eq!(parse_compression("lz4"), Ok(ProducerCompression::Lz4));
+        assert_eq!(
+            parse_compression("zstd:9"),
+            Ok(ProducerCompression::Zstd { level: 9 })
+        );
+        assert!(parse_compression("gzip").is_err());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! One native-protocol connection: read whole frames (bounded by
 //! `max_frame_bytes`), dispatch each request, write the answer.
 //!
-//! Requests on one connection are answered in order. A frame that is too
+//! Requests on one connection are started and answered in order, and up to
+//! [`PIPELINE_MAX`] of them can be in progress at once. A frame that is too
 //! large or cannot be parsed gets an error answer and the connection is
 //! closed (its framing can no longer be trusted); a request with a bad body,
 //! an unknown API or version gets an error answer and the connection stays
@@ -16,7 +17,10 @@ use glommio::net::TcpStream;
 use weir_proto::error_code::ErrorCode;
 use weir_proto::frame::{self, FrameError};
 
+use glommio::channels::local_channel;
+
 use crate::core::Core;
+use crate::router::{Ctx, Pending};
 
 /// Bytes read from the socket at a time.
 pub const READ_CHUNK_BYTES: usize = 64 << 10;
@@ -61,8 +65,29 @@ pub fn correlation_id_of(buf: &[u8]) -> u32 {
         .unwrap_or(0)
 }
 
-/// Serves one connection until it closes.
-pub async fn serve(core: Rc<Core>, mut stream: TcpStream, active: Rc<Cell<usize>>) {
+/// Requests of one connection in progress at once (read, not yet
+/// answered). Beyond this the connection is not read until the oldest is
+/// answered.
+pub const PIPELINE_MAX: usize = 32;
+
+/// A request whose answer the writer waits for.
+struct InFlight {
+    pending: Pending,
+    api: Option<weir_proto::api::ApiKey>,
+    started: std::time::Instant,
+    /// The request's share of the core's in-flight budget, released once
+    /// answered.
+    permit: Option<glommio::sync::StaticPermit>,
+}
+
+/// Serves one connection until it closes. `ctx` says which listener it came
+/// through.
+///
+/// Requests are read and started in order (a produce's batches are
+/// appended before the next request is read); their answers are awaited
+/// concurrently, up to [`PIPELINE_MAX`] at a time, and written in request
+/// order by a writer task.
+pub async fn serve(core: Rc<Core>, stream: TcpStream, active: Rc<Cell<usize>>, ctx: Ctx) {
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
@@ -71,10 +96,19 @@ pub async fn serve(core: Rc<Core>, mut stream: TcpStream, active: Rc<Cell<usize>
     core.metrics
         .connections
         .set(core.metrics.connections.get() + 1);
+    let (mut reader, writer) = futures_lite::io::split(stream);
+    let (tx, rx) = local_channel::new_bounded::<InFlight>(PIPELINE_MAX);
+    let write_task = glommio::spawn_local(write_answers(
+        core.clone(),
+        writer,
+        rx,
+        active.clone(),
+        peer.clone(),
+    ));
     let max = core.shared.config.max_frame_bytes as usize;
     let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    loop {
+    'requests: loop {
         // Read until one whole frame is buffered. Its size is taken from the
         // core's in-flight budget first (waiting if other connections hold
         // it), so a burst of large requests cannot exhaust memory.
@@ -83,7 +117,7 @@ pub async fn serve(core: Rc<Core>, mut stream: TcpStream, active: Rc<Cell<usize>
             match frame::peek_frame_len(&buf, max) {
                 Ok(Some(n)) => {
                     if permit.is_none() {
-                        match core.inflight.acquire_permit(n as u64).await {
+                        match core.inflight.acquire_static_permit(n as u64).await {
                             Ok(p) => permit = Some(p),
                             Err(_) => break None,
                         }
@@ -102,14 +136,22 @@ pub async fn serve(core: Rc<Core>, mut stream: TcpStream, active: Rc<Cell<usize>
                         &e.to_string(),
                         true,
                     );
-                    let _ = send(&mut stream, a).await;
+                    active.set(active.get() + 1);
+                    let _ = tx
+                        .send(InFlight {
+                            pending: Pending::Ready(a),
+                            api: None,
+                            started: std::time::Instant::now(),
+                            permit: None,
+                        })
+                        .await;
                     break None;
                 }
             }
             if core.shared.stopping() {
                 break None;
             }
-            match stream.read(&mut chunk).await {
+            match reader.read(&mut chunk).await {
                 Ok(0) => break None,
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 Err(e) => {
@@ -118,7 +160,7 @@ pub async fn serve(core: Rc<Core>, mut stream: TcpStream, active: Rc<Cell<usize>
                 }
             }
         };
-        let Some(need) = need else { return };
+        let Some(need) = need else { break 'requests };
         let request = buf.split_to(need).freeze();
         core.metrics.add_in(request.len());
         let api = request
@@ -126,28 +168,68 @@ pub async fn serve(core: Rc<Core>, mut stream: TcpStream, active: Rc<Cell<usize>
             .and_then(|b| weir_proto::api::ApiKey::from_u16(u16::from_be_bytes([b[0], b[1]])));
         let started = std::time::Instant::now();
         active.set(active.get() + 1);
-        let answer = crate::router::dispatch(&core, request).await;
+        let pending = crate::router::dispatch(&core, request, ctx).await;
+        let item = InFlight {
+            pending,
+            api,
+            started,
+            permit,
+        };
+        if tx.send(item).await.is_err() {
+            // The writer stopped (write failed, or an answer closed the
+            // connection).
+            active.set(active.get() - 1);
+            break 'requests;
+        }
+    }
+    drop(tx);
+    write_task.await;
+}
+
+/// Writes answers in request order until the reader is done or a write
+/// fails.
+async fn write_answers(
+    core: Rc<Core>,
+    mut writer: futures_lite::io::WriteHalf<TcpStream>,
+    rx: local_channel::LocalReceiver<InFlight>,
+    active: Rc<Cell<usize>>,
+    peer: String,
+) {
+    let mut failed = false;
+    while let Some(item) = rx.recv().await {
+        let answer = item.pending.answer().await;
         active.set(active.get() - 1);
-        if let Some(api) = api {
+        if failed {
+            continue;
+        }
+        if let Some(api) = item.api {
             let error = answer.head.get(8..10).is_some_and(|e| e != [0, 0]);
             core.metrics
-                .record(api, started.elapsed().as_micros() as u64, error);
+                .record(api, item.started.elapsed().as_micros() as u64, error);
         }
         core.metrics
             .add_out(answer.head.len() + answer.payload.iter().map(|p| p.len()).sum::<usize>());
         let close = answer.close;
-        if let Err(e) = send(&mut stream, answer).await {
+        if let Err(e) = send(&mut writer, answer).await {
             tracing::debug!(%peer, error = %e, "connection write failed");
-            return;
+            failed = true;
         }
-        drop(permit);
+        drop(item.permit);
         if close {
-            return;
+            failed = true;
+        }
+        if failed {
+            // Shut the socket so that the reader stops too; requests already
+            // started still finish (their effects are not undone).
+            let _ = writer.close().await;
         }
     }
 }
 
-async fn send(stream: &mut TcpStream, a: Answer) -> std::io::Result<()> {
+async fn send<W: futures_lite::AsyncWrite + Unpin>(
+    stream: &mut W,
+    a: Answer,
+) -> std::io::Result<()> {
     stream.write_all(&a.head).await?;
     for p in &a.payload {
         stream.write_all(p).await?;

@@ -27,7 +27,9 @@ use crate::registry::{self, owner_core, partition_dir, Registry, TopicSpec};
 /// `Bytes` (a reference count, not a copy).
 #[derive(Debug)]
 pub enum CoreMsg {
-    /// Append a batch to a partition this core owns.
+    /// Append one batch to a partition this core owns: answer `appended`
+    /// once it is queued (or refused), then `reply` once it may be
+    /// acknowledged as `acks` says.
     Produce {
         /// Topic.
         topic: String,
@@ -37,7 +39,9 @@ pub enum CoreMsg {
         batch: Bytes,
         /// 0, 1 or -1 (all).
         acks: i8,
-        /// Where the answer goes.
+        /// Whether the batch was queued.
+        appended: oneshot::Sender<Result<(), PartitionError>>,
+        /// The acknowledgement.
         reply: oneshot::Sender<Result<ProduceOk, PartitionError>>,
     },
     /// Read from a partition this core owns.
@@ -72,6 +76,11 @@ pub enum CoreMsg {
         change: AdminChange,
         /// Where the answer goes.
         reply: oneshot::Sender<Result<(), registry::TopicError>>,
+    },
+    /// Hand out a producer id (sent to core 0, which owns the allocator).
+    InitProducerId {
+        /// Where the id goes.
+        reply: oneshot::Sender<Result<i64, PartitionError>>,
     },
     /// This core's metrics.
     Metrics {
@@ -197,7 +206,9 @@ pub struct Core {
     /// Bytes of requests being read or handled on this core: a connection
     /// takes its frame's size before reading the frame and gives it back
     /// after answering, so a core never holds more than this in requests.
-    pub inflight: glommio::sync::Semaphore,
+    pub inflight: Rc<glommio::sync::Semaphore>,
+    /// The producer-id allocator (used on core 0 only).
+    pub producer_ids: RefCell<crate::producer_ids::ProducerIds>,
 }
 
 /// Request bytes one core holds at most (reading or being handled).
@@ -215,6 +226,7 @@ impl Core {
             cache_bytes: shared.config.cache_bytes_per_core,
             ..ShardConfig::default()
         });
+        let producer_ids = crate::producer_ids::ProducerIds::load(&shared.config.data_dir)?;
         let core = Rc::new(Core {
             id,
             shared,
@@ -223,7 +235,8 @@ impl Core {
             registry: RefCell::new(Registry::default()),
             mesh,
             metrics: Default::default(),
-            inflight: glommio::sync::Semaphore::new(INFLIGHT_BYTES_PER_CORE),
+            inflight: Rc::new(glommio::sync::Semaphore::new(INFLIGHT_BYTES_PER_CORE)),
+            producer_ids: RefCell::new(producer_ids),
         });
         core.apply_registry(registry, Vec::new()).await?;
         Ok(core)

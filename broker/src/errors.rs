@@ -20,3 +20,6 @@ pub const REQUEST_TIMED_OUT: u16 = 14;
 pub const STORAGE_ERROR: u16 = 15;
 pub const INVALID_TOPIC: u16 = 18;
 pub const RECOVERING: u16 = 19;
+pub const OUT_OF_ORDER_SEQUENCE: u16 = 20;
+pub const INVALID_PRODUCER_EPOCH: u16 = 21;
+pub const UNKNOWN_PRODUCER_ID: u16 = 22;

@@ -3,8 +3,8 @@
 
 use std::rc::Rc;
 
-use bytes::BytesMut;
-use weir_storage::StorageError;
+use bytes::{Bytes, BytesMut};
+use weir_storage::{AppendInfo, PartitionLog, StorageError};
 
 use crate::core::{AdminChange, Core, CoreMsg, FetchOk, OffsetsOk, PartitionError, ProduceOk};
 use crate::errors as code;
@@ -19,6 +19,9 @@ pub fn storage_error(e: &StorageError) -> PartitionError {
         StorageError::BatchTooLarge { .. } => code::MESSAGE_TOO_LARGE,
         StorageError::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
         StorageError::Recovering { .. } => code::RECOVERING,
+        StorageError::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE,
+        StorageError::InvalidProducerEpoch { .. } => code::INVALID_PRODUCER_EPOCH,
+        StorageError::UnknownProducerId { .. } => code::UNKNOWN_PRODUCER_ID,
         _ => code::STORAGE_ERROR,
     };
     PartitionError {
@@ -35,11 +38,19 @@ pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
             partition,
             batch,
             acks,
+            appended,
             reply,
-        } => {
-            let _ = reply.send(
-                produce_local(core, &topic, partition, BytesMut::from(&batch[..]), acks).await,
-            );
+        } => match append_local(core, &topic, partition, batch).await {
+            Err(e) => {
+                let _ = appended.send(Err(e));
+            }
+            Ok((log, info)) => {
+                let _ = appended.send(Ok(()));
+                let _ = reply.send(ack_local(log, info, acks).await);
+            }
+        },
+        CoreMsg::InitProducerId { reply } => {
+            let _ = reply.send(init_producer_id_local(core));
         }
         CoreMsg::Fetch {
             topic,
@@ -79,22 +90,36 @@ pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
     }
 }
 
-/// Appends one batch to a partition this core owns, acknowledging as `acks` says.
-pub async fn produce_local(
+/// Appends one batch to a partition this core owns (validated, offsets
+/// assigned, producer sequence checked; a duplicate of an idempotent
+/// producer's batch is not appended again and reports the original
+/// offsets). Returns as soon as the batch is queued: see [`ack_local`].
+pub async fn append_local(
     core: &Core,
     topic: &str,
     partition: u32,
-    batch: BytesMut,
+    batch: Bytes,
+) -> Result<(PartitionLog, AppendInfo), PartitionError> {
+    let log = core.owned_log(topic, partition)?;
+    let info = log
+        .append(BytesMut::from(&batch[..]))
+        .await
+        .map_err(|e| storage_error(&e))?;
+    Ok((log, info))
+}
+
+/// Waits until an appended batch may be acknowledged as `acks` says: 0
+/// and 1 once it is written (1 waits, 0 does not), all once the topic's
+/// flush policy is met (fdatasync'd by default).
+pub async fn ack_local(
+    log: PartitionLog,
+    info: AppendInfo,
     acks: i8,
 ) -> Result<ProduceOk, PartitionError> {
-    let log = core.owned_log(topic, partition)?;
-    let info = match acks {
-        0 => log.append(batch).await,
-        1 => match log.append(batch).await {
-            Ok(info) => log.wait_written(info.last_offset + 1).await.map(|_| info),
-            Err(e) => Err(e),
-        },
-        _ => log.append_acked(batch).await,
+    match acks {
+        0 => Ok(()),
+        1 => log.wait_written(info.last_offset + 1).await,
+        _ => log.wait_acked(&info).await,
     }
     .map_err(|e| storage_error(&e))?;
     Ok(ProduceOk {
@@ -157,6 +182,18 @@ pub async fn offsets_local(
         size_bytes: log.size_bytes(),
         for_timestamp,
     })
+}
+
+/// Hands out a new producer id (core 0 only: it owns the allocator).
+pub fn init_producer_id_local(core: &Core) -> Result<i64, PartitionError> {
+    assert_eq!(core.id, 0, "producer ids are handed out by core 0");
+    core.producer_ids
+        .borrow_mut()
+        .allocate()
+        .map_err(|e| PartitionError {
+            code: code::STORAGE_ERROR,
+            message: format!("allocating a producer id failed: {e:#}"),
+        })
 }
 
 /// Applies a topic change on core 0: updates and stores the registry, then

@@ -12,6 +12,7 @@ pub mod core;
 pub mod errors;
 pub mod handlers;
 pub mod metrics;
+pub mod producer_ids;
 pub mod registry;
 pub mod router;
 pub mod server;

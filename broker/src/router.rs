@@ -3,9 +3,11 @@
 //! the connection's core.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_channel::oneshot;
 use weir_proto::api::ApiKey;
 use weir_proto::batch::BatchHeader;
@@ -51,21 +53,75 @@ fn topic_result(name: &str, r: Result<(), TopicError>) -> TopicResult {
     }
 }
 
-/// Decodes and answers one request frame.
-pub async fn dispatch(core: &Rc<Core>, request: Bytes) -> Answer {
+/// What kind of listener a connection came through.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ctx {
+    /// A core's own port: produce and fetch requests for partitions of
+    /// other cores get [`code::NOT_OWNER`] (so shard-aware clients learn
+    /// of stale metadata) instead of being forwarded.
+    pub owner_only: bool,
+}
+
+/// A request in progress.
+pub enum Pending {
+    /// Answered.
+    Ready(Answer),
+    /// Still running (a produce waiting for acknowledgements, a fetch).
+    Later(glommio::Task<Answer>),
+}
+
+impl Pending {
+    /// The answer, once there is one.
+    pub async fn answer(self) -> Answer {
+        match self {
+            Pending::Ready(a) => a,
+            Pending::Later(t) => t.await,
+        }
+    }
+}
+
+/// Decodes one request frame and starts serving it. Returns once the
+/// request no longer needs to run before the connection's next one: a
+/// produce once its batches are appended (its acknowledgements are awaited
+/// in the returned task), a fetch at once (it runs in the task), anything
+/// else once answered.
+pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx) -> Pending {
     let (h, body, payload) = match frame::decode_request(&request) {
         Ok(x) => x,
         Err(e) => {
             let corr = crate::connection::correlation_id_of(&request);
-            return Answer::error(corr, e.error_code(), &e.to_string(), true);
+            return Pending::Ready(Answer::error(corr, e.error_code(), &e.to_string(), true));
         }
     };
     let corr = h.correlation_id;
     let api = match h.check_supported() {
         Ok(api) => api,
-        Err(e) => return bad_body(corr, &e),
+        Err(e) => return Pending::Ready(bad_body(corr, &e)),
     };
     let payload = request.slice_ref(payload);
+    match api {
+        ApiKey::Produce => match frame::decode_body::<ProduceRequest>(body) {
+            Ok(req) => {
+                let rest = produce(core, corr, req, payload, ctx).await;
+                Pending::Later(glommio::spawn_local(rest))
+            }
+            Err(e) => Pending::Ready(bad_body(corr, &e)),
+        },
+        ApiKey::Fetch => match frame::decode_body::<FetchRequest>(body) {
+            Ok(req) => {
+                let core = core.clone();
+                Pending::Later(glommio::spawn_local(async move {
+                    fetch(&core, corr, req, ctx).await
+                }))
+            }
+            Err(e) => Pending::Ready(bad_body(corr, &e)),
+        },
+        _ => Pending::Ready(serve_other(core, corr, api, body).await),
+    }
+}
+
+/// Answers a request other than produce and fetch.
+async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> Answer {
     macro_rules! body {
         ($t:ty) => {
             match frame::decode_body::<$t>(body) {
@@ -127,19 +183,14 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes) -> Answer {
             let req = body!(DescribeConfigsRequest);
             ok(corr, &describe(core, req).await)
         }
-        ApiKey::Produce => {
-            let req = body!(ProduceRequest);
-            ok(corr, &produce(core, req, payload).await)
-        }
-        ApiKey::Fetch => {
-            let req = body!(FetchRequest);
-            fetch(core, corr, req).await
-        }
         ApiKey::ListOffsets => {
             let req = body!(ListOffsetsRequest);
             ok(corr, &list_offsets(core, req).await)
         }
-        #[allow(unreachable_patterns)]
+        ApiKey::InitProducerId => {
+            let _ = body!(InitProducerIdRequest);
+            ok(corr, &init_producer_id(core).await)
+        }
         _ => Answer::error(
             corr,
             ErrorCode::UnsupportedApi,
@@ -160,6 +211,36 @@ async fn admin(core: &Rc<Core>, change: AdminChange) -> Result<(), TopicError> {
         .map_err(|e| TopicError::Config(format!("{e:#}")))?;
     rx.await
         .unwrap_or_else(|_| Err(TopicError::Config("core 0 dropped the request".into())))
+}
+
+/// Hands out a producer id through core 0.
+async fn init_producer_id(core: &Rc<Core>) -> InitProducerIdResponse {
+    let r = if core.id == 0 {
+        handlers::init_producer_id_local(core)
+    } else {
+        let (tx, rx) = oneshot::channel();
+        match core.send_to(0, CoreMsg::InitProducerId { reply: tx }).await {
+            Ok(()) => rx.await.unwrap_or_else(|_| Err(dropped(0))),
+            Err(e) => Err(PartitionError {
+                code: code::STORAGE_ERROR,
+                message: format!("{e:#}"),
+            }),
+        }
+    };
+    match r {
+        Ok(id) => InitProducerIdResponse {
+            error: code::NONE,
+            message: None,
+            producer_id: id,
+            producer_epoch: 0,
+        },
+        Err(e) => InitProducerIdResponse {
+            error: e.code,
+            message: Some(e.message),
+            producer_id: -1,
+            producer_epoch: -1,
+        },
+    }
 }
 
 /// Creates `topic` if auto-creation is on and it does not exist; whether it
@@ -255,25 +336,35 @@ async fn on_owner<T>(
     })
 }
 
-async fn produce_partition(
+/// Waits for the acknowledgement of one appended batch.
+type AckWait = Pin<Box<dyn Future<Output = Result<ProduceOk, PartitionError>>>>;
+
+/// Appends every batch of one partition's payload, in order, on the owner
+/// core; returns once they are queued, with the waits for their
+/// acknowledgements. The first refused batch ends the partition's part.
+async fn append_partition(
     core: &Rc<Core>,
     topic: &str,
     partition: u32,
     data: Bytes,
     acks: i8,
-) -> Result<ProduceOk, PartitionError> {
-    if !ensure_topic(core, topic).await {
+    ctx: Ctx,
+) -> Result<Vec<AckWait>, PartitionError> {
+    if !ensure_topic(core, topic).await || !partition_exists(core, topic, partition) {
         return Err(PartitionError::unknown(topic, partition));
     }
-    // The payload range may hold several batches: append them in order.
-    let mut first: Option<ProduceOk> = None;
-    let mut at = 0usize;
+    let owner = core.owner(topic, partition);
+    if ctx.owner_only && owner != core.id {
+        return Err(not_owner(core, topic, partition, owner));
+    }
     if data.is_empty() {
         return Err(PartitionError {
             code: code::CORRUPT_MESSAGE,
             message: "empty record set".into(),
         });
     }
+    let mut waits: Vec<AckWait> = Vec::new();
+    let mut at = 0usize;
     while at < data.len() {
         let h = BatchHeader::parse_framed(&data[at..]).map_err(|e| PartitionError {
             code: code::CORRUPT_MESSAGE,
@@ -281,97 +372,163 @@ async fn produce_partition(
         })?;
         let batch = data.slice(at..at + h.total_len());
         at += h.total_len();
-        let local_batch = batch.clone();
-        let r = on_owner(
-            core,
-            topic,
+        if owner == core.id {
+            let (log, info) = handlers::append_local(core, topic, partition, batch).await?;
+            waits.push(Box::pin(handlers::ack_local(log, info, acks)));
+            continue;
+        }
+        let (appended_tx, appended_rx) = oneshot::channel();
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let msg = CoreMsg::Produce {
+            topic: topic.to_string(),
             partition,
-            async {
-                handlers::produce_local(
-                    core,
-                    topic,
-                    partition,
-                    BytesMut::from(&local_batch[..]),
-                    acks,
-                )
-                .await
-            },
-            |reply| CoreMsg::Produce {
-                topic: topic.to_string(),
-                partition,
-                batch,
-                acks,
-                reply,
-            },
-        )
-        .await?;
-        first.get_or_insert(r);
-    }
-    Ok(first.expect("at least one batch"))
-}
-
-async fn produce(core: &Rc<Core>, req: ProduceRequest, payload: Bytes) -> ProduceResponse {
-    let mut tasks = Vec::new();
-    for p in req.partitions {
-        let core = core.clone();
-        let data = frame::payload_slice(&payload, p.payload_offset, p.payload_len)
-            .map(|s| payload.slice_ref(s));
-        let acks = req.acks;
-        // 0: no limit.
-        let timeout = std::time::Duration::from_millis(match req.timeout_ms {
-            0 => u64::from(u32::MAX),
-            ms => u64::from(ms),
-        });
-        tasks.push(glommio::spawn_local(async move {
-            let r = match data {
-                // `timeout_ms` bounds the wait for the acknowledgement. As in
-                // Kafka, a timed-out batch may still be appended.
-                Ok(data) => {
-                    futures_lite::future::or(
-                        produce_partition(&core, &p.topic, p.partition, data, acks),
-                        async {
-                            glommio::timer::sleep(timeout).await;
-                            Err(PartitionError {
-                                code: code::REQUEST_TIMED_OUT,
-                                message: format!(
-                                    "not acknowledged within timeout_ms={}; the batch may still be appended",
-                                    timeout.as_millis()
-                                ),
-                            })
-                        },
-                    )
-                    .await
-                }
-                Err(e) => Err(PartitionError {
-                    code: code::INVALID_REQUEST,
-                    message: e.to_string(),
-                }),
-            };
-            match r {
-                Ok(ok) => ProducePartitionResult {
-                    topic: p.topic,
-                    partition: p.partition,
-                    error: code::NONE,
-                    message: None,
-                    base_offset: ok.base_offset,
-                    log_start_offset: ok.log_start_offset,
-                },
-                Err(e) => ProducePartitionResult {
-                    topic: p.topic,
-                    partition: p.partition,
-                    error: e.code,
-                    message: Some(e.message),
-                    base_offset: 0,
-                    log_start_offset: 0,
-                },
-            }
+            batch,
+            acks,
+            appended: appended_tx,
+            reply: reply_tx,
+        };
+        core.send_to(owner, msg).await.map_err(|e| PartitionError {
+            code: code::STORAGE_ERROR,
+            message: format!("{e:#}"),
+        })?;
+        appended_rx.await.unwrap_or_else(|_| Err(dropped(owner)))?;
+        waits.push(Box::pin(async move {
+            reply_rx.await.unwrap_or_else(|_| Err(dropped(owner)))
         }));
     }
-    let mut partitions = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        partitions.push(t.await);
+    Ok(waits)
+}
+
+fn dropped(owner: usize) -> PartitionError {
+    PartitionError {
+        code: code::STORAGE_ERROR,
+        message: format!("core {owner} dropped the request"),
     }
-    ProduceResponse { partitions }
+}
+
+fn not_owner(core: &Core, topic: &str, partition: u32, owner: usize) -> PartitionError {
+    let port = |c: usize| core.shared.core_ports[c].load(std::sync::atomic::Ordering::Acquire);
+    PartitionError {
+        code: code::NOT_OWNER,
+        message: format!(
+            "{topic}-{partition} is owned by core {owner} (port {}); this connection is on \
+             core {}'s port {}: refresh metadata, or use the shared port",
+            port(owner),
+            core.id,
+            port(core.id)
+        ),
+    }
+}
+
+fn produce_result(
+    topic: String,
+    partition: u32,
+    r: Result<ProduceOk, PartitionError>,
+) -> ProducePartitionResult {
+    match r {
+        Ok(ok) => ProducePartitionResult {
+            topic,
+            partition,
+            error: code::NONE,
+            message: None,
+            base_offset: ok.base_offset,
+            log_start_offset: ok.log_start_offset,
+        },
+        Err(e) => ProducePartitionResult {
+            topic,
+            partition,
+            error: e.code,
+            message: Some(e.message),
+            base_offset: 0,
+            log_start_offset: 0,
+        },
+    }
+}
+
+/// Appends a produce request's batches (every partition concurrently, the
+/// batches of one partition in order) and returns once all are queued;
+/// the returned future waits for their acknowledgements (bounded by
+/// `timeout_ms`) and builds the answer. Appends of the requests of one
+/// connection thus happen in request order while their acknowledgements
+/// overlap.
+async fn produce(
+    core: &Rc<Core>,
+    corr: u32,
+    req: ProduceRequest,
+    payload: Bytes,
+    ctx: Ctx,
+) -> impl Future<Output = Answer> + 'static {
+    let acks = req.acks;
+    // 0: no limit.
+    let timeout = std::time::Duration::from_millis(match req.timeout_ms {
+        0 => u64::from(u32::MAX),
+        ms => u64::from(ms),
+    });
+    let tasks: Vec<_> = req
+        .partitions
+        .into_iter()
+        .map(|p| {
+            let core = core.clone();
+            let data = frame::payload_slice(&payload, p.payload_offset, p.payload_len)
+                .map(|s| payload.slice_ref(s));
+            glommio::spawn_local(async move {
+                let r = match data {
+                    Ok(data) => {
+                        append_partition(&core, &p.topic, p.partition, data, acks, ctx).await
+                    }
+                    Err(e) => Err(PartitionError {
+                        code: code::INVALID_REQUEST,
+                        message: e.to_string(),
+                    }),
+                };
+                (p.topic, p.partition, r)
+            })
+        })
+        .collect();
+    let mut appended = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        appended.push(t.await);
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    async move {
+        let mut partitions = Vec::with_capacity(appended.len());
+        for (topic, partition, r) in appended {
+            let r = match r {
+                Ok(waits) => {
+                    // `timeout_ms` bounds the wait for the acknowledgements.
+                    // As in Kafka, a timed-out batch may still be appended.
+                    futures_lite::future::or(all_acked(waits), async {
+                        let left = deadline.saturating_duration_since(std::time::Instant::now());
+                        glommio::timer::sleep(left).await;
+                        Err(PartitionError {
+                            code: code::REQUEST_TIMED_OUT,
+                            message: format!(
+                                "not acknowledged within timeout_ms={}; the batch may still be appended",
+                                timeout.as_millis()
+                            ),
+                        })
+                    })
+                    .await
+                }
+                Err(e) => Err(e),
+            };
+            partitions.push(produce_result(topic, partition, r));
+        }
+        ok(corr, &ProduceResponse { partitions })
+    }
+}
+
+/// The first batch's acknowledgement, or the first failure.
+async fn all_acked(waits: Vec<AckWait>) -> Result<ProduceOk, PartitionError> {
+    let mut first = None;
+    for w in waits {
+        let r = w.await?;
+        first.get_or_insert(r);
+    }
+    first.ok_or_else(|| PartitionError {
+        code: code::CORRUPT_MESSAGE,
+        message: "empty record set".into(),
+    })
 }
 
 /// Fetches one partition on its owner core; with `wait_ms`, the owner waits
@@ -381,8 +538,15 @@ async fn fetch_one(
     p: &FetchPartition,
     max_bytes: u64,
     wait_ms: u32,
+    ctx: Ctx,
 ) -> Result<FetchOk, PartitionError> {
     let (topic, partition, offset) = (p.topic.as_str(), p.partition, p.offset);
+    if ctx.owner_only && partition_exists(core, topic, partition) {
+        let owner = core.owner(topic, partition);
+        if owner != core.id {
+            return Err(not_owner(core, topic, partition, owner));
+        }
+    }
     on_owner(
         core,
         topic,
@@ -401,14 +565,18 @@ async fn fetch_one(
 }
 
 /// Fetches every partition of a request concurrently, without waiting.
-async fn fetch_all(core: &Rc<Core>, req: &FetchRequest) -> Vec<Result<FetchOk, PartitionError>> {
+async fn fetch_all(
+    core: &Rc<Core>,
+    req: &FetchRequest,
+    ctx: Ctx,
+) -> Vec<Result<FetchOk, PartitionError>> {
     let tasks: Vec<_> = req
         .partitions
         .iter()
         .map(|p| {
             let (core, p) = (core.clone(), p.clone());
             let max_bytes = p.max_bytes.min(req.max_bytes).max(1) as u64;
-            glommio::spawn_local(async move { fetch_one(&core, &p, max_bytes, 0).await })
+            glommio::spawn_local(async move { fetch_one(&core, &p, max_bytes, 0, ctx).await })
         })
         .collect();
     let mut out = Vec::with_capacity(tasks.len());
@@ -418,14 +586,17 @@ async fn fetch_all(core: &Rc<Core>, req: &FetchRequest) -> Vec<Result<FetchOk, P
     out
 }
 
-async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest) -> Answer {
-    let mut results = fetch_all(core, &req).await;
+async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest, ctx: Ctx) -> Answer {
+    let mut results = fetch_all(core, &req, ctx).await;
     let got: u64 = results
         .iter()
         .flatten()
         .flat_map(|f| f.batches.iter().map(|b| b.len() as u64))
         .sum();
-    if req.max_wait_ms > 0 && req.min_bytes > 0 && got < req.min_bytes as u64 {
+    // A partition error (out of range, unknown, not owner) is answered at
+    // once: waiting would not change it.
+    let any_error = results.iter().any(|r| r.is_err());
+    if req.max_wait_ms > 0 && req.min_bytes > 0 && got < req.min_bytes as u64 && !any_error {
         // Long poll: wait until any partition gets data (each owner waits on
         // its log), or the timeout; then read everything again.
         let (tx, rx) = glommio::channels::local_channel::new_bounded::<()>(1);
@@ -434,8 +605,11 @@ async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest) -> Answer {
             let (core, p, tx) = (core.clone(), p.clone(), tx.clone());
             let wait = req.max_wait_ms;
             glommio::spawn_local(async move {
-                if let Ok(f) = fetch_one(&core, &p, 1, wait).await {
-                    if !f.batches.is_empty() {
+                match fetch_one(&core, &p, 1, wait, ctx).await {
+                    Ok(f) if f.batches.is_empty() => {}
+                    // Data, or an error (e.g. the log was truncated below
+                    // the offset meanwhile): answer now.
+                    _ => {
                         let _ = tx.try_send(());
                     }
                 }
@@ -450,7 +624,7 @@ async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest) -> Answer {
             glommio::timer::sleep(wait),
         )
         .await;
-        results = fetch_all(core, &req).await;
+        results = fetch_all(core, &req, ctx).await;
     }
     let tasks: Vec<_> = req.partitions.into_iter().zip(results).collect();
     let mut partitions = Vec::with_capacity(tasks.len());

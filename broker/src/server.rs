@@ -200,9 +200,10 @@ async fn core_main(
     }
     glommio::spawn_local(retention_loop(core.clone())).detach();
     let active = Rc::new(std::cell::Cell::new(0usize));
-    for l in [shared_l, own_l] {
+    for (l, owner_only) in [(shared_l, false), (own_l, true)] {
         let (core, active) = (core.clone(), active.clone());
-        glommio::spawn_local(accept_loop(core, l, active)).detach();
+        let ctx = crate::router::Ctx { owner_only };
+        glommio::spawn_local(accept_loop(core, l, active, ctx)).detach();
     }
     let _ = ready.send(Ok(c));
     while !shared.stopping() {
@@ -239,7 +240,12 @@ async fn retention_loop(core: Rc<Core>) {
     }
 }
 
-async fn accept_loop(core: Rc<Core>, listener: TcpListener, active: Rc<std::cell::Cell<usize>>) {
+async fn accept_loop(
+    core: Rc<Core>,
+    listener: TcpListener,
+    active: Rc<std::cell::Cell<usize>>,
+    ctx: crate::router::Ctx,
+) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             while !core.shared.stopping() {
@@ -253,7 +259,7 @@ async fn accept_loop(core: Rc<Core>, listener: TcpListener, active: Rc<std::cell
             Ok(stream) => {
                 let (core, active) = (core.clone(), active.clone());
                 glommio::spawn_local(async move {
-                    crate::connection::serve(core, stream, active).await;
+                    crate::connection::serve(core, stream, active, ctx).await;
                 })
                 .detach();
             }

@@ -139,9 +139,17 @@ fn produce_and_fetch_across_cores_survive_restart() {
             assert_eq!(v, &format!("p{p}-{}", i % 5));
         }
     }
-    // Through a core's own port too.
+    // Through a core's own port too, for the partitions it owns; the
+    // others are refused with NotOwner (no silent forwarding there).
     let mut c1 = Client::connect(std::net::SocketAddr::new(b.addr.ip(), b.core_ports[1]));
-    assert_eq!(read_all(&mut c1, "orders", 2).len(), 15);
+    for p in &t.partitions {
+        if p.core == 1 {
+            assert_eq!(read_all(&mut c1, "orders", p.partition).len(), 15);
+        } else {
+            let (r, _) = fetch(&mut c1, "orders", p.partition, 0, 0);
+            assert_eq!(r.error, ErrorCode::NotOwner.as_u16(), "{:?}", r.message);
+        }
+    }
 
     assert!(b.stop().success(), "SIGTERM exits 0");
     let b = Broker::start(dir.path(), 2);

@@ -19,11 +19,20 @@
 //! [`ClientError::Partition`] (code `OffsetOutOfRange`, see [`Consumer::poll`]) naming the partition and the valid range.
 //! Nothing is skipped silently.
 //!
+//! ## Pipelining
+//!
+//! When `poll` leaves fewer than [`ConsumerConfig::max_poll_records`]
+//! records buffered, it sends the next fetch (from the offsets past the
+//! buffered records) in the background before returning, so that the
+//! answer is on its way while the application works on what it got; the
+//! next `poll` that needs records takes that answer. A partition's part of
+//! the answer is dropped if the partition was sought or reassigned
+//! meanwhile. Set [`ConsumerConfig::prefetch`] to `false` to fetch only
+//! inside `poll`.
+//!
 //! ## Left out
 //!
-//! No consumer groups or committed offsets (positions live in memory), and
-//! no pipelining: the next fetch is sent when `poll` is called, not while the
-//! application processes the previous records.
+//! No consumer groups or committed offsets (positions live in memory).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -68,6 +77,9 @@ pub struct ConsumerConfig {
     pub fetch_max_wait_ms: u32,
     /// What to do without a valid position. Default [`OffsetReset::Latest`].
     pub auto_offset_reset: OffsetReset,
+    /// Send the next fetch before `poll` returns (see the module docs).
+    /// Default true.
+    pub prefetch: bool,
 }
 
 impl Default for ConsumerConfig {
@@ -78,6 +90,7 @@ impl Default for ConsumerConfig {
             max_partition_fetch_bytes: 1 << 20,
             fetch_max_wait_ms: 500,
             auto_offset_reset: OffsetReset::Latest,
+            prefetch: true,
         }
     }
 }
@@ -170,6 +183,22 @@ pub struct Consumer {
     parts: Vec<PartitionState>,
     /// Partition `poll` drains first (rotates for fairness).
     next_drain: usize,
+    /// The fetch sent ahead, if any.
+    prefetch: Option<Prefetch>,
+}
+
+/// A fetch sent before `poll` needed it.
+struct Prefetch {
+    /// (topic, partition, fetch offset) of each fetched partition, in
+    /// request order.
+    targets: Vec<(String, u32, u64)>,
+    task: tokio::task::JoinHandle<Result<Vec<Result<FetchedBatches>>>>,
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl std::fmt::Debug for Consumer {
@@ -195,6 +224,7 @@ impl Consumer {
             config,
             parts: Vec::new(),
             next_drain: 0,
+            prefetch: None,
         }
     }
 
@@ -233,6 +263,7 @@ impl Consumer {
             self.parts.push(state);
         }
         self.next_drain = 0;
+        self.prefetch = None;
     }
 
     /// The assigned partitions, in assignment order.
@@ -357,18 +388,77 @@ impl Consumer {
         let deadline = Instant::now() + timeout;
         loop {
             if self.buffered() > 0 {
-                return Ok(self.drain());
+                return Ok(self.drain_and_prefetch());
             }
             self.ensure_positions().await?;
+            if let Some(pre) = self.prefetch.take() {
+                // The fetch sent ahead: take what still matches the
+                // partitions' fetch offsets.
+                let left = deadline.saturating_duration_since(Instant::now());
+                let mut pre = pre;
+                match tokio::time::timeout(left, &mut pre.task).await {
+                    Ok(Ok(Ok(results))) => self.take_prefetched(&pre.targets, results).await?,
+                    Ok(Ok(Err(e))) => return Err(e),
+                    // A panicked or aborted task: fetch again.
+                    Ok(Err(_)) => {}
+                    Err(_) => {
+                        // Not answered within this poll's timeout: keep waiting
+                        // for it in the next poll.
+                        self.prefetch = Some(pre);
+                        return Ok(Vec::new());
+                    }
+                }
+                if self.buffered() > 0 {
+                    return Ok(self.drain_and_prefetch());
+                }
+                if Instant::now() >= deadline {
+                    return Ok(Vec::new());
+                }
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             let wait = u32::try_from(left.as_millis())
                 .unwrap_or(u32::MAX)
                 .min(self.config.fetch_max_wait_ms);
             self.fetch_once(wait).await?;
             if self.buffered() > 0 || Instant::now() >= deadline {
-                return Ok(self.drain());
+                return Ok(self.drain_and_prefetch());
             }
         }
+    }
+
+    /// [`Consumer::drain`], then sends the next fetch ahead if few records
+    /// are left buffered.
+    fn drain_and_prefetch(&mut self) -> Vec<ConsumerRecord> {
+        let out = self.drain();
+        if self.config.prefetch
+            && self.prefetch.is_none()
+            && self.buffered() < self.config.max_poll_records
+            && self.parts.iter().all(|p| p.position.is_some())
+        {
+            let targets: Vec<(String, u32, u64)> = self
+                .parts
+                .iter()
+                .map(|p| (p.topic.clone(), p.partition, p.fetch_offset))
+                .collect();
+            let request = self.fetch_targets();
+            let backend = self.backend.clone();
+            let (wait, max) = (self.config.fetch_max_wait_ms, self.config.fetch_max_bytes);
+            let task = tokio::spawn(async move { backend.fetch_many(wait, max, request).await });
+            self.prefetch = Some(Prefetch { targets, task });
+        }
+        out
+    }
+
+    fn fetch_targets(&self) -> Vec<FetchPartition> {
+        self.parts
+            .iter()
+            .map(|p| FetchPartition {
+                topic: p.topic.clone(),
+                partition: p.partition,
+                offset: p.fetch_offset,
+                max_bytes: self.config.max_partition_fetch_bytes,
+            })
+            .collect()
     }
 
     /// Gives every partition without a position one, per
@@ -392,23 +482,56 @@ impl Consumer {
             };
             let offset = self.lookup(&topic, partition, spec).await?;
             self.parts[i].set_position(offset);
+            self.prefetch = None;
         }
         Ok(())
+    }
+
+    /// Decodes the answer of a fetch sent ahead: each partition's part is
+    /// used only if the partition is still assigned with the same fetch
+    /// offset. Errors as [`Consumer::fetch_once`].
+    async fn take_prefetched(
+        &mut self,
+        targets: &[(String, u32, u64)],
+        results: Vec<Result<FetchedBatches>>,
+    ) -> Result<()> {
+        if results.len() != targets.len() {
+            return Err(ClientError::InvalidResponse(format!(
+                "{} fetch results for {} partitions",
+                results.len(),
+                targets.len()
+            )));
+        }
+        let mut first_err = None;
+        for ((topic, partition, offset), r) in targets.iter().zip(results) {
+            let Some(i) = self
+                .parts
+                .iter()
+                .position(|p| &p.topic == topic && p.partition == *partition)
+            else {
+                continue;
+            };
+            if self.parts[i].fetch_offset != *offset {
+                continue;
+            }
+            let outcome = match r {
+                Ok(fetched) => decode_into(&mut self.parts[i], &fetched),
+                Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
+                    self.reset_out_of_range(i).await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = outcome {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// One fetch of every assigned partition; decodes into the buffers.
     /// The first error is returned after every partition was handled.
     async fn fetch_once(&mut self, wait_ms: u32) -> Result<()> {
-        let targets: Vec<FetchPartition> = self
-            .parts
-            .iter()
-            .map(|p| FetchPartition {
-                topic: p.topic.clone(),
-                partition: p.partition,
-                offset: p.fetch_offset,
-                max_bytes: self.config.max_partition_fetch_bytes,
-            })
-            .collect();
+        let targets = self.fetch_targets();
         let results = self
             .backend
             .fetch_many(wait_ms, self.config.fetch_max_bytes, targets)

@@ -12,19 +12,23 @@ pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 /// Why a client call failed.
 ///
 /// After a failure of the exchange itself (I/O, [`ClientError::Disconnected`],
-/// [`ClientError::Protocol`], [`ClientError::Timeout`],
-/// [`ClientError::Server`], an answer with the wrong correlation id) the
-/// client drops its
-/// connection and opens a new one on the next call; per-topic and
-/// per-partition errors leave it open.
+/// [`ClientError::Protocol`], [`ClientError::Timeout`], a frame-level
+/// [`ClientError::Server`] error, an answer to a request that was not sent)
+/// the client closes its connection — every other call waiting for an
+/// answer on it fails with [`ClientError::Disconnected`] (or the same I/O
+/// error) — and opens a new one on the next call; per-topic and
+/// per-partition errors leave it open. See the [crate docs](crate).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
     /// Connecting, reading or writing failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
-    /// The server closed the connection before answering.
-    #[error("connection closed by the server")]
+    /// The connection was closed before the answer arrived: by the server,
+    /// or by the client because another call on the same connection failed
+    /// or timed out (or was dropped while its request was half written).
+    /// The request may or may not have been carried out.
+    #[error("connection closed before the answer arrived")]
     Disconnected,
     /// A frame or a body could not be encoded or decoded.
     #[error("protocol error: {0}")]
@@ -36,7 +40,9 @@ pub enum ClientError {
     /// A record batch (given to produce, or fetched) is malformed.
     #[error("corrupt record batch: {0}")]
     CorruptBatch(BatchError),
-    /// The server answered the whole request with a frame-level error.
+    /// The server refused the whole request: a frame-level error, or the
+    /// error of a request that is about no topic or partition (e.g.
+    /// [`crate::Client::init_producer_id`]).
     #[error("server error: {message} [{}]", code.name())]
     Server {
         /// The frame's error code.
@@ -129,6 +135,45 @@ impl ClientError {
         }
     }
 
+    /// A copy of this error, to report one failure to several callers (an
+    /// I/O error keeps its kind and message, not its source).
+    pub(crate) fn duplicate(&self) -> ClientError {
+        match self {
+            ClientError::Io(io) => ClientError::Io(std::io::Error::new(io.kind(), io.to_string())),
+            ClientError::Disconnected => ClientError::Disconnected,
+            ClientError::Protocol(f) => ClientError::Protocol(f.clone()),
+            ClientError::InvalidResponse(m) => ClientError::InvalidResponse(m.clone()),
+            ClientError::CorruptBatch(b) => ClientError::CorruptBatch(b.clone()),
+            ClientError::Server { code, message } => ClientError::Server {
+                code: *code,
+                message: message.clone(),
+            },
+            ClientError::Topic {
+                topic,
+                code,
+                message,
+            } => ClientError::Topic {
+                topic: topic.clone(),
+                code: *code,
+                message: message.clone(),
+            },
+            ClientError::Partition {
+                topic,
+                partition,
+                code,
+                message,
+            } => ClientError::Partition {
+                topic: topic.clone(),
+                partition: *partition,
+                code: *code,
+                message: message.clone(),
+            },
+            ClientError::Timeout(d) => ClientError::Timeout(*d),
+            ClientError::InvalidArgument(m) => ClientError::InvalidArgument(m.clone()),
+            ClientError::BufferFull { waited } => ClientError::BufferFull { waited: *waited },
+        }
+    }
+
     pub(crate) fn topic(topic: &str, code: u16, message: Option<String>) -> ClientError {
         let code = ErrorCode::from_u16(code);
         ClientError::Topic {
@@ -190,5 +235,40 @@ mod tests {
         assert!(
             !ClientError::topic("t", ErrorCode::TopicAlreadyExists.as_u16(), None).is_retriable()
         );
+        // An idempotent producer's sequence and epoch errors need the
+        // producer to act (new id, fail the batch), not a plain resend.
+        for code in [
+            ErrorCode::OutOfOrderSequence,
+            ErrorCode::InvalidProducerEpoch,
+            ErrorCode::UnknownProducerId,
+        ] {
+            assert!(!ClientError::partition("t", 0, code.as_u16(), None).is_retriable());
+            let e = ClientError::Server {
+                code,
+                message: String::new(),
+            };
+            assert!(!e.is_retriable(), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn duplicates_keep_kind_and_message() {
+        let e = ClientError::Io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset",
+        ));
+        match e.duplicate() {
+            ClientError::Io(io) => assert_eq!(
+                (io.kind(), io.to_string()),
+                (std::io::ErrorKind::ConnectionReset, "reset".to_string())
+            ),
+            other => panic!("{other:?}"),
+        }
+        let e = ClientError::partition("t", 1, 13, Some("moved".into()));
+        assert_eq!(e.duplicate().to_string(), e.to_string());
+        assert!(matches!(
+            ClientError::Disconnected.duplicate(),
+            ClientError::Disconnected
+        ));
     }
 }

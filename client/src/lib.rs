@@ -6,6 +6,7 @@
 //! A [`Client`] holds one TCP connection to one broker listener. The broker
 //! routes every request to the cores that own its partitions, so one
 //! connection to the bootstrap address reaches every partition.
+//! [`Client::connect_lazy`] makes a client that connects on its first call.
 //!
 //! * admin: [`Client::create_topic`], [`Client::delete_topic`],
 //!   [`Client::list_topics`], [`Client::describe_topic`],
@@ -14,25 +15,63 @@
 //! * data: [`Client::produce`] / [`Client::produce_many`] (record batches,
 //!   e.g. from [`weir_proto::builder::BatchBuilder`], sent without copying),
 //!   [`Client::fetch`] / [`Client::fetch_many`] (whole batches, sliced from
-//!   the response without copying), [`Client::list_offsets`].
+//!   the response without copying), [`Client::list_offsets`];
+//! * idempotence: [`Client::init_producer_id`].
 //!
 //! Per-topic and per-partition failures become [`ClientError::Topic`] and
 //! [`ClientError::Partition`] with the server's code and message.
 //!
 //! ## Concurrency
 //!
-//! For now requests are serialized: a call holds the connection (behind a
-//! [`tokio::sync::Mutex`]) from writing its request until its answer is
-//! read, so concurrent calls on one `Client` queue up rather than pipeline.
-//! Open several clients for parallelism. Each request carries a
-//! correlation id that the answer must echo.
+//! Concurrent calls on one `Client` (from several tasks sharing an
+//! `Arc<Client>`, or futures joined in one task) are pipelined on its one
+//! connection: each call writes its request as soon as it reaches the
+//! connection, without waiting for the answers to earlier ones, and a
+//! reader task hands every answer to its caller by correlation id. The
+//! broker starts the requests of a connection in order and answers them in
+//! order, up to 32 at a time; [`ClientConfig::max_in_flight`] (default 32)
+//! bounds how many requests of one connection await their answers at once.
+//! Further calls wait for a slot, in order.
+//!
+//! **Requests are sent in the order the calls reached the connection.** A
+//! call reaches it at its first `.await` point, when its future is first
+//! polled: every method goes straight to a fair (FIFO) lock, with no await
+//! before it. So calls started one after the other from one task are sent,
+//! and started by the broker, in that order — e.g. `produce_many` A then B
+//! in `tokio::join!(a, b)`, or futures pushed in order into something that
+//! polls them in order. Calls from different tasks are ordered by when
+//! those tasks first run, which is the scheduler's choice (tasks spawned in
+//! order need not start in that order on a multi-thread runtime).
 //!
 //! ## Failures and cancellation
 //!
 //! Every call is bounded by [`ClientConfig::request_timeout`] (plus the
-//! long-poll wait for fetches). After a timeout, an I/O or protocol error,
-//! or a call whose future was dropped midway, the connection is closed and
-//! the next call opens a new one; calls are never retried automatically.
+//! long-poll wait for fetches), counted from when its request starts being
+//! written; waiting for the connection lock or an in-flight slot is not
+//! counted, and connecting is bounded by [`ClientConfig::connect_timeout`].
+//!
+//! * An I/O error, an answer that cannot be decoded or is a frame-level
+//!   error ([`ClientError::Protocol`], [`ClientError::Server`]), an answer to
+//!   a request that was not sent, or the server closing the connection
+//!   fails the connection: the call gets its error, every other call waiting
+//!   for an answer on it gets [`ClientError::Disconnected`] (or the same
+//!   I/O error), the connection is closed, and the next call opens a new
+//!   one.
+//! * A call that times out gets [`ClientError::Timeout`] and closes the
+//!   connection too (as Kafka's client does), failing the others in flight
+//!   on it with [`ClientError::Disconnected`].
+//! * A call whose future is dropped before its request is sent sends
+//!   nothing. Dropped while its request is being written, it leaves half a
+//!   frame: the connection is failed as above. Dropped after its request
+//!   was written, its answer is discarded when it arrives and the
+//!   connection stays (if no answer arrives within the call's timeout, the
+//!   connection is closed as if the call had timed out, so abandoned
+//!   requests cannot hold the in-flight slots forever).
+//!
+//! Calls are never retried automatically: after
+//! [`ClientError::Disconnected`] or a timeout, the request may or may not
+//! have been carried out. Per-topic and per-partition errors leave the
+//! connection open.
 //!
 //! ```no_run
 //! # async fn demo() -> weir_client::Result<()> {
@@ -66,18 +105,16 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::BufReader;
-use tokio::net::{TcpStream, ToSocketAddrs};
-use tokio::sync::Mutex;
+use tokio::net::ToSocketAddrs;
 use weir_proto::batch::BatchHeader;
 use weir_proto::error_code::ErrorCode;
 use weir_proto::frame::{self, RequestHeader, FRAME_BYTES_MAX_DEFAULT};
 use weir_proto::messages::{
     AlterConfigsRequest, ApiVersionRange, ApiVersionsRequest, ConfigEntry, CreatePartitionsRequest,
     CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, ErrorBody, FetchPartition,
-    FetchRequest, ListOffsetsPartition, ListOffsetsRequest, MetadataRequest, MetadataResponse,
-    NewTopic, OffsetSpec, ProducePartition, ProduceRequest, Request, TopicConfigs, TopicMetadata,
-    TopicResult,
+    FetchRequest, InitProducerIdRequest, ListOffsetsPartition, ListOffsetsRequest, MetadataRequest,
+    MetadataResponse, NewTopic, OffsetSpec, ProducePartition, ProduceRequest, Request,
+    TopicConfigs, TopicMetadata, TopicResult,
 };
 
 pub use batches::{split_batches, FetchedBatches};
@@ -100,6 +137,11 @@ pub struct ClientConfig {
     /// Largest response frame accepted. Default
     /// [`FRAME_BYTES_MAX_DEFAULT`] (100 MiB).
     pub max_frame_bytes: usize,
+    /// Most requests of the connection awaiting their answers at once;
+    /// further calls wait (in order) until an answer frees a slot.
+    /// Requests that get no answer ([`Acks::None`]) take no slot. 0 counts
+    /// as 1. Default 32 (what the broker works on per connection).
+    pub max_in_flight: usize,
 }
 
 impl Default for ClientConfig {
@@ -108,6 +150,7 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
+            max_in_flight: 32,
         }
     }
 }
@@ -161,34 +204,18 @@ impl fmt::Display for Acks {
     }
 }
 
-/// The connection state behind the client's mutex.
-struct Conn {
-    /// `None` after a failure (or before the first call): the next call
-    /// connects again.
-    stream: Option<BufReader<TcpStream>>,
-    next_corr: u32,
-}
-
-/// A connection to a Weir broker. See the [crate docs](crate) for the
-/// concurrency and failure model.
+/// A connection to a Weir broker, shared by concurrent calls (pipelined).
+/// See the [crate docs](crate) for the concurrency and failure model.
 pub struct Client {
     addr: SocketAddr,
     config: ClientConfig,
-    conn: Mutex<Conn>,
+    conn: conn::Pipeline,
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client").field("addr", &self.addr).finish()
     }
-}
-
-async fn open(addr: SocketAddr, config: &ClientConfig) -> Result<BufReader<TcpStream>> {
-    let stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr))
-        .await
-        .map_err(|_| ClientError::Timeout(config.connect_timeout))??;
-    stream.set_nodelay(true)?;
-    Ok(BufReader::with_capacity(64 << 10, stream))
 }
 
 /// A decoded answer: its body and its payload (a slice of the frame).
@@ -208,17 +235,9 @@ impl Client {
     pub async fn connect_with(addr: impl ToSocketAddrs, config: ClientConfig) -> Result<Client> {
         let mut last = None;
         for a in tokio::net::lookup_host(addr).await? {
-            match open(a, &config).await {
-                Ok(stream) => {
-                    return Ok(Client {
-                        addr: a,
-                        config,
-                        conn: Mutex::new(Conn {
-                            stream: Some(stream),
-                            next_corr: 1,
-                        }),
-                    })
-                }
+            let client = Client::connect_lazy(a, config.clone());
+            match client.conn.connect().await {
+                Ok(()) => return Ok(client),
                 Err(e) => last = Some(e),
             }
         }
@@ -228,6 +247,17 @@ impl Client {
                 "the address resolved to nothing",
             ))
         }))
+    }
+
+    /// A client for the broker listener at `addr` that does not connect
+    /// until its first call (which fails if connecting fails; the next one
+    /// tries again). Needs no runtime until then.
+    pub fn connect_lazy(addr: SocketAddr, config: ClientConfig) -> Client {
+        Client {
+            addr,
+            conn: conn::Pipeline::new(addr, &config),
+            config,
+        }
     }
 
     /// The broker address this client talks to.
@@ -242,6 +272,10 @@ impl Client {
 
     /// Sends `req` followed by `payload`; waits for the answer unless
     /// `expect_answer` is false. `extra_wait` is added to the timeout.
+    ///
+    /// No await comes before the connection's lock (see
+    /// [`conn::Pipeline::exchange`]): that is what sends requests in the
+    /// order the calls reached the connection.
     async fn call<R: Request>(
         &self,
         req: &R,
@@ -250,36 +284,15 @@ impl Client {
         expect_answer: bool,
     ) -> Result<Option<Answer<R::Response>>> {
         let payload_len = payload.iter().map(|p| p.len()).sum();
-        let mut conn = self.conn.lock().await;
-        let corr = conn.next_corr;
-        conn.next_corr = corr.wrapping_add(1);
-        let head = frame::encode_request(&RequestHeader::of::<R>(corr), req, payload_len)?;
-        // The stream is taken out while in use: if this future is dropped
-        // midway (or fails), it is closed and the next call reconnects.
-        let mut stream = match conn.stream.take() {
-            Some(s) => s,
-            None => open(self.addr, &self.config).await?,
-        };
+        // The connection sets the correlation id when the request's turn
+        // comes.
+        let head = frame::encode_request(&RequestHeader::of::<R>(0), req, payload_len)?;
         let limit = self.config.request_timeout + extra_wait;
-        let max = self.config.max_frame_bytes;
-        let exchange = async {
-            conn::write_frame(stream.get_mut(), &head, payload).await?;
-            if expect_answer {
-                conn::read_response(&mut stream, corr, max).await.map(Some)
-            } else {
-                Ok(None)
-            }
-        };
-        let frame = tokio::time::timeout(limit, exchange)
+        self.conn
+            .exchange(head, payload, limit, expect_answer, |frame| {
+                decode_answer::<R>(&frame)
+            })
             .await
-            .map_err(|_| ClientError::Timeout(limit))??;
-        let Some(frame) = frame else {
-            conn.stream = Some(stream);
-            return Ok(None);
-        };
-        let answer = decode_answer::<R>(&frame)?;
-        conn.stream = Some(stream);
-        Ok(Some(answer))
     }
 
     /// [`Client::call`] for requests that always get an answer.
@@ -291,6 +304,21 @@ impl Client {
     /// The APIs and version ranges the broker supports.
     pub async fn api_versions(&self) -> Result<Vec<ApiVersionRange>> {
         Ok(self.request(&ApiVersionsRequest {}).await?.apis)
+    }
+
+    /// A new idempotent-producer identity: `(producer_id, producer_epoch)`.
+    /// Every call hands out a fresh id. A refusal is
+    /// [`ClientError::Server`] with the server's code and message.
+    pub async fn init_producer_id(&self) -> Result<(i64, i16)> {
+        let r = self.request(&InitProducerIdRequest {}).await?;
+        if r.error != 0 {
+            let code = ErrorCode::from_u16(r.error);
+            return Err(ClientError::Server {
+                code,
+                message: r.message.unwrap_or_else(|| code.description().to_string()),
+            });
+        }
+        Ok((r.producer_id, r.producer_epoch))
     }
 
     /// The broker's cores and the given topics (all topics for `None`).

@@ -1,26 +1,59 @@
-//! A batching producer on top of a [`Client`], in the manner of Kafka's.
+//! A batching producer, in the manner of Kafka's.
 //!
 //! [`Producer::send`] appends a record to the open batch of its
 //! (topic, partition) and returns a [`DeliveryFuture`] that resolves once
-//! the broker acknowledged it. A background tokio task sends batches with
-//! [`Client::produce_many`] (one request for every ready batch) when a batch
-//! reaches [`ProducerConfig::batch_size`], when
+//! the broker acknowledged it. A background tokio task closes a batch when
+//! it reaches [`ProducerConfig::batch_size`], when
 //! [`ProducerConfig::linger_ms`] passed since its first record, or on
-//! [`Producer::flush`] / [`Producer::close`]. One request is in flight at a
-//! time, so batches of a partition are appended in the order they were
-//! filled, retries included.
+//! [`Producer::flush`] / [`Producer::close`], and sends closed batches in
+//! produce requests (at most one batch per partition per request), up to
+//! [`ProducerConfig::max_in_flight`] requests per connection at once.
+//!
+//! Routing: with [`ProducerConfig::shard_aware`] (the default) the
+//! producer learns each partition's owning core from metadata and sends its
+//! batches to that core's own port ([`ShardRouter`]); a "not owner" answer
+//! makes it learn the layout again and retry. Otherwise everything goes
+//! through the bootstrap connection and the broker forwards.
+//!
+//! Ordering and retries: batches of one partition are sent in the order
+//! they were closed. A batch failing with a retriable error
+//! ([`ClientError::is_retriable`]) is sent again after
+//! [`ProducerConfig::retry_backoff_ms`], once nothing else of its partition
+//! is in flight, until [`ProducerConfig::delivery_timeout_ms`] after it
+//! was opened. With idempotence (the default, with [`Acks::All`]) each
+//! batch carries the producer's id and a per-partition sequence, so a
+//! retry of a batch the broker already appended is acknowledged with the
+//! original offsets instead of being appended twice, and a batch can never
+//! overtake an earlier one. If a batch fails for good, the partition's
+//! later batches that were already given sequences fail too (they could
+//! not be appended in order), and the producer takes a new id for what
+//! follows.
 //!
 //! Partitioning: an explicit [`ProducerRecord::partition`] wins; otherwise
 //! the [`Partitioner`] (by default [`DefaultPartitioner`]: Kafka's murmur2
-//! of the key) picks one among the topic's partitions (looked up once with
-//! a metadata request, then cached for the producer's life); records it
-//! leaves unplaced (null keys by default) go to the topic's *sticky*
-//! partition, which changes each time its batch is closed.
+//! of the key) picks one among the topic's partitions (from the cached
+//! layout, asked again after [`ProducerConfig::metadata_max_age_ms`]);
+//! records it leaves unplaced (null keys by default) go to the topic's
+//! *sticky* partition, which changes each time its batch is closed.
 //!
 //! Memory: the estimated size of every record buffered or in flight is
 //! counted against [`ProducerConfig::buffer_memory`]; `send` waits up to
 //! [`ProducerConfig::max_block_ms`] for room, then fails with
 //! [`ClientError::BufferFull`].
+//!
+//! ```no_run
+//! # async fn demo() -> weir_client::Result<()> {
+//! use weir_client::{Client, Producer, ProducerConfig, ProducerRecord};
+//!
+//! let producer = Producer::new(Client::connect("127.0.0.1:9292").await?, ProducerConfig::default());
+//! let delivery = producer
+//!     .send(ProducerRecord::new("events", "hello").key("device-7"))
+//!     .await?;
+//! let meta = delivery.await?;
+//! println!("stored at {}-{} offset {:?}", meta.topic, meta.partition, meta.offset);
+//! producer.close().await;
+//! # Ok(()) }
+//! ```
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
@@ -38,6 +71,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use weir_proto::batch::Compression as Codec;
 use weir_proto::builder::BatchBuilder;
+use weir_proto::error_code::ErrorCode;
 use weir_proto::record::RecordData;
 
 use crate::partitioner::partition_for_key;
@@ -94,6 +128,25 @@ pub struct ProducerConfig {
     /// A batch is not retried once this has passed since it was opened.
     /// Default 120 s.
     pub delivery_timeout_ms: u64,
+    /// Produce requests awaiting answers per connection. Default 5 (also
+    /// the most allowed with idempotence).
+    pub max_in_flight: usize,
+    /// Idempotent delivery (the default, as in Kafka ≥ 3.0; used with
+    /// [`Acks::All`] only): the broker hands the producer an id, each
+    /// batch carries a per-partition sequence, and the broker drops
+    /// duplicates from retries (answering with the original offsets) and
+    /// refuses gaps, so retries never duplicate or reorder records.
+    pub enable_idempotence: bool,
+    /// Send each partition's batches straight to the broker core that
+    /// owns it (one connection per core, learned from metadata, re-learned
+    /// on a "not owner" error) rather than through the bootstrap
+    /// connection. Default true. [`Producer::new`] then sends through a
+    /// [`ShardRouter`]; a backend given to [`Producer::with_backend`] gets
+    /// [`Route::Core`] routes.
+    pub shard_aware: bool,
+    /// Topic layouts (partition count, owning cores) are asked again after
+    /// this long, so that added partitions come into use. Default 5 min.
+    pub metadata_max_age_ms: u64,
 }
 
 impl Default for ProducerConfig {
@@ -108,6 +161,10 @@ impl Default for ProducerConfig {
             retries: u32::MAX,
             retry_backoff_ms: 100,
             delivery_timeout_ms: 120_000,
+            max_in_flight: 5,
+            enable_idempotence: true,
+            shard_aware: true,
+            metadata_max_age_ms: 300_000,
         }
     }
 }
@@ -193,34 +250,190 @@ impl Partitioner for DefaultPartitioner {
     }
 }
 
-/// What a [`Producer`] sends through: a [`Client`], or a fake in tests.
+/// Where a produce request is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// The bootstrap connection (the broker forwards to the owning core).
+    Bootstrap,
+    /// The owning core's own port.
+    Core(u32),
+}
+
+/// A topic's partitions and the cores that own them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicLayout {
+    /// Number of partitions (at least 1).
+    pub partitions: u32,
+    /// The owning core of each partition (empty if unknown: everything
+    /// goes through the bootstrap connection).
+    pub owners: Vec<u32>,
+}
+
+/// What a [`Producer`] sends through: [`Client`]s, or a fake in tests.
 pub trait ProducerBackend: Send + Sync + 'static {
-    /// As [`Client::produce_many`].
-    fn produce_many(
+    /// Sends batches in one request, as [`Client::produce_many`], through
+    /// `route`.
+    fn produce(
         &self,
+        route: Route,
         acks: Acks,
         batches: Vec<(String, u32, Bytes)>,
     ) -> BoxFuture<'_, Result<Vec<Result<Option<u64>>>>>;
 
-    /// The number of partitions of `topic`.
-    fn partition_count<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32>>;
+    /// The current layout of `topic`, asked of the broker.
+    fn layout<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<TopicLayout>>;
+
+    /// A new idempotent-producer identity: (producer id, epoch).
+    fn init_producer_id(&self) -> BoxFuture<'_, Result<(i64, i16)>>;
 }
 
+fn layout_of(t: &weir_proto::messages::TopicMetadata) -> Result<TopicLayout> {
+    let partitions = u32::try_from(t.partitions.len())
+        .map_err(|_| ClientError::InvalidResponse("too many partitions".into()))?;
+    let mut owners = vec![0; t.partitions.len()];
+    for p in &t.partitions {
+        match owners.get_mut(p.partition as usize) {
+            Some(o) => *o = p.core,
+            None => {
+                return Err(ClientError::InvalidResponse(format!(
+                    "metadata of `{}` lists partition {} of {partitions}",
+                    t.name, p.partition
+                )))
+            }
+        }
+    }
+    Ok(TopicLayout { partitions, owners })
+}
+
+/// One [`Client`] for everything: routes are ignored (the broker forwards
+/// each partition's batches to its core).
 impl ProducerBackend for Client {
-    fn produce_many(
+    fn produce(
         &self,
+        _route: Route,
         acks: Acks,
         batches: Vec<(String, u32, Bytes)>,
     ) -> BoxFuture<'_, Result<Vec<Result<Option<u64>>>>> {
         Box::pin(Client::produce_many(self, acks, batches))
     }
 
-    fn partition_count<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32>> {
+    fn layout<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<TopicLayout>> {
         Box::pin(async move {
             let t = self.topic_metadata(topic).await?;
-            u32::try_from(t.partitions.len())
-                .map_err(|_| ClientError::InvalidResponse("too many partitions".into()))
+            Ok(TopicLayout {
+                owners: Vec::new(),
+                ..layout_of(&t)?
+            })
         })
+    }
+
+    fn init_producer_id(&self) -> BoxFuture<'_, Result<(i64, i16)>> {
+        Box::pin(Client::init_producer_id(self))
+    }
+}
+
+/// Shard-aware routing: a bootstrap [`Client`] for metadata, plus one
+/// connection per broker core (opened on first use), so that each
+/// partition's batches go straight to the core that owns it.
+pub struct ShardRouter {
+    bootstrap: Arc<Client>,
+    cores: Mutex<HashMap<u32, Arc<Client>>>,
+    addrs: Mutex<HashMap<u32, std::net::SocketAddr>>,
+}
+
+impl fmt::Debug for ShardRouter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardRouter")
+            .field("bootstrap", &self.bootstrap.addr())
+            .finish()
+    }
+}
+
+impl ShardRouter {
+    /// Routes through `bootstrap`'s broker.
+    pub fn new(bootstrap: Arc<Client>) -> ShardRouter {
+        ShardRouter {
+            bootstrap,
+            cores: Mutex::new(HashMap::new()),
+            addrs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn client_for(&self, route: Route) -> Arc<Client> {
+        let Route::Core(c) = route else {
+            return self.bootstrap.clone();
+        };
+        let mut cores = self.cores.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(client) = cores.get(&c) {
+            return client.clone();
+        }
+        let addr = self
+            .addrs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&c)
+            .copied();
+        match addr {
+            Some(addr) => {
+                let client = Arc::new(Client::connect_lazy(addr, self.bootstrap.config().clone()));
+                cores.insert(c, client.clone());
+                client
+            }
+            None => self.bootstrap.clone(),
+        }
+    }
+}
+
+impl ProducerBackend for ShardRouter {
+    fn produce(
+        &self,
+        route: Route,
+        acks: Acks,
+        batches: Vec<(String, u32, Bytes)>,
+    ) -> BoxFuture<'_, Result<Vec<Result<Option<u64>>>>> {
+        let client = self.client_for(route);
+        Box::pin(async move { client.produce_many(acks, batches).await })
+    }
+
+    fn layout<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<TopicLayout>> {
+        Box::pin(async move {
+            let md = self
+                .bootstrap
+                .metadata(Some(vec![topic.to_string()]))
+                .await?;
+            let boot = self.bootstrap.addr();
+            {
+                let mut addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
+                let mut cores = self.cores.lock().unwrap_or_else(|e| e.into_inner());
+                for c in &md.cores {
+                    // A broker listening on a wildcard address is reached at
+                    // the bootstrap address's IP.
+                    let ip = c
+                        .host
+                        .parse::<std::net::IpAddr>()
+                        .ok()
+                        .filter(|ip| !ip.is_unspecified())
+                        .unwrap_or(boot.ip());
+                    let addr = std::net::SocketAddr::new(ip, c.port);
+                    if addrs.insert(c.core, addr) != Some(addr) {
+                        cores.remove(&c.core);
+                    }
+                }
+            }
+            let t = md
+                .topics
+                .iter()
+                .find(|t| t.name == topic)
+                .ok_or_else(|| ClientError::topic(topic, 3, None))?;
+            if t.error != 0 {
+                return Err(ClientError::topic(topic, t.error, None));
+            }
+            layout_of(t)
+        })
+    }
+
+    fn init_producer_id(&self) -> BoxFuture<'_, Result<(i64, i16)>> {
+        Box::pin(self.bootstrap.init_producer_id())
     }
 }
 
@@ -229,6 +442,20 @@ impl ProducerBackend for Client {
 #[derive(Debug)]
 pub struct DeliveryFuture {
     rx: oneshot::Receiver<Result<RecordMetadata>>,
+}
+
+impl DeliveryFuture {
+    /// The outcome, if it is known already, without waiting. Once this
+    /// returned `Some`, the outcome is taken: do not await the future.
+    pub fn try_outcome(&mut self) -> Option<Result<RecordMetadata>> {
+        match self.rx.try_recv() {
+            Ok(r) => Some(r),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => {
+                Some(Err(closed("before the record was delivered")))
+            }
+        }
+    }
 }
 
 impl Future for DeliveryFuture {
@@ -275,7 +502,8 @@ struct State {
     open: HashMap<(String, u32), Batch>,
     /// Closed batches waiting for the sender, oldest first.
     ready: VecDeque<Batch>,
-    partitions: HashMap<String, u32>,
+    /// Topic layouts and when they were learned.
+    layouts: HashMap<String, (TopicLayout, Instant)>,
     sticky: HashMap<String, Sticky>,
     /// Every batch not yet completed, with the flushes waiting for it.
     waiters: HashMap<u64, Vec<oneshot::Sender<()>>>,
@@ -314,44 +542,6 @@ fn record_size(r: &ProducerRecord) -> usize {
     // length, attributes, timestamp and offset deltas, key and value
     // lengths, header count: at most 26 bytes of varints.
     26 + len(&r.key) + len(&r.value) + headers
-}
-
-/// A copy of an error, to report one failure to several records.
-fn dup(e: &ClientError) -> ClientError {
-    match e {
-        ClientError::Io(io) => ClientError::Io(std::io::Error::new(io.kind(), io.to_string())),
-        ClientError::Disconnected => ClientError::Disconnected,
-        ClientError::Protocol(f) => ClientError::Protocol(f.clone()),
-        ClientError::InvalidResponse(m) => ClientError::InvalidResponse(m.clone()),
-        ClientError::CorruptBatch(b) => ClientError::CorruptBatch(b.clone()),
-        ClientError::Server { code, message } => ClientError::Server {
-            code: *code,
-            message: message.clone(),
-        },
-        ClientError::Topic {
-            topic,
-            code,
-            message,
-        } => ClientError::Topic {
-            topic: topic.clone(),
-            code: *code,
-            message: message.clone(),
-        },
-        ClientError::Partition {
-            topic,
-            partition,
-            code,
-            message,
-        } => ClientError::Partition {
-            topic: topic.clone(),
-            partition: *partition,
-            code: *code,
-            message: message.clone(),
-        },
-        ClientError::Timeout(d) => ClientError::Timeout(*d),
-        ClientError::InvalidArgument(m) => ClientError::InvalidArgument(m.clone()),
-        ClientError::BufferFull { waited } => ClientError::BufferFull { waited: *waited },
-    }
 }
 
 impl State {
@@ -407,16 +597,23 @@ impl State {
 }
 
 impl Producer {
-    /// A producer sending through `client`, with the
-    /// [`DefaultPartitioner`]. Spawns its sender task, so it must be called
-    /// within a tokio runtime.
+    /// A producer sending through `client`'s broker, with the
+    /// [`DefaultPartitioner`]. With [`ProducerConfig::shard_aware`] (the
+    /// default) it opens one more connection per broker core and sends
+    /// each partition's batches to its owning core. Spawns its sender task,
+    /// so it must be called within a tokio runtime.
     pub fn new(client: impl Into<Arc<Client>>, config: ProducerConfig) -> Producer {
         let client: Arc<Client> = client.into();
-        Producer::with_backend(client, config, Arc::new(DefaultPartitioner))
+        let backend: Arc<dyn ProducerBackend> = if config.shard_aware {
+            Arc::new(ShardRouter::new(client))
+        } else {
+            client
+        };
+        Producer::with_backend(backend, config, Arc::new(DefaultPartitioner))
     }
 
-    /// A producer with a custom partitioner and backend (a [`Client`], or a
-    /// fake one).
+    /// A producer with a custom partitioner and backend (a [`Client`], a
+    /// [`ShardRouter`], or a fake one).
     pub fn with_backend(
         backend: Arc<dyn ProducerBackend>,
         config: ProducerConfig,
@@ -433,7 +630,7 @@ impl Producer {
             state: Mutex::new(State {
                 open: HashMap::new(),
                 ready: VecDeque::new(),
-                partitions: HashMap::new(),
+                layouts: HashMap::new(),
                 sticky: HashMap::new(),
                 waiters: HashMap::new(),
                 next_id: 0,
@@ -443,7 +640,7 @@ impl Producer {
             }),
             wake: Notify::new(),
         });
-        let task = tokio::spawn(run(shared.clone()));
+        let task = tokio::spawn(Sender::new(shared.clone()).run());
         Producer {
             shared,
             task: Mutex::new(Some(task)),
@@ -455,10 +652,17 @@ impl Producer {
         &self.shared.config
     }
 
-    /// Buffers a record. Waits only for the topic's partition count (first
-    /// use of a topic without an explicit partition) and for buffer space
-    /// (up to `max_block_ms`, then [`ClientError::BufferFull`]); the
-    /// returned future resolves when the record is acknowledged.
+    /// Whether batches carry an idempotent-producer identity: with
+    /// [`ProducerConfig::enable_idempotence`] and [`Acks::All`].
+    pub fn is_idempotent(&self) -> bool {
+        self.shared.idempotent()
+    }
+
+    /// Buffers a record. Waits only for the topic's layout (first use of a
+    /// topic, or once [`ProducerConfig::metadata_max_age_ms`] passed) and
+    /// for buffer space (up to `max_block_ms`, then
+    /// [`ClientError::BufferFull`]); the returned future resolves when the
+    /// record is acknowledged.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         let shared = &self.shared;
         if shared.lock().closed {
@@ -477,7 +681,7 @@ impl Producer {
         let mut partition = record.partition;
         let mut count = None;
         if partition.is_none() {
-            let n = self.partition_count(&record.topic).await?;
+            let n = shared.layout(&record.topic).await?.partitions;
             count = Some(n);
             partition = shared
                 .partitioner
@@ -601,20 +805,6 @@ impl Producer {
             let _ = task.await;
         }
     }
-
-    async fn partition_count(&self, topic: &str) -> Result<u32> {
-        if let Some(&n) = self.shared.lock().partitions.get(topic) {
-            return Ok(n);
-        }
-        let n = self.shared.backend.partition_count(topic).await?;
-        if n == 0 {
-            return Err(ClientError::InvalidResponse(format!(
-                "topic `{topic}` has no partitions"
-            )));
-        }
-        self.shared.lock().partitions.insert(topic.to_string(), n);
-        Ok(n)
-    }
 }
 
 impl Drop for Producer {
@@ -629,6 +819,10 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn idempotent(&self) -> bool {
+        self.config.enable_idempotence && self.config.acks == Acks::All
+    }
+
     fn builder(&self) -> Result<BatchBuilder> {
         Ok(match self.config.compression {
             Compression::None => BatchBuilder::new(Codec::None)?,
@@ -637,8 +831,34 @@ impl Shared {
         })
     }
 
-    /// The batches to send now, the next linger deadline, and whether the
-    /// sender is done (closed with nothing left).
+    /// The topic's layout, from the cache while younger than
+    /// `metadata_max_age_ms`.
+    async fn layout(&self, topic: &str) -> Result<TopicLayout> {
+        let max_age = Duration::from_millis(self.config.metadata_max_age_ms);
+        if let Some((l, at)) = self.lock().layouts.get(topic) {
+            if at.elapsed() < max_age {
+                return Ok(l.clone());
+            }
+        }
+        let l = self.backend.layout(topic).await?;
+        if l.partitions == 0 {
+            return Err(ClientError::InvalidResponse(format!(
+                "topic `{topic}` has no partitions"
+            )));
+        }
+        self.lock()
+            .layouts
+            .insert(topic.to_string(), (l.clone(), Instant::now()));
+        Ok(l)
+    }
+
+    /// Forgets a topic's layout (after a "not owner" or similar error).
+    fn forget_layout(&self, topic: &str) {
+        self.lock().layouts.remove(topic);
+    }
+
+    /// The batches to send now, the next linger deadline, and whether
+    /// the producer is closed with nothing left open or ready.
     fn take_ready(&self, now: Instant) -> (Vec<Batch>, Option<Instant>, bool) {
         let mut st = self.lock();
         let linger = Duration::from_millis(self.config.linger_ms);
@@ -680,7 +900,7 @@ impl Shared {
             }
             Err(e) => {
                 for tx in records {
-                    let _ = tx.send(Err(dup(&e)));
+                    let _ = tx.send(Err(e.duplicate()));
                 }
             }
         }
@@ -690,84 +910,480 @@ impl Shared {
             let _ = w.send(());
         }
     }
+}
 
-    /// Sends batches in one request, retrying those that fail with a
-    /// retriable error (all of them again, in order, after the backoff).
-    async fn send_batches(&self, batches: Vec<Batch>) {
-        let mut pending: Vec<(Batch, Bytes)> = Vec::with_capacity(batches.len());
-        for b in batches {
-            if b.builder.is_empty() {
-                self.complete(b, Ok(None));
-                continue;
+/// A batch between being closed and being acknowledged.
+struct Outgoing {
+    batch: Batch,
+    /// The encoded batch, once built (at its first send, stamped with the
+    /// producer identity and sequence).
+    bytes: Option<Bytes>,
+    /// (generation of the producer identity, base sequence).
+    stamp: Option<(u64, i32)>,
+    attempts: u32,
+}
+
+/// The sender's view of one partition.
+#[derive(Default)]
+struct Lane {
+    /// Batches not sent yet, or waiting to be sent again, in order.
+    queue: VecDeque<Outgoing>,
+    /// Base sequences of this lane's batches in flight.
+    in_flight: Vec<i32>,
+    /// Batches in flight (with or without sequences).
+    in_flight_count: usize,
+    /// Not sent before this (retry backoff).
+    not_before: Option<Instant>,
+    /// The identity generation of `next_seq`.
+    generation: u64,
+    next_seq: i32,
+    /// Batches stamped in a generation up to this one can no longer be
+    /// appended in order (an earlier batch failed for good): they fail.
+    poisoned: Option<u64>,
+}
+
+/// Sequences run from 0 to `i32::MAX`, then wrap to 0.
+fn seq_add(seq: i32, n: u32) -> i32 {
+    ((seq as i64 + n as i64) % (i32::MAX as i64 + 1)) as i32
+}
+
+/// Whether sequence `a` comes before `b` (within half the sequence space).
+fn seq_before(a: i32, b: i32) -> bool {
+    let d = (b as i64 - a as i64).rem_euclid(i32::MAX as i64 + 1);
+    d != 0 && d < (1 << 30)
+}
+
+type Key = (String, u32);
+
+/// A finished produce request: its route and each batch with its result.
+type Done = (Route, Vec<(Key, Outgoing, Result<Option<u64>>)>);
+
+/// The sender task's state.
+struct Sender {
+    shared: Arc<Shared>,
+    lanes: HashMap<Key, Lane>,
+    in_flight: HashMap<Route, usize>,
+    identity: Option<(i64, i16)>,
+    generation: u64,
+    done_tx: tokio::sync::mpsc::UnboundedSender<Done>,
+    done_rx: tokio::sync::mpsc::UnboundedReceiver<Done>,
+    identity_retry: Option<Instant>,
+    /// Why the last attempt to get a producer id failed.
+    identity_error: Option<ClientError>,
+}
+
+impl Sender {
+    fn new(shared: Arc<Shared>) -> Sender {
+        let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+        Sender {
+            shared,
+            lanes: HashMap::new(),
+            in_flight: HashMap::new(),
+            identity: None,
+            generation: 0,
+            done_tx,
+            done_rx,
+            identity_retry: None,
+            identity_error: None,
+        }
+    }
+
+    fn requests_in_flight(&self) -> usize {
+        self.in_flight.values().sum()
+    }
+
+    fn max_in_flight(&self) -> usize {
+        let m = self.shared.config.max_in_flight.max(1);
+        if self.shared.idempotent() {
+            m.min(MAX_IN_FLIGHT_IDEMPOTENT)
+        } else {
+            m
+        }
+    }
+
+    async fn run(mut self) {
+        loop {
+            let (ready, deadline, closed_empty) = self.shared.take_ready(Instant::now());
+            for b in ready {
+                if b.builder.is_empty() {
+                    self.shared.complete(b, Ok(None));
+                    continue;
+                }
+                let key = (b.topic.clone(), b.partition);
+                self.lanes
+                    .entry(key)
+                    .or_default()
+                    .queue
+                    .push_back(Outgoing {
+                        batch: b,
+                        bytes: None,
+                        stamp: None,
+                        attempts: 0,
+                    });
             }
-            match b.builder.build() {
-                Ok(bytes) => pending.push((b, bytes.freeze())),
-                Err(e) => self.complete(b, Err(e.into())),
+            self.expire();
+            let next_retry = self.dispatch().await;
+            if closed_empty
+                && self.requests_in_flight() == 0
+                && self.lanes.values().all(|l| l.queue.is_empty())
+            {
+                return;
+            }
+            let wake_at = [deadline, next_retry].into_iter().flatten().min();
+            tokio::select! {
+                done = self.done_rx.recv() => {
+                    if let Some(done) = done {
+                        self.finish(done);
+                    }
+                    // Handle every other completion at once.
+                    while let Ok(done) = self.done_rx.try_recv() {
+                        self.finish(done);
+                    }
+                }
+                _ = self.shared.wake.notified() => {}
+                _ = sleep_until_opt(wake_at) => {}
             }
         }
-        let backoff = Duration::from_millis(self.config.retry_backoff_ms);
-        let timeout = Duration::from_millis(self.config.delivery_timeout_ms);
-        let mut attempt: u32 = 0;
-        while !pending.is_empty() {
-            let req = pending
-                .iter()
-                .map(|(b, bytes)| (b.topic.clone(), b.partition, bytes.clone()))
-                .collect();
-            let results: Vec<Result<Option<u64>>> =
-                match self.backend.produce_many(self.config.acks, req).await {
-                    Ok(r) if r.len() == pending.len() => r,
-                    Ok(r) => {
-                        let e = ClientError::InvalidResponse(format!(
-                            "{} produce results for {} batches",
-                            r.len(),
-                            pending.len()
-                        ));
-                        pending.iter().map(|_| Err(dup(&e))).collect()
-                    }
-                    Err(e) => pending.iter().map(|_| Err(dup(&e))).collect(),
+    }
+
+    /// Fails queued batches older than `delivery_timeout_ms`.
+    fn expire(&mut self) {
+        let timeout = Duration::from_millis(self.shared.config.delivery_timeout_ms);
+        let keys: Vec<Key> = self.lanes.keys().cloned().collect();
+        for key in keys {
+            loop {
+                let lane = self.lanes.get_mut(&key).expect("listed");
+                let expired = lane
+                    .queue
+                    .front()
+                    .is_some_and(|o| o.batch.created.elapsed() >= timeout);
+                if !expired {
+                    break;
+                }
+                let o = lane.queue.pop_front().expect("seen");
+                let e = match &self.identity_error {
+                    Some(e) if o.bytes.is_none() => ClientError::InvalidArgument(format!(
+                        "not sent within delivery_timeout_ms ({} ms): getting a producer id failed: {e}",
+                        timeout.as_millis()
+                    )),
+                    _ => ClientError::Timeout(timeout),
                 };
-            let mut retry = Vec::new();
-            for ((b, bytes), r) in pending.drain(..).zip(results) {
-                match r {
-                    Err(e)
-                        if e.is_retriable()
-                            && attempt < self.config.retries
-                            && b.created.elapsed() + backoff < timeout =>
-                    {
-                        retry.push((b, bytes))
-                    }
-                    r => self.complete(b, r),
+                self.fail(&key, o, e);
+            }
+        }
+    }
+
+    /// Sends what can be sent; returns the earliest retry time of lanes
+    /// waiting for their backoff.
+    async fn dispatch(&mut self) -> Option<Instant> {
+        let now = Instant::now();
+        let idempotent = self.shared.idempotent();
+        if idempotent && self.identity.is_none() && self.lanes.values().any(|l| !l.queue.is_empty())
+        {
+            if self.identity_retry.is_some_and(|t| t > now) {
+                return self.identity_retry;
+            }
+            match self.shared.backend.init_producer_id().await {
+                Ok(id) => {
+                    self.identity = Some(id);
+                    self.identity_retry = None;
+                    self.identity_error = None;
+                }
+                Err(e) => {
+                    self.identity_error = Some(e);
+                    let t = now + Duration::from_millis(self.shared.config.retry_backoff_ms);
+                    self.identity_retry = Some(t);
+                    return Some(t);
                 }
             }
-            if !retry.is_empty() {
-                attempt += 1;
-                tokio::time::sleep(backoff).await;
-            }
-            pending = retry;
         }
+        let mut next_retry: Option<Instant> = None;
+        // Which lanes can send, grouped by route.
+        let mut by_route: HashMap<Route, Vec<Key>> = HashMap::new();
+        let keys: Vec<Key> = self
+            .lanes
+            .iter()
+            .filter(|(_, l)| !l.queue.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            let lane = &self.lanes[&key];
+            if let Some(t) = lane.not_before {
+                if t > now {
+                    next_retry = Some(next_retry.map_or(t, |n: Instant| n.min(t)));
+                    continue;
+                }
+            }
+            let front = lane.queue.front().expect("not empty");
+            // A batch sent again waits until nothing of its lane is in
+            // flight, so that the lane's batches reach the broker in order.
+            if front.attempts > 0 && lane.in_flight_count > 0 {
+                continue;
+            }
+            let route = self.route(&key.0, key.1).await;
+            by_route.entry(route).or_default().push(key);
+        }
+        let max = self.max_in_flight();
+        for (route, keys) in by_route {
+            let mut keys = keys.into_iter().peekable();
+            while keys.peek().is_some() && self.in_flight.get(&route).copied().unwrap_or(0) < max {
+                // One request: at most one batch per partition, up to
+                // REQUEST_BYTES_MAX.
+                let mut batches = Vec::new();
+                let mut bytes = 0usize;
+                while let Some(key) = keys.peek().cloned() {
+                    if !batches.is_empty() && bytes >= REQUEST_BYTES_MAX {
+                        break;
+                    }
+                    keys.next();
+                    let Some(o) = self.take_for_send(&key) else {
+                        continue;
+                    };
+                    bytes += o.bytes.as_ref().map_or(0, Bytes::len);
+                    batches.push((key, o));
+                }
+                if batches.is_empty() {
+                    break;
+                }
+                *self.in_flight.entry(route).or_default() += 1;
+                let backend = self.shared.backend.clone();
+                let acks = self.shared.config.acks;
+                let done_tx = self.done_tx.clone();
+                let mut call: BoxFuture<'static, ()> = Box::pin(async move {
+                    let req = batches
+                        .iter()
+                        .map(|((t, p), o)| (t.clone(), *p, o.bytes.clone().expect("built")))
+                        .collect();
+                    let n = batches.len();
+                    let results: Vec<Result<Option<u64>>> =
+                        match backend.produce(route, acks, req).await {
+                            Ok(r) if r.len() == n => r,
+                            Ok(r) => {
+                                let e = ClientError::InvalidResponse(format!(
+                                    "{} produce results for {n} batches",
+                                    r.len()
+                                ));
+                                (0..n).map(|_| Err(e.duplicate())).collect()
+                            }
+                            Err(e) => (0..n).map(|_| Err(e.duplicate())).collect(),
+                        };
+                    let out = batches
+                        .into_iter()
+                        .zip(results)
+                        .map(|((k, o), r)| (k, o, r))
+                        .collect();
+                    let _ = done_tx.send((route, out));
+                });
+                // Poll the call once here, so that requests reach their
+                // connection in the order they were formed (a connection
+                // sends calls in the order they are first polled); then
+                // let a task finish it.
+                let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+                if first.is_pending() {
+                    tokio::spawn(call);
+                }
+            }
+        }
+        next_retry
+    }
+
+    /// Where a partition's batches go.
+    async fn route(&mut self, topic: &str, partition: u32) -> Route {
+        if !self.shared.config.shard_aware {
+            return Route::Bootstrap;
+        }
+        match self.shared.layout(topic).await {
+            Ok(l) => l
+                .owners
+                .get(partition as usize)
+                .map_or(Route::Bootstrap, |&c| Route::Core(c)),
+            Err(_) => Route::Bootstrap,
+        }
+    }
+
+    /// Takes the front batch of a lane for sending: builds it (stamped
+    /// with the producer identity and the lane's next sequence) on its
+    /// first send.
+    fn take_for_send(&mut self, key: &Key) -> Option<Outgoing> {
+        let identity = self.identity;
+        let generation = self.generation;
+        let idempotent = self.shared.idempotent();
+        let lane = self.lanes.get_mut(key)?;
+        let mut o = lane.queue.pop_front()?;
+        if o.bytes.is_none() {
+            if idempotent {
+                let (pid, epoch) = identity.expect("fetched before sending");
+                if lane.generation != generation {
+                    lane.generation = generation;
+                    lane.next_seq = 0;
+                }
+                o.batch.builder.producer_id = pid;
+                o.batch.builder.producer_epoch = epoch;
+                o.batch.builder.base_sequence = lane.next_seq;
+                o.stamp = Some((generation, lane.next_seq));
+                lane.next_seq = seq_add(lane.next_seq, o.batch.builder.len() as u32);
+            }
+            match o.batch.builder.build() {
+                Ok(b) => o.bytes = Some(b.freeze()),
+                Err(e) => {
+                    self.fail(key, o, e.into());
+                    return None;
+                }
+            }
+        }
+        let lane = self.lanes.get_mut(key).expect("present");
+        if let Some((_, seq)) = o.stamp {
+            lane.in_flight.push(seq);
+        }
+        lane.in_flight_count += 1;
+        o.attempts += 1;
+        Some(o)
+    }
+
+    /// Handles a finished request.
+    fn finish(&mut self, (route, results): Done) {
+        if let Some(n) = self.in_flight.get_mut(&route) {
+            *n = n.saturating_sub(1);
+        }
+        let backoff = Duration::from_millis(self.shared.config.retry_backoff_ms);
+        let timeout = Duration::from_millis(self.shared.config.delivery_timeout_ms);
+        for (key, o, r) in results {
+            let lane = self.lanes.entry(key.clone()).or_default();
+            lane.in_flight_count = lane.in_flight_count.saturating_sub(1);
+            if let Some((_, seq)) = o.stamp {
+                if let Some(i) = lane.in_flight.iter().position(|s| *s == seq) {
+                    lane.in_flight.swap_remove(i);
+                }
+            }
+            let e = match r {
+                Ok(offset) => {
+                    self.shared.complete(o.batch, Ok(offset));
+                    continue;
+                }
+                Err(e) => e,
+            };
+            if matches!(
+                e.code(),
+                Some(ErrorCode::NotOwner | ErrorCode::UnknownTopicOrPartition)
+            ) {
+                self.shared.forget_layout(&key.0);
+            }
+            let poisoned = match (o.stamp, lane.poisoned) {
+                (Some((g, _)), Some(p)) => g <= p,
+                _ => false,
+            };
+            // A gap reported while an earlier batch of the lane is still
+            // unresolved is that batch's doing: send again after it.
+            let earlier_pending = o.stamp.is_some_and(|(g, seq)| {
+                lane.in_flight.iter().any(|s| seq_before(*s, seq))
+                    || lane.queue.iter().any(|q| {
+                        q.stamp
+                            .is_some_and(|(qg, qs)| qg == g && seq_before(qs, seq))
+                    })
+            });
+            let retriable = e.is_retriable()
+                || (earlier_pending && e.code() == Some(ErrorCode::OutOfOrderSequence));
+            if !poisoned
+                && retriable
+                && o.attempts <= self.shared.config.retries
+                && o.batch.created.elapsed() + backoff < timeout
+            {
+                // Back in the queue, in sequence order (stamped batches go
+                // before unstamped ones).
+                let pos = lane
+                    .queue
+                    .iter()
+                    .position(|q| match (q.stamp, o.stamp) {
+                        (None, _) => true,
+                        (Some((qg, qs)), Some((g, s))) => qg > g || (qg == g && seq_before(s, qs)),
+                        (Some(_), None) => false,
+                    })
+                    .unwrap_or(lane.queue.len());
+                lane.queue.insert(pos, o);
+                lane.not_before = Some(Instant::now() + backoff);
+                continue;
+            }
+            let e = if poisoned {
+                ClientError::InvalidArgument(format!(
+                    "not appended: an earlier batch of {}-{} failed for good, so this one could \
+                     not keep its place in the partition ({e})",
+                    key.0, key.1
+                ))
+            } else {
+                e
+            };
+            self.fail(&key, o, e);
+        }
+    }
+
+    /// Fails a batch for good. With idempotence, the lane's later batches
+    /// stamped in the same generation can no longer be appended in order:
+    /// they fail too, and the producer takes a new identity so that the
+    /// partition's next batches start a new sequence.
+    fn fail(&mut self, key: &Key, o: Outgoing, e: ClientError) {
+        if let Some((g, _)) = o.stamp {
+            let lane = self.lanes.get_mut(key).expect("present");
+            lane.poisoned = Some(lane.poisoned.map_or(g, |p| p.max(g)));
+            let doomed: Vec<Outgoing> = {
+                let mut keep = VecDeque::new();
+                let mut doomed = Vec::new();
+                for q in lane.queue.drain(..) {
+                    if q.stamp.is_some_and(|(qg, _)| qg <= g) {
+                        doomed.push(q);
+                    } else {
+                        keep.push_back(q);
+                    }
+                }
+                lane.queue = keep;
+                doomed
+            };
+            if g == self.generation {
+                self.generation += 1;
+                self.identity = None;
+            }
+            for q in doomed {
+                let msg = format!(
+                    "not appended: an earlier batch of {}-{} failed for good ({e}), so this one \
+                     could not keep its place in the partition",
+                    key.0, key.1
+                );
+                self.shared
+                    .complete(q.batch, Err(ClientError::InvalidArgument(msg)));
+            }
+        }
+        self.shared.complete(o.batch, Err(e));
     }
 }
 
-/// The sender task: sends ready batches, sleeps until the next linger
-/// deadline or a wake-up.
-async fn run(shared: Arc<Shared>) {
-    loop {
-        let (ready, deadline, done) = shared.take_ready(Instant::now());
-        if !ready.is_empty() {
-            shared.send_batches(ready).await;
-            continue;
-        }
-        if done {
-            return;
-        }
-        match deadline {
-            Some(d) => {
-                tokio::select! {
-                    _ = shared.wake.notified() => {}
-                    _ = tokio::time::sleep_until(d) => {}
-                }
-            }
-            None => shared.wake.notified().await,
-        }
+async fn sleep_until_opt(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Produce requests carry at most this many bytes of batches (one batch
+/// per partition; a single larger batch is sent alone).
+pub const REQUEST_BYTES_MAX: usize = 4 << 20;
+
+/// With idempotence, at most this many requests per connection are in
+/// flight (as Kafka: the broker remembers the last five batches of each
+/// producer per partition).
+pub const MAX_IN_FLIGHT_IDEMPOTENT: usize = 5;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences_wrap_and_order() {
+        assert_eq!(seq_add(5, 3), 8);
+        assert_eq!(seq_add(i32::MAX, 1), 0);
+        assert_eq!(seq_add(i32::MAX - 1, 3), 1);
+        assert!(seq_before(1, 2));
+        assert!(!seq_before(2, 2));
+        assert!(!seq_before(3, 2));
+        assert!(seq_before(i32::MAX, 0));
+        assert!(!seq_before(0, i32::MAX));
     }
 }

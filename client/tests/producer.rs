@@ -5,7 +5,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,28 +14,45 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use weir_client::partitioner::partition_for_key;
-use weir_client::producer::{BoxFuture, Compression, DefaultPartitioner, ProducerBackend};
+use weir_client::producer::{
+    BoxFuture, Compression, DefaultPartitioner, ProducerBackend, Route, TopicLayout,
+};
 use weir_client::{
     Acks, Client, ClientError, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
 };
 use weir_proto::api::ApiKey;
 use weir_proto::batch::Compression as Codec;
+use weir_proto::error_code::ErrorCode;
 use weir_proto::frame::{self, ResponseHeader};
 use weir_proto::messages::*;
 use weir_proto::reader::RecordBatch;
 
 type Request = Vec<(String, u32, Bytes)>;
+/// A stored batch: (producer id, first seq, last seq, base offset, records).
+type Stored = (i64, i32, i32, u64, u64);
 
-/// Records every produce request; assigns offsets per partition.
+/// Records every produce request; assigns offsets per partition and, for
+/// batches with a producer id, checks sequences as the broker does
+/// (duplicates answered with the original offsets, gaps refused).
 #[derive(Default)]
 struct Fake {
     partitions: u32,
+    /// Owning core of every partition (empty: no shard routing).
+    owners: Vec<u32>,
     /// Never answers produce requests (after recording them).
     hang: bool,
-    /// How many produce requests fail with a (retriable) timeout first.
+    /// How many produce requests fail with a (retriable) timeout first,
+    /// without being applied.
     fail_first: AtomicUsize,
+    /// Produce request numbers (0-based) that are applied but whose answer
+    /// is lost (a retriable disconnect).
+    lose_answers: Mutex<Vec<usize>>,
     requests: Mutex<Vec<Request>>,
-    next: Mutex<HashMap<(String, u32), u64>>,
+    routes: Mutex<Vec<Route>>,
+    /// Per partition: the stored batches as (producer id, first seq, last
+    /// seq, base offset, records).
+    log: Mutex<HashMap<(String, u32), Vec<Stored>>>,
+    next_pid: AtomicI64,
     metadata_calls: AtomicUsize,
 }
 
@@ -59,16 +76,66 @@ impl Fake {
             .map(|(_, _, b)| RecordBatch::parse(b).unwrap().header().records_count)
             .collect()
     }
+
+    /// Records stored in a partition.
+    fn stored(&self, topic: &str, partition: u32) -> u64 {
+        self.log
+            .lock()
+            .unwrap()
+            .get(&(topic.to_string(), partition))
+            .map_or(0, |l| l.iter().map(|b| b.4).sum())
+    }
+
+    fn apply(
+        &self,
+        acks: Acks,
+        topic: &str,
+        partition: u32,
+        b: &Bytes,
+    ) -> weir_client::Result<Option<u64>> {
+        let h = *RecordBatch::parse(b).unwrap().header();
+        let n = h.records_count as u64;
+        let mut log = self.log.lock().unwrap();
+        let l = log.entry((topic.to_string(), partition)).or_default();
+        let next = l.last().map_or(0, |x| x.3 + x.4);
+        let last_seq = h.base_sequence.wrapping_add(h.last_offset_delta);
+        if h.producer_id >= 0 {
+            let mine: Vec<_> = l.iter().filter(|x| x.0 == h.producer_id).collect();
+            if let Some(dup) = mine
+                .iter()
+                .find(|x| x.1 == h.base_sequence && x.2 == last_seq)
+            {
+                return Ok(Some(dup.3));
+            }
+            let expected = mine.last().map_or(0, |x| x.2 + 1);
+            if h.base_sequence != expected {
+                return Err(ClientError::Partition {
+                    topic: topic.to_string(),
+                    partition,
+                    code: ErrorCode::OutOfOrderSequence,
+                    message: format!("expected {expected}, got {}", h.base_sequence),
+                });
+            }
+        }
+        l.push((h.producer_id, h.base_sequence, last_seq, next, n));
+        Ok((acks != Acks::None).then_some(next))
+    }
 }
 
 impl ProducerBackend for Fake {
-    fn produce_many(
+    fn produce(
         &self,
+        route: Route,
         acks: Acks,
         batches: Vec<(String, u32, Bytes)>,
     ) -> BoxFuture<'_, weir_client::Result<Vec<weir_client::Result<Option<u64>>>>> {
         Box::pin(async move {
-            self.requests.lock().unwrap().push(batches.clone());
+            let n = {
+                let mut r = self.requests.lock().unwrap();
+                r.push(batches.clone());
+                r.len() - 1
+            };
+            self.routes.lock().unwrap().push(route);
             if self.hang {
                 std::future::pending::<()>().await;
             }
@@ -79,23 +146,29 @@ impl ProducerBackend for Fake {
             {
                 return Err(ClientError::Timeout(Duration::from_secs(1)));
             }
-            let mut next = self.next.lock().unwrap();
-            Ok(batches
+            let results = batches
                 .iter()
-                .map(|(t, p, b)| {
-                    let n = RecordBatch::parse(b).unwrap().header().records_count as u64;
-                    let o = next.entry((t.clone(), *p)).or_insert(0);
-                    let base = *o;
-                    *o += n;
-                    Ok((acks != Acks::None).then_some(base))
-                })
-                .collect())
+                .map(|(t, p, b)| self.apply(acks, t, *p, b))
+                .collect();
+            if self.lose_answers.lock().unwrap().contains(&n) {
+                return Err(ClientError::Disconnected);
+            }
+            Ok(results)
         })
     }
 
-    fn partition_count<'a>(&'a self, _topic: &'a str) -> BoxFuture<'a, weir_client::Result<u32>> {
+    fn layout<'a>(&'a self, _topic: &'a str) -> BoxFuture<'a, weir_client::Result<TopicLayout>> {
         self.metadata_calls.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move { Ok(self.partitions) })
+        Box::pin(async move {
+            Ok(TopicLayout {
+                partitions: self.partitions,
+                owners: self.owners.clone(),
+            })
+        })
+    }
+
+    fn init_producer_id(&self) -> BoxFuture<'_, weir_client::Result<(i64, i16)>> {
+        Box::pin(async move { Ok((self.next_pid.fetch_add(1, Ordering::SeqCst) + 100, 0)) })
     }
 }
 
@@ -107,6 +180,8 @@ fn config(linger_ms: u64, batch_size: usize) -> ProducerConfig {
     let mut c = ProducerConfig::default();
     c.linger_ms = linger_ms;
     c.batch_size = batch_size;
+    // Routes need layouts: most tests count layout lookups without them.
+    c.shard_aware = false;
     c
 }
 
@@ -442,6 +517,15 @@ async fn keyed_records_land_on_their_murmur2_partition() {
                     }
                     frame::encode_response_with_payload(&rh, &res, &[]).unwrap()
                 }
+                ApiKey::InitProducerId => {
+                    let r = InitProducerIdResponse {
+                        error: 0,
+                        message: None,
+                        producer_id: 7,
+                        producer_epoch: 0,
+                    };
+                    frame::encode_response_with_payload(&rh, &r, &[]).unwrap()
+                }
                 other => panic!("unexpected {other}"),
             };
             s.write_all(&out).await.unwrap();
@@ -472,4 +556,121 @@ async fn keyed_records_land_on_their_murmur2_partition() {
         }
     }
     p.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_carry_the_producer_id_and_per_partition_sequences() {
+    let fake = Fake::new(2);
+    let p = producer(&fake, config(0, 1));
+    let mut fs = Vec::new();
+    for i in 0..6u32 {
+        let r = ProducerRecord::new("t", value(i as usize, 10)).partition(i % 2);
+        fs.push(p.send(r).await.unwrap());
+        // One record per batch; let each go out before the next.
+        tokio::task::yield_now().await;
+    }
+    p.close().await;
+    for f in fs {
+        f.await.unwrap();
+    }
+    let mut seqs: HashMap<u32, Vec<i32>> = HashMap::new();
+    for (_, part, b) in fake.requests().into_iter().flatten() {
+        let h = *RecordBatch::parse(&b).unwrap().header();
+        assert_eq!((h.producer_id, h.producer_epoch), (100, 0));
+        seqs.entry(part).or_default().push(h.base_sequence);
+    }
+    assert_eq!(seqs[&0], vec![0, 1, 2]);
+    assert_eq!(seqs[&1], vec![0, 1, 2]);
+
+    // Without acks=all there is no idempotence: no producer id.
+    let fake = Fake::new(1);
+    let mut c = config(0, 1 << 20);
+    c.acks = Acks::Leader;
+    let p = producer(&fake, c);
+    assert!(!p.is_idempotent());
+    let f = p
+        .send(ProducerRecord::new("t", "x").partition(0))
+        .await
+        .unwrap();
+    f.await.unwrap();
+    let b = &fake.requests()[0][0].2;
+    assert_eq!(RecordBatch::parse(b).unwrap().header().producer_id, -1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_a_lost_answer_is_acknowledged_once_with_the_original_offset() {
+    let fake = Fake::new(1);
+    // Requests 0 and 2 are appended but their answers are lost.
+    *fake.lose_answers.lock().unwrap() = vec![0, 2];
+    let p = producer(&fake, config(0, 1));
+    let mut fs = Vec::new();
+    for i in 0..5 {
+        fs.push(
+            p.send(ProducerRecord::new("t", value(i, 10)).partition(0))
+                .await
+                .unwrap(),
+        );
+        tokio::task::yield_now().await;
+    }
+    p.close().await;
+    let got = offsets(fs).await;
+    assert_eq!(
+        got,
+        (0..5).map(|i| (0, Some(i))).collect::<Vec<_>>(),
+        "every record once, in order"
+    );
+    assert_eq!(fake.stored("t", 0), 5, "no duplicate was stored");
+    assert!(fake.requests().len() > 5, "lost answers were retried");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_failing_for_good_fails_the_partitions_later_batches_and_renews_the_id() {
+    let fake = Fake::new(1);
+    fake.fail_first.store(1000, Ordering::SeqCst);
+    let mut c = config(0, 1);
+    c.delivery_timeout_ms = 1000;
+    let p = producer(&fake, c);
+    let a = p
+        .send(ProducerRecord::new("t", "a").partition(0))
+        .await
+        .unwrap();
+    let e = a.await.unwrap_err();
+    assert!(matches!(e, ClientError::Timeout(_)), "{e}");
+    // The broker works again: the next record goes out under a new id
+    // starting at sequence 0.
+    fake.fail_first.store(0, Ordering::SeqCst);
+    let b = p
+        .send(ProducerRecord::new("t", "b").partition(0))
+        .await
+        .unwrap();
+    assert_eq!(b.await.unwrap().offset, Some(0));
+    let last = fake.requests().last().unwrap()[0].2.clone();
+    let h = *RecordBatch::parse(&last).unwrap().header();
+    assert_eq!((h.producer_id, h.base_sequence), (101, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn shard_aware_routes_follow_the_layout() {
+    let fake = Arc::new(Fake {
+        partitions: 2,
+        owners: vec![1, 0],
+        ..Fake::default()
+    });
+    let mut c = config(0, 1 << 20);
+    c.shard_aware = true;
+    let p = producer(&fake, c);
+    let a = p
+        .send(ProducerRecord::new("t", "a").partition(0))
+        .await
+        .unwrap();
+    a.await.unwrap();
+    let b = p
+        .send(ProducerRecord::new("t", "b").partition(1))
+        .await
+        .unwrap();
+    b.await.unwrap();
+    assert_eq!(
+        *fake.routes.lock().unwrap(),
+        vec![Route::Core(1), Route::Core(0)]
+    );
 }
