@@ -303,6 +303,7 @@ pub fn produce(args: ProduceArgs) -> Result<()> {
     let mut input = BufReader::with_capacity(1 << 20, std::io::stdin().lock());
     let mut line = Vec::new();
     let mut tally = Tally::default();
+    let topic: std::sync::Arc<str> = args.topic.as_str().into();
     let mut waiting: std::collections::VecDeque<DeliveryFuture> = Default::default();
     let result = (|| -> Result<()> {
         loop {
@@ -325,7 +326,7 @@ pub fn produce(args: ProduceArgs) -> Result<()> {
                 None => (None, &line[..]),
             };
             let record = ProducerRecord {
-                topic: args.topic.clone(),
+                topic: topic.clone(),
                 partition: args.partition,
                 key: key.map(Bytes::copy_from_slice),
                 value: Some(Bytes::copy_from_slice(value)),

@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -465,11 +465,19 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     r.read_exact(&mut len).await.map_err(eof_to_disconnected)?;
     let total = frame::peek_frame_len(&len, max_frame_bytes)?
         .expect("four bytes are enough to read the length");
-    let mut buf = BytesMut::zeroed(total);
-    buf[..FRAME_LEN_BYTES].copy_from_slice(&len);
-    r.read_exact(&mut buf[FRAME_LEN_BYTES..])
-        .await
-        .map_err(eof_to_disconnected)?;
+    // Read into the spare capacity (no zeroing of large fetch answers).
+    let mut buf = BytesMut::with_capacity(total);
+    buf.extend_from_slice(&len);
+    while buf.len() < total {
+        let want = total - buf.len();
+        let n = r
+            .read_buf(&mut (&mut buf).limit(want))
+            .await
+            .map_err(eof_to_disconnected)?;
+        if n == 0 {
+            return Err(ClientError::Disconnected);
+        }
+    }
     Ok(buf.freeze())
 }
 

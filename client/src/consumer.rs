@@ -21,14 +21,18 @@
 //!
 //! ## Pipelining
 //!
-//! When `poll` leaves fewer than [`ConsumerConfig::max_poll_records`]
-//! records buffered, it sends the next fetch (from the offsets past the
-//! buffered records) in the background before returning, so that the
-//! answer is on its way while the application works on what it got; the
-//! next `poll` that needs records takes that answer. A partition's part of
-//! the answer is dropped if the partition was sought or reassigned
-//! meanwhile. Set [`ConsumerConfig::prefetch`] to `false` to fetch only
-//! inside `poll`.
+//! At most one fetch is out at a time, sent ahead on a spawned task. When
+//! `poll` takes its answer it sends the next one (from the offsets after
+//! the answer's last batch headers) before decoding, so the transfer
+//! overlaps the decoding; before returning, `poll` sends one if none is
+//! out. So the consumer holds at most about two fetches' worth of records
+//! ([`ConsumerConfig::fetch_max_bytes`] each). A fetch sent ahead never
+//! waits for data at the broker (the broker answers one connection's
+//! requests in order, so it would hold back the fetch of a `poll` after a
+//! seek); when it comes back empty, `poll` long-polls. A partition's part
+//! of an answer is dropped if the partition was sought, reset or
+//! reassigned meanwhile. Set [`ConsumerConfig::prefetch`] to `false` to
+//! fetch only inside `poll`.
 //!
 //! ## Left out
 //!
@@ -99,7 +103,7 @@ impl Default for ConsumerConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerRecord {
     /// The topic.
-    pub topic: String,
+    pub topic: Arc<str>,
     /// The partition.
     pub partition: u32,
     /// The record's offset.
@@ -157,6 +161,8 @@ impl ConsumerBackend for Client {
 #[derive(Debug)]
 struct PartitionState {
     topic: String,
+    /// The same, shared by the records handed out.
+    shared_topic: Arc<str>,
     partition: u32,
     /// Next offset `poll` returns; `None` until set or reset.
     position: Option<u64>,
@@ -252,6 +258,7 @@ impl Consumer {
             {
                 Some(i) => old.swap_remove(i),
                 None => PartitionState {
+                    shared_topic: Arc::from(topic.as_str()),
                     topic,
                     partition,
                     position: None,
@@ -290,6 +297,8 @@ impl Consumer {
     pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) -> Result<()> {
         let i = self.index(topic, partition)?;
         self.parts[i].set_position(offset);
+        // A fetch sent ahead from the old position is of no use.
+        self.prefetch = None;
         Ok(())
     }
 
@@ -324,6 +333,8 @@ impl Consumer {
             None => self.lookup(topic, partition, OffsetSpec::Latest).await?,
         };
         self.parts[i].set_position(offset);
+        // A fetch sent ahead from the old position is of no use.
+        self.prefetch = None;
         Ok(offset)
     }
 
@@ -331,6 +342,8 @@ impl Consumer {
         let i = self.index(topic, partition)?;
         let offset = self.lookup(topic, partition, spec).await?;
         self.parts[i].set_position(offset);
+        // A fetch sent ahead from the old position is of no use.
+        self.prefetch = None;
         Ok(offset)
     }
 
@@ -397,7 +410,28 @@ impl Consumer {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let mut pre = pre;
                 match tokio::time::timeout(left, &mut pre.task).await {
-                    Ok(Ok(Ok(results))) => self.take_prefetched(&pre.targets, results).await?,
+                    Ok(Ok(Ok(results))) => {
+                        // Send the next fetch before decoding this one: its
+                        // offsets follow from the last batch headers, so the
+                        // transfer overlaps the decoding. (A partition whose
+                        // decoding fails or resets drops its part of it.)
+                        let next = pre
+                            .targets
+                            .iter()
+                            .zip(&results)
+                            .map(|((t, p, o), r)| {
+                                let after = match r {
+                                    Ok(f) => f.next_offset().map_or(*o, |n| n.max(*o)),
+                                    Err(_) => *o,
+                                };
+                                (t.clone(), *p, after)
+                            })
+                            .collect();
+                        let targets = std::mem::take(&mut pre.targets);
+                        drop(pre);
+                        self.send_ahead(next);
+                        self.take_prefetched(&targets, results).await?;
+                    }
                     Ok(Ok(Err(e))) => return Err(e),
                     // A panicked or aborted task: fetch again.
                     Ok(Err(_)) => {}
@@ -430,23 +464,41 @@ impl Consumer {
     /// are left buffered.
     fn drain_and_prefetch(&mut self) -> Vec<ConsumerRecord> {
         let out = self.drain();
-        if self.config.prefetch
-            && self.prefetch.is_none()
-            && self.buffered() < self.config.max_poll_records
-            && self.parts.iter().all(|p| p.position.is_some())
-        {
-            let targets: Vec<(String, u32, u64)> = self
+        if self.prefetch.is_none() {
+            let targets = self
                 .parts
                 .iter()
                 .map(|p| (p.topic.clone(), p.partition, p.fetch_offset))
                 .collect();
-            let request = self.fetch_targets();
-            let backend = self.backend.clone();
-            let (wait, max) = (self.config.fetch_max_wait_ms, self.config.fetch_max_bytes);
-            let task = tokio::spawn(async move { backend.fetch_many(wait, max, request).await });
-            self.prefetch = Some(Prefetch { targets, task });
+            self.send_ahead(targets);
         }
         out
+    }
+
+    /// Sends a fetch of `targets` (topic, partition, offset) ahead, if
+    /// prefetching is on and every partition has a position.
+    fn send_ahead(&mut self, targets: Vec<(String, u32, u64)>) {
+        if !self.config.prefetch || !self.parts.iter().all(|p| p.position.is_some()) {
+            return;
+        }
+        let max_bytes = self.config.max_partition_fetch_bytes;
+        let request = targets
+            .iter()
+            .map(|(topic, partition, offset)| FetchPartition {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+                max_bytes,
+            })
+            .collect();
+        let backend = self.backend.clone();
+        // Never a long poll: the broker answers a connection's requests in
+        // order, so a fetch waiting for data would hold back the fetch of a
+        // `poll` after a seek. At the end of the log the fetch sent ahead
+        // comes back empty at once, and `poll` then long-polls itself.
+        let max = self.config.fetch_max_bytes;
+        let task = tokio::spawn(async move { backend.fetch_many(0, max, request).await });
+        self.prefetch = Some(Prefetch { targets, task });
     }
 
     fn fetch_targets(&self) -> Vec<FetchPartition> {
@@ -634,7 +686,9 @@ fn decode_into(p: &mut PartitionState, fetched: &FetchedBatches) -> Result<()> {
             continue;
         }
         let records = rb.records()?;
-        let mut decoded = Vec::new();
+        // Records go straight into the buffer; if one of the batch's
+        // records is bad, the batch's records are taken out again.
+        let kept = p.buffered.len();
         if !h.attributes.is_control() {
             let zero_copy = rb.compression() == Codec::None;
             let bytes = |s: &[u8]| {
@@ -645,14 +699,24 @@ fn decode_into(p: &mut PartitionState, fetched: &FetchedBatches) -> Result<()> {
                 }
             };
             for r in &records {
-                let r = r?;
-                let offset = u64::try_from(r.offset)
-                    .map_err(|_| ClientError::InvalidResponse("negative record offset".into()))?;
+                let r = match r {
+                    Ok(r) => r,
+                    Err(e) => {
+                        p.buffered.truncate(kept);
+                        return Err(e.into());
+                    }
+                };
+                let Ok(offset) = u64::try_from(r.offset) else {
+                    p.buffered.truncate(kept);
+                    return Err(ClientError::InvalidResponse(
+                        "negative record offset".into(),
+                    ));
+                };
                 if offset < p.fetch_offset {
                     continue;
                 }
-                decoded.push(ConsumerRecord {
-                    topic: p.topic.clone(),
+                p.buffered.push_back(ConsumerRecord {
+                    topic: p.shared_topic.clone(),
                     partition: p.partition,
                     offset,
                     timestamp: r.timestamp,
@@ -671,7 +735,6 @@ fn decode_into(p: &mut PartitionState, fetched: &FetchedBatches) -> Result<()> {
                 });
             }
         }
-        p.buffered.extend(decoded);
         p.fetch_offset = last + 1;
     }
     Ok(())

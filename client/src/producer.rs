@@ -173,7 +173,7 @@ impl Default for ProducerConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProducerRecord {
     /// The topic.
-    pub topic: String,
+    pub topic: Arc<str>,
     /// The partition; `None` to let the partitioner choose.
     pub partition: Option<u32>,
     /// The key.
@@ -188,7 +188,7 @@ pub struct ProducerRecord {
 
 impl ProducerRecord {
     /// A record with a value and nothing else.
-    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> Self {
+    pub fn new(topic: impl Into<Arc<str>>, value: impl Into<Bytes>) -> Self {
         ProducerRecord {
             topic: topic.into(),
             value: Some(value.into()),
@@ -224,8 +224,8 @@ impl ProducerRecord {
 /// Where an acknowledged record was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
-    /// The topic.
-    pub topic: String,
+    /// The topic (shared by the records of a batch).
+    pub topic: Arc<str>,
     /// The partition.
     pub partition: u32,
     /// The record's offset; `None` with [`Acks::None`].
@@ -437,34 +437,79 @@ impl ProducerBackend for ShardRouter {
     }
 }
 
+/// The outcome of one batch, shared by the futures of its records.
+#[derive(Debug)]
+struct BatchOutcome {
+    topic: Arc<str>,
+    partition: u32,
+    /// Set once: the base offset (`None` with acks=0) or the error.
+    result: std::sync::OnceLock<std::result::Result<Option<u64>, ClientError>>,
+    wakers: Mutex<Vec<std::task::Waker>>,
+}
+
+impl BatchOutcome {
+    fn new(topic: Arc<str>, partition: u32) -> Arc<BatchOutcome> {
+        Arc::new(BatchOutcome {
+            topic,
+            partition,
+            result: std::sync::OnceLock::new(),
+            wakers: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn set(&self, r: Result<Option<u64>>) {
+        let _ = self.result.set(r);
+        let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    fn record(&self, index: u32) -> Option<Result<RecordMetadata>> {
+        let r = self.result.get()?;
+        Some(match r {
+            Ok(base) => Ok(RecordMetadata {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                offset: base.map(|o| o + u64::from(index)),
+            }),
+            Err(e) => Err(e.duplicate()),
+        })
+    }
+}
+
 /// Resolves when a sent record was acknowledged (or failed for good).
 #[must_use = "the record's outcome is only known by awaiting it"]
 #[derive(Debug)]
 pub struct DeliveryFuture {
-    rx: oneshot::Receiver<Result<RecordMetadata>>,
+    batch: Arc<BatchOutcome>,
+    index: u32,
 }
 
 impl DeliveryFuture {
-    /// The outcome, if it is known already, without waiting. Once this
-    /// returned `Some`, the outcome is taken: do not await the future.
+    /// The outcome, if it is known already, without waiting.
     pub fn try_outcome(&mut self) -> Option<Result<RecordMetadata>> {
-        match self.rx.try_recv() {
-            Ok(r) => Some(r),
-            Err(oneshot::error::TryRecvError::Empty) => None,
-            Err(oneshot::error::TryRecvError::Closed) => {
-                Some(Err(closed("before the record was delivered")))
-            }
-        }
+        self.batch.record(self.index)
     }
 }
 
 impl Future for DeliveryFuture {
     type Output = Result<RecordMetadata>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|r| r.unwrap_or_else(|_| Err(closed("before the record was delivered"))))
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(r) = self.batch.record(self.index) {
+            return Poll::Ready(r);
+        }
+        let mut wakers = self.batch.wakers.lock().unwrap_or_else(|e| e.into_inner());
+        // Set between the check and the lock: the setter takes the wakers
+        // after setting, so look again under the lock.
+        if let Some(r) = self.batch.record(self.index) {
+            return Poll::Ready(r);
+        }
+        if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
     }
 }
 
@@ -499,7 +544,11 @@ struct Sticky {
 }
 
 struct State {
-    open: HashMap<(String, u32), Batch>,
+    open: HashMap<Key, Batch, FastHash>,
+    /// Size of each partition's last closed batch: the next one reserves
+    /// that much room at once (busy partitions do not grow their buffers
+    /// record by record; quiet ones reserve little).
+    last_sizes: HashMap<Key, usize, FastHash>,
     /// Closed batches waiting for the sender, oldest first.
     ready: VecDeque<Batch>,
     /// Topic layouts and when they were learned.
@@ -516,12 +565,14 @@ struct State {
 
 struct Batch {
     id: u64,
-    topic: String,
+    topic: Arc<str>,
     partition: u32,
     builder: BatchBuilder,
     created: Instant,
-    records: Vec<oneshot::Sender<Result<RecordMetadata>>>,
-    permits: Vec<OwnedSemaphorePermit>,
+    /// What its records' futures wait for.
+    outcome: Arc<BatchOutcome>,
+    /// Buffer memory held by its records (merged).
+    permits: Option<OwnedSemaphorePermit>,
 }
 
 fn closed(when: &str) -> ClientError {
@@ -587,11 +638,13 @@ impl State {
     /// Closes an open batch: it goes to the sender, and its partition stops
     /// being sticky.
     fn close(&mut self, b: Batch) {
-        if let Some(s) = self.sticky.get_mut(&b.topic) {
+        if let Some(s) = self.sticky.get_mut(&*b.topic) {
             if s.partition == b.partition {
                 s.active = false;
             }
         }
+        self.last_sizes
+            .insert((b.topic.clone(), b.partition), b.builder.estimated_size());
         self.ready.push_back(b);
     }
 }
@@ -628,7 +681,8 @@ impl Producer {
             config,
             memory,
             state: Mutex::new(State {
-                open: HashMap::new(),
+                open: HashMap::default(),
+                last_sizes: HashMap::default(),
                 ready: VecDeque::new(),
                 layouts: HashMap::new(),
                 sticky: HashMap::new(),
@@ -665,9 +719,6 @@ impl Producer {
     /// record is acknowledged.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         let shared = &self.shared;
-        if shared.lock().closed {
-            return Err(closed("before send"));
-        }
         let size = record_size(&record);
         let permits = u32::try_from(size)
             .ok()
@@ -693,24 +744,26 @@ impl Producer {
                 )));
             }
         }
-        let wait = Duration::from_millis(shared.config.max_block_ms);
-        let permit =
-            match tokio::time::timeout(wait, shared.memory.clone().acquire_many_owned(permits))
-                .await
-            {
-                Ok(Ok(p)) => p,
-                Ok(Err(_)) => return Err(closed("while send waited for buffer space")),
-                Err(_) => return Err(ClientError::BufferFull { waited: wait }),
-            };
+        let permit = match shared.memory.clone().try_acquire_many_owned(permits) {
+            Ok(p) => p,
+            Err(_) => {
+                let wait = Duration::from_millis(shared.config.max_block_ms);
+                let acquire = shared.memory.clone().acquire_many_owned(permits);
+                match tokio::time::timeout(wait, acquire).await {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(_)) => return Err(closed("while send waited for buffer space")),
+                    Err(_) => return Err(ClientError::BufferFull { waited: wait }),
+                }
+            }
+        };
         let data = RecordData {
             key: record.key,
             value: record.value,
             headers: record.headers,
             timestamp: record.timestamp.unwrap_or_else(now_ms),
         };
-        let (tx, rx) = oneshot::channel();
         let mut wake = false;
-        {
+        let future = {
             let mut st = shared.lock();
             if st.closed {
                 return Err(closed("before send"));
@@ -740,7 +793,9 @@ impl Producer {
                 let id = st.next_id;
                 st.next_id += 1;
                 st.waiters.insert(id, Vec::new());
-                let builder = shared.builder()?;
+                let mut builder = shared.builder()?;
+                let hint = st.last_sizes.get(&key).copied().unwrap_or(0);
+                builder.reserve(hint.min(batch_size));
                 st.open.insert(
                     key.clone(),
                     Batch {
@@ -749,8 +804,8 @@ impl Producer {
                         partition,
                         builder,
                         created: Instant::now(),
-                        records: Vec::new(),
-                        permits: Vec::new(),
+                        outcome: BatchOutcome::new(key.0.clone(), partition),
+                        permits: None,
                     },
                 );
                 // The sender's next deadline may now be this batch's.
@@ -760,18 +815,26 @@ impl Producer {
             // An empty batch left behind on failure is completed by the
             // sender without being sent.
             b.builder.push(&data)?;
-            b.records.push(tx);
-            b.permits.push(permit);
+            let index = b.builder.len() as u32 - 1;
+            let future = DeliveryFuture {
+                batch: b.outcome.clone(),
+                index,
+            };
+            match &mut b.permits {
+                Some(p) => p.merge(permit),
+                None => b.permits = Some(permit),
+            }
             if b.builder.estimated_size() >= batch_size {
                 let b = st.open.remove(&key).expect("just seen");
                 st.close(b);
                 wake = true;
             }
-        }
+            future
+        };
         if wake {
             shared.wake.notify_one();
         }
-        Ok(DeliveryFuture { rx })
+        Ok(future)
     }
 
     /// Sends every batch now and waits until each record sent before this
@@ -862,7 +925,7 @@ impl Shared {
     fn take_ready(&self, now: Instant) -> (Vec<Batch>, Option<Instant>, bool) {
         let mut st = self.lock();
         let linger = Duration::from_millis(self.config.linger_ms);
-        let due: Vec<(String, u32)> = st
+        let due: Vec<Key> = st
             .open
             .iter()
             .filter(|(_, b)| st.closed || b.id < st.force_below || b.created + linger <= now)
@@ -882,28 +945,11 @@ impl Shared {
     fn complete(&self, b: Batch, outcome: Result<Option<u64>>) {
         let Batch {
             id,
-            topic,
-            partition,
-            records,
+            outcome: shared,
             permits,
             ..
         } = b;
-        match outcome {
-            Ok(base) => {
-                for (i, tx) in records.into_iter().enumerate() {
-                    let _ = tx.send(Ok(RecordMetadata {
-                        topic: topic.clone(),
-                        partition,
-                        offset: base.map(|o| o + i as u64),
-                    }));
-                }
-            }
-            Err(e) => {
-                for tx in records {
-                    let _ = tx.send(Err(e.duplicate()));
-                }
-            }
-        }
+        shared.set(outcome);
         drop(permits);
         let waiters = self.lock().waiters.remove(&id).unwrap_or_default();
         for w in waiters {
@@ -953,7 +999,33 @@ fn seq_before(a: i32, b: i32) -> bool {
     d != 0 && d < (1 << 30)
 }
 
-type Key = (String, u32);
+type Key = (Arc<str>, u32);
+
+/// FNV-1a: the batching maps are keyed by short topic names, hashed once
+/// or more per record; SipHash's DoS resistance buys nothing here.
+#[derive(Default, Clone, Copy)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FastHash = std::hash::BuildHasherDefault<Fnv>;
 
 /// A finished produce request: its route and each batch with its result.
 type Done = (Route, Vec<(Key, Outgoing, Result<Option<u64>>)>);
@@ -1152,7 +1224,7 @@ impl Sender {
                 let mut call: BoxFuture<'static, ()> = Box::pin(async move {
                     let req = batches
                         .iter()
-                        .map(|((t, p), o)| (t.clone(), *p, o.bytes.clone().expect("built")))
+                        .map(|((t, p), o)| (t.to_string(), *p, o.bytes.clone().expect("built")))
                         .collect();
                     let n = batches.len();
                     let results: Vec<Result<Option<u64>>> =

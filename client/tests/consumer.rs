@@ -199,7 +199,7 @@ fn ids(records: &[ConsumerRecord]) -> Vec<(u32, u64)> {
 /// Checks every field against what [`batch`] wrote.
 fn check_contents(records: &[ConsumerRecord]) {
     for r in records {
-        assert_eq!(r.topic, T);
+        assert_eq!(&*r.topic, T);
         assert_eq!(r.value, Some(value(r.partition, r.offset)));
         assert_eq!(r.key, Some(Bytes::from(format!("k{}", r.offset))));
         assert_eq!(r.timestamp, ts(r.offset));

@@ -212,7 +212,7 @@ async fn batches_are_sent_when_full_without_lingering() {
     }
     let mut futures = futures.into_iter();
     let first = futures.next().unwrap().await.unwrap();
-    assert_eq!((first.topic.as_str(), first.offset), ("t", Some(0)));
+    assert_eq!((&*first.topic, first.offset), ("t", Some(0)));
     assert_eq!(
         start.elapsed(),
         Duration::ZERO,

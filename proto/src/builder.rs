@@ -61,6 +61,12 @@ impl BatchBuilder {
         })
     }
 
+    /// Reserves room for `bytes` more bytes of encoded records (avoids
+    /// growing the buffer record by record when the batch size is known).
+    pub fn reserve(&mut self, bytes: usize) {
+        self.records.reserve(bytes);
+    }
+
     /// Sets the zstd level (default [`ZSTD_LEVEL_DEFAULT`]; ignored by other
     /// codecs; zstd clamps out-of-range levels).
     pub fn zstd_level(mut self, level: i32) -> Self {
