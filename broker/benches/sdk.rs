@@ -2,7 +2,7 @@
 //! `Producer` (not hand-built batches) and `Consumer::poll`.
 //!
 //! ```text
-//! cargo bench -p weir-broker --bench sdk -- [--seconds S] [--cores N] [--workers N]
+//! cargo bench -p weir-broker --bench sdk -- [--seconds S] [--cores N] [--workers N] [--only shared|r100|r1k|consume|again]
 //! ```
 //!
 //! Starts the release `weir` binary on free loopback ports over a fresh
@@ -191,6 +191,15 @@ fn main() {
     let secs = arg(&args, "--seconds", 5.0);
     let cores = arg(&args, "--cores", 2.0) as usize;
     let workers = arg(&args, "--workers", 1.0) as usize;
+    // --only NAME runs one phase: shared, r100, r1k, consume (needs r1k), again.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
+    let run = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o == name || (o == "consume" && name == "r1k"))
+    };
     let root = std::path::PathBuf::from("target/weir-bench-sdk");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).unwrap();
@@ -207,21 +216,31 @@ fn main() {
         }
         // The shard-aware 1 KiB run goes last, so that its tail is what the
         // batch caches hold when the consumer reads it back.
+        if run("shared") {
         let (bps, rps) = produce(b.addr, "r1k-shared", 1024, false, secs).await;
         println!("producer 1 KiB records, {PARTITIONS} partitions, acks=all, shared port: {:>8.1} MB/s {:>10.0} records/s", bps / 1e6, rps);
+        }
+        if run("r100") {
         let (bps, rps) = produce(b.addr, "r100", 100, true, secs).await;
         println!("producer 100 B records, {PARTITIONS} partitions, acks=all, shard-aware: {:>8.1} MB/s {:>10.0} records/s", bps / 1e6, rps);
+        }
+        if run("r1k") {
         let (bps, rps) = produce(b.addr, "r1k", 1024, true, secs).await;
         println!("producer 1 KiB records, {PARTITIONS} partitions, acks=all, shard-aware: {:>8.1} MB/s {:>10.0} records/s", bps / 1e6, rps);
+        }
+        if run("consume") {
         // The last ~24 MiB of each partition (384 MiB in all) is cached.
         let (bps, rps) = consume(b.addr, "r1k", 24 << 10, secs).await;
         let raw = raw_fetch(b.addr, "r1k", 24 << 10, secs).await;
         println!("raw fetch_many, one connection, same data:  {:>8.1} MB/s", raw / 1e6);
         println!("consumer poll, cached 1 KiB records, {PARTITIONS} partitions: {:>8.1} MB/s {:>10.0} records/s", bps / 1e6, rps);
+        }
         // The shared port once more, after the shard-aware run, so that the
         // comparison is not only an artefact of the order (the disk fills).
+        if run("again") {
         let (bps, rps) = produce(b.addr, "r1k-shared-again", 1024, false, secs).await;
         println!("producer 1 KiB records, {PARTITIONS} partitions, acks=all, shared port again: {:>8.1} MB/s {:>10.0} records/s", bps / 1e6, rps);
+        }
     });
     drop(rt);
     assert!(b.stop().success());

@@ -66,7 +66,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use weir_proto::batch::Compression as Codec;
@@ -571,8 +571,9 @@ struct Batch {
     created: Instant,
     /// What its records' futures wait for.
     outcome: Arc<BatchOutcome>,
-    /// Buffer memory held by its records (merged).
-    permits: Option<OwnedSemaphorePermit>,
+    /// Buffer memory (semaphore permits) held by its records, given back
+    /// when the batch is completed.
+    reserved: u32,
 }
 
 fn closed(when: &str) -> ClientError {
@@ -744,11 +745,13 @@ impl Producer {
                 )));
             }
         }
-        let permit = match shared.memory.clone().try_acquire_many_owned(permits) {
+        // Released if the record is not buffered after all; once it is, its
+        // batch keeps the count and gives it back when completed.
+        let permit = match shared.memory.try_acquire_many(permits) {
             Ok(p) => p,
             Err(_) => {
                 let wait = Duration::from_millis(shared.config.max_block_ms);
-                let acquire = shared.memory.clone().acquire_many_owned(permits);
+                let acquire = shared.memory.acquire_many(permits);
                 match tokio::time::timeout(wait, acquire).await {
                     Ok(Ok(p)) => p,
                     Ok(Err(_)) => return Err(closed("while send waited for buffer space")),
@@ -770,26 +773,27 @@ impl Producer {
             }
             let batch_size = shared.config.batch_size;
             let mut key = (record.topic, 0);
-            loop {
+            let exists = loop {
                 key.1 = match (partition, count) {
                     (Some(p), _) => p,
                     (None, Some(n)) => st.sticky_partition(&key.0, n),
                     (None, None) => unreachable!("the count is known when no partition is"),
                 };
-                let full = st.open.get(&key).is_some_and(|b| {
+                // None: no open batch; Some(full?) otherwise.
+                let open = st.open.get(&key).map(|b| {
                     !b.builder.is_empty() && b.builder.estimated_size() + size > batch_size
                 });
-                if !full {
-                    break;
+                if open != Some(true) {
+                    break open.is_some();
                 }
                 // The record does not fit: close the batch. A sticky record
                 // then moves on to the topic's next sticky partition.
                 let b = st.open.remove(&key).expect("just seen");
                 st.close(b);
                 wake = true;
-            }
+            };
             let partition = key.1;
-            if !st.open.contains_key(&key) {
+            if !exists {
                 let id = st.next_id;
                 st.next_id += 1;
                 st.waiters.insert(id, Vec::new());
@@ -805,7 +809,7 @@ impl Producer {
                         builder,
                         created: Instant::now(),
                         outcome: BatchOutcome::new(key.0.clone(), partition),
-                        permits: None,
+                        reserved: 0,
                     },
                 );
                 // The sender's next deadline may now be this batch's.
@@ -820,10 +824,8 @@ impl Producer {
                 batch: b.outcome.clone(),
                 index,
             };
-            match &mut b.permits {
-                Some(p) => p.merge(permit),
-                None => b.permits = Some(permit),
-            }
+            permit.forget();
+            b.reserved += permits;
             if b.builder.estimated_size() >= batch_size {
                 let b = st.open.remove(&key).expect("just seen");
                 st.close(b);
@@ -946,11 +948,11 @@ impl Shared {
         let Batch {
             id,
             outcome: shared,
-            permits,
+            reserved,
             ..
         } = b;
         shared.set(outcome);
-        drop(permits);
+        self.memory.add_permits(reserved as usize);
         let waiters = self.lock().waiters.remove(&id).unwrap_or_default();
         for w in waiters {
             let _ = w.send(());
@@ -1295,7 +1297,9 @@ impl Sender {
                 o.stamp = Some((generation, lane.next_seq));
                 lane.next_seq = seq_add(lane.next_seq, o.batch.builder.len() as u32);
             }
-            match o.batch.builder.build() {
+            // The builder is done with: complete the batch in its buffer.
+            let empty = BatchBuilder::new(Codec::None).expect("uncompressed is supported");
+            match std::mem::replace(&mut o.batch.builder, empty).finish() {
                 Ok(b) => o.bytes = Some(b.freeze()),
                 Err(e) => {
                     self.fail(key, o, e.into());

@@ -30,6 +30,8 @@ pub struct BatchBuilder {
     pub transactional: bool,
     compression: Compression,
     zstd_level: i32,
+    /// `HEADER_BYTES` reserved for the header, then the encoded records (so
+    /// that [`BatchBuilder::finish`] builds an uncompressed batch in place).
     records: Vec<u8>,
     count: i32,
     base_timestamp: i64,
@@ -54,7 +56,7 @@ impl BatchBuilder {
             transactional: false,
             compression: codec,
             zstd_level: ZSTD_LEVEL_DEFAULT,
-            records: Vec::new(),
+            records: vec![0; HEADER_BYTES],
             count: 0,
             base_timestamp: 0,
             max_timestamp: 0,
@@ -120,7 +122,7 @@ impl BatchBuilder {
     /// Size of the batch if built uncompressed; with compression it is an
     /// estimate (usually an overestimate).
     pub fn estimated_size(&self) -> usize {
-        HEADER_BYTES + self.records.len()
+        self.records.len()
     }
 
     /// The first record's timestamp, once a record was pushed.
@@ -143,7 +145,36 @@ impl BatchBuilder {
         }
         let mut buf = Vec::with_capacity(self.estimated_size());
         buf.resize(HEADER_BYTES, 0);
-        compress(self.compression, &self.records, self.zstd_level, &mut buf)?;
+        compress(
+            self.compression,
+            &self.records[HEADER_BYTES..],
+            self.zstd_level,
+            &mut buf,
+        )?;
+        self.seal(&mut buf)?;
+        // Unique, so this conversion does not copy.
+        Ok(BytesMut::from(Bytes::from(buf)))
+    }
+
+    /// As [`BatchBuilder::build`], consuming the builder: an uncompressed
+    /// batch is completed in the builder's own buffer, without copying the
+    /// records.
+    pub fn finish(mut self) -> Result<BytesMut, BatchError> {
+        if self.compression != Compression::None {
+            return self.build();
+        }
+        if self.count == 0 {
+            return Err(BatchError::Empty);
+        }
+        let mut buf = std::mem::take(&mut self.records);
+        self.seal(&mut buf)?;
+        Ok(BytesMut::from(Bytes::from(buf)))
+    }
+
+    /// Writes the header (base offset 0) and the CRC into `buf`, whose
+    /// first `HEADER_BYTES` are reserved for it and the rest are the
+    /// (compressed) records.
+    fn seal(&self, buf: &mut [u8]) -> Result<(), BatchError> {
         let batch_length =
             i32::try_from(buf.len() - LOG_OVERHEAD).map_err(|_| BatchError::TooLarge("batch"))?;
         let mut attributes = self.compression.id();
@@ -169,10 +200,9 @@ impl BatchBuilder {
             .try_into()
             .map_err(|_| BatchError::TooLarge("batch"))?;
         header.write(head);
-        let crc = compute_crc(&buf);
-        set_crc(&mut buf, crc);
-        // Unique, so this conversion does not copy.
-        Ok(BytesMut::from(Bytes::from(buf)))
+        let crc = compute_crc(buf);
+        set_crc(buf, crc);
+        Ok(())
     }
 }
 
@@ -187,6 +217,25 @@ mod tests {
             timestamp: ts,
             ..RecordData::default()
         }
+    }
+
+    #[test]
+    fn finish_equals_build() {
+        for codec in [Compression::None, Compression::Lz4, Compression::Zstd] {
+            let mut b = BatchBuilder::new(codec).unwrap();
+            b.producer_id = 7;
+            b.base_sequence = 3;
+            for ts in [100, 50, 300] {
+                b.push(&rec(ts)).unwrap();
+            }
+            let built = b.build().unwrap();
+            assert_eq!(b.clone().finish().unwrap(), built, "{codec:?}");
+            validate(&built).unwrap();
+        }
+        assert_eq!(
+            BatchBuilder::new(Compression::None).unwrap().finish(),
+            Err(BatchError::Empty)
+        );
     }
 
     #[test]
