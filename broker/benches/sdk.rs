@@ -108,36 +108,32 @@ async fn consume(addr: std::net::SocketAddr, topic: &str, tail: u64, secs: f64) 
     let mut c = ConsumerConfig::default();
     c.auto_offset_reset = OffsetReset::Earliest;
     c.max_poll_records = 2000;
-    c.max_partition_fetch_bytes = 2 << 20;
-    c.fetch_max_bytes = 32 << 20;
     let mut consumer = Consumer::new(client, c);
     let parts: Vec<(String, u32)> = (0..PARTITIONS).map(|p| (topic.to_string(), p)).collect();
     consumer.assign(parts.clone());
-    let rewind = |consumer: &mut Consumer| {
+    // A partition that reached its end starts over at its cached tail, so
+    // every partition always has data to fetch.
+    let rewind = |consumer: &mut Consumer, all: bool| {
         for (p, end) in ends.iter().enumerate() {
-            consumer
-                .seek(topic, p as u32, end.saturating_sub(tail))
-                .unwrap();
+            if all || consumer.position(topic, p as u32) >= Some(*end) {
+                consumer
+                    .seek(topic, p as u32, end.saturating_sub(tail))
+                    .unwrap();
+            }
         }
     };
-    rewind(&mut consumer);
+    rewind(&mut consumer, true);
     let mut bytes: u64 = 0;
     let mut records: u64 = 0;
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(secs);
     while Instant::now() < deadline {
         let got = consumer.poll(Duration::from_millis(100)).await.unwrap();
-        if got.is_empty() {
-            rewind(&mut consumer);
-            continue;
-        }
         for r in &got {
             bytes += r.value.as_ref().map_or(0, |v| v.len()) as u64;
         }
         records += got.len() as u64;
-        if (0..PARTITIONS).all(|p| consumer.position(topic, p) >= Some(ends[p as usize])) {
-            rewind(&mut consumer);
-        }
+        rewind(&mut consumer, false);
     }
     let s = start.elapsed().as_secs_f64();
     (bytes as f64 / s, records as f64 / s)

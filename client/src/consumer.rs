@@ -297,8 +297,6 @@ impl Consumer {
     pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) -> Result<()> {
         let i = self.index(topic, partition)?;
         self.parts[i].set_position(offset);
-        // A fetch sent ahead from the old position is of no use.
-        self.prefetch = None;
         Ok(())
     }
 
@@ -333,8 +331,6 @@ impl Consumer {
             None => self.lookup(topic, partition, OffsetSpec::Latest).await?,
         };
         self.parts[i].set_position(offset);
-        // A fetch sent ahead from the old position is of no use.
-        self.prefetch = None;
         Ok(offset)
     }
 
@@ -342,8 +338,6 @@ impl Consumer {
         let i = self.index(topic, partition)?;
         let offset = self.lookup(topic, partition, spec).await?;
         self.parts[i].set_position(offset);
-        // A fetch sent ahead from the old position is of no use.
-        self.prefetch = None;
         Ok(offset)
     }
 
