@@ -38,7 +38,7 @@ type Stored = (i64, i32, i32, u64, u64);
 struct Fake {
     partitions: u32,
     /// Owning core of every partition (empty: no shard routing).
-    owners: Vec<u32>,
+    owners: Mutex<Vec<u32>>,
     /// Never answers produce requests (after recording them).
     hang: bool,
     /// How many produce requests fail with a (retriable) timeout first,
@@ -146,9 +146,21 @@ impl ProducerBackend for Fake {
             {
                 return Err(ClientError::Timeout(Duration::from_secs(1)));
             }
+            let owners = self.owners.lock().unwrap().clone();
             let results = batches
                 .iter()
-                .map(|(t, p, b)| self.apply(acks, t, *p, b))
+                .map(|(t, p, b)| match route {
+                    // A core's own port refuses partitions it does not own.
+                    Route::Core(c) if owners.get(*p as usize) != Some(&c) => {
+                        Err(ClientError::Partition {
+                            topic: t.clone(),
+                            partition: *p,
+                            code: ErrorCode::NotOwner,
+                            message: "owned by another core".into(),
+                        })
+                    }
+                    _ => self.apply(acks, t, *p, b),
+                })
                 .collect();
             if self.lose_answers.lock().unwrap().contains(&n) {
                 return Err(ClientError::Disconnected);
@@ -162,7 +174,7 @@ impl ProducerBackend for Fake {
         Box::pin(async move {
             Ok(TopicLayout {
                 partitions: self.partitions,
-                owners: self.owners.clone(),
+                owners: self.owners.lock().unwrap().clone(),
             })
         })
     }
@@ -653,7 +665,7 @@ async fn a_batch_failing_for_good_fails_the_partitions_later_batches_and_renews_
 async fn shard_aware_routes_follow_the_layout() {
     let fake = Arc::new(Fake {
         partitions: 2,
-        owners: vec![1, 0],
+        owners: Mutex::new(vec![1, 0]),
         ..Fake::default()
     });
     let mut c = config(0, 1 << 20);
@@ -673,4 +685,37 @@ async fn shard_aware_routes_follow_the_layout() {
         *fake.routes.lock().unwrap(),
         vec![Route::Core(1), Route::Core(0)]
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_not_owner_answer_makes_the_producer_learn_the_layout_again() {
+    let fake = Arc::new(Fake {
+        partitions: 2,
+        owners: Mutex::new(vec![1, 0]),
+        ..Fake::default()
+    });
+    let mut c = config(0, 1 << 20);
+    c.shard_aware = true;
+    let p = producer(&fake, c);
+    let a = p
+        .send(ProducerRecord::new("t", "a").partition(0))
+        .await
+        .unwrap();
+    assert_eq!(a.await.unwrap().offset, Some(0));
+    // Partition 0 moves to core 0 (say, the broker restarted with other
+    // cores): the next batch is refused, the layout asked again, and the
+    // batch sent to the new owner.
+    *fake.owners.lock().unwrap() = vec![0, 0];
+    let lookups = fake.metadata_calls.load(Ordering::SeqCst);
+    let b = p
+        .send(ProducerRecord::new("t", "b").partition(0))
+        .await
+        .unwrap();
+    assert_eq!(b.await.unwrap().offset, Some(1));
+    assert!(fake.metadata_calls.load(Ordering::SeqCst) > lookups);
+    assert_eq!(
+        *fake.routes.lock().unwrap(),
+        vec![Route::Core(1), Route::Core(1), Route::Core(0)]
+    );
+    assert_eq!(fake.stored("t", 0), 2, "nothing was stored twice");
 }
