@@ -106,6 +106,25 @@ fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
 }
 
 impl BrokerConfig {
+    /// The embedded defaults for a broker inside another program (e.g.
+    /// `weir-bench --embedded`): data in `data_dir`, `cores` cores, every
+    /// listener on a free loopback port.
+    pub fn embedded(data_dir: PathBuf, cores: usize) -> BrokerConfig {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        BrokerConfig {
+            data_dir,
+            listen: loopback,
+            core_port_base: 0,
+            cores: cores.max(1),
+            metrics_listen: loopback,
+            max_frame_bytes: MAX_FRAME_BYTES_DEFAULT,
+            auto_create_topics: false,
+            default_partitions: 1,
+            cache_bytes_per_core: weir_storage::CACHE_BYTES_PER_CORE_DEFAULT,
+            retention_check_ms: RETENTION_CHECK_MS_DEFAULT,
+        }
+    }
+
     /// Resolves flags/env over the file over the defaults.
     pub fn resolve(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
         let file = match &args.config {

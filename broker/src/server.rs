@@ -44,17 +44,52 @@ fn reserve_port(addr: SocketAddr) -> anyhow::Result<(socket2::Socket, SocketAddr
     Ok((s, local))
 }
 
+/// Where a started broker listens (passed to [`run_with`]'s `ready`).
+#[derive(Debug, Clone)]
+pub struct ReadyInfo {
+    /// The shared native-protocol address.
+    pub listen: SocketAddr,
+    /// Each core's own port.
+    pub core_ports: Vec<u16>,
+    /// The metrics address.
+    pub metrics: SocketAddr,
+    /// The data directory.
+    pub data_dir: std::path::PathBuf,
+}
+
 /// Runs the broker until SIGTERM or SIGINT; returns after a clean shutdown.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
+    let stopping = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stopping.clone()).context("installing signal handlers")?;
+    }
+    run_with(config, stopping, |r| {
+        println!(
+            "weir broker ready: listen={} cores={} core_ports={:?} metrics={} data_dir={}",
+            r.listen,
+            r.core_ports.len(),
+            r.core_ports,
+            r.metrics,
+            r.data_dir.display()
+        );
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    })
+}
+
+/// What [`run`] does, for a broker embedded in another program: runs until
+/// `stopping` is set (no signal handlers are installed), calling `ready`
+/// once every core listens.
+pub fn run_with(
+    config: BrokerConfig,
+    stopping: Arc<AtomicBool>,
+    ready: impl FnOnce(&ReadyInfo),
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
     let registry = Registry::load(&config.data_dir)?;
     let (placeholder, listen) = reserve_port(config.listen)?;
     let n = config.cores;
-    let stopping = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stopping.clone()).context("installing signal handlers")?;
-    }
     let shared = Arc::new(Shared {
         config: BrokerConfig { listen, ..config },
         core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
@@ -130,17 +165,15 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         .iter()
         .map(|p| p.load(Ordering::Acquire))
         .collect();
-    println!(
-        "weir broker ready: listen={} cores={} core_ports={:?} metrics={}:{} data_dir={}",
+    ready(&ReadyInfo {
         listen,
-        n,
-        ports,
-        shared.config.metrics_listen.ip(),
-        shared.metrics_port.load(Ordering::Acquire),
-        shared.config.data_dir.display()
-    );
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
+        core_ports: ports.clone(),
+        metrics: SocketAddr::new(
+            shared.config.metrics_listen.ip(),
+            shared.metrics_port.load(Ordering::Acquire),
+        ),
+        data_dir: shared.config.data_dir.clone(),
+    });
     tracing::info!(%listen, cores = n, ?ports, "broker ready");
     let mut result = Ok(());
     for (c, h) in handles.into_iter().enumerate() {

@@ -1,0 +1,272 @@
+//! `weir-bench`: runs an OpenMessaging-Benchmark-style workload against a
+//! Weir broker and reports throughput and coordinated-omission-free
+//! latency percentiles (see `docs/benchmarks.md` and the crate docs).
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use weir_loadgen::run::{Mode, RunOptions};
+use weir_loadgen::workload::Workload;
+
+/// The workloads shipped in `loadgen/workloads/`, built into the binary.
+const SHIPPED: &[(&str, &str)] = &[
+    (
+        "1-topic-1-partition-1kb",
+        include_str!("../workloads/1-topic-1-partition-1kb.yaml"),
+    ),
+    (
+        "1-topic-16-partitions-1kb",
+        include_str!("../workloads/1-topic-16-partitions-1kb.yaml"),
+    ),
+    (
+        "1-topic-100-partitions-1kb-4p-4c-500k",
+        include_str!("../workloads/1-topic-100-partitions-1kb-4p-4c-500k.yaml"),
+    ),
+    (
+        "backlog-1-topic-16-partitions-1kb",
+        include_str!("../workloads/backlog-1-topic-16-partitions-1kb.yaml"),
+    ),
+    (
+        "max-rate-1-topic-16-partitions-100b",
+        include_str!("../workloads/max-rate-1-topic-16-partitions-100b.yaml"),
+    ),
+];
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "weir-bench",
+    version,
+    about = "Load generator for Weir: OpenMessaging Benchmark workloads, latency from intended send times",
+    after_help = "Examples:\n  weir-bench --embedded 1-topic-16-partitions-1kb --duration 30\n  weir-bench --bootstrap 127.0.0.1:9292 my-workload.yaml --json out.json --plot charts/\n  weir-bench --discard max-rate-1-topic-16-partitions-100b --mode produce\n  weir-bench --list"
+)]
+struct Args {
+    /// A workload file (YAML, OpenMessaging Benchmark vocabulary) or the
+    /// name of a shipped workload (see --list).
+    #[arg(default_value = "1-topic-16-partitions-1kb")]
+    workload: String,
+    /// Start a broker inside this process over a temporary directory.
+    #[arg(long, conflicts_with_all = ["bootstrap", "discard"])]
+    embedded: bool,
+    /// Cores of the embedded broker (default: all).
+    #[arg(long, requires = "embedded")]
+    cores: Option<usize>,
+    /// Data directory of the embedded broker (default: a temporary one,
+    /// removed afterwards).
+    #[arg(long, requires = "embedded")]
+    data_dir: Option<PathBuf>,
+    /// Start an in-process broker that acknowledges and discards
+    /// everything (measures the tool itself; produce mode only).
+    #[arg(long, conflicts_with = "bootstrap")]
+    discard: bool,
+    /// A running broker.
+    #[arg(long, value_name = "HOST:PORT")]
+    bootstrap: Option<String>,
+    /// produce, consume (from a prepared backlog) or end-to-end. Default:
+    /// end-to-end if the workload has producers and subscriptions.
+    #[arg(long, value_parser = parse_mode)]
+    mode: Option<Mode>,
+    /// Override a workload field by its YAML name (driver settings as
+    /// driver.NAME), e.g. --set partitionsPerTopic=4 --set driver.acks=1.
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    sets: Vec<String>,
+    /// Measured duration in seconds (overrides testDurationMinutes).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Warm-up in seconds (overrides warmupDurationMinutes).
+    #[arg(long)]
+    warmup: Option<f64>,
+    /// Records/s over all producers, 0 = as fast as possible (overrides
+    /// producerRate).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Write the report as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write SVG charts into this directory.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// No live progress line.
+    #[arg(long)]
+    no_progress: bool,
+    /// List the shipped workloads and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    match s {
+        "produce" => Ok(Mode::Produce),
+        "consume" => Ok(Mode::Consume),
+        "end-to-end" | "e2e" => Ok(Mode::EndToEnd),
+        _ => Err(format!("`{s}`: use produce, consume or end-to-end")),
+    }
+}
+
+fn load(spec: &str) -> anyhow::Result<Workload> {
+    let path = std::path::Path::new(spec);
+    if path.exists() {
+        return Workload::load(path);
+    }
+    match SHIPPED
+        .iter()
+        .find(|(n, _)| *n == spec.trim_end_matches(".yaml"))
+    {
+        Some((name, text)) => {
+            Workload::from_yaml(text).with_context(|| format!("shipped workload {name}"))
+        }
+        None => bail!(
+            "`{spec}` is neither a workload file nor a shipped workload ({})",
+            SHIPPED
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("weir-bench: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.list {
+        for (name, text) in SHIPPED {
+            let w = Workload::from_yaml(text)?;
+            println!(
+                "{name:<40} {} topic(s) x {} partitions, {} B, rate {}, {}p/{}s x {}c",
+                w.topics,
+                w.partitions_per_topic,
+                w.message_size,
+                if w.producer_rate > 0.0 {
+                    format!("{}", w.producer_rate)
+                } else {
+                    "max".into()
+                },
+                w.producers_per_topic,
+                w.subscriptions_per_topic,
+                w.consumer_per_subscription
+            );
+        }
+        return Ok(());
+    }
+    let mut w = load(&args.workload)?;
+    let mut overrides = Vec::new();
+    for s in &args.sets {
+        let (k, v) = s
+            .split_once('=')
+            .with_context(|| format!("--set `{s}`: expected FIELD=VALUE"))?;
+        overrides.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    if let Some(d) = args.duration {
+        overrides.push(("testDurationMinutes".into(), (d / 60.0).to_string()));
+    }
+    if let Some(d) = args.warmup {
+        overrides.push(("warmupDurationMinutes".into(), (d / 60.0).to_string()));
+    }
+    if let Some(r) = args.rate {
+        overrides.push(("producerRate".into(), r.to_string()));
+    }
+    w.set_all(overrides)?;
+    let mode = args.mode.unwrap_or(
+        if w.producers_per_topic > 0 && w.subscriptions_per_topic > 0 {
+            Mode::EndToEnd
+        } else if w.producers_per_topic > 0 {
+            Mode::Produce
+        } else {
+            Mode::Consume
+        },
+    );
+    if args.discard && mode != Mode::Produce {
+        bail!("--discard keeps nothing to consume: use --mode produce");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let mut embedded = None;
+    let mut discard = None;
+    let (bootstrap, target) = if args.embedded {
+        let cores = args.cores.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
+        let e = weir_loadgen::embedded::Embedded::start(cores, args.data_dir.clone())?;
+        let a = e.addr;
+        embedded = Some(e);
+        (a, format!("embedded ({cores} cores)"))
+    } else if args.discard {
+        let d = rt.block_on(weir_loadgen::discard::DiscardBroker::start(None))?;
+        let a = d.addr;
+        discard = Some(d);
+        (a, "discard".to_string())
+    } else {
+        let Some(b) = &args.bootstrap else {
+            bail!("say where the broker is: --bootstrap HOST:PORT, or --embedded, or --discard");
+        };
+        let a = std::net::ToSocketAddrs::to_socket_addrs(b.as_str())
+            .with_context(|| format!("resolving {b}"))?
+            .next()
+            .with_context(|| format!("{b} resolved to nothing"))?;
+        (a, b.clone())
+    };
+    let opts = RunOptions {
+        mode,
+        bootstrap,
+        target,
+        progress: !args.no_progress,
+        stop,
+        run_id: format!(
+            "{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0)
+        ),
+    };
+    eprintln!(
+        "weir-bench: workload {} ({}), mode {}, target {}, warm-up {:?}, measured {:?}",
+        w.name,
+        args.workload,
+        mode.name(),
+        opts.target,
+        w.warmup(),
+        w.duration()
+    );
+    let mut report = rt.block_on(weir_loadgen::run::run(&w, &opts))?;
+    if let Some(d) = &discard {
+        report.notes.push(format!(
+            "the discard broker acknowledged {} records",
+            d.received
+                .records
+                .load(std::sync::atomic::Ordering::Relaxed)
+        ));
+    }
+    println!("{}", report.summary_table());
+    if let Some(path) = &args.json {
+        report.write_json(path)?;
+        eprintln!("weir-bench: report written to {}", path.display());
+    }
+    if let Some(dir) = &args.plot {
+        for p in weir_loadgen::plot::write_charts(&report, dir)? {
+            eprintln!("weir-bench: chart {}", p.display());
+        }
+    }
+    drop(rt);
+    if let Some(e) = embedded {
+        e.stop()?;
+    }
+    Ok(())
+}

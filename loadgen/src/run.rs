@@ -1,0 +1,652 @@
+//! Running a workload: topics, producers (rate-limited from intended send
+//! times), consumers, the per-second reporter, the report.
+//!
+//! ## Measurement
+//! * A rate-limited producer gives record `k` the intended send time
+//!   `start + k / rate`; it waits for that moment if it is early and sends
+//!   at once if it is late. **Publish latency** runs from the intended
+//!   time to the acknowledgement, so a stall that delays sends (a full
+//!   buffer, a slow broker) is charged to every record it delayed — no
+//!   coordinated omission. **Publish delay** is the actual minus the
+//!   intended send time (as in the OpenMessaging Benchmark). At producer
+//!   rate 0 (as fast as possible) the intended time is the actual one.
+//! * The intended send time (µs since the Unix epoch) is written into the
+//!   first 8 bytes of each value (values shorter than 8 bytes use the
+//!   record timestamp, in ms); **end-to-end latency** is the consume time
+//!   minus that.
+//! * Histograms are in µs; only the measured phase (after the warm-up)
+//!   counts in the totals and percentiles; every second of the run is an
+//!   interval of the report.
+//! * A producer's acknowledgements are observed in send order, so a record
+//!   acknowledged before an earlier one is charged until the earlier one
+//!   is acknowledged (a slight overestimate, never an underestimate).
+//!
+//! ## Consumers
+//! Until consumer groups exist, the consumers of a subscription split each
+//! topic's partitions statically (partition `p` goes to consumer
+//! `p % consumers`); every subscription reads every record.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use weir_client::{
+    Client, Consumer, ConsumerConfig, DeliveryFuture, OffsetReset, Producer, ProducerRecord,
+};
+
+use crate::report::{Interval, Machine, Percentiles, Report, Totals};
+use crate::workload::{KeyDistributor, Workload};
+
+/// What to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Producers only.
+    Produce,
+    /// Prepare a backlog (`consumerBacklogSizeGB`, at least one test
+    /// duration's worth at the producer rate if unset), then measure the
+    /// consumers draining it.
+    Consume,
+    /// Producers and consumers together.
+    EndToEnd,
+}
+
+impl Mode {
+    /// The report's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Produce => "produce",
+            Mode::Consume => "consume",
+            Mode::EndToEnd => "end-to-end",
+        }
+    }
+}
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// What to run.
+    pub mode: Mode,
+    /// The broker.
+    pub bootstrap: SocketAddr,
+    /// "embedded", "discard" or the bootstrap address, for the report.
+    pub target: String,
+    /// Print a progress line each second.
+    pub progress: bool,
+    /// Set to stop early (Ctrl-C); the report is still written.
+    pub stop: Arc<AtomicBool>,
+    /// Suffix of the topic names (unique per run).
+    pub run_id: String,
+}
+
+/// Microseconds since the Unix epoch.
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+fn histogram() -> Histogram<u64> {
+    // 1 µs .. 1 hour, 3 significant digits.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+}
+
+/// A pair of histograms: the current interval's and the measured phase's.
+struct Hist {
+    interval: Histogram<u64>,
+    total: Histogram<u64>,
+}
+
+impl Hist {
+    fn new() -> Hist {
+        Hist {
+            interval: histogram(),
+            total: histogram(),
+        }
+    }
+
+    fn record(&mut self, us: u64, measured: bool) {
+        let v = us.clamp(1, 3_600_000_000);
+        let _ = self.interval.record(v);
+        if measured {
+            let _ = self.total.record(v);
+        }
+    }
+}
+
+/// Counter values at one moment: published, published bytes, publish
+/// errors, consumed, consumed bytes.
+type Counts = (u64, u64, u64, u64, u64);
+
+/// Everything the tasks update and the reporter reads.
+struct Shared {
+    published: AtomicU64,
+    published_bytes: AtomicU64,
+    publish_errors: AtomicU64,
+    consumed: AtomicU64,
+    consumed_bytes: AtomicU64,
+    publish_latency: Mutex<Hist>,
+    publish_delay: Mutex<Hist>,
+    e2e: Mutex<Hist>,
+    /// Set when the measured phase started (after the warm-up).
+    measuring: AtomicBool,
+    /// Producers stop sending.
+    stop_producing: AtomicBool,
+    /// Consumers stop.
+    stop_consuming: AtomicBool,
+    first_error: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn measured(&self) -> bool {
+        self.measuring.load(Ordering::Relaxed)
+    }
+}
+
+/// The values producers send: a pool of payloads (random bytes as the
+/// workload says, constant otherwise).
+fn payloads(w: &Workload) -> Vec<Vec<u8>> {
+    let size = w.message_size;
+    if !w.use_randomized_payloads {
+        return vec![vec![b'x'; size]];
+    }
+    let pool = w.payload_pool_size();
+    let random = ((size as f64) * w.random_bytes_ratio.clamp(0.0, 1.0)) as usize;
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ now_us();
+    (0..pool)
+        .map(|_| {
+            let mut v = vec![b'x'; size];
+            for b in v.iter_mut().take(random) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            v
+        })
+        .collect()
+}
+
+/// What one producer task does.
+struct ProducerJob {
+    w: Arc<Workload>,
+    topic: Arc<str>,
+    /// Records/s; 0: as fast as possible.
+    rate: f64,
+    bootstrap: SocketAddr,
+    shared: Arc<Shared>,
+    /// Distinguishes producers (spreads their partitions and keys).
+    index: u64,
+    /// Stop after this many bytes of values (backlog preparation).
+    limit_bytes: Option<u64>,
+}
+
+/// One producer: sends `rate` records/s (0: as fast as possible) until
+/// told to stop; an acker task records when each was acknowledged.
+async fn produce(job: ProducerJob) -> anyhow::Result<()> {
+    let ProducerJob {
+        w,
+        topic,
+        rate,
+        bootstrap,
+        shared,
+        index,
+        limit_bytes,
+    } = job;
+    let partitions = w.partitions_per_topic;
+    let client = Client::connect(bootstrap).await?;
+    let p = Arc::new(Producer::new(client, w.driver.producer_config()));
+    let pool: Vec<Bytes> = payloads(&w).into_iter().map(Bytes::from).collect();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, u64, DeliveryFuture)>(1 << 16);
+    let acker = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            while let Some((intended, bytes, f)) = rx.recv().await {
+                match f.await {
+                    Ok(_) => {
+                        let measured = shared.measured();
+                        shared
+                            .publish_latency
+                            .lock()
+                            .expect("histogram")
+                            .record(now_us().saturating_sub(intended), measured);
+                        shared.published.fetch_add(1, Ordering::Relaxed);
+                        shared.published_bytes.fetch_add(bytes, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        shared.publish_errors.fetch_add(1, Ordering::Relaxed);
+                        shared
+                            .first_error
+                            .lock()
+                            .expect("error")
+                            .get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+        })
+    };
+    let start = Instant::now();
+    let start_us = now_us();
+    let interval_ns = if rate > 0.0 { 1e9 / rate } else { 0.0 };
+    let mut k: u64 = 0;
+    let mut sent_bytes: u64 = 0;
+    let mut key_n: u64 = index.wrapping_mul(7919);
+    while !shared.stop_producing.load(Ordering::Relaxed) {
+        if limit_bytes.is_some_and(|l| sent_bytes >= l) {
+            break;
+        }
+        // The intended send time of record k.
+        let intended_us = if interval_ns > 0.0 {
+            let at = Duration::from_nanos((k as f64 * interval_ns) as u64);
+            let due = start + at;
+            let now = Instant::now();
+            if due > now {
+                // Sleep in steps of at least 1 ms (the timer's resolution);
+                // records due meanwhile are sent back to back.
+                if due - now >= Duration::from_millis(1) {
+                    tokio::time::sleep_until(due.into()).await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
+                if Instant::now() < due {
+                    continue;
+                }
+            }
+            start_us + at.as_micros() as u64
+        } else {
+            now_us()
+        };
+        let measured = shared.measured();
+        let actual = now_us();
+        shared
+            .publish_delay
+            .lock()
+            .expect("histogram")
+            .record(actual.saturating_sub(intended_us), measured);
+        let mut value = pool[(k as usize) % pool.len()].to_vec();
+        if value.len() >= 8 {
+            value[..8].copy_from_slice(&intended_us.to_be_bytes());
+        }
+        let key = match w.key_distributor {
+            KeyDistributor::NoKey => None,
+            KeyDistributor::KeyRoundRobin => {
+                key_n = key_n.wrapping_add(1);
+                Some(Bytes::from(format!("key-{}", key_n % 10_000)))
+            }
+            KeyDistributor::RandomNano => Some(Bytes::from(
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0)
+                    .to_string(),
+            )),
+        };
+        let partition = if key.is_none() {
+            Some(((k + index) % partitions as u64) as u32)
+        } else {
+            None
+        };
+        let bytes = value.len() as u64;
+        let record = ProducerRecord {
+            topic: topic.clone(),
+            partition,
+            key,
+            value: Some(Bytes::from(value)),
+            headers: Vec::new(),
+            timestamp: Some((intended_us / 1000) as i64),
+        };
+        match p.send(record).await {
+            Ok(f) => {
+                if tx.send((intended_us, bytes, f)).await.is_err() {
+                    break;
+                }
+            }
+            Err(e) => {
+                shared.publish_errors.fetch_add(1, Ordering::Relaxed);
+                shared
+                    .first_error
+                    .lock()
+                    .expect("error")
+                    .get_or_insert_with(|| e.to_string());
+            }
+        }
+        sent_bytes += bytes;
+        k += 1;
+    }
+    drop(tx);
+    p.flush().await;
+    let _ = acker.await;
+    p.close().await;
+    Ok(())
+}
+
+/// One consumer of a subscription: reads its partitions from `from_start`
+/// (the beginning) or the end, recording end-to-end latency.
+async fn consume(
+    topic: String,
+    partitions: Vec<u32>,
+    from_start: bool,
+    bootstrap: SocketAddr,
+    shared: Arc<Shared>,
+) -> anyhow::Result<()> {
+    let client = Client::connect(bootstrap).await?;
+    let mut c = ConsumerConfig::default();
+    c.auto_offset_reset = OffsetReset::Earliest;
+    c.max_poll_records = 5000;
+    c.fetch_max_wait_ms = 100;
+    let mut consumer = Consumer::new(client, c);
+    let assigned: Vec<(String, u32)> = partitions.iter().map(|&p| (topic.clone(), p)).collect();
+    consumer.assign(assigned.clone());
+    if from_start {
+        consumer.seek_to_beginning(&assigned).await?;
+    } else {
+        consumer.seek_to_end(&assigned).await?;
+    }
+    while !shared.stop_consuming.load(Ordering::Relaxed) {
+        let records = consumer.poll(Duration::from_millis(100)).await?;
+        if records.is_empty() {
+            continue;
+        }
+        let now = now_us();
+        let measured = shared.measured();
+        let mut bytes = 0u64;
+        {
+            let mut h = shared.e2e.lock().expect("histogram");
+            for r in &records {
+                let v = r.value.as_deref().unwrap_or_default();
+                bytes += v.len() as u64;
+                let sent_us = if v.len() >= 8 {
+                    u64::from_be_bytes(v[..8].try_into().expect("8 bytes"))
+                } else {
+                    (r.timestamp.max(0) as u64) * 1000
+                };
+                h.record(now.saturating_sub(sent_us), measured);
+            }
+        }
+        shared
+            .consumed
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
+        shared.consumed_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Runs `w` and returns its report.
+pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
+    let started_at = SystemTime::now();
+    let w = Arc::new(w.clone());
+    let admin = Client::connect(opts.bootstrap)
+        .await
+        .with_context(|| format!("connecting to {}", opts.bootstrap))?;
+    let topics: Vec<String> = w
+        .topic_names()
+        .into_iter()
+        .map(|t| format!("{t}-{}", opts.run_id))
+        .collect();
+    let configs = w.driver.topic_configs();
+    for t in &topics {
+        admin
+            .create_topic(t, w.partitions_per_topic, configs.clone())
+            .await
+            .with_context(|| format!("creating topic {t}"))?;
+    }
+    let shared = Arc::new(Shared {
+        published: AtomicU64::new(0),
+        published_bytes: AtomicU64::new(0),
+        publish_errors: AtomicU64::new(0),
+        consumed: AtomicU64::new(0),
+        consumed_bytes: AtomicU64::new(0),
+        publish_latency: Mutex::new(Hist::new()),
+        publish_delay: Mutex::new(Hist::new()),
+        e2e: Mutex::new(Hist::new()),
+        measuring: AtomicBool::new(false),
+        stop_producing: AtomicBool::new(false),
+        stop_consuming: AtomicBool::new(false),
+        first_error: Mutex::new(None),
+    });
+    let mut notes = Vec::new();
+    let producers_total = u64::from(w.producers_per_topic * w.topics);
+    let per_producer_rate = if producers_total > 0 {
+        w.producer_rate / producers_total as f64
+    } else {
+        0.0
+    };
+
+    let mut backlog_records = 0u64;
+    // Consume mode: write the backlog first (as fast as possible), then
+    // measure the consumers reading it.
+    if opts.mode == Mode::Consume {
+        let mut backlog = w.backlog_bytes();
+        if backlog == 0 {
+            backlog = (w.producer_rate.max(100_000.0)
+                * w.message_size as f64
+                * w.duration().as_secs_f64()) as u64;
+            notes.push(format!(
+                "no consumerBacklogSizeGB: prepared a backlog of {backlog} bytes"
+            ));
+        }
+        let per = backlog / producers_total.max(1);
+        let mut tasks = Vec::new();
+        for (ti, t) in topics.iter().enumerate() {
+            for pi in 0..w.producers_per_topic.max(1) {
+                tasks.push(tokio::spawn(produce(ProducerJob {
+                    w: w.clone(),
+                    topic: t.as_str().into(),
+                    rate: 0.0,
+                    bootstrap: opts.bootstrap,
+                    shared: shared.clone(),
+                    index: (ti as u64) << 16 | pi as u64,
+                    limit_bytes: Some(per),
+                })));
+            }
+        }
+        for t in tasks {
+            t.await??;
+        }
+        backlog_records = shared.published.load(Ordering::Relaxed);
+        notes.push(format!("backlog prepared: {backlog_records} records"));
+        shared.published.store(0, Ordering::Relaxed);
+        shared.published_bytes.store(0, Ordering::Relaxed);
+        *shared.publish_latency.lock().expect("histogram") = Hist::new();
+        *shared.publish_delay.lock().expect("histogram") = Hist::new();
+    }
+
+    let mut tasks = Vec::new();
+    if opts.mode != Mode::Produce {
+        for t in &topics {
+            for _sub in 0..w.subscriptions_per_topic {
+                let n = w.consumer_per_subscription.max(1);
+                for c in 0..n {
+                    let parts: Vec<u32> =
+                        (0..w.partitions_per_topic).filter(|p| p % n == c).collect();
+                    if parts.is_empty() {
+                        continue;
+                    }
+                    tasks.push(tokio::spawn(consume(
+                        t.clone(),
+                        parts,
+                        opts.mode == Mode::Consume,
+                        opts.bootstrap,
+                        shared.clone(),
+                    )));
+                }
+            }
+        }
+    }
+    let mut producers = Vec::new();
+    if opts.mode != Mode::Consume {
+        for (ti, t) in topics.iter().enumerate() {
+            for pi in 0..w.producers_per_topic {
+                producers.push(tokio::spawn(produce(ProducerJob {
+                    w: w.clone(),
+                    topic: t.as_str().into(),
+                    rate: per_producer_rate,
+                    bootstrap: opts.bootstrap,
+                    shared: shared.clone(),
+                    index: (ti as u64) << 16 | pi as u64,
+                    limit_bytes: None,
+                })));
+            }
+        }
+    }
+
+    // The reporter: one interval per second.
+    let warmup = w.warmup();
+    let total = warmup + w.duration();
+    let start = Instant::now();
+    let bar = if opts.progress {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                .expect("template"),
+        );
+        Some(b)
+    } else {
+        None
+    };
+    let mut intervals = Vec::new();
+    let mut last: Counts = (0, 0, 0, 0, 0);
+    let mut measure_start: Option<(Instant, Counts)> = None;
+    let mut stopped_early = false;
+    let subs = i64::from((w.subscriptions_per_topic * w.topics).max(1));
+    let mut tick = 1u64;
+    loop {
+        let next = start + Duration::from_secs(tick);
+        while Instant::now() < next {
+            if opts.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20).min(next - Instant::now())).await;
+        }
+        let elapsed = start.elapsed();
+        let now = (
+            shared.published.load(Ordering::Relaxed),
+            shared.published_bytes.load(Ordering::Relaxed),
+            shared.publish_errors.load(Ordering::Relaxed),
+            shared.consumed.load(Ordering::Relaxed),
+            shared.consumed_bytes.load(Ordering::Relaxed),
+        );
+        let secs = elapsed.as_secs_f64() - (tick - 1) as f64;
+        let secs = secs.max(1e-3);
+        let take = |h: &Mutex<Hist>| {
+            let mut h = h.lock().expect("histogram");
+            let p = Percentiles::from_histogram(&h.interval);
+            h.interval.reset();
+            p
+        };
+        let pl = take(&shared.publish_latency);
+        let _ = take(&shared.publish_delay);
+        let e2e = take(&shared.e2e);
+        let iv = Interval {
+            t_s: elapsed.as_secs_f64(),
+            warmup: measure_start.is_none(),
+            publish_rate: (now.0 - last.0) as f64 / secs,
+            publish_mb_s: (now.1 - last.1) as f64 / secs / 1e6,
+            publish_error_rate: (now.2 - last.2) as f64 / secs,
+            consume_rate: (now.3 - last.3) as f64 / secs,
+            consume_mb_s: (now.4 - last.4) as f64 / secs / 1e6,
+            backlog: if opts.mode == Mode::Produce {
+                0
+            } else {
+                now.0 as i64 * subs - now.3 as i64
+            },
+            publish_latency_p50_ms: pl.p50_ms,
+            publish_latency_p99_ms: pl.p99_ms,
+            end_to_end_latency_p50_ms: e2e.p50_ms,
+            end_to_end_latency_p99_ms: e2e.p99_ms,
+        };
+        if let Some(b) = &bar {
+            b.set_message(format!(
+                "{}pub {:>9.0} rec/s {:>7.1} MB/s | cons {:>9.0} rec/s | backlog {:>9} | pub p99 {:>8.2} ms | e2e p99 {:>8.2} ms",
+                if iv.warmup { "[warm-up] " } else { "" },
+                iv.publish_rate,
+                iv.publish_mb_s,
+                iv.consume_rate,
+                iv.backlog,
+                iv.publish_latency_p99_ms,
+                iv.end_to_end_latency_p99_ms
+            ));
+            b.tick();
+        }
+        intervals.push(iv);
+        last = now;
+        if measure_start.is_none() && elapsed >= warmup {
+            shared.measuring.store(true, Ordering::Relaxed);
+            measure_start = Some((Instant::now(), now));
+        }
+        if opts.stop.load(Ordering::Relaxed) {
+            stopped_early = true;
+            break;
+        }
+        if elapsed >= total {
+            break;
+        }
+        tick += 1;
+    }
+    let (m_start, m_counts) = measure_start.unwrap_or((start, (0, 0, 0, 0, 0)));
+    let measured_seconds = m_start.elapsed().as_secs_f64().max(1e-3);
+    let end = (
+        shared.published.load(Ordering::Relaxed),
+        shared.published_bytes.load(Ordering::Relaxed),
+        shared.publish_errors.load(Ordering::Relaxed),
+        shared.consumed.load(Ordering::Relaxed),
+        shared.consumed_bytes.load(Ordering::Relaxed),
+    );
+    shared.stop_producing.store(true, Ordering::Relaxed);
+    for p in producers {
+        match p.await {
+            Ok(Err(e)) => notes.push(format!("a producer failed: {e:#}")),
+            Err(e) => notes.push(format!("a producer task failed: {e}")),
+            Ok(Ok(())) => {}
+        }
+    }
+    shared.stop_consuming.store(true, Ordering::Relaxed);
+    for c in tasks {
+        match c.await {
+            Ok(Err(e)) => notes.push(format!("a consumer failed: {e:#}")),
+            Err(e) => notes.push(format!("a consumer task failed: {e}")),
+            Ok(Ok(())) => {}
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if let Some(e) = shared.first_error.lock().expect("error").take() {
+        notes.push(format!("first publish error: {e}"));
+    }
+    let totals = Totals {
+        published: end.0 - m_counts.0,
+        published_bytes: end.1 - m_counts.1,
+        publish_errors: end.2 - m_counts.2,
+        consumed: end.3 - m_counts.3,
+        consumed_bytes: end.4 - m_counts.4,
+        measured_seconds,
+        publish_rate: (end.0 - m_counts.0) as f64 / measured_seconds,
+        publish_mb_s: (end.1 - m_counts.1) as f64 / measured_seconds / 1e6,
+        consume_rate: (end.3 - m_counts.3) as f64 / measured_seconds,
+        consume_mb_s: (end.4 - m_counts.4) as f64 / measured_seconds / 1e6,
+        acknowledged_all: shared.published.load(Ordering::Relaxed) + backlog_records,
+        consumed_all: shared.consumed.load(Ordering::Relaxed),
+    };
+    let total_of =
+        |h: &Mutex<Hist>| Percentiles::from_histogram(&h.lock().expect("histogram").total);
+    Ok(Report {
+        tool: format!("weir-bench {}", env!("CARGO_PKG_VERSION")),
+        started_at: crate::report::rfc3339_utc(started_at),
+        mode: opts.mode.name().to_string(),
+        target: opts.target.clone(),
+        workload: serde_json::to_value(&*w)?,
+        machine: Machine::detect(),
+        intervals,
+        totals,
+        publish_latency: total_of(&shared.publish_latency),
+        publish_delay: total_of(&shared.publish_delay),
+        end_to_end_latency: total_of(&shared.e2e),
+        stopped_early,
+        notes,
+    })
+}

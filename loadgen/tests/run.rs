@@ -1,0 +1,168 @@
+//! The runner against an embedded broker and against the discard broker:
+//! counts that match what the broker holds, rate limiting, and
+//! coordinated-omission correction under a stalled broker.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_client::Client;
+use weir_loadgen::discard::{DiscardBroker, Stall};
+use weir_loadgen::embedded::Embedded;
+use weir_loadgen::report::Report;
+use weir_loadgen::run::{run, Mode, RunOptions};
+use weir_loadgen::workload::Workload;
+
+fn workload(yaml_overrides: &[(&str, &str)]) -> Workload {
+    let mut w = Workload::from_yaml(
+        "name: test\ntopics: 1\npartitionsPerTopic: 4\nmessageSize: 256\nproducersPerTopic: 1\n\
+         subscriptionsPerTopic: 1\nconsumerPerSubscription: 2\nproducerRate: 5000\n\
+         testDurationMinutes: 0.05\nwarmupDurationMinutes: 0.01\n",
+    )
+    .unwrap();
+    w.set_all(yaml_overrides.iter().map(|(k, v)| (*k, *v)))
+        .unwrap();
+    w
+}
+
+fn options(mode: Mode, bootstrap: std::net::SocketAddr, id: &str) -> RunOptions {
+    RunOptions {
+        mode,
+        bootstrap,
+        target: "test".into(),
+        progress: false,
+        stop: Arc::new(AtomicBool::new(false)),
+        run_id: id.into(),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn an_embedded_end_to_end_run_reports_what_the_broker_holds() {
+    let broker = Embedded::start(1, None).unwrap();
+    let rt = runtime();
+    let w = workload(&[]);
+    let report = rt
+        .block_on(run(&w, &options(Mode::EndToEnd, broker.addr, "e2e")))
+        .unwrap();
+    // The JSON report round-trips.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("report.json");
+    report.write_json(&path).unwrap();
+    let back = Report::read_json(&path).unwrap();
+    assert_eq!(back.totals, report.totals);
+    assert_eq!(back.mode, "end-to-end");
+    assert!(
+        report.notes.iter().all(|n| !n.contains("failed")),
+        "{:?}",
+        report.notes
+    );
+    // Every acknowledged record is in the broker, and nothing else.
+    let held: u64 = rt.block_on(async {
+        let c = Client::connect(broker.addr).await.unwrap();
+        let t = c.describe_topic("test-0-e2e").await.unwrap();
+        t.partitions.iter().map(|p| p.log_end_offset).sum()
+    });
+    assert_eq!(held, report.totals.acknowledged_all);
+    assert!(report.totals.published > 0 && report.totals.published <= held);
+    assert_eq!(report.totals.publish_errors, 0);
+    // The subscription read what was produced while it ran (it started at
+    // the log end before the producer began).
+    assert!(report.totals.consumed_all <= held);
+    assert!(
+        report.totals.consumed_all * 10 >= held * 9,
+        "consumed {} of {held}",
+        report.totals.consumed_all
+    );
+    assert!(report.end_to_end_latency.count > 0);
+    assert!(report.publish_latency.count > 0);
+    assert!(!report.intervals.is_empty());
+    assert!(report.intervals[0].warmup);
+    drop(rt);
+    broker.stop().unwrap();
+}
+
+#[test]
+fn rate_limited_producers_hold_the_rate() {
+    let rt = runtime();
+    let report = rt.block_on(async {
+        let d = DiscardBroker::start(None).await.unwrap();
+        let w = workload(&[
+            ("subscriptionsPerTopic", "0"),
+            ("producerRate", "20000"),
+            ("testDurationMinutes", "0.05"),
+        ]);
+        let r = run(&w, &options(Mode::Produce, d.addr, "rate"))
+            .await
+            .unwrap();
+        assert_eq!(
+            d.received.records.load(Ordering::Relaxed),
+            r.totals.acknowledged_all,
+            "what the broker acknowledged is what the report counts"
+        );
+        r
+    });
+    let rate = report.totals.publish_rate;
+    assert!(
+        (rate - 20_000.0).abs() / 20_000.0 < 0.05,
+        "configured 20000/s, measured {rate:.0}/s"
+    );
+}
+
+#[test]
+fn a_stalled_broker_shows_in_latency_from_the_intended_send_time() {
+    let rt = runtime();
+    let report = rt.block_on(async {
+        // The broker holds every answer for 1 s, 1 s into the run; the
+        // producer's buffer is tiny, so `send` itself is held up: records
+        // are sent late, and only measuring from the intended time sees it.
+        let stall = Stall {
+            after: Duration::from_millis(1000),
+            duration: Duration::from_millis(1000),
+        };
+        let d = DiscardBroker::start(Some(stall)).await.unwrap();
+        let w = workload(&[
+            ("subscriptionsPerTopic", "0"),
+            ("producerRate", "2000"),
+            ("messageSize", "1024"),
+            ("driver.bufferMemory", "8192"),
+            ("driver.lingerMs", "0"),
+            ("testDurationMinutes", "0.05"),
+            ("warmupDurationMinutes", "0"),
+        ]);
+        run(&w, &options(Mode::Produce, d.addr, "stall"))
+            .await
+            .unwrap()
+    });
+    // Sends were delayed by up to the stall...
+    assert!(
+        report.publish_delay.max_ms >= 700.0,
+        "publish delay max {} ms",
+        report.publish_delay.max_ms
+    );
+    // ...and the records that should have gone out during the stall carry
+    // it: about a third of the 3 s run, so p99 is far above normal.
+    assert!(
+        report.publish_latency.max_ms >= 900.0,
+        "{:?}",
+        report.publish_latency
+    );
+    assert!(
+        report.publish_latency.p95_ms >= 300.0,
+        "{:?}",
+        report.publish_latency
+    );
+    // The rate still counts every intended record.
+    assert!(
+        (report.totals.acknowledged_all as f64) >= 2000.0 * 2.5,
+        "{}",
+        report.totals.acknowledged_all
+    );
+}
