@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use weir_proto::api::ApiKey;
@@ -75,9 +75,15 @@ async fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await.ok()?;
     let total = frame::peek_frame_len(&len, FRAME_BYTES_MAX_DEFAULT).ok()??;
-    let mut buf = BytesMut::zeroed(total);
-    buf[..4].copy_from_slice(&len);
-    s.read_exact(&mut buf[4..]).await.ok()?;
+    // Read into spare capacity: no zeroing of large produce requests.
+    let mut buf = BytesMut::with_capacity(total);
+    buf.extend_from_slice(&len);
+    while buf.len() < total {
+        let want = total - buf.len();
+        if s.read_buf(&mut (&mut buf).limit(want)).await.ok()? == 0 {
+            return None;
+        }
+    }
     Some(buf.freeze())
 }
 

@@ -139,6 +139,9 @@ struct Shared {
     /// Consumers stop.
     stop_consuming: AtomicBool,
     first_error: Mutex<Option<String>>,
+    /// Write the intended send time into each value (end-to-end latency is
+    /// measured).
+    stamp_values: bool,
 }
 
 impl Shared {
@@ -185,6 +188,17 @@ struct ProducerJob {
     limit_bytes: Option<u64>,
 }
 
+/// Records per chunk handed from a producer to its acker.
+const CHUNK: usize = 512;
+
+fn merge_delay(shared: &Shared, delay: &mut Hist) {
+    let mut h = shared.publish_delay.lock().expect("histogram");
+    let _ = h.interval.add(&delay.interval);
+    let _ = h.total.add(&delay.total);
+    delay.interval.reset();
+    delay.total.reset();
+}
+
 /// One producer: sends `rate` records/s (0: as fast as possible) until
 /// told to stop; an acker task records when each was acknowledged.
 async fn produce(job: ProducerJob) -> anyhow::Result<()> {
@@ -201,34 +215,55 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
     let client = Client::connect(bootstrap).await?;
     let p = Arc::new(Producer::new(client, w.driver.producer_config()));
     let pool: Vec<Bytes> = payloads(&w).into_iter().map(Bytes::from).collect();
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, u64, DeliveryFuture)>(1 << 16);
+    // Sent records travel to the acker in chunks (one channel operation per
+    // chunk); the acker awaits them in order on another thread, so their
+    // acknowledgements are observed as they happen, and merges its
+    // histogram into the shared one once per chunk.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<(u64, u64, DeliveryFuture)>>(256);
     let acker = {
         let shared = shared.clone();
         tokio::spawn(async move {
-            while let Some((intended, bytes, f)) = rx.recv().await {
-                match f.await {
-                    Ok(_) => {
-                        let measured = shared.measured();
-                        shared
-                            .publish_latency
-                            .lock()
-                            .expect("histogram")
-                            .record(now_us().saturating_sub(intended), measured);
-                        shared.published.fetch_add(1, Ordering::Relaxed);
-                        shared.published_bytes.fetch_add(bytes, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        shared.publish_errors.fetch_add(1, Ordering::Relaxed);
-                        shared
-                            .first_error
-                            .lock()
-                            .expect("error")
-                            .get_or_insert_with(|| e.to_string());
+            let mut local = Hist::new();
+            while let Some(chunk) = rx.recv().await {
+                let (mut ok, mut bytes_ok, mut failed) = (0u64, 0u64, 0u64);
+                for (intended, bytes, f) in chunk {
+                    match f.await {
+                        Ok(_) => {
+                            local.record(now_us().saturating_sub(intended), shared.measured());
+                            ok += 1;
+                            bytes_ok += bytes;
+                        }
+                        Err(e) => {
+                            failed += 1;
+                            shared
+                                .first_error
+                                .lock()
+                                .expect("error")
+                                .get_or_insert_with(|| e.to_string());
+                        }
                     }
                 }
+                {
+                    let mut h = shared.publish_latency.lock().expect("histogram");
+                    let _ = h.interval.add(&local.interval);
+                    let _ = h.total.add(&local.total);
+                }
+                local.interval.reset();
+                local.total.reset();
+                shared.published.fetch_add(ok, Ordering::Relaxed);
+                shared
+                    .published_bytes
+                    .fetch_add(bytes_ok, Ordering::Relaxed);
+                shared.publish_errors.fetch_add(failed, Ordering::Relaxed);
             }
         })
     };
+    // The intended send time goes into each value only if someone reads
+    // it (end-to-end latency); otherwise values are shared, not copied.
+    let stamp = shared.stamp_values;
+    let mut chunk: Vec<(u64, u64, DeliveryFuture)> = Vec::with_capacity(CHUNK);
+    let mut chunk_started = Instant::now();
+    let mut delay = Hist::new();
     let start = Instant::now();
     let start_us = now_us();
     let interval_ns = if rate > 0.0 { 1e9 / rate } else { 0.0 };
@@ -260,17 +295,18 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
         } else {
             now_us()
         };
-        let measured = shared.measured();
-        let actual = now_us();
-        shared
-            .publish_delay
-            .lock()
-            .expect("histogram")
-            .record(actual.saturating_sub(intended_us), measured);
-        let mut value = pool[(k as usize) % pool.len()].to_vec();
-        if value.len() >= 8 {
-            value[..8].copy_from_slice(&intended_us.to_be_bytes());
+        if interval_ns > 0.0 {
+            let actual = now_us();
+            delay.record(actual.saturating_sub(intended_us), shared.measured());
         }
+        let pooled = &pool[(k as usize) % pool.len()];
+        let value = if stamp && pooled.len() >= 8 {
+            let mut v = pooled.to_vec();
+            v[..8].copy_from_slice(&intended_us.to_be_bytes());
+            Bytes::from(v)
+        } else {
+            pooled.clone()
+        };
         let key = match w.key_distributor {
             KeyDistributor::NoKey => None,
             KeyDistributor::KeyRoundRobin => {
@@ -295,16 +331,12 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
             topic: topic.clone(),
             partition,
             key,
-            value: Some(Bytes::from(value)),
+            value: Some(value),
             headers: Vec::new(),
             timestamp: Some((intended_us / 1000) as i64),
         };
         match p.send(record).await {
-            Ok(f) => {
-                if tx.send((intended_us, bytes, f)).await.is_err() {
-                    break;
-                }
-            }
+            Ok(f) => chunk.push((intended_us, bytes, f)),
             Err(e) => {
                 shared.publish_errors.fetch_add(1, Ordering::Relaxed);
                 shared
@@ -316,7 +348,24 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
         }
         sent_bytes += bytes;
         k += 1;
+        // A chunk goes to the acker when full, or after 1 ms (so that slow,
+        // rate-limited producers are observed promptly).
+        if chunk.len() >= CHUNK
+            || ((interval_ns > 0.0 || chunk.len() % 64 == 0)
+                && chunk_started.elapsed() >= Duration::from_millis(1))
+        {
+            let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
+            chunk_started = Instant::now();
+            if tx.send(full).await.is_err() {
+                break;
+            }
+            merge_delay(&shared, &mut delay);
+        }
     }
+    if !chunk.is_empty() {
+        let _ = tx.send(chunk).await;
+    }
+    merge_delay(&shared, &mut delay);
     drop(tx);
     p.flush().await;
     let _ = acker.await;
@@ -407,6 +456,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         stop_producing: AtomicBool::new(false),
         stop_consuming: AtomicBool::new(false),
         first_error: Mutex::new(None),
+        stamp_values: opts.mode != Mode::Produce,
     });
     let mut notes = Vec::new();
     let producers_total = u64::from(w.producers_per_topic * w.topics);
