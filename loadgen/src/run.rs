@@ -142,6 +142,8 @@ struct Shared {
     /// Write the intended send time into each value (end-to-end latency is
     /// measured).
     stamp_values: bool,
+    /// When a consumer last got records (µs since the epoch).
+    last_consume_us: AtomicU64,
 }
 
 impl Shared {
@@ -420,6 +422,9 @@ async fn consume(
             .consumed
             .fetch_add(records.len() as u64, Ordering::Relaxed);
         shared.consumed_bytes.fetch_add(bytes, Ordering::Relaxed);
+        shared
+            .last_consume_us
+            .fetch_max(now_us(), Ordering::Relaxed);
     }
     Ok(())
 }
@@ -457,6 +462,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         stop_consuming: AtomicBool::new(false),
         first_error: Mutex::new(None),
         stamp_values: opts.mode != Mode::Produce,
+        last_consume_us: AtomicU64::new(0),
     });
     let mut notes = Vec::new();
     let producers_total = u64::from(w.producers_per_topic * w.topics);
@@ -545,9 +551,24 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
     }
 
     // The reporter: one interval per second.
-    let warmup = w.warmup();
+    // A consume run measures the drain of the backlog from its first
+    // record: no warm-up, and it ends once every subscription read the
+    // whole backlog (or the duration ran out).
+    let warmup = if opts.mode == Mode::Consume {
+        if !w.warmup().is_zero() {
+            notes.push(
+                "consume mode: the warm-up is skipped (the drain is measured from its start)"
+                    .into(),
+            );
+        }
+        Duration::ZERO
+    } else {
+        w.warmup()
+    };
+    let drain_target = backlog_records * u64::from(w.subscriptions_per_topic.max(1));
     let total = warmup + w.duration();
     let start = Instant::now();
+    let start_us = now_us();
     let bar = if opts.progress {
         let b = indicatif::ProgressBar::new_spinner();
         b.set_style(
@@ -561,6 +582,19 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
     let mut intervals = Vec::new();
     let mut last: Counts = (0, 0, 0, 0, 0);
     let mut measure_start: Option<(Instant, Counts)> = None;
+    if warmup.is_zero() {
+        shared.measuring.store(true, Ordering::Relaxed);
+        measure_start = Some((
+            start,
+            (
+                shared.published.load(Ordering::Relaxed),
+                shared.published_bytes.load(Ordering::Relaxed),
+                shared.publish_errors.load(Ordering::Relaxed),
+                shared.consumed.load(Ordering::Relaxed),
+                shared.consumed_bytes.load(Ordering::Relaxed),
+            ),
+        ));
+    }
     let mut stopped_early = false;
     let subs = i64::from((w.subscriptions_per_topic * w.topics).max(1));
     let mut tick = 1u64;
@@ -635,10 +669,25 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         if elapsed >= total {
             break;
         }
+        if opts.mode == Mode::Consume && now.3 >= drain_target {
+            notes.push(format!(
+                "the backlog was drained after {:.1} s",
+                elapsed.as_secs_f64()
+            ));
+            break;
+        }
         tick += 1;
     }
     let (m_start, m_counts) = measure_start.unwrap_or((start, (0, 0, 0, 0, 0)));
-    let measured_seconds = m_start.elapsed().as_secs_f64().max(1e-3);
+    let mut measured_seconds = m_start.elapsed().as_secs_f64().max(1e-3);
+    if opts.mode == Mode::Consume {
+        // The drain ended with the last record consumed, not at the tick
+        // that noticed it.
+        let last = shared.last_consume_us.load(Ordering::Relaxed);
+        if last > start_us {
+            measured_seconds = ((last - start_us) as f64 / 1e6).max(1e-3);
+        }
+    }
     let end = (
         shared.published.load(Ordering::Relaxed),
         shared.published_bytes.load(Ordering::Relaxed),

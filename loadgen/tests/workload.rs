@@ -132,7 +132,7 @@ fn shipped_workloads_have_the_documented_shape() {
     assert_eq!((w.random_bytes_ratio, w.payload_pool_size()), (0.5, 1000));
 
     let w = load("backlog-1-topic-16-partitions-1kb.yaml");
-    assert_eq!(w.backlog_bytes(), 1 << 30);
+    assert_eq!(w.backlog_bytes(), 4 << 30);
     assert_eq!(w.producer_rate, 100000.0);
 
     let w = load("max-rate-1-topic-16-partitions-100b.yaml");
