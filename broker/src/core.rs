@@ -16,12 +16,63 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use bytes::Bytes;
+use std::any::Any;
+use std::cell::Cell;
+use std::marker::PhantomData;
+
 use futures_channel::oneshot;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 use weir_storage::{PartitionLog, ShardConfig, StorageShard};
 
 use crate::config::BrokerConfig;
 use crate::registry::{self, owner_core, partition_dir, Registry, TopicSpec};
+
+/// Where the answer to a cross-core request goes: back over the mesh to
+/// the requesting core, which hands it to the waiting task there.
+///
+/// Answers never wake a task of another core directly (with a
+/// cross-thread channel): glommio's wake-up of a task from a foreign
+/// thread races with the task completing on its own core, and a
+/// short-lived request task can be freed while the foreign waker still
+/// touches it (seen as heap corruption under cross-core fetch load).
+/// Mesh messages are received by long-lived tasks, and the hand-off to the
+/// waiting task happens on its own core.
+pub struct ReplyTo<T> {
+    core: usize,
+    id: u64,
+    _t: PhantomData<fn(T)>,
+}
+
+impl<T> std::fmt::Debug for ReplyTo<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReplyTo(core {}, #{})", self.core, self.id)
+    }
+}
+
+impl<T: Send + 'static> ReplyTo<T> {
+    /// Sends the answer (from the core that handled the request).
+    pub async fn send(self, from: &Core, value: T) {
+        let value = ReplyValue(Box::new(value));
+        if self.core == from.id {
+            from.deliver(self.id, value);
+        } else if from
+            .send_to(self.core, CoreMsg::Reply { id: self.id, value })
+            .await
+            .is_err()
+        {
+            tracing::debug!(core = self.core, "a reply could not be delivered");
+        }
+    }
+}
+
+/// An answer in transit (its type is known to the receiving request).
+pub struct ReplyValue(Box<dyn Any + Send>);
+
+impl std::fmt::Debug for ReplyValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplyValue")
+    }
+}
 
 /// Messages between cores. Everything in them is `Send`; batches travel as
 /// `Bytes` (a reference count, not a copy).
@@ -40,9 +91,9 @@ pub enum CoreMsg {
         /// 0, 1 or -1 (all).
         acks: i8,
         /// Whether the batch was queued.
-        appended: oneshot::Sender<Result<(), PartitionError>>,
+        appended: ReplyTo<Result<(), PartitionError>>,
         /// The acknowledgement.
-        reply: oneshot::Sender<Result<ProduceOk, PartitionError>>,
+        reply: ReplyTo<Result<ProduceOk, PartitionError>>,
     },
     /// Read from a partition this core owns.
     Fetch {
@@ -57,7 +108,7 @@ pub enum CoreMsg {
         /// If there is nothing at `offset` yet, wait up to this long for it.
         wait_ms: u32,
         /// Where the answer goes.
-        reply: oneshot::Sender<Result<FetchOk, PartitionError>>,
+        reply: ReplyTo<Result<FetchOk, PartitionError>>,
     },
     /// Offsets of a partition this core owns.
     Offsets {
@@ -68,24 +119,31 @@ pub enum CoreMsg {
         /// Timestamp to look up, if any.
         timestamp: Option<i64>,
         /// Where the answer goes.
-        reply: oneshot::Sender<Result<OffsetsOk, PartitionError>>,
+        reply: ReplyTo<Result<OffsetsOk, PartitionError>>,
     },
     /// A topic change for core 0 to apply and broadcast.
     Admin {
         /// The change.
         change: AdminChange,
         /// Where the answer goes.
-        reply: oneshot::Sender<Result<(), registry::TopicError>>,
+        reply: ReplyTo<Result<(), registry::TopicError>>,
     },
     /// Hand out a producer id (sent to core 0, which owns the allocator).
     InitProducerId {
         /// Where the id goes.
-        reply: oneshot::Sender<Result<i64, PartitionError>>,
+        reply: ReplyTo<Result<i64, PartitionError>>,
+    },
+    /// The answer to a request this core sent (see [`ReplyTo`]).
+    Reply {
+        /// Which request.
+        id: u64,
+        /// The answer (its type is known to the waiting request).
+        value: ReplyValue,
     },
     /// This core's metrics.
     Metrics {
         /// Where the snapshot goes.
-        reply: oneshot::Sender<crate::metrics::Snapshot>,
+        reply: ReplyTo<crate::metrics::Snapshot>,
     },
     /// The new registry (from core 0): open, close or delete logs to match.
     Sync {
@@ -94,7 +152,7 @@ pub enum CoreMsg {
         /// Topics deleted by the change (their files go).
         deleted: Vec<(String, u32)>,
         /// Done.
-        reply: oneshot::Sender<()>,
+        reply: ReplyTo<()>,
     },
 }
 
@@ -209,6 +267,9 @@ pub struct Core {
     pub inflight: Rc<glommio::sync::Semaphore>,
     /// The producer-id allocator (used on core 0 only).
     pub producer_ids: RefCell<crate::producer_ids::ProducerIds>,
+    /// Requests sent to other cores, waiting for their [`CoreMsg::Reply`].
+    replies: RefCell<HashMap<u64, oneshot::Sender<ReplyValue>>>,
+    next_reply: Cell<u64>,
 }
 
 /// Request bytes one core holds at most (reading or being handled).
@@ -237,6 +298,8 @@ impl Core {
             metrics: Default::default(),
             inflight: Rc::new(glommio::sync::Semaphore::new(INFLIGHT_BYTES_PER_CORE)),
             producer_ids: RefCell::new(producer_ids),
+            replies: RefCell::new(HashMap::new()),
+            next_reply: Cell::new(0),
         });
         core.apply_registry(registry, Vec::new()).await?;
         Ok(core)
@@ -250,6 +313,35 @@ impl Core {
     /// The core owning a partition.
     pub fn owner(&self, topic: &str, partition: u32) -> usize {
         owner_core(topic, partition, self.cores())
+    }
+
+    /// A reply address for a request to another core, and the future that
+    /// resolves with the answer (`None` if it can never come).
+    pub fn expect_reply<T: 'static>(
+        &self,
+    ) -> (ReplyTo<T>, impl std::future::Future<Output = Option<T>>) {
+        let id = self.next_reply.get();
+        self.next_reply.set(id + 1);
+        let (tx, rx) = oneshot::channel();
+        self.replies.borrow_mut().insert(id, tx);
+        let to = ReplyTo {
+            core: self.id,
+            id,
+            _t: PhantomData,
+        };
+        let answer = async move {
+            let v = rx.await.ok()?;
+            v.0.downcast::<T>().ok().map(|b| *b)
+        };
+        (to, answer)
+    }
+
+    /// Hands an answer that arrived over the mesh to its waiting request
+    /// (on this core, so the wake-up is local).
+    pub fn deliver(&self, id: u64, value: ReplyValue) {
+        if let Some(tx) = self.replies.borrow_mut().remove(&id) {
+            let _ = tx.send(value);
+        }
     }
 
     /// Sends a message to a core (its mesh peer).

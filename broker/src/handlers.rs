@@ -41,16 +41,14 @@ pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
             appended,
             reply,
         } => match append_local(core, &topic, partition, batch).await {
-            Err(e) => {
-                let _ = appended.send(Err(e));
-            }
+            Err(e) => appended.send(core, Err(e)).await,
             Ok((log, info)) => {
-                let _ = appended.send(Ok(()));
-                let _ = reply.send(ack_local(log, info, acks).await);
+                appended.send(core, Ok(())).await;
+                reply.send(core, ack_local(log, info, acks).await).await;
             }
         },
         CoreMsg::InitProducerId { reply } => {
-            let _ = reply.send(init_producer_id_local(core));
+            reply.send(core, init_producer_id_local(core)).await;
         }
         CoreMsg::Fetch {
             topic,
@@ -60,8 +58,8 @@ pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
             wait_ms,
             reply,
         } => {
-            let _ =
-                reply.send(fetch_local(core, &topic, partition, offset, max_bytes, wait_ms).await);
+            let r = fetch_local(core, &topic, partition, offset, max_bytes, wait_ms).await;
+            reply.send(core, r).await;
         }
         CoreMsg::Offsets {
             topic,
@@ -69,13 +67,15 @@ pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
             timestamp,
             reply,
         } => {
-            let _ = reply.send(offsets_local(core, &topic, partition, timestamp).await);
+            let r = offsets_local(core, &topic, partition, timestamp).await;
+            reply.send(core, r).await;
         }
         CoreMsg::Metrics { reply } => {
-            let _ = reply.send(crate::metrics::snapshot(core));
+            reply.send(core, crate::metrics::snapshot(core)).await;
         }
         CoreMsg::Admin { change, reply } => {
-            let _ = reply.send(apply_admin(core, change).await);
+            let r = apply_admin(core, change).await;
+            reply.send(core, r).await;
         }
         CoreMsg::Sync {
             registry,
@@ -85,8 +85,9 @@ pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
             if let Err(e) = core.apply_registry(registry, deleted).await {
                 tracing::error!(core = core.id, error = %format!("{e:#}"), "applying a topic change failed");
             }
-            let _ = reply.send(());
+            reply.send(core, ()).await;
         }
+        CoreMsg::Reply { id, value } => core.deliver(id, value),
     }
 }
 
@@ -217,7 +218,7 @@ pub async fn apply_admin(core: &Rc<Core>, change: AdminChange) -> Result<(), Top
         .map_err(|e| TopicError::Config(format!("storing the topic registry failed: {e:#}")))?;
     let mut waits = Vec::new();
     for c in 1..core.cores() {
-        let (tx, rx) = futures_channel::oneshot::channel();
+        let (tx, rx) = core.expect_reply::<()>();
         let msg = CoreMsg::Sync {
             registry: reg.clone(),
             deleted: deleted.clone(),

@@ -5,7 +5,6 @@ use std::cell::Cell;
 use std::fmt::Write as _;
 use std::rc::Rc;
 
-use futures_channel::oneshot;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpListener;
 use weir_proto::api::ApiKey;
@@ -429,13 +428,13 @@ pub async fn gather(core: &Rc<Core>) -> Vec<Snapshot> {
         if c == core.id {
             continue;
         }
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = core.expect_reply::<Snapshot>();
         if core
             .send_to(c, CoreMsg::Metrics { reply: tx })
             .await
             .is_ok()
         {
-            if let Ok(s) = rx.await {
+            if let Some(s) = rx.await {
                 out.push(s);
             }
         }

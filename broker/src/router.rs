@@ -8,7 +8,6 @@ use std::pin::Pin;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use futures_channel::oneshot;
 use weir_proto::api::ApiKey;
 use weir_proto::batch::BatchHeader;
 use weir_proto::error_code::ErrorCode;
@@ -16,7 +15,9 @@ use weir_proto::frame::{self, Message, ResponseHeader};
 use weir_proto::messages::*;
 
 use crate::connection::{bad_body, Answer};
-use crate::core::{AdminChange, Core, CoreMsg, FetchOk, OffsetsOk, PartitionError, ProduceOk};
+use crate::core::{
+    AdminChange, Core, CoreMsg, FetchOk, OffsetsOk, PartitionError, ProduceOk, ReplyTo,
+};
 use crate::errors as code;
 use crate::handlers;
 use crate::registry::{self, TopicError, TopicSpec};
@@ -205,12 +206,12 @@ async fn admin(core: &Rc<Core>, change: AdminChange) -> Result<(), TopicError> {
     if core.id == 0 {
         return handlers::apply_admin(core, change).await;
     }
-    let (tx, rx) = oneshot::channel();
+    let (tx, rx) = core.expect_reply();
     core.send_to(0, CoreMsg::Admin { change, reply: tx })
         .await
         .map_err(|e| TopicError::Config(format!("{e:#}")))?;
     rx.await
-        .unwrap_or_else(|_| Err(TopicError::Config("core 0 dropped the request".into())))
+        .unwrap_or_else(|| Err(TopicError::Config("core 0 dropped the request".into())))
 }
 
 /// Hands out a producer id through core 0.
@@ -218,9 +219,9 @@ async fn init_producer_id(core: &Rc<Core>) -> InitProducerIdResponse {
     let r = if core.id == 0 {
         handlers::init_producer_id_local(core)
     } else {
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = core.expect_reply();
         match core.send_to(0, CoreMsg::InitProducerId { reply: tx }).await {
-            Ok(()) => rx.await.unwrap_or_else(|_| Err(dropped(0))),
+            Ok(()) => rx.await.unwrap_or_else(|| Err(dropped(0))),
             Err(e) => Err(PartitionError {
                 code: code::STORAGE_ERROR,
                 message: format!("{e:#}"),
@@ -307,12 +308,12 @@ fn partition_exists(core: &Core, topic: &str, partition: u32) -> bool {
 }
 
 /// Runs a partition operation on its owner core.
-async fn on_owner<T>(
+async fn on_owner<T: 'static>(
     core: &Rc<Core>,
     topic: &str,
     partition: u32,
     local: impl std::future::Future<Output = Result<T, PartitionError>>,
-    remote: impl FnOnce(oneshot::Sender<Result<T, PartitionError>>) -> CoreMsg,
+    remote: impl FnOnce(ReplyTo<Result<T, PartitionError>>) -> CoreMsg,
 ) -> Result<T, PartitionError> {
     if !partition_exists(core, topic, partition) {
         return Err(PartitionError::unknown(topic, partition));
@@ -321,19 +322,14 @@ async fn on_owner<T>(
     if owner == core.id {
         return local.await;
     }
-    let (tx, rx) = oneshot::channel();
+    let (tx, rx) = core.expect_reply();
     core.send_to(owner, remote(tx))
         .await
         .map_err(|e| PartitionError {
             code: code::STORAGE_ERROR,
             message: format!("{e:#}"),
         })?;
-    rx.await.unwrap_or_else(|_| {
-        Err(PartitionError {
-            code: code::STORAGE_ERROR,
-            message: format!("core {owner} dropped the request"),
-        })
-    })
+    rx.await.unwrap_or_else(|| Err(dropped(owner)))
 }
 
 /// Waits for the acknowledgement of one appended batch.
@@ -377,8 +373,8 @@ async fn append_partition(
             waits.push(Box::pin(handlers::ack_local(log, info, acks)));
             continue;
         }
-        let (appended_tx, appended_rx) = oneshot::channel();
-        let (reply_tx, reply_rx) = oneshot::channel();
+        let (appended_tx, appended_rx) = core.expect_reply();
+        let (reply_tx, reply_rx) = core.expect_reply();
         let msg = CoreMsg::Produce {
             topic: topic.to_string(),
             partition,
@@ -391,9 +387,9 @@ async fn append_partition(
             code: code::STORAGE_ERROR,
             message: format!("{e:#}"),
         })?;
-        appended_rx.await.unwrap_or_else(|_| Err(dropped(owner)))?;
+        appended_rx.await.unwrap_or_else(|| Err(dropped(owner)))?;
         waits.push(Box::pin(async move {
-            reply_rx.await.unwrap_or_else(|_| Err(dropped(owner)))
+            reply_rx.await.unwrap_or_else(|| Err(dropped(owner)))
         }));
     }
     Ok(waits)
@@ -599,10 +595,12 @@ async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest, ctx: Ctx) -> Answe
     if req.max_wait_ms > 0 && req.min_bytes > 0 && got < req.min_bytes as u64 && !any_error {
         // Long poll: wait until any partition gets data (each owner waits on
         // its log), or the timeout; then read everything again.
-        let (tx, rx) = glommio::channels::local_channel::new_bounded::<()>(1);
-        let tx = Rc::new(tx);
+        // A plain futures channel: the waiting tasks outlive this request
+        // (each runs until its own wait ends), so they must be able to
+        // signal a receiver that is gone.
+        let (tx, mut rx) = futures_channel::mpsc::channel::<()>(1);
         for p in &req.partitions {
-            let (core, p, tx) = (core.clone(), p.clone(), tx.clone());
+            let (core, p, mut tx) = (core.clone(), p.clone(), tx.clone());
             let wait = req.max_wait_ms;
             glommio::spawn_local(async move {
                 match fetch_one(&core, &p, 1, wait, ctx).await {
@@ -616,10 +614,15 @@ async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest, ctx: Ctx) -> Answe
             })
             .detach();
         }
+        drop(tx);
         let wait = std::time::Duration::from_millis(req.max_wait_ms as u64);
         futures_lite::future::or(
             async {
-                rx.recv().await;
+                use futures_lite::StreamExt;
+                // Every waiting task ended without data: wait out the rest.
+                if rx.next().await.is_none() {
+                    std::future::pending::<()>().await;
+                }
             },
             glommio::timer::sleep(wait),
         )
