@@ -544,7 +544,7 @@ fn set_rejects_unknown_names() {
     assert!(names.contains(&"driver.maxInFlight".to_string()));
     assert!(names.contains(&"consumerBacklogSizeGB".to_string()));
     assert!(!names.contains(&"driver".to_string()));
-    assert_eq!(names.len(), 16 + 8);
+    assert_eq!(names.len(), 16 + 9);
 }
 
 #[test]
