@@ -228,6 +228,11 @@ fn real_main() -> anyhow::Result<()> {
         target,
         progress: !args.no_progress,
         stop,
+        workload_dir: std::path::Path::new(&args.workload)
+            .parent()
+            .filter(|p| std::path::Path::new(&args.workload).is_file() && !p.as_os_str().is_empty())
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from(".")),
         run_id: format!(
             "{:x}",
             std::time::SystemTime::now()

@@ -80,6 +80,9 @@ pub struct RunOptions {
     pub stop: Arc<AtomicBool>,
     /// Suffix of the topic names (unique per run).
     pub run_id: String,
+    /// Where a relative `payloadFile` is looked up (the workload file's
+    /// directory).
+    pub workload_dir: std::path::PathBuf,
 }
 
 /// Microseconds since the Unix epoch.
@@ -144,6 +147,8 @@ struct Shared {
     stamp_values: bool,
     /// When a consumer last got records (µs since the epoch).
     last_consume_us: AtomicU64,
+    /// The workload's `payloadFile`, if it has one: every value.
+    payload_file: Option<Bytes>,
 }
 
 impl Shared {
@@ -216,7 +221,10 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
     let partitions = w.partitions_per_topic;
     let client = Client::connect(bootstrap).await?;
     let p = Arc::new(Producer::new(client, w.driver.producer_config()));
-    let pool: Vec<Bytes> = payloads(&w).into_iter().map(Bytes::from).collect();
+    let pool: Vec<Bytes> = match &shared.payload_file {
+        Some(p) => vec![p.clone()],
+        None => payloads(&w).into_iter().map(Bytes::from).collect(),
+    };
     // Sent records travel to the acker in chunks (one channel operation per
     // chunk); the acker awaits them in order on another thread, so their
     // acknowledgements are observed as they happen, and merges its
@@ -442,6 +450,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         .map(|t| format!("{t}-{}", opts.run_id))
         .collect();
     let configs = w.driver.topic_configs();
+    let payload_file = w.read_payload_file(&opts.workload_dir)?.map(Bytes::from);
     for t in &topics {
         admin
             .create_topic(t, w.partitions_per_topic, configs.clone())
@@ -463,6 +472,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         first_error: Mutex::new(None),
         stamp_values: opts.mode != Mode::Produce,
         last_consume_us: AtomicU64::new(0),
+        payload_file,
     });
     let mut notes = Vec::new();
     let producers_total = u64::from(w.producers_per_topic * w.topics);

@@ -33,6 +33,7 @@ fn options(mode: Mode, bootstrap: std::net::SocketAddr, id: &str) -> RunOptions 
         progress: false,
         stop: Arc::new(AtomicBool::new(false)),
         run_id: id.into(),
+        workload_dir: std::env::temp_dir(),
     }
 }
 
@@ -165,4 +166,43 @@ fn a_stalled_broker_shows_in_latency_from_the_intended_send_time() {
         "{}",
         report.totals.acknowledged_all
     );
+}
+
+#[test]
+fn values_come_from_the_payload_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let payload: Vec<u8> = (0..64u8).collect();
+    std::fs::write(dir.path().join("p.data"), &payload).unwrap();
+    let broker = Embedded::start(1, None).unwrap();
+    let rt = runtime();
+    rt.block_on(async {
+        let w = workload(&[
+            ("subscriptionsPerTopic", "0"),
+            ("messageSize", "64"),
+            ("payloadFile", "p.data"),
+            ("producerRate", "1000"),
+            ("testDurationMinutes", "0.02"),
+            ("warmupDurationMinutes", "0"),
+        ]);
+        let mut o = options(Mode::Produce, broker.addr, "payload");
+        o.workload_dir = dir.path().to_path_buf();
+        let r = run(&w, &o).await.unwrap();
+        assert!(r.totals.acknowledged_all > 0);
+        let mut c = weir_client::ConsumerConfig::default();
+        c.auto_offset_reset = weir_client::OffsetReset::Earliest;
+        let mut consumer =
+            weir_client::Consumer::new(Client::connect(broker.addr).await.unwrap(), c);
+        consumer.assign((0..4).map(|p| ("test-0-payload".to_string(), p)).collect());
+        let got = consumer.poll(Duration::from_secs(5)).await.unwrap();
+        assert!(!got.is_empty());
+        for rec in &got {
+            assert_eq!(rec.value.as_deref(), Some(&payload[..]));
+        }
+        // A file of the wrong size is refused before anything runs.
+        std::fs::write(dir.path().join("p.data"), b"short").unwrap();
+        let e = run(&w, &o).await.unwrap_err();
+        assert!(format!("{e:#}").contains("messageSize"), "{e:#}");
+    });
+    drop(rt);
+    broker.stop().unwrap();
 }
