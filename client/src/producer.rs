@@ -487,6 +487,18 @@ pub struct DeliveryFuture {
 }
 
 impl DeliveryFuture {
+    /// The record's offset (`Ok(None)` with [`Acks::None`]) or error, if
+    /// known already — like [`DeliveryFuture::try_outcome`] without
+    /// building the [`RecordMetadata`]. Once this returned `Some`, do not
+    /// await the future.
+    pub fn try_offset(&mut self) -> Option<Result<Option<u64>>> {
+        let r = self.batch.result.get()?;
+        Some(match r {
+            Ok(base) => Ok(base.map(|o| o + u64::from(self.index))),
+            Err(e) => Err(e.duplicate()),
+        })
+    }
+
     /// The outcome, if it is known already, without waiting.
     pub fn try_outcome(&mut self) -> Option<Result<RecordMetadata>> {
         self.batch.record(self.index)
