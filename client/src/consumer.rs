@@ -160,9 +160,8 @@ impl ConsumerBackend for Client {
 /// One assigned partition's state.
 #[derive(Debug)]
 struct PartitionState {
-    topic: String,
-    /// The same, shared by the records handed out.
-    shared_topic: Arc<str>,
+    /// Shared with the records handed out.
+    topic: Arc<str>,
     partition: u32,
     /// Next offset `poll` returns; `None` until set or reset.
     position: Option<u64>,
@@ -248,18 +247,17 @@ impl Consumer {
             if self
                 .parts
                 .iter()
-                .any(|p| p.topic == topic && p.partition == partition)
+                .any(|p| *p.topic == *topic && p.partition == partition)
             {
                 continue;
             }
             let state = match old
                 .iter()
-                .position(|p| p.topic == topic && p.partition == partition)
+                .position(|p| *p.topic == *topic && p.partition == partition)
             {
                 Some(i) => old.swap_remove(i),
                 None => PartitionState {
-                    shared_topic: Arc::from(topic.as_str()),
-                    topic,
+                    topic: Arc::from(topic.as_str()),
                     partition,
                     position: None,
                     fetch_offset: 0,
@@ -277,14 +275,14 @@ impl Consumer {
     pub fn assignment(&self) -> Vec<(String, u32)> {
         self.parts
             .iter()
-            .map(|p| (p.topic.clone(), p.partition))
+            .map(|p| (p.topic.to_string(), p.partition))
             .collect()
     }
 
     fn index(&self, topic: &str, partition: u32) -> Result<usize> {
         self.parts
             .iter()
-            .position(|p| p.topic == topic && p.partition == partition)
+            .position(|p| *p.topic == *topic && p.partition == partition)
             .ok_or_else(|| {
                 ClientError::InvalidArgument(format!(
                     "partition {topic}-{partition} is not assigned"
@@ -462,7 +460,7 @@ impl Consumer {
             let targets = self
                 .parts
                 .iter()
-                .map(|p| (p.topic.clone(), p.partition, p.fetch_offset))
+                .map(|p| (p.topic.to_string(), p.partition, p.fetch_offset))
                 .collect();
             self.send_ahead(targets);
         }
@@ -499,7 +497,7 @@ impl Consumer {
         self.parts
             .iter()
             .map(|p| FetchPartition {
-                topic: p.topic.clone(),
+                topic: p.topic.to_string(),
                 partition: p.partition,
                 offset: p.fetch_offset,
                 max_bytes: self.config.max_partition_fetch_bytes,
@@ -553,7 +551,7 @@ impl Consumer {
             let Some(i) = self
                 .parts
                 .iter()
-                .position(|p| &p.topic == topic && p.partition == *partition)
+                .position(|p| *p.topic == **topic && p.partition == *partition)
             else {
                 continue;
             };
@@ -710,7 +708,7 @@ fn decode_into(p: &mut PartitionState, fetched: &FetchedBatches) -> Result<()> {
                     continue;
                 }
                 p.buffered.push_back(ConsumerRecord {
-                    topic: p.shared_topic.clone(),
+                    topic: p.topic.clone(),
                     partition: p.partition,
                     offset,
                     timestamp: r.timestamp,

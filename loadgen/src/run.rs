@@ -112,6 +112,17 @@ impl Hist {
         }
     }
 
+    /// Adds this task's samples to the shared histograms and starts over.
+    fn merge_into(&mut self, shared: &Mutex<Hist>) {
+        {
+            let mut h = shared.lock().expect("histogram");
+            let _ = h.interval.add(&self.interval);
+            let _ = h.total.add(&self.total);
+        }
+        self.interval.reset();
+        self.total.reset();
+    }
+
     fn record(&mut self, us: u64, measured: bool) {
         let v = us.clamp(1, 3_600_000_000);
         let _ = self.interval.record(v);
@@ -155,6 +166,24 @@ impl Shared {
     fn measured(&self) -> bool {
         self.measuring.load(Ordering::Relaxed)
     }
+
+    fn counts(&self) -> Counts {
+        (
+            self.published.load(Ordering::Relaxed),
+            self.published_bytes.load(Ordering::Relaxed),
+            self.publish_errors.load(Ordering::Relaxed),
+            self.consumed.load(Ordering::Relaxed),
+            self.consumed_bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Keeps the first publish error for the report.
+    fn note_error(&self, e: &weir_client::ClientError) {
+        self.first_error
+            .lock()
+            .expect("error")
+            .get_or_insert_with(|| e.to_string());
+    }
 }
 
 /// The values producers send: a pool of payloads (random bytes as the
@@ -197,14 +226,6 @@ struct ProducerJob {
 
 /// Records per chunk handed from a producer to its acker.
 const CHUNK: usize = 512;
-
-fn merge_delay(shared: &Shared, delay: &mut Hist) {
-    let mut h = shared.publish_delay.lock().expect("histogram");
-    let _ = h.interval.add(&delay.interval);
-    let _ = h.total.add(&delay.total);
-    delay.interval.reset();
-    delay.total.reset();
-}
 
 /// One producer: sends `rate` records/s (0: as fast as possible) until
 /// told to stop; an acker task records when each was acknowledged.
@@ -257,21 +278,11 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
                         }
                         Err(e) => {
                             failed += 1;
-                            shared
-                                .first_error
-                                .lock()
-                                .expect("error")
-                                .get_or_insert_with(|| e.to_string());
+                            shared.note_error(&e);
                         }
                     }
                 }
-                {
-                    let mut h = shared.publish_latency.lock().expect("histogram");
-                    let _ = h.interval.add(&local.interval);
-                    let _ = h.total.add(&local.total);
-                }
-                local.interval.reset();
-                local.total.reset();
+                local.merge_into(&shared.publish_latency);
                 shared.published.fetch_add(ok, Ordering::Relaxed);
                 shared
                     .published_bytes
@@ -361,11 +372,7 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
             Ok(f) => chunk.push((intended_us, bytes, f)),
             Err(e) => {
                 shared.publish_errors.fetch_add(1, Ordering::Relaxed);
-                shared
-                    .first_error
-                    .lock()
-                    .expect("error")
-                    .get_or_insert_with(|| e.to_string());
+                shared.note_error(&e);
             }
         }
         sent_bytes += bytes;
@@ -381,13 +388,13 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
             if tx.send(full).await.is_err() {
                 break;
             }
-            merge_delay(&shared, &mut delay);
+            delay.merge_into(&shared.publish_delay);
         }
     }
     if !chunk.is_empty() {
         let _ = tx.send(chunk).await;
     }
-    merge_delay(&shared, &mut delay);
+    delay.merge_into(&shared.publish_delay);
     drop(tx);
     p.flush().await;
     let _ = acker.await;
@@ -606,16 +613,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
     let mut measure_start: Option<(Instant, Counts)> = None;
     if warmup.is_zero() {
         shared.measuring.store(true, Ordering::Relaxed);
-        measure_start = Some((
-            start,
-            (
-                shared.published.load(Ordering::Relaxed),
-                shared.published_bytes.load(Ordering::Relaxed),
-                shared.publish_errors.load(Ordering::Relaxed),
-                shared.consumed.load(Ordering::Relaxed),
-                shared.consumed_bytes.load(Ordering::Relaxed),
-            ),
-        ));
+        measure_start = Some((start, shared.counts()));
     }
     let mut stopped_early = false;
     let subs = i64::from((w.subscriptions_per_topic * w.topics).max(1));
@@ -629,13 +627,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
             tokio::time::sleep(Duration::from_millis(20).min(next - Instant::now())).await;
         }
         let elapsed = start.elapsed();
-        let now = (
-            shared.published.load(Ordering::Relaxed),
-            shared.published_bytes.load(Ordering::Relaxed),
-            shared.publish_errors.load(Ordering::Relaxed),
-            shared.consumed.load(Ordering::Relaxed),
-            shared.consumed_bytes.load(Ordering::Relaxed),
-        );
+        let now = shared.counts();
         let secs = elapsed.as_secs_f64() - (tick - 1) as f64;
         let secs = secs.max(1e-3);
         let take = |h: &Mutex<Hist>| {
@@ -710,13 +702,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
             measured_seconds = ((last - start_us) as f64 / 1e6).max(1e-3);
         }
     }
-    let end = (
-        shared.published.load(Ordering::Relaxed),
-        shared.published_bytes.load(Ordering::Relaxed),
-        shared.publish_errors.load(Ordering::Relaxed),
-        shared.consumed.load(Ordering::Relaxed),
-        shared.consumed_bytes.load(Ordering::Relaxed),
-    );
+    let end = shared.counts();
     shared.stop_producing.store(true, Ordering::Relaxed);
     for p in producers {
         match p.await {
