@@ -20,6 +20,11 @@ pub const DATA_DIR_DEFAULT: &str = "./weir-data";
 pub const RETENTION_CHECK_MS_DEFAULT: u64 = 300_000;
 /// Default largest request frame.
 pub const MAX_FRAME_BYTES_DEFAULT: u32 = 100 << 20;
+/// Default partition count of `__consumer_offsets` (used when the broker
+/// creates it; fixed afterwards).
+pub const OFFSETS_PARTITIONS_DEFAULT: u32 = 16;
+/// Most partitions of `__consumer_offsets`.
+pub const OFFSETS_PARTITIONS_MAX: u32 = 1000;
 
 /// Options of `weir broker`, from flags or `WEIR_*` variables.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -57,6 +62,9 @@ pub struct BrokerArgs {
     /// How often retention runs, ms (`log.retention.check.interval.ms`) [default: 300000].
     #[arg(long, env = "WEIR_RETENTION_CHECK_MS")]
     pub retention_check_ms: Option<u64>,
+    /// Partitions of the internal `__consumer_offsets` topic, used when it is created at the first start [default: 16].
+    #[arg(long, env = "WEIR_OFFSETS_PARTITIONS")]
+    pub offsets_partitions: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -72,6 +80,7 @@ struct FileConfig {
     default_partitions: Option<u32>,
     cache_bytes_per_core: Option<u64>,
     retention_check_ms: Option<u64>,
+    offsets_partitions: Option<u32>,
 }
 
 /// The resolved configuration.
@@ -97,6 +106,8 @@ pub struct BrokerConfig {
     pub cache_bytes_per_core: u64,
     /// Retention interval, ms.
     pub retention_check_ms: u64,
+    /// Partitions of `__consumer_offsets` when it is created.
+    pub offsets_partitions: u32,
 }
 
 fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -122,6 +133,7 @@ impl BrokerConfig {
             default_partitions: 1,
             cache_bytes_per_core: weir_storage::CACHE_BYTES_PER_CORE_DEFAULT,
             retention_check_ms: RETENTION_CHECK_MS_DEFAULT,
+            offsets_partitions: OFFSETS_PARTITIONS_DEFAULT,
         }
     }
 
@@ -163,6 +175,13 @@ impl BrokerConfig {
         if default_partitions == 0 {
             bail!("--default-partitions must be at least 1");
         }
+        let offsets_partitions = args
+            .offsets_partitions
+            .or(file.offsets_partitions)
+            .unwrap_or(OFFSETS_PARTITIONS_DEFAULT);
+        if !(1..=OFFSETS_PARTITIONS_MAX).contains(&offsets_partitions) {
+            bail!("--offsets-partitions must be 1 to {OFFSETS_PARTITIONS_MAX}");
+        }
         Ok(BrokerConfig {
             data_dir: args
                 .data_dir
@@ -199,6 +218,7 @@ impl BrokerConfig {
                 .or(file.retention_check_ms)
                 .unwrap_or(RETENTION_CHECK_MS_DEFAULT)
                 .max(1),
+            offsets_partitions,
         })
     }
 }

@@ -145,6 +145,20 @@ pub enum CoreMsg {
         /// Where the snapshot goes.
         reply: ReplyTo<crate::metrics::Snapshot>,
     },
+    /// A consumer-group request for a group this core coordinates.
+    Group {
+        /// The request.
+        request: crate::group_coordinator::GroupRequest,
+        /// Where the answer goes.
+        reply: ReplyTo<crate::group_coordinator::GroupResponse>,
+    },
+    /// Log end offsets (high watermarks) of partitions this core owns.
+    LogEnds {
+        /// (topic, partition) pairs.
+        partitions: Vec<(String, u32)>,
+        /// One result per partition, in order.
+        reply: ReplyTo<Vec<Result<u64, PartitionError>>>,
+    },
     /// The new registry (from core 0): open, close or delete logs to match.
     Sync {
         /// The registry after the change.
@@ -267,6 +281,8 @@ pub struct Core {
     pub inflight: Rc<glommio::sync::Semaphore>,
     /// The producer-id allocator (used on core 0 only).
     pub producer_ids: RefCell<crate::producer_ids::ProducerIds>,
+    /// The consumer groups this core coordinates.
+    pub groups: crate::group_coordinator::Groups,
     /// Requests sent to other cores, waiting for their [`CoreMsg::Reply`].
     replies: RefCell<HashMap<u64, oneshot::Sender<ReplyValue>>>,
     next_reply: Cell<u64>,
@@ -298,6 +314,7 @@ impl Core {
             metrics: Default::default(),
             inflight: Rc::new(glommio::sync::Semaphore::new(INFLIGHT_BYTES_PER_CORE)),
             producer_ids: RefCell::new(producer_ids),
+            groups: Default::default(),
             replies: RefCell::new(HashMap::new()),
             next_reply: Cell::new(0),
         });

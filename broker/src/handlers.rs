@@ -87,8 +87,26 @@ pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
             }
             reply.send(core, ()).await;
         }
+        CoreMsg::Group { request, reply } => {
+            let r = crate::group_coordinator::handle(core, request).await;
+            reply.send(core, r).await;
+        }
+        CoreMsg::LogEnds { partitions, reply } => {
+            reply.send(core, log_ends_local(core, &partitions)).await;
+        }
         CoreMsg::Reply { id, value } => core.deliver(id, value),
     }
+}
+
+/// Log end offsets (high watermarks) of partitions this core owns.
+pub fn log_ends_local(
+    core: &Core,
+    partitions: &[(String, u32)],
+) -> Vec<Result<u64, PartitionError>> {
+    partitions
+        .iter()
+        .map(|(t, p)| core.owned_log(t, *p).map(|l| l.high_watermark()))
+        .collect()
 }
 
 /// Appends one batch to a partition this core owns (validated, offsets

@@ -49,7 +49,13 @@ fn add(c: &Cell<u64>, n: u64) {
 impl Metrics {
     /// Records one request of `api` that took `us` µs.
     pub fn record(&self, api: ApiKey, us: u64, error: bool) {
-        let Some(a) = self.apis.get(api.as_u16() as usize) else {
+        // Counters are indexed by the API's place in `ApiKey::ALL` (keys
+        // have gaps: reserved numbers).
+        let Some(a) = ApiKey::ALL
+            .iter()
+            .position(|k| *k == api)
+            .and_then(|i| self.apis.get(i))
+        else {
             return;
         };
         add(&a.requests, 1);

@@ -19,6 +19,8 @@ use crate::core::{
     AdminChange, Core, CoreMsg, FetchOk, OffsetsOk, PartitionError, ProduceOk, ReplyTo,
 };
 use crate::errors as code;
+use crate::group_coordinator::{self, GroupRequest, GroupResponse};
+use crate::group_records::OFFSETS_TOPIC;
 use crate::handlers;
 use crate::registry::{self, TopicError, TopicSpec};
 
@@ -117,7 +119,53 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx) -> Pending {
             }
             Err(e) => Pending::Ready(bad_body(corr, &e)),
         },
+        ApiKey::JoinGroup
+        | ApiKey::Heartbeat
+        | ApiKey::LeaveGroup
+        | ApiKey::OffsetCommit
+        | ApiKey::OffsetFetch
+        | ApiKey::ListGroups
+        | ApiKey::DescribeGroup
+        | ApiKey::DeleteGroup => match group_request(api, body) {
+            // A task: a heartbeat may be held by the coordinator, and the
+            // connection reads on meanwhile.
+            Ok(req) => {
+                let core = core.clone();
+                Pending::Later(glommio::spawn_local(async move {
+                    group_answer(corr, group_coordinator::serve(&core, req).await)
+                }))
+            }
+            Err(e) => Pending::Ready(bad_body(corr, &e)),
+        },
         _ => Pending::Ready(serve_other(core, corr, api, body).await),
+    }
+}
+
+/// Decodes the body of a group API request.
+fn group_request(api: ApiKey, body: &[u8]) -> Result<GroupRequest, frame::FrameError> {
+    Ok(match api {
+        ApiKey::JoinGroup => GroupRequest::Join(frame::decode_body(body)?),
+        ApiKey::Heartbeat => GroupRequest::Heartbeat(frame::decode_body(body)?),
+        ApiKey::LeaveGroup => GroupRequest::Leave(frame::decode_body(body)?),
+        ApiKey::OffsetCommit => GroupRequest::Commit(frame::decode_body(body)?),
+        ApiKey::OffsetFetch => GroupRequest::Fetch(frame::decode_body(body)?),
+        ApiKey::DescribeGroup => GroupRequest::Describe(frame::decode_body(body)?),
+        ApiKey::DeleteGroup => GroupRequest::Delete(frame::decode_body(body)?),
+        _ => {
+            let _: ListGroupsRequest = frame::decode_body(body)?;
+            GroupRequest::List
+        }
+    })
+}
+
+fn group_answer(corr: u32, r: GroupResponse) -> Answer {
+    match r {
+        GroupResponse::Assignment(a) => ok(corr, &a),
+        GroupResponse::Result(a) => ok(corr, &a),
+        GroupResponse::Commit(a) => ok(corr, &a),
+        GroupResponse::Fetch(a) => ok(corr, &a),
+        GroupResponse::Describe(a) => ok(corr, &a),
+        GroupResponse::List(groups) => ok(corr, &ListGroupsResponse { groups }),
     }
 }
 
@@ -157,7 +205,7 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
             let req = body!(DeleteTopicsRequest);
             let mut topics = Vec::new();
             for name in req.names {
-                let r = admin(core, AdminChange::Delete(name.clone())).await;
+                let r = client_admin(core, AdminChange::Delete(name.clone())).await;
                 topics.push(topic_result(&name, r));
             }
             ok(corr, &DeleteTopicsResponse { topics })
@@ -175,7 +223,7 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
             let req = body!(CreatePartitionsRequest);
             let mut topics = Vec::new();
             for (name, total) in req.topics {
-                let r = admin(core, AdminChange::AddPartitions(name.clone(), total)).await;
+                let r = client_admin(core, AdminChange::AddPartitions(name.clone(), total)).await;
                 topics.push(topic_result(&name, r));
             }
             ok(corr, &CreatePartitionsResponse { topics })
@@ -199,6 +247,19 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
             false,
         ),
     }
+}
+
+/// Applies a topic change requested by a client: the internal topic
+/// cannot be deleted or grown (its partition count maps groups to cores).
+async fn client_admin(core: &Rc<Core>, change: AdminChange) -> Result<(), TopicError> {
+    if let AdminChange::Delete(name) | AdminChange::AddPartitions(name, _) = &change {
+        if name == OFFSETS_TOPIC {
+            return Err(TopicError::Config(format!(
+                "{OFFSETS_TOPIC} is internal: it cannot be deleted or get more partitions"
+            )));
+        }
+    }
+    admin(core, change).await
 }
 
 /// Applies a topic change through core 0.
@@ -272,7 +333,7 @@ async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
         .collect();
     let names: Vec<String> = match req.topics {
         Some(t) => t,
-        None => core.registry.borrow().topics().keys().cloned().collect(),
+        None => visible_topics(core),
     };
     let mut topics = Vec::new();
     for name in names {
@@ -298,6 +359,18 @@ async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
         });
     }
     MetadataResponse { cores, topics }
+}
+
+/// Every topic but the internal `__consumer_offsets` (listed only when
+/// asked for by name).
+fn visible_topics(core: &Core) -> Vec<String> {
+    core.registry
+        .borrow()
+        .topics()
+        .keys()
+        .filter(|t| t.as_str() != OFFSETS_TOPIC)
+        .cloned()
+        .collect()
 }
 
 fn partition_exists(core: &Core, topic: &str, partition: u32) -> bool {
@@ -346,6 +419,14 @@ async fn append_partition(
     acks: i8,
     ctx: Ctx,
 ) -> Result<Vec<AckWait>, PartitionError> {
+    if topic == OFFSETS_TOPIC {
+        return Err(PartitionError {
+            code: code::POLICY_VIOLATION,
+            message: format!(
+                "{OFFSETS_TOPIC} is internal: only the group coordinator writes it (commit offsets instead)"
+            ),
+        });
+    }
     if !ensure_topic(core, topic).await || !partition_exists(core, topic, partition) {
         return Err(PartitionError::unknown(topic, partition));
     }
@@ -734,7 +815,7 @@ async fn list_offsets(core: &Rc<Core>, req: ListOffsetsRequest) -> ListOffsetsRe
 
 async fn describe(core: &Rc<Core>, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
     let names: Vec<String> = if req.topics.is_empty() {
-        core.registry.borrow().topics().keys().cloned().collect()
+        visible_topics(core)
     } else {
         req.topics
     };

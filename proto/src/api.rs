@@ -41,11 +41,30 @@ pub enum ApiKey {
     ListOffsets = 9,
     /// Hands out an idempotent producer's id and epoch.
     InitProducerId = 10,
+    // 11 is reserved (log compaction).
+    /// Joins a consumer group (or updates a member's subscription).
+    JoinGroup = 12,
+    /// Keeps a group member alive, reports the partitions it owns and
+    /// answers with the partitions it may own (Kafka's SyncGroup folded in:
+    /// the broker computes assignments).
+    Heartbeat = 13,
+    /// Leaves a consumer group.
+    LeaveGroup = 14,
+    /// Commits offsets of a group.
+    OffsetCommit = 15,
+    /// Reads a group's committed offsets.
+    OffsetFetch = 16,
+    /// Lists the consumer groups.
+    ListGroups = 17,
+    /// Describes one consumer group: state, members, committed offsets.
+    DescribeGroup = 18,
+    /// Deletes an empty consumer group and its committed offsets.
+    DeleteGroup = 19,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 11] = [
+    pub const ALL: [ApiKey; 19] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -57,6 +76,14 @@ impl ApiKey {
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::InitProducerId,
+        ApiKey::JoinGroup,
+        ApiKey::Heartbeat,
+        ApiKey::LeaveGroup,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+        ApiKey::ListGroups,
+        ApiKey::DescribeGroup,
+        ApiKey::DeleteGroup,
     ];
 
     /// The key on the wire.
@@ -79,6 +106,14 @@ impl ApiKey {
             8 => ApiKey::Fetch,
             9 => ApiKey::ListOffsets,
             10 => ApiKey::InitProducerId,
+            12 => ApiKey::JoinGroup,
+            13 => ApiKey::Heartbeat,
+            14 => ApiKey::LeaveGroup,
+            15 => ApiKey::OffsetCommit,
+            16 => ApiKey::OffsetFetch,
+            17 => ApiKey::ListGroups,
+            18 => ApiKey::DescribeGroup,
+            19 => ApiKey::DeleteGroup,
             _ => return None,
         })
     }
@@ -97,6 +132,14 @@ impl ApiKey {
             ApiKey::Fetch => "Fetch",
             ApiKey::ListOffsets => "ListOffsets",
             ApiKey::InitProducerId => "InitProducerId",
+            ApiKey::JoinGroup => "JoinGroup",
+            ApiKey::Heartbeat => "Heartbeat",
+            ApiKey::LeaveGroup => "LeaveGroup",
+            ApiKey::OffsetCommit => "OffsetCommit",
+            ApiKey::OffsetFetch => "OffsetFetch",
+            ApiKey::ListGroups => "ListGroups",
+            ApiKey::DescribeGroup => "DescribeGroup",
+            ApiKey::DeleteGroup => "DeleteGroup",
         }
     }
 
@@ -143,12 +186,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_are_dense_and_round_trip() {
-        for (i, k) in ApiKey::ALL.iter().enumerate() {
-            assert_eq!(k.as_u16() as usize, i);
-            assert_eq!(ApiKey::from_u16(k.as_u16()), Some(*k));
+    fn keys_are_ordered_and_round_trip() {
+        for w in ApiKey::ALL.windows(2) {
+            assert!(w[0].as_u16() < w[1].as_u16());
         }
-        assert_eq!(ApiKey::from_u16(ApiKey::ALL.len() as u16), None);
+        for k in ApiKey::ALL {
+            assert_eq!(ApiKey::from_u16(k.as_u16()), Some(k));
+        }
+        let last = ApiKey::ALL[ApiKey::ALL.len() - 1].as_u16();
+        for key in 0..=last + 1 {
+            if let Some(k) = ApiKey::from_u16(key) {
+                assert!(ApiKey::ALL.contains(&k));
+            }
+        }
+        assert_eq!(ApiKey::from_u16(last + 1), None);
         assert_eq!(ApiKey::from_u16(u16::MAX), None);
     }
 }

@@ -73,11 +73,28 @@ pub enum ErrorCode {
     /// The partition holds no state for this producer id and the batch
     /// does not start a sequence (its base sequence is not 0).
     UnknownProducerId = 22,
+    // 23..=29 are reserved (log compaction).
+    /// The group has no member with this id (it left, was expelled after
+    /// its session or poll timeout, or the coordinator restarted): rejoin.
+    UnknownMemberId = 30,
+    /// The generation is not the member's current one, or the partition is
+    /// not assigned to the member (a fenced zombie): rejoin.
+    IllegalGeneration = 31,
+    /// The operation needs a group without active members.
+    GroupNotEmpty = 32,
+    /// The group does not exist.
+    GroupIdNotFound = 33,
+    /// The group id is empty or too long.
+    InvalidGroupId = 34,
+    /// The member asks for an assignor other than the group's.
+    InconsistentAssignor = 35,
+    /// The session timeout or poll interval is outside the broker's range.
+    InvalidSessionTimeout = 36,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 30] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -101,6 +118,13 @@ impl ErrorCode {
         ErrorCode::OutOfOrderSequence,
         ErrorCode::InvalidProducerEpoch,
         ErrorCode::UnknownProducerId,
+        ErrorCode::UnknownMemberId,
+        ErrorCode::IllegalGeneration,
+        ErrorCode::GroupNotEmpty,
+        ErrorCode::GroupIdNotFound,
+        ErrorCode::InvalidGroupId,
+        ErrorCode::InconsistentAssignor,
+        ErrorCode::InvalidSessionTimeout,
     ];
 
     /// The number on the wire.
@@ -134,6 +158,13 @@ impl ErrorCode {
             20 => ErrorCode::OutOfOrderSequence,
             21 => ErrorCode::InvalidProducerEpoch,
             22 => ErrorCode::UnknownProducerId,
+            30 => ErrorCode::UnknownMemberId,
+            31 => ErrorCode::IllegalGeneration,
+            32 => ErrorCode::GroupNotEmpty,
+            33 => ErrorCode::GroupIdNotFound,
+            34 => ErrorCode::InvalidGroupId,
+            35 => ErrorCode::InconsistentAssignor,
+            36 => ErrorCode::InvalidSessionTimeout,
             _ => ErrorCode::Unknown,
         }
     }
@@ -182,6 +213,13 @@ impl ErrorCode {
             ErrorCode::OutOfOrderSequence => "OutOfOrderSequence",
             ErrorCode::InvalidProducerEpoch => "InvalidProducerEpoch",
             ErrorCode::UnknownProducerId => "UnknownProducerId",
+            ErrorCode::UnknownMemberId => "UnknownMemberId",
+            ErrorCode::IllegalGeneration => "IllegalGeneration",
+            ErrorCode::GroupNotEmpty => "GroupNotEmpty",
+            ErrorCode::GroupIdNotFound => "GroupIdNotFound",
+            ErrorCode::InvalidGroupId => "InvalidGroupId",
+            ErrorCode::InconsistentAssignor => "InconsistentAssignor",
+            ErrorCode::InvalidSessionTimeout => "InvalidSessionTimeout",
         }
     }
 
@@ -211,6 +249,13 @@ impl ErrorCode {
             ErrorCode::OutOfOrderSequence => "out-of-order sequence number",
             ErrorCode::InvalidProducerEpoch => "producer fenced by a newer epoch",
             ErrorCode::UnknownProducerId => "unknown producer id",
+            ErrorCode::UnknownMemberId => "unknown group member",
+            ErrorCode::IllegalGeneration => "stale generation or partition not assigned",
+            ErrorCode::GroupNotEmpty => "the group has active members",
+            ErrorCode::GroupIdNotFound => "unknown group",
+            ErrorCode::InvalidGroupId => "invalid group id",
+            ErrorCode::InconsistentAssignor => "assignor differs from the group's",
+            ErrorCode::InvalidSessionTimeout => "invalid session timeout",
         }
     }
 }
@@ -239,9 +284,14 @@ mod tests {
 
     #[test]
     fn all_is_in_numeric_order_and_round_trips() {
-        for (i, code) in ErrorCode::ALL.iter().enumerate() {
-            assert_eq!(code.as_u16() as usize, i);
-            assert_eq!(ErrorCode::from_u16(code.as_u16()), *code);
+        for w in ErrorCode::ALL.windows(2) {
+            assert!(w[0].as_u16() < w[1].as_u16());
         }
+        for code in ErrorCode::ALL {
+            assert_eq!(ErrorCode::from_u16(code.as_u16()), code);
+        }
+        // Reserved and unknown numbers read as Unknown.
+        assert_eq!(ErrorCode::from_u16(23), ErrorCode::Unknown);
+        assert_eq!(ErrorCode::from_u16(37), ErrorCode::Unknown);
     }
 }

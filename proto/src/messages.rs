@@ -441,6 +441,263 @@ pub struct InitProducerIdResponse {
     pub producer_epoch: i16,
 }
 
+// --- Consumer groups (12–19) ---------------------------------------------------------
+
+/// Partitions of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct TopicPartitions {
+    /// The topic's name.
+    pub topic: String,
+    /// Partition indexes, ascending.
+    pub partitions: Vec<u32>,
+}
+
+/// Joins a group (an empty `member_id`) or updates a member's
+/// subscription (its `member_id`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct JoinGroupRequest {
+    /// The group id.
+    pub group: String,
+    /// Empty to join as a new member; the member's id to update it.
+    pub member_id: String,
+    /// Free text naming the client (shown by describe).
+    pub client_id: String,
+    /// Topics the member subscribes to.
+    pub topics: Vec<String>,
+    /// `range`, `roundrobin` or `cooperative-sticky`; every member of a
+    /// group must ask for the same one.
+    pub assignor: String,
+    /// The member is expelled if no heartbeat arrives for this long.
+    pub session_timeout_ms: u32,
+    /// The member is expelled if it reports more time than this since its
+    /// application last polled.
+    pub max_poll_interval_ms: u32,
+}
+
+/// A member's liveness report: what it owns now and how long ago its
+/// application polled.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct HeartbeatRequest {
+    /// The group id.
+    pub group: String,
+    /// The member's id (from its join).
+    pub member_id: String,
+    /// The generation the member last received.
+    pub generation: i32,
+    /// The partitions the member owns (has not revoked).
+    pub owned: Vec<TopicPartitions>,
+    /// Milliseconds since the member's application last polled.
+    pub since_poll_ms: u32,
+    /// If the answer would not change what the member owns, the
+    /// coordinator may hold the heartbeat up to this long (capped at half
+    /// the session timeout) and answer as soon as the assignment changes.
+    pub wait_ms: u32,
+}
+
+/// The answer to a join or heartbeat: the partitions the member may own
+/// now.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct GroupAssignment {
+    /// Error code (0 = none).
+    pub error: u16,
+    /// Optional detail for the error.
+    pub message: Option<String>,
+    /// The member's id.
+    pub member_id: String,
+    /// The group's generation (grows with every change of the target
+    /// assignment).
+    pub generation: i32,
+    /// The group's assignor.
+    pub assignor: String,
+    /// The partitions the member may own: its target assignment minus the
+    /// partitions another member still owns.
+    pub assignment: Vec<TopicPartitions>,
+    /// How often the member should heartbeat at most.
+    pub heartbeat_interval_ms: u32,
+}
+
+/// Leaves a group.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct LeaveGroupRequest {
+    /// The group id.
+    pub group: String,
+    /// The member's id.
+    pub member_id: String,
+}
+
+/// Outcome of a group operation without other results.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct GroupResult {
+    /// Error code (0 = none).
+    pub error: u16,
+    /// Optional detail for the error.
+    pub message: Option<String>,
+}
+
+/// One offset to commit.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct CommitOffset {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: u32,
+    /// The next offset to consume (at most the log end offset).
+    pub offset: u64,
+    /// Free text stored with the offset.
+    pub metadata: Option<String>,
+}
+
+/// Commits offsets of a group. A member commits with its id and
+/// generation; an admin tool commits to a group without members with an
+/// empty `member_id` and generation -1.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct OffsetCommitRequest {
+    /// The group id.
+    pub group: String,
+    /// The member's id, or empty (admin commit to an empty group).
+    pub member_id: String,
+    /// The member's generation, or -1 (admin commit).
+    pub generation: i32,
+    /// The offsets.
+    pub offsets: Vec<CommitOffset>,
+}
+
+/// Outcome of one partition's commit.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct CommitResult {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: u32,
+    /// Error code (0 = committed).
+    pub error: u16,
+    /// Optional detail for the error.
+    pub message: Option<String>,
+}
+
+/// The outcome of a commit: a group-level error, or one result per offset.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct OffsetCommitResponse {
+    /// Group-level error (0 = none; then see `partitions`).
+    pub error: u16,
+    /// Optional detail for the error.
+    pub message: Option<String>,
+    /// Per-partition outcome, in request order.
+    pub partitions: Vec<CommitResult>,
+}
+
+/// Reads committed offsets.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct OffsetFetchRequest {
+    /// The group id.
+    pub group: String,
+    /// The partitions to read; `None` for every partition with a commit.
+    pub partitions: Option<Vec<TopicPartitions>>,
+}
+
+/// One committed offset.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct CommittedOffset {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: u32,
+    /// The committed offset (the next record to consume).
+    pub offset: u64,
+    /// The metadata committed with it.
+    pub metadata: Option<String>,
+    /// When it was committed (ms since the epoch, broker clock).
+    pub commit_timestamp: i64,
+}
+
+/// Committed offsets of a group (partitions without a commit are left
+/// out).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct OffsetFetchResponse {
+    /// Error code (0 = none).
+    pub error: u16,
+    /// Optional detail for the error.
+    pub message: Option<String>,
+    /// The committed offsets, sorted by topic and partition.
+    pub offsets: Vec<CommittedOffset>,
+}
+
+/// Lists the groups.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ListGroupsRequest {}
+
+/// One group in a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct GroupListing {
+    /// The group id.
+    pub group: String,
+    /// `Empty`, `Stable` or `Reconciling`.
+    pub state: String,
+    /// Active members.
+    pub members: u32,
+    /// The group's assignor (empty for a group that never had members).
+    pub assignor: String,
+}
+
+/// Every group, sorted by id.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ListGroupsResponse {
+    /// The groups.
+    pub groups: Vec<GroupListing>,
+}
+
+/// Describes one group.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeGroupRequest {
+    /// The group id.
+    pub group: String,
+}
+
+/// One member of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct MemberDescription {
+    /// The member's id.
+    pub member_id: String,
+    /// The client id it joined with.
+    pub client_id: String,
+    /// Its subscription.
+    pub topics: Vec<String>,
+    /// Its target assignment.
+    pub assignment: Vec<TopicPartitions>,
+    /// What it reported owning in its last heartbeat.
+    pub owned: Vec<TopicPartitions>,
+}
+
+/// A group's state, members and committed offsets.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeGroupResponse {
+    /// Error code (0 = none).
+    pub error: u16,
+    /// Optional detail for the error.
+    pub message: Option<String>,
+    /// The group id.
+    pub group: String,
+    /// `Empty`, `Stable` or `Reconciling`.
+    pub state: String,
+    /// The group's generation.
+    pub generation: i32,
+    /// The group's assignor.
+    pub assignor: String,
+    /// The core that coordinates the group.
+    pub coordinator_core: u32,
+    /// Active members, sorted by id.
+    pub members: Vec<MemberDescription>,
+    /// Committed offsets, sorted by topic and partition.
+    pub offsets: Vec<CommittedOffset>,
+}
+
+/// Deletes a group without active members, with its committed offsets.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DeleteGroupRequest {
+    /// The group id.
+    pub group: String,
+}
+
 // --- trait impls -------------------------------------------------------------------
 
 macro_rules! impl_message {
@@ -482,6 +739,20 @@ impl_message!(
     ListOffsetsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    JoinGroupRequest,
+    HeartbeatRequest,
+    GroupAssignment,
+    LeaveGroupRequest,
+    GroupResult,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    DescribeGroupRequest,
+    DescribeGroupResponse,
+    DeleteGroupRequest,
 );
 
 /// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
@@ -583,4 +854,12 @@ requests! {
     Fetch => FetchRequest, FetchResponse;
     ListOffsets => ListOffsetsRequest, ListOffsetsResponse;
     InitProducerId => InitProducerIdRequest, InitProducerIdResponse;
+    JoinGroup => JoinGroupRequest, GroupAssignment;
+    Heartbeat => HeartbeatRequest, GroupAssignment;
+    LeaveGroup => LeaveGroupRequest, GroupResult;
+    OffsetCommit => OffsetCommitRequest, OffsetCommitResponse;
+    OffsetFetch => OffsetFetchRequest, OffsetFetchResponse;
+    ListGroups => ListGroupsRequest, ListGroupsResponse;
+    DescribeGroup => DescribeGroupRequest, DescribeGroupResponse;
+    DeleteGroup => DeleteGroupRequest, GroupResult;
 }

@@ -440,6 +440,13 @@ fn error_codes_are_pinned() {
         ("OutOfOrderSequence", 20),
         ("InvalidProducerEpoch", 21),
         ("UnknownProducerId", 22),
+        ("UnknownMemberId", 30),
+        ("IllegalGeneration", 31),
+        ("GroupNotEmpty", 32),
+        ("GroupIdNotFound", 33),
+        ("InvalidGroupId", 34),
+        ("InconsistentAssignor", 35),
+        ("InvalidSessionTimeout", 36),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -459,7 +466,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in 23..=u16::MAX {
+    for n in (23..=29).chain(37..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -500,6 +507,14 @@ fn api_keys_are_pinned() {
         ("Fetch", 8),
         ("ListOffsets", 9),
         ("InitProducerId", 10),
+        ("JoinGroup", 12),
+        ("Heartbeat", 13),
+        ("LeaveGroup", 14),
+        ("OffsetCommit", 15),
+        ("OffsetFetch", 16),
+        ("ListGroups", 17),
+        ("DescribeGroup", 18),
+        ("DeleteGroup", 19),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -509,7 +524,7 @@ fn api_keys_are_pinned() {
         assert!(key.supports(0));
         assert!(!key.supports(1));
     }
-    for n in 11..=u16::MAX {
+    for n in std::iter::once(11).chain(20..=u16::MAX) {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

@@ -392,6 +392,14 @@ pub fn decode_as_every_type(body: &[u8]) {
     std::hint::black_box(decode_body::<FetchResponse>(body).ok());
     std::hint::black_box(decode_body::<ListOffsetsRequest>(body).ok());
     std::hint::black_box(decode_body::<ListOffsetsResponse>(body).ok());
+    std::hint::black_box(decode_body::<JoinGroupRequest>(body).ok());
+    std::hint::black_box(decode_body::<HeartbeatRequest>(body).ok());
+    std::hint::black_box(decode_body::<GroupAssignment>(body).ok());
+    std::hint::black_box(decode_body::<OffsetCommitRequest>(body).ok());
+    std::hint::black_box(decode_body::<OffsetCommitResponse>(body).ok());
+    std::hint::black_box(decode_body::<OffsetFetchResponse>(body).ok());
+    std::hint::black_box(decode_body::<DescribeGroupResponse>(body).ok());
+    std::hint::black_box(decode_body::<ListGroupsResponse>(body).ok());
 }
 
 /// Runs every decoder over `buf` (as a server and as a client would),

@@ -1,0 +1,1100 @@
+//! The consumer-group coordinator.
+//!
+//! **Which core:** a group lives on the core that owns its partition of
+//! `__consumer_offsets` ([`group_records::partition_for`], then
+//! [`crate::registry::owner_core`]). Group requests arriving on any core
+//! and any listener are forwarded there over the mesh
+//! ([`CoreMsg::Group`]) and answered back the same way; everything about a
+//! group (members, target assignment, committed offsets, held heartbeats,
+//! expiry) is touched only on that core.
+//!
+//! **Membership:** a member joins (gets an id), then heartbeats with the
+//! partitions it owns and how long ago its application polled. The
+//! coordinator computes the group's *target* assignment with the group's
+//! assignor whenever membership, subscriptions or partition counts change
+//! (each change of the target is a new generation), and answers each
+//! heartbeat with the member's target minus the partitions another member
+//! still reports owning: a partition moves only after its previous owner
+//! released it, so two members never own one partition. Eager assignors
+//! (`range`, `roundrobin`) additionally make members revoke everything on
+//! a new generation (client side); `cooperative-sticky` revokes only what
+//! moves. A heartbeat whose answer would not change anything is held
+//! until the assignment changes (or `wait_ms`, at most half the session
+//! timeout), so a rebalance propagates without polling delays.
+//!
+//! **Expiry:** a member without a heartbeat for its session timeout, or
+//! reporting more than `max_poll_interval_ms` since its last poll, is
+//! removed; its partitions are reassigned.
+//!
+//! **Durability:** committed offsets and group metadata are records in the
+//! group's `__consumer_offsets` partition (keys and values in
+//! [`group_records`]); a commit is answered once its records are durable
+//! (`acks=all`). On start-up each core replays its partitions (latest
+//! record per key wins, tombstones delete). Members are not stored: after
+//! a restart they rejoin (their old ids are unknown).
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_channel::oneshot;
+use weir_proto::batch::Compression;
+use weir_proto::builder::BatchBuilder;
+use weir_proto::messages::*;
+use weir_proto::reader::RecordBatch;
+use weir_proto::record::RecordData;
+
+use crate::assignor::{Assignment, Assignor, Tp};
+use crate::core::{Core, CoreMsg, PartitionError};
+use crate::errors as code;
+use crate::group_records::{
+    self, GroupValue, OffsetValue, RecordKey, GROUP_ID_BYTES_MAX, OFFSETS_TOPIC,
+    OFFSET_METADATA_BYTES_MAX,
+};
+use crate::handlers;
+
+/// Shortest session timeout a member may ask for.
+pub const SESSION_TIMEOUT_MS_MIN: u32 = 100;
+/// Longest session timeout a member may ask for.
+pub const SESSION_TIMEOUT_MS_MAX: u32 = 30 * 60 * 1000;
+/// Longest time a heartbeat is held, and the heartbeat interval answered.
+pub const HEARTBEAT_INTERVAL_MS_MAX: u32 = 3000;
+/// How often a core checks its groups for expired members and changed
+/// partition counts.
+pub const EXPIRY_CHECK_MS: u64 = 100;
+/// Most members of one group.
+pub const GROUP_MEMBERS_MAX: usize = 10_000;
+/// Bytes of `__consumer_offsets` read at a time when replaying.
+pub const REPLAY_READ_BYTES: u64 = 1 << 20;
+
+const _: () = assert!(SESSION_TIMEOUT_MS_MIN < SESSION_TIMEOUT_MS_MAX);
+const _: () = assert!(EXPIRY_CHECK_MS < SESSION_TIMEOUT_MS_MIN as u64 * 2);
+
+/// A group request, forwarded to the coordinator's core.
+#[derive(Debug)]
+pub enum GroupRequest {
+    /// JoinGroup.
+    Join(JoinGroupRequest),
+    /// Heartbeat.
+    Heartbeat(HeartbeatRequest),
+    /// LeaveGroup.
+    Leave(LeaveGroupRequest),
+    /// OffsetCommit.
+    Commit(OffsetCommitRequest),
+    /// OffsetFetch.
+    Fetch(OffsetFetchRequest),
+    /// DescribeGroup.
+    Describe(DescribeGroupRequest),
+    /// DeleteGroup.
+    Delete(DeleteGroupRequest),
+    /// The groups of one core (ListGroups asks every core).
+    List,
+}
+
+impl GroupRequest {
+    fn group(&self) -> &str {
+        match self {
+            GroupRequest::Join(r) => &r.group,
+            GroupRequest::Heartbeat(r) => &r.group,
+            GroupRequest::Leave(r) => &r.group,
+            GroupRequest::Commit(r) => &r.group,
+            GroupRequest::Fetch(r) => &r.group,
+            GroupRequest::Describe(r) => &r.group,
+            GroupRequest::Delete(r) => &r.group,
+            GroupRequest::List => "",
+        }
+    }
+}
+
+/// The coordinator's answer.
+#[derive(Debug)]
+pub enum GroupResponse {
+    /// To Join and Heartbeat.
+    Assignment(GroupAssignment),
+    /// To Leave and Delete.
+    Result(GroupResult),
+    /// To OffsetCommit.
+    Commit(OffsetCommitResponse),
+    /// To OffsetFetch.
+    Fetch(OffsetFetchResponse),
+    /// To DescribeGroup.
+    Describe(DescribeGroupResponse),
+    /// To List.
+    List(Vec<GroupListing>),
+}
+
+/// The error of a request, before it is put in the answer's shape.
+struct Refusal(u16, String);
+
+impl GroupResponse {
+    fn refused(req: &GroupRequest, e: Refusal) -> GroupResponse {
+        let (error, message) = (e.0, Some(e.1));
+        match req {
+            GroupRequest::Join(_) | GroupRequest::Heartbeat(_) => {
+                GroupResponse::Assignment(GroupAssignment {
+                    error,
+                    message,
+                    ..Default::default()
+                })
+            }
+            GroupRequest::Leave(_) | GroupRequest::Delete(_) => {
+                GroupResponse::Result(GroupResult { error, message })
+            }
+            GroupRequest::Commit(_) => GroupResponse::Commit(OffsetCommitResponse {
+                error,
+                message,
+                partitions: Vec::new(),
+            }),
+            GroupRequest::Fetch(_) => GroupResponse::Fetch(OffsetFetchResponse {
+                error,
+                message,
+                offsets: Vec::new(),
+            }),
+            GroupRequest::Describe(r) => GroupResponse::Describe(DescribeGroupResponse {
+                error,
+                message,
+                group: r.group.clone(),
+                ..Default::default()
+            }),
+            GroupRequest::List => GroupResponse::List(Vec::new()),
+        }
+    }
+}
+
+/// One member.
+struct Member {
+    client_id: String,
+    topics: BTreeSet<String>,
+    session_timeout: Duration,
+    max_poll_interval_ms: u32,
+    last_heartbeat: Instant,
+    /// The generation at which it joined: commits from older ones are
+    /// refused.
+    joined_generation: i32,
+    /// What it reported owning in its last heartbeat.
+    owned: BTreeSet<Tp>,
+    /// Ends its held heartbeat.
+    waiter: Option<oneshot::Sender<()>>,
+}
+
+/// One group, on its coordinator's core.
+#[derive(Default)]
+struct Group {
+    generation: i32,
+    assignor: String,
+    members: BTreeMap<String, Member>,
+    target: Assignment,
+    /// Partition counts of the subscribed topics the target was computed
+    /// with.
+    counts: BTreeMap<String, u32>,
+    offsets: BTreeMap<Tp, OffsetValue>,
+}
+
+impl Group {
+    fn state(&self) -> &'static str {
+        if self.members.is_empty() {
+            "Empty"
+        } else if self
+            .members
+            .iter()
+            .all(|(id, m)| self.target.get(id).is_some_and(|t| *t == m.owned))
+        {
+            "Stable"
+        } else {
+            "Reconciling"
+        }
+    }
+
+    /// What `member` may own now: its target minus what others own.
+    fn allowed(&self, member: &str) -> BTreeSet<Tp> {
+        let Some(t) = self.target.get(member) else {
+            return BTreeSet::new();
+        };
+        t.iter()
+            .filter(|tp| {
+                !self
+                    .members
+                    .iter()
+                    .any(|(id, m)| id != member && m.owned.contains(*tp))
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn wake_all(&mut self) {
+        for m in self.members.values_mut() {
+            if let Some(tx) = m.waiter.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    fn answer(&self, member: &str) -> GroupAssignment {
+        GroupAssignment {
+            error: code::NONE,
+            message: None,
+            member_id: member.to_string(),
+            generation: self.generation,
+            assignor: self.assignor.clone(),
+            assignment: to_wire(&self.allowed(member)),
+            heartbeat_interval_ms: self.members.get(member).map_or(0, |m| {
+                (m.session_timeout.as_millis() as u32 / 3).clamp(1, HEARTBEAT_INTERVAL_MS_MAX)
+            }),
+        }
+    }
+}
+
+/// The groups one core coordinates.
+#[derive(Default)]
+pub struct Groups {
+    groups: RefCell<HashMap<String, Group>>,
+    next_member: Cell<u64>,
+}
+
+/// Partitions as the wire lists them (by topic, ascending).
+pub fn to_wire(set: &BTreeSet<Tp>) -> Vec<TopicPartitions> {
+    let mut out: Vec<TopicPartitions> = Vec::new();
+    for (t, p) in set {
+        match out.last_mut() {
+            Some(last) if last.topic == *t => last.partitions.push(*p),
+            _ => out.push(TopicPartitions {
+                topic: t.clone(),
+                partitions: vec![*p],
+            }),
+        }
+    }
+    out
+}
+
+fn from_wire(list: &[TopicPartitions]) -> BTreeSet<Tp> {
+    list.iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.topic.clone(), *p)))
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The core that coordinates `group`, or why there is none.
+fn coordinator_of(core: &Core, group: &str) -> Result<usize, Refusal> {
+    if group.is_empty() || group.len() > GROUP_ID_BYTES_MAX {
+        return Err(Refusal(
+            code::INVALID_GROUP_ID,
+            format!("group id must be 1 to {GROUP_ID_BYTES_MAX} bytes"),
+        ));
+    }
+    let n = core
+        .registry
+        .borrow()
+        .get(OFFSETS_TOPIC)
+        .map(|s| s.partitions)
+        .ok_or_else(|| {
+            Refusal(
+                code::STORAGE_ERROR,
+                format!("the internal topic {OFFSETS_TOPIC} does not exist"),
+            )
+        })?;
+    Ok(core.owner(OFFSETS_TOPIC, group_records::partition_for(group, n)))
+}
+
+/// Serves a group request from a connection on this core: forwards it to
+/// the coordinator's core (or every core, for a listing) and waits for the
+/// answer there.
+pub async fn serve(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
+    if matches!(req, GroupRequest::List) {
+        let mut all = Vec::new();
+        for c in 0..core.cores() {
+            if let GroupResponse::List(l) = on_core(core, c, GroupRequest::List).await {
+                all.extend(l);
+            }
+        }
+        all.sort_by(|a, b| a.group.cmp(&b.group));
+        return GroupResponse::List(all);
+    }
+    match coordinator_of(core, req.group()) {
+        Ok(c) => on_core(core, c, req).await,
+        Err(e) => GroupResponse::refused(&req, e),
+    }
+}
+
+async fn on_core(core: &Rc<Core>, c: usize, req: GroupRequest) -> GroupResponse {
+    if c == core.id {
+        return handle(core, req).await;
+    }
+    let (tx, rx) = core.expect_reply::<GroupResponse>();
+    let kind = GroupResponse::refused(
+        &req,
+        Refusal(code::STORAGE_ERROR, format!("core {c} dropped the request")),
+    );
+    if let Err(e) = core
+        .send_to(
+            c,
+            CoreMsg::Group {
+                request: req,
+                reply: tx,
+            },
+        )
+        .await
+    {
+        tracing::warn!(core = c, error = %format!("{e:#}"), "group request not forwarded");
+        return kind;
+    }
+    rx.await.unwrap_or(kind)
+}
+
+/// Handles a group request on the coordinator's core.
+pub async fn handle(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
+    let r = match &req {
+        GroupRequest::Join(r) => join(core, r).map(GroupResponse::Assignment),
+        GroupRequest::Heartbeat(r) => heartbeat(core, r).await.map(GroupResponse::Assignment),
+        GroupRequest::Leave(r) => leave(core, r).map(GroupResponse::Result),
+        GroupRequest::Commit(r) => commit(core, r).await.map(GroupResponse::Commit),
+        GroupRequest::Fetch(r) => Ok(GroupResponse::Fetch(fetch_offsets(core, r))),
+        GroupRequest::Describe(r) => describe(core, r).map(GroupResponse::Describe),
+        GroupRequest::Delete(r) => delete(core, r).await.map(GroupResponse::Result),
+        GroupRequest::List => Ok(GroupResponse::List(list(core))),
+    };
+    r.unwrap_or_else(|e| GroupResponse::refused(&req, e))
+}
+
+fn unknown_member(group: &str, member: &str) -> Refusal {
+    Refusal(
+        code::UNKNOWN_MEMBER_ID,
+        format!(
+            "group `{group}` has no member `{member}` (it left, was expelled after its session \
+             or poll timeout, or the broker restarted): rejoin"
+        ),
+    )
+}
+
+/// Recomputes the target assignment; a changed target is a new generation
+/// (stored). Wakes every held heartbeat.
+fn rebalance(core: &Rc<Core>, name: &str, g: &mut Group) {
+    let subscriptions: BTreeMap<String, BTreeSet<String>> = g
+        .members
+        .iter()
+        .map(|(id, m)| (id.clone(), m.topics.clone()))
+        .collect();
+    let counts = subscribed_counts(core, g);
+    let assignor = Assignor::parse(&g.assignor).unwrap_or(Assignor::Range);
+    let target = assignor.assign(&subscriptions, &counts, &g.target);
+    g.counts = counts;
+    if target != g.target {
+        g.target = target;
+        g.generation = g.generation.wrapping_add(1).max(1);
+        let value = GroupValue {
+            generation: g.generation,
+            assignor: g.assignor.clone(),
+        };
+        let (core, name) = (core.clone(), name.to_string());
+        glommio::spawn_local(async move {
+            let key = RecordKey::Group {
+                group: name.clone(),
+            };
+            if let Err(e) = write_records(&core, &name, vec![(key, Some(value.encode()))]).await {
+                tracing::warn!(group = %name, error = %e.message, "storing the group's generation failed");
+            }
+        })
+        .detach();
+    }
+    g.wake_all();
+}
+
+fn subscribed_counts(core: &Core, g: &Group) -> BTreeMap<String, u32> {
+    let reg = core.registry.borrow();
+    g.members
+        .values()
+        .flat_map(|m| m.topics.iter())
+        .filter_map(|t| reg.get(t).map(|s| (t.clone(), s.partitions)))
+        .collect()
+}
+
+fn join(core: &Rc<Core>, r: &JoinGroupRequest) -> Result<GroupAssignment, Refusal> {
+    if Assignor::parse(&r.assignor).is_none() {
+        return Err(Refusal(
+            code::INCONSISTENT_ASSIGNOR,
+            format!(
+                "unknown assignor `{}`: use range, roundrobin or cooperative-sticky",
+                r.assignor
+            ),
+        ));
+    }
+    let range = SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX;
+    if !range.contains(&r.session_timeout_ms) || !range.contains(&r.max_poll_interval_ms) {
+        return Err(Refusal(
+            code::INVALID_SESSION_TIMEOUT,
+            format!(
+                "session_timeout_ms {} and max_poll_interval_ms {} must be within \
+                 {SESSION_TIMEOUT_MS_MIN}..={SESSION_TIMEOUT_MS_MAX}",
+                r.session_timeout_ms, r.max_poll_interval_ms
+            ),
+        ));
+    }
+    if r.topics.is_empty() {
+        return Err(Refusal(
+            code::INVALID_REQUEST,
+            "a member must subscribe to at least one topic".into(),
+        ));
+    }
+    let mut groups = core.groups.groups.borrow_mut();
+    let g = groups.entry(r.group.clone()).or_default();
+    if !g.members.is_empty() && g.assignor != r.assignor {
+        return Err(Refusal(
+            code::INCONSISTENT_ASSIGNOR,
+            format!(
+                "group `{}` uses the assignor `{}`, not `{}`",
+                r.group, g.assignor, r.assignor
+            ),
+        ));
+    }
+    let id = if r.member_id.is_empty() {
+        if g.members.len() >= GROUP_MEMBERS_MAX {
+            return Err(Refusal(
+                code::POLICY_VIOLATION,
+                format!("group `{}` has {GROUP_MEMBERS_MAX} members", r.group),
+            ));
+        }
+        let n = core.groups.next_member.get();
+        core.groups.next_member.set(n + 1);
+        let client = if r.client_id.is_empty() {
+            "member"
+        } else {
+            r.client_id.as_str()
+        };
+        format!("{client}-{}-{n}-{:x}", core.id, now_ms())
+    } else if g.members.contains_key(&r.member_id) {
+        r.member_id.clone()
+    } else {
+        return Err(unknown_member(&r.group, &r.member_id));
+    };
+    let joined = g.generation;
+    let m = g.members.entry(id.clone()).or_insert_with(|| Member {
+        client_id: r.client_id.clone(),
+        topics: BTreeSet::new(),
+        session_timeout: Duration::ZERO,
+        max_poll_interval_ms: 0,
+        last_heartbeat: Instant::now(),
+        joined_generation: joined,
+        owned: BTreeSet::new(),
+        waiter: None,
+    });
+    m.topics = r.topics.iter().cloned().collect();
+    m.session_timeout = Duration::from_millis(r.session_timeout_ms.into());
+    m.max_poll_interval_ms = r.max_poll_interval_ms;
+    m.last_heartbeat = Instant::now();
+    g.assignor = r.assignor.clone();
+    rebalance(core, &r.group, g);
+    Ok(g.answer(&id))
+}
+
+async fn heartbeat(core: &Rc<Core>, r: &HeartbeatRequest) -> Result<GroupAssignment, Refusal> {
+    let owned = from_wire(&r.owned);
+    let hold = {
+        let mut groups = core.groups.groups.borrow_mut();
+        let g = groups
+            .get_mut(&r.group)
+            .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
+        let m = g
+            .members
+            .get_mut(&r.member_id)
+            .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
+        if r.since_poll_ms > m.max_poll_interval_ms {
+            let limit = m.max_poll_interval_ms;
+            g.members.remove(&r.member_id);
+            rebalance(core, &r.group, g);
+            return Err(Refusal(
+                code::UNKNOWN_MEMBER_ID,
+                format!(
+                    "member `{}` expelled from group `{}`: its application did not poll for \
+                     {} ms (max_poll_interval_ms {limit}); rejoin",
+                    r.member_id, r.group, r.since_poll_ms
+                ),
+            ));
+        }
+        m.last_heartbeat = Instant::now();
+        // A newer heartbeat ends the member's held one.
+        if let Some(tx) = m.waiter.take() {
+            let _ = tx.send(());
+        }
+        let hold = Duration::from_millis(r.wait_ms.into()).min(m.session_timeout / 2);
+        if m.owned != owned {
+            m.owned = owned.clone();
+            // Released partitions may now go to their new owners.
+            g.wake_all();
+        }
+        hold
+    };
+    let deadline = Instant::now() + hold;
+    loop {
+        let rx = {
+            let mut groups = core.groups.groups.borrow_mut();
+            let Some(g) = groups.get_mut(&r.group) else {
+                return Err(unknown_member(&r.group, &r.member_id));
+            };
+            if !g.members.contains_key(&r.member_id) {
+                return Err(unknown_member(&r.group, &r.member_id));
+            }
+            let answer = g.answer(&r.member_id);
+            let unchanged = answer.generation == r.generation
+                && from_wire(&answer.assignment) == owned
+                && Instant::now() < deadline
+                && !core.shared.stopping();
+            if !unchanged {
+                return Ok(answer);
+            }
+            let (tx, rx) = oneshot::channel();
+            if let Some(m) = g.members.get_mut(&r.member_id) {
+                m.waiter = Some(tx);
+            }
+            rx
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        futures_lite::future::or(
+            async {
+                let _ = rx.await;
+            },
+            async {
+                // Wake up for shutdown too.
+                let end = Instant::now() + left;
+                while Instant::now() < end && !core.shared.stopping() {
+                    let step = end.saturating_duration_since(Instant::now());
+                    glommio::timer::sleep(step.min(Duration::from_millis(50))).await;
+                }
+            },
+        )
+        .await;
+    }
+}
+
+fn leave(core: &Rc<Core>, r: &LeaveGroupRequest) -> Result<GroupResult, Refusal> {
+    let mut groups = core.groups.groups.borrow_mut();
+    let g = groups
+        .get_mut(&r.group)
+        .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
+    if g.members.remove(&r.member_id).is_none() {
+        return Err(unknown_member(&r.group, &r.member_id));
+    }
+    rebalance(core, &r.group, g);
+    Ok(GroupResult::default())
+}
+
+/// Log end offsets of partitions, asking each owner core once.
+async fn log_ends(core: &Rc<Core>, tps: &[Tp]) -> Vec<Result<u64, PartitionError>> {
+    let mut by_core: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut out: Vec<Result<u64, PartitionError>> = Vec::with_capacity(tps.len());
+    for (i, (t, p)) in tps.iter().enumerate() {
+        let exists = core
+            .registry
+            .borrow()
+            .get(t)
+            .is_some_and(|s| *p < s.partitions);
+        if exists {
+            by_core.entry(core.owner(t, *p)).or_default().push(i);
+            out.push(Ok(0));
+        } else {
+            out.push(Err(PartitionError::unknown(t, *p)));
+        }
+    }
+    let tasks: Vec<_> = by_core
+        .into_iter()
+        .map(|(c, idx)| {
+            let core = core.clone();
+            let parts: Vec<Tp> = idx.iter().map(|&i| tps[i].clone()).collect();
+            glommio::spawn_local(async move {
+                let ends = if c == core.id {
+                    handlers::log_ends_local(&core, &parts)
+                } else {
+                    let (tx, rx) = core.expect_reply();
+                    let sent = core
+                        .send_to(
+                            c,
+                            CoreMsg::LogEnds {
+                                partitions: parts.clone(),
+                                reply: tx,
+                            },
+                        )
+                        .await;
+                    let failed = |m: String| {
+                        parts
+                            .iter()
+                            .map(|_| {
+                                Err(PartitionError {
+                                    code: code::STORAGE_ERROR,
+                                    message: m.clone(),
+                                })
+                            })
+                            .collect()
+                    };
+                    match sent {
+                        Ok(()) => rx
+                            .await
+                            .unwrap_or_else(|| failed(format!("core {c} dropped the request"))),
+                        Err(e) => failed(format!("{e:#}")),
+                    }
+                };
+                (idx, ends)
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (idx, ends) = t.await;
+        for (i, e) in idx.into_iter().zip(ends) {
+            out[i] = e;
+        }
+    }
+    out
+}
+
+/// Appends records to the group's `__consumer_offsets` partition (on this
+/// core) as one batch and waits until it is durable.
+async fn write_records(
+    core: &Rc<Core>,
+    group: &str,
+    records: Vec<(RecordKey, Option<Bytes>)>,
+) -> Result<(), PartitionError> {
+    let storage = |e: weir_proto::batch::BatchError| PartitionError {
+        code: code::STORAGE_ERROR,
+        message: format!("encoding group records: {e}"),
+    };
+    let n = core
+        .registry
+        .borrow()
+        .get(OFFSETS_TOPIC)
+        .map(|s| s.partitions)
+        .unwrap_or(1);
+    let p = group_records::partition_for(group, n);
+    let mut b = BatchBuilder::new(Compression::None).map_err(storage)?;
+    let ts = now_ms();
+    for (key, value) in records {
+        b.push(&RecordData {
+            key: Some(key.encode()),
+            value,
+            headers: Vec::new(),
+            timestamp: ts,
+        })
+        .map_err(storage)?;
+    }
+    let batch = b.build().map_err(storage)?.freeze();
+    let (log, info) = handlers::append_local(core, OFFSETS_TOPIC, p, batch).await?;
+    handlers::ack_local(log, info, -1).await?;
+    Ok(())
+}
+
+async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommitResponse, Refusal> {
+    let tps: Vec<Tp> = r
+        .offsets
+        .iter()
+        .map(|o| (o.topic.clone(), o.partition))
+        .collect();
+    // Per offset: an error, or None if it may be written.
+    let mut errors: Vec<Option<(u16, String)>> = vec![None; tps.len()];
+    {
+        let groups = core.groups.groups.borrow();
+        let g = groups.get(&r.group);
+        if r.member_id.is_empty() && r.generation < 0 {
+            // An admin commit (e.g. `weir group reset`): only without
+            // active members.
+            if let Some(g) = g.filter(|g| !g.members.is_empty()) {
+                return Err(Refusal(
+                    code::GROUP_NOT_EMPTY,
+                    format!(
+                        "group `{}` has {} active members: stop them before changing its offsets",
+                        r.group,
+                        g.members.len()
+                    ),
+                ));
+            }
+        } else {
+            let g = g.ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
+            let m = g
+                .members
+                .get(&r.member_id)
+                .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
+            if r.generation > g.generation || r.generation < m.joined_generation {
+                return Err(Refusal(
+                    code::ILLEGAL_GENERATION,
+                    format!(
+                        "generation {} of member `{}` is not current (group `{}` is at \
+                         generation {}; the member joined at {})",
+                        r.generation, r.member_id, r.group, g.generation, m.joined_generation
+                    ),
+                ));
+            }
+            let allowed = g.allowed(&r.member_id);
+            for (i, tp) in tps.iter().enumerate() {
+                if !m.owned.contains(tp) && !allowed.contains(tp) {
+                    errors[i] = Some((
+                        code::ILLEGAL_GENERATION,
+                        format!(
+                            "{}-{} is not assigned to member `{}` in generation {}",
+                            tp.0, tp.1, r.member_id, g.generation
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    for (i, o) in r.offsets.iter().enumerate() {
+        if o.metadata
+            .as_ref()
+            .is_some_and(|m| m.len() > OFFSET_METADATA_BYTES_MAX)
+        {
+            errors[i].get_or_insert((
+                code::INVALID_REQUEST,
+                format!("metadata is over {OFFSET_METADATA_BYTES_MAX} bytes"),
+            ));
+        }
+    }
+    let ends = log_ends(core, &tps).await;
+    let ts = now_ms();
+    let mut records = Vec::new();
+    let mut accepted = Vec::new();
+    for (i, (o, end)) in r.offsets.iter().zip(ends).enumerate() {
+        if errors[i].is_some() {
+            continue;
+        }
+        match end {
+            Err(e) => errors[i] = Some((e.code, e.message)),
+            Ok(end) if o.offset > end => {
+                errors[i] = Some((
+                    code::OFFSET_OUT_OF_RANGE,
+                    format!(
+                        "offset {} of {}-{} is beyond the log end offset {end}",
+                        o.offset, o.topic, o.partition
+                    ),
+                ))
+            }
+            Ok(_) => {
+                let value = OffsetValue {
+                    offset: o.offset,
+                    commit_timestamp: ts,
+                    metadata: o.metadata.clone(),
+                };
+                let key = RecordKey::Offset {
+                    group: r.group.clone(),
+                    topic: o.topic.clone(),
+                    partition: o.partition,
+                };
+                records.push((key, Some(value.encode())));
+                accepted.push((i, value));
+            }
+        }
+    }
+    if !records.is_empty() {
+        match write_records(core, &r.group, records).await {
+            Ok(()) => {
+                let mut groups = core.groups.groups.borrow_mut();
+                let g = groups.entry(r.group.clone()).or_default();
+                for (i, v) in accepted {
+                    g.offsets.insert(tps[i].clone(), v);
+                }
+            }
+            Err(e) => {
+                for (i, _) in accepted {
+                    errors[i] = Some((e.code, e.message.clone()));
+                }
+            }
+        }
+    }
+    let partitions = r
+        .offsets
+        .iter()
+        .zip(errors)
+        .map(|(o, e)| CommitResult {
+            topic: o.topic.clone(),
+            partition: o.partition,
+            error: e.as_ref().map_or(code::NONE, |e| e.0),
+            message: e.map(|e| e.1),
+        })
+        .collect();
+    Ok(OffsetCommitResponse {
+        error: code::NONE,
+        message: None,
+        partitions,
+    })
+}
+
+fn committed(g: &Group, filter: Option<&BTreeSet<Tp>>) -> Vec<CommittedOffset> {
+    g.offsets
+        .iter()
+        .filter(|(tp, _)| filter.is_none_or(|f| f.contains(*tp)))
+        .map(|((t, p), v)| CommittedOffset {
+            topic: t.clone(),
+            partition: *p,
+            offset: v.offset,
+            metadata: v.metadata.clone(),
+            commit_timestamp: v.commit_timestamp,
+        })
+        .collect()
+}
+
+fn fetch_offsets(core: &Core, r: &OffsetFetchRequest) -> OffsetFetchResponse {
+    let groups = core.groups.groups.borrow();
+    let filter = r.partitions.as_deref().map(from_wire);
+    OffsetFetchResponse {
+        error: code::NONE,
+        message: None,
+        offsets: groups
+            .get(&r.group)
+            .map(|g| committed(g, filter.as_ref()))
+            .unwrap_or_default(),
+    }
+}
+
+fn describe(core: &Core, r: &DescribeGroupRequest) -> Result<DescribeGroupResponse, Refusal> {
+    let groups = core.groups.groups.borrow();
+    let g = groups.get(&r.group).ok_or_else(|| not_found(&r.group))?;
+    Ok(DescribeGroupResponse {
+        error: code::NONE,
+        message: None,
+        group: r.group.clone(),
+        state: g.state().into(),
+        generation: g.generation,
+        assignor: g.assignor.clone(),
+        coordinator_core: core.id as u32,
+        members: g
+            .members
+            .iter()
+            .map(|(id, m)| MemberDescription {
+                member_id: id.clone(),
+                client_id: m.client_id.clone(),
+                topics: m.topics.iter().cloned().collect(),
+                assignment: to_wire(&g.target.get(id).cloned().unwrap_or_default()),
+                owned: to_wire(&m.owned),
+            })
+            .collect(),
+        offsets: committed(g, None),
+    })
+}
+
+fn not_found(group: &str) -> Refusal {
+    Refusal(
+        code::GROUP_ID_NOT_FOUND,
+        format!("no group `{group}` (no members, commits or metadata)"),
+    )
+}
+
+async fn delete(core: &Rc<Core>, r: &DeleteGroupRequest) -> Result<GroupResult, Refusal> {
+    let keys: Vec<(RecordKey, Option<Bytes>)> = {
+        let groups = core.groups.groups.borrow();
+        let g = groups.get(&r.group).ok_or_else(|| not_found(&r.group))?;
+        if !g.members.is_empty() {
+            return Err(Refusal(
+                code::GROUP_NOT_EMPTY,
+                format!(
+                    "group `{}` has {} active members: stop them first",
+                    r.group,
+                    g.members.len()
+                ),
+            ));
+        }
+        let mut keys: Vec<_> = g
+            .offsets
+            .keys()
+            .map(|(t, p)| {
+                (
+                    RecordKey::Offset {
+                        group: r.group.clone(),
+                        topic: t.clone(),
+                        partition: *p,
+                    },
+                    None,
+                )
+            })
+            .collect();
+        keys.push((
+            RecordKey::Group {
+                group: r.group.clone(),
+            },
+            None,
+        ));
+        keys
+    };
+    write_records(core, &r.group, keys)
+        .await
+        .map_err(|e| Refusal(e.code, e.message))?;
+    let mut groups = core.groups.groups.borrow_mut();
+    if groups.get(&r.group).is_some_and(|g| g.members.is_empty()) {
+        groups.remove(&r.group);
+    }
+    Ok(GroupResult::default())
+}
+
+fn list(core: &Core) -> Vec<GroupListing> {
+    core.groups
+        .groups
+        .borrow()
+        .iter()
+        .map(|(name, g)| GroupListing {
+            group: name.clone(),
+            state: g.state().into(),
+            members: g.members.len() as u32,
+            assignor: g.assignor.clone(),
+        })
+        .collect()
+}
+
+/// Expels members whose session expired and reassigns when a subscribed
+/// topic's partition count changed, every [`EXPIRY_CHECK_MS`], until the
+/// broker stops.
+pub async fn expiry_loop(core: Rc<Core>) {
+    while !core.shared.stopping() {
+        glommio::timer::sleep(Duration::from_millis(EXPIRY_CHECK_MS)).await;
+        let now = Instant::now();
+        let mut groups = core.groups.groups.borrow_mut();
+        for (name, g) in groups.iter_mut() {
+            let before = g.members.len();
+            g.members.retain(|id, m| {
+                let alive = now.duration_since(m.last_heartbeat) <= m.session_timeout;
+                if !alive {
+                    tracing::info!(group = %name, member = %id, "member expelled: session timed out");
+                }
+                alive
+            });
+            if g.members.len() != before || subscribed_counts(&core, g) != g.counts {
+                rebalance(&core, name, g);
+            }
+        }
+    }
+}
+
+/// Rebuilds the groups of every `__consumer_offsets` partition this core
+/// owns from the log (start-up).
+pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
+    let n = match core.registry.borrow().get(OFFSETS_TOPIC) {
+        Some(s) => s.partitions,
+        None => return Ok(()),
+    };
+    let mut records = 0u64;
+    for p in 0..n {
+        let Some(log) = core.log(OFFSETS_TOPIC, p) else {
+            continue;
+        };
+        let mut at = log.log_start_offset();
+        let end = log.high_watermark();
+        while at < end {
+            let r = log
+                .read(at, REPLAY_READ_BYTES)
+                .await
+                .map_err(|e| anyhow::anyhow!("replaying {OFFSETS_TOPIC}-{p} at {at}: {e}"))?;
+            let before = at;
+            for b in &r.batches {
+                let rb = RecordBatch::parse(b)
+                    .map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
+                let last = rb.header().last_offset() as u64;
+                let decoded = rb
+                    .records()
+                    .map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
+                for rec in decoded.iter() {
+                    let rec = rec.map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
+                    if (rec.offset as u64) < at {
+                        continue;
+                    }
+                    records += 1;
+                    apply(core, rec.record.key, rec.record.value, p);
+                }
+                at = at.max(last + 1);
+            }
+            if at == before {
+                break;
+            }
+        }
+    }
+    if records > 0 {
+        tracing::info!(core = core.id, records, "consumer groups loaded");
+    }
+    Ok(())
+}
+
+/// Applies one replayed record (latest wins; a null value deletes).
+fn apply(core: &Core, key: Option<&[u8]>, value: Option<&[u8]>, p: u32) {
+    let Some(key) = key else {
+        tracing::warn!(
+            partition = p,
+            "record without key in {OFFSETS_TOPIC}: skipped"
+        );
+        return;
+    };
+    let key = match RecordKey::decode(key) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::warn!(partition = p, error = %e, "skipped");
+            return;
+        }
+    };
+    let mut groups = core.groups.groups.borrow_mut();
+    match (key, value) {
+        (
+            RecordKey::Offset {
+                group,
+                topic,
+                partition,
+            },
+            Some(v),
+        ) => match OffsetValue::decode(v) {
+            Ok(v) => {
+                groups
+                    .entry(group)
+                    .or_default()
+                    .offsets
+                    .insert((topic, partition), v);
+            }
+            Err(e) => tracing::warn!(partition = p, error = %e, "skipped"),
+        },
+        (
+            RecordKey::Offset {
+                group,
+                topic,
+                partition,
+            },
+            None,
+        ) => {
+            if let Some(g) = groups.get_mut(&group) {
+                g.offsets.remove(&(topic, partition));
+            }
+        }
+        (RecordKey::Group { group }, Some(v)) => match GroupValue::decode(v) {
+            Ok(v) => {
+                let g = groups.entry(group).or_default();
+                g.generation = g.generation.max(v.generation);
+                g.assignor = v.assignor;
+            }
+            Err(e) => tracing::warn!(partition = p, error = %e, "skipped"),
+        },
+        (RecordKey::Group { group }, None) => {
+            groups.remove(&group);
+        }
+    }
+}
+
+/// Configs of `__consumer_offsets`: kept until compaction or deletion
+/// (no time or size retention), 100 MiB segments.
+pub fn offsets_topic_configs() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("retention.ms".to_string(), "-1".to_string()),
+        ("segment.bytes".to_string(), (100u64 << 20).to_string()),
+    ])
+}
+
+/// Creates `__consumer_offsets` if it does not exist (core 0, start-up).
+pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
+    if core.registry.borrow().get(OFFSETS_TOPIC).is_some() {
+        return Ok(());
+    }
+    let spec = crate::registry::TopicSpec {
+        partitions: core.shared.config.offsets_partitions,
+        configs: offsets_topic_configs(),
+    };
+    handlers::apply_admin(
+        core,
+        crate::core::AdminChange::Create(OFFSETS_TOPIC.to_string(), spec),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("creating {OFFSETS_TOPIC}: {e}"))
+}
