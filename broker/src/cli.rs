@@ -1,4 +1,5 @@
-//! The command-line tools: `weir topic …`, `weir produce`, `weir consume`.
+//! The command-line tools: `weir topic …`, `weir produce`, `weir consume`,
+//! `weir group …`.
 //!
 //! Each command talks to one broker listener (`--bootstrap`, env
 //! `WEIR_BOOTSTRAP`) through `weir-client` on a tokio current-thread
@@ -13,9 +14,10 @@ use bytes::Bytes;
 use clap::{Args, Subcommand};
 use weir_client::producer::Compression as ProducerCompression;
 use weir_client::{
-    Acks, Client, Consumer, ConsumerConfig, DeliveryFuture, OffsetReset, ProducerConfig,
-    ProducerRecord,
+    Acks, Client, Consumer, ConsumerConfig, DeliveryFuture, GroupAssignor, GroupConsumer,
+    GroupConsumerConfig, OffsetReset, ProducerConfig, ProducerRecord,
 };
+use weir_proto::messages::{CommitOffset, OffsetSpec};
 
 /// Where to find the broker.
 #[derive(Args, Debug, Clone)]
@@ -152,6 +154,22 @@ pub struct ConsumeArgs {
     /// \t, \n and \\ escapes.
     #[arg(long, default_value = "%v")]
     format: String,
+    /// Consume as a member of this consumer group: the group's coordinator
+    /// assigns the partitions, which start at the group's committed
+    /// offsets (`--from earliest|latest` applies where none is committed).
+    #[arg(long, conflicts_with = "partition")]
+    group: Option<String>,
+    /// With --group: commit the offsets of the printed records after each
+    /// batch is written to stdout.
+    #[arg(long, requires = "group")]
+    commit: bool,
+    /// With --group: the member is expelled after this long without a
+    /// heartbeat (e.g. when the process is killed).
+    #[arg(long, default_value_t = 10_000, requires = "group")]
+    session_timeout_ms: u64,
+    /// With --group: range, roundrobin or cooperative-sticky.
+    #[arg(long, default_value = "cooperative-sticky", requires = "group")]
+    assignor: GroupAssignor,
     #[command(flatten)]
     conn: Conn,
 }
@@ -516,6 +534,9 @@ pub fn consume(args: ConsumeArgs) -> Result<()> {
     let format = parse_format(&args.format)?;
     let rt = runtime()?;
     let client = rt.block_on(connect(&args.conn))?;
+    if let Some(group) = args.group.clone() {
+        return consume_group(&args, &format, &rt, client, group);
+    }
     let topic = args.topic.as_str();
     let md = rt.block_on(client.topic_metadata(topic))?;
     let count = md.partitions.len() as u32;
@@ -593,6 +614,381 @@ pub fn consume(args: ConsumeArgs) -> Result<()> {
         Ok(()) => {}
     }
     eprintln!("{printed} records consumed");
+    Ok(())
+}
+
+/// `weir consume --group`: a group member that prints what it is
+/// assigned, committing the printed records' offsets with `--commit`.
+fn consume_group(
+    args: &ConsumeArgs,
+    format: &[Piece],
+    rt: &tokio::runtime::Runtime,
+    client: Client,
+    group: String,
+) -> Result<()> {
+    let mut config = GroupConsumerConfig::new(group);
+    config.client_id = "weir-consume".into();
+    config.assignor = args.assignor;
+    config.session_timeout = Duration::from_millis(args.session_timeout_ms);
+    config.heartbeat_interval = Duration::from_millis((args.session_timeout_ms / 3).max(1));
+    config.consumer.max_poll_records = 10_000;
+    config.consumer.auto_offset_reset = match args.from {
+        StartAt::Earliest => OffsetReset::Earliest,
+        StartAt::Latest => OffsetReset::Latest,
+        _ => bail!("with --group, --from must be earliest or latest (where nothing is committed); use `weir group reset` to move a group's offsets"),
+    };
+    let mut consumer = GroupConsumer::new(client, config);
+    rt.block_on(consumer.subscribe(&[args.topic.as_str()]))?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let idle = Duration::from_millis(args.timeout_ms);
+    let max = args.max_records.unwrap_or(u64::MAX);
+    let mut printed: u64 = 0;
+    let mut last_progress = Instant::now();
+    let result = (|| -> Result<()> {
+        while printed < max {
+            let left = idle.saturating_sub(last_progress.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            let records = rt.block_on(consumer.poll(left))?;
+            if records.is_empty() {
+                continue;
+            }
+            last_progress = Instant::now();
+            // Next offset to consume per printed partition.
+            let mut next: std::collections::BTreeMap<(String, u32), u64> = Default::default();
+            for r in &records {
+                let shown = Printed {
+                    topic: &r.topic,
+                    partition: r.partition,
+                    offset: r.offset as i64,
+                    timestamp: r.timestamp,
+                    key: r.key.as_deref(),
+                    value: r.value.as_deref(),
+                };
+                write_record(&mut out, format, &shown)?;
+                next.insert((r.topic.to_string(), r.partition), r.offset + 1);
+                printed += 1;
+                if printed >= max {
+                    break;
+                }
+            }
+            out.flush()?;
+            if args.commit {
+                let offsets = next
+                    .into_iter()
+                    .map(|((topic, partition), offset)| CommitOffset {
+                        topic,
+                        partition,
+                        offset,
+                        metadata: None,
+                    })
+                    .collect();
+                rt.block_on(consumer.commit_offsets(offsets))
+                    .context("committing the printed records' offsets")?;
+            }
+        }
+        Ok(())
+    })();
+    let flushed = out.flush();
+    let closed = rt.block_on(consumer.close());
+    match result.and(flushed.map_err(Into::into)) {
+        Err(e) if is_broken_pipe(&e) => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(()) => {}
+    }
+    closed.context("leaving the group")?;
+    eprintln!("{printed} records consumed");
+    Ok(())
+}
+
+// --- group -------------------------------------------------------------------
+
+/// `weir group …`.
+#[derive(Args, Debug)]
+pub struct GroupArgs {
+    #[command(subcommand)]
+    command: GroupCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum GroupCommand {
+    /// List consumer groups.
+    List {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Show a group's state and members and, per partition, the committed
+    /// offset, log end, lag (records and seconds) and consumer.
+    Describe {
+        /// Group id.
+        group: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Move the committed offsets of a group without active members. Prints
+    /// the plan; applies it only with --execute.
+    Reset {
+        /// Group id.
+        group: String,
+        /// The topic whose offsets move (every partition).
+        #[arg(long)]
+        topic: String,
+        #[command(flatten)]
+        to: ResetTo,
+        /// Apply the plan (without it: a dry run).
+        #[arg(long)]
+        execute: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Delete a group without active members and its committed offsets.
+    Delete {
+        /// Group id.
+        group: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+/// Where `weir group reset` moves the offsets (exactly one).
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
+struct ResetTo {
+    /// To the log start.
+    #[arg(long)]
+    to_earliest: bool,
+    /// To the log end.
+    #[arg(long)]
+    to_latest: bool,
+    /// To this offset (clamped to the log's range).
+    #[arg(long, value_name = "N")]
+    to_offset: Option<u64>,
+    /// To the first record at or after this RFC 3339 UTC time (through the
+    /// time index; the log end if every record is older).
+    #[arg(long, value_name = "RFC3339")]
+    to_datetime: Option<String>,
+    /// By ±N from the committed offset (clamped to the log's range).
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    shift_by: Option<i64>,
+}
+
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.len())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn parse_datetime(s: &str) -> Result<i64> {
+    match s.parse::<StartAt>() {
+        Ok(StartAt::Timestamp(ms)) => Ok(ms),
+        _ => bail!("`{s}` is not an RFC 3339 UTC time like 2024-01-15T10:00:00Z"),
+    }
+}
+
+/// Runs `weir group …`.
+pub fn group(args: GroupArgs) -> Result<()> {
+    let rt = runtime()?;
+    rt.block_on(async {
+        match args.command {
+            GroupCommand::List { conn } => {
+                let groups = connect(&conn).await?.list_groups().await?;
+                let mut rows = vec![["GROUP", "STATE", "MEMBERS", "ASSIGNOR"]
+                    .map(String::from)
+                    .to_vec()];
+                for g in groups {
+                    rows.push(vec![g.group, g.state, g.members.to_string(), g.assignor]);
+                }
+                print!("{}", table(&rows));
+            }
+            GroupCommand::Describe { group, conn } => {
+                let c = connect(&conn).await?;
+                let d = c.describe_group(&group).await?;
+                let lag = c.group_lag(&d, now_ms()).await?;
+                print!("{}", describe_group_text(&d, &lag));
+            }
+            GroupCommand::Reset {
+                group,
+                topic,
+                to,
+                execute,
+                conn,
+            } => {
+                let c = connect(&conn).await?;
+                reset(&c, &group, &topic, &to, execute).await?;
+            }
+            GroupCommand::Delete { group, conn } => {
+                connect(&conn).await?.delete_group(&group).await?;
+                println!("deleted group {group}");
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `weir group describe`'s output.
+fn describe_group_text(
+    d: &weir_proto::messages::DescribeGroupResponse,
+    lag: &[weir_client::PartitionLag],
+) -> String {
+    let mut out =
+        format!(
+        "Group: {}\nState: {}\nGeneration: {}\nAssignor: {}\nCoordinator core: {}\nMembers: {}\n",
+        d.group,
+        d.state,
+        d.generation,
+        if d.assignor.is_empty() { "-" } else { &d.assignor },
+        d.coordinator_core,
+        d.members.len()
+    );
+    if !d.members.is_empty() {
+        let mut rows = vec![["CONSUMER-ID", "CLIENT-ID", "TOPICS", "ASSIGNMENT"]
+            .map(String::from)
+            .to_vec()];
+        for m in &d.members {
+            let parts: Vec<String> = m
+                .assignment
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(move |p| format!("{}-{p}", t.topic)))
+                .collect();
+            rows.push(vec![
+                m.member_id.clone(),
+                m.client_id.clone(),
+                m.topics.join(","),
+                if parts.is_empty() {
+                    "-".into()
+                } else {
+                    parts.join(",")
+                },
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&table(&rows));
+    }
+    let mut rows = vec![[
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "LAG-SECONDS",
+        "CONSUMER-ID",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for l in lag {
+        rows.push(vec![
+            l.topic.clone(),
+            l.partition.to_string(),
+            l.committed.map_or("-".into(), |c| c.to_string()),
+            l.log_end.to_string(),
+            l.lag.to_string(),
+            format!("{:.1}", l.lag_seconds),
+            l.consumer.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    out.push('\n');
+    out.push_str(&table(&rows));
+    out
+}
+
+/// `weir group reset`: computes the plan, prints it, applies it with
+/// `execute`.
+async fn reset(c: &Client, group: &str, topic: &str, to: &ResetTo, execute: bool) -> Result<()> {
+    match c.describe_group(group).await {
+        Ok(d) if !d.members.is_empty() => bail!(
+            "group `{group}` has {} active members: stop them before resetting its offsets",
+            d.members.len()
+        ),
+        Ok(_) => {}
+        Err(e) if e.code() == Some(weir_proto::error_code::ErrorCode::GroupIdNotFound) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let count = c.topic_metadata(topic).await?.partitions.len() as u32;
+    let committed = c.committed_offsets(group, None).await?;
+    let at = |p: u32| {
+        committed
+            .iter()
+            .find(|o| o.topic == topic && o.partition == p)
+            .map(|o| o.offset)
+    };
+    let datetime = to.to_datetime.as_deref().map(parse_datetime).transpose()?;
+    let mut rows = vec![["TOPIC", "PARTITION", "OLD", "NEW"]
+        .map(String::from)
+        .to_vec()];
+    let mut offsets = Vec::new();
+    for p in 0..count {
+        let start = c
+            .list_offsets(topic, p, OffsetSpec::Earliest)
+            .await?
+            .unwrap_or(0);
+        let end = c
+            .list_offsets(topic, p, OffsetSpec::Latest)
+            .await?
+            .unwrap_or(0);
+        let old = at(p);
+        let new = if to.to_earliest {
+            start
+        } else if to.to_latest {
+            end
+        } else if let Some(n) = to.to_offset {
+            n.clamp(start, end)
+        } else if let Some(ms) = datetime {
+            c.list_offsets(topic, p, OffsetSpec::Timestamp(ms))
+                .await?
+                .unwrap_or(end)
+        } else if let Some(d) = to.shift_by {
+            let base = old.unwrap_or(start) as i128;
+            (base + d as i128).clamp(start as i128, end as i128) as u64
+        } else {
+            bail!("say where to: --to-earliest, --to-latest, --to-offset, --to-datetime or --shift-by");
+        };
+        rows.push(vec![
+            topic.to_string(),
+            p.to_string(),
+            old.map_or("-".into(), |o| o.to_string()),
+            new.to_string(),
+        ]);
+        offsets.push(CommitOffset {
+            topic: topic.to_string(),
+            partition: p,
+            offset: new,
+            metadata: None,
+        });
+    }
+    print!("{}", table(&rows));
+    if execute {
+        c.commit_offsets(group, "", -1, offsets).await?;
+        println!("offsets of group {group} reset");
+    } else {
+        println!("dry run: nothing changed (add --execute to apply)");
+    }
     Ok(())
 }
 

@@ -25,8 +25,10 @@ enum Command {
     Topic(cli::TopicArgs),
     /// Write records to a topic, one per line of stdin.
     Produce(cli::ProduceArgs),
-    /// Print a topic's records, one per line.
+    /// Print a topic's records, one per line (as a group member with --group).
     Consume(cli::ConsumeArgs),
+    /// Manage consumer groups: list, describe, reset, delete.
+    Group(cli::GroupArgs),
 }
 
 fn main() {
@@ -42,6 +44,7 @@ fn main() {
         Command::Topic(args) => cli::topic(args),
         Command::Produce(args) => cli::produce(args),
         Command::Consume(args) => cli::consume(args),
+        Command::Group(args) => cli::group(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

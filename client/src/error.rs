@@ -72,6 +72,18 @@ pub enum ClientError {
         /// The server's message (or the code's description if it sent none).
         message: String,
     },
+    /// A consumer-group call was refused for the group as a whole (e.g.
+    /// `UnknownMemberId` after an expulsion, `IllegalGeneration` for a
+    /// fenced member, `GroupNotEmpty`).
+    #[error("{} [{}]", with_subject(&format!("group `{group}`"), group, message), code.name())]
+    Group {
+        /// The group id.
+        group: String,
+        /// The error code.
+        code: ErrorCode,
+        /// The server's message (or the code's description if it sent none).
+        message: String,
+    },
     /// No answer within the request timeout.
     #[error("request timed out after {0:?}")]
     Timeout(Duration),
@@ -116,6 +128,7 @@ impl ClientError {
         match self {
             ClientError::Server { code, .. }
             | ClientError::Topic { code, .. }
+            | ClientError::Group { code, .. }
             | ClientError::Partition { code, .. } => Some(*code),
             ClientError::Protocol(e) => Some(e.error_code()),
             _ => None,
@@ -165,6 +178,15 @@ impl ClientError {
             } => ClientError::Partition {
                 topic: topic.clone(),
                 partition: *partition,
+                code: *code,
+                message: message.clone(),
+            },
+            ClientError::Group {
+                group,
+                code,
+                message,
+            } => ClientError::Group {
+                group: group.clone(),
                 code: *code,
                 message: message.clone(),
             },

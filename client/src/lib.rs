@@ -16,7 +16,12 @@
 //!   e.g. from [`weir_proto::builder::BatchBuilder`], sent without copying),
 //!   [`Client::fetch`] / [`Client::fetch_many`] (whole batches, sliced from
 //!   the response without copying), [`Client::list_offsets`];
-//! * idempotence: [`Client::init_producer_id`].
+//! * idempotence: [`Client::init_producer_id`];
+//! * consumer groups ([`groups`]): [`Client::commit_offsets`],
+//!   [`Client::committed_offsets`], [`Client::list_groups`],
+//!   [`Client::describe_group`], [`Client::group_lag`],
+//!   [`Client::delete_group`], and the membership calls a
+//!   [`GroupConsumer`] makes.
 //!
 //! Per-topic and per-partition failures become [`ClientError::Topic`] and
 //! [`ClientError::Partition`] with the server's code and message.
@@ -95,6 +100,8 @@ mod batches;
 mod conn;
 pub mod consumer;
 mod error;
+pub mod group_consumer;
+pub mod groups;
 pub mod partitioner;
 pub mod producer;
 
@@ -120,6 +127,8 @@ use weir_proto::messages::{
 pub use batches::{split_batches, FetchedBatches};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
 pub use error::{ClientError, Result};
+pub use group_consumer::{GroupAssignor, GroupConsumer, GroupConsumerConfig, RebalanceListener};
+pub use groups::{PartitionLag, TopicPartition};
 pub use producer::{
     DeliveryFuture, Partitioner, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
