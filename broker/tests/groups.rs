@@ -1,0 +1,876 @@
+//! Consumer groups against a real broker (2 cores), through the SDK's
+//! `GroupConsumer` and the `weir` CLI: independent groups, splitting
+//! partitions, a member killed with SIGKILL, a member that stops polling,
+//! fenced zombies, cooperative rebalancing, restarts, resets by time and
+//! lag figures.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::Broker;
+use tokio::time::Instant;
+use weir_client::{
+    Acks, Client, ConsumerRecord, GroupAssignor, GroupConsumer, GroupConsumerConfig,
+    RebalanceListener, TopicPartition,
+};
+use weir_proto::error_code::ErrorCode;
+use weir_proto::messages::{CommitOffset, HeartbeatRequest, JoinGroupRequest};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Settings for tests: short timeouts, start at the earliest record.
+fn config(group: &str, assignor: GroupAssignor) -> GroupConsumerConfig {
+    let mut c = GroupConsumerConfig::new(group);
+    c.assignor = assignor;
+    c.session_timeout = Duration::from_millis(1500);
+    c.heartbeat_interval = Duration::from_millis(500);
+    c.consumer.auto_offset_reset = weir_client::OffsetReset::Earliest;
+    c.consumer.fetch_max_wait_ms = 100;
+    c
+}
+
+async fn member(addr: SocketAddr, c: GroupConsumerConfig, topic: &str) -> GroupConsumer {
+    let mut m = GroupConsumer::new(Client::connect(addr).await.unwrap(), c);
+    m.subscribe(&[topic]).await.unwrap();
+    m
+}
+
+/// Produces `n` records with values `{topic}-{p}-{i}` and timestamps
+/// `ts + i` to each partition.
+async fn produce(client: &Client, topic: &str, partitions: u32, n: usize, ts: i64) {
+    for p in 0..partitions {
+        let batch = common::records_batch(&format!("{topic}-{p}"), n, ts).freeze();
+        client.produce(topic, p, batch, Acks::All).await.unwrap();
+    }
+}
+
+/// Produces records with values `{prefix}-{p}-{i}` (i from `first`).
+async fn produce_from(client: &Client, topic: &str, partitions: u32, first: usize, n: usize) {
+    for p in 0..partitions {
+        let mut b =
+            weir_proto::builder::BatchBuilder::new(weir_proto::batch::Compression::None).unwrap();
+        for i in first..first + n {
+            b.push(&weir_proto::record::RecordData {
+                key: None,
+                value: Some(bytes::Bytes::from(format!("{topic}-{p}-{i}"))),
+                headers: Vec::new(),
+                timestamp: now_ms(),
+            })
+            .unwrap();
+        }
+        client
+            .produce(topic, p, b.build().unwrap().freeze(), Acks::All)
+            .await
+            .unwrap();
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn value(r: &ConsumerRecord) -> String {
+    String::from_utf8(r.value.as_ref().unwrap().to_vec()).unwrap()
+}
+
+fn all_values(topic: &str, partitions: u32, n: usize) -> BTreeSet<String> {
+    (0..partitions)
+        .flat_map(|p| (0..n).map(move |i| format!("{topic}-{p}-{i}")))
+        .collect()
+}
+
+/// Polls every member in turn until `done` holds (30 s at most); returns
+/// what each member got.
+async fn poll_until(
+    members: &mut [&mut GroupConsumer],
+    mut done: impl FnMut(&[Vec<ConsumerRecord>], &[&mut GroupConsumer]) -> bool,
+) -> Vec<Vec<ConsumerRecord>> {
+    let mut got: Vec<Vec<ConsumerRecord>> = members.iter().map(|_| Vec::new()).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done(&got, members) {
+        assert!(Instant::now() < deadline, "condition not reached in 30 s");
+        for (i, m) in members.iter_mut().enumerate() {
+            got[i].extend(m.poll(Duration::from_millis(50)).await.unwrap());
+        }
+    }
+    got
+}
+
+/// Records which partitions a member was given and lost.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<(&'static str, TopicPartition)>>>);
+
+impl Log {
+    fn events(&self, kind: &str) -> Vec<TopicPartition> {
+        let v = self.0.lock().unwrap();
+        v.iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, tp)| tp.clone())
+            .collect()
+    }
+}
+
+impl RebalanceListener for Log {
+    fn on_assigned(&mut self, partitions: &[TopicPartition]) {
+        let mut v = self.0.lock().unwrap();
+        v.extend(partitions.iter().map(|tp| ("assigned", tp.clone())));
+    }
+    fn on_revoked(&mut self, partitions: &[TopicPartition]) {
+        let mut v = self.0.lock().unwrap();
+        v.extend(partitions.iter().map(|tp| ("revoked", tp.clone())));
+    }
+    fn on_lost(&mut self, partitions: &[TopicPartition]) {
+        let mut v = self.0.lock().unwrap();
+        v.extend(partitions.iter().map(|tp| ("lost", tp.clone())));
+    }
+}
+
+fn weir(b: &Broker, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .env("WEIR_BOOTSTRAP", b.addr.to_string())
+        .env("WEIR_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run weir")
+}
+
+fn weir_ok(b: &Broker, args: &[&str]) -> String {
+    let out = weir(b, args);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "weir {args:?} failed: {se}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn two_groups_read_the_same_topic_independently() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("events", 4, vec![]).await.unwrap();
+        produce(&admin, "events", 4, 100, now_ms()).await;
+        let want = all_values("events", 4, 100);
+        // "alerting": one member; "warehouse": two members.
+        let mut a = member(b.addr, config("alerting", GroupAssignor::Range), "events").await;
+        let mut w1 = member(b.addr, config("warehouse", GroupAssignor::Range), "events").await;
+        let mut w2 = member(b.addr, config("warehouse", GroupAssignor::Range), "events").await;
+        let got = poll_until(&mut [&mut a, &mut w1, &mut w2], |got, _| {
+            got[0].len() >= 400 && got[1].len() + got[2].len() >= 400
+        })
+        .await;
+        let alerting: Vec<String> = got[0].iter().map(value).collect();
+        assert_eq!(
+            alerting.len(),
+            400,
+            "the only member reads each record once"
+        );
+        assert_eq!(alerting.iter().cloned().collect::<BTreeSet<_>>(), want);
+        let warehouse: BTreeSet<String> = got[1].iter().chain(&got[2]).map(value).collect();
+        assert_eq!(warehouse, want, "the second group sees every record too");
+        // Both warehouse members got work.
+        assert!(!w1.assignment().is_empty() && !w2.assignment().is_empty());
+        let groups = admin.list_groups().await.unwrap();
+        let names: Vec<&str> = groups.iter().map(|g| g.group.as_str()).collect();
+        assert_eq!(names, ["alerting", "warehouse"]);
+        for m in [a, w1, w2] {
+            m.close().await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn three_members_split_six_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("six", 6, vec![]).await.unwrap();
+        for assignor in [
+            GroupAssignor::Range,
+            GroupAssignor::RoundRobin,
+            GroupAssignor::CooperativeSticky,
+        ] {
+            let group = format!("split-{}", assignor.name());
+            let mut ms = Vec::new();
+            for _ in 0..3 {
+                ms.push(member(b.addr, config(&group, assignor), "six").await);
+            }
+            let [m1, m2, m3] = &mut ms[..] else {
+                unreachable!()
+            };
+            poll_until(&mut [m1, m2, m3], |_, ms| {
+                ms.iter().all(|m| m.assignment().len() == 2)
+            })
+            .await;
+            let mut union = BTreeSet::new();
+            for m in &ms {
+                for tp in m.assignment() {
+                    assert!(union.insert(tp), "{assignor:?}: a partition owned twice");
+                }
+            }
+            assert_eq!(union.len(), 6);
+            let d = admin.describe_group(&group).await.unwrap();
+            assert_eq!(d.members.len(), 3);
+            assert_eq!(d.state, "Stable");
+            assert_eq!(d.assignor, assignor.name());
+            for m in ms {
+                m.close().await.unwrap();
+            }
+            let d = admin.describe_group(&group).await.unwrap();
+            assert_eq!(d.state, "Empty");
+        }
+        // A fourth member of a 3-partition topic stays idle.
+        admin.create_topic("three", 3, vec![]).await.unwrap();
+        let mut ms = Vec::new();
+        for _ in 0..4 {
+            ms.push(member(b.addr, config("idle", GroupAssignor::Range), "three").await);
+        }
+        let [a, b2, c, d] = &mut ms[..] else {
+            unreachable!()
+        };
+        poll_until(&mut [a, b2, c, d], |_, ms| {
+            ms.iter().map(|m| m.assignment().len()).sum::<usize>() == 3
+        })
+        .await;
+        assert_eq!(ms.iter().filter(|m| m.assignment().is_empty()).count(), 1);
+    });
+}
+
+#[test]
+fn member_killed_with_sigkill_is_replaced_and_processing_continues_from_the_last_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let rt = runtime();
+    let admin = rt.block_on(Client::connect(b.addr)).unwrap();
+    rt.block_on(admin.create_topic("jobs", 4, vec![])).unwrap();
+    // The victim: `weir consume --group --commit` in its own process.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "consume",
+            "jobs",
+            "--group",
+            "workers",
+            "--commit",
+            "--format",
+            "%p %o %v",
+            "--timeout-ms",
+            "60000",
+            "--session-timeout-ms",
+            "1500",
+            "--bootstrap",
+            &b.addr.to_string(),
+        ])
+        .env("WEIR_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let printed = Arc::new(Mutex::new(Vec::<String>::new()));
+    let out = child.stdout.take().unwrap();
+    let sink = printed.clone();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            match line {
+                Ok(l) => sink.lock().unwrap().push(l),
+                Err(_) => break,
+            }
+        }
+    });
+    rt.block_on(async {
+        let mut survivor = member(
+            b.addr,
+            config("workers", GroupAssignor::CooperativeSticky),
+            "jobs",
+        )
+        .await;
+        let mut seen: Vec<ConsumerRecord> = Vec::new();
+        // Both members own two partitions each.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            seen.extend(survivor.poll(Duration::from_millis(50)).await.unwrap());
+            let d = admin.describe_group("workers").await.unwrap();
+            if d.members.len() == 2 && d.state == "Stable" && survivor.assignment().len() == 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no stable 2-member group: {d:?}");
+        }
+        produce_from(&admin, "jobs", 4, 0, 100).await;
+        // Wait until the victim printed its half, then kill it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while printed.lock().unwrap().len() < 200 {
+            seen.extend(survivor.poll(Duration::from_millis(50)).await.unwrap());
+            survivor.commit_sync().await.unwrap();
+            assert!(Instant::now() < deadline, "the victim printed too little");
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let victim_parts: BTreeSet<u32> = printed
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(victim_parts.len(), 2);
+        // More work arrives while the victim is dead.
+        produce_from(&admin, "jobs", 4, 100, 100).await;
+        let want = all_values("jobs", 4, 200);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let killed = Instant::now();
+        let mut took_over = None;
+        loop {
+            seen.extend(survivor.poll(Duration::from_millis(50)).await.unwrap());
+            survivor.commit_sync().await.unwrap();
+            if took_over.is_none() && survivor.assignment().len() == 4 {
+                took_over = Some(killed.elapsed());
+            }
+            let mut all: BTreeSet<String> = seen.iter().map(value).collect();
+            all.extend(
+                printed
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|l| l.splitn(3, ' ').nth(2).unwrap().to_string()),
+            );
+            if all == want {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "records missing after the takeover: {:?}",
+                want.difference(&all).take(5).collect::<Vec<_>>()
+            );
+        }
+        // The takeover waited for the session timeout (1.5 s), no longer
+        // than a few heartbeats beyond it.
+        let took = took_over.expect("the survivor owns every partition");
+        assert!(took >= Duration::from_millis(1000), "{took:?}");
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        // The survivor resumed the victim's partitions at (or before) the
+        // last offset the victim printed + 1: at-least-once, no gap.
+        for p in victim_parts {
+            let last_printed: u64 = printed
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.starts_with(&format!("{p} ")))
+                .map(|l| l.split(' ').nth(1).unwrap().parse::<u64>().unwrap())
+                .max()
+                .unwrap();
+            let first_after: u64 = seen
+                .iter()
+                .filter(|r| r.partition == p)
+                .map(|r| r.offset)
+                .min()
+                .unwrap();
+            assert!(first_after <= last_printed + 1, "gap in partition {p}");
+        }
+        let d = admin.describe_group("workers").await.unwrap();
+        assert_eq!(d.members.len(), 1);
+        survivor.close().await.unwrap();
+    });
+    reader.join().unwrap();
+}
+
+#[test]
+fn member_that_stops_polling_is_expelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("slow", 4, vec![]).await.unwrap();
+        let mut c = config("pollers", GroupAssignor::CooperativeSticky);
+        c.max_poll_interval = Duration::from_millis(1000);
+        let log = Log::default();
+        let mut lazy = member(b.addr, c.clone(), "slow").await;
+        lazy.set_rebalance_listener(log.clone());
+        let mut busy = member(b.addr, c.clone(), "slow").await;
+        poll_until(&mut [&mut lazy, &mut busy], |_, ms| {
+            ms.iter().all(|m| m.assignment().len() == 2)
+        })
+        .await;
+        let lazy_id = lazy.member_id();
+        // `lazy` stops polling (its heartbeats go on): after
+        // max_poll_interval it is out, and `busy` gets everything.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            busy.poll(Duration::from_millis(50)).await.unwrap();
+            if busy.assignment().len() == 4 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the idle member was not expelled"
+            );
+        }
+        let d = admin.describe_group("pollers").await.unwrap();
+        assert!(d.members.iter().all(|m| m.member_id != lazy_id));
+        // Its commits are refused; when it polls again it learns it lost
+        // its partitions and rejoins as a new member.
+        let e = lazy.commit_sync().await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::UnknownMemberId), "{e}");
+        lazy.poll(Duration::from_millis(100)).await.unwrap();
+        assert_eq!(log.events("lost").len(), 2);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while lazy.member_id().is_empty() || lazy.member_id() == lazy_id {
+            lazy.poll(Duration::from_millis(50)).await.unwrap();
+            busy.poll(Duration::from_millis(50)).await.unwrap();
+            assert!(Instant::now() < deadline, "no rejoin");
+        }
+        // The coordinator expels on its own too: a heartbeat reporting a
+        // poll older than max_poll_interval.
+        let raw = Client::connect(b.addr).await.unwrap();
+        let j = raw
+            .join_group(JoinGroupRequest {
+                group: "pollers".into(),
+                member_id: String::new(),
+                client_id: "raw".into(),
+                topics: vec!["slow".into()],
+                assignor: "cooperative-sticky".into(),
+                session_timeout_ms: 5000,
+                max_poll_interval_ms: 1000,
+            })
+            .await
+            .unwrap();
+        let e = raw
+            .heartbeat(HeartbeatRequest {
+                group: "pollers".into(),
+                member_id: j.member_id.clone(),
+                generation: j.generation,
+                owned: vec![],
+                since_poll_ms: 1500,
+                wait_ms: 0,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::UnknownMemberId), "{e}");
+        assert!(e.to_string().contains("did not poll"), "{e}");
+    });
+}
+
+#[test]
+fn fenced_zombie_commit_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("fence", 2, vec![]).await.unwrap();
+        produce(&admin, "fence", 2, 10, now_ms()).await;
+        // A raw member that joins, takes both partitions, then goes silent
+        // (a paused process: a zombie).
+        let zombie = Client::connect(b.addr).await.unwrap();
+        let j = zombie
+            .join_group(JoinGroupRequest {
+                group: "fenced".into(),
+                member_id: String::new(),
+                client_id: "zombie".into(),
+                topics: vec!["fence".into()],
+                assignor: "range".into(),
+                session_timeout_ms: 500,
+                max_poll_interval_ms: 60_000,
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            j.assignment
+                .iter()
+                .map(|t| t.partitions.len())
+                .sum::<usize>(),
+            2
+        );
+        let hb = zombie
+            .heartbeat(HeartbeatRequest {
+                group: "fenced".into(),
+                member_id: j.member_id.clone(),
+                generation: j.generation,
+                owned: j.assignment.clone(),
+                since_poll_ms: 0,
+                wait_ms: 0,
+            })
+            .await
+            .unwrap();
+        let offset = |p: u32, o: u64| CommitOffset {
+            topic: "fence".into(),
+            partition: p,
+            offset: o,
+            metadata: Some("zombie".into()),
+        };
+        zombie
+            .commit_offsets("fenced", &j.member_id, hb.generation, vec![offset(0, 3)])
+            .await
+            .unwrap();
+        // A commit beyond the log end is refused.
+        let e = zombie
+            .commit_offsets("fenced", &j.member_id, hb.generation, vec![offset(0, 11)])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::OffsetOutOfRange), "{e}");
+        // The replacement takes over after the zombie's session expires.
+        let mut live = member(b.addr, config("fenced", GroupAssignor::Range), "fence").await;
+        poll_until(&mut [&mut live], |_, ms| ms[0].assignment().len() == 2).await;
+        let got = live.poll(Duration::from_millis(200)).await.unwrap();
+        assert!(got.iter().all(|r| r.partition != 0 || r.offset >= 3));
+        // The zombie wakes up and commits: refused, nothing changes.
+        let e = zombie
+            .commit_offsets("fenced", &j.member_id, hb.generation, vec![offset(0, 9)])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::UnknownMemberId), "{e}");
+        let c = admin.committed_offsets("fenced", None).await.unwrap();
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].offset, c[0].metadata.as_deref()), (3, Some("zombie")));
+        // A live member committing with a generation from before it joined
+        // is fenced too.
+        let e = admin
+            .commit_offsets("fenced", &live.member_id(), 0, vec![offset(0, 5)])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::IllegalGeneration), "{e}");
+        live.commit_sync().await.unwrap();
+        // Admin changes need an empty group.
+        let e = admin
+            .commit_offsets("fenced", "", -1, vec![offset(0, 0)])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::GroupNotEmpty), "{e}");
+        let e = admin.delete_group("fenced").await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::GroupNotEmpty), "{e}");
+        live.close().await.unwrap();
+        admin.delete_group("fenced").await.unwrap();
+        let e = admin.describe_group("fenced").await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::GroupIdNotFound), "{e}");
+        assert!(admin
+            .committed_offsets("fenced", None)
+            .await
+            .unwrap()
+            .is_empty());
+        // Clients cannot write the internal topic.
+        let e = admin
+            .produce(
+                "__consumer_offsets",
+                0,
+                common::records_batch("x", 1, 0).freeze(),
+                Acks::All,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::PolicyViolation), "{e}");
+        assert!(!admin
+            .list_topics()
+            .await
+            .unwrap()
+            .contains(&"__consumer_offsets".to_string()));
+    });
+}
+
+#[test]
+fn cooperative_rebalancing_keeps_unaffected_partitions_assigned() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("coop", 4, vec![]).await.unwrap();
+        let c = config("coop", GroupAssignor::CooperativeSticky);
+        let (la, lb) = (Log::default(), Log::default());
+        let mut a = member(b.addr, c.clone(), "coop").await;
+        a.set_rebalance_listener(la.clone());
+        let mut bm = member(b.addr, c.clone(), "coop").await;
+        bm.set_rebalance_listener(lb.clone());
+        poll_until(&mut [&mut a, &mut bm], |_, ms| {
+            ms.iter().all(|m| m.assignment().len() == 2)
+        })
+        .await;
+        let (before_a, before_b) = (a.assignment(), bm.assignment());
+        let (revoked_a, revoked_b) = (la.events("revoked").len(), lb.events("revoked").len());
+        let mut cm = member(b.addr, c.clone(), "coop").await;
+        poll_until(&mut [&mut a, &mut bm, &mut cm], |_, ms| {
+            let sizes: Vec<usize> = ms.iter().map(|m| m.assignment().len()).collect();
+            sizes.iter().sum::<usize>() == 4 && sizes.iter().all(|&n| n >= 1)
+        })
+        .await;
+        // Exactly one partition moved (from a or b to c); nothing else was
+        // revoked, and what a and b kept they never lost.
+        let moved_a: Vec<_> = la.events("revoked")[revoked_a..].to_vec();
+        let moved_b: Vec<_> = lb.events("revoked")[revoked_b..].to_vec();
+        assert_eq!(moved_a.len() + moved_b.len(), 1, "{moved_a:?} {moved_b:?}");
+        assert_eq!(cm.assignment().len(), 1);
+        assert_eq!(
+            cm.assignment()[0],
+            moved_a.iter().chain(&moved_b).next().unwrap().clone()
+        );
+        for (before, now, moved) in [
+            (&before_a, a.assignment(), &moved_a),
+            (&before_b, bm.assignment(), &moved_b),
+        ] {
+            let kept: Vec<_> = before.iter().filter(|tp| !moved.contains(tp)).collect();
+            assert!(kept.iter().all(|tp| now.contains(tp)));
+        }
+        assert!(la.events("lost").is_empty() && lb.events("lost").is_empty());
+        // The group settles with a bumped generation.
+        let d = admin.describe_group("coop").await.unwrap();
+        assert_eq!(d.members.len(), 3);
+        assert_eq!(d.assignor, "cooperative-sticky");
+    });
+}
+
+#[test]
+fn committed_offsets_survive_a_broker_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let generation = runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("durable", 3, vec![]).await.unwrap();
+        produce(&admin, "durable", 3, 50, now_ms()).await;
+        let mut m = member(b.addr, config("keeper", GroupAssignor::Range), "durable").await;
+        poll_until(&mut [&mut m], |_, ms| ms[0].assignment().len() == 3).await;
+        let offsets = (0..3)
+            .map(|p| CommitOffset {
+                topic: "durable".into(),
+                partition: p,
+                offset: 10 + u64::from(p),
+                metadata: Some(format!("m{p}")),
+            })
+            .collect();
+        m.commit_offsets(offsets).await.unwrap();
+        let generation = m.generation();
+        m.close().await.unwrap();
+        generation
+    });
+    assert!(b.stop().success());
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        let c = admin.committed_offsets("keeper", None).await.unwrap();
+        let got: Vec<(u32, u64, Option<&str>)> = c
+            .iter()
+            .map(|o| (o.partition, o.offset, o.metadata.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, 10, Some("m0")),
+                (1, 11, Some("m1")),
+                (2, 12, Some("m2"))
+            ]
+        );
+        // Generations keep growing across the restart.
+        let d = admin.describe_group("keeper").await.unwrap();
+        assert!(
+            d.generation >= generation,
+            "{} < {generation}",
+            d.generation
+        );
+        // A new member resumes at the committed offsets.
+        let mut m = member(b.addr, config("keeper", GroupAssignor::Range), "durable").await;
+        let got = poll_until(&mut [&mut m], |got, _| got[0].len() >= 40 + 39 + 38).await;
+        for p in 0..3u32 {
+            let first = got[0]
+                .iter()
+                .filter(|r| r.partition == p)
+                .map(|r| r.offset)
+                .min();
+            assert_eq!(first, Some(10 + u64::from(p)));
+        }
+        assert_eq!(d.members.len(), 0);
+    });
+}
+
+#[test]
+fn reset_to_datetime_replays_exactly_the_records_from_that_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let rt = runtime();
+    let hour = 3_600_000;
+    let old_ts = now_ms() - 3 * hour;
+    let new_ts = now_ms() - hour;
+    rt.block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("replay", 2, vec![]).await.unwrap();
+        for p in 0..2 {
+            for (prefix, ts) in [("old", old_ts), ("new", new_ts)] {
+                let batch = common::records_batch(&format!("{prefix}-{p}"), 20, ts).freeze();
+                admin.produce("replay", p, batch, Acks::All).await.unwrap();
+            }
+        }
+        // The group consumed everything.
+        let mut m = member(b.addr, config("fixers", GroupAssignor::Range), "replay").await;
+        poll_until(&mut [&mut m], |got, _| got[0].len() >= 80).await;
+        m.commit_sync().await.unwrap();
+        // Resetting needs the group to be empty.
+        let out = weir(
+            &b,
+            &[
+                "group",
+                "reset",
+                "fixers",
+                "--topic",
+                "replay",
+                "--to-earliest",
+            ],
+        );
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("active members"));
+        m.close().await.unwrap();
+    });
+    // "Replay the last two hours": the first record at or after new_ts.
+    let at = humantime::format_rfc3339_millis(
+        std::time::UNIX_EPOCH + Duration::from_millis(new_ts as u64),
+    )
+    .to_string();
+    let args = [
+        "group",
+        "reset",
+        "fixers",
+        "--topic",
+        "replay",
+        "--to-datetime",
+        &at,
+    ];
+    let plan = weir_ok(&b, &args);
+    assert!(plan.contains("TOPIC") && plan.contains("OLD") && plan.contains("NEW"));
+    assert!(plan.contains("dry run"), "{plan}");
+    let lines: Vec<Vec<&str>> = plan
+        .lines()
+        .filter(|l| l.starts_with("replay"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines,
+        [["replay", "0", "40", "20"], ["replay", "1", "40", "20"]]
+    );
+    rt.block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        let c = admin.committed_offsets("fixers", None).await.unwrap();
+        assert!(c.iter().all(|o| o.offset == 40), "dry run changed nothing");
+    });
+    let mut exec = args.to_vec();
+    exec.push("--execute");
+    assert!(weir_ok(&b, &exec).contains("reset"));
+    rt.block_on(async {
+        let mut m = member(b.addr, config("fixers", GroupAssignor::Range), "replay").await;
+        let got = poll_until(&mut [&mut m], |got, _| got[0].len() >= 40).await;
+        // Nothing more arrives.
+        let more = m.poll(Duration::from_millis(300)).await.unwrap();
+        let values: BTreeSet<String> = got[0].iter().chain(&more).map(value).collect();
+        let want: BTreeSet<String> = (0..2)
+            .flat_map(|p| (0..20).map(move |i| format!("new-{p}-{i}")))
+            .collect();
+        assert_eq!(values, want);
+        assert_eq!(got[0].len() + more.len(), 40);
+        m.close().await.unwrap();
+    });
+    // The other reset modes, as plans.
+    for (flag, value, want) in [
+        ("--to-earliest", None, "0"),
+        ("--to-latest", None, "40"),
+        ("--to-offset", Some("7"), "7"),
+        ("--shift-by", Some("-5"), "15"),
+    ] {
+        let mut a = vec!["group", "reset", "fixers", "--topic", "replay", flag];
+        a.extend(value);
+        let plan = weir_ok(&b, &a);
+        let row: Vec<&str> = plan
+            .lines()
+            .find(|l| l.starts_with("replay  0") || l.starts_with("replay 0"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(row[3], want, "{flag}: {plan}");
+    }
+}
+
+#[test]
+fn lag_figures_match_produced_minus_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let ts = now_ms() - 60_000;
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("lagging", 2, vec![]).await.unwrap();
+        let b0 = common::records_batch("p0", 50, ts).freeze();
+        admin.produce("lagging", 0, b0, Acks::All).await.unwrap();
+        let b1 = common::records_batch("p1", 30, ts).freeze();
+        admin.produce("lagging", 1, b1, Acks::All).await.unwrap();
+        let offsets = vec![
+            CommitOffset {
+                topic: "lagging".into(),
+                partition: 0,
+                offset: 20,
+                metadata: None,
+            },
+            CommitOffset {
+                topic: "lagging".into(),
+                partition: 1,
+                offset: 30,
+                metadata: None,
+            },
+        ];
+        admin
+            .commit_offsets("lagged", "", -1, offsets)
+            .await
+            .unwrap();
+        let d = admin.describe_group("lagged").await.unwrap();
+        assert_eq!(d.state, "Empty");
+        let now = now_ms();
+        let lag = admin.group_lag(&d, now).await.unwrap();
+        assert_eq!(lag.len(), 2);
+        assert_eq!(
+            (lag[0].committed, lag[0].log_end, lag[0].lag),
+            (Some(20), 50, 30)
+        );
+        // The next unconsumed record (offset 20) has timestamp ts + 20.
+        let want = (now - (ts + 20)) as f64 / 1000.0;
+        assert!((lag[0].lag_seconds - want).abs() < 0.01, "{lag:?}");
+        assert_eq!(
+            (lag[1].committed, lag[1].log_end, lag[1].lag),
+            (Some(30), 30, 0)
+        );
+        assert_eq!(lag[1].lag_seconds, 0.0);
+    });
+    let out = weir_ok(&b, &["group", "describe", "lagged"]);
+    assert!(out.contains("State: Empty"), "{out}");
+    let header = out.lines().find(|l| l.starts_with("TOPIC")).unwrap();
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        [
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "LAG-SECONDS",
+            "CONSUMER-ID"
+        ]
+    );
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("lagging") && l.split_whitespace().nth(1) == Some("0"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..5], ["lagging", "0", "20", "50", "30"]);
+    let secs: f64 = row[5].parse().unwrap();
+    assert!((55.0..120.0).contains(&secs), "{secs}");
+    assert_eq!(row[6], "-");
+    let list = weir_ok(&b, &["group", "list"]);
+    assert!(list
+        .lines()
+        .any(|l| l.starts_with("lagged") && l.contains("Empty")));
+    assert!(weir_ok(&b, &["group", "delete", "lagged"]).contains("deleted"));
+    assert!(!weir(&b, &["group", "describe", "lagged"]).status.success());
+}
