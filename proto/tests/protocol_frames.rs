@@ -246,12 +246,12 @@ fn unsupported_api_and_version() {
 fn api_versions_lists_every_api_at_version_0() {
     let resp = ApiVersionsResponse::supported();
     assert_eq!(resp.apis, supported_apis());
-    assert_eq!(resp.apis.len(), 11);
-    for (i, r) in resp.apis.iter().enumerate() {
+    assert_eq!(resp.apis.len(), ApiKey::ALL.len());
+    for (k, r) in ApiKey::ALL.iter().zip(&resp.apis) {
         assert_eq!(
             *r,
             ApiVersionRange {
-                api_key: i as u16,
+                api_key: k.as_u16(),
                 min: 0,
                 max: 0
             }
