@@ -210,7 +210,9 @@ pub struct GroupConsumer {
     inner: Consumer,
     shared: Shared,
     task: Option<tokio::task::JoinHandle<()>>,
-    listener: Option<Box<dyn RebalanceListener>>,
+    /// In a mutex only so that the consumer is `Sync` (it is used through
+    /// `&mut self`).
+    listener: Option<Mutex<Box<dyn RebalanceListener>>>,
     owned: BTreeSet<TopicPartition>,
     applied_generation: i32,
     last_auto_commit: Instant,
@@ -266,7 +268,7 @@ impl GroupConsumer {
 
     /// Sets the callbacks for assignment changes.
     pub fn set_rebalance_listener(&mut self, listener: impl RebalanceListener + 'static) {
-        self.listener = Some(Box::new(listener));
+        self.listener = Some(Mutex::new(Box::new(listener)));
     }
 
     /// The settings.
@@ -313,6 +315,12 @@ impl GroupConsumer {
     /// The partitions the consumer owns now.
     pub fn assignment(&self) -> Vec<TopicPartition> {
         self.owned.iter().cloned().collect()
+    }
+
+    /// Sets the next offset `poll` returns for an owned partition (until
+    /// the partition is revoked; a committed offset is not changed).
+    pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) -> Result<()> {
+        self.inner.seek(topic, partition, offset)
     }
 
     /// The next offset `poll` returns for an owned partition.
@@ -386,7 +394,11 @@ impl GroupConsumer {
         let mut touched = false;
         if lost.is_some() && !self.owned.is_empty() {
             let gone: Vec<TopicPartition> = std::mem::take(&mut self.owned).into_iter().collect();
-            if let Some(l) = self.listener.as_mut() {
+            if let Some(l) = self
+                .listener
+                .as_mut()
+                .map(|m| m.get_mut().unwrap_or_else(|e| e.into_inner()))
+            {
                 l.on_lost(&gone);
             }
             touched = true;
@@ -401,7 +413,11 @@ impl GroupConsumer {
                     debug_note(&format!("auto-commit before revocation failed: {e}"));
                 }
             }
-            if let Some(l) = self.listener.as_mut() {
+            if let Some(l) = self
+                .listener
+                .as_mut()
+                .map(|m| m.get_mut().unwrap_or_else(|e| e.into_inner()))
+            {
                 l.on_revoked(&revoke);
             }
             for tp in &revoke {
@@ -429,7 +445,11 @@ impl GroupConsumer {
             lock(&self.shared.state).owned = self.owned.clone();
             self.shared.owned_changed.notify_one();
             if !add.is_empty() {
-                if let Some(l) = self.listener.as_mut() {
+                if let Some(l) = self
+                    .listener
+                    .as_mut()
+                    .map(|m| m.get_mut().unwrap_or_else(|e| e.into_inner()))
+                {
                     l.on_assigned(&add);
                 }
             }
@@ -550,7 +570,11 @@ impl GroupConsumer {
         }
         if !self.owned.is_empty() {
             let gone: Vec<TopicPartition> = std::mem::take(&mut self.owned).into_iter().collect();
-            if let Some(l) = self.listener.as_mut() {
+            if let Some(l) = self
+                .listener
+                .as_mut()
+                .map(|m| m.get_mut().unwrap_or_else(|e| e.into_inner()))
+            {
                 l.on_revoked(&gone);
             }
         }
