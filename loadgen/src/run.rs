@@ -22,9 +22,14 @@
 //!   is acknowledged (a slight overestimate, never an underestimate).
 //!
 //! ## Consumers
-//! Until consumer groups exist, the consumers of a subscription split each
-//! topic's partitions statically (partition `p` goes to consumer
-//! `p % consumers`); every subscription reads every record.
+//! Each subscription is a consumer group (`<topic>-sub-<n>`) whose
+//! `consumerPerSubscription` members are `GroupConsumer`s: the broker
+//! assigns the partitions (cooperative-sticky; members beyond the
+//! partition count stay idle), so every subscription reads every record.
+//! Members auto-commit every second and before a partition is revoked, so
+//! a partition that moves while the group forms is resumed where its
+//! previous owner stopped. Topics are fresh for each run, so every member
+//! starts at the earliest offset where nothing is committed.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +40,8 @@ use anyhow::Context;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use weir_client::{
-    Client, Consumer, ConsumerConfig, DeliveryFuture, OffsetReset, Producer, ProducerRecord,
+    Client, DeliveryFuture, GroupConsumer, GroupConsumerConfig, OffsetReset, Producer,
+    ProducerRecord,
 };
 
 use crate::report::{Interval, Machine, Percentiles, Report, Totals};
@@ -406,24 +412,23 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
 /// (the beginning) or the end, recording end-to-end latency.
 async fn consume(
     topic: String,
-    partitions: Vec<u32>,
-    from_start: bool,
+    group: String,
     bootstrap: SocketAddr,
     shared: Arc<Shared>,
 ) -> anyhow::Result<()> {
     let client = Client::connect(bootstrap).await?;
-    let mut c = ConsumerConfig::default();
-    c.auto_offset_reset = OffsetReset::Earliest;
-    c.max_poll_records = 5000;
-    c.fetch_max_wait_ms = 100;
-    let mut consumer = Consumer::new(client, c);
-    let assigned: Vec<(String, u32)> = partitions.iter().map(|&p| (topic.clone(), p)).collect();
-    consumer.assign(assigned.clone());
-    if from_start {
-        consumer.seek_to_beginning(&assigned).await?;
-    } else {
-        consumer.seek_to_end(&assigned).await?;
-    }
+    let mut c = GroupConsumerConfig::new(group);
+    c.client_id = "weir-bench".into();
+    c.enable_auto_commit = true;
+    c.auto_commit_interval = Duration::from_secs(1);
+    c.consumer.auto_offset_reset = OffsetReset::Earliest;
+    c.consumer.max_poll_records = 5000;
+    c.consumer.fetch_max_wait_ms = 100;
+    let mut consumer = GroupConsumer::new(client, c);
+    consumer
+        .subscribe(&[topic.as_str()])
+        .await
+        .with_context(|| format!("joining the group of {topic}"))?;
     while !shared.stop_consuming.load(Ordering::Relaxed) {
         let records = consumer.poll(Duration::from_millis(100)).await?;
         if records.is_empty() {
@@ -453,6 +458,7 @@ async fn consume(
             .last_consume_us
             .fetch_max(now_us(), Ordering::Relaxed);
     }
+    consumer.close().await?;
     Ok(())
 }
 
@@ -543,18 +549,11 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
     let mut tasks = Vec::new();
     if opts.mode != Mode::Produce {
         for t in &topics {
-            for _sub in 0..w.subscriptions_per_topic {
-                let n = w.consumer_per_subscription.max(1);
-                for c in 0..n {
-                    let parts: Vec<u32> =
-                        (0..w.partitions_per_topic).filter(|p| p % n == c).collect();
-                    if parts.is_empty() {
-                        continue;
-                    }
+            for sub in 0..w.subscriptions_per_topic {
+                for _ in 0..w.consumer_per_subscription.max(1) {
                     tasks.push(tokio::spawn(consume(
                         t.clone(),
-                        parts,
-                        opts.mode == Mode::Consume,
+                        format!("{t}-sub-{sub}"),
                         opts.bootstrap,
                         shared.clone(),
                     )));
