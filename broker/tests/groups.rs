@@ -841,6 +841,14 @@ fn lag_figures_match_produced_minus_committed() {
             (Some(30), 30, 0)
         );
         assert_eq!(lag[1].lag_seconds, 0.0);
+        // Group requests are served from every listener: each core's own
+        // port forwards them to the coordinator's core too.
+        for port in &b.core_ports {
+            let c = Client::connect(("127.0.0.1", *port)).await.unwrap();
+            let d = c.describe_group("lagged").await.unwrap();
+            assert_eq!(d.offsets.len(), 2);
+            assert_eq!(c.list_groups().await.unwrap().len(), 1);
+        }
     });
     let out = weir_ok(&b, &["group", "describe", "lagged"]);
     assert!(out.contains("State: Empty"), "{out}");

@@ -119,8 +119,8 @@ pub struct GroupConsumerConfig {
     /// Default 10 s.
     pub session_timeout: Duration,
     /// Longest the coordinator holds a heartbeat (the member heartbeats
-    /// at least this often). Default 3 s (capped by the broker at a third
-    /// of the session timeout).
+    /// at least this often). Default 3 s (at most a third of the session
+    /// timeout is used).
     pub heartbeat_interval: Duration,
     /// The member leaves the group if the application does not poll for
     /// this long. Default 300 s.
@@ -658,7 +658,12 @@ impl Shared {
 /// Sends heartbeats until aborted: rejoins after losing the membership,
 /// leaves after a poll timeout.
 async fn heartbeat_loop(s: Shared) {
-    let interval = s.config.heartbeat_interval.max(Duration::from_millis(10));
+    // At least three heartbeats per session timeout, whatever the settings.
+    let interval = s
+        .config
+        .heartbeat_interval
+        .min(s.config.session_timeout / 3)
+        .max(Duration::from_millis(10));
     let mut last_ok = Instant::now();
     loop {
         let (member_id, generation, owned, last_poll, settled) = {
