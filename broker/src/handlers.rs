@@ -22,6 +22,7 @@ pub fn storage_error(e: &StorageError) -> PartitionError {
         StorageError::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE,
         StorageError::InvalidProducerEpoch { .. } => code::INVALID_PRODUCER_EPOCH,
         StorageError::UnknownProducerId { .. } => code::UNKNOWN_PRODUCER_ID,
+        StorageError::KeyRequired { .. } => code::INVALID_RECORD,
         _ => code::STORAGE_ERROR,
     };
     PartitionError {

@@ -73,11 +73,14 @@ pub enum ErrorCode {
     /// The partition holds no state for this producer id and the batch
     /// does not start a sequence (its base sequence is not 0).
     UnknownProducerId = 22,
+    /// A record of the batch breaks a rule of the topic, e.g. a record
+    /// without a key in a compacted topic: nothing was appended.
+    InvalidRecord = 23,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -101,6 +104,7 @@ impl ErrorCode {
         ErrorCode::OutOfOrderSequence,
         ErrorCode::InvalidProducerEpoch,
         ErrorCode::UnknownProducerId,
+        ErrorCode::InvalidRecord,
     ];
 
     /// The number on the wire.
@@ -134,6 +138,7 @@ impl ErrorCode {
             20 => ErrorCode::OutOfOrderSequence,
             21 => ErrorCode::InvalidProducerEpoch,
             22 => ErrorCode::UnknownProducerId,
+            23 => ErrorCode::InvalidRecord,
             _ => ErrorCode::Unknown,
         }
     }
@@ -182,6 +187,7 @@ impl ErrorCode {
             ErrorCode::OutOfOrderSequence => "OutOfOrderSequence",
             ErrorCode::InvalidProducerEpoch => "InvalidProducerEpoch",
             ErrorCode::UnknownProducerId => "UnknownProducerId",
+            ErrorCode::InvalidRecord => "InvalidRecord",
         }
     }
 
@@ -211,6 +217,7 @@ impl ErrorCode {
             ErrorCode::OutOfOrderSequence => "out-of-order sequence number",
             ErrorCode::InvalidProducerEpoch => "producer fenced by a newer epoch",
             ErrorCode::UnknownProducerId => "unknown producer id",
+            ErrorCode::InvalidRecord => "invalid record",
         }
     }
 }
