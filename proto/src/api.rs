@@ -41,11 +41,14 @@ pub enum ApiKey {
     ListOffsets = 9,
     /// Hands out an idempotent producer's id and epoch.
     InitProducerId = 10,
+    /// Runs a cleaner pass on a compacted topic now, or reports where
+    /// compaction stands (dirty ratios).
+    Compact = 11,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 11] = [
+    pub const ALL: [ApiKey; 12] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -57,6 +60,7 @@ impl ApiKey {
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::InitProducerId,
+        ApiKey::Compact,
     ];
 
     /// The key on the wire.
@@ -79,6 +83,7 @@ impl ApiKey {
             8 => ApiKey::Fetch,
             9 => ApiKey::ListOffsets,
             10 => ApiKey::InitProducerId,
+            11 => ApiKey::Compact,
             _ => return None,
         })
     }
@@ -97,6 +102,7 @@ impl ApiKey {
             ApiKey::Fetch => "Fetch",
             ApiKey::ListOffsets => "ListOffsets",
             ApiKey::InitProducerId => "InitProducerId",
+            ApiKey::Compact => "Compact",
         }
     }
 

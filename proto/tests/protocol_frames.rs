@@ -501,6 +501,7 @@ fn api_keys_are_pinned() {
         ("Fetch", 8),
         ("ListOffsets", 9),
         ("InitProducerId", 10),
+        ("Compact", 11),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -510,7 +511,7 @@ fn api_keys_are_pinned() {
         assert!(key.supports(0));
         assert!(!key.supports(1));
     }
-    for n in 11..=u16::MAX {
+    for n in 12..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

@@ -700,6 +700,7 @@ impl PartitionLog {
             report.dirty_ratio_after = plan_ratio(inner, &st, now);
         }
         report.duration = started.elapsed();
+        *inner.shard.last_clean.borrow_mut() = Some(report.clone());
         let c = &inner.shard.counters;
         bump(&c.cleaner_passes, 1);
         bump(&c.cleaner_bytes_read, report.bytes_read);

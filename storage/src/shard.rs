@@ -124,6 +124,8 @@ pub(crate) struct ShardInner {
     dirty: RefCell<Vec<Rc<LogInner>>>,
     /// Every log opened on this shard (for the cleaner).
     pub(crate) logs: RefCell<Vec<Weak<LogInner>>>,
+    /// The report of the cleaner's last pass.
+    pub(crate) last_clean: RefCell<Option<crate::cleaner::CleanReport>>,
     timed: RefCell<Vec<(Instant, Weak<LogInner>)>>,
     wake: LocalSender<()>,
     next_id: Cell<u64>,
@@ -160,6 +162,7 @@ impl StorageShard {
             counters: Counters::default(),
             dirty: RefCell::new(Vec::new()),
             logs: RefCell::new(Vec::new()),
+            last_clean: RefCell::new(None),
             timed: RefCell::new(Vec::new()),
             wake: tx,
             next_id: Cell::new(1),
@@ -189,6 +192,12 @@ impl StorageShard {
             cleaner_records_removed: c.cleaner_records_removed.get(),
             cleaner_micros: c.cleaner_micros.get(),
         }
+    }
+
+    /// The report of the last cleaner pass on this shard (automatic or
+    /// asked for), if any.
+    pub fn last_clean_report(&self) -> Option<crate::cleaner::CleanReport> {
+        self.inner.last_clean.borrow().clone()
     }
 
     /// The clock this shard decides retention and roll by.
