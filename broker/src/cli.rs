@@ -78,6 +78,14 @@ enum TopicCommand {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Run a cleaner pass now on every partition of a compacted topic
+    /// (whatever the dirty ratio) and print what it did.
+    Compact {
+        /// Topic name.
+        name: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Grow a topic to a total number of partitions.
     AddPartitions {
         /// Topic name.
@@ -215,8 +223,29 @@ pub fn topic(args: TopicArgs) -> Result<()> {
                 }
             }
             TopicCommand::Describe { name, conn } => {
-                let t = connect(&conn).await?.describe_topic(&name).await?;
-                print!("{}", describe_text(&t));
+                let c = connect(&conn).await?;
+                let t = c.describe_topic(&name).await?;
+                let compacted = t
+                    .configs
+                    .iter()
+                    .any(|(k, v)| k == "cleanup.policy" && v.contains("compact"));
+                let dirty = if compacted {
+                    Some(c.compact(&name, false).await?)
+                } else {
+                    None
+                };
+                print!("{}", describe_text(&t, dirty.as_deref()));
+            }
+            TopicCommand::Compact { name, conn } => {
+                let parts = connect(&conn).await?.compact(&name, true).await?;
+                print!("{}", compact_text(&parts));
+                if let Some(p) = parts.iter().find(|p| p.error != 0) {
+                    anyhow::bail!(
+                        "partition {} failed: {}",
+                        p.partition,
+                        p.message.as_deref().unwrap_or("error")
+                    );
+                }
             }
             TopicCommand::Alter {
                 name,
@@ -240,8 +269,86 @@ pub fn topic(args: TopicArgs) -> Result<()> {
     })
 }
 
-/// `weir topic describe`'s output: the configs, then a table of partitions.
-fn describe_text(t: &weir_proto::messages::TopicConfigs) -> String {
+/// Right-aligned columns, two spaces apart.
+fn table(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.get(i).map_or(0, String::len))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:>w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// A ratio in parts per million as a fraction with three decimals.
+fn ratio(ppm: u32) -> String {
+    format!("{:.3}", ppm as f64 / 1e6)
+}
+
+/// `weir topic compact`'s output: a row per partition.
+fn compact_text(parts: &[weir_proto::messages::CompactPartitionResult]) -> String {
+    let mut rows = vec![[
+        "PARTITION",
+        "DIRTY-BEFORE",
+        "DIRTY-AFTER",
+        "READ-BYTES",
+        "WRITTEN-BYTES",
+        "RECORDS-REMOVED",
+        "TOMBSTONES-REMOVED",
+        "SEGMENTS",
+        "SIZE",
+        "MS",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for p in parts {
+        let mut row = vec![p.partition.to_string()];
+        match (&p.pass, p.error) {
+            (_, e) if e != 0 => row.push(format!(
+                "error: {}",
+                p.message.as_deref().unwrap_or("failed")
+            )),
+            (None, _) => row.extend([
+                ratio(p.dirty_ratio_ppm),
+                ratio(p.dirty_ratio_ppm),
+                "nothing cleanable".to_string(),
+            ]),
+            (Some(s), _) => row.extend([
+                ratio(s.dirty_ratio_before_ppm),
+                ratio(s.dirty_ratio_after_ppm),
+                s.bytes_read.to_string(),
+                s.bytes_written.to_string(),
+                s.records_removed.to_string(),
+                s.tombstones_removed.to_string(),
+                format!("{}->{}", s.segments_before, s.segments_after),
+                format!("{}->{}", s.size_before, s.size_after),
+                format!("{:.1}", s.duration_us as f64 / 1000.0),
+            ]),
+        }
+        rows.push(row);
+    }
+    table(&rows)
+}
+
+/// `weir topic describe`'s output: the configs, then a table of partitions
+/// (with each one's dirty ratio for a compacted topic).
+fn describe_text(
+    t: &weir_proto::messages::TopicConfigs,
+    dirty: Option<&[weir_proto::messages::CompactPartitionResult]>,
+) -> String {
     let mut out = format!(
         "Topic: {}\nPartitions: {}\nConfigs:\n",
         t.name,
@@ -251,28 +358,31 @@ fn describe_text(t: &weir_proto::messages::TopicConfigs) -> String {
     for (k, v) in &t.configs {
         out.push_str(&format!("  {k:<width$}  {v}\n"));
     }
-    let mut rows = vec![["PARTITION", "CORE", "LOG-START", "LOG-END", "BYTES"].map(String::from)];
+    let mut head = ["PARTITION", "CORE", "LOG-START", "LOG-END", "BYTES"]
+        .map(String::from)
+        .to_vec();
+    if dirty.is_some() {
+        head.push("DIRTY-RATIO".into());
+    }
+    let mut rows = vec![head];
     for p in &t.partitions {
-        rows.push([
+        let mut row = vec![
             p.partition.to_string(),
             p.core.to_string(),
             p.log_start_offset.to_string(),
             p.log_end_offset.to_string(),
             p.size_bytes.to_string(),
-        ]);
+        ];
+        if let Some(d) = dirty {
+            row.push(
+                d.iter()
+                    .find(|x| x.partition == p.partition && x.error == 0)
+                    .map_or_else(|| "-".to_string(), |x| ratio(x.dirty_ratio_ppm)),
+            );
+        }
+        rows.push(row);
     }
-    let widths: Vec<usize> = (0..5)
-        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
-    for r in &rows {
-        let cells: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:>w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    out.push_str(&table(&rows));
     out
 }
 
@@ -772,30 +882,6 @@ struct ResetTo {
     /// By ±N from the committed offset (clamped to the log's range).
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     shift_by: Option<i64>,
-}
-
-fn table(rows: &[Vec<String>]) -> String {
-    let cols = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.len())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for r in rows {
-        let cells: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 fn now_ms() -> i64 {

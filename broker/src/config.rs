@@ -62,6 +62,14 @@ pub struct BrokerArgs {
     /// How often retention runs, ms (`log.retention.check.interval.ms`) [default: 300000].
     #[arg(long, env = "WEIR_RETENTION_CHECK_MS")]
     pub retention_check_ms: Option<u64>,
+    /// How long a core's cleaner sleeps between looks at its compacted
+    /// partitions, ms (`log.cleaner.backoff.ms`) [default: 15000].
+    #[arg(long, env = "WEIR_LOG_CLEANER_BACKOFF_MS")]
+    pub log_cleaner_backoff_ms: Option<u64>,
+    /// Memory of one core's cleaner key map, bytes (`log.cleaner.dedupe.buffer.size`,
+    /// per core; about 32 bytes per distinct key) [default: 67108864].
+    #[arg(long, env = "WEIR_LOG_CLEANER_DEDUPE_BUFFER_SIZE")]
+    pub log_cleaner_dedupe_buffer_size: Option<u64>,
     /// Partitions of the internal `__consumer_offsets` topic, used when it is created at the first start [default: 16].
     #[arg(long, env = "WEIR_OFFSETS_PARTITIONS")]
     pub offsets_partitions: Option<u32>,
@@ -80,6 +88,8 @@ struct FileConfig {
     default_partitions: Option<u32>,
     cache_bytes_per_core: Option<u64>,
     retention_check_ms: Option<u64>,
+    log_cleaner_backoff_ms: Option<u64>,
+    log_cleaner_dedupe_buffer_size: Option<u64>,
     offsets_partitions: Option<u32>,
 }
 
@@ -106,6 +116,10 @@ pub struct BrokerConfig {
     pub cache_bytes_per_core: u64,
     /// Retention interval, ms.
     pub retention_check_ms: u64,
+    /// Cleaner back-off, ms.
+    pub log_cleaner_backoff_ms: u64,
+    /// Cleaner key-map memory per core, bytes.
+    pub log_cleaner_dedupe_buffer_size: u64,
     /// Partitions of `__consumer_offsets` when it is created.
     pub offsets_partitions: u32,
 }
@@ -133,6 +147,8 @@ impl BrokerConfig {
             default_partitions: 1,
             cache_bytes_per_core: weir_storage::CACHE_BYTES_PER_CORE_DEFAULT,
             retention_check_ms: RETENTION_CHECK_MS_DEFAULT,
+            log_cleaner_backoff_ms: weir_storage::cleaner::CLEANER_BACKOFF_MS_DEFAULT,
+            log_cleaner_dedupe_buffer_size: weir_storage::cleaner::DEDUPE_BUFFER_BYTES_DEFAULT,
             offsets_partitions: OFFSETS_PARTITIONS_DEFAULT,
         }
     }
@@ -218,6 +234,16 @@ impl BrokerConfig {
                 .or(file.retention_check_ms)
                 .unwrap_or(RETENTION_CHECK_MS_DEFAULT)
                 .max(1),
+            log_cleaner_backoff_ms: args
+                .log_cleaner_backoff_ms
+                .or(file.log_cleaner_backoff_ms)
+                .unwrap_or(weir_storage::cleaner::CLEANER_BACKOFF_MS_DEFAULT)
+                .max(1),
+            log_cleaner_dedupe_buffer_size: args
+                .log_cleaner_dedupe_buffer_size
+                .or(file.log_cleaner_dedupe_buffer_size)
+                .unwrap_or(weir_storage::cleaner::DEDUPE_BUFFER_BYTES_DEFAULT)
+                .max(weir_storage::cleaner::MAP_BYTES_PER_KEY),
             offsets_partitions,
         })
     }

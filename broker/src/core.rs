@@ -121,6 +121,18 @@ pub enum CoreMsg {
         /// Where the answer goes.
         reply: ReplyTo<Result<OffsetsOk, PartitionError>>,
     },
+    /// Run a cleaner pass on (or report the dirty ratio of) a partition
+    /// this core owns.
+    Compact {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Run a pass (true) or only report.
+        run: bool,
+        /// Where the answer goes.
+        reply: ReplyTo<Result<weir_proto::messages::CompactPartitionResult, PartitionError>>,
+    },
     /// A topic change for core 0 to apply and broadcast.
     Admin {
         /// The change.
@@ -301,6 +313,7 @@ impl Core {
     ) -> anyhow::Result<Rc<Core>> {
         let storage = StorageShard::new(ShardConfig {
             cache_bytes: shared.config.cache_bytes_per_core,
+            cleaner_dedupe_buffer_bytes: shared.config.log_cleaner_dedupe_buffer_size,
             ..ShardConfig::default()
         });
         let producer_ids = crate::producer_ids::ProducerIds::load(&shared.config.data_dir)?;

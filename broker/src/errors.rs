@@ -23,6 +23,7 @@ pub const RECOVERING: u16 = 19;
 pub const OUT_OF_ORDER_SEQUENCE: u16 = 20;
 pub const INVALID_PRODUCER_EPOCH: u16 = 21;
 pub const UNKNOWN_PRODUCER_ID: u16 = 22;
+pub const INVALID_RECORD: u16 = 23;
 pub const POLICY_VIOLATION: u16 = 17;
 pub const UNKNOWN_MEMBER_ID: u16 = 30;
 pub const ILLEGAL_GENERATION: u16 = 31;

@@ -1073,28 +1073,38 @@ fn apply(core: &Core, key: Option<&[u8]>, value: Option<&[u8]>, p: u32) {
     }
 }
 
-/// Configs of `__consumer_offsets`: kept until compaction or deletion
-/// (no time or size retention), 100 MiB segments.
+/// Configs of `__consumer_offsets`: compacted (the latest record per key
+/// is kept; tombstones delete), no time or size retention, 100 MiB
+/// segments.
 pub fn offsets_topic_configs() -> BTreeMap<String, String> {
     BTreeMap::from([
+        ("cleanup.policy".to_string(), "compact".to_string()),
         ("retention.ms".to_string(), "-1".to_string()),
         ("segment.bytes".to_string(), (100u64 << 20).to_string()),
     ])
 }
 
-/// Creates `__consumer_offsets` if it does not exist (core 0, start-up).
+/// Creates `__consumer_offsets` if it does not exist, or gives an existing
+/// one created before compaction existed its configs (core 0, start-up).
 pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
-    if core.registry.borrow().get(OFFSETS_TOPIC).is_some() {
-        return Ok(());
-    }
-    let spec = crate::registry::TopicSpec {
-        partitions: core.shared.config.offsets_partitions,
-        configs: offsets_topic_configs(),
+    let existing = core.registry.borrow().get(OFFSETS_TOPIC).cloned();
+    let change = match existing {
+        None => crate::core::AdminChange::Create(
+            OFFSETS_TOPIC.to_string(),
+            crate::registry::TopicSpec {
+                partitions: core.shared.config.offsets_partitions,
+                configs: offsets_topic_configs(),
+            },
+        ),
+        Some(spec) if !spec.configs.contains_key("cleanup.policy") => {
+            crate::core::AdminChange::Alter(
+                OFFSETS_TOPIC.to_string(),
+                offsets_topic_configs().into_iter().collect(),
+            )
+        }
+        Some(_) => return Ok(()),
     };
-    handlers::apply_admin(
-        core,
-        crate::core::AdminChange::Create(OFFSETS_TOPIC.to_string(), spec),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("creating {OFFSETS_TOPIC}: {e}"))
+    handlers::apply_admin(core, change)
+        .await
+        .map_err(|e| anyhow::anyhow!("setting up {OFFSETS_TOPIC}: {e}"))
 }

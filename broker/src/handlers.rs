@@ -22,6 +22,7 @@ pub fn storage_error(e: &StorageError) -> PartitionError {
         StorageError::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE,
         StorageError::InvalidProducerEpoch { .. } => code::INVALID_PRODUCER_EPOCH,
         StorageError::UnknownProducerId { .. } => code::UNKNOWN_PRODUCER_ID,
+        StorageError::KeyRequired { .. } => code::INVALID_RECORD,
         _ => code::STORAGE_ERROR,
     };
     PartitionError {
@@ -68,6 +69,15 @@ pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
             reply,
         } => {
             let r = offsets_local(core, &topic, partition, timestamp).await;
+            reply.send(core, r).await;
+        }
+        CoreMsg::Compact {
+            topic,
+            partition,
+            run,
+            reply,
+        } => {
+            let r = compact_local(core, &topic, partition, run).await;
             reply.send(core, r).await;
         }
         CoreMsg::Metrics { reply } => {
@@ -200,6 +210,49 @@ pub async fn offsets_local(
         high_watermark: log.high_watermark(),
         size_bytes: log.size_bytes(),
         for_timestamp,
+    })
+}
+
+/// Parts per million of a ratio in 0..=1.
+fn ppm(r: f64) -> u32 {
+    (r.clamp(0.0, 1.0) * 1e6).round() as u32
+}
+
+/// Runs a cleaner pass (`run`) on a partition this core owns, or reports
+/// its dirty ratio.
+pub async fn compact_local(
+    core: &Core,
+    topic: &str,
+    partition: u32,
+    run: bool,
+) -> Result<weir_proto::messages::CompactPartitionResult, PartitionError> {
+    let log = core.owned_log(topic, partition)?;
+    let pass = if run {
+        log.clean(true).await.map_err(|e| storage_error(&e))?
+    } else {
+        None
+    };
+    Ok(weir_proto::messages::CompactPartitionResult {
+        partition,
+        error: code::NONE,
+        message: None,
+        dirty_ratio_ppm: ppm(log.dirty_ratio()),
+        pass: pass.map(|r| weir_proto::messages::CompactPass {
+            bytes_read: r.bytes_read,
+            bytes_written: r.bytes_written,
+            records_read: r.records_read,
+            records_removed: r.records_removed,
+            tombstones_removed: r.tombstones_removed,
+            segments_before: r.segments_before as u32,
+            segments_after: r.segments_after as u32,
+            size_before: r.size_before,
+            size_after: r.size_after,
+            dirty_ratio_before_ppm: ppm(r.dirty_ratio_before),
+            dirty_ratio_after_ppm: ppm(r.dirty_ratio_after),
+            first_dirty: r.first_dirty,
+            map_full: r.map_full,
+            duration_us: r.duration.as_micros() as u64,
+        }),
     })
 }
 

@@ -89,6 +89,8 @@ pub struct Snapshot {
     connections: u64,
     storage: ShardStats,
     partitions: Vec<(String, u32, u64, u64, u64)>,
+    /// Compacted partitions' dirty ratios.
+    dirty: Vec<(String, u32, f64)>,
 }
 
 /// Takes this core's snapshot.
@@ -125,6 +127,13 @@ pub fn snapshot(core: &Core) -> Snapshot {
                     l.size_bytes(),
                 )
             })
+            .collect(),
+        dirty: core
+            .logs
+            .borrow()
+            .iter()
+            .filter(|(_, l)| l.config().cleanup_policy.compacts())
+            .map(|((t, p), l)| (t.clone(), *p, l.dirty_ratio()))
             .collect(),
     }
 }
@@ -219,7 +228,37 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    let simple: [Simple; 12] = [
+    let simple: [Simple; 17] = [
+        (
+            "weir_cleaner_passes_total",
+            "counter",
+            "Cleaner passes that rewrote segments of compacted partitions.",
+            |s| s.storage.cleaner_passes as f64,
+        ),
+        (
+            "weir_cleaner_read_bytes_total",
+            "counter",
+            "Bytes the cleaner read.",
+            |s| s.storage.cleaner_bytes_read as f64,
+        ),
+        (
+            "weir_cleaner_written_bytes_total",
+            "counter",
+            "Bytes the cleaner wrote.",
+            |s| s.storage.cleaner_bytes_written as f64,
+        ),
+        (
+            "weir_cleaner_removed_records_total",
+            "counter",
+            "Records the cleaner removed (superseded, expired tombstones, without a key).",
+            |s| s.storage.cleaner_records_removed as f64,
+        ),
+        (
+            "weir_cleaner_seconds_total",
+            "counter",
+            "Time spent in cleaner passes.",
+            |s| s.storage.cleaner_micros as f64 / 1e6,
+        ),
         (
             "weir_recovery_scanned_segments_total",
             "counter",
@@ -369,6 +408,21 @@ pub fn render(snaps: &[Snapshot]) -> String {
                     s.core
                 );
             }
+        }
+    }
+    family(
+        "weir_partition_dirty_ratio",
+        "gauge",
+        "Compacted partitions: share of the cleanable log not compacted yet.",
+        &mut o,
+    );
+    for s in snaps {
+        for (t, p, r) in &s.dirty {
+            let _ = writeln!(
+                o,
+                "weir_partition_dirty_ratio{{topic=\"{t}\",partition=\"{p}\",core=\"{}\"}} {r}",
+                s.core
+            );
         }
     }
     o

@@ -16,9 +16,6 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Most partitions of one topic.
 pub const PARTITIONS_MAX: u32 = 10_000;
 
-/// Topic-level keys accepted besides the storage engine's.
-pub const EXTRA_KEYS: &[&str] = &["cleanup.policy"];
-
 /// One topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicSpec {
@@ -82,14 +79,6 @@ pub fn validate_name(name: &str) -> Result<(), TopicError> {
 pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, TopicError> {
     let mut c = LogConfig::default();
     for (k, v) in configs {
-        if k == "cleanup.policy" {
-            if v != "delete" {
-                return Err(TopicError::Config(format!(
-                    "invalid config cleanup.policy={v}: only `delete` is supported until log compaction lands"
-                )));
-            }
-            continue;
-        }
         c.set(k, v).map_err(|e| TopicError::Config(e.to_string()))?;
     }
     Ok(c)
@@ -98,18 +87,10 @@ pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, Topic
 /// Effective configs of a topic: every key with its value (defaults filled in).
 pub fn effective_configs(configs: &BTreeMap<String, String>) -> Vec<(String, String)> {
     let c = log_config(configs).unwrap_or_default();
-    let mut out: Vec<(String, String)> = weir_storage::config::KEYS
+    weir_storage::config::KEYS
         .iter()
         .map(|k| (k.to_string(), c.get(k).unwrap_or_default()))
-        .collect();
-    out.push((
-        "cleanup.policy".into(),
-        configs
-            .get("cleanup.policy")
-            .cloned()
-            .unwrap_or_else(|| "delete".into()),
-    ));
-    out
+        .collect()
 }
 
 /// The core that owns `partition` of `topic` with `cores` cores: topics are

@@ -228,6 +228,10 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
             }
             ok(corr, &CreatePartitionsResponse { topics })
         }
+        ApiKey::Compact => {
+            let req = body!(CompactRequest);
+            ok(corr, &compact(core, req).await)
+        }
         ApiKey::DescribeConfigs => {
             let req = body!(DescribeConfigsRequest);
             ok(corr, &describe(core, req).await)
@@ -811,6 +815,62 @@ async fn list_offsets(core: &Rc<Core>, req: ListOffsetsRequest) -> ListOffsetsRe
         });
     }
     ListOffsetsResponse { partitions }
+}
+
+/// `Compact`: every partition of a compacted topic, one after the other
+/// (each on its owner core).
+async fn compact(core: &Rc<Core>, req: CompactRequest) -> CompactResponse {
+    let spec = core.registry.borrow().get(&req.topic).cloned();
+    let Some(spec) = spec else {
+        return CompactResponse {
+            error: code::UNKNOWN_TOPIC_OR_PARTITION,
+            message: Some(format!("unknown topic `{}`", req.topic)),
+            partitions: Vec::new(),
+        };
+    };
+    let policy = registry::log_config(&spec.configs)
+        .map(|c| c.cleanup_policy)
+        .unwrap_or_default();
+    if !policy.compacts() {
+        return CompactResponse {
+            error: code::INVALID_CONFIG,
+            message: Some(format!(
+                "topic `{}` is not compacted (cleanup.policy={}); set cleanup.policy=compact first",
+                req.topic,
+                policy.as_str()
+            )),
+            partitions: Vec::new(),
+        };
+    }
+    let mut partitions = Vec::new();
+    for p in 0..spec.partitions {
+        let (topic, run) = (req.topic.as_str(), req.run);
+        let r = on_owner(
+            core,
+            topic,
+            p,
+            handlers::compact_local(core, topic, p, run),
+            |reply| CoreMsg::Compact {
+                topic: topic.to_string(),
+                partition: p,
+                run,
+                reply,
+            },
+        )
+        .await;
+        partitions.push(r.unwrap_or_else(|e| CompactPartitionResult {
+            partition: p,
+            error: e.code,
+            message: Some(e.message),
+            dirty_ratio_ppm: 0,
+            pass: None,
+        }));
+    }
+    CompactResponse {
+        error: code::NONE,
+        message: None,
+        partitions,
+    }
 }
 
 async fn describe(core: &Rc<Core>, req: DescribeConfigsRequest) -> DescribeConfigsResponse {

@@ -237,6 +237,15 @@ async fn core_main(
         glommio::spawn_local(crate::metrics::serve_http(core.clone(), l)).detach();
     }
     glommio::spawn_local(retention_loop(core.clone())).detach();
+    {
+        let shared = shared.clone();
+        core.storage
+            .start_cleaner(
+                Duration::from_millis(shared.config.log_cleaner_backoff_ms),
+                move || shared.stopping(),
+            )
+            .context("starting the cleaner")?;
+    }
     let active = Rc::new(std::cell::Cell::new(0usize));
     for (l, owner_only) in [(shared_l, false), (own_l, true)] {
         let (core, active) = (core.clone(), active.clone());

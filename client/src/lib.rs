@@ -117,11 +117,12 @@ use weir_proto::batch::BatchHeader;
 use weir_proto::error_code::ErrorCode;
 use weir_proto::frame::{self, RequestHeader, FRAME_BYTES_MAX_DEFAULT};
 use weir_proto::messages::{
-    AlterConfigsRequest, ApiVersionRange, ApiVersionsRequest, ConfigEntry, CreatePartitionsRequest,
-    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, ErrorBody, FetchPartition,
-    FetchRequest, InitProducerIdRequest, ListOffsetsPartition, ListOffsetsRequest, MetadataRequest,
-    MetadataResponse, NewTopic, OffsetSpec, ProducePartition, ProduceRequest, Request,
-    TopicConfigs, TopicMetadata, TopicResult,
+    AlterConfigsRequest, ApiVersionRange, ApiVersionsRequest, CompactPartitionResult,
+    CompactRequest, ConfigEntry, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    DescribeConfigsRequest, ErrorBody, FetchPartition, FetchRequest, InitProducerIdRequest,
+    ListOffsetsPartition, ListOffsetsRequest, MetadataRequest, MetadataResponse, NewTopic,
+    OffsetSpec, ProducePartition, ProduceRequest, Request, TopicConfigs, TopicMetadata,
+    TopicResult,
 };
 
 pub use batches::{split_batches, FetchedBatches};
@@ -407,6 +408,23 @@ impl Client {
             return Err(ClientError::topic(name, t.error, None));
         }
         Ok(t)
+    }
+
+    /// Runs a cleaner pass now on every partition of a compacted topic
+    /// (`run`), whatever its dirty ratio, or (with `run` false) only reports
+    /// each partition's dirty ratio. Fails for an unknown topic or one
+    /// whose `cleanup.policy` does not compact; a partition that failed
+    /// carries its error in its entry.
+    pub async fn compact(&self, topic: &str, run: bool) -> Result<Vec<CompactPartitionResult>> {
+        let req = CompactRequest {
+            topic: topic.to_string(),
+            run,
+        };
+        let r = self.request(&req).await?;
+        if r.error != 0 {
+            return Err(ClientError::topic(topic, r.error, r.message));
+        }
+        Ok(r.partitions)
     }
 
     /// Sets config entries of a topic (others keep their values).

@@ -41,7 +41,9 @@ pub enum ApiKey {
     ListOffsets = 9,
     /// Hands out an idempotent producer's id and epoch.
     InitProducerId = 10,
-    // 11 is reserved (log compaction).
+    /// Runs a cleaner pass on a compacted topic now, or reports where
+    /// compaction stands (dirty ratios).
+    Compact = 11,
     /// Joins a consumer group (or updates a member's subscription).
     JoinGroup = 12,
     /// Keeps a group member alive, reports the partitions it owns and
@@ -64,7 +66,7 @@ pub enum ApiKey {
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 19] = [
+    pub const ALL: [ApiKey; 20] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -76,6 +78,7 @@ impl ApiKey {
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::InitProducerId,
+        ApiKey::Compact,
         ApiKey::JoinGroup,
         ApiKey::Heartbeat,
         ApiKey::LeaveGroup,
@@ -106,6 +109,7 @@ impl ApiKey {
             8 => ApiKey::Fetch,
             9 => ApiKey::ListOffsets,
             10 => ApiKey::InitProducerId,
+            11 => ApiKey::Compact,
             12 => ApiKey::JoinGroup,
             13 => ApiKey::Heartbeat,
             14 => ApiKey::LeaveGroup,
@@ -132,6 +136,7 @@ impl ApiKey {
             ApiKey::Fetch => "Fetch",
             ApiKey::ListOffsets => "ListOffsets",
             ApiKey::InitProducerId => "InitProducerId",
+            ApiKey::Compact => "Compact",
             ApiKey::JoinGroup => "JoinGroup",
             ApiKey::Heartbeat => "Heartbeat",
             ApiKey::LeaveGroup => "LeaveGroup",

@@ -308,7 +308,7 @@ impl BatchHeader {
     }
 
     /// Writes every header field, including `crc` as stored in `self`.
-    pub(crate) fn write(&self, out: &mut [u8; HEADER_BYTES]) {
+    pub fn write(&self, out: &mut [u8; HEADER_BYTES]) {
         out[0..8].copy_from_slice(&self.base_offset.to_be_bytes());
         out[OFF_LENGTH..OFF_LENGTH + 4].copy_from_slice(&self.batch_length.to_be_bytes());
         out[OFF_LEADER_EPOCH..OFF_LEADER_EPOCH + 4]
@@ -363,9 +363,10 @@ pub fn compute_crc(batch: &[u8]) -> u32 {
 }
 
 /// Fully validates the batch at the start of `buf`: framing, magic, CRC,
-/// a known codec, and a positive record count consistent with
-/// `last_offset_delta` (`records_count - 1 <= last_offset_delta`; compaction
-/// leaves gaps, so the delta may be larger). Returns the header; the batch
+/// a known codec, and a record count consistent with `last_offset_delta`
+/// (`records_count - 1 <= last_offset_delta`; compaction leaves gaps, so the
+/// delta may be larger, and may leave a batch with no records that still
+/// covers its offsets, as Kafka does). Returns the header; the batch
 /// occupies `buf[..header.total_len()]`.
 pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     let h = BatchHeader::parse_framed(buf)?;
@@ -383,7 +384,6 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     if h.records_count < 0
         || h.last_offset_delta < 0
         || (h.records_count > 0 && h.records_count - 1 > h.last_offset_delta)
-        || (h.records_count == 0 && !h.attributes.is_control() && h.last_offset_delta != 0)
     {
         return Err(BatchError::BadCount {
             records_count: h.records_count,

@@ -73,7 +73,10 @@ pub enum ErrorCode {
     /// The partition holds no state for this producer id and the batch
     /// does not start a sequence (its base sequence is not 0).
     UnknownProducerId = 22,
-    // 23..=29 are reserved (log compaction).
+    /// A record of the batch breaks a rule of the topic, e.g. a record
+    /// without a key in a compacted topic: nothing was appended.
+    InvalidRecord = 23,
+    // 24..=29 are reserved (log compaction).
     /// The group has no member with this id (it left, was expelled after
     /// its session or poll timeout, or the coordinator restarted): rejoin.
     UnknownMemberId = 30,
@@ -94,7 +97,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 30] = [
+    pub const ALL: [ErrorCode; 31] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -118,6 +121,7 @@ impl ErrorCode {
         ErrorCode::OutOfOrderSequence,
         ErrorCode::InvalidProducerEpoch,
         ErrorCode::UnknownProducerId,
+        ErrorCode::InvalidRecord,
         ErrorCode::UnknownMemberId,
         ErrorCode::IllegalGeneration,
         ErrorCode::GroupNotEmpty,
@@ -158,6 +162,7 @@ impl ErrorCode {
             20 => ErrorCode::OutOfOrderSequence,
             21 => ErrorCode::InvalidProducerEpoch,
             22 => ErrorCode::UnknownProducerId,
+            23 => ErrorCode::InvalidRecord,
             30 => ErrorCode::UnknownMemberId,
             31 => ErrorCode::IllegalGeneration,
             32 => ErrorCode::GroupNotEmpty,
@@ -213,6 +218,7 @@ impl ErrorCode {
             ErrorCode::OutOfOrderSequence => "OutOfOrderSequence",
             ErrorCode::InvalidProducerEpoch => "InvalidProducerEpoch",
             ErrorCode::UnknownProducerId => "UnknownProducerId",
+            ErrorCode::InvalidRecord => "InvalidRecord",
             ErrorCode::UnknownMemberId => "UnknownMemberId",
             ErrorCode::IllegalGeneration => "IllegalGeneration",
             ErrorCode::GroupNotEmpty => "GroupNotEmpty",
@@ -249,6 +255,7 @@ impl ErrorCode {
             ErrorCode::OutOfOrderSequence => "out-of-order sequence number",
             ErrorCode::InvalidProducerEpoch => "producer fenced by a newer epoch",
             ErrorCode::UnknownProducerId => "unknown producer id",
+            ErrorCode::InvalidRecord => "invalid record",
             ErrorCode::UnknownMemberId => "unknown group member",
             ErrorCode::IllegalGeneration => "stale generation or partition not assigned",
             ErrorCode::GroupNotEmpty => "the group has active members",
@@ -291,7 +298,7 @@ mod tests {
             assert_eq!(ErrorCode::from_u16(code.as_u16()), code);
         }
         // Reserved and unknown numbers read as Unknown.
-        assert_eq!(ErrorCode::from_u16(23), ErrorCode::Unknown);
+        assert_eq!(ErrorCode::from_u16(24), ErrorCode::Unknown);
         assert_eq!(ErrorCode::from_u16(37), ErrorCode::Unknown);
     }
 }

@@ -441,6 +441,78 @@ pub struct InitProducerIdResponse {
     pub producer_epoch: i16,
 }
 
+// --- Compact (11) ------------------------------------------------------------------
+
+/// Runs a cleaner pass now on every partition of a compacted topic
+/// (`run`), or only reports each partition's dirty ratio.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct CompactRequest {
+    /// The topic.
+    pub topic: String,
+    /// Run a pass (whatever the dirty ratio); false: report only.
+    pub run: bool,
+}
+
+/// What a cleaner pass did on one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct CompactPass {
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Records looked at.
+    pub records_read: u64,
+    /// Records removed (superseded, expired tombstones, without a key).
+    pub records_removed: u64,
+    /// Of those, expired tombstones.
+    pub tombstones_removed: u64,
+    /// Segments rewritten.
+    pub segments_before: u32,
+    /// Segments they became.
+    pub segments_after: u32,
+    /// Log bytes before.
+    pub size_before: u64,
+    /// Log bytes after.
+    pub size_after: u64,
+    /// Dirty ratio before, parts per million.
+    pub dirty_ratio_before_ppm: u32,
+    /// Dirty ratio after, parts per million.
+    pub dirty_ratio_after_ppm: u32,
+    /// The clean part ends here now.
+    pub first_dirty: u64,
+    /// The cleaner's key map filled: the next pass goes on from `first_dirty`.
+    pub map_full: bool,
+    /// Duration, µs.
+    pub duration_us: u64,
+}
+
+/// One partition's compaction state (and pass, if one ran).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct CompactPartitionResult {
+    /// The partition.
+    pub partition: u32,
+    /// Error code (0 = none).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// Dirty ratio now (after the pass, if one ran), parts per million.
+    pub dirty_ratio_ppm: u32,
+    /// The pass, if one ran (none when nothing was cleanable).
+    pub pass: Option<CompactPass>,
+}
+
+/// The topic's outcome and one entry per partition.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct CompactResponse {
+    /// Error code (0 = none): unknown topic, or a topic whose
+    /// `cleanup.policy` does not compact (`InvalidConfig`).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// Per partition, in order.
+    pub partitions: Vec<CompactPartitionResult>,
+}
+
 // --- Consumer groups (12–19) ---------------------------------------------------------
 
 /// Partitions of one topic.
@@ -739,6 +811,8 @@ impl_message!(
     ListOffsetsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    CompactRequest,
+    CompactResponse,
     JoinGroupRequest,
     HeartbeatRequest,
     GroupAssignment,
@@ -854,6 +928,7 @@ requests! {
     Fetch => FetchRequest, FetchResponse;
     ListOffsets => ListOffsetsRequest, ListOffsetsResponse;
     InitProducerId => InitProducerIdRequest, InitProducerIdResponse;
+    Compact => CompactRequest, CompactResponse;
     JoinGroup => JoinGroupRequest, GroupAssignment;
     Heartbeat => HeartbeatRequest, GroupAssignment;
     LeaveGroup => LeaveGroupRequest, GroupResult;

@@ -215,12 +215,12 @@ fn unsupported_api_and_version() {
     let (_, b, _) = decode_request(&body).unwrap();
 
     let unknown = RequestHeader {
-        api_key: 11,
+        api_key: 20,
         api_version: 0,
         correlation_id: 1,
     };
     let e = AnyRequest::decode(&unknown, b).unwrap_err();
-    assert_eq!(e, FrameError::UnsupportedApi { api_key: 11 });
+    assert_eq!(e, FrameError::UnsupportedApi { api_key: 20 });
     assert_eq!(e.error_code(), ErrorCode::UnsupportedApi);
     assert!(!e.is_fatal());
 
@@ -440,6 +440,7 @@ fn error_codes_are_pinned() {
         ("OutOfOrderSequence", 20),
         ("InvalidProducerEpoch", 21),
         ("UnknownProducerId", 22),
+        ("InvalidRecord", 23),
         ("UnknownMemberId", 30),
         ("IllegalGeneration", 31),
         ("GroupNotEmpty", 32),
@@ -466,7 +467,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in (23..=29).chain(37..=u16::MAX) {
+    for n in (24..=29).chain(37..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -507,6 +508,7 @@ fn api_keys_are_pinned() {
         ("Fetch", 8),
         ("ListOffsets", 9),
         ("InitProducerId", 10),
+        ("Compact", 11),
         ("JoinGroup", 12),
         ("Heartbeat", 13),
         ("LeaveGroup", 14),
@@ -524,7 +526,7 @@ fn api_keys_are_pinned() {
         assert!(key.supports(0));
         assert!(!key.supports(1));
     }
-    for n in std::iter::once(11).chain(20..=u16::MAX) {
+    for n in 20..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

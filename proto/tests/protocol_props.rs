@@ -136,7 +136,11 @@ fn any_request() -> impl Strategy<Value = (AnyRequest, Vec<u8>)> {
         (fetch_request(), no_payload.clone()).prop_map(|(r, p)| (AnyRequest::Fetch(r), p)),
         (list_offsets_request(), no_payload.clone())
             .prop_map(|(r, p)| (AnyRequest::ListOffsets(r), p)),
-        no_payload.prop_map(|p| (AnyRequest::InitProducerId(InitProducerIdRequest {}), p)),
+        no_payload
+            .clone()
+            .prop_map(|p| (AnyRequest::InitProducerId(InitProducerIdRequest {}), p)),
+        (".{0,20}", any::<bool>(), no_payload)
+            .prop_map(|(topic, run, p)| (AnyRequest::Compact(CompactRequest { topic, run }), p)),
     ]
 }
 
@@ -155,6 +159,7 @@ fn encode_any(req: &AnyRequest, correlation_id: u32, payload: &[u8]) -> Vec<u8> 
         AnyRequest::Fetch(r) => encode_request_with_payload(&h, r, &p),
         AnyRequest::ListOffsets(r) => encode_request_with_payload(&h, r, &p),
         AnyRequest::InitProducerId(r) => encode_request_with_payload(&h, r, &p),
+        AnyRequest::Compact(r) => encode_request_with_payload(&h, r, &p),
         other => panic!("no encoder for {other:?}"),
     };
     let frame = frame.unwrap().to_vec();

@@ -164,6 +164,11 @@ impl BatchCache {
         self.compact_fifo();
     }
 
+    /// Drops the batches of `log` that hold offsets in `[from, to)`.
+    pub fn remove_range(&mut self, log: u64, from: u64, to: u64) {
+        self.remove_where(log, |base, last| base < to && last >= from);
+    }
+
     fn remove_where(&mut self, log: u64, drop: impl Fn(u64, u64) -> bool) {
         let Some(map) = self.logs.get_mut(&log) else {
             return;

@@ -10,6 +10,10 @@
 //! | `flush.messages` | 1 | fdatasync after this many records; 1 = every acknowledged append is on disk |
 //! | `flush.ms` | `-1` (none) | fdatasync unsynced data at the latest after this long |
 //! | `max.message.bytes` | 1048588 | largest batch accepted |
+//! | `cleanup.policy` | `delete` | `delete` (retention removes old segments), `compact` (the cleaner keeps the latest record per key; retention does not delete) or `compact,delete` (both) |
+//! | `min.cleanable.dirty.ratio` | 0.5 | the cleaner picks a compacted log when its dirty bytes / (clean + dirty) bytes reach this |
+//! | `min.compaction.lag.ms` | 0 | a segment is cleaned only once its newest record is at least this old |
+//! | `delete.retention.ms` | 86400000 (24 h) | a tombstone (null value) is kept this long after the segment holding it was first cleaned |
 
 use crate::error::{Result, StorageError};
 
@@ -28,12 +32,69 @@ pub const RETENTION_MS_DEFAULT: i64 = 7 * 24 * 3600 * 1000;
 pub const INDEX_INTERVAL_BYTES_DEFAULT: u64 = 4096;
 /// Default `max.message.bytes` (Kafka's: 1 MiB + the 12-byte log overhead).
 pub const MAX_MESSAGE_BYTES_DEFAULT: u64 = 1024 * 1024 + 12;
+/// Default `min.cleanable.dirty.ratio`.
+pub const MIN_CLEANABLE_DIRTY_RATIO_DEFAULT: f64 = 0.5;
+/// Default `delete.retention.ms` (24 hours).
+pub const DELETE_RETENTION_MS_DEFAULT: i64 = 24 * 3600 * 1000;
+
+/// `cleanup.policy`: what removes old records from a log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CleanupPolicy {
+    /// Retention (`retention.ms`, `retention.bytes`) deletes old segments.
+    #[default]
+    Delete,
+    /// The cleaner keeps the latest record of every key; retention deletes nothing.
+    Compact,
+    /// Both: the cleaner compacts and retention deletes old segments.
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    /// Whether the cleaner compacts the log.
+    pub fn compacts(self) -> bool {
+        matches!(self, CleanupPolicy::Compact | CleanupPolicy::CompactDelete)
+    }
+
+    /// Whether retention deletes old segments.
+    pub fn deletes(self) -> bool {
+        matches!(self, CleanupPolicy::Delete | CleanupPolicy::CompactDelete)
+    }
+
+    /// Kafka's spelling: `delete`, `compact` or `compact,delete`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+            CleanupPolicy::CompactDelete => "compact,delete",
+        }
+    }
+
+    /// Parses `delete`, `compact`, `compact,delete` or `delete,compact`
+    /// (spaces around the comma are ignored).
+    pub fn parse(s: &str) -> Option<CleanupPolicy> {
+        let mut compact = false;
+        let mut delete = false;
+        for part in s.split(',') {
+            match part.trim() {
+                "compact" => compact = true,
+                "delete" => delete = true,
+                _ => return None,
+            }
+        }
+        Some(match (compact, delete) {
+            (true, true) => CleanupPolicy::CompactDelete,
+            (true, false) => CleanupPolicy::Compact,
+            (false, true) => CleanupPolicy::Delete,
+            (false, false) => return None,
+        })
+    }
+}
 
 const _: () = assert!(SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
 const _: () = assert!(MAX_MESSAGE_BYTES_DEFAULT < SEGMENT_BYTES_DEFAULT);
 
 /// The configuration of one partition log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// `segment.bytes`.
     pub segment_bytes: u64,
@@ -51,6 +112,14 @@ pub struct LogConfig {
     pub flush_ms: Option<i64>,
     /// `max.message.bytes`.
     pub max_message_bytes: u64,
+    /// `cleanup.policy`.
+    pub cleanup_policy: CleanupPolicy,
+    /// `min.cleanable.dirty.ratio` (0..=1).
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`.
+    pub min_compaction_lag_ms: i64,
+    /// `delete.retention.ms`.
+    pub delete_retention_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -64,6 +133,10 @@ impl Default for LogConfig {
             flush_messages: 1,
             flush_ms: None,
             max_message_bytes: MAX_MESSAGE_BYTES_DEFAULT,
+            cleanup_policy: CleanupPolicy::Delete,
+            min_cleanable_dirty_ratio: MIN_CLEANABLE_DIRTY_RATIO_DEFAULT,
+            min_compaction_lag_ms: 0,
+            delete_retention_ms: DELETE_RETENTION_MS_DEFAULT,
         }
     }
 }
@@ -78,6 +151,10 @@ pub const KEYS: &[&str] = &[
     "flush.messages",
     "flush.ms",
     "max.message.bytes",
+    "cleanup.policy",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "delete.retention.ms",
 ];
 
 impl LogConfig {
@@ -86,14 +163,32 @@ impl LogConfig {
         self.flush_messages <= 1
     }
 
-    /// Sets one key by its Kafka name. Values are integers; `-1` means
-    /// "unlimited" for `retention.ms`, `retention.bytes` and `flush.ms`.
+    /// Sets one key by its Kafka name. Values are integers (`-1` means
+    /// "unlimited" for `retention.ms`, `retention.bytes` and `flush.ms`),
+    /// except `cleanup.policy` (`delete`, `compact`, `compact,delete`) and
+    /// `min.cleanable.dirty.ratio` (a number from 0 to 1).
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let bad = |reason: &str| StorageError::Config {
             key: key.to_string(),
             value: value.to_string(),
             reason: reason.to_string(),
         };
+        match key {
+            "cleanup.policy" => {
+                self.cleanup_policy = CleanupPolicy::parse(value)
+                    .ok_or_else(|| bad("must be delete, compact or compact,delete"))?;
+                return Ok(());
+            }
+            "min.cleanable.dirty.ratio" => {
+                let r: f64 = value.trim().parse().map_err(|_| bad("not a number"))?;
+                if !(0.0..=1.0).contains(&r) {
+                    return Err(bad("must be between 0 and 1"));
+                }
+                self.min_cleanable_dirty_ratio = r;
+                return Ok(());
+            }
+            _ => {}
+        }
         let n: i64 = value.trim().parse().map_err(|_| bad("not an integer"))?;
         let positive = |min: i64| {
             if n < min {
@@ -126,6 +221,8 @@ impl LogConfig {
             "max.message.bytes" => {
                 self.max_message_bytes = positive(weir_proto::batch::HEADER_BYTES as i64)? as u64
             }
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = positive(0)?,
+            "delete.retention.ms" => self.delete_retention_ms = positive(0)?,
             _ => return Err(bad(&format!("unknown key (known: {})", KEYS.join(", ")))),
         }
         Ok(())
@@ -143,6 +240,10 @@ impl LogConfig {
             "flush.messages" => self.flush_messages.to_string(),
             "flush.ms" => opt(self.flush_ms),
             "max.message.bytes" => self.max_message_bytes.to_string(),
+            "cleanup.policy" => self.cleanup_policy.as_str().to_string(),
+            "min.cleanable.dirty.ratio" => self.min_cleanable_dirty_ratio.to_string(),
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms.to_string(),
+            "delete.retention.ms" => self.delete_retention_ms.to_string(),
             _ => return None,
         })
     }
@@ -164,6 +265,11 @@ mod tests {
         assert_eq!(c.retention_ms, None);
         c.set("segment.bytes", "1048576").unwrap();
         assert_eq!(c.segment_bytes, 1 << 20);
+        c.set("cleanup.policy", "delete, compact").unwrap();
+        assert_eq!(c.cleanup_policy, CleanupPolicy::CompactDelete);
+        assert_eq!(c.get("cleanup.policy").unwrap(), "compact,delete");
+        c.set("min.cleanable.dirty.ratio", "0.25").unwrap();
+        assert_eq!(c.min_cleanable_dirty_ratio, 0.25);
     }
 
     #[test]
@@ -179,6 +285,10 @@ mod tests {
             .to_string()
             .contains("unknown key"));
         assert!(c.set("segment.ms", "abc").is_err());
+        assert!(c.set("cleanup.policy", "compacted").is_err());
+        assert!(c.set("cleanup.policy", "").is_err());
+        assert!(c.set("min.cleanable.dirty.ratio", "1.5").is_err());
+        assert!(c.set("delete.retention.ms", "-1").is_err());
         assert_eq!(c, LogConfig::default());
     }
 }

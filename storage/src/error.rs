@@ -59,6 +59,17 @@ pub enum StorageError {
         /// The limit.
         max: u64,
     },
+    /// A record without a key was appended to a compacted log
+    /// (`cleanup.policy` includes `compact`): nothing was appended.
+    #[error("{partition} is compacted (cleanup.policy={policy}): every record needs a key, but the record at index {index} of the batch has none; nothing was appended")]
+    KeyRequired {
+        /// `topic-partition`.
+        partition: String,
+        /// The policy.
+        policy: &'static str,
+        /// Position of the first keyless record in the batch.
+        index: usize,
+    },
     /// A read or seek named an offset outside the log.
     #[error("offset {offset} is out of range for {partition}: valid offsets are {log_start}..={log_end} (log end)")]
     OffsetOutOfRange {

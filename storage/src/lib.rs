@@ -26,6 +26,7 @@
 
 pub mod cache;
 pub mod checkpoint;
+pub mod cleaner;
 pub mod clock;
 pub mod config;
 pub mod error;
@@ -38,8 +39,9 @@ pub mod tail_writer;
 pub mod time_index;
 
 pub use cache::{CacheStats, CACHE_BYTES_PER_CORE_DEFAULT};
+pub use cleaner::CleanReport;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::LogConfig;
+pub use config::{CleanupPolicy, LogConfig};
 pub use error::{Result, StorageError};
 pub use log::{AppendInfo, PartitionLog, ReadResult, RecoveryReport, RetentionReport};
 pub use producer_state::ProducerStateTable;

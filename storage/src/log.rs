@@ -56,6 +56,7 @@ use glommio::sync::Semaphore;
 use weir_proto::batch::{self, BatchError, BatchHeader};
 
 use crate::checkpoint::{self, Checkpoint};
+use crate::cleaner::CleanerCheckpoint;
 use crate::config::LogConfig;
 use crate::error::{Result, StorageError};
 use crate::producer_state::{ProducerStateTable, Verdict, PRODUCER_SNAPSHOT_INTERVAL_BYTES};
@@ -147,11 +148,11 @@ struct Waiter {
     tx: oneshot::Sender<Result<()>>,
 }
 
-struct LogState {
-    config: LogConfig,
-    segments: BTreeMap<u64, Segment>,
-    log_start: u64,
-    next_offset: u64,
+pub(crate) struct LogState {
+    pub(crate) config: LogConfig,
+    pub(crate) segments: BTreeMap<u64, Segment>,
+    pub(crate) log_start: u64,
+    pub(crate) next_offset: u64,
     written: u64,
     durable: u64,
     appended_records: u64,
@@ -174,6 +175,8 @@ struct LogState {
     snapshot_gen: u64,
     /// A snapshot writer task is running.
     snapshot_writing: bool,
+    /// Where compaction stands (see `cleaner`).
+    pub(crate) cleaner: CleanerCheckpoint,
 }
 
 impl LogState {
@@ -188,22 +191,24 @@ impl LogState {
 }
 
 pub(crate) struct LogInner {
-    id: u64,
-    name: String,
-    dir: PathBuf,
-    shard: Rc<ShardInner>,
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) shard: Rc<ShardInner>,
     append_lock: Semaphore,
     io_lock: Semaphore,
     sync_lock: Semaphore,
     snapshot_lock: Semaphore,
+    /// One cleaner pass at a time.
+    pub(crate) clean_lock: Semaphore,
     pub(crate) in_dirty: Cell<bool>,
-    state: RefCell<LogState>,
+    pub(crate) state: RefCell<LogState>,
 }
 
 /// One partition's log, owned by one core. Cheap to clone (a reference).
 #[derive(Clone)]
 pub struct PartitionLog {
-    inner: Rc<LogInner>,
+    pub(crate) inner: Rc<LogInner>,
 }
 
 impl std::fmt::Debug for PartitionLog {
@@ -302,6 +307,7 @@ impl PartitionLog {
             .unwrap_or_else(|| dir.display().to_string());
         let now = sh.clock.now_ms();
         let step = sh.config.prealloc_step;
+        crate::cleaner::recover_swaps(&dir)?;
         let clean_leo = checkpoint::take_clean_marker(&dir)?;
         let ckpt = Checkpoint::load(&dir)?.unwrap_or_default();
 
@@ -409,6 +415,7 @@ impl PartitionLog {
                 || s.time_w.has_work()
                 || s.has_unreleased()
         });
+        let dir_for_cleaner = dir.clone();
         let inner = Rc::new(LogInner {
             id: sh.next_log_id(),
             name,
@@ -418,6 +425,7 @@ impl PartitionLog {
             io_lock: Semaphore::new(1),
             sync_lock: Semaphore::new(1),
             snapshot_lock: Semaphore::new(1),
+            clean_lock: Semaphore::new(1),
             in_dirty: Cell::new(false),
             state: RefCell::new(LogState {
                 config,
@@ -439,8 +447,10 @@ impl PartitionLog {
                 snapshot_on_disk: None,
                 snapshot_gen: 0,
                 snapshot_writing: false,
+                cleaner: CleanerCheckpoint::load(&dir_for_cleaner),
             }),
         });
+        sh.register(&inner);
         let log = PartitionLog { inner };
         if needs_round {
             // Make recovery's cuts durable before new data lands on them.
@@ -548,12 +558,13 @@ impl PartitionLog {
                 buf_len: data.len(),
             });
         }
-        let (max, seg_bytes, seg_ms) = {
+        let (max, seg_bytes, seg_ms, policy) = {
             let st = inner.state.borrow();
             (
                 st.config.max_message_bytes,
                 st.config.segment_bytes,
                 st.config.segment_ms,
+                st.config.cleanup_policy,
             )
         };
         if data.len() as u64 > max {
@@ -562,6 +573,15 @@ impl PartitionLog {
                 size: data.len(),
                 max,
             });
+        }
+        if h.records_count == 0 && !h.attributes.is_control() {
+            return Err(StorageError::InvalidBatch {
+                partition: inner.name.clone(),
+                source: BatchError::Records("a produced batch must hold at least one record"),
+            });
+        }
+        if policy.compacts() && !h.attributes.is_control() {
+            check_keys(&inner.name, policy, &data)?;
         }
         let verdict = inner.state.borrow().producers.check(&inner.name, &h)?;
         if let Verdict::Duplicate(orig) = verdict {
@@ -910,6 +930,12 @@ impl PartitionLog {
         let (doomed, report) = {
             let mut st = inner.state.borrow_mut();
             let cfg = st.config.clone();
+            if !cfg.cleanup_policy.deletes() {
+                return Ok(RetentionReport {
+                    log_start_offset: st.log_start,
+                    ..Default::default()
+                });
+            }
             let mut total: u64 = st.segments.values().map(|s| s.size()).sum();
             let active = *st.segments.keys().next_back().expect("active");
             let mut doomed = Vec::new();
@@ -1037,6 +1063,27 @@ impl PartitionLog {
     }
 }
 
+/// Refuses a batch for a compacted log if one of its records has no key.
+fn check_keys(name: &str, policy: crate::config::CleanupPolicy, data: &[u8]) -> Result<()> {
+    let invalid = |source| StorageError::InvalidBatch {
+        partition: name.to_string(),
+        source,
+    };
+    let records = weir_proto::reader::RecordBatch::parse(data)
+        .and_then(|b| b.records())
+        .map_err(invalid)?;
+    for (index, r) in records.iter().enumerate() {
+        if r.map_err(invalid)?.record.key.is_none() {
+            return Err(StorageError::KeyRequired {
+                partition: name.to_string(),
+                policy: policy.as_str(),
+                index,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The offset of the first record with timestamp `>= ts` in a batch whose
 /// max timestamp is `>= ts` (decompressing it if needed); the batch's base
 /// offset if its records cannot be decoded.
@@ -1057,7 +1104,7 @@ fn first_at_or_after(h: &BatchHeader, bytes: &Bytes, ts: i64) -> u64 {
 /// entry must point at a valid batch that ends exactly at the file's end.
 /// Fills in next offset, max timestamp and last batch. Returns false if the
 /// segment must be scanned instead.
-async fn trust_closed(seg: &mut Segment) -> Result<bool> {
+pub(crate) async fn trust_closed(seg: &mut Segment) -> Result<bool> {
     let Some((rel, pos)) = seg.index.last() else {
         return Ok(seg.log.end() == 0);
     };
@@ -1219,13 +1266,18 @@ async fn recover_segment(
 
 impl LogInner {
     /// Takes one of the log's locks.
-    async fn lock<'a>(&'a self, sem: &'a Semaphore) -> Result<glommio::sync::Permit<'a>> {
+    pub(crate) async fn lock<'a>(
+        &'a self,
+        sem: &'a Semaphore,
+    ) -> Result<glommio::sync::Permit<'a>> {
         sem.acquire_permit(1).await.map_err(|_| self.closed())
     }
 
     /// Takes the I/O lock, then waits for a pipelined fdatasync still in
     /// flight (the sync lock): what every file-changing operation needs.
-    async fn lock_files(&self) -> Result<(glommio::sync::Permit<'_>, glommio::sync::Permit<'_>)> {
+    pub(crate) async fn lock_files(
+        &self,
+    ) -> Result<(glommio::sync::Permit<'_>, glommio::sync::Permit<'_>)> {
         let io = self.lock(&self.io_lock).await?;
         let sync = self.lock(&self.sync_lock).await?;
         Ok((io, sync))
@@ -1247,7 +1299,7 @@ impl LogInner {
         }
     }
 
-    fn check_mode(&self) -> Result<()> {
+    pub(crate) fn check_mode(&self) -> Result<()> {
         match &self.state.borrow().mode {
             Mode::Open => Ok(()),
             Mode::Recovering => Err(StorageError::Recovering {

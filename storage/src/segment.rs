@@ -136,7 +136,18 @@ fn read_index_file(path: &Path) -> Result<Vec<u8>> {
 impl Segment {
     /// Creates an empty segment (truncating stale files of the same name).
     pub async fn create(dir: &Path, base: u64, now_ms: i64, prealloc_step: u64) -> Result<Segment> {
-        let [lp, ip, tp] = paths(dir, base);
+        Self::create_at(dir, paths(dir, base), base, now_ms, prealloc_step).await
+    }
+
+    /// Creates an empty segment in files at `[log, index, timeindex]`
+    /// paths of `dir` (the cleaner writes `.cleaned` copies this way).
+    pub async fn create_at(
+        dir: &Path,
+        [lp, ip, tp]: [PathBuf; 3],
+        base: u64,
+        now_ms: i64,
+        prealloc_step: u64,
+    ) -> Result<Segment> {
         let lf = open_file(&lp, true).await?;
         let ifl = open_file(&ip, true).await?;
         let tf = open_file(&tp, true).await?;

@@ -40,6 +40,9 @@ pub struct ShardConfig {
     /// Segment files are preallocated ahead of the writer in steps of this
     /// many bytes (0 disables preallocation).
     pub prealloc_step: u64,
+    /// Memory the cleaner's key → offset map may use in one pass
+    /// (`log.cleaner.dedupe.buffer.size`, per core).
+    pub cleaner_dedupe_buffer_bytes: u64,
 }
 
 impl Default for ShardConfig {
@@ -47,6 +50,7 @@ impl Default for ShardConfig {
         ShardConfig {
             cache_bytes: CACHE_BYTES_PER_CORE_DEFAULT,
             prealloc_step: PREALLOC_STEP_DEFAULT,
+            cleaner_dedupe_buffer_bytes: crate::cleaner::DEDUPE_BUFFER_BYTES_DEFAULT,
         }
     }
 }
@@ -77,6 +81,16 @@ pub struct ShardStats {
     pub recovery_scanned_segments: u64,
     /// Cache counters (occupancy is a gauge).
     pub cache: CacheStats,
+    /// Cleaner passes that rewrote segments.
+    pub cleaner_passes: u64,
+    /// Bytes the cleaner read.
+    pub cleaner_bytes_read: u64,
+    /// Bytes the cleaner wrote.
+    pub cleaner_bytes_written: u64,
+    /// Records the cleaner removed (superseded, expired tombstones, keyless).
+    pub cleaner_records_removed: u64,
+    /// Time spent in cleaner passes, µs.
+    pub cleaner_micros: u64,
 }
 
 #[derive(Debug, Default)]
@@ -91,6 +105,11 @@ pub(crate) struct Counters {
     pub io_errors: Cell<u64>,
     pub recovery_truncated_bytes: Cell<u64>,
     pub recovery_scanned_segments: Cell<u64>,
+    pub cleaner_passes: Cell<u64>,
+    pub cleaner_bytes_read: Cell<u64>,
+    pub cleaner_bytes_written: Cell<u64>,
+    pub cleaner_records_removed: Cell<u64>,
+    pub cleaner_micros: Cell<u64>,
 }
 
 pub(crate) fn bump(c: &Cell<u64>, by: u64) {
@@ -103,6 +122,10 @@ pub(crate) struct ShardInner {
     pub config: ShardConfig,
     pub counters: Counters,
     dirty: RefCell<Vec<Rc<LogInner>>>,
+    /// Every log opened on this shard (for the cleaner).
+    pub(crate) logs: RefCell<Vec<Weak<LogInner>>>,
+    /// The report of the cleaner's last pass.
+    pub(crate) last_clean: RefCell<Option<crate::cleaner::CleanReport>>,
     timed: RefCell<Vec<(Instant, Weak<LogInner>)>>,
     wake: LocalSender<()>,
     next_id: Cell<u64>,
@@ -138,6 +161,8 @@ impl StorageShard {
             config,
             counters: Counters::default(),
             dirty: RefCell::new(Vec::new()),
+            logs: RefCell::new(Vec::new()),
+            last_clean: RefCell::new(None),
             timed: RefCell::new(Vec::new()),
             wake: tx,
             next_id: Cell::new(1),
@@ -161,7 +186,18 @@ impl StorageShard {
             recovery_truncated_bytes: c.recovery_truncated_bytes.get(),
             recovery_scanned_segments: c.recovery_scanned_segments.get(),
             cache: self.inner.cache.borrow().stats(),
+            cleaner_passes: c.cleaner_passes.get(),
+            cleaner_bytes_read: c.cleaner_bytes_read.get(),
+            cleaner_bytes_written: c.cleaner_bytes_written.get(),
+            cleaner_records_removed: c.cleaner_records_removed.get(),
+            cleaner_micros: c.cleaner_micros.get(),
         }
+    }
+
+    /// The report of the last cleaner pass on this shard (automatic or
+    /// asked for), if any.
+    pub fn last_clean_report(&self) -> Option<crate::cleaner::CleanReport> {
+        self.inner.last_clean.borrow().clone()
     }
 
     /// The clock this shard decides retention and roll by.
@@ -175,6 +211,13 @@ impl ShardInner {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         id
+    }
+
+    /// Remembers an opened log (the cleaner visits them).
+    pub fn register(&self, log: &Rc<LogInner>) {
+        let mut logs = self.logs.borrow_mut();
+        logs.retain(|w| w.strong_count() > 0);
+        logs.push(Rc::downgrade(log));
     }
 
     /// Queues a log for the next flush round.
