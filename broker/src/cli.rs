@@ -884,13 +884,6 @@ struct ResetTo {
     shift_by: Option<i64>,
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 fn parse_datetime(s: &str) -> Result<i64> {
     match s.parse::<StartAt>() {
         Ok(StartAt::Timestamp(ms)) => Ok(ms),
@@ -916,7 +909,9 @@ pub fn group(args: GroupArgs) -> Result<()> {
             GroupCommand::Describe { group, conn } => {
                 let c = connect(&conn).await?;
                 let d = c.describe_group(&group).await?;
-                let lag = c.group_lag(&d, now_ms()).await?;
+                let lag = c
+                    .group_lag(&d, weir_storage::Clock::now_ms(&weir_storage::SystemClock))
+                    .await?;
                 print!("{}", describe_group_text(&d, &lag));
             }
             GroupCommand::Reset {

@@ -253,32 +253,12 @@ pub struct Groups {
     next_member: Cell<u64>,
 }
 
-/// Partitions as the wire lists them (by topic, ascending).
-pub fn to_wire(set: &BTreeSet<Tp>) -> Vec<TopicPartitions> {
-    let mut out: Vec<TopicPartitions> = Vec::new();
-    for (t, p) in set {
-        match out.last_mut() {
-            Some(last) if last.topic == *t => last.partitions.push(*p),
-            _ => out.push(TopicPartitions {
-                topic: t.clone(),
-                partitions: vec![*p],
-            }),
-        }
-    }
-    out
+fn to_wire(set: &BTreeSet<Tp>) -> Vec<TopicPartitions> {
+    TopicPartitions::group(set)
 }
 
 fn from_wire(list: &[TopicPartitions]) -> BTreeSet<Tp> {
-    list.iter()
-        .flat_map(|t| t.partitions.iter().map(|p| (t.topic.clone(), *p)))
-        .collect()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    TopicPartitions::pairs(list).collect()
 }
 
 /// The core that coordinates `group`, or why there is none.
@@ -467,7 +447,7 @@ fn join(core: &Rc<Core>, r: &JoinGroupRequest) -> Result<GroupAssignment, Refusa
         } else {
             r.client_id.as_str()
         };
-        format!("{client}-{}-{n}-{:x}", core.id, now_ms())
+        format!("{client}-{}-{n}-{:x}", core.id, core.storage.now_ms())
     } else if g.members.contains_key(&r.member_id) {
         r.member_id.clone()
     } else {
@@ -670,7 +650,7 @@ async fn write_records(
         .unwrap_or(1);
     let p = group_records::partition_for(group, n);
     let mut b = BatchBuilder::new(Compression::None).map_err(storage)?;
-    let ts = now_ms();
+    let ts = core.storage.now_ms();
     for (key, value) in records {
         b.push(&RecordData {
             key: Some(key.encode()),
@@ -752,7 +732,7 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
         }
     }
     let ends = log_ends(core, &tps).await;
-    let ts = now_ms();
+    let ts = core.storage.now_ms();
     let mut records = Vec::new();
     let mut accepted = Vec::new();
     for (i, (o, end)) in r.offsets.iter().zip(ends).enumerate() {

@@ -271,6 +271,13 @@ impl GroupConsumer {
         self.listener = Some(Mutex::new(Box::new(listener)));
     }
 
+    /// Calls the rebalance listener, if there is one.
+    fn tell(&mut self, f: impl FnOnce(&mut dyn RebalanceListener)) {
+        if let Some(l) = self.listener.as_mut() {
+            f(l.get_mut().unwrap_or_else(|e| e.into_inner()).as_mut());
+        }
+    }
+
     /// The settings.
     pub fn config(&self) -> &GroupConsumerConfig {
         &self.shared.config
@@ -394,13 +401,7 @@ impl GroupConsumer {
         let mut touched = false;
         if lost.is_some() && !self.owned.is_empty() {
             let gone: Vec<TopicPartition> = std::mem::take(&mut self.owned).into_iter().collect();
-            if let Some(l) = self
-                .listener
-                .as_mut()
-                .map(|m| m.get_mut().unwrap_or_else(|e| e.into_inner()))
-            {
-                l.on_lost(&gone);
-            }
+            self.tell(|l| l.on_lost(&gone));
             touched = true;
         }
         let mut revoke: Vec<TopicPartition> = self.owned.difference(&assignment).cloned().collect();
@@ -413,13 +414,7 @@ impl GroupConsumer {
                     debug_note(&format!("auto-commit before revocation failed: {e}"));
                 }
             }
-            if let Some(l) = self
-                .listener
-                .as_mut()
-                .map(|m| m.get_mut().unwrap_or_else(|e| e.into_inner()))
-            {
-                l.on_revoked(&revoke);
-            }
+            self.tell(|l| l.on_revoked(&revoke));
             for tp in &revoke {
                 self.owned.remove(tp);
             }
@@ -445,13 +440,7 @@ impl GroupConsumer {
             lock(&self.shared.state).owned = self.owned.clone();
             self.shared.owned_changed.notify_one();
             if !add.is_empty() {
-                if let Some(l) = self
-                    .listener
-                    .as_mut()
-                    .map(|m| m.get_mut().unwrap_or_else(|e| e.into_inner()))
-                {
-                    l.on_assigned(&add);
-                }
+                self.tell(|l| l.on_assigned(&add));
             }
         }
         self.applied_generation = generation;
@@ -570,13 +559,7 @@ impl GroupConsumer {
         }
         if !self.owned.is_empty() {
             let gone: Vec<TopicPartition> = std::mem::take(&mut self.owned).into_iter().collect();
-            if let Some(l) = self
-                .listener
-                .as_mut()
-                .map(|m| m.get_mut().unwrap_or_else(|e| e.into_inner()))
-            {
-                l.on_revoked(&gone);
-            }
+            self.tell(|l| l.on_revoked(&gone));
         }
         if let Some(t) = self.task.take() {
             t.abort();

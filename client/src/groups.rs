@@ -32,30 +32,14 @@ fn group_error(group: &str, code: u16, message: Option<String>) -> ClientError {
     }
 }
 
-/// Partitions as the wire lists them.
+/// Partitions as the wire lists them (grouped by topic, sorted).
 pub fn to_wire(partitions: &[TopicPartition]) -> Vec<TopicPartitions> {
-    let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-    for (t, p) in partitions {
-        by_topic.entry(t).or_default().push(*p);
-    }
-    by_topic
-        .into_iter()
-        .map(|(t, mut ps)| {
-            ps.sort_unstable();
-            ps.dedup();
-            TopicPartitions {
-                topic: t.to_string(),
-                partitions: ps,
-            }
-        })
-        .collect()
+    TopicPartitions::group(partitions)
 }
 
 /// Partitions from the wire's lists.
 pub fn from_wire(list: &[TopicPartitions]) -> Vec<TopicPartition> {
-    list.iter()
-        .flat_map(|t| t.partitions.iter().map(|p| (t.topic.clone(), *p)))
-        .collect()
+    TopicPartitions::pairs(list).collect()
 }
 
 /// One partition's consumption state in a group, as `weir group describe`

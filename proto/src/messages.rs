@@ -524,6 +524,33 @@ pub struct TopicPartitions {
     pub partitions: Vec<u32>,
 }
 
+impl TopicPartitions {
+    /// `(topic, partition)` pairs grouped by topic (topics and partitions
+    /// ascending, duplicates dropped): how the group APIs list partitions.
+    pub fn group<'a>(pairs: impl IntoIterator<Item = &'a (String, u32)>) -> Vec<TopicPartitions> {
+        let mut sorted: Vec<&(String, u32)> = pairs.into_iter().collect();
+        sorted.sort();
+        sorted.dedup();
+        let mut out: Vec<TopicPartitions> = Vec::new();
+        for (t, p) in sorted {
+            match out.last_mut() {
+                Some(last) if last.topic == *t => last.partitions.push(*p),
+                _ => out.push(TopicPartitions {
+                    topic: t.clone(),
+                    partitions: vec![*p],
+                }),
+            }
+        }
+        out
+    }
+
+    /// The `(topic, partition)` pairs of a list, in order.
+    pub fn pairs(list: &[TopicPartitions]) -> impl Iterator<Item = (String, u32)> + '_ {
+        list.iter()
+            .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.clone(), *p)))
+    }
+}
+
 /// Joins a group (an empty `member_id`) or updates a member's
 /// subscription (its `member_id`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
