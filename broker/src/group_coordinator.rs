@@ -251,6 +251,9 @@ impl Group {
 pub struct Groups {
     groups: RefCell<HashMap<String, Group>>,
     next_member: Cell<u64>,
+    /// Set once this core replayed its `__consumer_offsets` partitions;
+    /// until then group requests are answered `Recovering` (retriable).
+    loaded: Cell<bool>,
 }
 
 fn to_wire(set: &BTreeSet<Tp>) -> Vec<TopicPartitions> {
@@ -330,6 +333,16 @@ async fn on_core(core: &Rc<Core>, c: usize, req: GroupRequest) -> GroupResponse 
 
 /// Handles a group request on the coordinator's core.
 pub async fn handle(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
+    if !core.groups.loaded.get() {
+        let e = Refusal(
+            code::RECOVERING,
+            format!(
+                "core {} is still loading its consumer groups from {OFFSETS_TOPIC}: retry",
+                core.id
+            ),
+        );
+        return GroupResponse::refused(&req, e);
+    }
     let r = match &req {
         GroupRequest::Join(r) => join(core, r).map(GroupResponse::Assignment),
         GroupRequest::Heartbeat(r) => heartbeat(core, r).await.map(GroupResponse::Assignment),
@@ -947,9 +960,14 @@ pub async fn expiry_loop(core: Rc<Core>) {
 /// Rebuilds the groups of every `__consumer_offsets` partition this core
 /// owns from the log (start-up).
 pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
-    let n = match core.registry.borrow().get(OFFSETS_TOPIC) {
-        Some(s) => s.partitions,
-        None => return Ok(()),
+    let Some(n) = core
+        .registry
+        .borrow()
+        .get(OFFSETS_TOPIC)
+        .map(|s| s.partitions)
+    else {
+        core.groups.loaded.set(true);
+        return Ok(());
     };
     let mut records = 0u64;
     for p in 0..n {
@@ -989,6 +1007,7 @@ pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
     if records > 0 {
         tracing::info!(core = core.id, records, "consumer groups loaded");
     }
+    core.groups.loaded.set(true);
     Ok(())
 }
 
