@@ -40,11 +40,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_channel::oneshot;
-use weir_proto::batch::Compression;
-use weir_proto::builder::BatchBuilder;
 use weir_proto::messages::*;
-use weir_proto::reader::RecordBatch;
-use weir_proto::record::RecordData;
 
 use crate::assignor::{Assignment, Assignor, Tp};
 use crate::core::{Core, CoreMsg, PartitionError};
@@ -53,6 +49,7 @@ use crate::group_records::{
     self, GroupValue, OffsetValue, RecordKey, GROUP_ID_BYTES_MAX, OFFSETS_TOPIC,
     OFFSET_METADATA_BYTES_MAX,
 };
+use crate::group_store;
 use crate::handlers;
 
 /// Shortest session timeout a member may ask for.
@@ -66,8 +63,6 @@ pub const HEARTBEAT_INTERVAL_MS_MAX: u32 = 3000;
 pub const EXPIRY_CHECK_MS: u64 = 100;
 /// Most members of one group.
 pub const GROUP_MEMBERS_MAX: usize = 10_000;
-/// Bytes of `__consumer_offsets` read at a time when replaying.
-pub const REPLAY_READ_BYTES: u64 = 1 << 20;
 
 const _: () = assert!(SESSION_TIMEOUT_MS_MIN < SESSION_TIMEOUT_MS_MAX);
 const _: () = assert!(EXPIRY_CHECK_MS < SESSION_TIMEOUT_MS_MIN as u64 * 2);
@@ -256,6 +251,43 @@ pub struct Groups {
     loaded: Cell<bool>,
 }
 
+impl Groups {
+    /// Replays a committed offset (`None`: a tombstone).
+    pub(crate) fn replay_offset(&self, group: String, tp: Tp, value: Option<OffsetValue>) {
+        let mut groups = self.groups.borrow_mut();
+        match value {
+            Some(v) => {
+                groups.entry(group).or_default().offsets.insert(tp, v);
+            }
+            None => {
+                if let Some(g) = groups.get_mut(&group) {
+                    g.offsets.remove(&tp);
+                }
+            }
+        }
+    }
+
+    /// Replays a group's metadata (`None`: the group was deleted).
+    pub(crate) fn replay_group(&self, group: String, value: Option<GroupValue>) {
+        let mut groups = self.groups.borrow_mut();
+        match value {
+            Some(v) => {
+                let g = groups.entry(group).or_default();
+                g.generation = g.generation.max(v.generation);
+                g.assignor = v.assignor;
+            }
+            None => {
+                groups.remove(&group);
+            }
+        }
+    }
+
+    /// The groups are loaded: requests are served from now on.
+    pub(crate) fn set_loaded(&self) {
+        self.loaded.set(true);
+    }
+}
+
 fn to_wire(set: &BTreeSet<Tp>) -> Vec<TopicPartitions> {
     TopicPartitions::group(set)
 }
@@ -390,7 +422,7 @@ fn rebalance(core: &Rc<Core>, name: &str, g: &mut Group) {
             let key = RecordKey::Group {
                 group: name.clone(),
             };
-            if let Err(e) = write_records(&core, &name, vec![(key, Some(value.encode()))]).await {
+            if let Err(e) = group_store::write_records(&core, &name, vec![(key, Some(value.encode()))]).await {
                 tracing::warn!(group = %name, error = %e.message, "storing the group's generation failed");
             }
         })
@@ -644,41 +676,6 @@ async fn log_ends(core: &Rc<Core>, tps: &[Tp]) -> Vec<Result<u64, PartitionError
     out
 }
 
-/// Appends records to the group's `__consumer_offsets` partition (on this
-/// core) as one batch and waits until it is durable.
-async fn write_records(
-    core: &Rc<Core>,
-    group: &str,
-    records: Vec<(RecordKey, Option<Bytes>)>,
-) -> Result<(), PartitionError> {
-    let storage = |e: weir_proto::batch::BatchError| PartitionError {
-        code: code::STORAGE_ERROR,
-        message: format!("encoding group records: {e}"),
-    };
-    let n = core
-        .registry
-        .borrow()
-        .get(OFFSETS_TOPIC)
-        .map(|s| s.partitions)
-        .unwrap_or(1);
-    let p = group_records::partition_for(group, n);
-    let mut b = BatchBuilder::new(Compression::None).map_err(storage)?;
-    let ts = core.storage.now_ms();
-    for (key, value) in records {
-        b.push(&RecordData {
-            key: Some(key.encode()),
-            value,
-            headers: Vec::new(),
-            timestamp: ts,
-        })
-        .map_err(storage)?;
-    }
-    let batch = b.build().map_err(storage)?.freeze();
-    let (log, info) = handlers::append_local(core, OFFSETS_TOPIC, p, batch).await?;
-    handlers::ack_local(log, info, -1).await?;
-    Ok(())
-}
-
 async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommitResponse, Refusal> {
     let tps: Vec<Tp> = r
         .offsets
@@ -780,7 +777,7 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
         }
     }
     if !records.is_empty() {
-        match write_records(core, &r.group, records).await {
+        match group_store::write_records(core, &r.group, records).await {
             Ok(()) => {
                 let mut groups = core.groups.groups.borrow_mut();
                 let g = groups.entry(r.group.clone()).or_default();
@@ -909,7 +906,7 @@ async fn delete(core: &Rc<Core>, r: &DeleteGroupRequest) -> Result<GroupResult, 
         ));
         keys
     };
-    write_records(core, &r.group, keys)
+    group_store::write_records(core, &r.group, keys)
         .await
         .map_err(|e| Refusal(e.code, e.message))?;
     let mut groups = core.groups.groups.borrow_mut();
@@ -955,155 +952,4 @@ pub async fn expiry_loop(core: Rc<Core>) {
             }
         }
     }
-}
-
-/// Rebuilds the groups of every `__consumer_offsets` partition this core
-/// owns from the log (start-up).
-pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
-    let Some(n) = core
-        .registry
-        .borrow()
-        .get(OFFSETS_TOPIC)
-        .map(|s| s.partitions)
-    else {
-        core.groups.loaded.set(true);
-        return Ok(());
-    };
-    let mut records = 0u64;
-    for p in 0..n {
-        let Some(log) = core.log(OFFSETS_TOPIC, p) else {
-            continue;
-        };
-        let mut at = log.log_start_offset();
-        let end = log.high_watermark();
-        while at < end {
-            let r = log
-                .read(at, REPLAY_READ_BYTES)
-                .await
-                .map_err(|e| anyhow::anyhow!("replaying {OFFSETS_TOPIC}-{p} at {at}: {e}"))?;
-            let before = at;
-            for b in &r.batches {
-                let rb = RecordBatch::parse(b)
-                    .map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
-                let last = rb.header().last_offset() as u64;
-                let decoded = rb
-                    .records()
-                    .map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
-                for rec in decoded.iter() {
-                    let rec = rec.map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
-                    if (rec.offset as u64) < at {
-                        continue;
-                    }
-                    records += 1;
-                    apply(core, rec.record.key, rec.record.value, p);
-                }
-                at = at.max(last + 1);
-            }
-            if at == before {
-                break;
-            }
-        }
-    }
-    if records > 0 {
-        tracing::info!(core = core.id, records, "consumer groups loaded");
-    }
-    core.groups.loaded.set(true);
-    Ok(())
-}
-
-/// Applies one replayed record (latest wins; a null value deletes).
-fn apply(core: &Core, key: Option<&[u8]>, value: Option<&[u8]>, p: u32) {
-    let Some(key) = key else {
-        tracing::warn!(
-            partition = p,
-            "record without key in {OFFSETS_TOPIC}: skipped"
-        );
-        return;
-    };
-    let key = match RecordKey::decode(key) {
-        Ok(k) => k,
-        Err(e) => {
-            tracing::warn!(partition = p, error = %e, "skipped");
-            return;
-        }
-    };
-    let mut groups = core.groups.groups.borrow_mut();
-    match (key, value) {
-        (
-            RecordKey::Offset {
-                group,
-                topic,
-                partition,
-            },
-            Some(v),
-        ) => match OffsetValue::decode(v) {
-            Ok(v) => {
-                groups
-                    .entry(group)
-                    .or_default()
-                    .offsets
-                    .insert((topic, partition), v);
-            }
-            Err(e) => tracing::warn!(partition = p, error = %e, "skipped"),
-        },
-        (
-            RecordKey::Offset {
-                group,
-                topic,
-                partition,
-            },
-            None,
-        ) => {
-            if let Some(g) = groups.get_mut(&group) {
-                g.offsets.remove(&(topic, partition));
-            }
-        }
-        (RecordKey::Group { group }, Some(v)) => match GroupValue::decode(v) {
-            Ok(v) => {
-                let g = groups.entry(group).or_default();
-                g.generation = g.generation.max(v.generation);
-                g.assignor = v.assignor;
-            }
-            Err(e) => tracing::warn!(partition = p, error = %e, "skipped"),
-        },
-        (RecordKey::Group { group }, None) => {
-            groups.remove(&group);
-        }
-    }
-}
-
-/// Configs of `__consumer_offsets`: compacted (the latest record per key
-/// is kept; tombstones delete), no time or size retention, 100 MiB
-/// segments.
-pub fn offsets_topic_configs() -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("cleanup.policy".to_string(), "compact".to_string()),
-        ("retention.ms".to_string(), "-1".to_string()),
-        ("segment.bytes".to_string(), (100u64 << 20).to_string()),
-    ])
-}
-
-/// Creates `__consumer_offsets` if it does not exist, or gives an existing
-/// one created before compaction existed its configs (core 0, start-up).
-pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
-    let existing = core.registry.borrow().get(OFFSETS_TOPIC).cloned();
-    let change = match existing {
-        None => crate::core::AdminChange::Create(
-            OFFSETS_TOPIC.to_string(),
-            crate::registry::TopicSpec {
-                partitions: core.shared.config.offsets_partitions,
-                configs: offsets_topic_configs(),
-            },
-        ),
-        Some(spec) if !spec.configs.contains_key("cleanup.policy") => {
-            crate::core::AdminChange::Alter(
-                OFFSETS_TOPIC.to_string(),
-                offsets_topic_configs().into_iter().collect(),
-            )
-        }
-        Some(_) => return Ok(()),
-    };
-    handlers::apply_admin(core, change)
-        .await
-        .map_err(|e| anyhow::anyhow!("setting up {OFFSETS_TOPIC}: {e}"))
 }

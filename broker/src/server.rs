@@ -207,9 +207,9 @@ async fn core_main(
     let core = Core::start(c, shared.clone(), registry, senders).await?;
     serve_mesh(core.clone(), receivers);
     if c == 0 {
-        crate::group_coordinator::ensure_offsets_topic(&core).await?;
+        crate::group_store::ensure_offsets_topic(&core).await?;
     }
-    crate::group_coordinator::load(&core).await?;
+    crate::group_store::load(&core).await?;
     glommio::spawn_local(crate::group_coordinator::expiry_loop(core.clone())).detach();
     let listen = shared.config.listen;
     let shared_l = TcpListener::bind(listen)

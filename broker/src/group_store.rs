@@ -1,0 +1,182 @@
+//! Where consumer groups are stored: the records of `__consumer_offsets`
+//! (created by core 0 at start-up, compacted), appended by a group's
+//! coordinator to its own partition, and replayed by every core at
+//! start-up to rebuild the groups it coordinates.
+//!
+//! **Which core:** everything here runs on the core that owns the
+//! partition concerned (the group's coordinator).
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use weir_proto::batch::Compression;
+use weir_proto::builder::BatchBuilder;
+use weir_proto::reader::RecordBatch;
+use weir_proto::record::RecordData;
+
+use crate::core::{Core, PartitionError};
+use crate::errors as code;
+use crate::group_records::{self, GroupValue, OffsetValue, RecordKey, OFFSETS_TOPIC};
+use crate::handlers;
+
+/// Bytes of `__consumer_offsets` read at a time when replaying.
+pub const REPLAY_READ_BYTES: u64 = 1 << 20;
+
+/// Appends records to the group's `__consumer_offsets` partition (on this
+/// core) as one batch and waits until it is durable.
+pub async fn write_records(
+    core: &Rc<Core>,
+    group: &str,
+    records: Vec<(RecordKey, Option<Bytes>)>,
+) -> Result<(), PartitionError> {
+    let storage = |e: weir_proto::batch::BatchError| PartitionError {
+        code: code::STORAGE_ERROR,
+        message: format!("encoding group records: {e}"),
+    };
+    let n = core
+        .registry
+        .borrow()
+        .get(OFFSETS_TOPIC)
+        .map(|s| s.partitions)
+        .unwrap_or(1);
+    let p = group_records::partition_for(group, n);
+    let mut b = BatchBuilder::new(Compression::None).map_err(storage)?;
+    let ts = core.storage.now_ms();
+    for (key, value) in records {
+        b.push(&RecordData {
+            key: Some(key.encode()),
+            value,
+            headers: Vec::new(),
+            timestamp: ts,
+        })
+        .map_err(storage)?;
+    }
+    let batch = b.build().map_err(storage)?.freeze();
+    let (log, info) = handlers::append_local(core, OFFSETS_TOPIC, p, batch).await?;
+    handlers::ack_local(log, info, -1).await?;
+    Ok(())
+}
+
+/// Rebuilds the groups of every `__consumer_offsets` partition this core
+/// owns from the log (start-up).
+pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
+    let Some(n) = core
+        .registry
+        .borrow()
+        .get(OFFSETS_TOPIC)
+        .map(|s| s.partitions)
+    else {
+        core.groups.set_loaded();
+        return Ok(());
+    };
+    let mut records = 0u64;
+    for p in 0..n {
+        let Some(log) = core.log(OFFSETS_TOPIC, p) else {
+            continue;
+        };
+        let mut at = log.log_start_offset();
+        let end = log.high_watermark();
+        while at < end {
+            let r = log
+                .read(at, REPLAY_READ_BYTES)
+                .await
+                .map_err(|e| anyhow::anyhow!("replaying {OFFSETS_TOPIC}-{p} at {at}: {e}"))?;
+            let before = at;
+            for b in &r.batches {
+                let rb = RecordBatch::parse(b)
+                    .map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
+                let last = rb.header().last_offset() as u64;
+                let decoded = rb
+                    .records()
+                    .map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
+                for rec in decoded.iter() {
+                    let rec = rec.map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
+                    if (rec.offset as u64) < at {
+                        continue;
+                    }
+                    records += 1;
+                    apply(core, rec.record.key, rec.record.value, p);
+                }
+                at = at.max(last + 1);
+            }
+            if at == before {
+                break;
+            }
+        }
+    }
+    if records > 0 {
+        tracing::info!(core = core.id, records, "consumer groups loaded");
+    }
+    core.groups.set_loaded();
+    Ok(())
+}
+
+/// Applies one replayed record (latest wins; a null value deletes).
+fn apply(core: &Core, key: Option<&[u8]>, value: Option<&[u8]>, p: u32) {
+    let Some(key) = key else {
+        tracing::warn!(
+            partition = p,
+            "record without key in {OFFSETS_TOPIC}: skipped"
+        );
+        return;
+    };
+    let decoded = RecordKey::decode(key).and_then(|key| match (key, value) {
+        (
+            RecordKey::Offset {
+                group,
+                topic,
+                partition,
+            },
+            v,
+        ) => {
+            let v = v.map(OffsetValue::decode).transpose()?;
+            core.groups.replay_offset(group, (topic, partition), v);
+            Ok(())
+        }
+        (RecordKey::Group { group }, v) => {
+            let v = v.map(GroupValue::decode).transpose()?;
+            core.groups.replay_group(group, v);
+            Ok(())
+        }
+    });
+    if let Err(e) = decoded {
+        tracing::warn!(partition = p, error = %e, "skipped");
+    }
+}
+
+/// Configs of `__consumer_offsets`: compacted (the latest record per key
+/// is kept; tombstones delete), no time or size retention, 100 MiB
+/// segments.
+pub fn offsets_topic_configs() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("cleanup.policy".to_string(), "compact".to_string()),
+        ("retention.ms".to_string(), "-1".to_string()),
+        ("segment.bytes".to_string(), (100u64 << 20).to_string()),
+    ])
+}
+
+/// Creates `__consumer_offsets` if it does not exist, or gives an existing
+/// one created before compaction existed its configs (core 0, start-up).
+pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
+    let existing = core.registry.borrow().get(OFFSETS_TOPIC).cloned();
+    let change = match existing {
+        None => crate::core::AdminChange::Create(
+            OFFSETS_TOPIC.to_string(),
+            crate::registry::TopicSpec {
+                partitions: core.shared.config.offsets_partitions,
+                configs: offsets_topic_configs(),
+            },
+        ),
+        Some(spec) if !spec.configs.contains_key("cleanup.policy") => {
+            crate::core::AdminChange::Alter(
+                OFFSETS_TOPIC.to_string(),
+                offsets_topic_configs().into_iter().collect(),
+            )
+        }
+        Some(_) => return Ok(()),
+    };
+    handlers::apply_admin(core, change)
+        .await
+        .map_err(|e| anyhow::anyhow!("setting up {OFFSETS_TOPIC}: {e}"))
+}
