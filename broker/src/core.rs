@@ -391,6 +391,7 @@ impl Core {
         deleted: Vec<(String, u32)>,
     ) -> anyhow::Result<()> {
         let data_dir = self.shared.config.data_dir.clone();
+        self.groups.forget_log_ends(&deleted);
         for (topic, partition) in deleted {
             let log = self.logs.borrow_mut().remove(&(topic.clone(), partition));
             if let Some(log) = log {

@@ -249,6 +249,8 @@ pub struct Groups {
     /// Set once this core replayed its `__consumer_offsets` partitions;
     /// until then group requests are answered `Recovering` (retriable).
     loaded: Cell<bool>,
+    /// Log end offsets learnt from partition owners, for commit checks.
+    log_ends: RefCell<HashMap<Tp, u64>>,
 }
 
 impl Groups {
@@ -279,6 +281,15 @@ impl Groups {
             None => {
                 groups.remove(&group);
             }
+        }
+    }
+
+    /// Forgets the cached log ends of deleted partitions (their topic may
+    /// come back empty).
+    pub fn forget_log_ends(&self, deleted: &[(String, u32)]) {
+        let mut cache = self.log_ends.borrow_mut();
+        for tp in deleted {
+            cache.remove(tp);
         }
     }
 
@@ -676,6 +687,52 @@ async fn log_ends(core: &Rc<Core>, tps: &[Tp]) -> Vec<Result<u64, PartitionError
     out
 }
 
+/// Log end offsets for a commit: a partition whose cached log end is
+/// already at or past the offset needs no question to its owner (a log end
+/// never decreases while the topic exists; deleting a topic forgets its
+/// entries); the others are asked ([`log_ends`]) and cached.
+async fn checked_log_ends(
+    core: &Rc<Core>,
+    offsets: &[CommitOffset],
+    tps: &[Tp],
+) -> Vec<Result<u64, PartitionError>> {
+    let mut out: Vec<Option<Result<u64, PartitionError>>> = {
+        let cache = core.groups.log_ends.borrow();
+        offsets
+            .iter()
+            .zip(tps)
+            .map(|(o, tp)| {
+                cache
+                    .get(tp)
+                    .filter(|&&end| o.offset <= end)
+                    .map(|&e| Ok(e))
+            })
+            .collect()
+    };
+    let ask: Vec<Tp> = tps
+        .iter()
+        .zip(&out)
+        .filter(|(_, known)| known.is_none())
+        .map(|(tp, _)| tp.clone())
+        .collect();
+    if !ask.is_empty() {
+        let answers = log_ends(core, &ask).await;
+        let mut cache = core.groups.log_ends.borrow_mut();
+        let mut answers = ask.into_iter().zip(answers);
+        for slot in out.iter_mut().filter(|s| s.is_none()) {
+            let (tp, end) = answers.next().expect("one answer per question");
+            if let Ok(e) = &end {
+                let known = cache.entry(tp).or_insert(*e);
+                *known = (*known).max(*e);
+            }
+            *slot = Some(end);
+        }
+    }
+    out.into_iter()
+        .map(|e| e.expect("every partition answered"))
+        .collect()
+}
+
 async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommitResponse, Refusal> {
     let tps: Vec<Tp> = r
         .offsets
@@ -741,7 +798,7 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
             ));
         }
     }
-    let ends = log_ends(core, &tps).await;
+    let ends = checked_log_ends(core, &r.offsets, &tps).await;
     let ts = core.storage.now_ms();
     let mut records = Vec::new();
     let mut accepted = Vec::new();

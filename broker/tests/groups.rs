@@ -913,4 +913,26 @@ fn lag_figures_match_produced_minus_committed() {
         .any(|l| l.trim_start().starts_with("lagged") && l.contains("Empty")));
     assert!(weir_ok(&b, &["group", "delete", "lagged"]).contains("deleted"));
     assert!(!weir(&b, &["group", "describe", "lagged"]).status.success());
+    // A recreated topic starts empty: commits are checked against its new
+    // log end, not the old one.
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        let at = |offset| {
+            vec![CommitOffset {
+                topic: "lagging".into(),
+                partition: 0,
+                offset,
+                metadata: None,
+            }]
+        };
+        admin.commit_offsets("again", "", -1, at(50)).await.unwrap();
+        admin.delete_topic("lagging").await.unwrap();
+        admin.create_topic("lagging", 2, vec![]).await.unwrap();
+        let e = admin
+            .commit_offsets("again", "", -1, at(10))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::OffsetOutOfRange), "{e}");
+        admin.commit_offsets("again", "", -1, at(0)).await.unwrap();
+    });
 }
