@@ -206,6 +206,10 @@ struct Shared {
 
 /// A consumer in a group. See the [module docs](self).
 pub struct GroupConsumer {
+    /// Commits and committed-offset lookups, on their own connection: the
+    /// fetch connection may still carry a long poll that `poll` abandoned
+    /// when the assignment changed, and the broker answers a connection's
+    /// requests in order.
     client: Arc<Client>,
     inner: Consumer,
     shared: Shared,
@@ -233,14 +237,15 @@ fn lock(m: &Mutex<Membership>) -> std::sync::MutexGuard<'_, Membership> {
 
 impl GroupConsumer {
     /// A consumer for `config.group_id` reading through `client` (its
-    /// heartbeats use a second connection to the same address). Call
-    /// [`GroupConsumer::subscribe`] to join.
+    /// heartbeats and the commits each use another connection to the same
+    /// address). Call [`GroupConsumer::subscribe`] to join.
     pub fn new(client: impl Into<Arc<Client>>, config: GroupConsumerConfig) -> GroupConsumer {
         let client: Arc<Client> = client.into();
-        let hb = Arc::new(Client::connect_lazy(client.addr(), client.config().clone()));
-        let inner = Consumer::new(client.clone(), config.consumer.clone());
+        let other = || Arc::new(Client::connect_lazy(client.addr(), client.config().clone()));
+        let (hb, commits) = (other(), other());
+        let inner = Consumer::new(client, config.consumer.clone());
         GroupConsumer {
-            client,
+            client: commits,
             inner,
             shared: Shared {
                 client: hb,
