@@ -44,10 +44,17 @@ fn config(policy: &str) -> LogConfig {
 }
 
 fn shard(clock: &ManualClock, budget: u64) -> StorageShard {
+    shard_with(clock, budget, 64 << 10)
+}
+
+/// A shard whose cleaner reads `chunk` bytes at a time (small chunks cut
+/// batches at chunk boundaries).
+fn shard_with(clock: &ManualClock, budget: u64, chunk: u64) -> StorageShard {
     StorageShard::with_clock(
         ShardConfig {
             prealloc_step: 0,
             cleaner_dedupe_buffer_bytes: budget,
+            cleaner_read_chunk_bytes: chunk,
             ..ShardConfig::default()
         },
         Rc::new(clock.clone()),
@@ -237,9 +244,9 @@ fn value_for(offset: u64, len: u8) -> Vec<u8> {
     v
 }
 
-async fn run_model(ops: Vec<Op>, budget: u64, dir: PathBuf) -> Result<(), String> {
+async fn run_model(ops: Vec<Op>, budget: u64, chunk: u64, dir: PathBuf) -> Result<(), String> {
     let clock = ManualClock::new(T0);
-    let sh = shard(&clock, budget);
+    let sh = shard_with(&clock, budget, chunk);
     let open = |sh: StorageShard| {
         let dir = dir.clone();
         async move {
@@ -317,6 +324,7 @@ proptest! {
     fn cleaner_matches_the_model(
         keys in 2u8..40,
         budget in prop::sample::select(vec![32u64 * 4, 32 * 16, 64 << 20]),
+        chunk in prop::sample::select(vec![7u64, 61, 200, 1000, 4096, 1 << 20]),
         seed_ops in prop::collection::vec(any::<prop::sample::Index>(), 20..80),
         ops_pool in prop::collection::vec(op(40), 80),
     ) {
@@ -334,7 +342,7 @@ proptest! {
             .collect();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t-0");
-        let r = run_ret(move || run_model(ops, budget, path));
+        let r = run_ret(move || run_model(ops, budget, chunk, path));
         prop_assert!(r.is_ok(), "{}", r.unwrap_err());
     }
 }
@@ -805,7 +813,7 @@ fn a_crash_at_any_point_of_a_pass_leaves_old_or_new_segments() {
         None,
         None,
     ];
-    while round < 10 && (round < 4 || started.elapsed() < Duration::from_secs(40)) {
+    while round < 8 && (round < 4 || started.elapsed() < Duration::from_secs(25)) {
         let first = m.all.keys().next_back().map_or(0, |o| o + 1);
         for r in prepare(&path, rng.next_u64(), first, 3000, 200) {
             m.all.insert(r.offset, r);
