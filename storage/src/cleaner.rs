@@ -318,6 +318,17 @@ impl KeyMap {
     }
 }
 
+/// What a pass decided before rewriting: the key map (covering offsets
+/// `first_dirty..map_end`), the pass's time and the log's config.
+#[derive(Clone, Copy)]
+struct PassParams<'a> {
+    map: &'a KeyMap,
+    map_end: u64,
+    first_dirty: u64,
+    now: i64,
+    cfg: &'a crate::config::LogConfig,
+}
+
 /// A cleanable segment, copied out of the log's state.
 #[derive(Debug, Clone)]
 struct Source {
@@ -724,7 +735,17 @@ impl PartitionLog {
         let groups = group_sources(&plan.sources, map_end, cfg.segment_bytes);
         for group in groups {
             let out = self
-                .rewrite_group(&group, &map, map_end, first_dirty, now, &cfg, &mut report)
+                .rewrite_group(
+                    &group,
+                    &PassParams {
+                        map: &map,
+                        map_end,
+                        first_dirty,
+                        now,
+                        cfg: &cfg,
+                    },
+                    &mut report,
+                )
                 .await?;
             if let Some(written) = out {
                 if inner.swap_in(&group, written.1).await? {
@@ -788,15 +809,10 @@ impl PartitionLog {
 
     /// Writes the cleaned copy of a group of segments as `.cleaned` files,
     /// fdatasync'd. Returns the new segment's base and its end.
-    #[allow(clippy::too_many_arguments)]
     async fn rewrite_group(
         &self,
         group: &[Source],
-        map: &KeyMap,
-        map_end: u64,
-        first_dirty: u64,
-        now: i64,
-        cfg: &crate::config::LogConfig,
+        pass: &PassParams<'_>,
         report: &mut CleanReport,
     ) -> Result<Option<(u64, u64)>> {
         let inner = &self.inner;
@@ -807,13 +823,11 @@ impl PartitionLog {
             &inner.dir,
             paths.clone(),
             base,
-            now,
+            pass.now,
             inner.shard.config.prealloc_step,
         )
         .await?;
-        let result = self
-            .copy_group(group, map, map_end, first_dirty, now, cfg, report, &mut out)
-            .await;
+        let result = self.copy_group(group, pass, report, &mut out).await;
         let result = match result {
             Ok(()) => finish_out(&inner.shard, &mut out).await,
             Err(e) => Err(e),
@@ -842,18 +856,20 @@ impl PartitionLog {
         Ok(Some((base, end)))
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn copy_group(
         &self,
         group: &[Source],
-        map: &KeyMap,
-        map_end: u64,
-        first_dirty: u64,
-        now: i64,
-        cfg: &crate::config::LogConfig,
+        pass: &PassParams<'_>,
         report: &mut CleanReport,
         out: &mut Segment,
     ) -> Result<()> {
+        let PassParams {
+            map,
+            map_end,
+            first_dirty,
+            now,
+            cfg,
+        } = *pass;
         let interval = cfg.index_interval_bytes;
         for (k, src) in group.iter().enumerate() {
             let last_source = k + 1 == group.len();

@@ -347,6 +347,17 @@ proptest! {
     }
 }
 
+/// A compacted log `t-0` in a new directory, on a shard with a manual clock.
+async fn compacted_log() -> (tempfile::TempDir, ManualClock, StorageShard, PartitionLog) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let sh = shard(&clock, 64 << 20);
+    let (log, _) = PartitionLog::open(&sh, dir.path().join("t-0"), config("compact"))
+        .await
+        .unwrap();
+    (dir, clock, sh, log)
+}
+
 /// Appends `n` single-record batches over `keys` keys (value = offset).
 async fn fill(log: &PartitionLog, clock: &ManualClock, n: u64, keys: u64) {
     for i in 0..n {
@@ -361,12 +372,7 @@ async fn fill(log: &PartitionLog, clock: &ManualClock, n: u64, keys: u64) {
 #[test]
 fn reading_a_compacted_log_from_the_start_yields_the_latest_value_of_every_key() {
     run(|| async {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(T0);
-        let sh = shard(&clock, 64 << 20);
-        let (log, _) = PartitionLog::open(&sh, dir.path().join("t-0"), config("compact"))
-            .await
-            .unwrap();
+        let (dir, clock, sh, log) = compacted_log().await;
         fill(&log, &clock, 3000, 50).await;
         let before = log.size_bytes();
         assert!(log.dirty_ratio() > 0.99, "{}", log.dirty_ratio());
@@ -441,12 +447,7 @@ fn reading_a_compacted_log_from_the_start_yields_the_latest_value_of_every_key()
 #[test]
 fn tombstones_vanish_only_after_delete_retention() {
     run(|| async {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(T0);
-        let sh = shard(&clock, 64 << 20);
-        let (log, _) = PartitionLog::open(&sh, dir.path().join("t-0"), config("compact"))
-            .await
-            .unwrap();
+        let (_dir, clock, _sh, log) = compacted_log().await;
         let put = |k: &str, v: Option<&str>| {
             keyed(
                 &[(k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))],
@@ -530,12 +531,7 @@ fn compact_delete_also_drops_old_segments_by_time_and_compact_alone_does_not() {
 #[test]
 fn unique_keys_leave_the_size_unchanged_and_the_cleaner_does_not_loop() {
     run(|| async {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(T0);
-        let sh = shard(&clock, 64 << 20);
-        let (log, _) = PartitionLog::open(&sh, dir.path().join("t-0"), config("compact"))
-            .await
-            .unwrap();
+        let (_dir, clock, _sh, log) = compacted_log().await;
         fill(&log, &clock, 1000, u64::MAX).await;
         let before = read_all(&log).await;
         let size = log.size_bytes();
@@ -590,12 +586,7 @@ fn a_full_map_compacts_what_fits_and_the_next_pass_continues() {
 #[test]
 fn a_compacted_log_refuses_records_without_a_key_and_appends_nothing() {
     run(|| async {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(T0);
-        let sh = shard(&clock, 64 << 20);
-        let (log, _) = PartitionLog::open(&sh, dir.path().join("t-0"), config("compact"))
-            .await
-            .unwrap();
+        let (dir, _clock, sh, log) = compacted_log().await;
         let mut b = BatchBuilder::new(Compression::Lz4).unwrap();
         for key in [Some(Bytes::from_static(b"k")), None] {
             b.push(&RecordData {
@@ -627,12 +618,7 @@ fn a_compacted_log_refuses_records_without_a_key_and_appends_nothing() {
 #[test]
 fn reads_go_on_while_a_pass_runs() {
     run(|| async {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = ManualClock::new(T0);
-        let sh = shard(&clock, 64 << 20);
-        let (log, _) = PartitionLog::open(&sh, dir.path().join("t-0"), config("compact"))
-            .await
-            .unwrap();
+        let (_dir, clock, _sh, log) = compacted_log().await;
         fill(&log, &clock, 4000, 100).await;
         let done = Rc::new(std::cell::Cell::new(false));
         let reader = {
