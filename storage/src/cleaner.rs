@@ -636,7 +636,7 @@ impl PartitionLog {
         if !st.config.cleanup_policy.compacts() {
             return 0.0;
         }
-        plan(inner, &st, inner.shard.clock.now_ms()).ratio()
+        plan(inner, &st, inner.shard.clock.now_ms(), false).ratio()
     }
 
     /// Runs one cleaner pass now (see the module docs of `cleaner`). Without
@@ -657,7 +657,7 @@ impl PartitionLog {
                 return Ok(None);
             }
             (
-                plan(inner, &st, now),
+                plan(inner, &st, now, true),
                 st.config.clone(),
                 st.segments.values().map(|s| s.size()).sum::<u64>(),
             )
@@ -1198,7 +1198,7 @@ async fn finish_out(shard: &ShardInner, out: &mut Segment) -> Result<()> {
 }
 
 /// The cleanable segments and the dirty ratio, from the log's state.
-fn plan(inner: &LogInner, st: &crate::log::LogState, now: i64) -> Plan {
+fn plan(inner: &LogInner, st: &crate::log::LogState, now: i64, with_sources: bool) -> Plan {
     let first_dirty = st.cleaner.first_dirty.max(st.log_start);
     let lag = st.config.min_compaction_lag_ms;
     let active = st.segments.keys().next_back().copied();
@@ -1215,6 +1215,9 @@ fn plan(inner: &LogInner, st: &crate::log::LogState, now: i64) -> Plan {
             dirty_bytes += s.size();
         } else {
             clean_bytes += s.size();
+        }
+        if !with_sources {
+            continue;
         }
         sources.push(Source {
             base: s.base,
@@ -1236,7 +1239,7 @@ fn plan(inner: &LogInner, st: &crate::log::LogState, now: i64) -> Plan {
 }
 
 fn plan_ratio(inner: &LogInner, st: &crate::log::LogState, now: i64) -> f64 {
-    plan(inner, st, now).ratio()
+    plan(inner, st, now, false).ratio()
 }
 
 impl LogInner {
