@@ -776,8 +776,9 @@ impl PartitionLog {
         }
         let ckpt = {
             let mut st = inner.state.borrow_mut();
-            let bases: Vec<u64> = st.segments.keys().copied().collect();
-            st.cleaner.cleaned_ms.retain(|b, _| bases.contains(b));
+            let st = &mut *st;
+            let segments = &st.segments;
+            st.cleaner.cleaned_ms.retain(|b, _| segments.contains_key(b));
             st.cleaner.first_dirty = st.cleaner.first_dirty.max(map_end);
             st.cleaner.clone()
         };
