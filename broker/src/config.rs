@@ -70,6 +70,14 @@ pub struct BrokerArgs {
     /// per core; about 32 bytes per distinct key) [default: 67108864].
     #[arg(long, env = "WEIR_LOG_CLEANER_DEDUPE_BUFFER_SIZE")]
     pub log_cleaner_dedupe_buffer_size: Option<u64>,
+    /// Cap of one core's cleaner I/O (read + written), bytes/s; 0 = no cap
+    /// (`log.cleaner.io.max.bytes.per.second`) [default: 0].
+    #[arg(long, env = "WEIR_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND")]
+    pub log_cleaner_io_max_bytes_per_second: Option<u64>,
+    /// Cap of one core's cleaner I/O while that core is appending (an
+    /// append in the last 200 ms), bytes/s; 0 = no cap [default: 104857600].
+    #[arg(long, env = "WEIR_LOG_CLEANER_IO_BUSY_BYTES_PER_SECOND")]
+    pub log_cleaner_io_busy_bytes_per_second: Option<u64>,
     /// Partitions of the internal `__consumer_offsets` topic, used when it is created at the first start [default: 16].
     #[arg(long, env = "WEIR_OFFSETS_PARTITIONS")]
     pub offsets_partitions: Option<u32>,
@@ -90,6 +98,8 @@ struct FileConfig {
     retention_check_ms: Option<u64>,
     log_cleaner_backoff_ms: Option<u64>,
     log_cleaner_dedupe_buffer_size: Option<u64>,
+    log_cleaner_io_max_bytes_per_second: Option<u64>,
+    log_cleaner_io_busy_bytes_per_second: Option<u64>,
     offsets_partitions: Option<u32>,
 }
 
@@ -120,6 +130,10 @@ pub struct BrokerConfig {
     pub log_cleaner_backoff_ms: u64,
     /// Cleaner key-map memory per core, bytes.
     pub log_cleaner_dedupe_buffer_size: u64,
+    /// Cap of a core's cleaner I/O, bytes/s (`None`: none).
+    pub log_cleaner_io_max_bytes_per_second: Option<u64>,
+    /// Cap of a core's cleaner I/O while the core appends (`None`: none).
+    pub log_cleaner_io_busy_bytes_per_second: Option<u64>,
     /// Partitions of `__consumer_offsets` when it is created.
     pub offsets_partitions: u32,
 }
@@ -149,6 +163,10 @@ impl BrokerConfig {
             retention_check_ms: RETENTION_CHECK_MS_DEFAULT,
             log_cleaner_backoff_ms: weir_storage::cleaner::CLEANER_BACKOFF_MS_DEFAULT,
             log_cleaner_dedupe_buffer_size: weir_storage::cleaner::DEDUPE_BUFFER_BYTES_DEFAULT,
+            log_cleaner_io_max_bytes_per_second: None,
+            log_cleaner_io_busy_bytes_per_second: Some(
+                weir_storage::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT,
+            ),
             offsets_partitions: OFFSETS_PARTITIONS_DEFAULT,
         }
     }
@@ -244,6 +262,16 @@ impl BrokerConfig {
                 .or(file.log_cleaner_dedupe_buffer_size)
                 .unwrap_or(weir_storage::cleaner::DEDUPE_BUFFER_BYTES_DEFAULT)
                 .max(weir_storage::cleaner::MAP_BYTES_PER_KEY),
+            log_cleaner_io_max_bytes_per_second: args
+                .log_cleaner_io_max_bytes_per_second
+                .or(file.log_cleaner_io_max_bytes_per_second)
+                .filter(|&v| v > 0),
+            log_cleaner_io_busy_bytes_per_second: Some(
+                args.log_cleaner_io_busy_bytes_per_second
+                    .or(file.log_cleaner_io_busy_bytes_per_second)
+                    .unwrap_or(weir_storage::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT),
+            )
+            .filter(|&v| v > 0),
             offsets_partitions,
         })
     }

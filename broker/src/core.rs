@@ -314,6 +314,8 @@ impl Core {
         let storage = StorageShard::new(ShardConfig {
             cache_bytes: shared.config.cache_bytes_per_core,
             cleaner_dedupe_buffer_bytes: shared.config.log_cleaner_dedupe_buffer_size,
+            cleaner_io_max_bytes_per_sec: shared.config.log_cleaner_io_max_bytes_per_second,
+            cleaner_io_busy_bytes_per_sec: shared.config.log_cleaner_io_busy_bytes_per_second,
             ..ShardConfig::default()
         });
         let producer_ids = crate::producer_ids::ProducerIds::load(&shared.config.data_dir)?;

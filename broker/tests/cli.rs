@@ -4,32 +4,9 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Broker;
-
-/// Runs `weir ARGS` against `b` (through `WEIR_BOOTSTRAP`), feeding `stdin`.
-fn weir(b: &Broker, args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(args)
-        .env("WEIR_BOOTSTRAP", b.addr.to_string())
-        .env("WEIR_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run weir");
-    let mut input = child.stdin.take().unwrap();
-    let data = stdin.to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(&data);
-    });
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    out
-}
+use common::{weir, Broker};
 
 fn ok(b: &Broker, args: &[&str], stdin: &[u8]) -> (String, String) {
     let out = weir(b, args, stdin);

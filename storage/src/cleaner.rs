@@ -72,6 +72,12 @@ pub const MAP_BYTES_PER_KEY: u64 = 32;
 /// Default `log.cleaner.backoff.ms`: how long a core's cleaner sleeps when
 /// no log needs cleaning.
 pub const CLEANER_BACKOFF_MS_DEFAULT: u64 = 15_000;
+/// Default cap of the cleaner's I/O while its core is appending (see
+/// [`crate::ShardConfig::cleaner_io_busy_bytes_per_sec`]).
+pub const CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT: u64 = 100 << 20;
+/// How long after an append the core counts as appending.
+const BUSY_HOLD: Duration = Duration::from_millis(200);
+
 /// File name of the cleaner checkpoint.
 pub const CLEANER_CHECKPOINT_FILE: &str = "cleaner.checkpoint";
 /// Suffix of a new segment's files while they are written.
@@ -81,6 +87,11 @@ pub const SWAP_SUFFIX: &str = ".swap";
 
 /// Bytes of batches collected before they are written out.
 const WRITE_WINDOW_BYTES: u64 = 8 << 20;
+/// Default bytes per cleaner read ([`crate::ShardConfig::cleaner_read_chunk_bytes`]).
+pub const READ_CHUNK_BYTES_DEFAULT: u64 = 4 << 20;
+/// Bytes of batches processed between two yields to the core's other
+/// task queues (the produce and fetch paths).
+const YIELD_EVERY_BYTES: u64 = 256 << 10;
 const CHECKPOINT_MAGIC: &[u8; 8] = b"WEIRCLNR";
 const CHECKPOINT_VERSION: u32 = 1;
 
@@ -118,6 +129,8 @@ pub struct CleanReport {
     pub map_full: bool,
     /// Wall time of the pass.
     pub duration: Duration,
+    /// Of which building the key map.
+    pub map_duration: Duration,
 }
 
 /// The persistent cleaner state of one log.
@@ -192,6 +205,69 @@ impl CleanerCheckpoint {
     }
 }
 
+/// Paces the cleaner's I/O of one shard: a byte budget per second, the
+/// lower one while the core is appending.
+#[derive(Debug)]
+pub(crate) struct Throttle {
+    start: Instant,
+    bytes: u64,
+    rate: Option<u64>,
+    last_appended: u64,
+    busy_until: Instant,
+}
+
+impl Throttle {
+    pub(crate) fn new() -> Throttle {
+        let now = Instant::now();
+        Throttle {
+            start: now,
+            bytes: 0,
+            rate: None,
+            last_appended: 0,
+            busy_until: now,
+        }
+    }
+}
+
+/// Whether the shard appended in the last [`BUSY_HOLD`].
+fn busy(shard: &ShardInner) -> bool {
+    let mut t = shard.cleaner_throttle.borrow_mut();
+    let now = Instant::now();
+    let appended = shard.counters.appended_bytes.get();
+    if appended != t.last_appended {
+        t.last_appended = appended;
+        t.busy_until = now + BUSY_HOLD;
+    }
+    now < t.busy_until
+}
+
+/// Counts `bytes` of cleaner I/O and sleeps as long as the budget says.
+async fn pace(shard: &ShardInner, bytes: u64) {
+    let busy = busy(shard);
+    let wait = {
+        let mut t = shard.cleaner_throttle.borrow_mut();
+        let now = Instant::now();
+        let cfg = &shard.config;
+        let rate = match (busy, cfg.cleaner_io_busy_bytes_per_sec) {
+            (true, Some(b)) => Some(cfg.cleaner_io_max_bytes_per_sec.map_or(b, |m| m.min(b))),
+            _ => cfg.cleaner_io_max_bytes_per_sec,
+        };
+        if t.rate != rate || now.duration_since(t.start) > Duration::from_secs(1) {
+            t.start = now;
+            t.bytes = 0;
+            t.rate = rate;
+        }
+        t.bytes += bytes;
+        rate.filter(|&r| r > 0).and_then(|r| {
+            let due = t.start + Duration::from_secs_f64(t.bytes as f64 / r as f64);
+            due.checked_duration_since(now)
+        })
+    };
+    if let Some(d) = wait {
+        glommio::timer::sleep(d).await;
+    }
+}
+
 /// A hasher for keys that are already hashes.
 #[derive(Default)]
 struct PreHashed(u64);
@@ -210,16 +286,11 @@ impl Hasher for PreHashed {
     }
 }
 
-/// 128 bits of hash of a key (two SipHash-1-3 with different prefixes):
-/// two distinct keys collide with probability ~2^-128 per pair.
+/// 128 bits of hash of a key (XXH3-128): two distinct keys collide with
+/// probability ~2^-128 per pair, so a collision (which would drop a live
+/// key's value) is not a practical concern.
 fn key_hash(key: &[u8]) -> u128 {
-    let h = |salt: u8| {
-        #[allow(deprecated)]
-        let mut s = std::hash::SipHasher::new_with_keys(0x5745_4952, salt as u64);
-        s.write(key);
-        s.finish()
-    };
-    ((h(1) as u128) << 64) | h(2) as u128
+    twox_hash::XxHash3_128::oneshot(key)
 }
 
 /// Key hash → offset of the latest record of the key, bounded in entries.
@@ -245,6 +316,17 @@ impl KeyMap {
     fn latest(&self, key: &[u8]) -> Option<u64> {
         self.map.get(&key_hash(key)).copied()
     }
+}
+
+/// What a pass decided before rewriting: the key map (covering offsets
+/// `first_dirty..map_end`), the pass's time and the log's config.
+#[derive(Clone, Copy)]
+struct PassParams<'a> {
+    map: &'a KeyMap,
+    map_end: u64,
+    first_dirty: u64,
+    now: i64,
+    cfg: &'a crate::config::LogConfig,
 }
 
 /// A cleanable segment, copied out of the log's state.
@@ -298,9 +380,7 @@ fn filter_batch(
     if h.attributes.is_control() || h.records_count == 0 {
         return Ok((Filtered::Unchanged, 0));
     }
-    let rb = weir_proto::reader::RecordBatch::parse(data)?;
-    let codec = rb.compression();
-    let records = rb.records()?;
+    let (codec, records) = records_of(h, data)?;
     let section = records.data();
     let mut spans = Vec::new();
     let mut pos = 0usize;
@@ -556,7 +636,7 @@ impl PartitionLog {
         if !st.config.cleanup_policy.compacts() {
             return 0.0;
         }
-        plan(inner, &st, inner.shard.clock.now_ms()).ratio()
+        plan(inner, &st, inner.shard.clock.now_ms(), false).ratio()
     }
 
     /// Runs one cleaner pass now (see the module docs of `cleaner`). Without
@@ -577,7 +657,7 @@ impl PartitionLog {
                 return Ok(None);
             }
             (
-                plan(inner, &st, now),
+                plan(inner, &st, now, true),
                 st.config.clone(),
                 st.segments.values().map(|s| s.size()).sum::<u64>(),
             )
@@ -605,6 +685,7 @@ impl PartitionLog {
             first_dirty,
             map_full: false,
             duration: Duration::ZERO,
+            map_duration: Duration::ZERO,
         };
 
         // 1. The map over the dirty part.
@@ -614,49 +695,57 @@ impl PartitionLog {
         );
         let mut map_end = first_dirty;
         let mut full = false;
-        for src in plan.sources.iter().filter(|s| s.end > first_dirty) {
-            let cur = src.cursor.at(src.floor_first_dirty);
-            let mut failed = None;
-            let sum = cur
-                .scan(cur.limit, |h, _, b| {
+        'sources: for src in plan.sources.iter().filter(|s| s.end > first_dirty) {
+            let mut stream = SegmentStream::new(
+                src.cursor.at(src.floor_first_dirty),
+                inner.shard.config.cleaner_read_chunk_bytes,
+            );
+            while let Some(batches) = stream.next(&inner.shard).await? {
+                let read: u64 = batches.iter().map(|(_, b)| b.len() as u64).sum();
+                report.bytes_read += read;
+                pace(&inner.shard, read).await;
+                let mut since_yield = 0u64;
+                for (h, b) in &batches {
                     let last = h.last_offset() as u64;
                     if last < first_dirty {
-                        return true;
+                        continue;
                     }
                     if !map.fits(h.records_count.max(0) as usize) && !map.map.is_empty() {
                         full = true;
-                        return false;
+                        break 'sources;
                     }
-                    if let Err(e) = add_to_map(&mut map, h, b, first_dirty) {
-                        failed = Some(e);
-                        return false;
-                    }
+                    add_to_map(&mut map, h, b, first_dirty)
+                        .map_err(|e| corrupt(&src.cursor.path, e))?;
                     map_end = last + 1;
-                    true
-                })
-                .await?;
-            report.bytes_read += sum.end_pos - cur.pos;
-            if let Some(e) = failed {
-                return Err(corrupt(&cur.path, e));
+                    since_yield += b.len() as u64;
+                    if since_yield >= YIELD_EVERY_BYTES {
+                        since_yield = 0;
+                        glommio::executor().yield_task_queue_now().await;
+                    }
+                }
             }
-            if full {
-                break;
-            }
-            if let (Some(e), true) = (&sum.stopped, sum.end_pos < cur.limit) {
-                return Err(corrupt(&cur.path, e.clone()));
-            }
-            glommio::yield_if_needed().await;
         }
         if !full {
             map_end = map_end.max(plan.uncleanable);
         }
         report.map_full = full;
+        report.map_duration = started.elapsed();
 
         // 2. + 3. Rewrite and swap, group by group.
         let groups = group_sources(&plan.sources, map_end, cfg.segment_bytes);
         for group in groups {
             let out = self
-                .rewrite_group(&group, &map, map_end, first_dirty, now, &cfg, &mut report)
+                .rewrite_group(
+                    &group,
+                    &PassParams {
+                        map: &map,
+                        map_end,
+                        first_dirty,
+                        now,
+                        cfg: &cfg,
+                    },
+                    &mut report,
+                )
                 .await?;
             if let Some(written) = out {
                 if inner.swap_in(&group, written.1).await? {
@@ -687,8 +776,9 @@ impl PartitionLog {
         }
         let ckpt = {
             let mut st = inner.state.borrow_mut();
-            let bases: Vec<u64> = st.segments.keys().copied().collect();
-            st.cleaner.cleaned_ms.retain(|b, _| bases.contains(b));
+            let st = &mut *st;
+            let segments = &st.segments;
+            st.cleaner.cleaned_ms.retain(|b, _| segments.contains_key(b));
             st.cleaner.first_dirty = st.cleaner.first_dirty.max(map_end);
             st.cleaner.clone()
         };
@@ -712,22 +802,18 @@ impl PartitionLog {
             tombstones_removed = report.tombstones_removed,
             segments = %format!("{} -> {}", report.segments_before, report.segments_after),
             dirty_ratio = %format!("{:.3} -> {:.3}", report.dirty_ratio_before, report.dirty_ratio_after),
-            duration_ms = report.duration.as_millis() as u64, map_full = report.map_full,
+            duration_ms = report.duration.as_millis() as u64,
+            map_ms = report.map_duration.as_millis() as u64, map_full = report.map_full,
             "cleaner pass");
         Ok(Some(report))
     }
 
     /// Writes the cleaned copy of a group of segments as `.cleaned` files,
     /// fdatasync'd. Returns the new segment's base and its end.
-    #[allow(clippy::too_many_arguments)]
     async fn rewrite_group(
         &self,
         group: &[Source],
-        map: &KeyMap,
-        map_end: u64,
-        first_dirty: u64,
-        now: i64,
-        cfg: &crate::config::LogConfig,
+        pass: &PassParams<'_>,
         report: &mut CleanReport,
     ) -> Result<Option<(u64, u64)>> {
         let inner = &self.inner;
@@ -738,13 +824,11 @@ impl PartitionLog {
             &inner.dir,
             paths.clone(),
             base,
-            now,
+            pass.now,
             inner.shard.config.prealloc_step,
         )
         .await?;
-        let result = self
-            .copy_group(group, map, map_end, first_dirty, now, cfg, report, &mut out)
-            .await;
+        let result = self.copy_group(group, pass, report, &mut out).await;
         let result = match result {
             Ok(()) => finish_out(&inner.shard, &mut out).await,
             Err(e) => Err(e),
@@ -773,42 +857,47 @@ impl PartitionLog {
         Ok(Some((base, end)))
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn copy_group(
         &self,
         group: &[Source],
-        map: &KeyMap,
-        map_end: u64,
-        first_dirty: u64,
-        now: i64,
-        cfg: &crate::config::LogConfig,
+        pass: &PassParams<'_>,
         report: &mut CleanReport,
         out: &mut Segment,
     ) -> Result<()> {
+        let PassParams {
+            map,
+            map_end,
+            first_dirty,
+            now,
+            cfg,
+        } = *pass;
         let interval = cfg.index_interval_bytes;
         for (k, src) in group.iter().enumerate() {
             let last_source = k + 1 == group.len();
             let expired = src
                 .cleaned_ms
                 .is_some_and(|t| now.saturating_sub(t) >= cfg.delete_retention_ms);
-            let mut cur = src.cursor.at((src.base, 0));
-            loop {
-                let mut batches: Vec<(BatchHeader, Bytes)> = Vec::new();
-                let mut collected = 0u64;
-                let sum = cur
-                    .scan(cur.limit, |h, _, b| {
-                        collected += b.len() as u64;
-                        batches.push((*h, b.clone()));
-                        collected < WRITE_WINDOW_BYTES
-                    })
-                    .await?;
-                report.bytes_read += sum.end_pos - cur.pos;
-                let done = sum.end_pos >= cur.limit || batches.is_empty();
-                if let (Some(e), true) = (&sum.stopped, sum.end_pos < cur.limit) {
-                    return Err(corrupt(&cur.path, e.clone()));
-                }
+            let mut stream = SegmentStream::new(
+                src.cursor.at((src.base, 0)),
+                self.inner.shard.config.cleaner_read_chunk_bytes,
+            );
+            let mut next = stream.next(&self.inner.shard).await?;
+            while let Some(batches) = next.take() {
+                // The next chunk is known before this one is written out:
+                // the last batch of the segment is the last of the last chunk.
+                next = stream.next(&self.inner.shard).await?;
+                let done = next.is_none();
+                let read: u64 = batches.iter().map(|(_, b)| b.len() as u64).sum();
+                report.bytes_read += read;
+                pace(&self.inner.shard, read).await;
                 let n = batches.len();
+                let mut since_yield = 0u64;
                 for (i, (h, b)) in batches.into_iter().enumerate() {
+                    since_yield += b.len() as u64;
+                    if since_yield >= YIELD_EVERY_BYTES {
+                        since_yield = 0;
+                        glommio::executor().yield_task_queue_now().await;
+                    }
                     let is_last = last_source && done && i + 1 == n;
                     report.records_read += h.records_count.max(0) as u64;
                     let mut tombstones = 0u64;
@@ -823,26 +912,24 @@ impl PartitionLog {
                         }
                         true
                     })
-                    .map_err(|e| corrupt(&cur.path, e))?;
+                    .map_err(|e| corrupt(&src.cursor.path, e))?;
                     report.records_removed += removed;
                     report.tombstones_removed += tombstones;
                     match f {
                         Filtered::Unchanged => out.append(b, &h, interval),
                         Filtered::Rewritten(nb) => {
-                            let nh = BatchHeader::peek(&nb).map_err(|e| corrupt(&cur.path, e))?;
+                            let nh =
+                                BatchHeader::peek(&nb).map_err(|e| corrupt(&src.cursor.path, e))?;
                             out.append(nb, &nh, interval)
                         }
                         Filtered::Removed => {}
                     }
                 }
-                if out.log.end() - out.log.written() >= WRITE_WINDOW_BYTES {
+                let pending = out.log.end() - out.log.written();
+                if pending >= WRITE_WINDOW_BYTES {
                     write_out(&mut *out).await?;
+                    pace(&self.inner.shard, pending).await;
                 }
-                if done {
-                    break;
-                }
-                cur = cur.at((sum.next_offset, sum.end_pos));
-                glommio::yield_if_needed().await;
             }
         }
         Ok(())
@@ -865,6 +952,174 @@ fn corrupt(path: &Path, e: BatchError) -> StorageError {
     }
 }
 
+/// The records of a batch the scan already validated (framing, CRC),
+/// decompressed if need be.
+fn records_of<'a>(
+    h: &BatchHeader,
+    b: &'a Bytes,
+) -> std::result::Result<(Compression, weir_proto::reader::DecodedRecords<'a>), BatchError> {
+    let codec =
+        Compression::from_id(h.attributes.0 & 0x7).ok_or(BatchError::UnknownCompression {
+            id: h.attributes.0 & 0x7,
+        })?;
+    let section = b
+        .get(HEADER_BYTES..h.total_len())
+        .ok_or(BatchError::Records("batch shorter than its header says"))?;
+    let data = match codec {
+        Compression::None => std::borrow::Cow::Borrowed(section),
+        c => std::borrow::Cow::Owned(weir_proto::compression::decompress(c, section)?),
+    };
+    Ok((codec, weir_proto::reader::DecodedRecords::new(*h, data)?))
+}
+
+/// Reads a segment's batches front to back with [`READ_DEPTH`] reads of
+/// `chunk` bytes in flight (tasks of the current task queue, so the
+/// disk stays busy while batches are processed), validating each batch as
+/// a scan does. A batch cut by a chunk boundary is stitched (only its own
+/// bytes are copied).
+struct SegmentStream {
+    cur: SegmentCursor,
+    chunk: u64,
+    next_read: u64,
+    inflight: std::collections::VecDeque<glommio::Task<Result<Bytes>>>,
+    /// Bytes of a batch begun in the previous chunk.
+    carry: BytesMut,
+    expect_min: u64,
+    /// Bytes read so far.
+    read: u64,
+}
+
+/// Reads of one [`SegmentStream`] in flight.
+const READ_DEPTH: usize = 3;
+/// While the core appends: one read in flight, of at most this many bytes,
+/// so the appends' writes and fdatasyncs do not queue behind the cleaner's.
+const BUSY_READ_BYTES_MAX: u64 = 1 << 20;
+
+impl SegmentStream {
+    fn new(cur: SegmentCursor, chunk: u64) -> SegmentStream {
+        SegmentStream {
+            chunk: chunk.max(1),
+            next_read: cur.pos,
+            expect_min: cur.offset,
+            cur,
+            inflight: Default::default(),
+            carry: BytesMut::new(),
+            read: 0,
+        }
+    }
+
+    fn corrupt(&self, reason: String) -> StorageError {
+        StorageError::Corrupt {
+            path: self.cur.path.clone(),
+            reason: format!("cleaner: {reason}"),
+        }
+    }
+
+    /// The batches of the next chunk(s) that complete any; `None` at the
+    /// end of the segment.
+    async fn next(&mut self, shard: &ShardInner) -> Result<Option<Vec<(BatchHeader, Bytes)>>> {
+        loop {
+            match self.next_chunk(shard).await? {
+                Some(b) if b.is_empty() => continue,
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// The batches completed by the next chunk (maybe none); `None` at the
+    /// end of the segment.
+    async fn next_chunk(
+        &mut self,
+        shard: &ShardInner,
+    ) -> Result<Option<Vec<(BatchHeader, Bytes)>>> {
+        let (depth, chunk) = if busy(shard) {
+            (1, self.chunk.min(BUSY_READ_BYTES_MAX))
+        } else {
+            (READ_DEPTH, self.chunk)
+        };
+        while self.inflight.len() < depth && self.next_read < self.cur.limit {
+            let len = chunk.min(self.cur.limit - self.next_read);
+            let (file, path, align, pos) = (
+                self.cur.file.clone(),
+                self.cur.path.clone(),
+                self.cur.align,
+                self.next_read,
+            );
+            let tq = glommio::executor().current_task_queue();
+            let task = glommio::spawn_local_into(
+                async move { segment::read_range(&file, &path, align, pos, len).await },
+                tq,
+            )
+            .map_err(|e| self.corrupt(format!("cannot spawn a read: {e}")))?;
+            self.inflight.push_back(task);
+            self.next_read += len;
+        }
+        let Some(task) = self.inflight.pop_front() else {
+            if !self.carry.is_empty() {
+                return Err(self.corrupt(format!(
+                    "{} bytes at the end of the segment are not a whole batch",
+                    self.carry.len()
+                )));
+            }
+            return Ok(None);
+        };
+        let chunk = task.await?;
+        self.read += chunk.len() as u64;
+        let mut out = Vec::new();
+        let mut rest = chunk;
+        if !self.carry.is_empty() {
+            // Complete the batch begun in the previous chunk: its header
+            // first, then the rest of its bytes.
+            if self.carry.len() < HEADER_BYTES {
+                let take = (HEADER_BYTES - self.carry.len()).min(rest.len());
+                self.carry.extend_from_slice(&rest[..take]);
+                rest = rest.slice(take..);
+                if self.carry.len() < HEADER_BYTES {
+                    return Ok(Some(out));
+                }
+            }
+            let h = BatchHeader::peek(&self.carry).map_err(|e| self.corrupt(e.to_string()))?;
+            let total = h.total_len();
+            if h.batch_length < (HEADER_BYTES - LOG_OVERHEAD) as i32
+                || total as u64 > self.cur.limit
+            {
+                return Err(self.corrupt(format!("bad batch length {}", h.batch_length)));
+            }
+            let take = (total - self.carry.len()).min(rest.len());
+            self.carry.extend_from_slice(&rest[..take]);
+            rest = rest.slice(take..);
+            if self.carry.len() < total {
+                return Ok(Some(out));
+            }
+            let one = self.carry.split().freeze();
+            let h = segment::check(&one, self.cur.base, self.expect_min)
+                .map_err(|e| self.corrupt(e.to_string()))?;
+            self.expect_min = h.last_offset() as u64 + 1;
+            out.push((h, one));
+        }
+        while !rest.is_empty() {
+            match BatchHeader::parse_framed(&rest) {
+                Ok(h) => {
+                    let one = rest.slice(..h.total_len());
+                    let h = segment::check(&one, self.cur.base, self.expect_min)
+                        .map_err(|e| self.corrupt(e.to_string()))?;
+                    self.expect_min = h.last_offset() as u64 + 1;
+                    rest = rest.slice(h.total_len()..);
+                    out.push((h, one));
+                }
+                Err(BatchError::ShortHeader { .. } | BatchError::LengthPastEnd { .. })
+                    if self.next_read < self.cur.limit || !self.inflight.is_empty() =>
+                {
+                    self.carry.extend_from_slice(&rest);
+                    break;
+                }
+                Err(e) => return Err(self.corrupt(e.to_string())),
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
 /// Adds the keyed records of one batch at or after `from` to the map.
 fn add_to_map(
     map: &mut KeyMap,
@@ -875,8 +1130,7 @@ fn add_to_map(
     if h.attributes.is_control() || h.records_count == 0 {
         return Ok(());
     }
-    let rb = weir_proto::reader::RecordBatch::parse(b)?;
-    let records = rb.records()?;
+    let (_, records) = records_of(h, b)?;
     for r in records.iter() {
         let r = r?;
         let offset = r.offset as u64;
@@ -945,7 +1199,7 @@ async fn finish_out(shard: &ShardInner, out: &mut Segment) -> Result<()> {
 }
 
 /// The cleanable segments and the dirty ratio, from the log's state.
-fn plan(inner: &LogInner, st: &crate::log::LogState, now: i64) -> Plan {
+fn plan(inner: &LogInner, st: &crate::log::LogState, now: i64, with_sources: bool) -> Plan {
     let first_dirty = st.cleaner.first_dirty.max(st.log_start);
     let lag = st.config.min_compaction_lag_ms;
     let active = st.segments.keys().next_back().copied();
@@ -962,6 +1216,9 @@ fn plan(inner: &LogInner, st: &crate::log::LogState, now: i64) -> Plan {
             dirty_bytes += s.size();
         } else {
             clean_bytes += s.size();
+        }
+        if !with_sources {
+            continue;
         }
         sources.push(Source {
             base: s.base,
@@ -983,7 +1240,7 @@ fn plan(inner: &LogInner, st: &crate::log::LogState, now: i64) -> Plan {
 }
 
 fn plan_ratio(inner: &LogInner, st: &crate::log::LogState, now: i64) -> f64 {
-    plan(inner, st, now).ratio()
+    plan(inner, st, now, false).ratio()
 }
 
 impl LogInner {

@@ -177,6 +177,9 @@ pub(crate) struct LogState {
     snapshot_writing: bool,
     /// Where compaction stands (see `cleaner`).
     pub(crate) cleaner: CleanerCheckpoint,
+    /// After close: the log's size and segment bases (the segments and
+    /// their files are gone).
+    closed_view: Option<(u64, Vec<u64>)>,
 }
 
 impl LogState {
@@ -448,6 +451,7 @@ impl PartitionLog {
                 snapshot_gen: 0,
                 snapshot_writing: false,
                 cleaner: CleanerCheckpoint::load(&dir_for_cleaner),
+                closed_view: None,
             }),
         });
         sh.register(&inner);
@@ -508,23 +512,25 @@ impl PartitionLog {
 
     /// Bytes of log (sum of segment sizes, indexes not included).
     pub fn size_bytes(&self) -> u64 {
-        self.inner
-            .state
-            .borrow()
-            .segments
-            .values()
-            .map(|s| s.size())
-            .sum()
+        let st = self.inner.state.borrow();
+        match &st.closed_view {
+            Some((size, _)) => *size,
+            None => st.segments.values().map(|s| s.size()).sum(),
+        }
     }
 
     /// Number of segments.
     pub fn segment_count(&self) -> usize {
-        self.inner.state.borrow().segments.len()
+        self.segment_bases().len()
     }
 
     /// Base offsets of the segments, in order.
     pub fn segment_bases(&self) -> Vec<u64> {
-        self.inner.state.borrow().segments.keys().copied().collect()
+        let st = self.inner.state.borrow();
+        match &st.closed_view {
+            Some((_, bases)) => bases.clone(),
+            None => st.segments.keys().copied().collect(),
+        }
     }
 
     /// Appends one validated batch: checks framing, magic and CRC, and for
@@ -1040,6 +1046,7 @@ impl PartitionLog {
         checkpoint::store_clean_marker(&inner.dir, leo)?;
         inner.shard.cache.borrow_mut().remove_log(inner.id);
         inner.fail_waiters(&inner.closed());
+        inner.close_files().await;
         Ok(())
     }
 
@@ -1052,10 +1059,10 @@ impl PartitionLog {
         {
             let mut st = inner.state.borrow_mut();
             st.mode = Mode::Closed;
-            st.segments.clear();
             st.snapshot_gen += 1;
             st.snapshot_pending = None;
         }
+        inner.close_files().await;
         inner.shard.cache.borrow_mut().remove_log(inner.id);
         inner.fail_waiters(&inner.closed());
         std::fs::remove_dir_all(&inner.dir)
@@ -1283,6 +1290,29 @@ impl LogInner {
         Ok((io, sync))
     }
 
+    /// Closes the segments' files now (a dropped glommio file is only
+    /// closed at the executor's next I/O cycle, which never comes if the
+    /// executor ends). Keeps what the log's accessors report: sizes and
+    /// segment bases stay as they were at the close.
+    async fn close_files(&self) {
+        let files: Vec<Rc<DmaFile>> = {
+            let mut st = self.state.borrow_mut();
+            let segs = std::mem::take(&mut st.segments);
+            st.closed_view = Some((
+                segs.values().map(|s| s.size()).sum(),
+                segs.keys().copied().collect(),
+            ));
+            segs.into_values()
+                .flat_map(|seg| seg.files().map(|(f, _)| f))
+                .collect()
+        };
+        for f in files {
+            if let Err(e) = f.close_rc().await {
+                tracing::debug!(partition = %self.name, error = %e, "closing a segment file failed");
+            }
+        }
+    }
+
     fn closed(&self) -> StorageError {
         StorageError::Closed {
             partition: self.name.clone(),
@@ -1436,7 +1466,10 @@ impl LogInner {
         let mut st = self.state.borrow_mut();
         let mut jobs = Vec::new();
         let mut left = None;
-        let active = *st.segments.keys().next_back().expect("active");
+        // No segments: the log was closed (or deleted) meanwhile.
+        let Some(active) = st.segments.keys().next_back().copied() else {
+            return (jobs, left);
+        };
         for seg in st.segments.values_mut() {
             let max = if seg.base == active {
                 ROUND_LOG_BYTES_MAX

@@ -624,7 +624,9 @@ pub async fn scan(
     Ok(sum)
 }
 
-fn check(one: &[u8], seg_base: u64, expect_min: u64) -> Result<BatchHeader, BatchError> {
+/// Validates one stored batch (framing, CRC, codec, counts) and that its
+/// offsets fit the segment and follow `expect_min`.
+pub fn check(one: &[u8], seg_base: u64, expect_min: u64) -> Result<BatchHeader, BatchError> {
     let h = batch::validate(one)?;
     let base = h.base_offset;
     if base < 0

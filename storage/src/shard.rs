@@ -43,6 +43,14 @@ pub struct ShardConfig {
     /// Memory the cleaner's key → offset map may use in one pass
     /// (`log.cleaner.dedupe.buffer.size`, per core).
     pub cleaner_dedupe_buffer_bytes: u64,
+    /// The cleaner's I/O (bytes read + written) per second at most; `None`:
+    /// unlimited (`log.cleaner.io.max.bytes.per.second`).
+    pub cleaner_io_max_bytes_per_sec: Option<u64>,
+    /// The cleaner's I/O per second at most while the core is appending
+    /// (an append in the last 200 ms); `None`: no lower limit then.
+    pub cleaner_io_busy_bytes_per_sec: Option<u64>,
+    /// Bytes per cleaner read (a few are in flight per segment read).
+    pub cleaner_read_chunk_bytes: u64,
 }
 
 impl Default for ShardConfig {
@@ -51,6 +59,11 @@ impl Default for ShardConfig {
             cache_bytes: CACHE_BYTES_PER_CORE_DEFAULT,
             prealloc_step: PREALLOC_STEP_DEFAULT,
             cleaner_dedupe_buffer_bytes: crate::cleaner::DEDUPE_BUFFER_BYTES_DEFAULT,
+            cleaner_io_max_bytes_per_sec: None,
+            cleaner_io_busy_bytes_per_sec: Some(
+                crate::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT,
+            ),
+            cleaner_read_chunk_bytes: crate::cleaner::READ_CHUNK_BYTES_DEFAULT,
         }
     }
 }
@@ -126,6 +139,8 @@ pub(crate) struct ShardInner {
     pub(crate) logs: RefCell<Vec<Weak<LogInner>>>,
     /// The report of the cleaner's last pass.
     pub(crate) last_clean: RefCell<Option<crate::cleaner::CleanReport>>,
+    /// Paces the cleaner's I/O.
+    pub(crate) cleaner_throttle: RefCell<crate::cleaner::Throttle>,
     timed: RefCell<Vec<(Instant, Weak<LogInner>)>>,
     wake: LocalSender<()>,
     next_id: Cell<u64>,
@@ -163,6 +178,7 @@ impl StorageShard {
             dirty: RefCell::new(Vec::new()),
             logs: RefCell::new(Vec::new()),
             last_clean: RefCell::new(None),
+            cleaner_throttle: RefCell::new(crate::cleaner::Throttle::new()),
             timed: RefCell::new(Vec::new()),
             wake: tx,
             next_id: Cell::new(1),

@@ -232,3 +232,24 @@ pub fn values(payload: &[u8]) -> Vec<(u64, String)> {
     }
     out
 }
+
+/// Runs `weir ARGS` against `b` (through `WEIR_BOOTSTRAP`), feeding `stdin`.
+pub fn weir(b: &Broker, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .env("WEIR_BOOTSTRAP", b.addr.to_string())
+        .env("WEIR_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run weir");
+    let mut input = child.stdin.take().unwrap();
+    let data = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
