@@ -259,6 +259,26 @@ proptest! {
     }
 
     #[test]
+    fn group_membership_round_trip(join in join_group_request(), hb in heartbeat_request(),
+                                   answer in group_assignment(), id in any::<u32>(),
+                                   cut in 0usize..64, shift in 0usize..16) {
+        round_trip_request(&join, &[], id, cut, shift);
+        round_trip_request(&hb, &[], id, cut, shift);
+        round_trip_response(ApiKey::JoinGroup, &answer, &[], id, cut, shift);
+        round_trip_response(ApiKey::Heartbeat, &answer, &[], id, cut, shift);
+    }
+
+    #[test]
+    fn group_offsets_round_trip(req in offset_commit_request(), offsets in committed_offsets(),
+                                describe in describe_group_response(), id in any::<u32>(),
+                                cut in 0usize..64, shift in 0usize..16) {
+        round_trip_request(&req, &[], id, cut, shift);
+        let fetched = OffsetFetchResponse { error: 0, message: None, offsets };
+        round_trip_response(ApiKey::OffsetFetch, &fetched, &[], id, cut, shift);
+        round_trip_response(ApiKey::DescribeGroup, &describe, &[], id, cut, shift);
+    }
+
+    #[test]
     fn error_response_round_trip(body in error_body(), code in 0u16..40, id in any::<u32>(),
                                  api in prop::sample::select(ApiKey::ALL.to_vec())) {
         let error = ErrorCode::from_u16(code);
@@ -322,7 +342,7 @@ proptest! {
     /// Arbitrary bytes behind a well-formed header (right lengths, known
     /// api key): reaches body validation every time.
     #[test]
-    fn arbitrary_bodies_never_panic(api in 0u16..12, body in prop::collection::vec(any::<u8>(), 0..512),
+    fn arbitrary_bodies_never_panic(api in 0u16..20, body in prop::collection::vec(any::<u8>(), 0..512),
                                     payload_len in 0usize..32) {
         let mut frame = Vec::new();
         frame.extend_from_slice(&((12 + body.len() + payload_len) as u32).to_be_bytes());

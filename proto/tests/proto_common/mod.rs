@@ -363,6 +363,165 @@ pub fn list_offsets_response() -> impl Strategy<Value = ListOffsetsResponse> {
     .prop_map(|partitions| ListOffsetsResponse { partitions })
 }
 
+pub fn topic_partitions() -> impl Strategy<Value = Vec<TopicPartitions>> {
+    prop::collection::vec(
+        (name(), prop::collection::vec(any::<u32>(), 0..5))
+            .prop_map(|(topic, partitions)| TopicPartitions { topic, partitions }),
+        0..4,
+    )
+}
+
+pub fn join_group_request() -> impl Strategy<Value = JoinGroupRequest> {
+    (
+        name(),
+        name(),
+        name(),
+        prop::collection::vec(name(), 0..4),
+        name(),
+        any::<u32>(),
+        any::<u32>(),
+    )
+        .prop_map(
+            |(group, member_id, client_id, topics, assignor, session, poll)| JoinGroupRequest {
+                group,
+                member_id,
+                client_id,
+                topics,
+                assignor,
+                session_timeout_ms: session,
+                max_poll_interval_ms: poll,
+            },
+        )
+}
+
+pub fn heartbeat_request() -> impl Strategy<Value = HeartbeatRequest> {
+    (
+        name(),
+        name(),
+        any::<i32>(),
+        topic_partitions(),
+        any::<u32>(),
+        any::<u32>(),
+    )
+        .prop_map(
+            |(group, member_id, generation, owned, since_poll_ms, wait_ms)| HeartbeatRequest {
+                group,
+                member_id,
+                generation,
+                owned,
+                since_poll_ms,
+                wait_ms,
+            },
+        )
+}
+
+pub fn group_assignment() -> impl Strategy<Value = GroupAssignment> {
+    (
+        error(),
+        message(),
+        name(),
+        any::<i32>(),
+        name(),
+        topic_partitions(),
+        any::<u32>(),
+    )
+        .prop_map(
+            |(error, message, member_id, generation, assignor, assignment, interval)| {
+                GroupAssignment {
+                    error,
+                    message,
+                    member_id,
+                    generation,
+                    assignor,
+                    assignment,
+                    heartbeat_interval_ms: interval,
+                }
+            },
+        )
+}
+
+pub fn offset_commit_request() -> impl Strategy<Value = OffsetCommitRequest> {
+    (
+        name(),
+        name(),
+        any::<i32>(),
+        prop::collection::vec(
+            (name(), any::<u32>(), any::<u64>(), message()).prop_map(
+                |(topic, partition, offset, metadata)| CommitOffset {
+                    topic,
+                    partition,
+                    offset,
+                    metadata,
+                },
+            ),
+            0..5,
+        ),
+    )
+        .prop_map(
+            |(group, member_id, generation, offsets)| OffsetCommitRequest {
+                group,
+                member_id,
+                generation,
+                offsets,
+            },
+        )
+}
+
+pub fn committed_offsets() -> impl Strategy<Value = Vec<CommittedOffset>> {
+    prop::collection::vec(
+        (name(), any::<u32>(), any::<u64>(), message(), any::<i64>()).prop_map(
+            |(topic, partition, offset, metadata, commit_timestamp)| CommittedOffset {
+                topic,
+                partition,
+                offset,
+                metadata,
+                commit_timestamp,
+            },
+        ),
+        0..5,
+    )
+}
+
+pub fn describe_group_response() -> impl Strategy<Value = DescribeGroupResponse> {
+    let member = (
+        name(),
+        name(),
+        prop::collection::vec(name(), 0..3),
+        topic_partitions(),
+        topic_partitions(),
+    )
+        .prop_map(
+            |(member_id, client_id, topics, assignment, owned)| MemberDescription {
+                member_id,
+                client_id,
+                topics,
+                assignment,
+                owned,
+            },
+        );
+    (
+        (error(), message(), name(), name()),
+        (any::<i32>(), name(), any::<u32>()),
+        prop::collection::vec(member, 0..4),
+        committed_offsets(),
+    )
+        .prop_map(
+            |((error, message, group, state), (generation, assignor, core), members, offsets)| {
+                DescribeGroupResponse {
+                    error,
+                    message,
+                    group,
+                    state,
+                    generation,
+                    assignor,
+                    coordinator_core: core,
+                    members,
+                    offsets,
+                }
+            },
+        )
+}
+
 pub fn error_body() -> impl Strategy<Value = ErrorBody> {
     ".{0,40}".prop_map(|message| ErrorBody { message })
 }
