@@ -778,7 +778,9 @@ impl PartitionLog {
             let mut st = inner.state.borrow_mut();
             let st = &mut *st;
             let segments = &st.segments;
-            st.cleaner.cleaned_ms.retain(|b, _| segments.contains_key(b));
+            st.cleaner
+                .cleaned_ms
+                .retain(|b, _| segments.contains_key(b));
             st.cleaner.first_dirty = st.cleaner.first_dirty.max(map_end);
             st.cleaner.clone()
         };
