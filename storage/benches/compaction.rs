@@ -7,13 +7,15 @@
 //!
 //! On one core (one glommio executor, pinned to CPU 0): fills a compacted
 //! partition with N GiB (default 1) of 1 KiB records over K distinct keys
-//! (default 100 000), in segments of 128 MiB, and closes it. Then, on
-//! another partition of the same core, durable produce (1 KiB records in
-//! 64 KiB batches, 16 appends in flight) runs alone for a few seconds (the
-//! baseline), and again while the core's own cleaner (started with
-//! `StorageShard::start_cleaner`, its low-priority task queue) compacts the
-//! big partition. Prints the cleaner's pass report (throughput = cleanable
-//! bytes / pass duration) and both produce rates.
+//! (default 100 000), in segments of 128 MiB, and cleans it with nothing
+//! else running (the cleaner's throughput = cleanable bytes / pass
+//! duration). Then fills a second copy and, while durable produce (1 KiB
+//! records in 64 KiB batches, 16 appends in flight) runs on another
+//! partition of the same core, lets the core's own cleaner
+//! (`StorageShard::start_cleaner`: its low-priority task queue and I/O
+//! pacing) compact it, paused and resumed every second: the produce rate
+//! in the slices with the cleaner running is compared with the slices
+//! between them, so the disk's drift over the run cancels out.
 
 use std::cell::Cell;
 use std::path::PathBuf;
@@ -30,7 +32,7 @@ use weir_storage::{LogConfig, ManualClock, PartitionLog, ShardConfig, StorageSha
 const RECORD_BYTES: usize = 1024;
 const BATCH_RECORDS: usize = 64;
 const INFLIGHT: usize = 16;
-const BASELINE: Duration = Duration::from_secs(5);
+const SLICE: Duration = Duration::from_secs(1);
 const T0: i64 = 1_700_000_000_000;
 
 fn batch(first: u64, keys: Option<u64>, value: &Bytes) -> BytesMut {
@@ -47,29 +49,28 @@ fn batch(first: u64, keys: Option<u64>, value: &Bytes) -> BytesMut {
     b.finish().expect("batch")
 }
 
-/// Durable appends of the same batch from `INFLIGHT` tasks until `stop()`;
-/// returns the bytes appended and the time taken.
-async fn produce(log: &PartitionLog, stop: impl Fn() -> bool + 'static) -> (u64, Duration) {
-    let stop = Rc::new(stop);
-    let bytes = Rc::new(Cell::new(0u64));
+/// Durable appends of the same batch from `INFLIGHT` tasks until `tick`
+/// (which samples `bytes`) ends.
+async fn produce_counting(log: &PartitionLog, bytes: Rc<Cell<u64>>, tick: glommio::Task<()>) {
     let value = Bytes::from(vec![7u8; RECORD_BYTES]);
     let one = batch(0, None, &value);
-    let started = Instant::now();
+    let stop = Rc::new(Cell::new(false));
     let tasks: Vec<_> = (0..INFLIGHT)
         .map(|_| {
             let (log, stop, bytes, one) = (log.clone(), stop.clone(), bytes.clone(), one.clone());
             glommio::spawn_local(async move {
-                while !stop() {
+                while !stop.get() {
                     log.append_acked(one.clone()).await.expect("append");
                     bytes.set(bytes.get() + one.len() as u64);
                 }
             })
         })
         .collect();
+    tick.await;
+    stop.set(true);
     for t in tasks {
         t.await;
     }
-    (bytes.get(), started.elapsed())
 }
 
 fn mb_s(bytes: u64, d: Duration) -> f64 {
@@ -187,47 +188,58 @@ fn main() {
                 PartitionLog::open(&shard, root.join("events-0"), LogConfig::default())
                     .await
                     .unwrap();
-            // Baseline: produce alone.
-            let t = Instant::now();
-            let (b0, d0) = produce(&other, move || t.elapsed() >= BASELINE).await;
-            println!(
-                "produce alone: {:.0} MB/s over {:.1} s",
-                mb_s(b0, d0),
-                d0.as_secs_f64()
-            );
-            // The core's cleaner picks the partition up; produce meanwhile.
+            // Produce throughout; the core's cleaner compacts the big
+            // partition, paused and resumed every `SLICE`, so the produce
+            // rate with and without it is compared over interleaved slices
+            // (the disk's speed drifts over tens of seconds).
             let done = Rc::new(Cell::new(false));
-            let watch = {
-                let (shard, done) = (shard.clone(), done.clone());
+            let counted = Rc::new(Cell::new(0u64));
+            let producer = {
+                let (other, done, counted) = (other.clone(), done.clone(), counted.clone());
                 glommio::spawn_local(async move {
-                    let passes = shard.stats().cleaner_passes;
-                    while shard.stats().cleaner_passes == passes {
-                        glommio::timer::sleep(Duration::from_millis(5)).await;
-                    }
-                    done.set(true);
+                    let bytes = Rc::new(Cell::new(0u64));
+                    let b2 = bytes.clone();
+                    let tick = glommio::spawn_local(async move {
+                        while !done.get() {
+                            counted.set(b2.get());
+                            glommio::timer::sleep(Duration::from_millis(1)).await;
+                        }
+                    });
+                    produce_counting(&other, bytes, tick).await
                 })
             };
             let stop = Rc::new(Cell::new(false));
             let stop_cleaner = stop.clone();
+            let passes = shard.stats().cleaner_passes;
+            shard.set_cleaner_paused(true);
             shard
                 .start_cleaner(Duration::from_millis(10), move || stop_cleaner.get())
                 .unwrap();
-            let d2 = done.clone();
-            let (b1, d1) = produce(&other, move || d2.get()).await;
-            watch.await;
+            let (mut on, mut off) = ((0u64, Duration::ZERO), (0u64, Duration::ZERO));
+            let mut running = false;
+            let deadline = Instant::now() + Duration::from_secs(600);
+            while shard.stats().cleaner_passes == passes && Instant::now() < deadline {
+                let (b0, t0) = (counted.get(), Instant::now());
+                glommio::timer::sleep(SLICE).await;
+                let slice = (counted.get() - b0, t0.elapsed());
+                let acc = if running { &mut on } else { &mut off };
+                acc.0 += slice.0;
+                acc.1 += slice.1;
+                running = !running;
+                shard.set_cleaner_paused(!running);
+            }
+            shard.set_cleaner_paused(false);
+            done.set(true);
             stop.set(true);
+            producer.await;
             let rep = shard.last_clean_report().expect("a pass");
-            print_pass("cleaner during produce", &rep);
-            // Baseline again, after: the machine's speed drifts.
-            let t = Instant::now();
-            let (b2, d2) = produce(&other, move || t.elapsed() >= BASELINE).await;
-            println!("produce alone, after: {:.0} MB/s over {:.1} s", mb_s(b2, d2), d2.as_secs_f64());
-            let alone = (mb_s(b0, d0) + mb_s(b2, d2)) / 2.0;
+            print_pass("cleaner during produce (running half the time)", &rep);
+            let (r_on, r_off) = (mb_s(on.0, on.1), mb_s(off.0, off.1));
             println!(
-                "produce during the pass: {:.0} MB/s over {:.1} s ({:+.1} % vs alone, mean of before and after)",
-                mb_s(b1, d1),
-                d1.as_secs_f64(),
-                (mb_s(b1, d1) / alone - 1.0) * 100.0
+                "produce with the cleaner running: {r_on:.0} MB/s over {:.1} s; paused: {r_off:.0} MB/s over {:.1} s ({:+.1} %)",
+                on.1.as_secs_f64(),
+                off.1.as_secs_f64(),
+                (r_on / r_off - 1.0) * 100.0
             );
             big.close().await.unwrap();
             other.close().await.unwrap();

@@ -266,6 +266,9 @@ async fn pace(shard: &ShardInner, bytes: u64) {
     if let Some(d) = wait {
         glommio::timer::sleep(d).await;
     }
+    while shard.cleaner_paused.get() {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// A hasher for keys that are already hashes.

@@ -141,6 +141,8 @@ pub(crate) struct ShardInner {
     pub(crate) last_clean: RefCell<Option<crate::cleaner::CleanReport>>,
     /// Paces the cleaner's I/O.
     pub(crate) cleaner_throttle: RefCell<crate::cleaner::Throttle>,
+    /// The cleaner waits (between reads and writes) while this is set.
+    pub(crate) cleaner_paused: Cell<bool>,
     timed: RefCell<Vec<(Instant, Weak<LogInner>)>>,
     wake: LocalSender<()>,
     next_id: Cell<u64>,
@@ -179,6 +181,7 @@ impl StorageShard {
             logs: RefCell::new(Vec::new()),
             last_clean: RefCell::new(None),
             cleaner_throttle: RefCell::new(crate::cleaner::Throttle::new()),
+            cleaner_paused: Cell::new(false),
             timed: RefCell::new(Vec::new()),
             wake: tx,
             next_id: Cell::new(1),
@@ -214,6 +217,13 @@ impl StorageShard {
     /// asked for), if any.
     pub fn last_clean_report(&self) -> Option<crate::cleaner::CleanReport> {
         self.inner.last_clean.borrow().clone()
+    }
+
+    /// Pauses (or resumes) this core's cleaner: a pass in progress waits
+    /// at its next read or write until resumed. For operators who need the
+    /// disk for a while, and for benchmarks that compare with and without.
+    pub fn set_cleaner_paused(&self, paused: bool) {
+        self.inner.cleaner_paused.set(paused);
     }
 
     /// The clock this shard decides retention and roll by.
