@@ -591,10 +591,10 @@ async fn heartbeat(core: &Rc<Core>, r: &HeartbeatRequest) -> Result<GroupAssignm
             rx
         };
         let left = deadline.saturating_duration_since(Instant::now());
-        futures_lite::future::or(
-            async {
-                let _ = rx.await;
-            },
+        let superseded = futures_lite::future::or(
+            // Woken (`Ok`), or our waiter was replaced by a newer
+            // heartbeat of the same member (`Err`: the sender dropped).
+            async { rx.await.is_err() },
             async {
                 // Wake up for shutdown too.
                 let end = Instant::now() + left;
@@ -602,9 +602,24 @@ async fn heartbeat(core: &Rc<Core>, r: &HeartbeatRequest) -> Result<GroupAssignm
                     let step = end.saturating_duration_since(Instant::now());
                     glommio::timer::sleep(step.min(Duration::from_millis(50))).await;
                 }
+                false
             },
         )
         .await;
+        if superseded {
+            // A newer heartbeat of this member is held now: answer this
+            // one at once. (Re-registering would replace that one's
+            // waiter in turn, and the two would wake each other in a busy
+            // loop that kept the core at 100 % until a hold ran out.)
+            let groups = core.groups.groups.borrow();
+            let Some(g) = groups.get(&r.group) else {
+                return Err(unknown_member(&r.group, &r.member_id));
+            };
+            if !g.members.contains_key(&r.member_id) {
+                return Err(unknown_member(&r.group, &r.member_id));
+            }
+            return Ok(g.answer(&r.member_id));
+        }
     }
 }
 

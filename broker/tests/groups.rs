@@ -936,3 +936,60 @@ fn lag_figures_match_produced_minus_committed() {
         admin.commit_offsets("again", "", -1, at(0)).await.unwrap();
     });
 }
+
+#[test]
+fn a_held_heartbeat_replaced_by_a_newer_one_of_the_same_member_is_answered_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("held", 2, vec![]).await.unwrap();
+        let j = admin
+            .join_group(JoinGroupRequest {
+                group: "held".into(),
+                member_id: String::new(),
+                client_id: "raw".into(),
+                topics: vec!["held".into()],
+                assignor: "cooperative-sticky".into(),
+                session_timeout_ms: 10_000,
+                max_poll_interval_ms: 60_000,
+            })
+            .await
+            .unwrap();
+        // Nothing will change: each heartbeat may be held up to 5 s.
+        let heartbeat = || {
+            let (addr, member_id, owned) = (b.addr, j.member_id.clone(), j.assignment.clone());
+            let generation = j.generation;
+            tokio::spawn(async move {
+                let c = Client::connect(addr).await.unwrap();
+                let r = c
+                    .heartbeat(HeartbeatRequest {
+                        group: "held".into(),
+                        member_id,
+                        generation,
+                        owned,
+                        since_poll_ms: 0,
+                        wait_ms: 5_000,
+                    })
+                    .await;
+                (r, Instant::now())
+            })
+        };
+        let started = Instant::now();
+        let first = heartbeat();
+        // Let the first one be held before the second arrives (if it is
+        // not yet, the roles swap: still one of them must go at once).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let second = heartbeat();
+        let (r1, t1) = first.await.unwrap();
+        let (r2, t2) = second.await.unwrap();
+        r1.unwrap();
+        r2.unwrap();
+        let early = t1.min(t2).duration_since(started);
+        assert!(
+            early < Duration::from_millis(2_500),
+            "the replaced heartbeat was held {early:?} (it used to spin the core until its hold ran out)"
+        );
+    });
+    b.stop();
+}
