@@ -14,8 +14,8 @@ use bytes::Bytes;
 use clap::{Args, Subcommand};
 use weir_client::producer::Compression as ProducerCompression;
 use weir_client::{
-    Acks, Client, Consumer, ConsumerConfig, DeliveryFuture, GroupAssignor, GroupConsumer,
-    GroupConsumerConfig, OffsetReset, ProducerConfig, ProducerRecord,
+    Acks, Client, Consumer, ConsumerConfig, ConsumerRecord, DeliveryFuture, GroupAssignor,
+    GroupConsumer, GroupConsumerConfig, OffsetReset, ProducerConfig, ProducerRecord,
 };
 use weir_proto::messages::{CommitOffset, OffsetSpec};
 
@@ -681,6 +681,71 @@ pub fn consume(args: ConsumeArgs) -> Result<()> {
         }
     })?;
 
+    let printed = print_records(&args, &format, Plain(&rt, &mut consumer))?;
+    eprintln!("{printed} records consumed");
+    Ok(())
+}
+
+/// Where `weir consume` gets its records, and what it does once a poll's
+/// records are printed.
+trait Source {
+    /// Records for up to `left`.
+    fn poll(&mut self, left: Duration) -> Result<Vec<ConsumerRecord>>;
+    /// Called with the records just printed (and flushed).
+    fn printed(&mut self, _records: &[ConsumerRecord]) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A plain consumer over assigned partitions.
+struct Plain<'a>(&'a tokio::runtime::Runtime, &'a mut Consumer);
+
+impl Source for Plain<'_> {
+    fn poll(&mut self, left: Duration) -> Result<Vec<ConsumerRecord>> {
+        Ok(self.0.block_on(self.1.poll(left))?)
+    }
+}
+
+/// A group member, committing what it printed with `--commit`.
+struct Member<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    consumer: &'a mut GroupConsumer,
+    commit: bool,
+}
+
+impl Source for Member<'_> {
+    fn poll(&mut self, left: Duration) -> Result<Vec<ConsumerRecord>> {
+        Ok(self.rt.block_on(self.consumer.poll(left))?)
+    }
+
+    fn printed(&mut self, records: &[ConsumerRecord]) -> Result<()> {
+        if !self.commit {
+            return Ok(());
+        }
+        // Next offset to consume per printed partition.
+        let mut next: std::collections::BTreeMap<(String, u32), u64> = Default::default();
+        for r in records {
+            next.insert((r.topic.to_string(), r.partition), r.offset + 1);
+        }
+        let offsets = next
+            .into_iter()
+            .map(|((topic, partition), offset)| CommitOffset {
+                topic,
+                partition,
+                offset,
+                metadata: None,
+            })
+            .collect();
+        self.rt
+            .block_on(self.consumer.commit_offsets(offsets))
+            .context("committing the printed records' offsets")
+    }
+}
+
+/// Prints records from `source` with `format` until `--max-records` are
+/// printed or none came for `--timeout-ms`; returns how many were printed.
+/// A closed standard output (broken pipe) ends it quietly.
+fn print_records(args: &ConsumeArgs, format: &[Piece], mut source: impl Source) -> Result<u64> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let idle = Duration::from_millis(args.timeout_ms);
@@ -688,16 +753,17 @@ pub fn consume(args: ConsumeArgs) -> Result<()> {
     let mut printed: u64 = 0;
     let mut last_progress = Instant::now();
     let result = (|| -> Result<()> {
-        'poll: while printed < max {
+        while printed < max {
             let left = idle.saturating_sub(last_progress.elapsed());
             if left.is_zero() {
                 break;
             }
-            let records = rt.block_on(consumer.poll(left))?;
+            let records = source.poll(left)?;
             if records.is_empty() {
                 continue;
             }
             last_progress = Instant::now();
+            let mut n = 0;
             for r in &records {
                 let shown = Printed {
                     topic: &r.topic,
@@ -707,24 +773,24 @@ pub fn consume(args: ConsumeArgs) -> Result<()> {
                     key: r.key.as_deref(),
                     value: r.value.as_deref(),
                 };
-                write_record(&mut out, &format, &shown)?;
+                write_record(&mut out, format, &shown)?;
+                n += 1;
                 printed += 1;
                 if printed >= max {
-                    break 'poll;
+                    break;
                 }
             }
             out.flush()?;
+            source.printed(&records[..n])?;
         }
         Ok(())
     })();
     let flushed = out.flush();
     match result.and(flushed.map_err(Into::into)) {
-        Err(e) if is_broken_pipe(&e) => return Ok(()),
-        Err(e) => return Err(e),
-        Ok(()) => {}
+        Err(e) if is_broken_pipe(&e) => Ok(printed),
+        Err(e) => Err(e),
+        Ok(()) => Ok(printed),
     }
-    eprintln!("{printed} records consumed");
-    Ok(())
 }
 
 /// `weir consume --group`: a group member that prints what it is
@@ -749,65 +815,17 @@ fn consume_group(
     };
     let mut consumer = GroupConsumer::new(client, config);
     rt.block_on(consumer.subscribe(&[args.topic.as_str()]))?;
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    let idle = Duration::from_millis(args.timeout_ms);
-    let max = args.max_records.unwrap_or(u64::MAX);
-    let mut printed: u64 = 0;
-    let mut last_progress = Instant::now();
-    let result = (|| -> Result<()> {
-        while printed < max {
-            let left = idle.saturating_sub(last_progress.elapsed());
-            if left.is_zero() {
-                break;
-            }
-            let records = rt.block_on(consumer.poll(left))?;
-            if records.is_empty() {
-                continue;
-            }
-            last_progress = Instant::now();
-            // Next offset to consume per printed partition.
-            let mut next: std::collections::BTreeMap<(String, u32), u64> = Default::default();
-            for r in &records {
-                let shown = Printed {
-                    topic: &r.topic,
-                    partition: r.partition,
-                    offset: r.offset as i64,
-                    timestamp: r.timestamp,
-                    key: r.key.as_deref(),
-                    value: r.value.as_deref(),
-                };
-                write_record(&mut out, format, &shown)?;
-                next.insert((r.topic.to_string(), r.partition), r.offset + 1);
-                printed += 1;
-                if printed >= max {
-                    break;
-                }
-            }
-            out.flush()?;
-            if args.commit {
-                let offsets = next
-                    .into_iter()
-                    .map(|((topic, partition), offset)| CommitOffset {
-                        topic,
-                        partition,
-                        offset,
-                        metadata: None,
-                    })
-                    .collect();
-                rt.block_on(consumer.commit_offsets(offsets))
-                    .context("committing the printed records' offsets")?;
-            }
-        }
-        Ok(())
-    })();
-    let flushed = out.flush();
+    let result = print_records(
+        args,
+        format,
+        Member {
+            rt,
+            consumer: &mut consumer,
+            commit: args.commit,
+        },
+    );
     let closed = rt.block_on(consumer.close());
-    match result.and(flushed.map_err(Into::into)) {
-        Err(e) if is_broken_pipe(&e) => return Ok(()),
-        Err(e) => return Err(e),
-        Ok(()) => {}
-    }
+    let printed = result?;
     closed.context("leaving the group")?;
     eprintln!("{printed} records consumed");
     Ok(())
