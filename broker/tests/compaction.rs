@@ -76,17 +76,16 @@ fn lines(from: u64, to: u64, keys: u64) -> Vec<u8> {
         .into_bytes()
 }
 
-#[test]
-fn compacted_topics_through_the_broker_and_the_cli() {
-    let dir = tempfile::tempdir().unwrap();
-    // A long cleaner back-off: only `weir topic compact` cleans here.
-    let b = Broker::start_with(dir.path(), 2, &["--log-cleaner-backoff-ms", "3600000"]);
+/// A compacted topic of 2 partitions with 4 KiB segments, filled through
+/// `weir produce` with `n` lines over `keys` keys in small batches (so
+/// segments roll).
+fn create_and_fill(b: &Broker, topic: &str, n: u64, keys: u64) {
     ok(
-        &b,
+        b,
         &[
             "topic",
             "create",
-            "profiles",
+            topic,
             "--partitions",
             "2",
             "--config",
@@ -96,19 +95,27 @@ fn compacted_topics_through_the_broker_and_the_cli() {
         ],
         b"",
     );
-    let keys = 40;
     ok(
-        &b,
+        b,
         &[
             "produce",
-            "profiles",
+            topic,
             "--key-separator",
             ":",
             "--batch-size",
             "1024",
         ],
-        &lines(0, 2000, keys),
+        &lines(0, n, keys),
     );
+}
+
+#[test]
+fn compacted_topics_through_the_broker_and_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    // A long cleaner back-off: only `weir topic compact` cleans here.
+    let b = Broker::start_with(dir.path(), 2, &["--log-cleaner-backoff-ms", "3600000"]);
+    let keys = 40;
+    create_and_fill(&b, "profiles", 2000, keys);
     // A record without a key is refused, with a reason, and nothing lands.
     let e = fails(
         &b,
@@ -192,33 +199,7 @@ fn compacted_topics_through_the_broker_and_the_cli() {
 fn each_core_cleans_its_compacted_partitions_on_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start_with(dir.path(), 2, &["--log-cleaner-backoff-ms", "100"]);
-    ok(
-        &b,
-        &[
-            "topic",
-            "create",
-            "shadows",
-            "--partitions",
-            "2",
-            "--config",
-            "cleanup.policy=compact",
-            "--config",
-            "segment.bytes=4096",
-        ],
-        b"",
-    );
-    ok(
-        &b,
-        &[
-            "produce",
-            "shadows",
-            "--key-separator",
-            ":",
-            "--batch-size",
-            "1024",
-        ],
-        &lines(0, 3000, 10),
-    );
+    create_and_fill(&b, "shadows", 3000, 10);
     // Both partitions' cleaners run without being asked.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
