@@ -639,7 +639,7 @@ impl PartitionLog {
         if !st.config.cleanup_policy.compacts() {
             return 0.0;
         }
-        plan(inner, &st, inner.shard.clock.now_ms(), false).ratio()
+        plan_of(&st, inner.shard.clock.now_ms(), false).ratio()
     }
 
     /// Runs one cleaner pass now (see the module docs of `cleaner`). Without
@@ -660,7 +660,7 @@ impl PartitionLog {
                 return Ok(None);
             }
             (
-                plan(inner, &st, now, true),
+                plan_of(&st, now, true),
                 st.config.clone(),
                 st.segments.values().map(|s| s.size()).sum::<u64>(),
             )
@@ -737,7 +737,7 @@ impl PartitionLog {
         // 2. + 3. Rewrite and swap, group by group.
         let groups = group_sources(&plan.sources, map_end, cfg.segment_bytes);
         for group in groups {
-            let out = self
+            let end = self
                 .rewrite_group(
                     &group,
                     &PassParams {
@@ -750,30 +750,29 @@ impl PartitionLog {
                     &mut report,
                 )
                 .await?;
-            if let Some(written) = out {
-                if inner.swap_in(&group, written.1).await? {
-                    report.segments_before += group.len();
-                    report.segments_after += 1;
-                    let cleaned = if group.iter().any(|s| s.end > first_dirty) {
-                        now
-                    } else {
-                        group
-                            .iter()
-                            .filter_map(|s| s.cleaned_ms)
-                            .max()
-                            .unwrap_or(now)
-                    };
-                    let mut st = inner.state.borrow_mut();
-                    for s in &group {
-                        st.cleaner.cleaned_ms.remove(&s.base);
-                    }
-                    st.cleaner.cleaned_ms.insert(group[0].base, cleaned);
-                } else {
-                    // The log changed under the pass (retention, truncation):
-                    // stop here; the next pass starts over.
-                    map_end = first_dirty;
-                    break;
+            if !inner.swap_in(&group, end).await? {
+                // The log changed under the pass (retention, truncation):
+                // stop here; the next pass starts over.
+                map_end = first_dirty;
+                break;
+            }
+            report.segments_before += group.len();
+            report.segments_after += 1;
+            let cleaned = if group.iter().any(|s| s.end > first_dirty) {
+                now
+            } else {
+                group
+                    .iter()
+                    .filter_map(|s| s.cleaned_ms)
+                    .max()
+                    .unwrap_or(now)
+            };
+            {
+                let mut st = inner.state.borrow_mut();
+                for s in &group {
+                    st.cleaner.cleaned_ms.remove(&s.base);
                 }
+                st.cleaner.cleaned_ms.insert(group[0].base, cleaned);
             }
             glommio::yield_if_needed().await;
         }
@@ -792,7 +791,7 @@ impl PartitionLog {
             let st = inner.state.borrow();
             report.size_after = st.segments.values().map(|s| s.size()).sum();
             report.first_dirty = st.cleaner.first_dirty;
-            report.dirty_ratio_after = plan_ratio(inner, &st, now);
+            report.dirty_ratio_after = plan_of(&st, now, false).ratio();
         }
         report.duration = started.elapsed();
         *inner.shard.last_clean.borrow_mut() = Some(report.clone());
@@ -814,13 +813,13 @@ impl PartitionLog {
     }
 
     /// Writes the cleaned copy of a group of segments as `.cleaned` files,
-    /// fdatasync'd. Returns the new segment's base and its end.
+    /// fdatasync'd. Returns the offset the new segment ends at.
     async fn rewrite_group(
         &self,
         group: &[Source],
         pass: &PassParams<'_>,
         report: &mut CleanReport,
-    ) -> Result<Option<(u64, u64)>> {
+    ) -> Result<u64> {
         let inner = &self.inner;
         let base = group[0].base;
         let end = group.last().map(|s| s.end).unwrap_or(base);
@@ -859,7 +858,7 @@ impl PartitionLog {
             return Err(e);
         }
         report.bytes_written += out.size();
-        Ok(Some((base, end)))
+        Ok(end)
     }
 
     async fn copy_group(
@@ -1204,7 +1203,7 @@ async fn finish_out(shard: &ShardInner, out: &mut Segment) -> Result<()> {
 }
 
 /// The cleanable segments and the dirty ratio, from the log's state.
-fn plan(inner: &LogInner, st: &crate::log::LogState, now: i64, with_sources: bool) -> Plan {
+fn plan_of(st: &crate::log::LogState, now: i64, with_sources: bool) -> Plan {
     let first_dirty = st.cleaner.first_dirty.max(st.log_start);
     let lag = st.config.min_compaction_lag_ms;
     let active = st.segments.keys().next_back().copied();
@@ -1234,7 +1233,6 @@ fn plan(inner: &LogInner, st: &crate::log::LogState, now: i64, with_sources: boo
             cleaned_ms: st.cleaner.cleaned_ms.get(&s.base).copied(),
         });
     }
-    let _ = inner;
     Plan {
         sources,
         first_dirty,
@@ -1242,10 +1240,6 @@ fn plan(inner: &LogInner, st: &crate::log::LogState, now: i64, with_sources: boo
         clean_bytes,
         dirty_bytes,
     }
-}
-
-fn plan_ratio(inner: &LogInner, st: &crate::log::LogState, now: i64) -> f64 {
-    plan(inner, st, now, false).ratio()
 }
 
 impl LogInner {
