@@ -13,7 +13,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Broker;
+use common::{runtime, Broker};
 use tokio::time::Instant;
 use weir_client::{
     Acks, Client, ConsumerRecord, GroupAssignor, GroupConsumer, GroupConsumerConfig,
@@ -21,14 +21,6 @@ use weir_client::{
 };
 use weir_proto::error_code::ErrorCode;
 use weir_proto::messages::{CommitOffset, HeartbeatRequest, JoinGroupRequest};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Settings for tests: short timeouts, start at the earliest record.
 fn config(group: &str, assignor: GroupAssignor) -> GroupConsumerConfig {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::Broker;
+use common::{runtime, Broker};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use weir_client::partitioner::partition_for_key;
@@ -21,14 +21,6 @@ use weir_client::{
     ProducerConfig, ProducerRecord,
 };
 use weir_proto::error_code::ErrorCode;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn producer_config() -> ProducerConfig {
     let mut c = ProducerConfig::default();

@@ -253,3 +253,12 @@ pub fn weir(b: &Broker, args: &[&str], stdin: &[u8]) -> std::process::Output {
     writer.join().unwrap();
     out
 }
+
+/// A tokio runtime for SDK clients in tests: 2 workers, like the machine.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
