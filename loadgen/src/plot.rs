@@ -162,26 +162,31 @@ fn subtitle(report: &Report) -> String {
     format!("{}, {} against {}", report.tool, report.mode, report.target)
 }
 
-/// `throughput.svg`: publish and consume records/s per interval.
-fn throughput(report: &Report, path: &Path) -> anyhow::Result<()> {
+/// One line of a time-series chart: its value per interval, color, width
+/// and legend label.
+struct TimeLine {
+    value: fn(&crate::report::Interval) -> f64,
+    color: RGBColor,
+    width: u32,
+    label: &'static str,
+}
+
+/// A chart of per-interval values over time, the warm-up shaded; the
+/// y axis fits the lines drawn.
+fn time_chart(
+    report: &Report,
+    path: &Path,
+    title: &str,
+    (y_desc, y_label_area, whole_numbers): (&str, u32, bool),
+    lines: &[TimeLine],
+) -> anyhow::Result<()> {
     let root = root_area(path)?;
-    let root = root.titled(THROUGHPUT_TITLE, ("sans-serif", 28))?;
+    let root = root.titled(title, ("sans-serif", 28))?;
     let x = time_range(report);
     let y = y_range(
-        report.intervals.iter().flat_map(|i| {
-            [
-                if has_publish(report) {
-                    i.publish_rate
-                } else {
-                    0.0
-                },
-                if has_consume(report) {
-                    i.consume_rate
-                } else {
-                    0.0
-                },
-            ]
-        }),
+        lines
+            .iter()
+            .flat_map(|l| report.intervals.iter().map(l.value)),
         TIME_HEADROOM,
     );
     let y_max = y.end;
@@ -189,101 +194,104 @@ fn throughput(report: &Report, path: &Path) -> anyhow::Result<()> {
         .caption(subtitle(report), ("sans-serif", 16))
         .margin(15)
         .x_label_area_size(45)
-        .y_label_area_size(90)
+        .y_label_area_size(y_label_area)
         .build_cartesian_2d(x, y)?;
-    chart
-        .configure_mesh()
-        .x_desc("time since start (s)")
-        .y_desc("throughput (records/s)")
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .draw()?;
-    shade_warmup(&mut chart, report, y_max)?;
-    if has_publish(report) {
-        let pts = report.intervals.iter().map(|i| (i.t_s, i.publish_rate));
-        line(&mut chart, pts.collect(), PUBLISH, 2, "publish (records/s)")?;
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc("time since start (s)").y_desc(y_desc);
+    let whole = |v: &f64| format!("{v:.0}");
+    if whole_numbers {
+        mesh.y_label_formatter(&whole);
     }
-    if has_consume(report) {
-        let pts = report.intervals.iter().map(|i| (i.t_s, i.consume_rate));
-        line(&mut chart, pts.collect(), CONSUME, 2, "consume (records/s)")?;
+    mesh.draw()?;
+    shade_warmup(&mut chart, report, y_max)?;
+    for l in lines {
+        let pts = report.intervals.iter().map(|i| (i.t_s, (l.value)(i)));
+        line(&mut chart, pts.collect(), l.color, l.width, l.label)?;
     }
     legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }
 
-/// `latency-over-time.svg`: publish and end-to-end p50 and p99 per interval.
-fn latency_over_time(report: &Report, path: &Path) -> anyhow::Result<()> {
-    let root = root_area(path)?;
-    let root = root.titled(LATENCY_OVER_TIME_TITLE, ("sans-serif", 28))?;
-    let x = time_range(report);
-    let y = y_range(
-        report.intervals.iter().flat_map(|i| {
-            [
-                if has_publish(report) {
-                    i.publish_latency_p99_ms
-                } else {
-                    0.0
-                },
-                if has_consume(report) {
-                    i.end_to_end_latency_p99_ms
-                } else {
-                    0.0
-                },
-            ]
-        }),
-        TIME_HEADROOM,
-    );
-    let y_max = y.end;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(subtitle(report), ("sans-serif", 16))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(80)
-        .build_cartesian_2d(x, y)?;
-    chart
-        .configure_mesh()
-        .x_desc("time since start (s)")
-        .y_desc("latency (ms)")
-        .draw()?;
-    shade_warmup(&mut chart, report, y_max)?;
-    let series = |f: fn(&crate::report::Interval) -> f64| -> Vec<(f64, f64)> {
-        report.intervals.iter().map(|i| (i.t_s, f(i))).collect()
-    };
+/// The lines of a chart whose publish and consume sides are drawn only
+/// when the run had producers / consumers.
+fn sides(report: &Report, publish: Vec<TimeLine>, consume: Vec<TimeLine>) -> Vec<TimeLine> {
+    let mut lines = Vec::new();
     if has_publish(report) {
-        line(
-            &mut chart,
-            series(|i| i.publish_latency_p50_ms),
-            PUBLISH_LIGHT,
-            1,
-            "publish p50 (ms)",
-        )?;
-        line(
-            &mut chart,
-            series(|i| i.publish_latency_p99_ms),
-            PUBLISH,
-            2,
-            "publish p99 (ms)",
-        )?;
+        lines.extend(publish);
     }
     if has_consume(report) {
-        line(
-            &mut chart,
-            series(|i| i.end_to_end_latency_p50_ms),
-            CONSUME_LIGHT,
-            1,
-            "end-to-end p50 (ms)",
-        )?;
-        line(
-            &mut chart,
-            series(|i| i.end_to_end_latency_p99_ms),
-            CONSUME,
-            2,
-            "end-to-end p99 (ms)",
-        )?;
+        lines.extend(consume);
     }
-    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
-    root.present()?;
-    Ok(())
+    lines
+}
+
+/// `throughput.svg`: publish and consume records/s per interval.
+fn throughput(report: &Report, path: &Path) -> anyhow::Result<()> {
+    let lines = sides(
+        report,
+        vec![TimeLine {
+            value: |i| i.publish_rate,
+            color: PUBLISH,
+            width: 2,
+            label: "publish (records/s)",
+        }],
+        vec![TimeLine {
+            value: |i| i.consume_rate,
+            color: CONSUME,
+            width: 2,
+            label: "consume (records/s)",
+        }],
+    );
+    time_chart(
+        report,
+        path,
+        THROUGHPUT_TITLE,
+        ("throughput (records/s)", 90, true),
+        &lines,
+    )
+}
+
+/// `latency-over-time.svg`: publish and end-to-end p50 and p99 per interval.
+fn latency_over_time(report: &Report, path: &Path) -> anyhow::Result<()> {
+    let lines = sides(
+        report,
+        vec![
+            TimeLine {
+                value: |i| i.publish_latency_p50_ms,
+                color: PUBLISH_LIGHT,
+                width: 1,
+                label: "publish p50 (ms)",
+            },
+            TimeLine {
+                value: |i| i.publish_latency_p99_ms,
+                color: PUBLISH,
+                width: 2,
+                label: "publish p99 (ms)",
+            },
+        ],
+        vec![
+            TimeLine {
+                value: |i| i.end_to_end_latency_p50_ms,
+                color: CONSUME_LIGHT,
+                width: 1,
+                label: "end-to-end p50 (ms)",
+            },
+            TimeLine {
+                value: |i| i.end_to_end_latency_p99_ms,
+                color: CONSUME,
+                width: 2,
+                label: "end-to-end p99 (ms)",
+            },
+        ],
+    );
+    time_chart(
+        report,
+        path,
+        LATENCY_OVER_TIME_TITLE,
+        ("latency (ms)", 80, false),
+        &lines,
+    )
 }
 
 /// Position of quantile `q` on the "nines" axis: `-log10(1 - q)`, with the
