@@ -1,24 +1,28 @@
 //! # weir-broker
 //!
-//! The `weir` binary's library: configuration ([`config`]), the topic
-//! registry ([`registry`]), one [`core::Core`] per pinned glommio executor,
-//! the cross-core messages and their handlers ([`handlers`]), the native
-//! protocol connections ([`connection`]), the consumer-group coordinator
-//! ([`group_coordinator`], with [`assignor`], and `__consumer_offsets`:
-//! its records in [`group_records`], appends and replay in [`group_store`]) and start-up/shutdown ([`server`]).
+//! The `weir` binary's library, one room per concern (see
+//! `docs/architecture.md`):
+//!
+//! - [`server`]: start-up and shutdown, configuration, every named limit;
+//! - [`listener`]: connections (a protocol-neutral pipeline) with a codec
+//!   and dispatch per protocol (`native`), and the HTTP metrics endpoint;
+//! - [`service`]: produce, fetch, offsets, admin as a typed Rust API with
+//!   one error enum ([`service::BrokerError`]) — no wire types;
+//! - [`metadata`]: the versioned view of topics and placement, and its one
+//!   writer;
+//! - [`shard`]: one core — its partitions, its mesh to the other cores;
+//! - [`groups`]: the consumer-group coordinator and `__consumer_offsets`;
+//! - [`metrics`]: per-core counters and their Prometheus rendering.
+//!
+//! A request goes down listener → service → shard → storage and back; no
+//! room below a listener knows a wire format (the group coordinator still
+//! does, until its own issue).
 #![warn(missing_docs)]
 
-pub mod assignor;
-pub mod config;
-pub mod connection;
-pub mod core;
-pub mod errors;
-pub mod group_coordinator;
-pub mod group_records;
-pub mod group_store;
-pub mod handlers;
+pub mod groups;
+pub mod listener;
+pub mod metadata;
 pub mod metrics;
-pub mod producer_ids;
-pub mod registry;
-pub mod router;
 pub mod server;
+pub mod service;
+pub mod shard;

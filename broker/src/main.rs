@@ -4,7 +4,7 @@ mod cli;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
-use weir_broker::config::{BrokerArgs, BrokerConfig};
+use weir_broker::server::config::{BrokerArgs, BrokerConfig};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -13,8 +13,18 @@ use weir_broker::config::{BrokerArgs, BrokerConfig};
     about = "Weir: a durable, partitioned log broker"
 )]
 struct Cli {
+    /// Log format on stderr: `text` (colours only when stderr is a
+    /// terminal) or `json` (one object per line, for log shippers).
+    #[arg(long, global = true, env = "WEIR_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -31,14 +41,22 @@ enum Command {
     Group(cli::GroupArgs),
 }
 
+/// Logs go to stderr, filtered by `WEIR_LOG` (default `info`).
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
+}
+
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    init_logs(cli.log_format);
     let result = match cli.command {
         Command::Broker(args) => BrokerConfig::resolve(&args).and_then(weir_broker::server::run),
         Command::Topic(args) => cli::topic(args),

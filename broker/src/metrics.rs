@@ -1,16 +1,14 @@
-//! Metrics: per-core counters, gathered from every core through the mesh
-//! and served in Prometheus text format at `GET /metrics` by core 0.
+//! Metrics: per-core counters and their Prometheus text rendering. They
+//! are gathered from every core through the mesh and served at
+//! `GET /metrics` by core 0 (`crate::listener::http`).
 
 use std::cell::Cell;
 use std::fmt::Write as _;
-use std::rc::Rc;
 
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::TcpListener;
 use weir_proto::api::ApiKey;
 use weir_storage::ShardStats;
 
-use crate::core::{Core, CoreMsg};
+use crate::shard::Core;
 
 /// Upper bounds of the request-latency histogram buckets, µs.
 pub const LATENCY_BUCKETS_US: [u64; 12] = [
@@ -40,6 +38,12 @@ pub struct Metrics {
     pub bytes_out: Cell<u64>,
     /// Connections accepted.
     pub connections: Cell<u64>,
+    /// Connections closed at once because the core had
+    /// `--max-connections-per-core` open.
+    pub connections_refused: Cell<u64>,
+    /// Connections closed because a frame did not arrive whole within
+    /// `--frame-read-timeout-ms`.
+    pub frame_timeouts: Cell<u64>,
 }
 
 fn add(c: &Cell<u64>, n: u64) {
@@ -82,11 +86,17 @@ impl Metrics {
 /// A `Send` copy of one core's metrics.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
-    core: usize,
+    /// The core.
+    pub core: usize,
     apis: Vec<(u64, u64, u64, Vec<u64>)>,
     bytes_in: u64,
     bytes_out: u64,
     connections: u64,
+    connections_refused: u64,
+    frame_timeouts: u64,
+    open_connections: u64,
+    pending_replies: u64,
+    metadata_version: u64,
     storage: ShardStats,
     partitions: Vec<(String, u32, u64, u64, u64)>,
     /// Compacted partitions' dirty ratios.
@@ -113,6 +123,11 @@ pub fn snapshot(core: &Core) -> Snapshot {
         bytes_in: m.bytes_in.get(),
         bytes_out: m.bytes_out.get(),
         connections: m.connections.get(),
+        connections_refused: m.connections_refused.get(),
+        frame_timeouts: m.frame_timeouts.get(),
+        open_connections: core.connections.get() as u64,
+        pending_replies: core.replies.len() as u64,
+        metadata_version: core.metadata().version,
         storage: core.storage.stats(),
         partitions: core
             .logs
@@ -228,7 +243,37 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    let simple: [Simple; 17] = [
+    let simple: [Simple; 22] = [
+        (
+            "weir_connections_refused_total",
+            "counter",
+            "Connections closed at once: the core had --max-connections-per-core open.",
+            |s| s.connections_refused as f64,
+        ),
+        (
+            "weir_frame_read_timeouts_total",
+            "counter",
+            "Connections closed: a frame did not arrive whole within --frame-read-timeout-ms.",
+            |s| s.frame_timeouts as f64,
+        ),
+        (
+            "weir_connections_open",
+            "gauge",
+            "Connections open now.",
+            |s| s.open_connections as f64,
+        ),
+        (
+            "weir_mesh_pending_replies",
+            "gauge",
+            "Cross-core requests this core sent that wait for an answer.",
+            |s| s.pending_replies as f64,
+        ),
+        (
+            "weir_metadata_version",
+            "gauge",
+            "Version of the metadata view this core applied.",
+            |s| s.metadata_version as f64,
+        ),
         (
             "weir_cleaner_passes_total",
             "counter",
@@ -433,72 +478,4 @@ fn api_name(i: usize) -> String {
         .get(i)
         .map(|a| format!("{a:?}"))
         .unwrap_or_else(|| i.to_string())
-}
-
-/// Serves `GET /metrics` (core 0).
-pub async fn serve_http(core: Rc<Core>, listener: TcpListener) {
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            while !core.shared.stopping() {
-                glommio::timer::sleep(std::time::Duration::from_millis(
-                    crate::server::STOP_POLL_MS,
-                ))
-                .await;
-            }
-            None
-        })
-        .await;
-        let Some(Ok(mut stream)) = accepted else {
-            if core.shared.stopping() {
-                return;
-            }
-            continue;
-        };
-        let core = core.clone();
-        glommio::spawn_local(async move {
-            let mut head = Vec::new();
-            let mut chunk = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < HTTP_HEAD_BYTES_MAX {
-                match stream.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => head.extend_from_slice(&chunk[..n]),
-                }
-            }
-            let line = String::from_utf8_lossy(&head);
-            let (status, body) = if line.starts_with("GET /metrics ") {
-                ("200 OK", render(&gather(&core).await))
-            } else {
-                ("404 Not Found", "only GET /metrics is served here\n".to_string())
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(resp.as_bytes()).await;
-            let _ = stream.close().await;
-        })
-        .detach();
-    }
-}
-
-/// Snapshots of every core.
-pub async fn gather(core: &Rc<Core>) -> Vec<Snapshot> {
-    let mut out = vec![snapshot(core)];
-    for c in 0..core.cores() {
-        if c == core.id {
-            continue;
-        }
-        let (tx, rx) = core.expect_reply::<Snapshot>();
-        if core
-            .send_to(c, CoreMsg::Metrics { reply: tx })
-            .await
-            .is_ok()
-        {
-            if let Some(s) = rx.await {
-                out.push(s);
-            }
-        }
-    }
-    out.sort_by_key(|s| s.core);
-    out
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::{anyhow, Context};
-use weir_broker::config::BrokerConfig;
+use weir_broker::server::config::BrokerConfig;
 
 /// A running embedded broker; stopped (cleanly) by [`Embedded::stop`] or
 /// on drop.

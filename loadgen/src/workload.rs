@@ -63,7 +63,7 @@ pub const MESSAGE_SIZE_MAX: usize = 1024 * 1024 - 1024;
 const _: () = assert!(MESSAGE_SIZE_MAX + 512 <= BATCH_SIZE_MAX);
 
 /// Most partitions of one topic (the broker's limit).
-pub const PARTITIONS_MAX: u32 = weir_broker::registry::PARTITIONS_MAX;
+pub const PARTITIONS_MAX: u32 = weir_broker::metadata::PARTITIONS_MAX;
 
 /// Longest warm-up or test (365 days), so that durations stay far from
 /// overflowing clock arithmetic.
@@ -84,7 +84,7 @@ pub const MAX_IN_FLIGHT_IDEMPOTENT: usize = weir_client::producer::MAX_IN_FLIGHT
 pub const ZSTD_LEVEL: i32 = 3;
 
 /// Longest topic name the broker accepts.
-const TOPIC_NAME_BYTES_MAX: usize = weir_broker::registry::TOPIC_NAME_BYTES_MAX;
+const TOPIC_NAME_BYTES_MAX: usize = weir_broker::metadata::TOPIC_NAME_BYTES_MAX;
 
 /// Bytes in one `consumerBacklogSizeGB` unit: OMB counts GiB.
 const GIB: f64 = (1u64 << 30) as f64;

@@ -104,7 +104,7 @@ fn every_shipped_workload_loads_and_validates() {
         assert_eq!(w.warmup(), Duration::from_secs(15), "{}", path.display());
         assert_eq!(w.driver, DriverSettings::default(), "{}", path.display());
         for t in w.topic_names() {
-            weir_broker::registry::validate_name(&t).unwrap();
+            weir_broker::metadata::validate_name(&t).unwrap();
         }
     }
 }
@@ -699,7 +699,7 @@ fn topic_names_are_deterministic_and_valid() {
     assert_eq!(names.len(), 1000);
     for n in &names {
         assert!(n.len() <= 249, "{n}");
-        weir_broker::registry::validate_name(n).unwrap();
+        weir_broker::metadata::validate_name(n).unwrap();
     }
     let unique: std::collections::HashSet<_> = names.iter().collect();
     assert_eq!(unique.len(), 1000);

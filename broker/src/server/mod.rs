@@ -1,6 +1,12 @@
 //! Starting and stopping the broker: one pinned glommio executor per core,
-//! the cross-core mesh, listeners (the shared port with SO_REUSEPORT on
+//! the cross-core meshes, listeners (the shared port with SO_REUSEPORT on
 //! every core, and each core's own port), signals and clean shutdown.
+//!
+//! **Crash-only.** The `weir broker` process aborts on a panic in any
+//! thread (a panic hook, and `panic = "abort"` in the release profile):
+//! a core that panicked would leave the others serving requests that
+//! wait for it. The broker is restarted and recovers, which is the path
+//! the tests exercise.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -13,16 +19,19 @@ use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 
-use crate::config::BrokerConfig;
-use crate::core::{serve_mesh, Core, CoreMsg, Shared};
-use crate::registry::Registry;
+pub mod config;
+pub mod limits;
 
-/// Capacity of each cross-core channel.
-pub const MESH_CHANNEL_CAPACITY: usize = 1024;
-/// How often a core checks for a shutdown request.
-pub const STOP_POLL_MS: u64 = 50;
-/// How long shutdown waits for in-flight requests.
-pub const DRAIN_MS_MAX: u64 = 10_000;
+use config::BrokerConfig;
+use limits::{DRAIN_MS_MAX, MESH_CHANNEL_CAPACITY, STOP_POLL_MS};
+
+use crate::listener::native::Native;
+use crate::metadata::MetadataView;
+use crate::service::Ctx;
+use crate::shard::mesh::{self, CoreMsg, ReplyMsg};
+use crate::shard::{Core, Shared};
+
+type Mesh<T> = MeshBuilder<T, glommio::channels::channel_mesh::Full>;
 
 /// Reserves the shared port when it is 0: binds a socket with SO_REUSEPORT
 /// (without listening, so it takes no connections) to learn a free port
@@ -57,8 +66,21 @@ pub struct ReadyInfo {
     pub data_dir: std::path::PathBuf,
 }
 
+/// Makes a panic in any thread end the process (after the panic message
+/// is printed): crash-only, see the module docs.
+pub fn abort_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        tracing::error!("a thread panicked: aborting the process (restart it to recover)");
+        std::process::abort();
+    }));
+}
+
 /// Runs the broker until SIGTERM or SIGINT; returns after a clean shutdown.
+/// A panic aborts the process.
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
+    abort_on_panic();
     let stopping = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stopping.clone()).context("installing signal handlers")?;
@@ -87,7 +109,16 @@ pub fn run_with(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
-    let registry = Registry::load(&config.data_dir)?;
+    let (view, changed) = MetadataView::load(&config.data_dir, config.cores)?;
+    if changed {
+        // At start-up, before any core runs: blocking is fine here.
+        view.store(&config.data_dir)?;
+        tracing::info!(
+            version = view.version,
+            "metadata migrated or re-placed and stored"
+        );
+    }
+    let view = Arc::new(view);
     let (placeholder, listen) = reserve_port(config.listen)?;
     let n = config.cores;
     let shared = Arc::new(Shared {
@@ -98,7 +129,8 @@ pub fn run_with(
         metrics_port: AtomicU16::new(0),
         peer_of_core: (0..n).map(|_| AtomicUsize::new(usize::MAX)).collect(),
     });
-    let mesh: MeshBuilder<CoreMsg, _> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
+    let mesh: Mesh<CoreMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
+    let reply_mesh: Mesh<ReplyMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
     let barrier = Arc::new(Barrier::new(n));
     let (ready_tx, ready_rx) = mpsc::channel::<anyhow::Result<usize>>();
     let cpus = std::thread::available_parallelism()
@@ -106,10 +138,10 @@ pub fn run_with(
         .unwrap_or(1);
     let mut handles = Vec::new();
     for c in 0..n {
-        let (shared, registry, mesh, barrier, ready) = (
+        let (shared, view, meshes, barrier, ready) = (
             shared.clone(),
-            registry.clone(),
-            mesh.clone(),
+            view.clone(),
+            (mesh.clone(), reply_mesh.clone()),
             barrier.clone(),
             ready_tx.clone(),
         );
@@ -121,7 +153,7 @@ pub fn run_with(
         let h = LocalExecutorBuilder::new(placement)
             .name(&format!("weir-core-{c}"))
             .spawn(move || async move {
-                let r = core_main(c, shared.clone(), registry, mesh, barrier, ready.clone()).await;
+                let r = core_main(c, shared.clone(), view, meshes, barrier, ready.clone()).await;
                 if let Err(e) = &r {
                     let _ = ready.send(Err(anyhow!("core {c}: {e:#}")));
                     shared.stopping.store(true, Ordering::Release);
@@ -192,8 +224,8 @@ pub fn run_with(
 async fn core_main(
     c: usize,
     shared: Arc<Shared>,
-    registry: Registry,
-    mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
+    view: Arc<MetadataView>,
+    (mesh, reply_mesh): (Mesh<CoreMsg>, Mesh<ReplyMsg>),
     barrier: Arc<Barrier>,
     ready: mpsc::Sender<anyhow::Result<usize>>,
 ) -> anyhow::Result<()> {
@@ -201,16 +233,24 @@ async fn core_main(
         .join()
         .await
         .map_err(|_| anyhow!("joining the cross-core mesh failed"))?;
+    let (reply_senders, reply_receivers) = reply_mesh
+        .join()
+        .await
+        .map_err(|_| anyhow!("joining the cross-core reply mesh failed"))?;
+    // Both meshes are built in the same order, so a core has the same peer
+    // id in both.
+    assert_eq!(senders.peer_id(), reply_senders.peer_id());
     shared.peer_of_core[c].store(senders.peer_id(), Ordering::Release);
     // Every core must know every other core's mesh id before routing.
     barrier.wait();
-    let core = Core::start(c, shared.clone(), registry, senders).await?;
-    serve_mesh(core.clone(), receivers);
+    let core = Core::start(c, shared.clone(), view, senders, reply_senders).await?;
+    mesh::serve(core.clone(), receivers, reply_receivers);
     if c == 0 {
-        crate::group_store::ensure_offsets_topic(&core).await?;
+        crate::metadata::writer::start(&core);
+        crate::groups::store::ensure_offsets_topic(&core).await?;
     }
-    crate::group_store::load(&core).await?;
-    glommio::spawn_local(crate::group_coordinator::expiry_loop(core.clone())).detach();
+    crate::groups::store::load(&core).await?;
+    glommio::spawn_local(crate::groups::coordinator::expiry_loop(core.clone())).detach();
     let listen = shared.config.listen;
     let shared_l = TcpListener::bind(listen)
         .map_err(std::io::Error::from)
@@ -234,7 +274,7 @@ async fn core_main(
             .with_context(|| format!("cannot listen for metrics on {addr}"))?;
         let port = l.local_addr().map_err(std::io::Error::from)?.port();
         shared.metrics_port.store(port, Ordering::Release);
-        glommio::spawn_local(crate::metrics::serve_http(core.clone(), l)).detach();
+        glommio::spawn_local(crate::listener::http::serve_http(core.clone(), l)).detach();
     }
     glommio::spawn_local(retention_loop(core.clone())).detach();
     {
@@ -249,7 +289,7 @@ async fn core_main(
     let active = Rc::new(std::cell::Cell::new(0usize));
     for (l, owner_only) in [(shared_l, false), (own_l, true)] {
         let (core, active) = (core.clone(), active.clone());
-        let ctx = crate::router::Ctx { owner_only };
+        let ctx = Ctx { owner_only };
         glommio::spawn_local(accept_loop(core, l, active, ctx)).detach();
     }
     let _ = ready.send(Ok(c));
@@ -260,6 +300,9 @@ async fn core_main(
     let deadline = std::time::Instant::now() + Duration::from_millis(DRAIN_MS_MAX);
     while active.get() > 0 && std::time::Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    if c == 0 {
+        crate::metadata::writer::stop(&core);
     }
     core.close_all().await;
     tracing::info!(core = c, "core stopped");
@@ -291,7 +334,7 @@ async fn accept_loop(
     core: Rc<Core>,
     listener: TcpListener,
     active: Rc<std::cell::Cell<usize>>,
-    ctx: crate::router::Ctx,
+    ctx: Ctx,
 ) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
@@ -304,9 +347,26 @@ async fn accept_loop(
         let Some(r) = accepted else { return };
         match r {
             Ok(stream) => {
+                let max = core.shared.config.max_connections_per_core;
+                if core.connections.get() >= max {
+                    let m = &core.metrics.connections_refused;
+                    m.set(m.get() + 1);
+                    tracing::warn!(
+                        core = core.id,
+                        max,
+                        "connection refused: the core has --max-connections-per-core open"
+                    );
+                    drop(stream);
+                    continue;
+                }
+                core.connections.set(core.connections.get() + 1);
+                let m = &core.metrics.connections;
+                m.set(m.get() + 1);
                 let (core, active) = (core.clone(), active.clone());
                 glommio::spawn_local(async move {
-                    crate::connection::serve(core, stream, active, ctx).await;
+                    crate::listener::connection::serve(core.clone(), Native, stream, active, ctx)
+                        .await;
+                    core.connections.set(core.connections.get() - 1);
                 })
                 .detach();
             }

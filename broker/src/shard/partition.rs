@@ -1,38 +1,27 @@
-//! What a core does with a [`CoreMsg`]: the partition operations on logs it
-//! owns, and (on core 0) topic changes.
+//! What a core does with a partition it owns — append, wait for the
+//! acknowledgement, read, offsets, compact — and with a request from
+//! another core ([`handle`]). Everything here runs on the owner core.
 
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use weir_storage::{AppendInfo, PartitionLog, StorageError};
+use weir_storage::{AppendInfo, CleanReport, PartitionLog};
 
-use crate::core::{AdminChange, Core, CoreMsg, FetchOk, OffsetsOk, PartitionError, ProduceOk};
-use crate::errors as code;
-use crate::registry::TopicError;
+use super::mesh::CoreMsg;
+use super::Core;
+use crate::service::{BrokerError, FetchOk, OffsetsOk, ProduceOk};
 
-/// Maps a storage error to a wire error.
-pub fn storage_error(e: &StorageError) -> PartitionError {
-    let c = match e {
-        StorageError::InvalidBatch { .. } | StorageError::TrailingBytes { .. } => {
-            code::CORRUPT_MESSAGE
-        }
-        StorageError::BatchTooLarge { .. } => code::MESSAGE_TOO_LARGE,
-        StorageError::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
-        StorageError::Recovering { .. } => code::RECOVERING,
-        StorageError::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE,
-        StorageError::InvalidProducerEpoch { .. } => code::INVALID_PRODUCER_EPOCH,
-        StorageError::UnknownProducerId { .. } => code::UNKNOWN_PRODUCER_ID,
-        StorageError::KeyRequired { .. } => code::INVALID_RECORD,
-        _ => code::STORAGE_ERROR,
-    };
-    PartitionError {
-        code: c,
-        message: e.to_string(),
-    }
+/// The outcome of a compaction request on one partition.
+#[derive(Debug, Clone)]
+pub struct CompactOk {
+    /// The dirty ratio now, 0..=1.
+    pub dirty_ratio: f64,
+    /// The pass, if one ran.
+    pub pass: Option<CleanReport>,
 }
 
-/// Handles one message addressed to this core.
-pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
+/// Handles one request from another core.
+pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
     match msg {
         CoreMsg::Produce {
             topic,
@@ -83,36 +72,36 @@ pub async fn handle_core_msg(core: &Rc<Core>, msg: CoreMsg) {
         CoreMsg::Metrics { reply } => {
             reply.send(core, crate::metrics::snapshot(core)).await;
         }
-        CoreMsg::Admin { change, reply } => {
-            let r = apply_admin(core, change).await;
+        CoreMsg::Metadata { change, reply } => {
+            let r = crate::metadata::writer::submit_local(core, change).await;
             reply.send(core, r).await;
         }
-        CoreMsg::Sync {
-            registry,
+        CoreMsg::ApplyMetadata {
+            view,
             deleted,
             reply,
         } => {
-            if let Err(e) = core.apply_registry(registry, deleted).await {
-                tracing::error!(core = core.id, error = %format!("{e:#}"), "applying a topic change failed");
+            let r = core
+                .apply_metadata(view, deleted)
+                .await
+                .map_err(|e| format!("core {}: {e:#}", core.id));
+            if let Err(e) = &r {
+                tracing::error!(core = core.id, error = %e, "applying a metadata change failed");
             }
-            reply.send(core, ()).await;
+            reply.send(core, r).await;
         }
         CoreMsg::Group { request, reply } => {
-            let r = crate::group_coordinator::handle(core, request).await;
+            let r = crate::groups::coordinator::handle(core, request).await;
             reply.send(core, r).await;
         }
         CoreMsg::LogEnds { partitions, reply } => {
             reply.send(core, log_ends_local(core, &partitions)).await;
         }
-        CoreMsg::Reply { id, value } => core.deliver(id, value),
     }
 }
 
 /// Log end offsets (high watermarks) of partitions this core owns.
-pub fn log_ends_local(
-    core: &Core,
-    partitions: &[(String, u32)],
-) -> Vec<Result<u64, PartitionError>> {
+pub fn log_ends_local(core: &Core, partitions: &[(String, u32)]) -> Vec<Result<u64, BrokerError>> {
     partitions
         .iter()
         .map(|(t, p)| core.owned_log(t, *p).map(|l| l.high_watermark()))
@@ -128,12 +117,15 @@ pub async fn append_local(
     topic: &str,
     partition: u32,
     batch: Bytes,
-) -> Result<(PartitionLog, AppendInfo), PartitionError> {
+) -> Result<(PartitionLog, AppendInfo), BrokerError> {
+    if core.shared.config.test_panic_on_produce_to.as_deref() == Some(topic) {
+        panic!("test-only trigger: produce to `{topic}` (--test-panic-on-produce-to)");
+    }
     let log = core.owned_log(topic, partition)?;
     let info = log
         .append(BytesMut::from(&batch[..]))
         .await
-        .map_err(|e| storage_error(&e))?;
+        .map_err(BrokerError::from)?;
     Ok((log, info))
 }
 
@@ -144,13 +136,13 @@ pub async fn ack_local(
     log: PartitionLog,
     info: AppendInfo,
     acks: i8,
-) -> Result<ProduceOk, PartitionError> {
+) -> Result<ProduceOk, BrokerError> {
     match acks {
         0 => Ok(()),
         1 => log.wait_written(info.last_offset + 1).await,
         _ => log.wait_acked(&info).await,
     }
-    .map_err(|e| storage_error(&e))?;
+    .map_err(BrokerError::from)?;
     Ok(ProduceOk {
         base_offset: info.base_offset,
         log_start_offset: log.log_start_offset(),
@@ -165,8 +157,16 @@ pub async fn fetch_local(
     offset: u64,
     max_bytes: u64,
     wait_ms: u32,
-) -> Result<FetchOk, PartitionError> {
+) -> Result<FetchOk, BrokerError> {
     let log = core.owned_log(topic, partition)?;
+    if max_bytes == 0 {
+        // Only the watermarks: the fetch's byte budget is spent.
+        return Ok(FetchOk {
+            batches: Vec::new(),
+            high_watermark: log.high_watermark(),
+            log_start_offset: log.log_start_offset(),
+        });
+    }
     if wait_ms > 0 && offset == log.high_watermark() {
         // Long poll: wake when a batch at `offset` is written, or time out.
         let wait = std::time::Duration::from_millis(wait_ms as u64);
@@ -182,7 +182,7 @@ pub async fn fetch_local(
     let r = log
         .read(offset, max_bytes)
         .await
-        .map_err(|e| storage_error(&e))?;
+        .map_err(BrokerError::from)?;
     Ok(FetchOk {
         batches: r.batches,
         high_watermark: r.high_watermark,
@@ -196,13 +196,13 @@ pub async fn offsets_local(
     topic: &str,
     partition: u32,
     timestamp: Option<i64>,
-) -> Result<OffsetsOk, PartitionError> {
+) -> Result<OffsetsOk, BrokerError> {
     let log = core.owned_log(topic, partition)?;
     let for_timestamp = match timestamp {
         Some(ts) => log
             .offset_for_timestamp(ts)
             .await
-            .map_err(|e| storage_error(&e))?,
+            .map_err(BrokerError::from)?,
         None => None,
     };
     Ok(OffsetsOk {
@@ -213,11 +213,6 @@ pub async fn offsets_local(
     })
 }
 
-/// Parts per million of a ratio in 0..=1.
-fn ppm(r: f64) -> u32 {
-    (r.clamp(0.0, 1.0) * 1e6).round() as u32
-}
-
 /// Runs a cleaner pass (`run`) on a partition this core owns, or reports
 /// its dirty ratio.
 pub async fn compact_local(
@@ -225,85 +220,27 @@ pub async fn compact_local(
     topic: &str,
     partition: u32,
     run: bool,
-) -> Result<weir_proto::messages::CompactPartitionResult, PartitionError> {
+) -> Result<CompactOk, BrokerError> {
     let log = core.owned_log(topic, partition)?;
     let pass = if run {
-        log.clean(true).await.map_err(|e| storage_error(&e))?
+        log.clean(true).await.map_err(BrokerError::from)?
     } else {
         None
     };
-    Ok(weir_proto::messages::CompactPartitionResult {
-        partition,
-        error: code::NONE,
-        message: None,
-        dirty_ratio_ppm: ppm(log.dirty_ratio()),
-        pass: pass.map(|r| weir_proto::messages::CompactPass {
-            bytes_read: r.bytes_read,
-            bytes_written: r.bytes_written,
-            records_read: r.records_read,
-            records_removed: r.records_removed,
-            tombstones_removed: r.tombstones_removed,
-            segments_before: r.segments_before as u32,
-            segments_after: r.segments_after as u32,
-            size_before: r.size_before,
-            size_after: r.size_after,
-            dirty_ratio_before_ppm: ppm(r.dirty_ratio_before),
-            dirty_ratio_after_ppm: ppm(r.dirty_ratio_after),
-            first_dirty: r.first_dirty,
-            map_full: r.map_full,
-            duration_us: r.duration.as_micros() as u64,
-        }),
+    Ok(CompactOk {
+        dirty_ratio: log.dirty_ratio(),
+        pass,
     })
 }
 
 /// Hands out a new producer id (core 0 only: it owns the allocator).
-pub fn init_producer_id_local(core: &Core) -> Result<i64, PartitionError> {
+pub fn init_producer_id_local(core: &Core) -> Result<i64, BrokerError> {
     assert_eq!(core.id, 0, "producer ids are handed out by core 0");
     core.producer_ids
         .borrow_mut()
         .allocate()
-        .map_err(|e| PartitionError {
-            code: code::STORAGE_ERROR,
+        .map_err(|e| BrokerError::Storage {
+            kind: crate::service::StorageFailure::Io,
             message: format!("allocating a producer id failed: {e:#}"),
         })
-}
-
-/// Applies a topic change on core 0: updates and stores the registry, then
-/// makes every core match it before answering.
-pub async fn apply_admin(core: &Rc<Core>, change: AdminChange) -> Result<(), TopicError> {
-    assert_eq!(core.id, 0, "topic changes are applied by core 0");
-    let mut reg = core.registry.borrow().clone();
-    let mut deleted = Vec::new();
-    match &change {
-        AdminChange::Create(name, spec) => reg.create(name, spec.clone())?,
-        AdminChange::Delete(name) => {
-            let spec = reg.delete(name)?;
-            deleted = (0..spec.partitions).map(|p| (name.clone(), p)).collect();
-        }
-        AdminChange::Alter(name, set) => reg.alter(name, set)?,
-        AdminChange::AddPartitions(name, total) => {
-            reg.add_partitions(name, *total)?;
-        }
-    }
-    reg.store(&core.shared.config.data_dir)
-        .map_err(|e| TopicError::Config(format!("storing the topic registry failed: {e:#}")))?;
-    let mut waits = Vec::new();
-    for c in 1..core.cores() {
-        let (tx, rx) = core.expect_reply::<()>();
-        let msg = CoreMsg::Sync {
-            registry: reg.clone(),
-            deleted: deleted.clone(),
-            reply: tx,
-        };
-        if core.send_to(c, msg).await.is_ok() {
-            waits.push(rx);
-        }
-    }
-    core.apply_registry(reg, deleted)
-        .await
-        .map_err(|e| TopicError::Config(format!("{e:#}")))?;
-    for rx in waits {
-        let _ = rx.await;
-    }
-    Ok(())
 }

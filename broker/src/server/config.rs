@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
+use super::limits::{
+    CONNECTIONS_PER_CORE_MAX_DEFAULT, FRAME_READ_TIMEOUT_MS_DEFAULT, INFLIGHT_BYTES_PER_CORE,
+};
+
 /// Default native-protocol address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9292";
 /// Default first per-core port (core N listens on this + N).
@@ -81,6 +85,18 @@ pub struct BrokerArgs {
     /// Partitions of the internal `__consumer_offsets` topic, used when it is created at the first start [default: 16].
     #[arg(long, env = "WEIR_OFFSETS_PARTITIONS")]
     pub offsets_partitions: Option<u32>,
+    /// Once a request's first byte has arrived, the whole frame must arrive
+    /// within this many ms or the connection is closed [default: 30000].
+    #[arg(long, env = "WEIR_FRAME_READ_TIMEOUT_MS")]
+    pub frame_read_timeout_ms: Option<u64>,
+    /// Open connections per core (shared and own port together); more are
+    /// closed at once [default: 10000].
+    #[arg(long, env = "WEIR_MAX_CONNECTIONS_PER_CORE")]
+    pub max_connections_per_core: Option<usize>,
+    /// Test only: the core owning a partition of this topic panics when a
+    /// batch is produced to it (to test crash-only behaviour).
+    #[arg(long, hide = true)]
+    pub test_panic_on_produce_to: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -101,6 +117,8 @@ struct FileConfig {
     log_cleaner_io_max_bytes_per_second: Option<u64>,
     log_cleaner_io_busy_bytes_per_second: Option<u64>,
     offsets_partitions: Option<u32>,
+    frame_read_timeout_ms: Option<u64>,
+    max_connections_per_core: Option<usize>,
 }
 
 /// The resolved configuration.
@@ -136,6 +154,12 @@ pub struct BrokerConfig {
     pub log_cleaner_io_busy_bytes_per_second: Option<u64>,
     /// Partitions of `__consumer_offsets` when it is created.
     pub offsets_partitions: u32,
+    /// Frame read deadline, ms.
+    pub frame_read_timeout_ms: u64,
+    /// Open connections per core.
+    pub max_connections_per_core: usize,
+    /// Test only: panic when producing to this topic.
+    pub test_panic_on_produce_to: Option<String>,
 }
 
 fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -168,6 +192,9 @@ impl BrokerConfig {
                 weir_storage::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT,
             ),
             offsets_partitions: OFFSETS_PARTITIONS_DEFAULT,
+            frame_read_timeout_ms: FRAME_READ_TIMEOUT_MS_DEFAULT,
+            max_connections_per_core: CONNECTIONS_PER_CORE_MAX_DEFAULT,
+            test_panic_on_produce_to: None,
         }
     }
 
@@ -196,10 +223,10 @@ impl BrokerConfig {
         if (max_frame_bytes as usize) < weir_proto::batch::HEADER_BYTES + 64 {
             bail!("--max-frame-bytes {max_frame_bytes} is too small");
         }
-        if max_frame_bytes as u64 > crate::core::INFLIGHT_BYTES_PER_CORE {
+        if max_frame_bytes as u64 > INFLIGHT_BYTES_PER_CORE {
             bail!(
                 "--max-frame-bytes {max_frame_bytes} is larger than a core's in-flight budget ({})",
-                crate::core::INFLIGHT_BYTES_PER_CORE
+                INFLIGHT_BYTES_PER_CORE
             );
         }
         let default_partitions = args
@@ -273,6 +300,17 @@ impl BrokerConfig {
             )
             .filter(|&v| v > 0),
             offsets_partitions,
+            frame_read_timeout_ms: args
+                .frame_read_timeout_ms
+                .or(file.frame_read_timeout_ms)
+                .unwrap_or(FRAME_READ_TIMEOUT_MS_DEFAULT)
+                .max(1),
+            max_connections_per_core: args
+                .max_connections_per_core
+                .or(file.max_connections_per_core)
+                .unwrap_or(CONNECTIONS_PER_CORE_MAX_DEFAULT)
+                .max(1),
+            test_panic_on_produce_to: args.test_panic_on_produce_to.clone(),
         })
     }
 }

@@ -15,10 +15,12 @@ use weir_proto::builder::BatchBuilder;
 use weir_proto::reader::RecordBatch;
 use weir_proto::record::RecordData;
 
-use crate::core::{Core, PartitionError};
-use crate::errors as code;
-use crate::group_records::{self, GroupValue, OffsetValue, RecordKey, OFFSETS_TOPIC};
-use crate::handlers;
+use crate::groups::records::{self, GroupValue, OffsetValue, RecordKey, OFFSETS_TOPIC};
+use crate::metadata::writer::{self, Change};
+use crate::metadata::TopicSpec;
+use crate::service::BrokerError;
+use crate::shard::partition;
+use crate::shard::Core;
 
 /// Bytes of `__consumer_offsets` read at a time when replaying.
 pub const REPLAY_READ_BYTES: u64 = 1 << 20;
@@ -29,18 +31,17 @@ pub async fn write_records(
     core: &Rc<Core>,
     group: &str,
     records: Vec<(RecordKey, Option<Bytes>)>,
-) -> Result<(), PartitionError> {
-    let storage = |e: weir_proto::batch::BatchError| PartitionError {
-        code: code::STORAGE_ERROR,
+) -> Result<(), BrokerError> {
+    let storage = |e: weir_proto::batch::BatchError| BrokerError::Storage {
+        kind: crate::service::StorageFailure::Io,
         message: format!("encoding group records: {e}"),
     };
     let n = core
-        .registry
-        .borrow()
+        .metadata()
         .get(OFFSETS_TOPIC)
-        .map(|s| s.partitions)
+        .map(|t| t.partitions())
         .unwrap_or(1);
-    let p = group_records::partition_for(group, n);
+    let p = records::partition_for(group, n);
     let mut b = BatchBuilder::new(Compression::None).map_err(storage)?;
     let ts = core.storage.now_ms();
     for (key, value) in records {
@@ -53,20 +54,15 @@ pub async fn write_records(
         .map_err(storage)?;
     }
     let batch = b.build().map_err(storage)?.freeze();
-    let (log, info) = handlers::append_local(core, OFFSETS_TOPIC, p, batch).await?;
-    handlers::ack_local(log, info, -1).await?;
+    let (log, info) = partition::append_local(core, OFFSETS_TOPIC, p, batch).await?;
+    partition::ack_local(log, info, -1).await?;
     Ok(())
 }
 
 /// Rebuilds the groups of every `__consumer_offsets` partition this core
 /// owns from the log (start-up).
 pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
-    let Some(n) = core
-        .registry
-        .borrow()
-        .get(OFFSETS_TOPIC)
-        .map(|s| s.partitions)
-    else {
+    let Some(n) = core.metadata().get(OFFSETS_TOPIC).map(|t| t.partitions()) else {
         core.groups.set_loaded();
         return Ok(());
     };
@@ -159,24 +155,23 @@ pub fn offsets_topic_configs() -> BTreeMap<String, String> {
 /// Creates `__consumer_offsets` if it does not exist, or gives an existing
 /// one created before compaction existed its configs (core 0, start-up).
 pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
-    let existing = core.registry.borrow().get(OFFSETS_TOPIC).cloned();
+    let existing = core.metadata().get(OFFSETS_TOPIC).cloned();
     let change = match existing {
-        None => crate::core::AdminChange::Create(
+        None => Change::Create(
             OFFSETS_TOPIC.to_string(),
-            crate::registry::TopicSpec {
+            TopicSpec {
                 partitions: core.shared.config.offsets_partitions,
                 configs: offsets_topic_configs(),
             },
         ),
-        Some(spec) if !spec.configs.contains_key("cleanup.policy") => {
-            crate::core::AdminChange::Alter(
-                OFFSETS_TOPIC.to_string(),
-                offsets_topic_configs().into_iter().collect(),
-            )
-        }
+        Some(t) if !t.configs.contains_key("cleanup.policy") => Change::Alter(
+            OFFSETS_TOPIC.to_string(),
+            offsets_topic_configs().into_iter().collect(),
+        ),
         Some(_) => return Ok(()),
     };
-    handlers::apply_admin(core, change)
+    writer::submit(core, change)
         .await
+        .map(|_| ())
         .map_err(|e| anyhow::anyhow!("setting up {OFFSETS_TOPIC}: {e}"))
 }

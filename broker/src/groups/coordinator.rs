@@ -1,8 +1,8 @@
 //! The consumer-group coordinator.
 //!
 //! **Which core:** a group lives on the core that owns its partition of
-//! `__consumer_offsets` ([`group_records::partition_for`], then
-//! [`crate::registry::owner_core`]). Group requests arriving on any core
+//! `__consumer_offsets` ([`records::partition_for`], then
+//! the metadata's placement). Group requests arriving on any core
 //! and any listener are forwarded there over the mesh
 //! ([`CoreMsg::Group`]) and answered back the same way; everything about a
 //! group (members, target assignment, committed offsets, held heartbeats,
@@ -42,15 +42,20 @@ use bytes::Bytes;
 use futures_channel::oneshot;
 use weir_proto::messages::*;
 
-use crate::assignor::{Assignment, Assignor, Tp};
-use crate::core::{Core, CoreMsg, PartitionError};
-use crate::errors as code;
-use crate::group_records::{
-    self, GroupValue, OffsetValue, RecordKey, GROUP_ID_BYTES_MAX, OFFSETS_TOPIC,
+use crate::groups::assignor::{Assignment, Assignor, Tp};
+// The coordinator answers in native group messages until it gets its own
+// protocol-neutral model (issue "Consumer groups that hold under faults").
+use crate::groups::records::{
+    self as records, GroupValue, OffsetValue, RecordKey, GROUP_ID_BYTES_MAX, OFFSETS_TOPIC,
     OFFSET_METADATA_BYTES_MAX,
 };
-use crate::group_store;
-use crate::handlers;
+use crate::groups::store;
+use crate::listener::native::wire_error;
+use crate::service::BrokerError;
+use crate::shard::mesh::CoreMsg;
+use crate::shard::partition;
+use crate::shard::Core;
+use weir_proto::error_code::ErrorCode;
 
 /// Shortest session timeout a member may ask for.
 pub const SESSION_TIMEOUT_MS_MIN: u32 = 100;
@@ -124,6 +129,35 @@ pub enum GroupResponse {
 struct Refusal(u16, String);
 
 impl GroupResponse {
+    /// The same refusal with another error.
+    fn with_error(self, e: Refusal) -> GroupResponse {
+        let (error, message) = (e.0, Some(e.1));
+        match self {
+            GroupResponse::Assignment(a) => GroupResponse::Assignment(GroupAssignment {
+                error,
+                message,
+                ..a
+            }),
+            GroupResponse::Result(_) => GroupResponse::Result(GroupResult { error, message }),
+            GroupResponse::Commit(c) => GroupResponse::Commit(OffsetCommitResponse {
+                error,
+                message,
+                ..c
+            }),
+            GroupResponse::Fetch(f) => GroupResponse::Fetch(OffsetFetchResponse {
+                error,
+                message,
+                ..f
+            }),
+            GroupResponse::Describe(d) => GroupResponse::Describe(DescribeGroupResponse {
+                error,
+                message,
+                ..d
+            }),
+            GroupResponse::List(l) => GroupResponse::List(l),
+        }
+    }
+
     fn refused(req: &GroupRequest, e: Refusal) -> GroupResponse {
         let (error, message) = (e.0, Some(e.1));
         match req {
@@ -228,7 +262,7 @@ impl Group {
 
     fn answer(&self, member: &str) -> GroupAssignment {
         GroupAssignment {
-            error: code::NONE,
+            error: 0,
             message: None,
             member_id: member.to_string(),
             generation: self.generation,
@@ -311,22 +345,27 @@ fn from_wire(list: &[TopicPartitions]) -> BTreeSet<Tp> {
 fn coordinator_of(core: &Core, group: &str) -> Result<usize, Refusal> {
     if group.is_empty() || group.len() > GROUP_ID_BYTES_MAX {
         return Err(Refusal(
-            code::INVALID_GROUP_ID,
+            ErrorCode::InvalidGroupId.as_u16(),
             format!("group id must be 1 to {GROUP_ID_BYTES_MAX} bytes"),
         ));
     }
     let n = core
-        .registry
-        .borrow()
+        .metadata()
         .get(OFFSETS_TOPIC)
-        .map(|s| s.partitions)
+        .map(|t| t.partitions())
         .ok_or_else(|| {
             Refusal(
-                code::STORAGE_ERROR,
+                ErrorCode::StorageError.as_u16(),
                 format!("the internal topic {OFFSETS_TOPIC} does not exist"),
             )
         })?;
-    Ok(core.owner(OFFSETS_TOPIC, group_records::partition_for(group, n)))
+    let p = records::partition_for(group, n);
+    core.owner(OFFSETS_TOPIC, p).ok_or_else(|| {
+        Refusal(
+            ErrorCode::StorageError.as_u16(),
+            format!("{OFFSETS_TOPIC}-{p} has no owner core"),
+        )
+    })
 }
 
 /// Serves a group request from a connection on this core: forwards it to
@@ -353,32 +392,30 @@ async fn on_core(core: &Rc<Core>, c: usize, req: GroupRequest) -> GroupResponse 
     if c == core.id {
         return handle(core, req).await;
     }
-    let (tx, rx) = core.expect_reply::<GroupResponse>();
-    let kind = GroupResponse::refused(
-        &req,
-        Refusal(code::STORAGE_ERROR, format!("core {c} dropped the request")),
-    );
-    if let Err(e) = core
-        .send_to(
-            c,
-            CoreMsg::Group {
-                request: req,
-                reply: tx,
-            },
-        )
+    let kind = |e: BrokerError| Refusal(ErrorCode::StorageError.as_u16(), e.to_string());
+    // The longest a heartbeat may be held, beyond the mesh's own deadline.
+    let held = Duration::from_millis(u64::from(SESSION_TIMEOUT_MS_MAX / 2));
+    let refusal = GroupResponse::refused(&req, Refusal(0, String::new()));
+    match core
+        .call(c, held, |reply| CoreMsg::Group {
+            request: req,
+            reply,
+        })
         .await
     {
-        tracing::warn!(core = c, error = %format!("{e:#}"), "group request not forwarded");
-        return kind;
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(core = c, error = %e, "group request not answered");
+            refusal.with_error(kind(e))
+        }
     }
-    rx.await.unwrap_or(kind)
 }
 
 /// Handles a group request on the coordinator's core.
 pub async fn handle(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
     if !core.groups.loaded.get() {
         let e = Refusal(
-            code::RECOVERING,
+            ErrorCode::Recovering.as_u16(),
             format!(
                 "core {} is still loading its consumer groups from {OFFSETS_TOPIC}: retry",
                 core.id
@@ -401,7 +438,7 @@ pub async fn handle(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
 
 fn unknown_member(group: &str, member: &str) -> Refusal {
     Refusal(
-        code::UNKNOWN_MEMBER_ID,
+        ErrorCode::UnknownMemberId.as_u16(),
         format!(
             "group `{group}` has no member `{member}` (it left, was expelled after its session \
              or poll timeout, or the broker restarted): rejoin"
@@ -433,8 +470,10 @@ fn rebalance(core: &Rc<Core>, name: &str, g: &mut Group) {
             let key = RecordKey::Group {
                 group: name.clone(),
             };
-            if let Err(e) = group_store::write_records(&core, &name, vec![(key, Some(value.encode()))]).await {
-                tracing::warn!(group = %name, error = %e.message, "storing the group's generation failed");
+            if let Err(e) =
+                store::write_records(&core, &name, vec![(key, Some(value.encode()))]).await
+            {
+                tracing::warn!(group = %name, error = %e, "storing the group's generation failed");
             }
         })
         .detach();
@@ -443,18 +482,18 @@ fn rebalance(core: &Rc<Core>, name: &str, g: &mut Group) {
 }
 
 fn subscribed_counts(core: &Core, g: &Group) -> BTreeMap<String, u32> {
-    let reg = core.registry.borrow();
+    let view = core.metadata();
     g.members
         .values()
         .flat_map(|m| m.topics.iter())
-        .filter_map(|t| reg.get(t).map(|s| (t.clone(), s.partitions)))
+        .filter_map(|t| view.get(t).map(|s| (t.clone(), s.partitions())))
         .collect()
 }
 
 fn join(core: &Rc<Core>, r: &JoinGroupRequest) -> Result<GroupAssignment, Refusal> {
     if Assignor::parse(&r.assignor).is_none() {
         return Err(Refusal(
-            code::INCONSISTENT_ASSIGNOR,
+            ErrorCode::InconsistentAssignor.as_u16(),
             format!(
                 "unknown assignor `{}`: use range, roundrobin or cooperative-sticky",
                 r.assignor
@@ -464,7 +503,7 @@ fn join(core: &Rc<Core>, r: &JoinGroupRequest) -> Result<GroupAssignment, Refusa
     let range = SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX;
     if !range.contains(&r.session_timeout_ms) || !range.contains(&r.max_poll_interval_ms) {
         return Err(Refusal(
-            code::INVALID_SESSION_TIMEOUT,
+            ErrorCode::InvalidSessionTimeout.as_u16(),
             format!(
                 "session_timeout_ms {} and max_poll_interval_ms {} must be within \
                  {SESSION_TIMEOUT_MS_MIN}..={SESSION_TIMEOUT_MS_MAX}",
@@ -474,7 +513,7 @@ fn join(core: &Rc<Core>, r: &JoinGroupRequest) -> Result<GroupAssignment, Refusa
     }
     if r.topics.is_empty() {
         return Err(Refusal(
-            code::INVALID_REQUEST,
+            ErrorCode::InvalidRequest.as_u16(),
             "a member must subscribe to at least one topic".into(),
         ));
     }
@@ -482,7 +521,7 @@ fn join(core: &Rc<Core>, r: &JoinGroupRequest) -> Result<GroupAssignment, Refusa
     let g = groups.entry(r.group.clone()).or_default();
     if !g.members.is_empty() && g.assignor != r.assignor {
         return Err(Refusal(
-            code::INCONSISTENT_ASSIGNOR,
+            ErrorCode::InconsistentAssignor.as_u16(),
             format!(
                 "group `{}` uses the assignor `{}`, not `{}`",
                 r.group, g.assignor, r.assignor
@@ -492,7 +531,7 @@ fn join(core: &Rc<Core>, r: &JoinGroupRequest) -> Result<GroupAssignment, Refusa
     let id = if r.member_id.is_empty() {
         if g.members.len() >= GROUP_MEMBERS_MAX {
             return Err(Refusal(
-                code::POLICY_VIOLATION,
+                ErrorCode::PolicyViolation.as_u16(),
                 format!("group `{}` has {GROUP_MEMBERS_MAX} members", r.group),
             ));
         }
@@ -545,7 +584,7 @@ async fn heartbeat(core: &Rc<Core>, r: &HeartbeatRequest) -> Result<GroupAssignm
             g.members.remove(&r.member_id);
             rebalance(core, &r.group, g);
             return Err(Refusal(
-                code::UNKNOWN_MEMBER_ID,
+                ErrorCode::UnknownMemberId.as_u16(),
                 format!(
                     "member `{}` expelled from group `{}`: its application did not poll for \
                      {} ms (max_poll_interval_ms {limit}); rejoin",
@@ -636,20 +675,16 @@ fn leave(core: &Rc<Core>, r: &LeaveGroupRequest) -> Result<GroupResult, Refusal>
 }
 
 /// Log end offsets of partitions, asking each owner core once.
-async fn log_ends(core: &Rc<Core>, tps: &[Tp]) -> Vec<Result<u64, PartitionError>> {
+async fn log_ends(core: &Rc<Core>, tps: &[Tp]) -> Vec<Result<u64, BrokerError>> {
     let mut by_core: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    let mut out: Vec<Result<u64, PartitionError>> = Vec::with_capacity(tps.len());
+    let mut out: Vec<Result<u64, BrokerError>> = Vec::with_capacity(tps.len());
     for (i, (t, p)) in tps.iter().enumerate() {
-        let exists = core
-            .registry
-            .borrow()
-            .get(t)
-            .is_some_and(|s| *p < s.partitions);
-        if exists {
-            by_core.entry(core.owner(t, *p)).or_default().push(i);
-            out.push(Ok(0));
-        } else {
-            out.push(Err(PartitionError::unknown(t, *p)));
+        match core.owner(t, *p) {
+            Some(c) => {
+                by_core.entry(c).or_default().push(i);
+                out.push(Ok(0));
+            }
+            None => out.push(Err(BrokerError::unknown(t, *p))),
         }
     }
     let tasks: Vec<_> = by_core
@@ -659,35 +694,15 @@ async fn log_ends(core: &Rc<Core>, tps: &[Tp]) -> Vec<Result<u64, PartitionError
             let parts: Vec<Tp> = idx.iter().map(|&i| tps[i].clone()).collect();
             glommio::spawn_local(async move {
                 let ends = if c == core.id {
-                    handlers::log_ends_local(&core, &parts)
+                    partition::log_ends_local(&core, &parts)
                 } else {
-                    let (tx, rx) = core.expect_reply();
-                    let sent = core
-                        .send_to(
-                            c,
-                            CoreMsg::LogEnds {
-                                partitions: parts.clone(),
-                                reply: tx,
-                            },
-                        )
-                        .await;
-                    let failed = |m: String| {
-                        parts
-                            .iter()
-                            .map(|_| {
-                                Err(PartitionError {
-                                    code: code::STORAGE_ERROR,
-                                    message: m.clone(),
-                                })
-                            })
-                            .collect()
-                    };
-                    match sent {
-                        Ok(()) => rx
-                            .await
-                            .unwrap_or_else(|| failed(format!("core {c} dropped the request"))),
-                        Err(e) => failed(format!("{e:#}")),
-                    }
+                    let n = parts.len();
+                    core.call(c, Duration::ZERO, |reply| CoreMsg::LogEnds {
+                        partitions: parts,
+                        reply,
+                    })
+                    .await
+                    .unwrap_or_else(|e| (0..n).map(|_| Err(e.clone())).collect())
                 };
                 (idx, ends)
             })
@@ -710,8 +725,8 @@ async fn checked_log_ends(
     core: &Rc<Core>,
     offsets: &[CommitOffset],
     tps: &[Tp],
-) -> Vec<Result<u64, PartitionError>> {
-    let mut out: Vec<Option<Result<u64, PartitionError>>> = {
+) -> Vec<Result<u64, BrokerError>> {
+    let mut out: Vec<Option<Result<u64, BrokerError>>> = {
         let cache = core.groups.log_ends.borrow();
         offsets
             .iter()
@@ -764,7 +779,7 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
             // active members.
             if let Some(g) = g.filter(|g| !g.members.is_empty()) {
                 return Err(Refusal(
-                    code::GROUP_NOT_EMPTY,
+                    ErrorCode::GroupNotEmpty.as_u16(),
                     format!(
                         "group `{}` has {} active members: stop them before changing its offsets",
                         r.group,
@@ -780,7 +795,7 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
                 .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
             if r.generation > g.generation || r.generation < m.joined_generation {
                 return Err(Refusal(
-                    code::ILLEGAL_GENERATION,
+                    ErrorCode::IllegalGeneration.as_u16(),
                     format!(
                         "generation {} of member `{}` is not current (group `{}` is at \
                          generation {}; the member joined at {})",
@@ -792,7 +807,7 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
             for (i, tp) in tps.iter().enumerate() {
                 if !m.owned.contains(tp) && !allowed.contains(tp) {
                     errors[i] = Some((
-                        code::ILLEGAL_GENERATION,
+                        ErrorCode::IllegalGeneration.as_u16(),
                         format!(
                             "{}-{} is not assigned to member `{}` in generation {}",
                             tp.0, tp.1, r.member_id, g.generation
@@ -808,7 +823,7 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
             .is_some_and(|m| m.len() > OFFSET_METADATA_BYTES_MAX)
         {
             errors[i].get_or_insert((
-                code::INVALID_REQUEST,
+                ErrorCode::InvalidRequest.as_u16(),
                 format!("metadata is over {OFFSET_METADATA_BYTES_MAX} bytes"),
             ));
         }
@@ -822,10 +837,10 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
             continue;
         }
         match end {
-            Err(e) => errors[i] = Some((e.code, e.message)),
+            Err(e) => errors[i] = Some(wire_error(&e)),
             Ok(end) if o.offset > end => {
                 errors[i] = Some((
-                    code::OFFSET_OUT_OF_RANGE,
+                    ErrorCode::OffsetOutOfRange.as_u16(),
                     format!(
                         "offset {} of {}-{} is beyond the log end offset {end}",
                         o.offset, o.topic, o.partition
@@ -849,7 +864,7 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
         }
     }
     if !records.is_empty() {
-        match group_store::write_records(core, &r.group, records).await {
+        match store::write_records(core, &r.group, records).await {
             Ok(()) => {
                 let mut groups = core.groups.groups.borrow_mut();
                 let g = groups.entry(r.group.clone()).or_default();
@@ -859,7 +874,7 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
             }
             Err(e) => {
                 for (i, _) in accepted {
-                    errors[i] = Some((e.code, e.message.clone()));
+                    errors[i] = Some(wire_error(&e));
                 }
             }
         }
@@ -871,12 +886,12 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
         .map(|(o, e)| CommitResult {
             topic: o.topic.clone(),
             partition: o.partition,
-            error: e.as_ref().map_or(code::NONE, |e| e.0),
+            error: e.as_ref().map_or(0, |e| e.0),
             message: e.map(|e| e.1),
         })
         .collect();
     Ok(OffsetCommitResponse {
-        error: code::NONE,
+        error: 0,
         message: None,
         partitions,
     })
@@ -900,7 +915,7 @@ fn fetch_offsets(core: &Core, r: &OffsetFetchRequest) -> OffsetFetchResponse {
     let groups = core.groups.groups.borrow();
     let filter = r.partitions.as_deref().map(from_wire);
     OffsetFetchResponse {
-        error: code::NONE,
+        error: 0,
         message: None,
         offsets: groups
             .get(&r.group)
@@ -913,7 +928,7 @@ fn describe(core: &Core, r: &DescribeGroupRequest) -> Result<DescribeGroupRespon
     let groups = core.groups.groups.borrow();
     let g = groups.get(&r.group).ok_or_else(|| not_found(&r.group))?;
     Ok(DescribeGroupResponse {
-        error: code::NONE,
+        error: 0,
         message: None,
         group: r.group.clone(),
         state: g.state().into(),
@@ -937,7 +952,7 @@ fn describe(core: &Core, r: &DescribeGroupRequest) -> Result<DescribeGroupRespon
 
 fn not_found(group: &str) -> Refusal {
     Refusal(
-        code::GROUP_ID_NOT_FOUND,
+        ErrorCode::GroupIdNotFound.as_u16(),
         format!("no group `{group}` (no members, commits or metadata)"),
     )
 }
@@ -948,7 +963,7 @@ async fn delete(core: &Rc<Core>, r: &DeleteGroupRequest) -> Result<GroupResult, 
         let g = groups.get(&r.group).ok_or_else(|| not_found(&r.group))?;
         if !g.members.is_empty() {
             return Err(Refusal(
-                code::GROUP_NOT_EMPTY,
+                ErrorCode::GroupNotEmpty.as_u16(),
                 format!(
                     "group `{}` has {} active members: stop them first",
                     r.group,
@@ -978,9 +993,12 @@ async fn delete(core: &Rc<Core>, r: &DeleteGroupRequest) -> Result<GroupResult, 
         ));
         keys
     };
-    group_store::write_records(core, &r.group, keys)
+    store::write_records(core, &r.group, keys)
         .await
-        .map_err(|e| Refusal(e.code, e.message))?;
+        .map_err(|e| {
+            let (code, message) = wire_error(&e);
+            Refusal(code, message)
+        })?;
     let mut groups = core.groups.groups.borrow_mut();
     if groups.get(&r.group).is_some_and(|g| g.members.is_empty()) {
         groups.remove(&r.group);

@@ -1,0 +1,14 @@
+//! Consumer groups: the coordinator ([`coordinator`]: membership,
+//! assignment, commits, expiry), the assignors ([`assignor`]), and
+//! `__consumer_offsets` — its record formats ([`records`]) and its appends
+//! and replay ([`store`]).
+//!
+//! The coordinator still speaks the native protocol's group messages
+//! (`weir_proto::messages`) at its boundary; the issue "Consumer groups
+//! that hold under faults" gives it a protocol-neutral model (epochs, the
+//! classic and KIP-848 protocols) shared by the native and Kafka listeners.
+
+pub mod assignor;
+pub mod coordinator;
+pub mod records;
+pub mod store;

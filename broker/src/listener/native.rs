@@ -1,0 +1,650 @@
+//! The native protocol listener: the codec ([`Native`]: frame length,
+//! decode, error answers) and the dispatch of each request onto
+//! [`crate::service`], with the answer encoded back in the native format.
+//! Wire types (rkyv bodies, `u16` error codes) live here and in
+//! `weir_proto`, nowhere below.
+
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use weir_proto::api::ApiKey;
+use weir_proto::error_code::ErrorCode;
+use weir_proto::frame::{self, FrameError, Message, ResponseHeader};
+use weir_proto::messages::*;
+
+use super::connection::{Answer, Pending, Protocol};
+use crate::groups::coordinator::{self, GroupRequest, GroupResponse};
+use crate::metadata::writer::Change;
+use crate::metadata::{TopicError, TopicSpec};
+use crate::service::fetch::{FetchParams, FetchPart};
+use crate::service::offsets::OffsetQuery;
+use crate::service::produce::ProducePart;
+use crate::service::{self, admin, BrokerError, Ctx, StorageFailure};
+use crate::shard::Core;
+
+/// The native protocol's codec.
+#[derive(Debug, Clone, Copy)]
+pub struct Native;
+
+impl Protocol for Native {
+    fn frame_len(&self, buf: &[u8], max: usize) -> Result<Option<usize>, (u32, Answer)> {
+        frame::peek_frame_len(buf, max).map_err(|e| {
+            let corr = correlation_id_of(buf);
+            (
+                corr,
+                Answer::error(corr, e.error_code(), &e.to_string(), true),
+            )
+        })
+    }
+
+    fn api_of(&self, frame: &[u8]) -> Option<ApiKey> {
+        frame
+            .get(4..6)
+            .and_then(|b| ApiKey::from_u16(u16::from_be_bytes([b[0], b[1]])))
+    }
+
+    fn is_error(&self, answer: &Answer) -> bool {
+        answer.head.get(8..10).is_some_and(|e| e != [0, 0])
+    }
+
+    async fn dispatch(&self, core: &Rc<Core>, request: Bytes, ctx: Ctx) -> Pending {
+        dispatch(core, request, ctx).await
+    }
+}
+
+/// The wire code of a service error.
+pub fn error_code(e: &BrokerError) -> ErrorCode {
+    match e {
+        BrokerError::UnknownPartition { .. } => ErrorCode::UnknownTopicOrPartition,
+        BrokerError::NotOwner { .. } => ErrorCode::NotOwner,
+        BrokerError::Topic(t) => topic_error_code(t),
+        BrokerError::Storage { kind, .. } => match kind {
+            StorageFailure::Corrupt => ErrorCode::CorruptMessage,
+            StorageFailure::TooLarge => ErrorCode::MessageTooLarge,
+            StorageFailure::OffsetOutOfRange => ErrorCode::OffsetOutOfRange,
+            StorageFailure::Recovering => ErrorCode::Recovering,
+            StorageFailure::OutOfOrderSequence => ErrorCode::OutOfOrderSequence,
+            StorageFailure::InvalidProducerEpoch => ErrorCode::InvalidProducerEpoch,
+            StorageFailure::UnknownProducerId => ErrorCode::UnknownProducerId,
+            StorageFailure::InvalidRecord => ErrorCode::InvalidRecord,
+            _ => ErrorCode::StorageError,
+        },
+        BrokerError::Corrupt(_) => ErrorCode::CorruptMessage,
+        BrokerError::Policy(_) => ErrorCode::PolicyViolation,
+        BrokerError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+        BrokerError::TimedOut(_) => ErrorCode::RequestTimedOut,
+        _ => ErrorCode::StorageError,
+    }
+}
+
+/// The wire code and message of a service error.
+pub fn wire_error(e: &BrokerError) -> (u16, String) {
+    (error_code(e).as_u16(), e.to_string())
+}
+
+fn topic_error_code(e: &TopicError) -> ErrorCode {
+    match e {
+        TopicError::InvalidName(_) => ErrorCode::InvalidTopic,
+        TopicError::Exists(_) => ErrorCode::TopicAlreadyExists,
+        TopicError::Unknown(_) => ErrorCode::UnknownTopicOrPartition,
+        TopicError::Partitions { .. } => ErrorCode::InvalidPartitions,
+        TopicError::Config(_) => ErrorCode::InvalidConfig,
+        TopicError::NotApplied(_) => ErrorCode::StorageError,
+    }
+}
+
+/// The correlation id of a (possibly partial) request frame, 0 if not there yet.
+pub fn correlation_id_of(buf: &[u8]) -> u32 {
+    buf.get(8..12)
+        .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
+        .unwrap_or(0)
+}
+
+/// Turns a body decoding failure into an answer that keeps the connection.
+pub fn bad_body(correlation_id: u32, e: &FrameError) -> Answer {
+    Answer::error(correlation_id, e.error_code(), &e.to_string(), false)
+}
+
+fn ok<T: Message>(correlation_id: u32, body: &T) -> Answer {
+    match frame::encode_response(&ResponseHeader::ok(correlation_id), body, 0) {
+        Ok(head) => Answer::plain(head),
+        Err(e) => Answer::error(correlation_id, e.error_code(), &e.to_string(), false),
+    }
+}
+
+/// A request-level refusal (over a limit) as a frame-level error that
+/// keeps the connection.
+fn refused(corr: u32, e: &BrokerError) -> Answer {
+    Answer::error(corr, error_code(e), &e.to_string(), false)
+}
+
+fn topic_result(name: &str, r: Result<(), TopicError>) -> TopicResult {
+    match r {
+        Ok(()) => TopicResult {
+            name: name.into(),
+            error: 0,
+            message: None,
+        },
+        Err(e) => TopicResult {
+            name: name.into(),
+            error: topic_error_code(&e).as_u16(),
+            message: Some(e.to_string()),
+        },
+    }
+}
+
+/// Decodes one request frame and starts serving it. Returns once the
+/// request no longer needs to run before the connection's next one: a
+/// produce once its batches are appended (its acknowledgements are awaited
+/// in the returned task), a fetch at once (it runs in the task), anything
+/// else once answered.
+pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx) -> Pending {
+    let (h, body, payload) = match frame::decode_request(&request) {
+        Ok(x) => x,
+        Err(e) => {
+            let corr = correlation_id_of(&request);
+            return Pending::Ready(Answer::error(corr, e.error_code(), &e.to_string(), true));
+        }
+    };
+    let corr = h.correlation_id;
+    let api = match h.check_supported() {
+        Ok(api) => api,
+        Err(e) => return Pending::Ready(bad_body(corr, &e)),
+    };
+    let payload = request.slice_ref(payload);
+    match api {
+        ApiKey::Produce => match frame::decode_body::<ProduceRequest>(body) {
+            Ok(req) => match produce(core, corr, req, payload, ctx).await {
+                Ok(rest) => Pending::Later(glommio::spawn_local(rest)),
+                Err(a) => Pending::Ready(a),
+            },
+            Err(e) => Pending::Ready(bad_body(corr, &e)),
+        },
+        ApiKey::Fetch => match frame::decode_body::<FetchRequest>(body) {
+            Ok(req) => {
+                let core = core.clone();
+                Pending::Later(glommio::spawn_local(async move {
+                    fetch(&core, corr, req, ctx).await
+                }))
+            }
+            Err(e) => Pending::Ready(bad_body(corr, &e)),
+        },
+        ApiKey::JoinGroup
+        | ApiKey::Heartbeat
+        | ApiKey::LeaveGroup
+        | ApiKey::OffsetCommit
+        | ApiKey::OffsetFetch
+        | ApiKey::ListGroups
+        | ApiKey::DescribeGroup
+        | ApiKey::DeleteGroup => match group_request(api, body) {
+            // A task: a heartbeat may be held by the coordinator, and the
+            // connection reads on meanwhile.
+            Ok(req) => {
+                let core = core.clone();
+                Pending::Later(glommio::spawn_local(async move {
+                    group_answer(corr, coordinator::serve(&core, req).await)
+                }))
+            }
+            Err(e) => Pending::Ready(bad_body(corr, &e)),
+        },
+        _ => Pending::Ready(serve_other(core, corr, api, body).await),
+    }
+}
+
+/// Decodes the body of a group API request.
+fn group_request(api: ApiKey, body: &[u8]) -> Result<GroupRequest, frame::FrameError> {
+    Ok(match api {
+        ApiKey::JoinGroup => GroupRequest::Join(frame::decode_body(body)?),
+        ApiKey::Heartbeat => GroupRequest::Heartbeat(frame::decode_body(body)?),
+        ApiKey::LeaveGroup => GroupRequest::Leave(frame::decode_body(body)?),
+        ApiKey::OffsetCommit => GroupRequest::Commit(frame::decode_body(body)?),
+        ApiKey::OffsetFetch => GroupRequest::Fetch(frame::decode_body(body)?),
+        ApiKey::DescribeGroup => GroupRequest::Describe(frame::decode_body(body)?),
+        ApiKey::DeleteGroup => GroupRequest::Delete(frame::decode_body(body)?),
+        _ => {
+            let _: ListGroupsRequest = frame::decode_body(body)?;
+            GroupRequest::List
+        }
+    })
+}
+
+fn group_answer(corr: u32, r: GroupResponse) -> Answer {
+    match r {
+        GroupResponse::Assignment(a) => ok(corr, &a),
+        GroupResponse::Result(a) => ok(corr, &a),
+        GroupResponse::Commit(a) => ok(corr, &a),
+        GroupResponse::Fetch(a) => ok(corr, &a),
+        GroupResponse::Describe(a) => ok(corr, &a),
+        GroupResponse::List(groups) => ok(corr, &ListGroupsResponse { groups }),
+    }
+}
+
+/// Answers a request other than produce, fetch and the group APIs.
+async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> Answer {
+    macro_rules! body {
+        ($t:ty) => {
+            match frame::decode_body::<$t>(body) {
+                Ok(b) => b,
+                Err(e) => return bad_body(corr, &e),
+            }
+        };
+    }
+    match api {
+        ApiKey::ApiVersions => {
+            let _ = body!(ApiVersionsRequest);
+            ok(corr, &ApiVersionsResponse::supported())
+        }
+        ApiKey::Metadata => {
+            let req = body!(MetadataRequest);
+            ok(corr, &metadata(core, req).await)
+        }
+        ApiKey::CreateTopics => {
+            let req = body!(CreateTopicsRequest);
+            let mut topics = Vec::new();
+            for t in req.topics {
+                let spec = TopicSpec {
+                    partitions: t.partitions,
+                    configs: t.configs.into_iter().collect(),
+                };
+                let r = admin::change_topic(core, Change::Create(t.name.clone(), spec)).await;
+                topics.push(topic_result(&t.name, r));
+            }
+            ok(corr, &CreateTopicsResponse { topics })
+        }
+        ApiKey::DeleteTopics => {
+            let req = body!(DeleteTopicsRequest);
+            let mut topics = Vec::new();
+            for name in req.names {
+                let r = admin::change_topic(core, Change::Delete(name.clone())).await;
+                topics.push(topic_result(&name, r));
+            }
+            ok(corr, &DeleteTopicsResponse { topics })
+        }
+        ApiKey::AlterConfigs => {
+            let req = body!(AlterConfigsRequest);
+            let mut topics = Vec::new();
+            for (name, set) in req.topics {
+                let r = admin::change_topic(core, Change::Alter(name.clone(), set)).await;
+                topics.push(topic_result(&name, r));
+            }
+            ok(corr, &AlterConfigsResponse { topics })
+        }
+        ApiKey::CreatePartitions => {
+            let req = body!(CreatePartitionsRequest);
+            let mut topics = Vec::new();
+            for (name, total) in req.topics {
+                let r = admin::change_topic(core, Change::AddPartitions(name.clone(), total)).await;
+                topics.push(topic_result(&name, r));
+            }
+            ok(corr, &CreatePartitionsResponse { topics })
+        }
+        ApiKey::Compact => {
+            let req = body!(CompactRequest);
+            ok(corr, &compact(core, req).await)
+        }
+        ApiKey::DescribeConfigs => {
+            let req = body!(DescribeConfigsRequest);
+            ok(corr, &describe(core, req).await)
+        }
+        ApiKey::ListOffsets => {
+            let req = body!(ListOffsetsRequest);
+            match list_offsets(core, req).await {
+                Ok(r) => ok(corr, &r),
+                Err(e) => refused(corr, &e),
+            }
+        }
+        ApiKey::InitProducerId => {
+            let _ = body!(InitProducerIdRequest);
+            ok(corr, &init_producer_id(core).await)
+        }
+        _ => Answer::error(
+            corr,
+            ErrorCode::UnsupportedApi,
+            "API not served by this broker",
+            false,
+        ),
+    }
+}
+
+async fn init_producer_id(core: &Rc<Core>) -> InitProducerIdResponse {
+    match admin::init_producer_id(core).await {
+        Ok(id) => InitProducerIdResponse {
+            error: 0,
+            message: None,
+            producer_id: id,
+            producer_epoch: 0,
+        },
+        Err(e) => {
+            let (error, message) = wire_error(&e);
+            InitProducerIdResponse {
+                error,
+                message: Some(message),
+                producer_id: -1,
+                producer_epoch: -1,
+            }
+        }
+    }
+}
+
+async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
+    let host = core.shared.config.listen.ip().to_string();
+    let cores = admin::core_ports(core)
+        .into_iter()
+        .enumerate()
+        .map(|(c, port)| CoreInfo {
+            core: c as u32,
+            host: host.clone(),
+            port,
+        })
+        .collect();
+    let topics = admin::topics(core, req.topics)
+        .await
+        .into_iter()
+        .map(|(name, meta)| match meta {
+            Some(meta) => TopicMetadata {
+                name,
+                error: 0,
+                partitions: meta
+                    .cores
+                    .iter()
+                    .enumerate()
+                    .map(|(p, &c)| PartitionMetadata {
+                        partition: p as u32,
+                        core: c,
+                        error: 0,
+                    })
+                    .collect(),
+            },
+            None => TopicMetadata {
+                name,
+                error: ErrorCode::UnknownTopicOrPartition.as_u16(),
+                partitions: Vec::new(),
+            },
+        })
+        .collect();
+    MetadataResponse { cores, topics }
+}
+
+fn produce_result(
+    topic: String,
+    partition: u32,
+    r: service::Result<service::ProduceOk>,
+) -> ProducePartitionResult {
+    match r {
+        Ok(ok) => ProducePartitionResult {
+            topic,
+            partition,
+            error: 0,
+            message: None,
+            base_offset: ok.base_offset,
+            log_start_offset: ok.log_start_offset,
+        },
+        Err(e) => {
+            let (error, message) = wire_error(&e);
+            ProducePartitionResult {
+                topic,
+                partition,
+                error,
+                message: Some(message),
+                base_offset: 0,
+                log_start_offset: 0,
+            }
+        }
+    }
+}
+
+/// Appends a produce request's batches; the returned future waits for
+/// their acknowledgements and builds the answer.
+async fn produce(
+    core: &Rc<Core>,
+    corr: u32,
+    req: ProduceRequest,
+    payload: Bytes,
+    ctx: Ctx,
+) -> Result<impl Future<Output = Answer> + 'static, Answer> {
+    let parts = req
+        .partitions
+        .into_iter()
+        .map(|p| ProducePart {
+            data: frame::payload_slice(&payload, p.payload_offset, p.payload_len)
+                .map(|s| payload.slice_ref(s))
+                .map_err(|e| BrokerError::InvalidRequest(e.to_string())),
+            topic: p.topic,
+            partition: p.partition,
+        })
+        .collect();
+    // 0: no limit.
+    let timeout = match req.timeout_ms {
+        0 => None,
+        ms => Some(Duration::from_millis(u64::from(ms))),
+    };
+    let acked = service::produce::produce(core, parts, req.acks, timeout, ctx)
+        .await
+        .map_err(|e| refused(corr, &e))?;
+    Ok(async move {
+        let partitions = acked
+            .await
+            .into_iter()
+            .map(|(t, p, r)| produce_result(t, p, r))
+            .collect();
+        ok(corr, &ProduceResponse { partitions })
+    })
+}
+
+async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest, ctx: Ctx) -> Answer {
+    let parts: Vec<FetchPart> = req
+        .partitions
+        .iter()
+        .map(|p| FetchPart {
+            topic: p.topic.clone(),
+            partition: p.partition,
+            offset: p.offset,
+            max_bytes: p.max_bytes,
+        })
+        .collect();
+    let params = FetchParams {
+        max_bytes: req.max_bytes,
+        min_bytes: req.min_bytes,
+        max_wait_ms: req.max_wait_ms,
+    };
+    let results = match service::fetch::fetch(core, &parts, params, ctx).await {
+        Ok(r) => r,
+        Err(e) => return refused(corr, &e),
+    };
+    let mut partitions = Vec::with_capacity(results.len());
+    let mut pieces = Vec::new();
+    let mut at: u64 = 0;
+    for (p, r) in req.partitions.into_iter().zip(results) {
+        match r {
+            Ok(f) => {
+                let start = at;
+                for b in f.batches {
+                    at += b.len() as u64;
+                    pieces.push(b);
+                }
+                partitions.push(FetchPartitionResult {
+                    topic: p.topic,
+                    partition: p.partition,
+                    error: 0,
+                    message: None,
+                    high_watermark: f.high_watermark,
+                    log_start_offset: f.log_start_offset,
+                    payload_offset: start as u32,
+                    payload_len: (at - start) as u32,
+                });
+            }
+            Err(e) => {
+                let (error, message) = wire_error(&e);
+                partitions.push(FetchPartitionResult {
+                    topic: p.topic,
+                    partition: p.partition,
+                    error,
+                    message: Some(message),
+                    high_watermark: 0,
+                    log_start_offset: 0,
+                    payload_offset: at as u32,
+                    payload_len: 0,
+                });
+            }
+        }
+    }
+    let body = FetchResponse { partitions };
+    match frame::encode_response(&ResponseHeader::ok(corr), &body, at as usize) {
+        Ok(head) => Answer {
+            head,
+            payload: pieces,
+            close: false,
+        },
+        Err(e) => Answer::error(corr, e.error_code(), &e.to_string(), false),
+    }
+}
+
+async fn list_offsets(
+    core: &Rc<Core>,
+    req: ListOffsetsRequest,
+) -> service::Result<ListOffsetsResponse> {
+    let queries: Vec<(String, u32, OffsetQuery)> = req
+        .partitions
+        .iter()
+        .map(|p| {
+            let q = match p.spec {
+                OffsetSpec::Earliest => OffsetQuery::Earliest,
+                OffsetSpec::Latest => OffsetQuery::Latest,
+                OffsetSpec::Timestamp(t) => OffsetQuery::Timestamp(t),
+            };
+            (p.topic.clone(), p.partition, q)
+        })
+        .collect();
+    let results = service::offsets::list_offsets(core, &queries).await?;
+    let partitions = req
+        .partitions
+        .into_iter()
+        .zip(results)
+        .map(|(p, r)| {
+            let ts = match p.spec {
+                OffsetSpec::Timestamp(t) => Some(t),
+                _ => None,
+            };
+            match r {
+                Ok(offset) => ListOffsetsResult {
+                    topic: p.topic,
+                    partition: p.partition,
+                    error: 0,
+                    offset,
+                    timestamp: ts,
+                },
+                Err(e) => ListOffsetsResult {
+                    topic: p.topic,
+                    partition: p.partition,
+                    error: error_code(&e).as_u16(),
+                    offset: None,
+                    timestamp: ts,
+                },
+            }
+        })
+        .collect();
+    Ok(ListOffsetsResponse { partitions })
+}
+
+/// Parts per million of a ratio in 0..=1.
+fn ppm(r: f64) -> u32 {
+    (r.clamp(0.0, 1.0) * 1e6).round() as u32
+}
+
+async fn compact(core: &Rc<Core>, req: CompactRequest) -> CompactResponse {
+    let results = match admin::compact(core, &req.topic, req.run).await {
+        Ok(r) => r,
+        Err(e) => {
+            let (error, message) = wire_error(&e);
+            return CompactResponse {
+                error,
+                message: Some(message),
+                partitions: Vec::new(),
+            };
+        }
+    };
+    let partitions = results
+        .into_iter()
+        .map(|(partition, r)| match r {
+            Ok(c) => CompactPartitionResult {
+                partition,
+                error: 0,
+                message: None,
+                dirty_ratio_ppm: ppm(c.dirty_ratio),
+                pass: c.pass.map(|r| CompactPass {
+                    bytes_read: r.bytes_read,
+                    bytes_written: r.bytes_written,
+                    records_read: r.records_read,
+                    records_removed: r.records_removed,
+                    tombstones_removed: r.tombstones_removed,
+                    segments_before: r.segments_before as u32,
+                    segments_after: r.segments_after as u32,
+                    size_before: r.size_before,
+                    size_after: r.size_after,
+                    dirty_ratio_before_ppm: ppm(r.dirty_ratio_before),
+                    dirty_ratio_after_ppm: ppm(r.dirty_ratio_after),
+                    first_dirty: r.first_dirty,
+                    map_full: r.map_full,
+                    duration_us: r.duration.as_micros() as u64,
+                }),
+            },
+            Err(e) => {
+                let (error, message) = wire_error(&e);
+                CompactPartitionResult {
+                    partition,
+                    error,
+                    message: Some(message),
+                    dirty_ratio_ppm: 0,
+                    pass: None,
+                }
+            }
+        })
+        .collect();
+    CompactResponse {
+        error: 0,
+        message: None,
+        partitions,
+    }
+}
+
+async fn describe(core: &Rc<Core>, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let topics = admin::describe(core, req.topics)
+        .await
+        .into_iter()
+        .map(|(name, d)| match d {
+            None => TopicConfigs {
+                name,
+                error: ErrorCode::UnknownTopicOrPartition.as_u16(),
+                configs: Vec::new(),
+                partitions: Vec::new(),
+            },
+            Some(d) => TopicConfigs {
+                name,
+                error: 0,
+                configs: d.configs,
+                partitions: d
+                    .partitions
+                    .into_iter()
+                    .map(|p| {
+                        let o = p.offsets.unwrap_or(service::OffsetsOk {
+                            log_start_offset: 0,
+                            high_watermark: 0,
+                            size_bytes: 0,
+                            for_timestamp: None,
+                        });
+                        PartitionDescription {
+                            partition: p.partition,
+                            core: p.core as u32,
+                            log_start_offset: o.log_start_offset,
+                            log_end_offset: o.high_watermark,
+                            size_bytes: o.size_bytes,
+                        }
+                    })
+                    .collect(),
+            },
+        })
+        .collect();
+    DescribeConfigsResponse { topics }
+}

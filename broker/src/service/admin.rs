@@ -1,0 +1,208 @@
+//! Topic administration, metadata, producer ids and compaction requests.
+//! Topic changes go through the metadata writer
+//! ([`crate::metadata::writer`]); this module adds the client-facing
+//! policy (the internal topic is protected, auto-creation).
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{offsets, BrokerError, OffsetsOk, Result};
+use crate::groups::records::OFFSETS_TOPIC;
+use crate::metadata::writer::{self, Change};
+use crate::metadata::{self, TopicError, TopicMeta, TopicSpec};
+use crate::shard::mesh::CoreMsg;
+use crate::shard::partition::{self, CompactOk};
+use crate::shard::Core;
+
+/// Applies a topic change requested by a client: the internal topic
+/// cannot be deleted or grown (its partition count maps groups to cores),
+/// nor its configs changed (its cleanup policy keeps groups).
+pub async fn change_topic(core: &Rc<Core>, change: Change) -> std::result::Result<(), TopicError> {
+    if let Change::Delete(name) | Change::AddPartitions(name, _) | Change::Alter(name, _) = &change
+    {
+        if name == OFFSETS_TOPIC {
+            return Err(TopicError::Config(format!(
+                "{OFFSETS_TOPIC} is internal: it cannot be deleted, get more partitions or \
+                 have its configs changed"
+            )));
+        }
+    }
+    writer::submit(core, change).await.map(|_| ())
+}
+
+/// Creates `topic` if auto-creation is on and it does not exist; whether it
+/// exists afterwards.
+pub async fn ensure_topic(core: &Rc<Core>, topic: &str) -> bool {
+    if core.metadata().get(topic).is_some() {
+        return true;
+    }
+    if !core.shared.config.auto_create_topics {
+        return false;
+    }
+    let spec = TopicSpec {
+        partitions: core.shared.config.default_partitions,
+        configs: BTreeMap::new(),
+    };
+    let r = writer::submit(core, Change::Create(topic.into(), spec)).await;
+    r.is_ok() || matches!(r, Err(TopicError::Exists(_)))
+}
+
+/// The own port of each core.
+pub fn core_ports(core: &Core) -> Vec<u16> {
+    core.shared
+        .core_ports
+        .iter()
+        .map(|p| p.load(Ordering::Acquire))
+        .collect()
+}
+
+/// The error for a partition of another core asked on a core's own port.
+pub fn not_owner(core: &Core, topic: &str, partition: u32, owner: usize) -> BrokerError {
+    let port = |c: usize| core.shared.core_ports[c].load(Ordering::Acquire);
+    BrokerError::NotOwner {
+        topic: topic.to_string(),
+        partition,
+        owner,
+        owner_port: port(owner),
+        core: core.id,
+        port: port(core.id),
+    }
+}
+
+/// The named topics (auto-created if that is on), or every topic but the
+/// internal one (`None`): each with its metadata, or `None` if unknown.
+pub async fn topics(
+    core: &Rc<Core>,
+    names: Option<Vec<String>>,
+) -> Vec<(String, Option<TopicMeta>)> {
+    let names = match names {
+        Some(n) => n,
+        None => visible_topics(core),
+    };
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        ensure_topic(core, &name).await;
+        let meta = core.metadata().get(&name).cloned();
+        out.push((name, meta));
+    }
+    out
+}
+
+/// Every topic but the internal `__consumer_offsets` (listed only when
+/// asked for by name).
+pub fn visible_topics(core: &Core) -> Vec<String> {
+    core.metadata()
+        .topics()
+        .keys()
+        .filter(|t| t.as_str() != OFFSETS_TOPIC)
+        .cloned()
+        .collect()
+}
+
+/// Hands out a producer id through core 0.
+pub async fn init_producer_id(core: &Rc<Core>) -> Result<i64> {
+    if core.id == 0 {
+        return partition::init_producer_id_local(core);
+    }
+    core.call(0, Duration::ZERO, |reply| CoreMsg::InitProducerId { reply })
+        .await?
+}
+
+/// One partition's part of a description.
+#[derive(Debug, Clone)]
+pub struct PartitionInfo {
+    /// Partition.
+    pub partition: u32,
+    /// Owner core.
+    pub core: usize,
+    /// Its offsets (`None` if they could not be read).
+    pub offsets: Option<OffsetsOk>,
+}
+
+/// A topic's description: effective configs and every partition.
+#[derive(Debug, Clone)]
+pub struct TopicDescription {
+    /// Every config key with its value (defaults filled in).
+    pub configs: Vec<(String, String)>,
+    /// Every partition.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+/// Describes the named topics (every visible one if `names` is empty).
+pub async fn describe(
+    core: &Rc<Core>,
+    names: Vec<String>,
+) -> Vec<(String, Option<TopicDescription>)> {
+    let names = if names.is_empty() {
+        visible_topics(core)
+    } else {
+        names
+    };
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(meta) = core.metadata().get(&name).cloned() else {
+            out.push((name, None));
+            continue;
+        };
+        let mut partitions = Vec::new();
+        for p in 0..meta.partitions() {
+            partitions.push(PartitionInfo {
+                partition: p,
+                core: meta.core_of(p).unwrap_or(0),
+                offsets: offsets::offsets(core, &name, p, None).await.ok(),
+            });
+        }
+        out.push((
+            name,
+            Some(TopicDescription {
+                configs: metadata::effective_configs(&meta.configs),
+                partitions,
+            }),
+        ));
+    }
+    out
+}
+
+/// `Compact`: every partition of a compacted topic, one after the other
+/// (each on its owner core); `run` = run a pass now, else only report.
+pub async fn compact(
+    core: &Rc<Core>,
+    topic: &str,
+    run: bool,
+) -> Result<Vec<(u32, Result<CompactOk>)>> {
+    let meta = core
+        .metadata()
+        .get(topic)
+        .cloned()
+        .ok_or_else(|| TopicError::Unknown(topic.to_string()))?;
+    let policy = metadata::log_config(&meta.configs)
+        .map(|c| c.cleanup_policy)
+        .unwrap_or_default();
+    if !policy.compacts() {
+        return Err(TopicError::Config(format!(
+            "topic `{topic}` is not compacted (cleanup.policy={}); set cleanup.policy=compact first",
+            policy.as_str()
+        ))
+        .into());
+    }
+    let mut out = Vec::new();
+    for p in 0..meta.partitions() {
+        let r = offsets::on_owner(
+            core,
+            topic,
+            p,
+            partition::compact_local(core, topic, p, run),
+            |reply| CoreMsg::Compact {
+                topic: topic.to_string(),
+                partition: p,
+                run,
+                reply,
+            },
+        )
+        .await;
+        out.push((p, r));
+    }
+    Ok(out)
+}

@@ -1,0 +1,209 @@
+//! The broker's service: what a client can ask of Weir — produce, fetch,
+//! offsets, topic administration, producer ids — as a typed Rust API with
+//! one error enum, [`BrokerError`]. No wire type appears here: a listener
+//! (`crate::listener::native`, later the Kafka one) decodes its protocol's
+//! request, calls a function of this module and encodes the result in its
+//! own format. Replication will call the same functions.
+//!
+//! **Which core:** every function runs on the core of the connection that
+//! asked, and reaches the partitions' owner cores through the mesh
+//! (`crate::shard::mesh`); the answer is assembled on the asking core.
+//!
+//! **Bounds:** every request is bounded by the named limits in
+//! [`crate::server::limits`] (partitions per request, longest long-poll
+//! wait, bytes read per fetch); a cross-core step that gets no answer
+//! within [`crate::server::limits::MESH_REPLY_TIMEOUT_MS`] fails with
+//! [`BrokerError::CoreUnavailable`].
+
+pub mod admin;
+pub mod fetch;
+pub mod offsets;
+pub mod produce;
+
+use weir_storage::StorageError;
+
+use crate::metadata::TopicError;
+
+/// How the connection asking may be served.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ctx {
+    /// A core's own port: produce and fetch requests for partitions of
+    /// other cores are refused with [`BrokerError::NotOwner`] (so
+    /// shard-aware clients learn of stale metadata) instead of forwarded.
+    pub owner_only: bool,
+}
+
+/// What kind of storage failure a [`BrokerError::Storage`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StorageFailure {
+    /// A batch failed validation (CRC, length, magic, trailing bytes).
+    Corrupt,
+    /// A batch is larger than the partition accepts.
+    TooLarge,
+    /// The offset is outside the log.
+    OffsetOutOfRange,
+    /// The partition is recovering; retry.
+    Recovering,
+    /// An idempotent producer's sequence has a gap.
+    OutOfOrderSequence,
+    /// An idempotent producer was fenced by a newer epoch.
+    InvalidProducerEpoch,
+    /// No state for the producer and the batch does not start a sequence.
+    UnknownProducerId,
+    /// A record breaks a rule of the topic (a keyless record in a
+    /// compacted topic).
+    InvalidRecord,
+    /// I/O or another failure of the storage engine.
+    Io,
+}
+
+/// Why a request, or one partition of it, failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum BrokerError {
+    /// The topic or partition does not exist.
+    #[error("unknown topic or partition {topic}-{partition}")]
+    UnknownPartition {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+    },
+    /// The partition lives on another core and this connection may only
+    /// serve its own core's partitions (a core's own port).
+    #[error(
+        "{topic}-{partition} is owned by core {owner} (port {owner_port}); this connection is \
+         on core {core}'s port {port}: refresh metadata, or use the shared port"
+    )]
+    NotOwner {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The owner core.
+        owner: usize,
+        /// The owner core's own port.
+        owner_port: u16,
+        /// This connection's core.
+        core: usize,
+        /// This connection's port.
+        port: u16,
+    },
+    /// A topic operation was refused.
+    #[error(transparent)]
+    Topic(#[from] TopicError),
+    /// The storage engine refused or failed.
+    #[error("{message}")]
+    Storage {
+        /// The kind, for the listener's error code.
+        kind: StorageFailure,
+        /// The storage engine's explanation.
+        message: String,
+    },
+    /// A batch in a produce payload could not be framed, or the payload
+    /// is empty.
+    #[error("{0}")]
+    Corrupt(String),
+    /// The request breaks a broker policy (e.g. writing the internal
+    /// topic).
+    #[error("{0}")]
+    Policy(String),
+    /// The request is malformed or over a named limit.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// Not done within the request's timeout.
+    #[error("{0}")]
+    TimedOut(String),
+    /// The core owning the partition (or the metadata writer) did not
+    /// answer: it is overloaded, or stopping.
+    #[error("core {core} did not answer: {reason}")]
+    CoreUnavailable {
+        /// The core asked.
+        core: usize,
+        /// Why (timeout, dropped, stopping).
+        reason: String,
+    },
+}
+
+impl BrokerError {
+    /// The error for a topic or partition that does not exist.
+    pub fn unknown(topic: &str, partition: u32) -> BrokerError {
+        BrokerError::UnknownPartition {
+            topic: topic.to_string(),
+            partition,
+        }
+    }
+
+    /// The error for a cross-core request that got no answer.
+    pub fn unavailable(core: usize, reason: impl Into<String>) -> BrokerError {
+        BrokerError::CoreUnavailable {
+            core,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<&StorageError> for BrokerError {
+    fn from(e: &StorageError) -> BrokerError {
+        let kind = match e {
+            StorageError::InvalidBatch { .. } | StorageError::TrailingBytes { .. } => {
+                StorageFailure::Corrupt
+            }
+            StorageError::BatchTooLarge { .. } => StorageFailure::TooLarge,
+            StorageError::OffsetOutOfRange { .. } => StorageFailure::OffsetOutOfRange,
+            StorageError::Recovering { .. } => StorageFailure::Recovering,
+            StorageError::OutOfOrderSequence { .. } => StorageFailure::OutOfOrderSequence,
+            StorageError::InvalidProducerEpoch { .. } => StorageFailure::InvalidProducerEpoch,
+            StorageError::UnknownProducerId { .. } => StorageFailure::UnknownProducerId,
+            StorageError::KeyRequired { .. } => StorageFailure::InvalidRecord,
+            _ => StorageFailure::Io,
+        };
+        BrokerError::Storage {
+            kind,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<StorageError> for BrokerError {
+    fn from(e: StorageError) -> BrokerError {
+        BrokerError::from(&e)
+    }
+}
+
+/// A produce that succeeded.
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceOk {
+    /// Offset of the batch's first record.
+    pub base_offset: u64,
+    /// Log start offset.
+    pub log_start_offset: u64,
+}
+
+/// A fetch of one partition that succeeded.
+#[derive(Debug, Clone)]
+pub struct FetchOk {
+    /// Whole batches, as stored.
+    pub batches: Vec<bytes::Bytes>,
+    /// High watermark.
+    pub high_watermark: u64,
+    /// Log start offset.
+    pub log_start_offset: u64,
+}
+
+/// Offsets of a partition.
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetsOk {
+    /// Log start offset.
+    pub log_start_offset: u64,
+    /// High watermark (what consumers can read up to).
+    pub high_watermark: u64,
+    /// Size of the log, bytes.
+    pub size_bytes: u64,
+    /// Result of the timestamp lookup.
+    pub for_timestamp: Option<u64>,
+}
+
+/// Result of a partition operation.
+pub type Result<T> = std::result::Result<T, BrokerError>;

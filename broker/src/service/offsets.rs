@@ -1,0 +1,90 @@
+//! Offsets of partitions: log start, high watermark, size, and the offset
+//! for a timestamp (through the time index), each on the owner core.
+
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::{BrokerError, OffsetsOk, Result};
+use crate::server::limits::REQUEST_PARTITIONS_MAX;
+use crate::shard::mesh::{CoreMsg, ReplyTo};
+use crate::shard::{partition, Core};
+
+/// Which offset a list-offsets request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetQuery {
+    /// The log start offset.
+    Earliest,
+    /// The high watermark.
+    Latest,
+    /// The first offset whose timestamp is at or after this (ms).
+    Timestamp(i64),
+}
+
+/// Runs a partition operation on its owner core (locally, or through the
+/// mesh).
+pub async fn on_owner<T: Send + 'static>(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    local: impl Future<Output = Result<T>>,
+    remote: impl FnOnce(ReplyTo<Result<T>>) -> CoreMsg,
+) -> Result<T> {
+    let owner = core
+        .owner(topic, partition)
+        .ok_or_else(|| BrokerError::unknown(topic, partition))?;
+    if owner == core.id {
+        return local.await;
+    }
+    core.call(owner, Duration::ZERO, remote).await?
+}
+
+/// Offsets of one partition (with a timestamp lookup if `ts` is given).
+pub async fn offsets(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    ts: Option<i64>,
+) -> Result<OffsetsOk> {
+    on_owner(
+        core,
+        topic,
+        partition,
+        partition::offsets_local(core, topic, partition, ts),
+        |reply| CoreMsg::Offsets {
+            topic: topic.to_string(),
+            partition,
+            timestamp: ts,
+            reply,
+        },
+    )
+    .await
+}
+
+/// Answers each query in order: the offset (`None`: no record at or after
+/// the timestamp).
+pub async fn list_offsets(
+    core: &Rc<Core>,
+    queries: &[(String, u32, OffsetQuery)],
+) -> Result<Vec<Result<Option<u64>>>> {
+    if queries.len() > REQUEST_PARTITIONS_MAX {
+        return Err(BrokerError::InvalidRequest(format!(
+            "the request names {} partitions; at most {REQUEST_PARTITIONS_MAX} per request",
+            queries.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(queries.len());
+    for (topic, partition, q) in queries {
+        let ts = match q {
+            OffsetQuery::Timestamp(t) => Some(*t),
+            _ => None,
+        };
+        let r = offsets(core, topic, *partition, ts).await;
+        out.push(r.map(|o| match q {
+            OffsetQuery::Earliest => Some(o.log_start_offset),
+            OffsetQuery::Latest => Some(o.high_watermark),
+            OffsetQuery::Timestamp(_) => o.for_timestamp,
+        }));
+    }
+    Ok(out)
+}

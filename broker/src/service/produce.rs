@@ -1,0 +1,170 @@
+//! Produce: append a request's batches on their partitions' owner cores
+//! and wait for their acknowledgements.
+//!
+//! Returns in two steps so that a connection's appends keep request order
+//! while their acknowledgements overlap: [`produce`] returns once every
+//! batch is appended (queued on its log), with a future that waits for
+//! the acknowledgements (bounded by the request's timeout).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use weir_proto::batch::BatchHeader;
+
+use super::{admin, BrokerError, Ctx, ProduceOk, Result};
+use crate::groups::records::OFFSETS_TOPIC;
+use crate::server::limits::REQUEST_PARTITIONS_MAX;
+use crate::shard::mesh::{self, CoreMsg};
+use crate::shard::{partition, Core};
+
+/// One partition's part of a produce request: its record batches as sent
+/// (or why the listener could not cut them out of the request).
+#[derive(Debug)]
+pub struct ProducePart {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// One or more whole record batches.
+    pub data: Result<Bytes>,
+}
+
+/// The outcome for one partition: the first batch's offsets, or why not.
+pub type ProduceOutcome = (String, u32, Result<ProduceOk>);
+
+/// Waits for the acknowledgement of one appended batch.
+type AckWait = Pin<Box<dyn Future<Output = Result<ProduceOk>>>>;
+
+/// Appends every batch of every part (parts concurrently, the batches of
+/// one part in order); returns once all are queued, with the future that
+/// waits for their acknowledgements — as `acks` says, at most `timeout`
+/// (`None`: no limit) — and yields one outcome per part, in order.
+pub async fn produce(
+    core: &Rc<Core>,
+    parts: Vec<ProducePart>,
+    acks: i8,
+    timeout: Option<Duration>,
+    ctx: Ctx,
+) -> std::result::Result<impl Future<Output = Vec<ProduceOutcome>> + 'static, BrokerError> {
+    if parts.len() > REQUEST_PARTITIONS_MAX {
+        return Err(BrokerError::InvalidRequest(format!(
+            "the request names {} partitions; at most {REQUEST_PARTITIONS_MAX} per request",
+            parts.len()
+        )));
+    }
+    let tasks: Vec<_> = parts
+        .into_iter()
+        .map(|p| {
+            let core = core.clone();
+            glommio::spawn_local(async move {
+                let r = match p.data {
+                    Ok(data) => {
+                        append_partition(&core, &p.topic, p.partition, data, acks, ctx).await
+                    }
+                    Err(e) => Err(e),
+                };
+                (p.topic, p.partition, r)
+            })
+        })
+        .collect();
+    let mut appended = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        appended.push(t.await);
+    }
+    let timeout = timeout.unwrap_or(Duration::from_millis(u64::from(u32::MAX)));
+    let deadline = std::time::Instant::now() + timeout;
+    Ok(async move {
+        let mut out = Vec::with_capacity(appended.len());
+        for (topic, partition, r) in appended {
+            let r = match r {
+                // `timeout` bounds the wait for the acknowledgements. As in
+                // Kafka, a timed-out batch may still be appended.
+                Ok(waits) => futures_lite::future::or(all_acked(waits), async {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    glommio::timer::sleep(left).await;
+                    Err(BrokerError::TimedOut(format!(
+                        "not acknowledged within timeout_ms={}; the batch may still be appended",
+                        timeout.as_millis()
+                    )))
+                })
+                .await,
+                Err(e) => Err(e),
+            };
+            out.push((topic, partition, r));
+        }
+        out
+    })
+}
+
+/// The first batch's acknowledgement, or the first failure.
+async fn all_acked(waits: Vec<AckWait>) -> Result<ProduceOk> {
+    let mut first = None;
+    for w in waits {
+        let r = w.await?;
+        first.get_or_insert(r);
+    }
+    first.ok_or_else(|| BrokerError::Corrupt("empty record set".into()))
+}
+
+/// Appends every batch of one partition's payload, in order, on the owner
+/// core; returns once they are queued, with the waits for their
+/// acknowledgements. The first refused batch ends the partition's part.
+async fn append_partition(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    data: Bytes,
+    acks: i8,
+    ctx: Ctx,
+) -> Result<Vec<AckWait>> {
+    if topic == OFFSETS_TOPIC {
+        return Err(BrokerError::Policy(format!(
+            "{OFFSETS_TOPIC} is internal: only the group coordinator writes it (commit offsets instead)"
+        )));
+    }
+    admin::ensure_topic(core, topic).await;
+    let owner = core
+        .owner(topic, partition)
+        .ok_or_else(|| BrokerError::unknown(topic, partition))?;
+    if ctx.owner_only && owner != core.id {
+        return Err(admin::not_owner(core, topic, partition, owner));
+    }
+    if data.is_empty() {
+        return Err(BrokerError::Corrupt("empty record set".into()));
+    }
+    let mut waits: Vec<AckWait> = Vec::new();
+    let mut at = 0usize;
+    while at < data.len() {
+        let h = BatchHeader::parse_framed(&data[at..]).map_err(|e| {
+            BrokerError::Corrupt(format!(
+                "record batch at byte {at} of the partition's payload: {e}"
+            ))
+        })?;
+        let batch = data.slice(at..at + h.total_len());
+        at += h.total_len();
+        if owner == core.id {
+            let (log, info) = partition::append_local(core, topic, partition, batch).await?;
+            waits.push(Box::pin(partition::ack_local(log, info, acks)));
+            continue;
+        }
+        // Two answers: appended (so the next batch and the connection's
+        // next request follow it), then acknowledged.
+        let (appended_tx, appended_rx) = core.expect_reply(owner).await?;
+        let (reply_tx, reply_rx) = core.expect_reply(owner).await?;
+        let msg = CoreMsg::Produce {
+            topic: topic.to_string(),
+            partition,
+            batch,
+            acks,
+            appended: appended_tx,
+            reply: reply_tx,
+        };
+        core.send_to(owner, msg).await?;
+        mesh::within(owner, Duration::ZERO, appended_rx).await??;
+        waits.push(Box::pin(async move { reply_rx.await.and_then(|r| r) }));
+    }
+    Ok(waits)
+}

@@ -1,0 +1,483 @@
+//! The cross-core mesh: the messages one core sends another, and how their
+//! answers come back.
+//!
+//! **Two meshes.** Requests ([`CoreMsg`]) and answers ([`ReplyMsg`]) travel
+//! on separate bounded glommio channel meshes, so an answer never waits
+//! behind requests: a core whose request handlers are all busy still
+//! receives the answers they wait for.
+//!
+//! **Credits.** Before a core sends a request to another it takes one of
+//! [`MESH_CREDITS_PER_PEER`] credits for that peer; the credit comes back
+//! when the answer arrives or the wait for it ends. So a core never has
+//! more than that many requests outstanding at one peer, and a flood of
+//! cross-core work waits at its source instead of piling up as tasks at
+//! its destination.
+//!
+//! **Answers.** A request carries a [`ReplyTo`] (the asking core and a
+//! request number, nothing else: `Send`, but no waker crosses threads).
+//! The handler answers through it; a `ReplyTo` dropped without an answer
+//! answers "dropped" by itself, so the asker never waits for an answer
+//! that cannot come. The asker waits on a [`ReplyWait`] — deliberately not
+//! `Send`: it lives in its core's reply table and is woken only by that
+//! core's mesh receiver (glommio's wake-up of a task from a foreign thread
+//! races with the task completing; see the history of this module). A
+//! `ReplyWait` gives up after [`MESH_REPLY_TIMEOUT_MS`] (plus the wait the
+//! request itself asks for), and removes its table entry when dropped, so
+//! the table holds only requests that are really waiting.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use glommio::channels::channel_mesh::{Receivers, Senders};
+
+use super::Core;
+use crate::groups::coordinator::{GroupRequest, GroupResponse};
+use crate::metadata::writer::Change;
+use crate::metadata::{MetadataView, TopicError};
+use crate::server::limits::{MESH_CREDITS_PER_PEER, MESH_REPLY_TIMEOUT_MS};
+use crate::service::{BrokerError, FetchOk, OffsetsOk, ProduceOk};
+
+/// Messages from one core to another. Everything in them is `Send`;
+/// batches travel as `Bytes` (a reference count, not a copy).
+#[derive(Debug)]
+pub enum CoreMsg {
+    /// Append one batch to a partition this core owns: answer `appended`
+    /// once it is queued (or refused), then `reply` once it may be
+    /// acknowledged as `acks` says.
+    Produce {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// One record batch.
+        batch: Bytes,
+        /// 0, 1 or -1 (all).
+        acks: i8,
+        /// Whether the batch was queued.
+        appended: ReplyTo<Result<(), BrokerError>>,
+        /// The acknowledgement.
+        reply: ReplyTo<Result<ProduceOk, BrokerError>>,
+    },
+    /// Read from a partition this core owns.
+    Fetch {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// First offset wanted.
+        offset: u64,
+        /// Byte budget (0: only the watermarks).
+        max_bytes: u64,
+        /// If there is nothing at `offset` yet, wait up to this long for it.
+        wait_ms: u32,
+        /// Where the answer goes.
+        reply: ReplyTo<Result<FetchOk, BrokerError>>,
+    },
+    /// Offsets of a partition this core owns.
+    Offsets {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Timestamp to look up, if any.
+        timestamp: Option<i64>,
+        /// Where the answer goes.
+        reply: ReplyTo<Result<OffsetsOk, BrokerError>>,
+    },
+    /// Run a cleaner pass on (or report the dirty ratio of) a partition
+    /// this core owns.
+    Compact {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Run a pass (true) or only report.
+        run: bool,
+        /// Where the answer goes.
+        reply: ReplyTo<Result<super::partition::CompactOk, BrokerError>>,
+    },
+    /// A topic change for the metadata writer (core 0).
+    Metadata {
+        /// The change.
+        change: Change,
+        /// The version it got, or why it was refused.
+        reply: ReplyTo<Result<u64, TopicError>>,
+    },
+    /// A new metadata view (from the writer): open, close or delete logs
+    /// to match, then answer.
+    ApplyMetadata {
+        /// The view.
+        view: Arc<MetadataView>,
+        /// Partitions deleted by the change (their files go).
+        deleted: Vec<(String, u32)>,
+        /// Done, or why not.
+        reply: ReplyTo<Result<(), String>>,
+    },
+    /// Hand out a producer id (sent to core 0, which owns the allocator).
+    InitProducerId {
+        /// Where the id goes.
+        reply: ReplyTo<Result<i64, BrokerError>>,
+    },
+    /// This core's metrics.
+    Metrics {
+        /// Where the snapshot goes.
+        reply: ReplyTo<crate::metrics::Snapshot>,
+    },
+    /// A consumer-group request for a group this core coordinates.
+    Group {
+        /// The request.
+        request: GroupRequest,
+        /// Where the answer goes.
+        reply: ReplyTo<GroupResponse>,
+    },
+    /// Log end offsets (high watermarks) of partitions this core owns.
+    LogEnds {
+        /// (topic, partition) pairs.
+        partitions: Vec<(String, u32)>,
+        /// One result per partition, in order.
+        reply: ReplyTo<Vec<Result<u64, BrokerError>>>,
+    },
+}
+
+/// An answer on its way back to the asking core.
+#[derive(Debug)]
+pub struct ReplyMsg {
+    id: u64,
+    value: ReplyValue,
+}
+
+/// An answer in transit (its type is known to the waiting request); `None`
+/// when the handler dropped the request without answering.
+pub struct ReplyValue(Option<Box<dyn Any + Send>>);
+
+impl std::fmt::Debug for ReplyValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "ReplyValue"
+        } else {
+            "ReplyValue(dropped)"
+        })
+    }
+}
+
+thread_local! {
+    /// The core running on this thread (set at its start): where a dropped
+    /// [`ReplyTo`] sends its "dropped" answer from.
+    static CURRENT: RefCell<Weak<Core>> = const { RefCell::new(Weak::new()) };
+}
+
+/// Records the core of this thread (once, at start).
+pub(crate) fn set_current(core: &Rc<Core>) {
+    CURRENT.with(|c| *c.borrow_mut() = Rc::downgrade(core));
+}
+
+/// Where the answer to a cross-core request goes: the asking core and the
+/// request's number. Answer with [`ReplyTo::send`]; dropped unanswered, it
+/// answers "dropped".
+pub struct ReplyTo<T> {
+    core: usize,
+    id: u64,
+    answered: bool,
+    _t: PhantomData<fn(T)>,
+}
+
+impl<T> std::fmt::Debug for ReplyTo<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReplyTo(core {}, #{})", self.core, self.id)
+    }
+}
+
+impl<T: Send + 'static> ReplyTo<T> {
+    /// Sends the answer (from the core that handled the request).
+    pub async fn send(mut self, from: &Core, value: T) {
+        self.answered = true;
+        let value = ReplyValue(Some(Box::new(value)));
+        deliver_to(from, self.core, self.id, value).await;
+    }
+}
+
+async fn deliver_to(from: &Core, core: usize, id: u64, value: ReplyValue) {
+    if core == from.id {
+        from.deliver(id, value);
+        return;
+    }
+    let peer = from.peer(core);
+    if from
+        .replies_out
+        .send_to(peer, ReplyMsg { id, value })
+        .await
+        .is_err()
+    {
+        tracing::debug!(core, "an answer could not be delivered");
+    }
+}
+
+impl<T> Drop for ReplyTo<T> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let Some(from) = CURRENT.with(|c| c.borrow().upgrade()) else {
+            return;
+        };
+        let (core, id) = (self.core, self.id);
+        if core == from.id {
+            from.deliver(id, ReplyValue(None));
+            return;
+        }
+        let msg = ReplyMsg {
+            id,
+            value: ReplyValue(None),
+        };
+        if from.replies_out.try_send_to(from.peer(core), msg).is_err() {
+            // The channel is full (or closing): send when there is room.
+            glommio::spawn_local(async move {
+                let msg = ReplyMsg {
+                    id,
+                    value: ReplyValue(None),
+                };
+                let _ = from.replies_out.send_to(from.peer(core), msg).await;
+            })
+            .detach();
+        }
+    }
+}
+
+/// One waiting request's slot in its core's reply table.
+#[derive(Default)]
+struct Slot {
+    value: Option<ReplyValue>,
+    waker: Option<Waker>,
+}
+
+/// The table of requests this core sent and waits answers for.
+#[derive(Default)]
+pub struct Replies {
+    slots: RefCell<HashMap<u64, Rc<RefCell<Slot>>>>,
+    next: std::cell::Cell<u64>,
+}
+
+impl Replies {
+    /// Requests waiting for an answer.
+    pub fn len(&self) -> usize {
+        self.slots.borrow().len()
+    }
+
+    /// Whether none is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Gives a credit back when dropped.
+struct Credit(Option<Rc<glommio::sync::Semaphore>>);
+
+impl Drop for Credit {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.signal(1);
+        }
+    }
+}
+
+/// The asking side of a cross-core request: resolves with the answer, or
+/// with [`BrokerError::CoreUnavailable`] if the handler dropped it.
+/// Not `Send`; dropping it forgets the request.
+pub struct ReplyWait<T> {
+    core: Weak<Core>,
+    target: usize,
+    id: u64,
+    slot: Rc<RefCell<Slot>>,
+    _credit: Credit,
+    _t: PhantomData<T>,
+}
+
+impl<T: 'static> Future for ReplyWait<T> {
+    type Output = Result<T, BrokerError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut slot = self.slot.borrow_mut();
+        match slot.value.take() {
+            Some(ReplyValue(Some(v))) => Poll::Ready(
+                v.downcast::<T>()
+                    .map(|b| *b)
+                    .map_err(|_| BrokerError::unavailable(self.target, "answer of the wrong type")),
+            ),
+            Some(ReplyValue(None)) => Poll::Ready(Err(BrokerError::unavailable(
+                self.target,
+                "it dropped the request",
+            ))),
+            None => {
+                slot.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T> Drop for ReplyWait<T> {
+    fn drop(&mut self) {
+        if let Some(core) = self.core.upgrade() {
+            core.replies.slots.borrow_mut().remove(&self.id);
+        }
+    }
+}
+
+impl Core {
+    /// The mesh peer id of a core.
+    fn peer(&self, core: usize) -> usize {
+        self.shared.peer_of_core[core].load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// A reply address for a request to core `target`, and the wait for
+    /// its answer. Takes a credit for `target` (waiting for one if all are
+    /// out, at most [`MESH_REPLY_TIMEOUT_MS`]).
+    pub async fn expect_reply<T: 'static>(
+        self: &Rc<Self>,
+        target: usize,
+    ) -> Result<(ReplyTo<T>, ReplyWait<T>), BrokerError> {
+        let credit = if target == self.id {
+            Credit(None)
+        } else {
+            let sem = self.credits[target].clone();
+            let got = futures_lite::future::or(async { sem.acquire(1).await.is_ok() }, async {
+                glommio::timer::sleep(Duration::from_millis(MESH_REPLY_TIMEOUT_MS)).await;
+                false
+            })
+            .await;
+            if !got {
+                return Err(BrokerError::unavailable(
+                    target,
+                    format!("no credit for a request to it within {MESH_REPLY_TIMEOUT_MS} ms"),
+                ));
+            }
+            Credit(Some(sem))
+        };
+        let id = self.replies.next.get();
+        self.replies.next.set(id + 1);
+        let slot = Rc::new(RefCell::new(Slot::default()));
+        self.replies.slots.borrow_mut().insert(id, slot.clone());
+        let to = ReplyTo {
+            core: self.id,
+            id,
+            answered: false,
+            _t: PhantomData,
+        };
+        let wait = ReplyWait {
+            core: Rc::downgrade(self),
+            target,
+            id,
+            slot,
+            _credit: credit,
+            _t: PhantomData,
+        };
+        Ok((to, wait))
+    }
+
+    /// Hands an answer to its waiting request (on this core, so the wake-up
+    /// is local). An answer nobody waits for any more is dropped.
+    pub fn deliver(&self, id: u64, value: ReplyValue) {
+        let slot = self.replies.slots.borrow_mut().remove(&id);
+        if let Some(slot) = slot {
+            let mut s = slot.borrow_mut();
+            s.value = Some(value);
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Sends a request to another core.
+    pub async fn send_to(&self, core: usize, msg: CoreMsg) -> Result<(), BrokerError> {
+        self.mesh
+            .send_to(self.peer(core), msg)
+            .await
+            .map_err(|_| BrokerError::unavailable(core, "it is not accepting messages"))
+    }
+
+    /// Sends a request to core `target` and waits for its answer, at most
+    /// [`MESH_REPLY_TIMEOUT_MS`] plus `extra_wait` (the wait the request
+    /// itself asks for).
+    pub async fn call<T: Send + 'static>(
+        self: &Rc<Self>,
+        target: usize,
+        extra_wait: Duration,
+        msg: impl FnOnce(ReplyTo<T>) -> CoreMsg,
+    ) -> Result<T, BrokerError> {
+        let (to, wait) = self.expect_reply::<T>(target).await?;
+        self.send_to(target, msg(to)).await?;
+        within(target, extra_wait, wait).await
+    }
+}
+
+/// `wait`, or `CoreUnavailable` after [`MESH_REPLY_TIMEOUT_MS`] plus
+/// `extra`.
+pub async fn within<T>(
+    target: usize,
+    extra: Duration,
+    wait: impl Future<Output = Result<T, BrokerError>>,
+) -> Result<T, BrokerError> {
+    let limit = Duration::from_millis(MESH_REPLY_TIMEOUT_MS) + extra;
+    futures_lite::future::or(wait, async move {
+        glommio::timer::sleep(limit).await;
+        Err(BrokerError::unavailable(
+            target,
+            format!("no answer within {} ms", limit.as_millis()),
+        ))
+    })
+    .await
+}
+
+/// The mesh ends of one core.
+pub struct MeshEnds {
+    /// Requests to other cores.
+    pub requests: Senders<CoreMsg>,
+    /// Requests from other cores.
+    pub requests_in: Receivers<CoreMsg>,
+    /// Answers to other cores.
+    pub replies: Senders<ReplyMsg>,
+    /// Answers from other cores.
+    pub replies_in: Receivers<ReplyMsg>,
+}
+
+/// The credits of one core for each peer.
+pub fn credits(cores: usize) -> Vec<Rc<glommio::sync::Semaphore>> {
+    (0..cores)
+        .map(|_| Rc::new(glommio::sync::Semaphore::new(MESH_CREDITS_PER_PEER)))
+        .collect()
+}
+
+/// Receives requests and answers from every peer: answers are delivered at
+/// once; each request runs as its own task (their number is bounded by the
+/// senders' credits).
+pub fn serve(core: Rc<Core>, mut requests: Receivers<CoreMsg>, mut replies: Receivers<ReplyMsg>) {
+    for (_, rx) in replies.streams() {
+        let core = core.clone();
+        glommio::spawn_local(async move {
+            while let Some(m) = rx.recv().await {
+                core.deliver(m.id, m.value);
+            }
+        })
+        .detach();
+    }
+    for (_, rx) in requests.streams() {
+        let core = core.clone();
+        glommio::spawn_local(async move {
+            while let Some(msg) = rx.recv().await {
+                let core = core.clone();
+                glommio::spawn_local(async move { super::partition::handle(&core, msg).await })
+                    .detach();
+            }
+        })
+        .detach();
+    }
+}

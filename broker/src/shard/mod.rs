@@ -1,0 +1,221 @@
+//! One core of the broker (its *shard*): the storage shard, the partition
+//! logs it owns, its copy of the metadata view, its consumer groups, and
+//! its ends of the cross-core mesh ([`mesh`]). [`partition`] holds what a
+//! core does with a partition it owns (append, read, offsets, compact) and
+//! with a message from another core.
+//!
+//! Which core owns what: the metadata view records the owner core of every
+//! partition; only that core opens its log. Core 0 also runs the metadata
+//! writer (`crate::metadata::writer`) and the producer-id allocator.
+
+pub mod mesh;
+pub mod partition;
+pub mod producer_ids;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use glommio::channels::channel_mesh::Senders;
+use weir_storage::{PartitionLog, ShardConfig, StorageShard};
+
+use crate::metadata::{self, partition_dir, MetadataView};
+use crate::server::config::BrokerConfig;
+use crate::server::limits::INFLIGHT_BYTES_PER_CORE;
+use crate::service::BrokerError;
+use mesh::{CoreMsg, ReplyMsg};
+
+/// Process-wide facts shared by every core.
+#[derive(Debug)]
+pub struct Shared {
+    /// The configuration.
+    pub config: BrokerConfig,
+    /// Actual per-core ports (filled in as cores bind).
+    pub core_ports: Vec<AtomicU16>,
+    /// Actual shared port.
+    pub port: AtomicU16,
+    /// Set on SIGTERM/SIGINT.
+    pub stopping: Arc<AtomicBool>,
+    /// Actual metrics port (core 0 binds it).
+    pub metrics_port: AtomicU16,
+    /// Mesh peer id of each core.
+    pub peer_of_core: Vec<std::sync::atomic::AtomicUsize>,
+}
+
+impl Shared {
+    /// Whether shutdown was requested.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// One core's state.
+pub struct Core {
+    /// This core's number.
+    pub id: usize,
+    /// Process-wide facts.
+    pub shared: Arc<Shared>,
+    /// This core's storage.
+    pub storage: StorageShard,
+    /// Partitions this core owns.
+    pub logs: RefCell<HashMap<(String, u32), PartitionLog>>,
+    /// This core's copy of the metadata view.
+    metadata: RefCell<Arc<MetadataView>>,
+    /// Requests to other cores (by mesh peer id).
+    pub mesh: Senders<CoreMsg>,
+    /// Answers to other cores.
+    replies_out: Senders<ReplyMsg>,
+    /// Requests this core sent and waits answers for.
+    pub replies: mesh::Replies,
+    /// Credits for requests to each core (see [`mesh`]).
+    credits: Vec<Rc<glommio::sync::Semaphore>>,
+    /// This core's counters.
+    pub metrics: crate::metrics::Metrics,
+    /// Bytes of requests being read or handled on this core: a connection
+    /// takes from it as bytes arrive and gives a frame's share back after
+    /// answering, so a core never holds more than
+    /// [`INFLIGHT_BYTES_PER_CORE`] in requests.
+    pub inflight: Rc<glommio::sync::Semaphore>,
+    /// Open connections on this core.
+    pub connections: Cell<usize>,
+    /// The producer-id allocator (used on core 0 only).
+    pub producer_ids: RefCell<producer_ids::ProducerIds>,
+    /// The consumer groups this core coordinates.
+    pub groups: crate::groups::coordinator::Groups,
+    /// The metadata writer's queue (core 0 only).
+    pub(crate) metadata_writer: RefCell<Option<crate::metadata::writer::Writer>>,
+}
+
+impl Core {
+    /// Creates the core's state and opens the logs it owns.
+    pub async fn start(
+        id: usize,
+        shared: Arc<Shared>,
+        view: Arc<MetadataView>,
+        requests: Senders<CoreMsg>,
+        replies: Senders<ReplyMsg>,
+    ) -> anyhow::Result<Rc<Core>> {
+        let storage = StorageShard::new(ShardConfig {
+            cache_bytes: shared.config.cache_bytes_per_core,
+            cleaner_dedupe_buffer_bytes: shared.config.log_cleaner_dedupe_buffer_size,
+            cleaner_io_max_bytes_per_sec: shared.config.log_cleaner_io_max_bytes_per_second,
+            cleaner_io_busy_bytes_per_sec: shared.config.log_cleaner_io_busy_bytes_per_second,
+            ..ShardConfig::default()
+        });
+        let producer_ids = producer_ids::ProducerIds::load(&shared.config.data_dir)?;
+        let cores = shared.config.cores;
+        let core = Rc::new(Core {
+            id,
+            shared,
+            storage,
+            logs: RefCell::new(HashMap::new()),
+            metadata: RefCell::new(Arc::new(MetadataView::default())),
+            mesh: requests,
+            replies_out: replies,
+            replies: Default::default(),
+            credits: mesh::credits(cores),
+            metrics: Default::default(),
+            inflight: Rc::new(glommio::sync::Semaphore::new(INFLIGHT_BYTES_PER_CORE)),
+            connections: Cell::new(0),
+            producer_ids: RefCell::new(producer_ids),
+            groups: Default::default(),
+            metadata_writer: RefCell::new(None),
+        });
+        mesh::set_current(&core);
+        core.apply_metadata(view, Vec::new()).await?;
+        Ok(core)
+    }
+
+    /// Number of cores.
+    pub fn cores(&self) -> usize {
+        self.shared.config.cores
+    }
+
+    /// This core's metadata view.
+    pub fn metadata(&self) -> Arc<MetadataView> {
+        self.metadata.borrow().clone()
+    }
+
+    /// The core owning a partition, if it exists.
+    pub fn owner(&self, topic: &str, partition: u32) -> Option<usize> {
+        self.metadata.borrow().owner(topic, partition)
+    }
+
+    /// Makes this core match a metadata view: opens the logs it owns that
+    /// are not open, applies changed configs, removes deleted partitions.
+    /// A view not newer than the current one is ignored.
+    pub async fn apply_metadata(
+        &self,
+        view: Arc<MetadataView>,
+        deleted: Vec<(String, u32)>,
+    ) -> anyhow::Result<()> {
+        if view.version < self.metadata.borrow().version {
+            return Ok(());
+        }
+        let data_dir = self.shared.config.data_dir.clone();
+        self.groups.forget_log_ends(&deleted);
+        for (topic, partition) in deleted {
+            let log = self.logs.borrow_mut().remove(&(topic.clone(), partition));
+            if let Some(log) = log {
+                log.delete()
+                    .await
+                    .with_context(|| format!("deleting {topic}-{partition}"))?;
+            }
+        }
+        for (topic, meta) in view.topics() {
+            let cfg = metadata::log_config(&meta.configs)
+                .map_err(|e| anyhow::anyhow!("topic {topic}: {e}"))?;
+            for p in 0..meta.partitions() {
+                if meta.core_of(p) != Some(self.id) {
+                    continue;
+                }
+                let existing = self.logs.borrow().get(&(topic.clone(), p)).cloned();
+                match existing {
+                    Some(log) => log.set_config(cfg.clone()),
+                    None => {
+                        let (log, rep) = PartitionLog::open(
+                            &self.storage,
+                            partition_dir(&data_dir, topic, p),
+                            cfg.clone(),
+                        )
+                        .await
+                        .with_context(|| format!("opening {topic}-{p}"))?;
+                        if !rep.clean && rep.segments > 0 {
+                            tracing::warn!(partition = %format!("{topic}-{p}"), ?rep, "recovered after an unclean shutdown");
+                        }
+                        self.logs.borrow_mut().insert((topic.clone(), p), log);
+                    }
+                }
+            }
+        }
+        *self.metadata.borrow_mut() = view;
+        Ok(())
+    }
+
+    /// A log this core owns, or the error for an unknown partition.
+    pub fn owned_log(&self, topic: &str, partition: u32) -> Result<PartitionLog, BrokerError> {
+        self.log(topic, partition)
+            .ok_or_else(|| BrokerError::unknown(topic, partition))
+    }
+
+    /// A log this core owns.
+    pub fn log(&self, topic: &str, partition: u32) -> Option<PartitionLog> {
+        self.logs
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .cloned()
+    }
+
+    /// Closes every log cleanly (shutdown).
+    pub async fn close_all(&self) {
+        let logs: Vec<_> = self.logs.borrow_mut().drain().collect();
+        for ((topic, p), log) in logs {
+            if let Err(e) = log.close().await {
+                tracing::error!(partition = %format!("{topic}-{p}"), error = %e, "close failed");
+            }
+        }
+    }
+}
