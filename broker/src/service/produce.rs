@@ -82,15 +82,17 @@ pub async fn produce(
             let r = match r {
                 // `timeout` bounds the wait for the acknowledgements. As in
                 // Kafka, a timed-out batch may still be appended.
-                Ok(waits) => futures_lite::future::or(all_acked(waits), async {
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    glommio::timer::sleep(left).await;
-                    Err(BrokerError::TimedOut(format!(
+                Ok(waits) => {
+                    futures_lite::future::or(all_acked(waits), async {
+                        let left = deadline.saturating_duration_since(std::time::Instant::now());
+                        glommio::timer::sleep(left).await;
+                        Err(BrokerError::TimedOut(format!(
                         "not acknowledged within timeout_ms={}; the batch may still be appended",
                         timeout.as_millis()
                     )))
-                })
-                .await,
+                    })
+                    .await
+                }
                 Err(e) => Err(e),
             };
             out.push((topic, partition, r));
