@@ -378,3 +378,61 @@ fn a_panic_in_a_core_ends_the_process_and_a_restart_recovers_every_acknowledged_
         }
     }
 }
+
+/// Runs `weir broker` with stderr captured until it is ready, stops it
+/// with SIGTERM and returns what it logged.
+fn broker_logs(dir: &std::path::Path, extra: &[&str]) -> String {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "broker",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--cores",
+            "1",
+        ])
+        .args(["--listen", "127.0.0.1:0", "--core-port-base", "0"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .args(extra)
+        .env("WEIR_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let ready = std::io::BufReader::new(out)
+        .lines()
+        .map(|l| l.unwrap())
+        .any(|l| l.starts_with("weir broker ready:"));
+    assert!(ready, "broker did not become ready");
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn logs_carry_no_colour_codes_off_a_terminal_and_are_json_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = broker_logs(dir.path(), &[]);
+    assert!(text.contains("broker ready"), "{text}");
+    assert!(
+        !text.contains('\x1b'),
+        "colour codes in a log file: {text:?}"
+    );
+    let json = broker_logs(dir.path(), &["--log-format", "json"]);
+    let lines: Vec<&str> = json.lines().collect();
+    assert!(lines.len() >= 2, "{json}");
+    for l in lines {
+        assert!(
+            l.starts_with('{') && l.ends_with('}') && l.contains("\"level\":\"INFO\""),
+            "not a JSON log line: {l}"
+        );
+    }
+}

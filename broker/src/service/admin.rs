@@ -104,7 +104,7 @@ pub fn visible_topics(core: &Core) -> Vec<String> {
 /// Hands out a producer id through core 0.
 pub async fn init_producer_id(core: &Rc<Core>) -> Result<i64> {
     if core.id == 0 {
-        return partition::init_producer_id_local(core);
+        return partition::init_producer_id_local(core).await;
     }
     core.call(0, Duration::ZERO, |reply| CoreMsg::InitProducerId { reply })
         .await?

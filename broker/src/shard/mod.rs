@@ -83,6 +83,8 @@ pub struct Core {
     pub connections: Cell<usize>,
     /// The producer-id allocator (used on core 0 only).
     pub producer_ids: RefCell<producer_ids::ProducerIds>,
+    /// One producer-id block reservation at a time.
+    pub producer_ids_reserving: glommio::sync::Semaphore,
     /// The consumer groups this core coordinates.
     pub groups: crate::groups::coordinator::Groups,
     /// The metadata writer's queue (core 0 only).
@@ -121,6 +123,7 @@ impl Core {
             inflight: Rc::new(glommio::sync::Semaphore::new(INFLIGHT_BYTES_PER_CORE)),
             connections: Cell::new(0),
             producer_ids: RefCell::new(producer_ids),
+            producer_ids_reserving: glommio::sync::Semaphore::new(1),
             groups: Default::default(),
             metadata_writer: RefCell::new(None),
         });

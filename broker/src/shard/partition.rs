@@ -38,7 +38,7 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             }
         },
         CoreMsg::InitProducerId { reply } => {
-            reply.send(core, init_producer_id_local(core)).await;
+            reply.send(core, init_producer_id_local(core).await).await;
         }
         CoreMsg::Fetch {
             topic,
@@ -234,11 +234,10 @@ pub async fn compact_local(
 }
 
 /// Hands out a new producer id (core 0 only: it owns the allocator).
-pub fn init_producer_id_local(core: &Core) -> Result<i64, BrokerError> {
+pub async fn init_producer_id_local(core: &Core) -> Result<i64, BrokerError> {
     assert_eq!(core.id, 0, "producer ids are handed out by core 0");
-    core.producer_ids
-        .borrow_mut()
-        .allocate()
+    super::producer_ids::allocate(&core.producer_ids, &core.producer_ids_reserving)
+        .await
         .map_err(|e| BrokerError::Storage {
             kind: crate::service::StorageFailure::Io,
             message: format!("allocating a producer id failed: {e:#}"),

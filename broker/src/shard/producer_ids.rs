@@ -6,7 +6,8 @@
 //! the first id of a block it durably stores the end of that block in
 //! `<data-dir>/producer-ids` (write to a temporary file, fsync, rename,
 //! fsync the directory). After a crash the rest of the block is skipped.
-//! The blocking file write happens once per [`BLOCK`] ids.
+//! The file write happens once per [`BLOCK`] ids, on glommio's
+//! blocking-thread pool ([`allocate`]), never on the core's event loop.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -55,16 +56,53 @@ impl ProducerIds {
         })
     }
 
-    /// A fresh producer id.
-    pub fn allocate(&mut self) -> anyhow::Result<i64> {
-        if self.next >= self.limit {
-            let limit = self.next + BLOCK;
-            store(&self.path, limit)?;
-            self.limit = limit;
+    /// The next id of the reserved block, if there is one left.
+    fn take(&mut self) -> Option<i64> {
+        (self.next < self.limit).then(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+
+    /// A fresh producer id, reserving a block with a blocking write if
+    /// needed (start-up and tests; the broker uses [`allocate`]).
+    pub fn allocate_blocking(&mut self) -> anyhow::Result<i64> {
+        if let Some(id) = self.take() {
+            return Ok(id);
         }
-        let id = self.next;
-        self.next += 1;
-        Ok(id)
+        let limit = self.next + BLOCK;
+        store(&self.path, limit)?;
+        self.limit = limit;
+        Ok(self.take().expect("a block was just reserved"))
+    }
+}
+
+/// A fresh producer id from core 0's allocator: the block reservation's
+/// file write runs on glommio's blocking-thread pool, and concurrent
+/// callers wait for one reservation (`reserving`).
+pub async fn allocate(
+    ids: &std::cell::RefCell<ProducerIds>,
+    reserving: &glommio::sync::Semaphore,
+) -> anyhow::Result<i64> {
+    loop {
+        if let Some(id) = ids.borrow_mut().take() {
+            return Ok(id);
+        }
+        let _one = reserving
+            .acquire_permit(1)
+            .await
+            .map_err(|e| anyhow::anyhow!("producer-id reservation: {e}"))?;
+        if let Some(id) = ids.borrow_mut().take() {
+            return Ok(id);
+        }
+        let (path, limit) = {
+            let s = ids.borrow();
+            (s.path.clone(), s.next + BLOCK)
+        };
+        glommio::executor()
+            .spawn_blocking(move || store(&path, limit))
+            .await?;
+        ids.borrow_mut().limit = limit;
     }
 }
 
@@ -92,17 +130,17 @@ mod tests {
     fn ids_never_repeat_across_reloads() {
         let dir = tempfile::tempdir().unwrap();
         let mut a = ProducerIds::load(dir.path()).unwrap();
-        let first: Vec<i64> = (0..3).map(|_| a.allocate().unwrap()).collect();
+        let first: Vec<i64> = (0..3).map(|_| a.allocate_blocking().unwrap()).collect();
         assert_eq!(first, vec![0, 1, 2]);
         // A restart (clean or not) skips the rest of the reserved block.
         let mut b = ProducerIds::load(dir.path()).unwrap();
-        assert_eq!(b.allocate().unwrap(), BLOCK);
+        assert_eq!(b.allocate_blocking().unwrap(), BLOCK);
         for _ in 1..BLOCK {
-            b.allocate().unwrap();
+            b.allocate_blocking().unwrap();
         }
-        assert_eq!(b.allocate().unwrap(), 2 * BLOCK);
+        assert_eq!(b.allocate_blocking().unwrap(), 2 * BLOCK);
         let mut c = ProducerIds::load(dir.path()).unwrap();
-        assert_eq!(c.allocate().unwrap(), 3 * BLOCK);
+        assert_eq!(c.allocate_blocking().unwrap(), 3 * BLOCK);
     }
 
     #[test]
