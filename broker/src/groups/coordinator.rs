@@ -393,8 +393,12 @@ async fn on_core(core: &Rc<Core>, c: usize, req: GroupRequest) -> GroupResponse 
         return handle(core, req).await;
     }
     let kind = |e: BrokerError| Refusal(ErrorCode::StorageError.as_u16(), e.to_string());
-    // The longest a heartbeat may be held, beyond the mesh's own deadline.
-    let held = Duration::from_millis(u64::from(SESSION_TIMEOUT_MS_MAX / 2));
+    // A heartbeat may be held up to its `wait_ms` (the coordinator holds
+    // it at most half the session timeout): the mesh deadline comes on top.
+    let held = match &req {
+        GroupRequest::Heartbeat(h) => Duration::from_millis(u64::from(h.wait_ms)),
+        _ => Duration::ZERO,
+    };
     let refusal = GroupResponse::refused(&req, Refusal(0, String::new()));
     match core
         .call(c, held, |reply| CoreMsg::Group {

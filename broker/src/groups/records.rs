@@ -9,8 +9,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-/// The internal topic.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use crate::metadata::OFFSETS_TOPIC;
 /// Version of the key and value layouts written by this build.
 pub const RECORD_VERSION: u8 = 0;
 /// Longest group id, bytes.

@@ -31,6 +31,8 @@ use weir_storage::LogConfig;
 
 /// File name of the registry in the data directory.
 pub const REGISTRY_FILE: &str = "topics.toml";
+/// The internal topic.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Longest topic name (Kafka's limit).
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Most partitions of one topic.

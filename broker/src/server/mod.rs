@@ -244,7 +244,12 @@ async fn core_main(
     // Every core must know every other core's mesh id before routing.
     barrier.wait();
     let core = Core::start(c, shared.clone(), view, senders, reply_senders).await?;
-    mesh::serve(core.clone(), receivers, reply_receivers);
+    mesh::serve(
+        core.clone(),
+        receivers,
+        reply_receivers,
+        |core, msg| async move { crate::service::remote::handle(&core, msg).await },
+    );
     if c == 0 {
         crate::metadata::writer::start(&core);
         crate::groups::store::ensure_offsets_topic(&core).await?;

@@ -19,6 +19,7 @@ pub mod admin;
 pub mod fetch;
 pub mod offsets;
 pub mod produce;
+pub mod remote;
 
 use weir_storage::StorageError;
 

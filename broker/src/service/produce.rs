@@ -15,7 +15,7 @@ use bytes::Bytes;
 use weir_proto::batch::BatchHeader;
 
 use super::{admin, BrokerError, Ctx, ProduceOk, Result};
-use crate::groups::records::OFFSETS_TOPIC;
+use crate::metadata::OFFSETS_TOPIC;
 use crate::server::limits::REQUEST_PARTITIONS_MAX;
 use crate::shard::mesh::{self, CoreMsg};
 use crate::shard::{partition, Core};

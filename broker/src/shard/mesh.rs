@@ -457,9 +457,19 @@ pub fn credits(cores: usize) -> Vec<Rc<glommio::sync::Semaphore>> {
 }
 
 /// Receives requests and answers from every peer: answers are delivered at
-/// once; each request runs as its own task (their number is bounded by the
-/// senders' credits).
-pub fn serve(core: Rc<Core>, mut requests: Receivers<CoreMsg>, mut replies: Receivers<ReplyMsg>) {
+/// once; each request runs as its own task, `handle(core, msg)` (their
+/// number is bounded by the senders' credits). The handler is the
+/// service's (`crate::service::remote::handle`): the shard only carries
+/// messages.
+pub fn serve<F, Fut>(
+    core: Rc<Core>,
+    mut requests: Receivers<CoreMsg>,
+    mut replies: Receivers<ReplyMsg>,
+    handle: F,
+) where
+    F: Fn(Rc<Core>, CoreMsg) -> Fut + Clone + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
     for (_, rx) in replies.streams() {
         let core = core.clone();
         glommio::spawn_local(async move {
@@ -470,12 +480,10 @@ pub fn serve(core: Rc<Core>, mut requests: Receivers<CoreMsg>, mut replies: Rece
         .detach();
     }
     for (_, rx) in requests.streams() {
-        let core = core.clone();
+        let (core, handle) = (core.clone(), handle.clone());
         glommio::spawn_local(async move {
             while let Some(msg) = rx.recv().await {
-                let core = core.clone();
-                glommio::spawn_local(async move { super::partition::handle(&core, msg).await })
-                    .detach();
+                glommio::spawn_local(handle(core.clone(), msg)).detach();
             }
         })
         .detach();

@@ -1,13 +1,12 @@
 //! What a core does with a partition it owns — append, wait for the
-//! acknowledgement, read, offsets, compact — and with a request from
-//! another core ([`handle`]). Everything here runs on the owner core.
+//! acknowledgement, read, offsets, compact, producer ids on core 0.
+//! Everything here runs on the owner core; requests from other cores reach
+//! it through `crate::service::remote`.
 
-use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use weir_storage::{AppendInfo, CleanReport, PartitionLog};
 
-use super::mesh::CoreMsg;
 use super::Core;
 use crate::service::{BrokerError, FetchOk, OffsetsOk, ProduceOk};
 
@@ -18,86 +17,6 @@ pub struct CompactOk {
     pub dirty_ratio: f64,
     /// The pass, if one ran.
     pub pass: Option<CleanReport>,
-}
-
-/// Handles one request from another core.
-pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
-    match msg {
-        CoreMsg::Produce {
-            topic,
-            partition,
-            batch,
-            acks,
-            appended,
-            reply,
-        } => match append_local(core, &topic, partition, batch).await {
-            Err(e) => appended.send(core, Err(e)).await,
-            Ok((log, info)) => {
-                appended.send(core, Ok(())).await;
-                reply.send(core, ack_local(log, info, acks).await).await;
-            }
-        },
-        CoreMsg::InitProducerId { reply } => {
-            reply.send(core, init_producer_id_local(core).await).await;
-        }
-        CoreMsg::Fetch {
-            topic,
-            partition,
-            offset,
-            max_bytes,
-            wait_ms,
-            reply,
-        } => {
-            let r = fetch_local(core, &topic, partition, offset, max_bytes, wait_ms).await;
-            reply.send(core, r).await;
-        }
-        CoreMsg::Offsets {
-            topic,
-            partition,
-            timestamp,
-            reply,
-        } => {
-            let r = offsets_local(core, &topic, partition, timestamp).await;
-            reply.send(core, r).await;
-        }
-        CoreMsg::Compact {
-            topic,
-            partition,
-            run,
-            reply,
-        } => {
-            let r = compact_local(core, &topic, partition, run).await;
-            reply.send(core, r).await;
-        }
-        CoreMsg::Metrics { reply } => {
-            reply.send(core, crate::metrics::snapshot(core)).await;
-        }
-        CoreMsg::Metadata { change, reply } => {
-            let r = crate::metadata::writer::submit_local(core, change).await;
-            reply.send(core, r).await;
-        }
-        CoreMsg::ApplyMetadata {
-            view,
-            deleted,
-            reply,
-        } => {
-            let r = core
-                .apply_metadata(view, deleted)
-                .await
-                .map_err(|e| format!("core {}: {e:#}", core.id));
-            if let Err(e) = &r {
-                tracing::error!(core = core.id, error = %e, "applying a metadata change failed");
-            }
-            reply.send(core, r).await;
-        }
-        CoreMsg::Group { request, reply } => {
-            let r = crate::groups::coordinator::handle(core, request).await;
-            reply.send(core, r).await;
-        }
-        CoreMsg::LogEnds { partitions, reply } => {
-            reply.send(core, log_ends_local(core, &partitions)).await;
-        }
-    }
 }
 
 /// Log end offsets (high watermarks) of partitions this core owns.

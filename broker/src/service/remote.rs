@@ -1,0 +1,92 @@
+//! The service's answers to requests from other cores: a core receives
+//! [`CoreMsg`]s on its mesh ([`crate::shard::mesh::serve`]) and runs each
+//! here, as its own task, answering through the message's `ReplyTo`.
+
+use std::rc::Rc;
+
+use crate::shard::mesh::CoreMsg;
+use crate::shard::partition::{
+    ack_local, append_local, compact_local, fetch_local, init_producer_id_local, log_ends_local,
+    offsets_local,
+};
+use crate::shard::Core;
+
+/// Handles one request from another core.
+pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
+    match msg {
+        CoreMsg::Produce {
+            topic,
+            partition,
+            batch,
+            acks,
+            appended,
+            reply,
+        } => match append_local(core, &topic, partition, batch).await {
+            Err(e) => appended.send(core, Err(e)).await,
+            Ok((log, info)) => {
+                appended.send(core, Ok(())).await;
+                reply.send(core, ack_local(log, info, acks).await).await;
+            }
+        },
+        CoreMsg::InitProducerId { reply } => {
+            reply.send(core, init_producer_id_local(core).await).await;
+        }
+        CoreMsg::Fetch {
+            topic,
+            partition,
+            offset,
+            max_bytes,
+            wait_ms,
+            reply,
+        } => {
+            let r = fetch_local(core, &topic, partition, offset, max_bytes, wait_ms).await;
+            reply.send(core, r).await;
+        }
+        CoreMsg::Offsets {
+            topic,
+            partition,
+            timestamp,
+            reply,
+        } => {
+            let r = offsets_local(core, &topic, partition, timestamp).await;
+            reply.send(core, r).await;
+        }
+        CoreMsg::Compact {
+            topic,
+            partition,
+            run,
+            reply,
+        } => {
+            let r = compact_local(core, &topic, partition, run).await;
+            reply.send(core, r).await;
+        }
+        CoreMsg::Metrics { reply } => {
+            reply.send(core, crate::metrics::snapshot(core)).await;
+        }
+        CoreMsg::Metadata { change, reply } => {
+            let r = crate::metadata::writer::submit_local(core, change).await;
+            reply.send(core, r).await;
+        }
+        CoreMsg::ApplyMetadata {
+            view,
+            deleted,
+            reply,
+        } => {
+            let r = core
+                .apply_metadata(view, deleted)
+                .await
+                .map_err(|e| format!("core {}: {e:#}", core.id));
+            if let Err(e) = &r {
+                tracing::error!(core = core.id, error = %e, "applying a metadata change failed");
+            }
+            reply.send(core, r).await;
+        }
+        CoreMsg::Group { request, reply } => {
+            let r = crate::groups::coordinator::handle(core, request).await;
+            reply.send(core, r).await;
+        }
+        CoreMsg::LogEnds { partitions, reply } => {
+            reply.send(core, log_ends_local(core, &partitions)).await;
+        }
+    }
+}
