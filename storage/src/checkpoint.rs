@@ -23,6 +23,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StorageError};
+use crate::testing::{self, IoOp};
 
 /// File name of the checkpoint.
 pub const CHECKPOINT_FILE: &str = "partition.checkpoint";
@@ -72,23 +73,66 @@ fn open_sealed(path: &Path, magic: &[u8; 8], len: usize) -> Result<Option<Vec<u8
     Ok(Some(bytes))
 }
 
-/// Writes `bytes` to `dir/name` atomically and durably.
+/// Writes `bytes` to `dir/name` atomically and durably (blocking; see
+/// [`write_atomic_async`] on a core's event loop).
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let dst = dir.join(name);
     let mut f = fs::File::create(&tmp).map_err(|e| StorageError::io("create", &tmp, e))?;
+    testing::note(|| IoOp::Create { path: tmp.clone() });
+    testing::note(|| IoOp::SetLen {
+        path: tmp.clone(),
+        len: 0,
+    });
     f.write_all(bytes)
-        .and_then(|_| f.sync_all())
         .map_err(|e| StorageError::io("write", &tmp, e))?;
+    testing::note(|| IoOp::Write {
+        path: tmp.clone(),
+        offset: 0,
+        data: bytes.to_vec(),
+    });
+    let issued = testing::issue_point();
+    f.sync_all()
+        .map_err(|e| StorageError::io("write", &tmp, e))?;
+    testing::note(|| IoOp::Sync {
+        path: tmp.clone(),
+        issued,
+    });
     fs::rename(&tmp, &dst).map_err(|e| StorageError::io("rename", &dst, e))?;
+    testing::note(|| IoOp::Rename {
+        from: tmp.clone(),
+        to: dst.clone(),
+    });
     sync_dir(dir)
 }
 
-/// fsyncs a directory so that creations, renames and unlinks in it are durable.
+/// fsyncs a directory so that creations, renames and unlinks in it are
+/// durable (blocking; see [`sync_dir_async`] on a core's event loop).
 pub fn sync_dir(dir: &Path) -> Result<()> {
+    let issued = testing::issue_point();
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| StorageError::io("fsync directory", dir, e))
+        .map_err(|e| StorageError::io("fsync directory", dir, e))?;
+    testing::note(|| IoOp::DirSync {
+        dir: dir.to_path_buf(),
+        issued,
+    });
+    Ok(())
+}
+
+/// Removes a file (blocking); `Ok(false)` if it was not there. Not durable
+/// until the directory is synced.
+pub fn remove_file(path: &Path) -> Result<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => {
+            testing::note(|| IoOp::Remove {
+                path: path.to_path_buf(),
+            });
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(StorageError::io("remove", path, e)),
+    }
 }
 
 impl Checkpoint {
@@ -136,7 +180,7 @@ pub fn take_clean_marker(dir: &Path) -> Result<Option<u64>> {
             None
         }
     };
-    fs::remove_file(&path).map_err(|e| StorageError::io("remove", &path, e))?;
+    remove_file(&path)?;
     sync_dir(dir)?;
     Ok(found)
 }

@@ -449,12 +449,22 @@ fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
 }
 
 fn rename(from: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(from, to).map_err(|e| StorageError::io("rename", to, e))
+    std::fs::rename(from, to).map_err(|e| StorageError::io("rename", to, e))?;
+    crate::testing::note(|| crate::testing::IoOp::Rename {
+        from: from.to_path_buf(),
+        to: to.to_path_buf(),
+    });
+    Ok(())
 }
 
 fn remove_if_present(p: &Path) -> Result<()> {
     match std::fs::remove_file(p) {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            crate::testing::note(|| crate::testing::IoOp::Remove {
+                path: p.to_path_buf(),
+            });
+            Ok(())
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(StorageError::io("remove", p, e)),
     }
@@ -1194,9 +1204,7 @@ async fn finish_out(shard: &ShardInner, out: &mut Segment) -> Result<()> {
     out.cut_files_to_size();
     write_out(out).await?;
     for (f, p) in out.files() {
-        f.fdatasync()
-            .await
-            .map_err(|e| StorageError::io("fdatasync", p, e))?;
+        crate::tail_writer::fdatasync(&f, &p).await?;
         bump(&shard.counters.fdatasyncs, 1);
     }
     Ok(())

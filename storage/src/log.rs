@@ -244,10 +244,7 @@ async fn sync_files(shard: &ShardInner, files: Vec<(Rc<DmaFile>, PathBuf)>) -> R
         .map(|(f, p)| {
             glommio::spawn_local(async move {
                 let t = Instant::now();
-                let r = f
-                    .fdatasync()
-                    .await
-                    .map_err(|e| StorageError::io("fdatasync", p, e));
+                let r = crate::tail_writer::fdatasync(&f, &p).await;
                 (r, t.elapsed())
             })
         })
@@ -273,11 +270,7 @@ async fn sync_files(shard: &ShardInner, files: Vec<(Rc<DmaFile>, PathBuf)>) -> R
 
 fn remove_segment_files(dir: &Path, base: u64) -> Result<()> {
     for p in segment::paths(dir, base) {
-        match std::fs::remove_file(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(StorageError::io("remove", &p, e)),
-        }
+        checkpoint::remove_file(&p)?;
     }
     Ok(())
 }
@@ -322,7 +315,7 @@ impl PartitionLog {
             if let Some(b) = segment::parse_log_file_name(&fname) {
                 bases.push(b);
             } else if fname.ends_with(".tmp") {
-                let _ = std::fs::remove_file(e.path());
+                let _ = checkpoint::remove_file(&e.path());
             }
         }
         bases.sort_unstable();
@@ -1571,9 +1564,13 @@ impl LogInner {
             }
         }
         if let Some((files, synced)) = files {
-            sync_files(&self.shard, files)
-                .await
-                .map_err(RoundError::Sync)?;
+            // The test-only switch breaks durability on purpose (see
+            // `crate::testing`): the power-loss test must then fail.
+            if !crate::testing::skip_fdatasync() {
+                sync_files(&self.shard, files)
+                    .await
+                    .map_err(RoundError::Sync)?;
+            }
             let mut st = self.state.borrow_mut();
             for (base, len) in synced {
                 if let Some(s) = st.segments.get_mut(&base) {

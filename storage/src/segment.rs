@@ -21,6 +21,7 @@ use weir_proto::batch::{self, BatchError, BatchHeader, HEADER_BYTES};
 use crate::error::{Result, StorageError};
 use crate::offset_index::{self, OffsetIndex};
 use crate::tail_writer::{TailWriter, WriteJob};
+use crate::testing::{self, IoOp};
 use crate::time_index::{self, TimeIndex};
 
 /// Bytes read per direct-I/O read while scanning a segment.
@@ -116,6 +117,11 @@ async fn open_file(path: &Path, create: bool) -> Result<Rc<DmaFile>> {
         .dma_open(path)
         .await
         .map_err(|e| StorageError::io("open", path, e))?;
+    if create {
+        testing::note(|| IoOp::Create {
+            path: path.to_path_buf(),
+        });
+    }
     Ok(Rc::new(f))
 }
 
@@ -155,6 +161,10 @@ impl Segment {
             f.truncate(0)
                 .await
                 .map_err(|e| StorageError::io("truncate", p, e))?;
+            testing::note(|| IoOp::SetLen {
+                path: p.clone(),
+                len: 0,
+            });
         }
         crate::checkpoint::sync_dir(dir)?;
         Ok(Segment {
