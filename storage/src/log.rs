@@ -109,8 +109,12 @@ pub struct RecoveryReport {
     pub segments: usize,
     /// Segments scanned (after a crash: the unfinalized ones).
     pub scanned_segments: usize,
-    /// Bytes of log cut (torn, zeroed or corrupt tails; preallocated zeros
-    /// are not counted).
+    /// Bytes of data recovery cut from the log: for each scanned segment,
+    /// from the end of its last valid batch to the end of the last non-zero
+    /// byte after it (a torn or corrupt batch, garbage, a partial write,
+    /// including zeros *between* such bytes); zeros after the last non-zero
+    /// byte (preallocation, block padding, a zeroed tail) are not counted.
+    /// Plus the whole size of segments removed after a gap in the offsets.
     pub truncated_bytes: u64,
     /// Index files rebuilt from the log.
     pub rebuilt_indexes: usize,
@@ -1242,24 +1246,27 @@ async fn recover_segment(
     {
         report.rebuilt_indexes += 1;
     }
-    let cut = file_len - end;
-    let zeros = match sum.stopped {
-        None | Some(BatchError::BadLength { length: 0 }) => true,
-        // Less than a header left: the zero padding of the last block
-        // written (without preallocation), unless it holds data.
-        Some(BatchError::ShortHeader { .. }) => {
-            segment::read_range(seg.log.file(), seg.log.path(), seg.log.align(), end, cut)
-                .await?
-                .iter()
-                .all(|&b| b == 0)
-        }
-        Some(_) => false,
+    // What was cut is the data after the valid end: up to the last
+    // non-zero byte (preallocated zeros and block padding are not data).
+    let cut = if file_len > end {
+        segment::nonzero_end(
+            seg.log.file(),
+            seg.log.path(),
+            seg.log.align(),
+            end,
+            file_len,
+        )
+        .await?
+            - end
+    } else {
+        0
     };
-    if cut > 0 && !zeros {
+    if cut > 0 {
         report.truncated_bytes += cut;
         bump(&shard.counters.recovery_truncated_bytes, cut);
         tracing::warn!(segment = %seg.log.path().display(), position = end, bytes = cut,
-            reason = ?sum.stopped, "cutting invalid tail of segment");
+            file_bytes_after = file_len - end, reason = ?sum.stopped,
+            "cutting invalid tail of segment");
     }
     Ok(())
 }

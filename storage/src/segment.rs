@@ -543,6 +543,66 @@ pub async fn read_range(
     Ok(b.freeze())
 }
 
+/// Where the last data of `[from, to)` of a file ends, by the file
+/// system's extent map (`SEEK_DATA`/`SEEK_HOLE`): holes and preallocated,
+/// never-written extents are not data. Returns `to` if the file system
+/// cannot tell, `from` if the range holds no data. A blocking `lseek` (cold
+/// paths only); block granular, so the bytes before it may still be zeros.
+pub fn data_extent_end(file: &DmaFile, from: u64, to: u64) -> u64 {
+    use std::os::unix::io::AsRawFd;
+    let fd = file.as_raw_fd();
+    let mut pos = from;
+    let mut end = from;
+    while pos < to {
+        // SAFETY: lseek on a descriptor we own; reads and writes use
+        // positioned I/O, so moving the file offset affects nothing.
+        let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = std::io::Error::last_os_error();
+            return if e.raw_os_error() == Some(libc::ENXIO) {
+                end
+            } else {
+                to
+            };
+        }
+        let data = data as u64;
+        if data >= to {
+            break;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data as libc::off_t, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return to;
+        }
+        let hole = (hole as u64).min(to);
+        end = hole;
+        pos = hole;
+    }
+    end
+}
+
+/// Where the last non-zero byte of `[from, to)` of a file ends (`from` if
+/// every byte is zero): extents first ([`data_extent_end`]), then reading
+/// backwards in [`SCAN_CHUNK_BYTES`] chunks.
+pub async fn nonzero_end(
+    file: &DmaFile,
+    path: &Path,
+    align: u64,
+    from: u64,
+    to: u64,
+) -> Result<u64> {
+    let mut hi = data_extent_end(file, from, to);
+    while hi > from {
+        let lo = hi.saturating_sub(SCAN_CHUNK_BYTES).max(from);
+        let chunk = read_range(file, path, align, lo, hi - lo).await?;
+        if let Some(i) = chunk.iter().rposition(|&b| b != 0) {
+            return Ok(lo + i as u64 + 1);
+        }
+        hi = lo;
+    }
+    Ok(from)
+}
+
 /// Scans batches from `pos` (where the batch with base offset
 /// `start_offset` begins, or the first batch after it) up to `limit`,
 /// validating each batch's framing, CRC and offset order. Calls `visit` for
