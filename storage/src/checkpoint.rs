@@ -2,8 +2,20 @@
 //!
 //! Both are tiny, written rarely (segment close, `delete_before`, shutdown)
 //! and replaced atomically: write a temporary file, fsync it, rename it over
-//! the old one, fsync the directory. They use blocking `std::fs` calls: each
-//! is a few hundred bytes on a cold path.
+//! the old one, fsync the directory. A crash (or power loss) at any point
+//! leaves either the old file or the new one, whole; `.tmp` leftovers are
+//! removed by `open`.
+//!
+//! ## Blocking calls and the event loop
+//! The file-system calls here (`open`, `write`, `fsync`, `rename`,
+//! `unlink`) block. The plain functions ([`write_atomic`], [`sync_dir`],
+//! [`remove_file`], [`Checkpoint::store`]) are for cold paths off a core's
+//! event loop — `PartitionLog::open`'s recovery, which blocks by design, and
+//! callers in other crates. Code running on a core's event loop (segment
+//! roll, flush round, truncation, retention, close, the cleaner) uses the
+//! `_async` forms, which run the same calls, in the same order, on glommio's
+//! blocking thread pool ([`run_blocking`]) so the core keeps serving while a
+//! directory fsync waits for the disk.
 //!
 //! ```text
 //! partition.checkpoint (32 bytes)        .clean_shutdown (24 bytes)
@@ -120,6 +132,40 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Runs blocking file-system work on the current glommio executor's
+/// blocking thread pool and waits for it without blocking the core. Must be
+/// called on a glommio executor.
+pub async fn run_blocking<R: Send + 'static>(
+    work: impl FnOnce() -> Result<R> + Send + 'static,
+) -> Result<R> {
+    glommio::executor().spawn_blocking(work).await
+}
+
+/// [`write_atomic`] on the blocking pool (for a core's event loop).
+pub async fn write_atomic_async(dir: &Path, name: &str, bytes: Vec<u8>) -> Result<()> {
+    let (dir, name) = (dir.to_path_buf(), name.to_string());
+    run_blocking(move || write_atomic(&dir, &name, &bytes)).await
+}
+
+/// [`sync_dir`] on the blocking pool (for a core's event loop).
+pub async fn sync_dir_async(dir: &Path) -> Result<()> {
+    let dir = dir.to_path_buf();
+    run_blocking(move || sync_dir(&dir)).await
+}
+
+/// Removes files (absent ones are skipped), then fsyncs `dir` so the
+/// removals are durable; on the blocking pool (for a core's event loop).
+pub async fn remove_files_durably(dir: &Path, files: Vec<PathBuf>) -> Result<()> {
+    let dir = dir.to_path_buf();
+    run_blocking(move || {
+        for f in &files {
+            remove_file(f)?;
+        }
+        sync_dir(&dir)
+    })
+    .await
+}
+
 /// Removes a file (blocking); `Ok(false)` if it was not there. Not durable
 /// until the directory is synced.
 pub fn remove_file(path: &Path) -> Result<bool> {
@@ -147,24 +193,42 @@ impl Checkpoint {
         }))
     }
 
-    /// Writes it atomically and durably.
-    pub fn store(&self, dir: &Path) -> Result<()> {
+    fn encode(&self) -> Vec<u8> {
         let mut body = Vec::with_capacity(32);
         body.extend_from_slice(CHECKPOINT_MAGIC);
         body.extend_from_slice(&VERSION.to_be_bytes());
         body.extend_from_slice(&self.log_start_offset.to_be_bytes());
         body.extend_from_slice(&self.recovery_point.to_be_bytes());
-        write_atomic(dir, CHECKPOINT_FILE, &seal(body))
+        seal(body)
+    }
+
+    /// Writes it atomically and durably (blocking).
+    pub fn store(&self, dir: &Path) -> Result<()> {
+        write_atomic(dir, CHECKPOINT_FILE, &self.encode())
+    }
+
+    /// Writes it atomically and durably, on the blocking pool.
+    pub async fn store_async(&self, dir: &Path) -> Result<()> {
+        write_atomic_async(dir, CHECKPOINT_FILE, self.encode()).await
     }
 }
 
-/// Writes the clean-shutdown marker.
-pub fn store_clean_marker(dir: &Path, log_end_offset: u64) -> Result<()> {
+fn clean_marker(log_end_offset: u64) -> Vec<u8> {
     let mut body = Vec::with_capacity(24);
     body.extend_from_slice(MARKER_MAGIC);
     body.extend_from_slice(&VERSION.to_be_bytes());
     body.extend_from_slice(&log_end_offset.to_be_bytes());
-    write_atomic(dir, CLEAN_SHUTDOWN_FILE, &seal(body))
+    seal(body)
+}
+
+/// Writes the clean-shutdown marker (blocking).
+pub fn store_clean_marker(dir: &Path, log_end_offset: u64) -> Result<()> {
+    write_atomic(dir, CLEAN_SHUTDOWN_FILE, &clean_marker(log_end_offset))
+}
+
+/// Writes the clean-shutdown marker, on the blocking pool.
+pub async fn store_clean_marker_async(dir: &Path, log_end_offset: u64) -> Result<()> {
+    write_atomic_async(dir, CLEAN_SHUTDOWN_FILE, clean_marker(log_end_offset)).await
 }
 
 /// Reads and removes the clean-shutdown marker, returning the log end offset

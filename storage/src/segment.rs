@@ -166,7 +166,9 @@ impl Segment {
                 len: 0,
             });
         }
-        crate::checkpoint::sync_dir(dir)?;
+        // The new names must be durable before data is acknowledged in
+        // them; off the event loop (this runs at every segment roll).
+        crate::checkpoint::sync_dir_async(dir).await?;
         Ok(Segment {
             base,
             next_offset: base,

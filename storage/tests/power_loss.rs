@@ -43,8 +43,11 @@
 //!   tail writer re-sends identical bytes for the block it rewrites, so a
 //!   torn rewrite could only tear new, unacknowledged bytes.
 //! * Tearing inside a 4 KiB page (sector-level) and bit rot.
-//! * The parent directory of the partition (its creation is not synced by
-//!   the log; the broker creates it).
+//! * Directories other than the partition's: `open` fsyncs the parent when
+//!   it creates the partition directory, which this model does not see.
+//! * Operations other than append, roll, the flush round, producer
+//!   snapshots and close: truncation, retention and compaction swaps are
+//!   recorded by the same hooks but this harness does not drive them.
 //! * Lying devices (a sync that returns before the data is stable).
 
 mod common;
