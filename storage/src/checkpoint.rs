@@ -88,6 +88,7 @@ fn open_sealed(path: &Path, magic: &[u8; 8], len: usize) -> Result<Option<Vec<u8
 /// Writes `bytes` to `dir/name` atomically and durably (blocking; see
 /// [`write_atomic_async`] on a core's event loop).
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    testing::blocking_call("write_atomic");
     let tmp = dir.join(format!("{name}.tmp"));
     let dst = dir.join(name);
     let mut f = fs::File::create(&tmp).map_err(|e| StorageError::io("create", &tmp, e))?;
@@ -121,6 +122,7 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
 /// fsyncs a directory so that creations, renames and unlinks in it are
 /// durable (blocking; see [`sync_dir_async`] on a core's event loop).
 pub fn sync_dir(dir: &Path) -> Result<()> {
+    testing::blocking_call("sync_dir");
     let issued = testing::issue_point();
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
@@ -169,6 +171,7 @@ pub async fn remove_files_durably(dir: &Path, files: Vec<PathBuf>) -> Result<()>
 /// Removes a file (blocking); `Ok(false)` if it was not there. Not durable
 /// until the directory is synced.
 pub fn remove_file(path: &Path) -> Result<bool> {
+    testing::blocking_call("remove_file");
     match fs::remove_file(path) {
         Ok(()) => {
             testing::note(|| IoOp::Remove {

@@ -459,6 +459,7 @@ fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
 }
 
 fn rename(from: &Path, to: &Path) -> Result<()> {
+    crate::testing::blocking_call("rename");
     std::fs::rename(from, to).map_err(|e| StorageError::io("rename", to, e))?;
     crate::testing::note(|| crate::testing::IoOp::Rename {
         from: from.to_path_buf(),
@@ -480,6 +481,7 @@ async fn remove_all_quietly(paths: Vec<PathBuf>) {
 }
 
 fn remove_if_present(p: &Path) -> Result<()> {
+    crate::testing::blocking_call("remove_if_present");
     match std::fs::remove_file(p) {
         Ok(()) => {
             crate::testing::note(|| crate::testing::IoOp::Remove {

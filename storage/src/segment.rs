@@ -132,6 +132,7 @@ async fn file_len(f: &DmaFile, path: &Path) -> Result<u64> {
 }
 
 fn read_index_file(path: &Path) -> Result<Vec<u8>> {
+    testing::blocking_call("read_index_file");
     match std::fs::read(path) {
         Ok(b) => Ok(b),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),

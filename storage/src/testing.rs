@@ -22,6 +22,12 @@
 //! Not covered: operations outside the crate's hooks (`remove_dir_all` of
 //! a deleted log, the device probe's scratch file, reads).
 //!
+//! ## Blocking calls on an event loop
+//! [`watch_event_loop`] declares the calling thread a core's event loop;
+//! the crate's blocking file-system helpers then log each call they make on
+//! it, and [`take_blocking_calls`] returns them. `tests/no_blocking.rs`
+//! uses it to check that nothing after `open` blocks the loop.
+//!
 //! ## Skipping fdatasync
 //! [`set_skip_fdatasync`] makes the flush round of every log *on the
 //! calling thread* skip its fdatasync while still advancing the durable
@@ -274,6 +280,27 @@ impl Drop for Journal {
 
 thread_local! {
     static SKIP_FDATASYNC: Cell<bool> = const { Cell::new(false) };
+    static EVENT_LOOP: Cell<bool> = const { Cell::new(false) };
+    static BLOCKING_CALLS: std::cell::RefCell<Vec<&'static str>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Declares (or no longer) the calling thread a core's event loop: the
+/// blocking file-system calls the crate makes on it are logged.
+pub fn watch_event_loop(on: bool) {
+    EVENT_LOOP.with(|e| e.set(on));
+}
+
+/// The blocking calls logged on this thread since the last call.
+pub fn take_blocking_calls() -> Vec<&'static str> {
+    BLOCKING_CALLS.with(|b| std::mem::take(&mut *b.borrow_mut()))
+}
+
+/// Logs a blocking file-system call if this thread is a watched event loop.
+pub(crate) fn blocking_call(what: &'static str) {
+    if EVENT_LOOP.with(Cell::get) {
+        BLOCKING_CALLS.with(|b| b.borrow_mut().push(what));
+    }
 }
 
 /// **Breaks durability on purpose.** With `true`, the flush rounds of logs
