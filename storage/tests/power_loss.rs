@@ -14,7 +14,9 @@
 //! partition directory: writes (offset and bytes), truncations,
 //! preallocations, file syncs (with the sequence number at which each was
 //! *issued*: it only covers what completed before), creations, renames,
-//! removals and directory fsyncs. After each `append_acked` returns the
+//! removals and directory fsyncs. After each `append_acked` returns (with
+//! `flush.messages=1`), or each `flush()` (with a large `flush.messages`,
+//! where the acknowledgement is the durable offset `flush()` returns), the
 //! test marks the journal. Then, for a cut instant T, the directory is
 //! rebuilt as a power loss at T would leave it:
 //! * **names**: the namespace operations covered by the last directory
@@ -73,6 +75,11 @@ const APPENDERS_MAX: usize = 4;
 const CUTS_MAX: usize = 10;
 /// proptest cases unless `PROPTEST_CASES` says otherwise.
 const CASES_DEFAULT: u32 = 24;
+/// `flush.messages` of the cases that acknowledge through `flush()`.
+const FLUSH_MESSAGES_RELAXED: u64 = 1000;
+/// Mark tag bit of a `flush()` result (the rest is the durable offset it
+/// returned); other marks are batch numbers acknowledged by `append_acked`.
+const FLUSHED: u64 = 1 << 63;
 
 /// What survives of the operations a sync did not cover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +109,11 @@ struct Case {
     appenders: usize,
     segment_bytes: u64,
     prealloc_step: u64,
+    /// `None`: `flush.messages=1`, each `append_acked` acknowledges its
+    /// batch durably. `Some(k)`: `flush.messages` is large, `append_acked`
+    /// only means written, and every `k`-th batch an appender calls
+    /// `flush()`, whose returned durable offset is what is acknowledged.
+    flush_every: Option<usize>,
     cuts: Vec<Cut>,
 }
 
@@ -115,6 +127,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         1..=APPENDERS_MAX,
         prop_oneof![Just(16u64 << 10), Just(64 << 10), Just(1 << 20)],
         prop_oneof![Just(0u64), Just(64 << 10)],
+        prop_oneof![Just(None), (1usize..8).prop_map(Some)],
         prop::collection::vec(
             (0.0..1.0f64, any::<bool>(), keep_strategy(), any::<u64>()).prop_map(
                 |(at, after_ack, keep, seed)| Cut {
@@ -128,18 +141,23 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         ),
     )
         .prop_map(
-            |(sizes, appenders, segment_bytes, prealloc_step, cuts)| Case {
+            |(sizes, appenders, segment_bytes, prealloc_step, flush_every, cuts)| Case {
                 sizes,
                 appenders,
                 segment_bytes,
                 prealloc_step,
+                flush_every,
                 cuts,
             },
         )
 }
 
-fn log_config(segment_bytes: u64) -> LogConfig {
+fn log_config(segment_bytes: u64, relaxed: bool) -> LogConfig {
     let mut c = LogConfig::default();
+    if relaxed {
+        c.set("flush.messages", &FLUSH_MESSAGES_RELAXED.to_string())
+            .unwrap();
+    }
     c.set("segment.bytes", &segment_bytes.to_string()).unwrap();
     c.set("index.interval.bytes", "2048").unwrap();
     c.set("segment.ms", &i64::MAX.to_string()).unwrap();
@@ -157,8 +175,10 @@ fn case_batch(i: u64, len: usize) -> bytes::BytesMut {
 /// What the run recorded.
 struct Run {
     ops: Vec<(u64, IoOp)>,
-    /// Batch number → (base offset, stored bytes), for acknowledged batches.
-    acked: BTreeMap<u64, (u64, Vec<u8>)>,
+    /// Batch number → (base offset, last offset, stored bytes) of every
+    /// appended batch (which ones were acknowledged durably, and when, is
+    /// in the journal's marks).
+    appended: BTreeMap<u64, (u64, u64, Vec<u8>)>,
 }
 
 /// Runs the appends of `case` on a recorded directory.
@@ -176,7 +196,8 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
             prealloc_step: case.prealloc_step,
             ..ShardConfig::default()
         });
-        let (log, _) = PartitionLog::open(&shard, &dir, log_config(case.segment_bytes))
+        let config = log_config(case.segment_bytes, case.flush_every.is_some());
+        let (log, _) = PartitionLog::open(&shard, &dir, config)
             .await
             .expect("open");
         let next = std::rc::Rc::new(std::cell::Cell::new(0usize));
@@ -184,6 +205,7 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
         let sizes = std::rc::Rc::new(case.sizes.clone());
         let tasks: Vec<_> = (0..case.appenders)
             .map(|_| {
+                let flush_every = case.flush_every;
                 let (log, next, acked, sizes, journal) = (
                     log.clone(),
                     next.clone(),
@@ -200,10 +222,24 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
                         next.set(i + 1);
                         let b = case_batch(i as u64, sizes[i]);
                         let info = log.append_acked(b.clone()).await.expect("append");
-                        journal.mark(i as u64);
-                        acked
-                            .borrow_mut()
-                            .insert(i as u64, (info.base_offset, stored(b, info.base_offset)));
+                        acked.borrow_mut().insert(
+                            i as u64,
+                            (
+                                info.base_offset,
+                                info.last_offset,
+                                stored(b, info.base_offset),
+                            ),
+                        );
+                        match flush_every {
+                            None => {
+                                journal.mark(i as u64);
+                            }
+                            Some(k) if i % k == 0 => {
+                                let durable = log.flush().await.expect("flush");
+                                journal.mark(FLUSHED | durable);
+                            }
+                            Some(_) => {}
+                        }
                     }
                 })
             })
@@ -256,7 +292,10 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
             bytes.len()
         );
     }
-    Run { ops, acked }
+    Run {
+        ops,
+        appended: acked,
+    }
 }
 
 /// A file's contents: operations on one inode.
@@ -430,12 +469,14 @@ fn cut_point(ops: &[(u64, IoOp)], c: &Cut) -> u64 {
 
 /// Rebuilds the disk after a power loss at each cut, reopens the log and
 /// checks every batch acknowledged before the cut. Returns the first loss.
-fn check_cuts(run: &Run, cuts: &[Cut], segment_bytes: u64) -> Result<(), String> {
-    let acked_at: BTreeMap<u64, u64> = run
+fn check_cuts(run: &Run, case: &Case) -> Result<(), String> {
+    let (cuts, segment_bytes) = (&case.cuts, case.segment_bytes);
+    let relaxed = case.flush_every.is_some();
+    let marks: Vec<(u64, u64)> = run
         .ops
         .iter()
         .filter_map(|(s, op)| match op {
-            IoOp::Mark { tag } => Some((*tag, *s)),
+            IoOp::Mark { tag } => Some((*s, *tag)),
             _ => None,
         })
         .collect();
@@ -445,13 +486,24 @@ fn check_cuts(run: &Run, cuts: &[Cut], segment_bytes: u64) -> Result<(), String>
             let cut = cut_point(&run.ops, c);
             let mut rng = Rng::new(c.seed);
             let files = disk_after_power_loss(&run.ops, cut, c.keep, &mut rng);
-            let expect: Vec<(u64, u64, Vec<u8>)> = acked_at
+            // Acknowledged before the cut: batches marked by append_acked,
+            // and every batch below the highest offset flush() returned.
+            let before = marks.iter().filter(|(s, _)| *s < cut);
+            let durable = before
+                .clone()
+                .filter(|(_, t)| t & FLUSHED != 0)
+                .map(|(_, t)| t & !FLUSHED)
+                .max()
+                .unwrap_or(0);
+            let marked: Vec<u64> = before
+                .filter(|(_, t)| t & FLUSHED == 0)
+                .map(|(_, t)| *t)
+                .collect();
+            let expect: Vec<(u64, u64, Vec<u8>)> = run
+                .appended
                 .iter()
-                .filter(|(_, s)| **s < cut)
-                .map(|(i, _)| {
-                    let (base, bytes) = &run.acked[i];
-                    (*i, *base, bytes.clone())
-                })
+                .filter(|(i, (_, last, _))| *last < durable || marked.contains(i))
+                .map(|(i, (base, _, bytes))| (*i, *base, bytes.clone()))
                 .collect();
             (*c, cut, files, expect)
         })
@@ -466,7 +518,7 @@ fn check_cuts(run: &Run, cuts: &[Cut], segment_bytes: u64) -> Result<(), String>
             }
             let what = format!("cut at {cut} ({c:?}), files {:?}", files.keys());
             let shard = StorageShard::new(ShardConfig::default());
-            let (log, _) = PartitionLog::open(&shard, &dir, log_config(segment_bytes))
+            let (log, _) = PartitionLog::open(&shard, &dir, log_config(segment_bytes, relaxed))
                 .await
                 .map_err(|e| format!("{what}: open failed: {e}"))?;
             let got: BTreeMap<u64, bytes::Bytes> =
@@ -516,21 +568,23 @@ proptest! {
     #[test]
     fn acknowledged_batches_survive_power_loss(case in case_strategy()) {
         let run = run_case(&case, false);
-        prop_assert_eq!(run.acked.len(), case.sizes.len());
-        if let Err(e) = check_cuts(&run, &case.cuts, case.segment_bytes) {
+        prop_assert_eq!(run.appended.len(), case.sizes.len());
+        if let Err(e) = check_cuts(&run, &case) {
             prop_assert!(false, "{}", e);
         }
     }
 }
 
 /// A fixed case: one appender, one segment, 8 batches; a cut right after
-/// each acknowledgement, with nothing unsynced surviving.
-fn fixed_case() -> Case {
+/// each acknowledgement, with nothing unsynced surviving. `flush_every` as
+/// in [`Case`].
+fn fixed_case(flush_every: Option<usize>) -> Case {
     Case {
         sizes: vec![100, 5000, 0, 9000, 300, 4096, 12_000, 17],
         appenders: 1,
         segment_bytes: 1 << 20,
         prealloc_step: 64 << 10,
+        flush_every,
         cuts: (0..8)
             .map(|k| Cut {
                 at: k as f64 / 8.0,
@@ -542,11 +596,17 @@ fn fixed_case() -> Case {
     }
 }
 
+/// Both ways of acknowledging: `append_acked` with `flush.messages=1`, and
+/// `flush()` every 2 batches with a large `flush.messages`.
+const FIXED_MODES: [Option<usize>; 2] = [None, Some(2)];
+
 #[test]
 fn the_fixed_case_passes_with_fdatasync() {
-    let case = fixed_case();
-    let run = run_case(&case, false);
-    check_cuts(&run, &case.cuts, case.segment_bytes).expect("no acknowledged batch lost");
+    for mode in FIXED_MODES {
+        let case = fixed_case(mode);
+        let run = run_case(&case, false);
+        check_cuts(&run, &case).expect("no acknowledged batch lost");
+    }
 }
 
 /// Break the thing on purpose: with the flush round's fdatasync skipped
@@ -554,11 +614,13 @@ fn the_fixed_case_passes_with_fdatasync() {
 /// acknowledged batch. This is what shows the test above can fail.
 #[test]
 fn a_skipped_fdatasync_is_caught() {
-    let case = fixed_case();
-    let run = run_case(&case, true);
-    let found = check_cuts(&run, &case.cuts, case.segment_bytes);
-    let e =
-        found.expect_err("a power loss after skipped fdatasyncs must lose acknowledged batches");
-    eprintln!("found, as it must: {e}");
-    assert!(e.contains("is lost") || e.contains("differs"), "{e}");
+    for mode in FIXED_MODES {
+        let case = fixed_case(mode);
+        let run = run_case(&case, true);
+        let found = check_cuts(&run, &case);
+        let e = found
+            .expect_err("a power loss after skipped fdatasyncs must lose acknowledged batches");
+        eprintln!("found, as it must ({mode:?}): {e}");
+        assert!(e.contains("is lost") || e.contains("differs"), "{e}");
+    }
 }
