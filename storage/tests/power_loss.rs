@@ -30,9 +30,12 @@
 //!
 //! The image is written to a fresh directory, opened with
 //! [`PartitionLog::open`], and every batch acknowledged before T must be
-//! readable at its offset with identical bytes. proptest draws the batch
-//! sizes, appenders, segment size, preallocation, the cut instants and the
-//! page subsets.
+//! readable at its offset with identical bytes. Some cases truncate the log
+//! (`truncate_to`, appends quiet) between two phases of appends: a batch
+//! it removes is no longer expected once it began, and once it returned no
+//! removed batch may come back. proptest draws the batch sizes, appenders,
+//! segment size, preallocation, flush policy, truncation, the cut instants
+//! and the page subsets.
 //!
 //! ## Proof that it catches the defect
 //! [`weir_storage::testing::set_skip_fdatasync`] makes the flush round skip
@@ -48,8 +51,9 @@
 //! * Directories other than the partition's: `open` fsyncs the parent when
 //!   it creates the partition directory, which this model does not see.
 //! * Operations other than append, roll, the flush round, producer
-//!   snapshots and close: truncation, retention and compaction swaps are
-//!   recorded by the same hooks but this harness does not drive them.
+//!   snapshots, `truncate_to` and close: retention, `delete_before` and
+//!   compaction swaps are recorded by the same hooks but this harness does
+//!   not drive them.
 //! * Lying devices (a sync that returns before the data is stable).
 
 mod common;
@@ -80,6 +84,8 @@ const FLUSH_MESSAGES_RELAXED: u64 = 1000;
 /// Mark tag bit of a `flush()` result (the rest is the durable offset it
 /// returned); other marks are batch numbers acknowledged by `append_acked`.
 const FLUSHED: u64 = 1 << 63;
+/// Mark tag of the start and the end of a `truncate_to`.
+const TRUNCATION: u64 = 1 << 62;
 
 /// What survives of the operations a sync did not cover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +120,10 @@ struct Case {
     /// only means written, and every `k`-th batch an appender calls
     /// `flush()`, whose returned durable offset is what is acknowledged.
     flush_every: Option<usize>,
+    /// `Some((fraction, back))`: after that fraction of the batches, the
+    /// log is truncated to `back` records before its end (appends quiet),
+    /// then the rest are appended.
+    truncate: Option<(f64, u64)>,
     cuts: Vec<Cut>,
 }
 
@@ -128,6 +138,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         prop_oneof![Just(16u64 << 10), Just(64 << 10), Just(1 << 20)],
         prop_oneof![Just(0u64), Just(64 << 10)],
         prop_oneof![Just(None), (1usize..8).prop_map(Some)],
+        prop_oneof![Just(None), (0.0..1.0f64, 0u64..40).prop_map(Some)],
         prop::collection::vec(
             (0.0..1.0f64, any::<bool>(), keep_strategy(), any::<u64>()).prop_map(
                 |(at, after_ack, keep, seed)| Cut {
@@ -141,12 +152,13 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         ),
     )
         .prop_map(
-            |(sizes, appenders, segment_bytes, prealloc_step, flush_every, cuts)| Case {
+            |(sizes, appenders, segment_bytes, prealloc_step, flush_every, truncate, cuts)| Case {
                 sizes,
                 appenders,
                 segment_bytes,
                 prealloc_step,
                 flush_every,
+                truncate,
                 cuts,
             },
         )
@@ -172,6 +184,12 @@ fn case_batch(i: u64, len: usize) -> bytes::BytesMut {
     batch(1 + (i % 3) as i32, &p, 1000 + i as i64)
 }
 
+/// The number `i` of a batch made by [`case_batch`].
+fn case_batch_number(stored: &[u8]) -> u64 {
+    let at = weir_proto::batch::HEADER_BYTES;
+    u64::from_be_bytes(stored[at..at + 8].try_into().expect("8 bytes"))
+}
+
 /// What the run recorded.
 struct Run {
     ops: Vec<(u64, IoOp)>,
@@ -179,6 +197,20 @@ struct Run {
     /// appended batch (which ones were acknowledged durably, and when, is
     /// in the journal's marks).
     appended: BTreeMap<u64, (u64, u64, Vec<u8>)>,
+    truncation: Option<Truncation>,
+}
+
+/// A `truncate_to` between the two phases of a run.
+#[derive(Debug, Clone, Copy)]
+struct Truncation {
+    /// Sequence numbers of the marks before and after it.
+    start: u64,
+    end: u64,
+    /// The log end it returned: batches of the first phase at or above it
+    /// are gone.
+    new_end: u64,
+    /// Batches of the first phase (numbers below this).
+    phase1: u64,
 }
 
 /// Runs the appends of `case` on a recorded directory.
@@ -188,7 +220,7 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
     std::fs::create_dir_all(&dir).unwrap();
     let case = case.clone();
     let (root, dir2) = (tmp.path().to_path_buf(), dir.clone());
-    let (ops, acked) = run_ret(move || async move {
+    let (ops, acked, truncation) = run_ret(move || async move {
         let (tmp, dir) = (root, dir2);
         weir_storage::testing::set_skip_fdatasync(skip_fdatasync);
         let journal = std::rc::Rc::new(Journal::record(&dir));
@@ -203,50 +235,75 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
         let next = std::rc::Rc::new(std::cell::Cell::new(0usize));
         let acked = std::rc::Rc::new(std::cell::RefCell::new(BTreeMap::new()));
         let sizes = std::rc::Rc::new(case.sizes.clone());
-        let tasks: Vec<_> = (0..case.appenders)
-            .map(|_| {
-                let flush_every = case.flush_every;
-                let (log, next, acked, sizes, journal) = (
-                    log.clone(),
-                    next.clone(),
-                    acked.clone(),
-                    sizes.clone(),
-                    journal.clone(),
-                );
-                glommio::spawn_local(async move {
-                    loop {
-                        let i = next.get();
-                        if i >= sizes.len() {
-                            break;
-                        }
-                        next.set(i + 1);
-                        let b = case_batch(i as u64, sizes[i]);
-                        let info = log.append_acked(b.clone()).await.expect("append");
-                        acked.borrow_mut().insert(
-                            i as u64,
-                            (
-                                info.base_offset,
-                                info.last_offset,
-                                stored(b, info.base_offset),
-                            ),
-                        );
-                        match flush_every {
-                            None => {
-                                journal.mark(i as u64);
+        // Appends batches `next..upto` with `case.appenders` tasks.
+        let append_upto = |upto: usize| {
+            let tasks: Vec<_> = (0..case.appenders)
+                .map(|_| {
+                    let flush_every = case.flush_every;
+                    let (log, next, acked, sizes, journal) = (
+                        log.clone(),
+                        next.clone(),
+                        acked.clone(),
+                        sizes.clone(),
+                        journal.clone(),
+                    );
+                    glommio::spawn_local(async move {
+                        loop {
+                            let i = next.get();
+                            if i >= upto {
+                                break;
                             }
-                            Some(k) if i % k == 0 => {
-                                let durable = log.flush().await.expect("flush");
-                                journal.mark(FLUSHED | durable);
+                            next.set(i + 1);
+                            let b = case_batch(i as u64, sizes[i]);
+                            let info = log.append_acked(b.clone()).await.expect("append");
+                            acked.borrow_mut().insert(
+                                i as u64,
+                                (
+                                    info.base_offset,
+                                    info.last_offset,
+                                    stored(b, info.base_offset),
+                                ),
+                            );
+                            match flush_every {
+                                None => {
+                                    journal.mark(i as u64);
+                                }
+                                Some(k) if i % k == 0 => {
+                                    let durable = log.flush().await.expect("flush");
+                                    journal.mark(FLUSHED | durable);
+                                }
+                                Some(_) => {}
                             }
-                            Some(_) => {}
                         }
-                    }
+                    })
                 })
-            })
-            .collect();
-        for t in tasks {
-            t.await;
+                .collect();
+            async move {
+                for t in tasks {
+                    t.await;
+                }
+            }
+        };
+        let phase1 = case
+            .truncate
+            .map_or(sizes.len(), |(f, _)| (f * sizes.len() as f64) as usize);
+        append_upto(phase1).await;
+        let mut truncation = None;
+        if let Some((_, back)) = case.truncate {
+            // With the appenders quiet (truncation is a follower's
+            // operation, not concurrent with acknowledged appends).
+            let to = log.log_end_offset().saturating_sub(back);
+            let start = journal.mark(TRUNCATION);
+            let new_end = log.truncate_to(to).await.expect("truncate");
+            let end = journal.mark(TRUNCATION);
+            truncation = Some(Truncation {
+                start,
+                end,
+                new_end,
+                phase1: phase1 as u64,
+            });
         }
+        append_upto(sizes.len()).await;
         // Closing waits for the producer-snapshot writer (on the blocking
         // pool), so nothing is written after the journal is taken. The cuts
         // fall anywhere, the close included.
@@ -257,7 +314,7 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
         weir_storage::testing::set_skip_fdatasync(false);
         let journal = std::rc::Rc::try_unwrap(journal).expect("one journal");
         let acked = acked.borrow().clone();
-        (journal.take(), acked)
+        (journal.take(), acked, truncation)
     });
     // The model's fidelity: with nothing lost, the rebuilt directory is the
     // real one (every file operation was recorded).
@@ -295,6 +352,7 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
     Run {
         ops,
         appended: acked,
+        truncation,
     }
 }
 
@@ -489,27 +547,50 @@ fn check_cuts(run: &Run, case: &Case) -> Result<(), String> {
             // Acknowledged before the cut: batches marked by append_acked,
             // and every batch below the highest offset flush() returned.
             let before = marks.iter().filter(|(s, _)| *s < cut);
-            let durable = before
-                .clone()
-                .filter(|(_, t)| t & FLUSHED != 0)
-                .map(|(_, t)| t & !FLUSHED)
-                .max()
-                .unwrap_or(0);
+            // A truncation that began before the cut may have removed the
+            // first phase's batches at or above its new end; one that ended
+            // before the cut has, for good.
+            // A durable offset flush() returned covers the batches appended
+            // before it: those of the first phase, and those of the second
+            // only if it returned after the truncation began.
+            let (phase1, t_start) = run
+                .truncation
+                .map_or((u64::MAX, u64::MAX), |t| (t.phase1, t.start));
+            let durable_after = |from: u64| {
+                before
+                    .clone()
+                    .filter(|(s, t)| *s >= from && t & FLUSHED != 0)
+                    .map(|(_, t)| t & !FLUSHED)
+                    .max()
+                    .unwrap_or(0)
+            };
+            let (durable1, durable2) = (durable_after(0), durable_after(t_start));
             let marked: Vec<u64> = before
-                .filter(|(_, t)| t & FLUSHED == 0)
+                .filter(|(_, t)| t & (FLUSHED | TRUNCATION) == 0)
                 .map(|(_, t)| *t)
                 .collect();
+            let cut_away = |i: u64, base: u64| {
+                run.truncation
+                    .is_some_and(|t| t.start < cut && i < t.phase1 && base >= t.new_end)
+            };
             let expect: Vec<(u64, u64, Vec<u8>)> = run
                 .appended
                 .iter()
-                .filter(|(i, (_, last, _))| *last < durable || marked.contains(i))
+                .filter(|(i, (base, last, _))| {
+                    let durable = if **i < phase1 { durable1 } else { durable2 };
+                    (*last < durable || marked.contains(i)) && !cut_away(**i, *base)
+                })
                 .map(|(i, (base, _, bytes))| (*i, *base, bytes.clone()))
                 .collect();
-            (*c, cut, files, expect)
+            let gone: Option<(u64, u64)> = run
+                .truncation
+                .filter(|t| t.end < cut)
+                .map(|t| (t.new_end, t.phase1));
+            (*c, cut, files, expect, gone)
         })
         .collect();
     run_ret(move || async move {
-        for (c, cut, files, expect) in images {
+        for (c, cut, files, expect, gone) in images {
             let tmp = tempfile::tempdir().unwrap();
             let dir = tmp.path().join("t-0");
             std::fs::create_dir_all(&dir).unwrap();
@@ -527,6 +608,18 @@ fn check_cuts(run: &Run, case: &Case) -> Result<(), String> {
                     .map_err(|e| format!("{what}: read failed: {e}"))?
                     .into_iter()
                     .collect();
+            // A completed truncation is durable: nothing it removed returns.
+            if let Some((new_end, phase1)) = gone {
+                for (base, b) in got.range(new_end..) {
+                    let i = case_batch_number(b);
+                    if i < phase1 {
+                        return Err(format!(
+                            "{what}: batch {i} at offset {base}, truncated away below \
+                             {new_end}, came back"
+                        ));
+                    }
+                }
+            }
             for (i, base, bytes) in &expect {
                 match got.get(base) {
                     Some(b) if b[..] == bytes[..] => {}
@@ -585,6 +678,7 @@ fn fixed_case(flush_every: Option<usize>) -> Case {
         segment_bytes: 1 << 20,
         prealloc_step: 64 << 10,
         flush_every,
+        truncate: None,
         cuts: (0..8)
             .map(|k| Cut {
                 at: k as f64 / 8.0,
