@@ -1293,16 +1293,15 @@ impl LogInner {
         // each step awaited before the next, so the order (and so the crash
         // safety) is the one described in the module docs.
         if !unchanged {
-            let cleaned = cleaned.clone();
             checkpoint::run_blocking(move || cleaned.iter().try_for_each(|p| remove_if_present(p)))
                 .await?;
             return Ok(false);
         }
         // Decide: `.cleaned` → `.swap`, the `.log` last.
         let (dir, finals) = (self.dir.clone(), [ip.clone(), tp.clone(), lp.clone()]);
-        let (d, f, c) = (dir.clone(), finals.clone(), cleaned.clone());
+        let (d, f) = (dir.clone(), finals.clone());
         checkpoint::run_blocking(move || {
-            for (p, c) in f.iter().zip(&c) {
+            for (p, c) in f.iter().zip(&cleaned) {
                 rename(c, &with_suffix(p, SWAP_SUFFIX))?;
             }
             checkpoint::sync_dir(&d)
