@@ -56,8 +56,7 @@
 //! files and index files with `std::fs`, probes extents with `lseek`, and
 //! may fsync the directory; it runs once per partition, at start-up or
 //! when the partition is created. `delete` removes the directory on the
-//! blocking pool. The cleaner reopens a swapped-in segment's index files
-//! with blocking reads (a few KiB).
+//! blocking pool.
 //!
 //! ## Concurrency
 //! Everything runs on the owning core. `append_lock` orders appends and

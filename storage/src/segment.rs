@@ -197,7 +197,13 @@ impl Segment {
         let [lp, ip, tp] = paths(dir, base);
         let lf = open_file(&lp, false).await?;
         let len = file_len(&lf, &lp).await?;
-        let (iraw, traw) = (read_index_file(&ip)?, read_index_file(&tp)?);
+        // Small files, read on the blocking pool: the cleaner opens a
+        // swapped-in segment on the event loop.
+        let (ipc, tpc) = (ip.clone(), tp.clone());
+        let (iraw, traw) = crate::checkpoint::run_blocking(move || {
+            Ok((read_index_file(&ipc)?, read_index_file(&tpc)?))
+        })
+        .await?;
         let mut index = OffsetIndex::decode(&iraw);
         let mut time_index = TimeIndex::decode(&traw);
         // Entry k of one index pairs with entry k of the other: keep the
