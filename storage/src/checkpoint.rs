@@ -2,8 +2,20 @@
 //!
 //! Both are tiny, written rarely (segment close, `delete_before`, shutdown)
 //! and replaced atomically: write a temporary file, fsync it, rename it over
-//! the old one, fsync the directory. They use blocking `std::fs` calls: each
-//! is a few hundred bytes on a cold path.
+//! the old one, fsync the directory. A crash (or power loss) at any point
+//! leaves either the old file or the new one, whole; `.tmp` leftovers are
+//! removed by `open`.
+//!
+//! ## Blocking calls and the event loop
+//! The file-system calls here (`open`, `write`, `fsync`, `rename`,
+//! `unlink`) block. The plain functions ([`write_atomic`], [`sync_dir`],
+//! [`remove_file`], [`Checkpoint::store`]) are for cold paths off a core's
+//! event loop — `PartitionLog::open`'s recovery, which blocks by design, and
+//! callers in other crates. Code running on a core's event loop (segment
+//! roll, flush round, truncation, retention, close, the cleaner) uses the
+//! `_async` forms, which run the same calls, in the same order, on glommio's
+//! blocking thread pool ([`run_blocking`]) so the core keeps serving while a
+//! directory fsync waits for the disk.
 //!
 //! ```text
 //! partition.checkpoint (32 bytes)        .clean_shutdown (24 bytes)
@@ -23,6 +35,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StorageError};
+use crate::testing::{self, IoOp};
 
 /// File name of the checkpoint.
 pub const CHECKPOINT_FILE: &str = "partition.checkpoint";
@@ -72,23 +85,103 @@ fn open_sealed(path: &Path, magic: &[u8; 8], len: usize) -> Result<Option<Vec<u8
     Ok(Some(bytes))
 }
 
-/// Writes `bytes` to `dir/name` atomically and durably.
+/// Writes `bytes` to `dir/name` atomically and durably (blocking; see
+/// [`write_atomic_async`] on a core's event loop).
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    testing::blocking_call("write_atomic");
     let tmp = dir.join(format!("{name}.tmp"));
     let dst = dir.join(name);
     let mut f = fs::File::create(&tmp).map_err(|e| StorageError::io("create", &tmp, e))?;
+    testing::note(|| IoOp::Create { path: tmp.clone() });
+    testing::note(|| IoOp::SetLen {
+        path: tmp.clone(),
+        len: 0,
+    });
     f.write_all(bytes)
-        .and_then(|_| f.sync_all())
         .map_err(|e| StorageError::io("write", &tmp, e))?;
+    testing::note(|| IoOp::Write {
+        path: tmp.clone(),
+        offset: 0,
+        data: bytes.to_vec(),
+    });
+    let issued = testing::issue_point();
+    f.sync_all()
+        .map_err(|e| StorageError::io("write", &tmp, e))?;
+    testing::note(|| IoOp::Sync {
+        path: tmp.clone(),
+        issued,
+    });
     fs::rename(&tmp, &dst).map_err(|e| StorageError::io("rename", &dst, e))?;
+    testing::note(|| IoOp::Rename {
+        from: tmp.clone(),
+        to: dst.clone(),
+    });
     sync_dir(dir)
 }
 
-/// fsyncs a directory so that creations, renames and unlinks in it are durable.
+/// fsyncs a directory so that creations, renames and unlinks in it are
+/// durable (blocking; see [`sync_dir_async`] on a core's event loop).
 pub fn sync_dir(dir: &Path) -> Result<()> {
+    testing::blocking_call("sync_dir");
+    let issued = testing::issue_point();
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| StorageError::io("fsync directory", dir, e))
+        .map_err(|e| StorageError::io("fsync directory", dir, e))?;
+    testing::note(|| IoOp::DirSync {
+        dir: dir.to_path_buf(),
+        issued,
+    });
+    Ok(())
+}
+
+/// Runs blocking file-system work on the current glommio executor's
+/// blocking thread pool and waits for it without blocking the core. Must be
+/// called on a glommio executor.
+pub async fn run_blocking<R: Send + 'static>(
+    work: impl FnOnce() -> Result<R> + Send + 'static,
+) -> Result<R> {
+    glommio::executor().spawn_blocking(work).await
+}
+
+/// [`write_atomic`] on the blocking pool (for a core's event loop).
+pub async fn write_atomic_async(dir: &Path, name: &str, bytes: Vec<u8>) -> Result<()> {
+    let (dir, name) = (dir.to_path_buf(), name.to_string());
+    run_blocking(move || write_atomic(&dir, &name, &bytes)).await
+}
+
+/// [`sync_dir`] on the blocking pool (for a core's event loop).
+pub async fn sync_dir_async(dir: &Path) -> Result<()> {
+    let dir = dir.to_path_buf();
+    run_blocking(move || sync_dir(&dir)).await
+}
+
+/// Removes files (absent ones are skipped), then fsyncs `dir` so the
+/// removals are durable; on the blocking pool (for a core's event loop).
+pub async fn remove_files_durably(dir: &Path, files: Vec<PathBuf>) -> Result<()> {
+    let dir = dir.to_path_buf();
+    run_blocking(move || {
+        for f in &files {
+            remove_file(f)?;
+        }
+        sync_dir(&dir)
+    })
+    .await
+}
+
+/// Removes a file (blocking); `Ok(false)` if it was not there. Not durable
+/// until the directory is synced.
+pub fn remove_file(path: &Path) -> Result<bool> {
+    testing::blocking_call("remove_file");
+    match fs::remove_file(path) {
+        Ok(()) => {
+            testing::note(|| IoOp::Remove {
+                path: path.to_path_buf(),
+            });
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(StorageError::io("remove", path, e)),
+    }
 }
 
 impl Checkpoint {
@@ -103,24 +196,42 @@ impl Checkpoint {
         }))
     }
 
-    /// Writes it atomically and durably.
-    pub fn store(&self, dir: &Path) -> Result<()> {
+    fn encode(&self) -> Vec<u8> {
         let mut body = Vec::with_capacity(32);
         body.extend_from_slice(CHECKPOINT_MAGIC);
         body.extend_from_slice(&VERSION.to_be_bytes());
         body.extend_from_slice(&self.log_start_offset.to_be_bytes());
         body.extend_from_slice(&self.recovery_point.to_be_bytes());
-        write_atomic(dir, CHECKPOINT_FILE, &seal(body))
+        seal(body)
+    }
+
+    /// Writes it atomically and durably (blocking).
+    pub fn store(&self, dir: &Path) -> Result<()> {
+        write_atomic(dir, CHECKPOINT_FILE, &self.encode())
+    }
+
+    /// Writes it atomically and durably, on the blocking pool.
+    pub async fn store_async(&self, dir: &Path) -> Result<()> {
+        write_atomic_async(dir, CHECKPOINT_FILE, self.encode()).await
     }
 }
 
-/// Writes the clean-shutdown marker.
-pub fn store_clean_marker(dir: &Path, log_end_offset: u64) -> Result<()> {
+fn clean_marker(log_end_offset: u64) -> Vec<u8> {
     let mut body = Vec::with_capacity(24);
     body.extend_from_slice(MARKER_MAGIC);
     body.extend_from_slice(&VERSION.to_be_bytes());
     body.extend_from_slice(&log_end_offset.to_be_bytes());
-    write_atomic(dir, CLEAN_SHUTDOWN_FILE, &seal(body))
+    seal(body)
+}
+
+/// Writes the clean-shutdown marker (blocking).
+pub fn store_clean_marker(dir: &Path, log_end_offset: u64) -> Result<()> {
+    write_atomic(dir, CLEAN_SHUTDOWN_FILE, &clean_marker(log_end_offset))
+}
+
+/// Writes the clean-shutdown marker, on the blocking pool.
+pub async fn store_clean_marker_async(dir: &Path, log_end_offset: u64) -> Result<()> {
+    write_atomic_async(dir, CLEAN_SHUTDOWN_FILE, clean_marker(log_end_offset)).await
 }
 
 /// Reads and removes the clean-shutdown marker, returning the log end offset
@@ -136,7 +247,7 @@ pub fn take_clean_marker(dir: &Path) -> Result<Option<u64>> {
             None
         }
     };
-    fs::remove_file(&path).map_err(|e| StorageError::io("remove", &path, e))?;
+    remove_file(&path)?;
     sync_dir(dir)?;
     Ok(found)
 }

@@ -188,8 +188,18 @@ impl CleanerCheckpoint {
         })
     }
 
-    /// Writes it atomically and durably.
+    /// Writes it atomically and durably (blocking; tests).
+    #[cfg(test)]
     pub fn store(&self, dir: &Path) -> Result<()> {
+        checkpoint::write_atomic(dir, CLEANER_CHECKPOINT_FILE, &self.encode())
+    }
+
+    /// Writes it atomically and durably, on the blocking pool.
+    pub async fn store_async(&self, dir: &Path) -> Result<()> {
+        checkpoint::write_atomic_async(dir, CLEANER_CHECKPOINT_FILE, self.encode()).await
+    }
+
+    fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(28 + self.cleaned_ms.len() * 16);
         b.extend_from_slice(CHECKPOINT_MAGIC);
         b.extend_from_slice(&CHECKPOINT_VERSION.to_be_bytes());
@@ -201,7 +211,7 @@ impl CleanerCheckpoint {
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_be_bytes());
-        checkpoint::write_atomic(dir, CLEANER_CHECKPOINT_FILE, &b)
+        b
     }
 }
 
@@ -449,12 +459,36 @@ fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
 }
 
 fn rename(from: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(from, to).map_err(|e| StorageError::io("rename", to, e))
+    crate::testing::blocking_call("rename");
+    std::fs::rename(from, to).map_err(|e| StorageError::io("rename", to, e))?;
+    crate::testing::note(|| crate::testing::IoOp::Rename {
+        from: from.to_path_buf(),
+        to: to.to_path_buf(),
+    });
+    Ok(())
+}
+
+/// Removes files on the blocking pool, ignoring failures (cleanup after an
+/// error; `open` removes `.cleaned` leftovers anyway).
+async fn remove_all_quietly(paths: Vec<PathBuf>) {
+    let _ = checkpoint::run_blocking(move || {
+        for p in &paths {
+            let _ = remove_if_present(p);
+        }
+        Ok(())
+    })
+    .await;
 }
 
 fn remove_if_present(p: &Path) -> Result<()> {
+    crate::testing::blocking_call("remove_if_present");
     match std::fs::remove_file(p) {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            crate::testing::note(|| crate::testing::IoOp::Remove {
+                path: p.to_path_buf(),
+            });
+            Ok(())
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(StorageError::io("remove", p, e)),
     }
@@ -786,7 +820,7 @@ impl PartitionLog {
             st.cleaner.first_dirty = st.cleaner.first_dirty.max(map_end);
             st.cleaner.clone()
         };
-        ckpt.store(&inner.dir)?;
+        ckpt.store_async(&inner.dir).await?;
         {
             let st = inner.state.borrow();
             report.size_after = st.segments.values().map(|s| s.size()).sum();
@@ -839,9 +873,7 @@ impl PartitionLog {
         };
         if let Err(e) = result {
             drop(out);
-            for p in &paths {
-                let _ = remove_if_present(p);
-            }
+            remove_all_quietly(paths.to_vec()).await;
             return Err(e);
         }
         if out.next_offset != end && !out.is_empty() {
@@ -852,9 +884,7 @@ impl PartitionLog {
                     out.next_offset
                 ),
             };
-            for p in &paths {
-                let _ = remove_if_present(p);
-            }
+            remove_all_quietly(paths.to_vec()).await;
             return Err(e);
         }
         report.bytes_written += out.size();
@@ -1194,9 +1224,7 @@ async fn finish_out(shard: &ShardInner, out: &mut Segment) -> Result<()> {
     out.cut_files_to_size();
     write_out(out).await?;
     for (f, p) in out.files() {
-        f.fdatasync()
-            .await
-            .map_err(|e| StorageError::io("fdatasync", p, e))?;
+        crate::tail_writer::fdatasync(&f, &p).await?;
         bump(&shard.counters.fdatasyncs, 1);
     }
     Ok(())
@@ -1261,29 +1289,40 @@ impl LogInner {
                     })
             })
         };
+        // Renames, removals and directory fsyncs run on the blocking pool,
+        // each step awaited before the next, so the order (and so the crash
+        // safety) is the one described in the module docs.
         if !unchanged {
-            for p in &cleaned {
-                remove_if_present(p)?;
-            }
+            checkpoint::run_blocking(move || cleaned.iter().try_for_each(|p| remove_if_present(p)))
+                .await?;
             return Ok(false);
         }
         // Decide: `.cleaned` → `.swap`, the `.log` last.
-        for (p, c) in [&ip, &tp, &lp].iter().zip(&cleaned) {
-            rename(c, &with_suffix(p, SWAP_SUFFIX))?;
-        }
-        checkpoint::sync_dir(&self.dir)?;
+        let (dir, finals) = (self.dir.clone(), [ip.clone(), tp.clone(), lp.clone()]);
+        let (d, f) = (dir.clone(), finals.clone());
+        checkpoint::run_blocking(move || {
+            for (p, c) in f.iter().zip(&cleaned) {
+                rename(c, &with_suffix(p, SWAP_SUFFIX))?;
+            }
+            checkpoint::sync_dir(&d)
+        })
+        .await?;
         fail_point("decided");
         // Carry out: the replaced segments go, the new one takes the name.
-        for s in &group[1..] {
-            for p in segment::paths(&self.dir, s.base) {
-                remove_if_present(&p)?;
-            }
-        }
+        let replaced: Vec<PathBuf> = group[1..]
+            .iter()
+            .flat_map(|s| segment::paths(&self.dir, s.base))
+            .collect();
+        checkpoint::run_blocking(move || replaced.iter().try_for_each(|p| remove_if_present(p)))
+            .await?;
         fail_point("replaced-removed");
-        for p in [&ip, &tp, &lp] {
-            rename(&with_suffix(p, SWAP_SUFFIX), p)?;
-        }
-        checkpoint::sync_dir(&self.dir)?;
+        checkpoint::run_blocking(move || {
+            for p in &finals {
+                rename(&with_suffix(p, SWAP_SUFFIX), p)?;
+            }
+            checkpoint::sync_dir(&dir)
+        })
+        .await?;
         let now = self.shard.clock.now_ms();
         let mut seg = Segment::open(&self.dir, base, now, self.shard.config.prealloc_step).await?;
         if !crate::log::trust_closed(&mut seg).await? {

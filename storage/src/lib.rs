@@ -36,6 +36,8 @@ pub mod producer_state;
 pub mod segment;
 pub mod shard;
 pub mod tail_writer;
+#[doc(hidden)]
+pub mod testing;
 pub mod time_index;
 
 pub use cache::{CacheStats, CACHE_BYTES_PER_CORE_DEFAULT};

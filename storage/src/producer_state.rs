@@ -445,11 +445,10 @@ impl ProducerStateTable {
     /// Removes `dir/producer.snapshot` durably, if present (blocking).
     pub fn remove_snapshot(dir: &Path) -> Result<()> {
         let path = dir.join(PRODUCER_SNAPSHOT_FILE);
-        match std::fs::remove_file(&path) {
-            Ok(()) => checkpoint::sync_dir(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(StorageError::io("remove", &path, e)),
+        if checkpoint::remove_file(&path)? {
+            checkpoint::sync_dir(dir)?;
         }
+        Ok(())
     }
 }
 

@@ -21,6 +21,7 @@ use weir_proto::batch::{self, BatchError, BatchHeader, HEADER_BYTES};
 use crate::error::{Result, StorageError};
 use crate::offset_index::{self, OffsetIndex};
 use crate::tail_writer::{TailWriter, WriteJob};
+use crate::testing::{self, IoOp};
 use crate::time_index::{self, TimeIndex};
 
 /// Bytes read per direct-I/O read while scanning a segment.
@@ -116,6 +117,11 @@ async fn open_file(path: &Path, create: bool) -> Result<Rc<DmaFile>> {
         .dma_open(path)
         .await
         .map_err(|e| StorageError::io("open", path, e))?;
+    if create {
+        testing::note(|| IoOp::Create {
+            path: path.to_path_buf(),
+        });
+    }
     Ok(Rc::new(f))
 }
 
@@ -126,6 +132,7 @@ async fn file_len(f: &DmaFile, path: &Path) -> Result<u64> {
 }
 
 fn read_index_file(path: &Path) -> Result<Vec<u8>> {
+    testing::blocking_call("read_index_file");
     match std::fs::read(path) {
         Ok(b) => Ok(b),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
@@ -155,8 +162,14 @@ impl Segment {
             f.truncate(0)
                 .await
                 .map_err(|e| StorageError::io("truncate", p, e))?;
+            testing::note(|| IoOp::SetLen {
+                path: p.clone(),
+                len: 0,
+            });
         }
-        crate::checkpoint::sync_dir(dir)?;
+        // The new names must be durable before data is acknowledged in
+        // them; off the event loop (this runs at every segment roll).
+        crate::checkpoint::sync_dir_async(dir).await?;
         Ok(Segment {
             base,
             next_offset: base,
@@ -184,7 +197,13 @@ impl Segment {
         let [lp, ip, tp] = paths(dir, base);
         let lf = open_file(&lp, false).await?;
         let len = file_len(&lf, &lp).await?;
-        let (iraw, traw) = (read_index_file(&ip)?, read_index_file(&tp)?);
+        // Small files, read on the blocking pool: the cleaner opens a
+        // swapped-in segment on the event loop.
+        let (ipc, tpc) = (ip.clone(), tp.clone());
+        let (iraw, traw) = crate::checkpoint::run_blocking(move || {
+            Ok((read_index_file(&ipc)?, read_index_file(&tpc)?))
+        })
+        .await?;
         let mut index = OffsetIndex::decode(&iraw);
         let mut time_index = TimeIndex::decode(&traw);
         // Entry k of one index pairs with entry k of the other: keep the
@@ -531,6 +550,66 @@ pub async fn read_range(
     let mut b = BytesMut::with_capacity(to - from);
     b.extend_from_slice(&r[from..to]);
     Ok(b.freeze())
+}
+
+/// Where the last data of `[from, to)` of a file ends, by the file
+/// system's extent map (`SEEK_DATA`/`SEEK_HOLE`): holes and preallocated,
+/// never-written extents are not data. Returns `to` if the file system
+/// cannot tell, `from` if the range holds no data. A blocking `lseek` (cold
+/// paths only); block granular, so the bytes before it may still be zeros.
+pub fn data_extent_end(file: &DmaFile, from: u64, to: u64) -> u64 {
+    use std::os::unix::io::AsRawFd;
+    let fd = file.as_raw_fd();
+    let mut pos = from;
+    let mut end = from;
+    while pos < to {
+        // SAFETY: lseek on a descriptor we own; reads and writes use
+        // positioned I/O, so moving the file offset affects nothing.
+        let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = std::io::Error::last_os_error();
+            return if e.raw_os_error() == Some(libc::ENXIO) {
+                end
+            } else {
+                to
+            };
+        }
+        let data = data as u64;
+        if data >= to {
+            break;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data as libc::off_t, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return to;
+        }
+        let hole = (hole as u64).min(to);
+        end = hole;
+        pos = hole;
+    }
+    end
+}
+
+/// Where the last non-zero byte of `[from, to)` of a file ends (`from` if
+/// every byte is zero): extents first ([`data_extent_end`]), then reading
+/// backwards in [`SCAN_CHUNK_BYTES`] chunks.
+pub async fn nonzero_end(
+    file: &DmaFile,
+    path: &Path,
+    align: u64,
+    from: u64,
+    to: u64,
+) -> Result<u64> {
+    let mut hi = data_extent_end(file, from, to);
+    while hi > from {
+        let lo = hi.saturating_sub(SCAN_CHUNK_BYTES).max(from);
+        let chunk = read_range(file, path, align, lo, hi - lo).await?;
+        if let Some(i) = chunk.iter().rposition(|&b| b != 0) {
+            return Ok(lo + i as u64 + 1);
+        }
+        hi = lo;
+    }
+    Ok(from)
 }
 
 /// Scans batches from `pos` (where the batch with base offset

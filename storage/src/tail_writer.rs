@@ -14,13 +14,14 @@
 //! across an `.await`. At most one job per writer is in flight (the log's
 //! I/O lock guarantees it).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use bytes::Bytes;
 use glommio::io::DmaFile;
 
 use crate::error::{Result, StorageError};
+use crate::testing::{self, IoOp};
 
 /// Alignment used for every direct-I/O write and read (at least the
 /// device's logical block size).
@@ -223,6 +224,19 @@ impl TailWriter {
     }
 }
 
+/// fdatasyncs a file (recorded for power-loss tests, see [`crate::testing`]).
+pub async fn fdatasync(file: &DmaFile, path: &Path) -> Result<()> {
+    let issued = testing::issue_point();
+    file.fdatasync()
+        .await
+        .map_err(|e| StorageError::io("fdatasync", path, e))?;
+    testing::note(|| IoOp::Sync {
+        path: path.to_path_buf(),
+        issued,
+    });
+    Ok(())
+}
+
 impl WriteJob {
     /// Runs the job: truncate, preallocate, then one aligned write.
     pub async fn run(self) -> Result<Written> {
@@ -235,12 +249,20 @@ impl WriteJob {
                 .truncate(len)
                 .await
                 .map_err(io("truncate", &self.path))?;
+            testing::note(|| IoOp::SetLen {
+                path: self.path.clone(),
+                len,
+            });
         }
         if let Some(to) = self.prealloc_to {
             self.file
                 .pre_allocate(to, false)
                 .await
                 .map_err(io("preallocate", &self.path))?;
+            testing::note(|| IoOp::Extend {
+                path: self.path.clone(),
+                len: to,
+            });
         }
         if self.pending.is_empty() {
             return Ok(Written {
@@ -314,8 +336,17 @@ impl WriteJob {
             .into_iter()
             .map(|(at, len, buf)| {
                 let file = self.file.clone();
+                let path = self.path.clone();
                 glommio::spawn_local(async move {
+                    let copy = testing::recording().then(|| buf.as_bytes().to_vec());
                     let n = file.write_at(buf, start + at).await?;
+                    if let Some(data) = copy {
+                        testing::note(|| IoOp::Write {
+                            path,
+                            offset: start + at,
+                            data: data[..n].to_vec(),
+                        });
+                    }
                     Ok::<_, glommio::GlommioError<()>>(n as u64 == len)
                 })
             })

@@ -750,3 +750,43 @@ fn h_a_segment_after_a_lost_tail_is_removed() {
         assert_eq!(rep.truncated_bytes, data.len() as u64, "{rep:?}");
     }
 }
+
+#[test]
+fn i_the_report_counts_the_data_cut_not_the_preallocated_rest() {
+    // A crashed log's active segment is preallocated (32 MiB by default)
+    // far past its data. Recovery must report the bytes of data after the
+    // valid end — up to the last non-zero byte — not the file's remainder.
+    const SEGMENT: u64 = 1 << 20;
+    /// Garbage right after the last batch, then (after a zero gap)
+    /// garbage again: `(bytes, gap, bytes)`.
+    const CASES: [(u64, u64, u64); 3] = [(300_000, 0, 0), (1000, 8192, 1000), (1, 0, 0)];
+    for (first, gap, second) in CASES {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t-0");
+        let expect = write_log(&path, 40, SEGMENT, Crash::Killed);
+        let active = active_log(&path);
+        let layout = batches_in(&active);
+        let (pos, _, len) = layout[layout.len() - 1];
+        let end = pos + len;
+        let file_len = std::fs::metadata(&active).unwrap().len();
+        let garbage = |seed: u64, n: u64| -> Vec<u8> {
+            let mut g = payload(seed, n as usize);
+            for b in &mut g {
+                *b |= 1;
+            }
+            g
+        };
+        write_at(&active, end, &garbage(1, first));
+        if second > 0 {
+            write_at(&active, end + first + gap, &garbage(2, second));
+        }
+        let cut = first + gap + second;
+        assert!(
+            file_len > end + cut + (1 << 20),
+            "the segment is preallocated past the garbage ({file_len} bytes)"
+        );
+        leave_unclean(&path, Crash::Killed);
+        let rep = reopen_and_check(&path, SEGMENT, expect);
+        assert_eq!(rep.truncated_bytes, cut, "{rep:?}");
+    }
+}

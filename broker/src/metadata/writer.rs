@@ -166,13 +166,13 @@ async fn store(core: &Core, view: &MetadataView) -> Result<(), TopicError> {
     let text = view
         .encode()
         .map_err(|e| TopicError::NotApplied(format!("{e:#}")))?;
-    let dir = core.shared.config.data_dir.clone();
-    glommio::executor()
-        .spawn_blocking(move || {
-            weir_storage::checkpoint::write_atomic(&dir, REGISTRY_FILE, text.as_bytes())
-        })
-        .await
-        .map_err(|e| TopicError::NotApplied(format!("storing the metadata failed: {e}")))
+    weir_storage::checkpoint::write_atomic_async(
+        &core.shared.config.data_dir,
+        REGISTRY_FILE,
+        text.into_bytes(),
+    )
+    .await
+    .map_err(|e| TopicError::NotApplied(format!("storing the metadata failed: {e}")))
 }
 
 /// Stops taking changes (shutdown): queued ones are answered "stopped".

@@ -3,7 +3,6 @@
 //! Everything here runs on the owner core; requests from other cores reach
 //! it through `crate::service::remote`.
 
-
 use bytes::{Bytes, BytesMut};
 use weir_storage::{AppendInfo, CleanReport, PartitionLog};
 
