@@ -32,7 +32,7 @@ use weir_proto::api::ApiKey;
 use weir_proto::error_code::ErrorCode;
 use weir_proto::frame;
 
-use crate::server::limits::{PIPELINE_MAX, READ_CHUNK_BYTES};
+use crate::server::limits::{FRAME_RESERVE_AHEAD_BYTES, PIPELINE_MAX, READ_CHUNK_BYTES};
 use crate::service::Ctx;
 use crate::shard::Core;
 
@@ -206,7 +206,17 @@ pub async fn serve<P: Protocol>(
         let need = loop {
             match proto.frame_len(&buf, max) {
                 Ok(Some(n)) if buf.len() >= n => break Some(n),
-                Ok(_) => {}
+                Ok(Some(n)) => {
+                    // Room for the frame, at most FRAME_RESERVE_AHEAD_BYTES
+                    // beyond what arrived: a typical request is read without
+                    // reallocating, a large declared length costs nothing
+                    // until its bytes come.
+                    let want = n.min(buf.len() + FRAME_RESERVE_AHEAD_BYTES);
+                    if buf.capacity() < want {
+                        buf.reserve(want - buf.len());
+                    }
+                }
+                Ok(None) => {}
                 Err((_, answer)) => {
                     tracing::warn!(%peer, "closing connection: bad frame");
                     active.set(active.get() + 1);

@@ -10,6 +10,9 @@ pub const INFLIGHT_BYTES_PER_CORE: u64 = 512 << 20;
 /// Bytes read from a socket at a time (and so the most a connection reads
 /// beyond its share of [`INFLIGHT_BYTES_PER_CORE`]).
 pub const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Buffer reserved ahead for a frame whose length is known, beyond the
+/// bytes already read (memory is reserved, not yet used or counted).
+pub const FRAME_RESERVE_AHEAD_BYTES: usize = 1 << 20;
 /// Requests of one connection in progress at once (read, not yet
 /// answered). Beyond this the connection is not read until the oldest is
 /// answered.
