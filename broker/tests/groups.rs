@@ -985,3 +985,121 @@ fn a_held_heartbeat_replaced_by_a_newer_one_of_the_same_member_is_answered_at_on
     });
     b.stop();
 }
+
+/// The partitions of an answer, as (topic, partition) pairs.
+fn parts(list: &[weir_proto::messages::TopicPartitions]) -> BTreeSet<(String, u32)> {
+    list.iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.clone(), *p)))
+        .collect()
+}
+
+/// A owns 4 partitions; B joins, A releases what moves to B, B is answered
+/// its share; C joins *before B's next heartbeat*. The sticky target now
+/// splits B's share between B and C — but B was handed those partitions
+/// and may already be consuming them, so C must not be handed any of them
+/// until B has heard of the change and released them (this used to hand
+/// C a partition B was still entitled to, and both could commit it).
+#[test]
+fn a_partition_handed_out_but_not_yet_reported_is_not_handed_out_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("abc", 4, vec![]).await.unwrap();
+        produce(&admin, "abc", 4, 5, now_ms()).await;
+        let c = Client::connect(b.addr).await.unwrap();
+        let join = |id: &str| JoinGroupRequest {
+            group: "abc-group".into(),
+            member_id: String::new(),
+            client_id: id.into(),
+            topics: vec!["abc".into()],
+            assignor: "cooperative-sticky".into(),
+            session_timeout_ms: 60_000,
+            max_poll_interval_ms: 60_000,
+        };
+        let hb = |id: &str, generation: i32, owned: &[weir_proto::messages::TopicPartitions]| {
+            HeartbeatRequest {
+                group: "abc-group".into(),
+                member_id: id.into(),
+                generation,
+                owned: owned.to_vec(),
+                since_poll_ms: 0,
+                wait_ms: 0,
+            }
+        };
+        // A joins and takes all 4.
+        let a = c.join_group(join("a")).await.unwrap();
+        assert_eq!(parts(&a.assignment).len(), 4);
+        let a1 = c
+            .heartbeat(hb(&a.member_id, a.generation, &a.assignment))
+            .await
+            .unwrap();
+        // B joins: nothing free yet (A owns everything).
+        let bj = c.join_group(join("b")).await.unwrap();
+        assert!(parts(&bj.assignment).is_empty());
+        // A learns its new share and releases the rest.
+        let a2 = c
+            .heartbeat(hb(&a.member_id, a1.generation, &a1.assignment))
+            .await
+            .unwrap();
+        assert_eq!(parts(&a2.assignment).len(), 2);
+        let a3 = c
+            .heartbeat(hb(&a.member_id, a2.generation, &a2.assignment))
+            .await
+            .unwrap();
+        // B is answered its share (and may start consuming it).
+        let b1 = c
+            .heartbeat(hb(&bj.member_id, bj.generation, &[]))
+            .await
+            .unwrap();
+        let b_share = parts(&b1.assignment);
+        assert_eq!(b_share.len(), 2);
+        // C joins before B's next heartbeat.
+        let cj = c.join_group(join("c")).await.unwrap();
+        let c_share = parts(&cj.assignment);
+        assert!(
+            c_share.is_disjoint(&b_share),
+            "C was handed {c_share:?} while B still holds {b_share:?}"
+        );
+        // C cannot commit a partition B holds.
+        let (topic, p) = b_share.iter().next().unwrap().clone();
+        let e = c
+            .commit_offsets(
+                "abc-group",
+                &cj.member_id,
+                cj.generation,
+                vec![CommitOffset {
+                    topic,
+                    partition: p,
+                    offset: 1,
+                    metadata: None,
+                }],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::IllegalGeneration), "{e}");
+        // B hears of the change, takes what it was handed, and releases
+        // what moves to C; then C gets it.
+        let b2 = c
+            .heartbeat(hb(&bj.member_id, b1.generation, &b1.assignment))
+            .await
+            .unwrap();
+        let b3 = c
+            .heartbeat(hb(&bj.member_id, b2.generation, &b2.assignment))
+            .await
+            .unwrap();
+        let c1 = c
+            .heartbeat(hb(&cj.member_id, cj.generation, &cj.assignment))
+            .await
+            .unwrap();
+        let (a_now, b_now, c_now) = (
+            parts(&a3.assignment),
+            parts(&b3.assignment),
+            parts(&c1.assignment),
+        );
+        assert!(a_now.is_disjoint(&b_now) && b_now.is_disjoint(&c_now));
+        assert!(a_now.is_disjoint(&c_now));
+        assert!(!c_now.is_empty(), "C got its share once B released it");
+        assert_eq!(a_now.len() + b_now.len() + c_now.len(), 4);
+    });
+}

@@ -14,8 +14,10 @@
 //! assignor whenever membership, subscriptions or partition counts change
 //! (each change of the target is a new generation), and answers each
 //! heartbeat with the member's target minus the partitions another member
-//! still reports owning: a partition moves only after its previous owner
-//! released it, so two members never own one partition. Eager assignors
+//! still reports owning or was last handed (answered): a partition moves
+//! only after its previous owner heard of the change and released it, so
+//! two members are never handed one partition, and only the member it was
+//! handed to may commit it. Eager assignors
 //! (`range`, `roundrobin`) additionally make members revoke everything on
 //! a new generation (client side); `cooperative-sticky` revokes only what
 //! moves. A heartbeat whose answer would not change anything is held
@@ -202,8 +204,12 @@ struct Member {
     /// The generation at which it joined: commits from older ones are
     /// refused.
     joined_generation: i32,
-    /// What it reported owning in its last heartbeat.
+    /// What it reported owning in its last heartbeat (the client's word).
     owned: BTreeSet<Tp>,
+    /// What the coordinator last answered it may own (the server's word):
+    /// no other member is handed a partition while it is here or in
+    /// `owned`, so handed sets never overlap.
+    handed: BTreeSet<Tp>,
     /// Ends its held heartbeat.
     waiter: Option<oneshot::Sender<()>>,
 }
@@ -236,20 +242,36 @@ impl Group {
         }
     }
 
-    /// What `member` may own now: its target minus what others own.
+    /// What `member` may own now: its target minus what any other member
+    /// owns or was handed and has not yet been told to give up — a
+    /// partition handed to one member and not yet reported owned by it
+    /// is not handed to another (the interleaving of
+    /// `a_partition_handed_out_but_not_yet_reported_is_not_handed_out_again`).
     fn allowed(&self, member: &str) -> BTreeSet<Tp> {
         let Some(t) = self.target.get(member) else {
             return BTreeSet::new();
         };
         t.iter()
             .filter(|tp| {
-                !self
-                    .members
-                    .iter()
-                    .any(|(id, m)| id != member && m.owned.contains(*tp))
+                !self.members.iter().any(|(id, m)| {
+                    id != member && (m.owned.contains(*tp) || m.handed.contains(*tp))
+                })
             })
             .cloned()
             .collect()
+    }
+
+    /// Whether `member` may commit `tp`: handed to it (or owned by it,
+    /// while it gives the partition up), and handed to no other member.
+    fn may_commit(&self, member: &str, tp: &Tp) -> bool {
+        let Some(m) = self.members.get(member) else {
+            return false;
+        };
+        (m.handed.contains(tp) || m.owned.contains(tp))
+            && !self
+                .members
+                .iter()
+                .any(|(id, o)| id != member && o.handed.contains(tp))
     }
 
     fn wake_all(&mut self) {
@@ -260,14 +282,20 @@ impl Group {
         }
     }
 
-    fn answer(&self, member: &str) -> GroupAssignment {
+    /// The answer to `member` (recorded as what it was handed).
+    fn answer(&mut self, member: &str) -> GroupAssignment {
+        let allowed = self.allowed(member);
+        let assignment = to_wire(&allowed);
+        if let Some(m) = self.members.get_mut(member) {
+            m.handed = allowed;
+        }
         GroupAssignment {
             error: 0,
             message: None,
             member_id: member.to_string(),
             generation: self.generation,
             assignor: self.assignor.clone(),
-            assignment: to_wire(&self.allowed(member)),
+            assignment,
             heartbeat_interval_ms: self.members.get(member).map_or(0, |m| {
                 (m.session_timeout.as_millis() as u32 / 3).clamp(1, HEARTBEAT_INTERVAL_MS_MAX)
             }),
@@ -561,6 +589,7 @@ fn join(core: &Rc<Core>, r: &JoinGroupRequest) -> Result<GroupAssignment, Refusa
         last_heartbeat: Instant::now(),
         joined_generation: joined,
         owned: BTreeSet::new(),
+        handed: BTreeSet::new(),
         waiter: None,
     });
     m.topics = r.topics.iter().cloned().collect();
@@ -654,8 +683,8 @@ async fn heartbeat(core: &Rc<Core>, r: &HeartbeatRequest) -> Result<GroupAssignm
             // one at once. (Re-registering would replace that one's
             // waiter in turn, and the two would wake each other in a busy
             // loop that kept the core at 100 % until a hold ran out.)
-            let groups = core.groups.groups.borrow();
-            let Some(g) = groups.get(&r.group) else {
+            let mut groups = core.groups.groups.borrow_mut();
+            let Some(g) = groups.get_mut(&r.group) else {
                 return Err(unknown_member(&r.group, &r.member_id));
             };
             if !g.members.contains_key(&r.member_id) {
@@ -807,9 +836,8 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
                     ),
                 ));
             }
-            let allowed = g.allowed(&r.member_id);
             for (i, tp) in tps.iter().enumerate() {
-                if !m.owned.contains(tp) && !allowed.contains(tp) {
+                if !g.may_commit(&r.member_id, tp) {
                     errors[i] = Some((
                         ErrorCode::IllegalGeneration.as_u16(),
                         format!(
