@@ -1103,3 +1103,57 @@ fn a_partition_handed_out_but_not_yet_reported_is_not_handed_out_again() {
         assert_eq!(a_now.len() + b_now.len() + c_now.len(), 4);
     });
 }
+
+/// A rejoin with a member id the group does not know is refused and
+/// leaves no empty group behind; commits are bounded; the internal topic's
+/// configs cannot be changed by clients.
+#[test]
+fn bad_group_requests_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let c = Client::connect(b.addr).await.unwrap();
+        c.create_topic("bounded", 1, vec![]).await.unwrap();
+        let e = c
+            .join_group(JoinGroupRequest {
+                group: "phantom".into(),
+                member_id: "made-up".into(),
+                client_id: "x".into(),
+                topics: vec!["bounded".into()],
+                assignor: "range".into(),
+                session_timeout_ms: 10_000,
+                max_poll_interval_ms: 10_000,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::UnknownMemberId), "{e}");
+        let groups = c.list_groups().await.unwrap();
+        assert!(
+            groups.iter().all(|g| g.group != "phantom"),
+            "a phantom group was left: {groups:?}"
+        );
+        let offsets: Vec<CommitOffset> = (0..10_001)
+            .map(|p| CommitOffset {
+                topic: "bounded".into(),
+                partition: p,
+                offset: 0,
+                metadata: None,
+            })
+            .collect();
+        let e = c
+            .commit_offsets("bounded-group", "", -1, offsets)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::InvalidRequest), "{e}");
+        assert!(e.to_string().contains("at most 10000"), "{e}");
+        let e = c
+            .alter_configs(
+                "__consumer_offsets",
+                vec![("cleanup.policy".into(), "delete".into())],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::InvalidConfig), "{e}");
+        assert!(e.to_string().contains("internal"), "{e}");
+    });
+}

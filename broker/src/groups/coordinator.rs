@@ -70,6 +70,10 @@ pub const HEARTBEAT_INTERVAL_MS_MAX: u32 = 3000;
 pub const EXPIRY_CHECK_MS: u64 = 100;
 /// Most members of one group.
 pub const GROUP_MEMBERS_MAX: usize = 10_000;
+/// Most topics one member may subscribe to.
+pub const MEMBER_TOPICS_MAX: usize = 10_000;
+/// Most offsets in one commit.
+pub const COMMIT_OFFSETS_MAX: usize = 10_000;
 
 const _: () = assert!(SESSION_TIMEOUT_MS_MIN < SESSION_TIMEOUT_MS_MAX);
 const _: () = assert!(EXPIRY_CHECK_MS < SESSION_TIMEOUT_MS_MIN as u64 * 2);
@@ -313,6 +317,9 @@ pub struct Groups {
     loaded: Cell<bool>,
     /// Log end offsets learnt from partition owners, for commit checks.
     log_ends: RefCell<HashMap<Tp, u64>>,
+    /// One commit at a time per group (only groups with a commit in
+    /// progress have an entry).
+    commit_locks: RefCell<HashMap<String, Rc<glommio::sync::Semaphore>>>,
 }
 
 impl Groups {
@@ -352,6 +359,25 @@ impl Groups {
         let mut cache = self.log_ends.borrow_mut();
         for tp in deleted {
             cache.remove(tp);
+        }
+    }
+
+    /// The commit lock of a group.
+    fn commit_lock(&self, group: &str) -> Rc<glommio::sync::Semaphore> {
+        self.commit_locks
+            .borrow_mut()
+            .entry(group.to_string())
+            .or_insert_with(|| Rc::new(glommio::sync::Semaphore::new(1)))
+            .clone()
+    }
+
+    /// Forgets a group's commit lock once no commit holds or waits for it.
+    fn release_commit_lock(&self, lock: &Rc<glommio::sync::Semaphore>) {
+        // Held here by the map, the caller, and any waiting commit.
+        if Rc::strong_count(lock) <= 2 {
+            self.commit_locks
+                .borrow_mut()
+                .retain(|_, l| !Rc::ptr_eq(l, lock));
         }
     }
 
@@ -543,13 +569,18 @@ fn join(core: &Rc<Core>, r: &JoinGroupRequest) -> Result<GroupAssignment, Refusa
             ),
         ));
     }
-    if r.topics.is_empty() {
+    if r.topics.is_empty() || r.topics.len() > MEMBER_TOPICS_MAX {
         return Err(Refusal(
             ErrorCode::InvalidRequest.as_u16(),
-            "a member must subscribe to at least one topic".into(),
+            format!("a member must subscribe to 1 to {MEMBER_TOPICS_MAX} topics"),
         ));
     }
     let mut groups = core.groups.groups.borrow_mut();
+    if !r.member_id.is_empty() && !groups.contains_key(&r.group) {
+        // A rejoin with an id the group does not know: refused without
+        // leaving an empty group behind.
+        return Err(unknown_member(&r.group, &r.member_id));
+    }
     let g = groups.entry(r.group.clone()).or_default();
     if !g.members.is_empty() && g.assignor != r.assignor {
         return Err(Refusal(
@@ -797,6 +828,86 @@ async fn checked_log_ends(
 }
 
 async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommitResponse, Refusal> {
+    if r.offsets.len() > COMMIT_OFFSETS_MAX {
+        return Err(Refusal(
+            ErrorCode::InvalidRequest.as_u16(),
+            format!(
+                "a commit of {} offsets; at most {COMMIT_OFFSETS_MAX}",
+                r.offsets.len()
+            ),
+        ));
+    }
+    // One commit of a group at a time, from its checks to its append: no
+    // check is stale when the record lands, and records land in the order
+    // they were checked.
+    let lock = core.groups.commit_lock(&r.group);
+    let _serial = lock
+        .acquire_permit(1)
+        .await
+        .map_err(|e| Refusal(ErrorCode::StorageError.as_u16(), e.to_string()))?;
+    let r = commit_checked(core, r).await;
+    core.groups.release_commit_lock(&lock);
+    r
+}
+
+/// The member's right to commit, checked now (before and again after the
+/// log-end lookup, which waits).
+fn check_member(
+    core: &Core,
+    r: &OffsetCommitRequest,
+    tps: &[Tp],
+    errors: &mut [Option<(u16, String)>],
+) -> Result<(), Refusal> {
+    let groups = core.groups.groups.borrow();
+    let g = groups.get(&r.group);
+    if r.member_id.is_empty() && r.generation < 0 {
+        // An admin commit (e.g. `weir group reset`): only without
+        // active members.
+        if let Some(g) = g.filter(|g| !g.members.is_empty()) {
+            return Err(Refusal(
+                ErrorCode::GroupNotEmpty.as_u16(),
+                format!(
+                    "group `{}` has {} active members: stop them before changing its offsets",
+                    r.group,
+                    g.members.len()
+                ),
+            ));
+        }
+        return Ok(());
+    }
+    let g = g.ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
+    let m = g
+        .members
+        .get(&r.member_id)
+        .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
+    if r.generation > g.generation || r.generation < m.joined_generation {
+        return Err(Refusal(
+            ErrorCode::IllegalGeneration.as_u16(),
+            format!(
+                "generation {} of member `{}` is not current (group `{}` is at \
+                 generation {}; the member joined at {})",
+                r.generation, r.member_id, r.group, g.generation, m.joined_generation
+            ),
+        ));
+    }
+    for (i, tp) in tps.iter().enumerate() {
+        if !g.may_commit(&r.member_id, tp) {
+            errors[i].get_or_insert((
+                ErrorCode::IllegalGeneration.as_u16(),
+                format!(
+                    "{}-{} is not assigned to member `{}` in generation {}",
+                    tp.0, tp.1, r.member_id, g.generation
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn commit_checked(
+    core: &Rc<Core>,
+    r: &OffsetCommitRequest,
+) -> Result<OffsetCommitResponse, Refusal> {
     let tps: Vec<Tp> = r
         .offsets
         .iter()
@@ -804,51 +915,7 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
         .collect();
     // Per offset: an error, or None if it may be written.
     let mut errors: Vec<Option<(u16, String)>> = vec![None; tps.len()];
-    {
-        let groups = core.groups.groups.borrow();
-        let g = groups.get(&r.group);
-        if r.member_id.is_empty() && r.generation < 0 {
-            // An admin commit (e.g. `weir group reset`): only without
-            // active members.
-            if let Some(g) = g.filter(|g| !g.members.is_empty()) {
-                return Err(Refusal(
-                    ErrorCode::GroupNotEmpty.as_u16(),
-                    format!(
-                        "group `{}` has {} active members: stop them before changing its offsets",
-                        r.group,
-                        g.members.len()
-                    ),
-                ));
-            }
-        } else {
-            let g = g.ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
-            let m = g
-                .members
-                .get(&r.member_id)
-                .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
-            if r.generation > g.generation || r.generation < m.joined_generation {
-                return Err(Refusal(
-                    ErrorCode::IllegalGeneration.as_u16(),
-                    format!(
-                        "generation {} of member `{}` is not current (group `{}` is at \
-                         generation {}; the member joined at {})",
-                        r.generation, r.member_id, r.group, g.generation, m.joined_generation
-                    ),
-                ));
-            }
-            for (i, tp) in tps.iter().enumerate() {
-                if !g.may_commit(&r.member_id, tp) {
-                    errors[i] = Some((
-                        ErrorCode::IllegalGeneration.as_u16(),
-                        format!(
-                            "{}-{} is not assigned to member `{}` in generation {}",
-                            tp.0, tp.1, r.member_id, g.generation
-                        ),
-                    ));
-                }
-            }
-        }
-    }
+    check_member(core, r, &tps, &mut errors)?;
     for (i, o) in r.offsets.iter().enumerate() {
         if o.metadata
             .as_ref()
@@ -861,6 +928,9 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
         }
     }
     let ends = checked_log_ends(core, &r.offsets, &tps).await;
+    // The lookup waited: the member may have been fenced or lost a
+    // partition meanwhile.
+    check_member(core, r, &tps, &mut errors)?;
     let ts = core.storage.now_ms();
     let mut records = Vec::new();
     let mut accepted = Vec::new();
