@@ -1157,3 +1157,77 @@ fn bad_group_requests_leave_nothing_behind() {
         assert!(e.to_string().contains("internal"), "{e}");
     });
 }
+
+/// Offsets committed by a group (0 if it does not exist).
+async fn committed(c: &Client, g: &str) -> usize {
+    c.committed_offsets(g, None)
+        .await
+        .map(|v| v.len())
+        .unwrap_or(0)
+}
+
+/// An empty group is removed with its offsets once `--offsets-retention-ms`
+/// passed since its last commit (tombstones written, so it stays gone
+/// after a restart), and the offsets of a deleted topic are purged at once.
+#[test]
+fn empty_groups_expire_and_offsets_of_deleted_topics_are_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--offsets-retention-ms", "1500"];
+    let b = Broker::start_with(dir.path(), 2, &args);
+    runtime().block_on(async {
+        let c = Client::connect(b.addr).await.unwrap();
+        for t in ["kept", "gone"] {
+            c.create_topic(t, 1, vec![]).await.unwrap();
+            produce(&c, t, 1, 5, now_ms()).await;
+        }
+        let offset = |t: &str| CommitOffset {
+            topic: t.into(),
+            partition: 0,
+            offset: 3,
+            metadata: None,
+        };
+        c.commit_offsets("g-kept", "", -1, vec![offset("kept")])
+            .await
+            .unwrap();
+        c.commit_offsets("g-gone", "", -1, vec![offset("gone"), offset("kept")])
+            .await
+            .unwrap();
+        assert_eq!(committed(&c, "g-gone").await, 2);
+        c.delete_topic("gone").await.unwrap();
+        assert_eq!(
+            committed(&c, "g-gone").await,
+            1,
+            "the deleted topic's offset is purged when the deletion is acknowledged"
+        );
+        // Both groups are empty: they expire after the retention.
+        let t0 = Instant::now();
+        loop {
+            let groups = c.list_groups().await.unwrap();
+            if groups.iter().all(|g| !g.group.starts_with("g-")) {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "groups not expired: {groups:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            t0.elapsed() >= Duration::from_millis(1000),
+            "expired too early"
+        );
+        assert_eq!(committed(&c, "g-kept").await, 0);
+    });
+    assert_eq!(b.stop().code(), Some(0));
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let c = Client::connect(b.addr).await.unwrap();
+        let groups = c.list_groups().await.unwrap();
+        assert!(
+            groups.iter().all(|g| !g.group.starts_with("g-")),
+            "expired groups came back after a restart: {groups:?}"
+        );
+        assert_eq!(committed(&c, "g-kept").await, 0);
+        assert_eq!(committed(&c, "g-gone").await, 0);
+    });
+}

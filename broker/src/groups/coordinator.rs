@@ -229,6 +229,11 @@ struct Group {
     /// with.
     counts: BTreeMap<String, u32>,
     offsets: BTreeMap<Tp, OffsetValue>,
+    /// When the group last lost its last member (ms since the epoch), or
+    /// was loaded without members; `None` while it has members.
+    empty_since_ms: Option<i64>,
+    /// Its removal (retention) is in progress.
+    expiring: bool,
 }
 
 impl Group {
@@ -1143,5 +1148,92 @@ pub async fn expiry_loop(core: Rc<Core>) {
                 rebalance(&core, name, g);
             }
         }
+        let expired = expired_groups(&core, &mut groups);
+        drop(groups);
+        for name in expired {
+            let core = core.clone();
+            glommio::spawn_local(async move {
+                let r = DeleteGroupRequest { group: name.clone() };
+                match delete(&core, &r).await {
+                    Ok(_) => tracing::info!(group = %name, "empty group and its offsets expired (--offsets-retention-ms)"),
+                    Err(e) => {
+                        tracing::debug!(group = %name, error = %e.1, "group not expired");
+                        if let Some(g) = core.groups.groups.borrow_mut().get_mut(&name) {
+                            g.expiring = false;
+                        }
+                    }
+                }
+            })
+            .detach();
+        }
+    }
+}
+
+/// The groups past their retention: no members, and neither a commit nor
+/// a member for `offsets_retention_ms` (marked as expiring). A group that
+/// just became empty starts its retention now.
+fn expired_groups(core: &Core, groups: &mut HashMap<String, Group>) -> Vec<String> {
+    let now = core.storage.now_ms();
+    let retention = core.shared.config.offsets_retention_ms as i64;
+    let mut out = Vec::new();
+    for (name, g) in groups.iter_mut() {
+        if !g.members.is_empty() {
+            g.empty_since_ms = None;
+            continue;
+        }
+        let since = *g.empty_since_ms.get_or_insert(now);
+        let last_commit = g.offsets.values().map(|o| o.commit_timestamp).max();
+        let last = last_commit.map_or(since, |c| c.max(since));
+        if !g.expiring && now - last > retention {
+            g.expiring = true;
+            out.push(name.clone());
+        }
+    }
+    out
+}
+
+/// Tombstones the committed offsets of deleted partitions in every group
+/// this core coordinates (a topic deleted and created again starts
+/// without them).
+pub fn purge_deleted(core: &Rc<Core>, deleted: &[(String, u32)]) {
+    if deleted.is_empty() {
+        return;
+    }
+    let gone: BTreeSet<&Tp> = deleted.iter().collect();
+    let mut work = Vec::new();
+    for (name, g) in core.groups.groups.borrow_mut().iter_mut() {
+        let tps: Vec<Tp> = g
+            .offsets
+            .keys()
+            .filter(|tp| gone.contains(tp))
+            .cloned()
+            .collect();
+        if tps.is_empty() {
+            continue;
+        }
+        for tp in &tps {
+            g.offsets.remove(tp);
+        }
+        work.push((name.clone(), tps));
+    }
+    for (group, tps) in work {
+        let core = core.clone();
+        glommio::spawn_local(async move {
+            let keys = tps
+                .into_iter()
+                .map(|(topic, partition)| {
+                    let key = RecordKey::Offset {
+                        group: group.clone(),
+                        topic,
+                        partition,
+                    };
+                    (key, None)
+                })
+                .collect();
+            if let Err(e) = store::write_records(&core, &group, keys).await {
+                tracing::warn!(group = %group, error = %e, "purging offsets of a deleted topic failed");
+            }
+        })
+        .detach();
     }
 }

@@ -27,6 +27,9 @@ pub const MAX_FRAME_BYTES_DEFAULT: u32 = 100 << 20;
 /// Default partition count of `__consumer_offsets` (used when the broker
 /// creates it; fixed afterwards).
 pub const OFFSETS_PARTITIONS_DEFAULT: u32 = 16;
+/// Default retention of empty groups and their offsets (Kafka's
+/// `offsets.retention.minutes` = 10080).
+pub const OFFSETS_RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3600 * 1000;
 /// Most partitions of `__consumer_offsets`.
 pub const OFFSETS_PARTITIONS_MAX: u32 = 1000;
 
@@ -85,6 +88,11 @@ pub struct BrokerArgs {
     /// Partitions of the internal `__consumer_offsets` topic, used when it is created at the first start [default: 16].
     #[arg(long, env = "WEIR_OFFSETS_PARTITIONS")]
     pub offsets_partitions: Option<u32>,
+    /// A group without members and without a commit for this long is
+    /// removed with its committed offsets (Kafka's
+    /// `offsets.retention.minutes`, here in ms) [default: 604800000, 7 days].
+    #[arg(long, env = "WEIR_OFFSETS_RETENTION_MS")]
+    pub offsets_retention_ms: Option<u64>,
     /// Once a request's first byte has arrived, the whole frame must arrive
     /// within this many ms or the connection is closed [default: 30000].
     #[arg(long, env = "WEIR_FRAME_READ_TIMEOUT_MS")]
@@ -117,6 +125,7 @@ struct FileConfig {
     log_cleaner_io_max_bytes_per_second: Option<u64>,
     log_cleaner_io_busy_bytes_per_second: Option<u64>,
     offsets_partitions: Option<u32>,
+    offsets_retention_ms: Option<u64>,
     frame_read_timeout_ms: Option<u64>,
     max_connections_per_core: Option<usize>,
 }
@@ -154,6 +163,8 @@ pub struct BrokerConfig {
     pub log_cleaner_io_busy_bytes_per_second: Option<u64>,
     /// Partitions of `__consumer_offsets` when it is created.
     pub offsets_partitions: u32,
+    /// Retention of empty groups and their offsets, ms.
+    pub offsets_retention_ms: u64,
     /// Frame read deadline, ms.
     pub frame_read_timeout_ms: u64,
     /// Open connections per core.
@@ -192,6 +203,7 @@ impl BrokerConfig {
                 weir_storage::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT,
             ),
             offsets_partitions: OFFSETS_PARTITIONS_DEFAULT,
+            offsets_retention_ms: OFFSETS_RETENTION_MS_DEFAULT,
             frame_read_timeout_ms: FRAME_READ_TIMEOUT_MS_DEFAULT,
             max_connections_per_core: CONNECTIONS_PER_CORE_MAX_DEFAULT,
             test_panic_on_produce_to: None,
@@ -300,6 +312,11 @@ impl BrokerConfig {
             )
             .filter(|&v| v > 0),
             offsets_partitions,
+            offsets_retention_ms: args
+                .offsets_retention_ms
+                .or(file.offsets_retention_ms)
+                .unwrap_or(OFFSETS_RETENTION_MS_DEFAULT)
+                .max(1),
             frame_read_timeout_ms: args
                 .frame_read_timeout_ms
                 .or(file.frame_read_timeout_ms)

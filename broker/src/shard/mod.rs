@@ -151,7 +151,7 @@ impl Core {
     /// are not open, applies changed configs, removes deleted partitions.
     /// A view not newer than the current one is ignored.
     pub async fn apply_metadata(
-        &self,
+        self: &Rc<Self>,
         view: Arc<MetadataView>,
         deleted: Vec<(String, u32)>,
     ) -> anyhow::Result<()> {
@@ -160,6 +160,7 @@ impl Core {
         }
         let data_dir = self.shared.config.data_dir.clone();
         self.groups.forget_log_ends(&deleted);
+        crate::groups::coordinator::purge_deleted(self, &deleted);
         for (topic, partition) in deleted {
             let log = self.logs.borrow_mut().remove(&(topic.clone(), partition));
             if let Some(log) = log {
