@@ -15,6 +15,14 @@ use common::{records_batch, values, Broker, Client};
 use weir_proto::error_code::ErrorCode;
 use weir_proto::messages::*;
 
+/// The tests of this file run one at a time: one of them measures latency,
+/// and the machine has 2 cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn create(c: &mut Client, name: &str, partitions: u32) -> u16 {
     let (r, _) = c.ok(
         &CreateTopicsRequest {
@@ -74,6 +82,7 @@ fn produce_req(topic: &str, partition: u32, len: usize, acks: i8) -> ProduceRequ
 
 #[test]
 fn concurrent_topic_creates_and_deletes_leave_exactly_the_acknowledged_set_after_a_restart() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     let doomed: Vec<String> = (0..12).map(|i| format!("doomed-{i}")).collect();
@@ -146,6 +155,7 @@ fn concurrent_topic_creates_and_deletes_leave_exactly_the_acknowledged_set_after
 
 #[test]
 fn stalled_large_frames_do_not_slow_other_clients_and_are_closed_after_the_deadline() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start_with(dir.path(), 2, &["--frame-read-timeout-ms", "3000"]);
     let mut c = b.client();
@@ -210,6 +220,7 @@ fn stalled_large_frames_do_not_slow_other_clients_and_are_closed_after_the_deadl
 
 #[test]
 fn bad_crc_batches_sent_across_cores_leave_no_reply_entries_behind() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     let mut c = b.client();
@@ -247,6 +258,7 @@ fn bad_crc_batches_sent_across_cores_leave_no_reply_entries_behind() {
 
 #[test]
 fn a_fetch_naming_100000_partitions_is_refused_with_a_clear_error() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 1);
     let mut c = b.client();
@@ -278,6 +290,7 @@ fn a_fetch_naming_100000_partitions_is_refused_with_a_clear_error() {
 
 #[test]
 fn a_long_poll_is_cancelled_when_its_connection_closes() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     assert_eq!(create(&mut b.client(), "poll", 2), 0);
@@ -318,6 +331,7 @@ fn a_long_poll_is_cancelled_when_its_connection_closes() {
 
 #[test]
 fn a_panic_in_a_core_ends_the_process_and_a_restart_recovers_every_acknowledged_record() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut b = Broker::start_with(dir.path(), 2, &["--test-panic-on-produce-to", "boom"]);
     let mut c = b.client();
@@ -419,6 +433,7 @@ fn broker_logs(dir: &std::path::Path, extra: &[&str]) -> String {
 
 #[test]
 fn logs_carry_no_colour_codes_off_a_terminal_and_are_json_on_request() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let text = broker_logs(dir.path(), &[]);
     assert!(text.contains("broker ready"), "{text}");
