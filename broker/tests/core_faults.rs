@@ -162,17 +162,26 @@ fn stalled_large_frames_do_not_slow_other_clients_and_are_closed_after_the_deadl
     assert_eq!(create(&mut c, "lat", 1), 0);
     let batch = records_batch("v", 1, 1);
     let req = produce_req("lat", 0, batch.len(), 1);
+    // The p99 of 400 produces, as the median of three such windows (one
+    // window hit by another process on this 2-core machine does not
+    // decide the test).
     let p99 = |c: &mut Client| {
-        let mut us: Vec<u128> = (0..400)
+        let mut windows: Vec<u128> = (0..3)
             .map(|_| {
-                let t0 = Instant::now();
-                let (r, _) = c.ok(&req, &[&batch]);
-                assert_eq!(r.partitions[0].error, 0);
-                t0.elapsed().as_micros()
+                let mut us: Vec<u128> = (0..400)
+                    .map(|_| {
+                        let t0 = Instant::now();
+                        let (r, _) = c.ok(&req, &[&batch]);
+                        assert_eq!(r.partitions[0].error, 0);
+                        t0.elapsed().as_micros()
+                    })
+                    .collect();
+                us.sort();
+                us[us.len() * 99 / 100]
             })
             .collect();
-        us.sort();
-        us[us.len() * 99 / 100]
+        windows.sort();
+        windows[1]
     };
     p99(&mut c); // warm up
     let idle = p99(&mut c);
@@ -194,6 +203,7 @@ fn stalled_large_frames_do_not_slow_other_clients_and_are_closed_after_the_deadl
         t_stall.elapsed() < Duration::from_millis(2500),
         "the measurement must run while the stalled frames are open"
     );
+    eprintln!("produce p99: idle {idle} µs, with 50 stalled frames {loaded} µs");
     // 1 ms of slack absorbs scheduler noise on a busy 2-core machine.
     assert!(
         loaded <= 2 * idle + 1000,

@@ -1192,6 +1192,7 @@ fn empty_groups_expire_and_offsets_of_deleted_topics_are_purged() {
         c.commit_offsets("g-gone", "", -1, vec![offset("gone"), offset("kept")])
             .await
             .unwrap();
+        let last_commit = Instant::now();
         assert_eq!(committed(&c, "g-gone").await, 2);
         c.delete_topic("gone").await.unwrap();
         assert_eq!(
