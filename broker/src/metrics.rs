@@ -96,6 +96,7 @@ pub struct Snapshot {
     frame_timeouts: u64,
     open_connections: u64,
     pending_replies: u64,
+    running_waits: u64,
     metadata_version: u64,
     storage: ShardStats,
     partitions: Vec<(String, u32, u64, u64, u64)>,
@@ -127,6 +128,7 @@ pub fn snapshot(core: &Core) -> Snapshot {
         frame_timeouts: m.frame_timeouts.get(),
         open_connections: core.connections.get() as u64,
         pending_replies: core.replies.len() as u64,
+        running_waits: core.running.len() as u64,
         metadata_version: core.metadata().version,
         storage: core.storage.stats(),
         partitions: core
@@ -243,7 +245,13 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    let simple: [Simple; 22] = [
+    let simple: [Simple; 23] = [
+        (
+            "weir_mesh_running_waits",
+            "gauge",
+            "Requests from other cores in a long wait (long polls, held heartbeats) on this core.",
+            |s| s.running_waits as f64,
+        ),
         (
             "weir_connections_refused_total",
             "counter",

@@ -88,5 +88,7 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
         CoreMsg::LogEnds { partitions, reply } => {
             reply.send(core, log_ends_local(core, &partitions)).await;
         }
+        // Handled by the mesh receiver itself.
+        CoreMsg::Cancel { .. } => {}
     }
 }

@@ -146,6 +146,28 @@ pub enum CoreMsg {
         /// One result per partition, in order.
         reply: ReplyTo<Vec<Result<u64, BrokerError>>>,
     },
+    /// The asking core stopped waiting for request `id` (its connection
+    /// closed): stop the wait it may be in (a long poll, a held heartbeat).
+    Cancel {
+        /// The asking core.
+        from: usize,
+        /// The request's number there.
+        id: u64,
+    },
+}
+
+impl CoreMsg {
+    /// The (asking core, request number) of a request that may wait for
+    /// long and is cancelled when its asker stops waiting: a fetch (long
+    /// poll) or a group request (held heartbeat). Appends are never
+    /// cancelled.
+    fn cancel_key(&self) -> Option<(usize, u64)> {
+        match self {
+            CoreMsg::Fetch { reply, .. } => Some((reply.core, reply.id)),
+            CoreMsg::Group { reply, .. } => Some((reply.core, reply.id)),
+            _ => None,
+        }
+    }
 }
 
 /// An answer on its way back to the asking core.
@@ -326,8 +348,18 @@ impl<T: 'static> Future for ReplyWait<T> {
 
 impl<T> Drop for ReplyWait<T> {
     fn drop(&mut self) {
-        if let Some(core) = self.core.upgrade() {
-            core.replies.slots.borrow_mut().remove(&self.id);
+        let Some(core) = self.core.upgrade() else {
+            return;
+        };
+        let waiting = core.replies.slots.borrow_mut().remove(&self.id).is_some();
+        if waiting && self.target != core.id {
+            // Nobody waits for the answer any more: let the target stop
+            // working on it (best effort; it ignores unknown requests).
+            let cancel = CoreMsg::Cancel {
+                from: core.id,
+                id: self.id,
+            };
+            let _ = core.mesh.try_send_to(core.peer(self.target), cancel);
         }
     }
 }
@@ -456,9 +488,30 @@ pub fn credits(cores: usize) -> Vec<Rc<glommio::sync::Semaphore>> {
         .collect()
 }
 
+/// Requests from other cores that may wait long (long polls, held
+/// heartbeats), by (asking core, request number): dropping the sender
+/// ends the wait.
+#[derive(Default)]
+pub struct Running {
+    stops: RefCell<HashMap<(usize, u64), glommio::channels::local_channel::LocalSender<()>>>,
+}
+
+impl Running {
+    /// Waits being served now.
+    pub fn len(&self) -> usize {
+        self.stops.borrow().len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Receives requests and answers from every peer: answers are delivered at
 /// once; each request runs as its own task, `handle(core, msg)` (their
-/// number is bounded by the senders' credits). The handler is the
+/// number is bounded by the senders' credits); a request that may wait
+/// long ends early when its asker sends [`CoreMsg::Cancel`]. The handler is the
 /// service's (`crate::service::remote::handle`): the shard only carries
 /// messages.
 pub fn serve<F, Fut>(
@@ -483,7 +536,29 @@ pub fn serve<F, Fut>(
         let (core, handle) = (core.clone(), handle.clone());
         glommio::spawn_local(async move {
             while let Some(msg) = rx.recv().await {
-                glommio::spawn_local(handle(core.clone(), msg)).detach();
+                if let CoreMsg::Cancel { from, id } = msg {
+                    // Dropping the sender wakes the request's stop signal.
+                    core.running.stops.borrow_mut().remove(&(from, id));
+                    continue;
+                }
+                let Some(key) = msg.cancel_key() else {
+                    glommio::spawn_local(handle(core.clone(), msg)).detach();
+                    continue;
+                };
+                let (stop_tx, stop_rx) = glommio::channels::local_channel::new_bounded::<()>(1);
+                core.running.stops.borrow_mut().insert(key, stop_tx);
+                let work = handle(core.clone(), msg);
+                let core = core.clone();
+                glommio::spawn_local(async move {
+                    // The work, or until cancelled (its ReplyTo, dropped
+                    // with it, answers "dropped" to nobody).
+                    futures_lite::future::or(work, async {
+                        let _ = stop_rx.recv().await;
+                    })
+                    .await;
+                    core.running.stops.borrow_mut().remove(&key);
+                })
+                .detach();
             }
         })
         .detach();

@@ -70,6 +70,8 @@ pub struct Core {
     replies_out: Senders<ReplyMsg>,
     /// Requests this core sent and waits answers for.
     pub replies: mesh::Replies,
+    /// Requests from other cores in a long wait, cancellable.
+    pub running: mesh::Running,
     /// Credits for requests to each core (see [`mesh`]).
     credits: Vec<Rc<glommio::sync::Semaphore>>,
     /// This core's counters.
@@ -118,6 +120,7 @@ impl Core {
             mesh: requests,
             replies_out: replies,
             replies: Default::default(),
+            running: Default::default(),
             credits: mesh::credits(cores),
             metrics: Default::default(),
             inflight: Rc::new(glommio::sync::Semaphore::new(INFLIGHT_BYTES_PER_CORE)),
