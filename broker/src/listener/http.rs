@@ -8,21 +8,15 @@ use std::time::{Duration, Instant};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpListener;
 
+use super::accept_or_stop;
 use crate::metrics::{render, snapshot, Snapshot, HTTP_HEAD_BYTES_MAX};
-use crate::server::limits::STOP_POLL_MS;
 use crate::shard::mesh::CoreMsg;
 use crate::shard::Core;
 
 /// Serves `GET /metrics` (core 0).
 pub async fn serve_http(core: Rc<Core>, listener: TcpListener) {
     loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            while !core.shared.stopping() {
-                glommio::timer::sleep(Duration::from_millis(STOP_POLL_MS)).await;
-            }
-            None
-        })
-        .await;
+        let accepted = accept_or_stop(&core, &listener).await;
         let Some(Ok(mut stream)) = accepted else {
             if core.shared.stopping() {
                 return;

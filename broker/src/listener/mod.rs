@@ -6,3 +6,24 @@
 pub mod connection;
 pub mod http;
 pub mod native;
+
+use std::time::Duration;
+
+use glommio::net::TcpListener;
+
+use crate::server::limits::STOP_POLL_MS;
+use crate::shard::Core;
+
+/// The next connection, or `None` once the broker is stopping.
+pub async fn accept_or_stop(
+    core: &Core,
+    listener: &TcpListener,
+) -> Option<glommio::Result<glommio::net::TcpStream, ()>> {
+    futures_lite::future::or(async { Some(listener.accept().await) }, async {
+        while !core.shared.stopping() {
+            glommio::timer::sleep(Duration::from_millis(STOP_POLL_MS)).await;
+        }
+        None
+    })
+    .await
+}

@@ -342,14 +342,9 @@ async fn accept_loop(
     ctx: Ctx,
 ) {
     loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            while !core.shared.stopping() {
-                glommio::timer::sleep(Duration::from_millis(STOP_POLL_MS)).await;
-            }
-            None
-        })
-        .await;
-        let Some(r) = accepted else { return };
+        let Some(r) = crate::listener::accept_or_stop(&core, &listener).await else {
+            return;
+        };
         match r {
             Ok(stream) => {
                 let max = core.shared.config.max_connections_per_core;
