@@ -192,6 +192,84 @@ pub struct Consumer {
     prefetch: Option<Prefetch>,
 }
 
+/// A [`Consumer`] as a [`futures_core::Stream`] of records; from
+/// [`Consumer::into_stream`].
+pub struct ConsumerStream {
+    state: StreamState,
+    /// Records of the last poll not yet yielded.
+    buffered: VecDeque<ConsumerRecord>,
+    poll_timeout: Duration,
+}
+
+/// A poll in progress owns the consumer and gives it back with its result.
+type PollFuture = BoxFuture<'static, (Box<Consumer>, Result<Vec<ConsumerRecord>>)>;
+
+enum StreamState {
+    Idle(Box<Consumer>),
+    Polling(PollFuture),
+}
+
+impl std::fmt::Debug for ConsumerStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerStream")
+            .field("buffered", &self.buffered.len())
+            .field("polling", &matches!(self.state, StreamState::Polling(_)))
+            .finish()
+    }
+}
+
+impl ConsumerStream {
+    /// The consumer back, with the records already polled but not yet
+    /// yielded (their positions are past them: seek back to read them
+    /// again), unless a poll is in progress (then `Err(self)`; poll the
+    /// stream until it yields and try again).
+    pub fn into_inner(self) -> std::result::Result<(Consumer, Vec<ConsumerRecord>), Self> {
+        match self.state {
+            StreamState::Idle(c) => Ok((*c, self.buffered.into())),
+            StreamState::Polling(_) => Err(self),
+        }
+    }
+}
+
+impl futures_core::Stream for ConsumerStream {
+    type Item = Result<ConsumerRecord>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        loop {
+            if let Some(r) = this.buffered.pop_front() {
+                return Poll::Ready(Some(Ok(r)));
+            }
+            match &mut this.state {
+                StreamState::Idle(_) => {
+                    let timeout = this.poll_timeout;
+                    let placeholder = StreamState::Polling(Box::pin(std::future::pending()));
+                    let StreamState::Idle(mut c) = std::mem::replace(&mut this.state, placeholder)
+                    else {
+                        unreachable!("matched Idle")
+                    };
+                    this.state = StreamState::Polling(Box::pin(async move {
+                        let r = c.poll(timeout).await;
+                        (c, r)
+                    }));
+                }
+                StreamState::Polling(f) => {
+                    let (c, r) = std::task::ready!(f.as_mut().poll(cx));
+                    this.state = StreamState::Idle(c);
+                    match r {
+                        Ok(records) => this.buffered.extend(records),
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A fetch sent before `poll` needed it.
 struct Prefetch {
     /// (topic, partition, fetch offset) of each fetched partition, in
@@ -216,6 +294,12 @@ impl std::fmt::Debug for Consumer {
 }
 
 impl Consumer {
+    /// A builder: bootstrap servers by name, retries, Kafka-style
+    /// properties. See [`crate::ConsumerBuilder`].
+    pub fn builder() -> crate::ConsumerBuilder {
+        crate::ConsumerBuilder::default()
+    }
+
     /// A consumer reading through `client`.
     pub fn new(client: impl Into<Arc<Client>>, config: ConsumerConfig) -> Consumer {
         let client: Arc<Client> = client.into();
@@ -371,6 +455,60 @@ impl Consumer {
     /// Records buffered by earlier fetches and not yet returned.
     pub fn buffered(&self) -> usize {
         self.parts.iter().map(|p| p.buffered.len()).sum()
+    }
+
+    /// A partition's log start offset: the first offset it still holds
+    /// (Kafka's `beginningOffsets`). Asked of the broker; the partition
+    /// need not be assigned.
+    pub async fn beginning_offset(&self, topic: &str, partition: u32) -> Result<u64> {
+        self.lookup(topic, partition, OffsetSpec::Earliest).await
+    }
+
+    /// A partition's log end offset: the offset its next record will get
+    /// (Kafka's `endOffsets`). Asked of the broker; the partition need not
+    /// be assigned.
+    pub async fn end_offset(&self, topic: &str, partition: u32) -> Result<u64> {
+        self.lookup(topic, partition, OffsetSpec::Latest).await
+    }
+
+    /// How many records of an assigned partition are after the consumer's
+    /// position: the log end offset (asked of the broker) minus the
+    /// position, or `None` if the partition has no position yet. Records
+    /// buffered but not yet returned by `poll` count as lag.
+    pub async fn lag(&self, topic: &str, partition: u32) -> Result<Option<u64>> {
+        let i = self.index(topic, partition)?;
+        let Some(position) = self.parts[i].position else {
+            return Ok(None);
+        };
+        let end = self.end_offset(topic, partition).await?;
+        Ok(Some(end.saturating_sub(position)))
+    }
+
+    /// The consumer as a [`futures_core::Stream`] of records: each item is
+    /// a record, or the error of a [`Consumer::poll`] (after which the
+    /// stream goes on polling). It never ends; records come in the order
+    /// `poll` returns them. Each `poll` waits up to `poll_timeout` (an
+    /// empty poll just polls again). [`ConsumerStream::into_inner`] gives
+    /// the consumer back, e.g. to seek.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut consumer: weir_client::Consumer) -> weir_client::Result<()> {
+    /// use std::time::Duration;
+    /// use futures_lite::StreamExt;
+    ///
+    /// let mut records = consumer.into_stream(Duration::from_millis(500));
+    /// while let Some(record) = records.next().await {
+    ///     let record = record?;
+    ///     println!("{}-{}@{}", record.topic, record.partition, record.offset);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn into_stream(self, poll_timeout: Duration) -> ConsumerStream {
+        ConsumerStream {
+            state: StreamState::Idle(Box::new(self)),
+            buffered: VecDeque::new(),
+            poll_timeout,
+        }
     }
 
     /// Returns up to `max_poll_records` records, in offset order per

@@ -194,6 +194,8 @@ fn config(linger_ms: u64, batch_size: usize) -> ProducerConfig {
     c.batch_size = batch_size;
     // Routes need layouts: most tests count layout lookups without them.
     c.shard_aware = false;
+    // The sender as a task of the test's runtime, whose clock is paused.
+    c.io_thread = false;
     c
 }
 
