@@ -169,6 +169,7 @@ impl ProducerBuilder {
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct ConsumerBuilder {
     bootstrap: Option<String>,
+    topics: Vec<String>,
     client: ClientConfig,
     consumer: GroupConsumerConfig,
     error: Option<PropertyError>,
@@ -178,6 +179,7 @@ impl Default for ConsumerBuilder {
     fn default() -> Self {
         ConsumerBuilder {
             bootstrap: None,
+            topics: Vec::new(),
             client: ClientConfig::default(),
             consumer: GroupConsumerConfig::new(""),
             error: None,
@@ -190,6 +192,14 @@ impl ConsumerBuilder {
     /// [`crate::Bootstrap`]). Default [`BOOTSTRAP_DEFAULT`].
     pub fn bootstrap(mut self, servers: impl Into<String>) -> Self {
         self.bootstrap = Some(servers.into());
+        self
+    }
+
+    /// Topics to read: [`ConsumerBuilder::build`] assigns every partition
+    /// they have when it connects (partitions added later are not read),
+    /// [`ConsumerBuilder::build_group`] subscribes the member to them.
+    pub fn topics<T: Into<String>>(mut self, topics: impl IntoIterator<Item = T>) -> Self {
+        self.topics.extend(topics.into_iter().map(Into::into));
         self
     }
 
@@ -261,15 +271,27 @@ impl ConsumerBuilder {
     }
 
     /// Connects (retrying, see [`Client::bootstrap`]) and makes a consumer
-    /// of manually assigned partitions.
+    /// of manually assigned partitions: those of the
+    /// [`ConsumerBuilder::topics`], or none (then call
+    /// [`Consumer::assign`]).
     pub async fn build(mut self) -> Result<Consumer> {
         let client = self.connect().await?;
-        Ok(Consumer::new(client, self.consumer.consumer))
+        let mut partitions = Vec::new();
+        for topic in &self.topics {
+            let n = client.topic_metadata(topic).await?.partitions.len() as u32;
+            partitions.extend((0..n).map(|p| (topic.clone(), p)));
+        }
+        let mut consumer = Consumer::new(client, self.consumer.consumer);
+        if !partitions.is_empty() {
+            consumer.assign(partitions);
+        }
+        Ok(consumer)
     }
 
     /// Connects and makes a member of the group set with
-    /// [`ConsumerBuilder::group_id`] or `group.id`; call
-    /// [`GroupConsumer::subscribe`] to join.
+    /// [`ConsumerBuilder::group_id`] or `group.id`, subscribed to the
+    /// [`ConsumerBuilder::topics`] if any were given (else call
+    /// [`GroupConsumer::subscribe`] to join).
     pub async fn build_group(mut self) -> Result<GroupConsumer> {
         if self.consumer.group_id.is_empty() {
             return Err(ClientError::InvalidArgument(
@@ -277,6 +299,11 @@ impl ConsumerBuilder {
             ));
         }
         let client = self.connect().await?;
-        Ok(GroupConsumer::new(client, self.consumer))
+        let mut member = GroupConsumer::new(client, self.consumer);
+        if !self.topics.is_empty() {
+            let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+            member.subscribe(&topics).await?;
+        }
+        Ok(member)
     }
 }

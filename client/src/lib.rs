@@ -3,6 +3,16 @@
 //! An async client for Weir's native protocol, for ordinary
 //! [tokio](https://tokio.rs) applications (it does not use glommio).
 //!
+//! Applications start from one builder per role:
+//! [`Producer::builder`] and [`Consumer::builder`] take a bootstrap list of
+//! host names (`"broker1:9292,broker2:9292"`, connected with retries, see
+//! [`Client::bootstrap`]) and settings by Kafka's property names
+//! ([`properties`]). The producer sends from a thread of its own, so it
+//! works on any runtime flavour; [`Producer::send_with`] calls back once
+//! per record, [`Producer::statistics`] counts what it did. Every type the
+//! API uses is reachable from this crate ([`ErrorCode`], [`OffsetSpec`],
+//! …; the protocol crate as [`proto`]).
+//!
 //! A [`Client`] holds one TCP connection to one broker listener. The broker
 //! routes every request to the cores that own its partitions, so one
 //! connection to the bootstrap address reaches every partition.

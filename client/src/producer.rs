@@ -2,7 +2,10 @@
 //!
 //! [`Producer::send`] appends a record to the open batch of its
 //! (topic, partition) and returns a [`DeliveryFuture`] that resolves once
-//! the broker acknowledged it. A background tokio task closes a batch when
+//! the broker acknowledged it ([`Producer::send_with`] calls a callback
+//! instead). The sender — on a thread of its own with a one-thread tokio
+//! runtime ([`ProducerConfig::io_thread`], the default), else a task of the
+//! creating runtime — closes a batch when
 //! it reaches [`ProducerConfig::batch_size`], when
 //! [`ProducerConfig::linger_ms`] passed since its first record, or on
 //! [`Producer::flush`] / [`Producer::close`], and sends closed batches in
