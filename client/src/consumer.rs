@@ -50,6 +50,7 @@ use weir_proto::messages::{FetchPartition, OffsetSpec};
 use weir_proto::reader::RecordBatch;
 
 use crate::producer::BoxFuture;
+use crate::stats::ConsumerStats;
 use crate::{Client, ClientError, FetchedBatches, Result};
 
 /// Where a partition without a valid position starts (Kafka's
@@ -190,6 +191,7 @@ pub struct Consumer {
     next_drain: usize,
     /// The fetch sent ahead, if any.
     prefetch: Option<Prefetch>,
+    stats: ConsumerStats,
 }
 
 /// A [`Consumer`] as a [`futures_core::Stream`] of records; from
@@ -314,6 +316,7 @@ impl Consumer {
             parts: Vec::new(),
             next_drain: 0,
             prefetch: None,
+            stats: ConsumerStats::default(),
         }
     }
 
@@ -525,6 +528,28 @@ impl Consumer {
     /// CRC, undecodable records; the records before it are still returned
     /// by the next poll), and with the fetch's error otherwise.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        self.stats.polls += 1;
+        let got = self.poll_inner(timeout).await;
+        match &got {
+            Ok(records) => {
+                self.stats.records += records.len() as u64;
+                let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len) as u64;
+                self.stats.record_bytes += records
+                    .iter()
+                    .map(|r| len(&r.key) + len(&r.value))
+                    .sum::<u64>();
+            }
+            Err(e) => self.stats.error(e),
+        }
+        got
+    }
+
+    /// A snapshot of the consumer's statistics.
+    pub fn statistics(&self) -> ConsumerStats {
+        self.stats.clone()
+    }
+
+    async fn poll_inner(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
         if self.parts.is_empty() {
             return Ok(Vec::new());
         }
@@ -628,6 +653,7 @@ impl Consumer {
         // comes back empty at once, and `poll` then long-polls itself.
         let max = self.config.fetch_max_bytes;
         let task = tokio::spawn(async move { backend.fetch_many(0, max, request).await });
+        self.stats.fetches += 1;
         self.prefetch = Some(Prefetch { targets, task });
     }
 
@@ -697,7 +723,10 @@ impl Consumer {
                 continue;
             }
             let outcome = match r {
-                Ok(fetched) => decode_into(&mut self.parts[i], &fetched),
+                Ok(fetched) => {
+                    self.stats.fetch_bytes += fetched_bytes(&fetched);
+                    decode_into(&mut self.parts[i], &fetched)
+                }
                 Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
                     self.reset_out_of_range(i).await
                 }
@@ -714,6 +743,7 @@ impl Consumer {
     /// The first error is returned after every partition was handled.
     async fn fetch_once(&mut self, wait_ms: u32) -> Result<()> {
         let targets = self.fetch_targets();
+        self.stats.fetches += 1;
         let results = self
             .backend
             .fetch_many(wait_ms, self.config.fetch_max_bytes, targets)
@@ -728,7 +758,10 @@ impl Consumer {
         let mut first_err = None;
         for (i, r) in results.into_iter().enumerate() {
             let outcome = match r {
-                Ok(fetched) => decode_into(&mut self.parts[i], &fetched),
+                Ok(fetched) => {
+                    self.stats.fetch_bytes += fetched_bytes(&fetched);
+                    decode_into(&mut self.parts[i], &fetched)
+                }
                 Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
                     self.reset_out_of_range(i).await
                 }
@@ -760,6 +793,8 @@ impl Consumer {
             }
         };
         let p = &mut self.parts[i];
+        self.stats.offset_resets += 1;
+        self.stats.skipped += target.saturating_sub(at);
         p.skipped += target.saturating_sub(at);
         p.set_position(target);
         Ok(())
@@ -801,6 +836,10 @@ fn no_offset(topic: &str, partition: u32, why: String) -> ClientError {
         code: ErrorCode::OffsetOutOfRange,
         message: format!("{why} and auto_offset_reset is none (seek first)"),
     }
+}
+
+fn fetched_bytes(f: &FetchedBatches) -> u64 {
+    f.batches.iter().map(|b| b.len() as u64).sum()
 }
 
 /// Validates and decodes one partition's fetched batches into its buffer,

@@ -340,6 +340,11 @@ impl GroupConsumer {
         self.inner.position(topic, partition)
     }
 
+    /// A snapshot of the fetch statistics (see [`Consumer::statistics`]).
+    pub fn statistics(&self) -> crate::stats::ConsumerStats {
+        self.inner.statistics()
+    }
+
     /// A partition's log start offset (see [`Consumer::beginning_offset`]).
     pub async fn beginning_offset(&self, topic: &str, partition: u32) -> Result<u64> {
         self.inner.beginning_offset(topic, partition).await

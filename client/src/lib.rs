@@ -148,7 +148,7 @@ pub use producer::{
     ProducerRecord, RecordMetadata,
 };
 pub use properties::{Properties, PropertyError};
-pub use stats::ProducerStats;
+pub use stats::{ConsumerStats, ProducerStats};
 
 /// The protocol crate the client speaks, for what this crate does not
 /// re-export by name (raw batch building and reading).

@@ -1,6 +1,8 @@
 //! Statistics of a [`crate::Producer`]: counters the sender keeps as it
 //! works, read as a [`ProducerStats`] snapshot with
-//! [`crate::Producer::statistics`].
+//! [`crate::Producer::statistics`]; and of a [`crate::Consumer`]
+//! ([`ConsumerStats`], [`crate::Consumer::statistics`]), kept by the
+//! consumer itself (it is `&mut` while it works: plain counters).
 //!
 //! The counters are relaxed atomics bumped by the producer's sender (one
 //! writer per counter, except `records_in_flight`, which `send` raises and
@@ -65,6 +67,41 @@ pub struct ProducerStats {
     pub request_latency_mean: Duration,
     /// Longest time from sending a produce request to its answer.
     pub request_latency_max: Duration,
+}
+
+/// A snapshot of a consumer's statistics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerStats {
+    /// Calls of `poll` (also those of the record stream).
+    pub polls: u64,
+    /// Records `poll` returned.
+    pub records: u64,
+    /// Bytes of keys and values of those records.
+    pub record_bytes: u64,
+    /// Fetch requests sent (long polls and fetches sent ahead).
+    pub fetches: u64,
+    /// Bytes of record batches fetched (as fetched: compressed).
+    pub fetch_bytes: u64,
+    /// Positions reset after `OffsetOutOfRange`.
+    pub offset_resets: u64,
+    /// Offsets jumped over by those resets (all partitions).
+    pub skipped: u64,
+    /// Errors `poll` returned, by kind (see [`error_kind`]).
+    pub errors: BTreeMap<String, u64>,
+    /// The last error `poll` returned, as displayed.
+    pub last_error: Option<String>,
+}
+
+impl ConsumerStats {
+    /// Notes an error `poll` returns.
+    pub(crate) fn error(&mut self, e: &ClientError) {
+        let kind = error_kind(e);
+        if self.errors.len() < ERROR_KINDS_MAX || self.errors.contains_key(kind) {
+            *self.errors.entry(kind.to_string()).or_insert(0) += 1;
+        }
+        self.last_error = Some(e.to_string());
+    }
 }
 
 /// The kind an error is counted under: the protocol code's name, or the
