@@ -750,6 +750,13 @@ impl Producer {
 
     /// A producer with a custom partitioner and backend (a [`Client`], a
     /// [`ShardRouter`], or a fake one).
+    ///
+    /// With [`ProducerConfig::io_thread`] the backend's futures run on the
+    /// producer's thread: a [`Client`] given here should not be connected
+    /// yet ([`Client::connect_lazy`]), or its connection's reader stays a
+    /// task of the runtime that connected it, which then has to run for
+    /// answers to arrive. Panics if the thread cannot be started, as
+    /// [`std::thread::spawn`] does.
     pub fn with_backend(
         backend: Arc<dyn ProducerBackend>,
         config: ProducerConfig,

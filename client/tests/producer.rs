@@ -768,11 +768,18 @@ async fn a_tight_send_loop_on_a_current_thread_runtime_is_acknowledged_within_a_
         sent.store(i + 1, Ordering::SeqCst);
     }
     let first = first_ack_at.load(Ordering::SeqCst);
+    assert!(
+        first != usize::MAX,
+        "no acknowledgement at all during {RECORDS} sends"
+    );
     let full_buffer = ProducerConfig::default().buffer_memory / 128;
     eprintln!(
-        "first acknowledgement after {first} sends ({:.1} batches of {records_per_batch}; a full buffer is {full_buffer})",
+        "first acknowledgement after {first} sends ({:.1} batches of {records_per_batch} \
+         records over 4 partitions; a full buffer is {full_buffer} records)",
         first as f64 / records_per_batch as f64
     );
+    // The four partitions' first batches close together, after about
+    // 4 batches' worth of sends.
     assert!(
         first <= 16 * records_per_batch,
         "first acknowledgement after {first} sends, more than 16 batches"

@@ -69,7 +69,7 @@ impl Broker {
                 "--metrics-listen",
                 "127.0.0.1:0",
             ])
-            .env("WEIR_LOG", "warn")
+            .env("WEIR_LOG", "error")
             .stdout(Stdio::piped())
             .spawn()
             .expect("start weir broker");
