@@ -91,12 +91,12 @@
 //! ```no_run
 //! # async fn demo() -> weir_client::Result<()> {
 //! use bytes::Bytes;
-//! use weir_client::{Acks, Client};
-//! use weir_proto::batch::Compression;
-//! use weir_proto::builder::BatchBuilder;
-//! use weir_proto::record::RecordData;
+//! use weir_client::proto::batch::Compression;
+//! use weir_client::proto::builder::BatchBuilder;
+//! use weir_client::proto::record::RecordData;
+//! use weir_client::{Acks, Client, ClientConfig};
 //!
-//! let client = Client::connect("127.0.0.1:9292").await?;
+//! let client = Client::bootstrap("localhost:9292", ClientConfig::default()).await?;
 //! client.create_topic("events", 4, vec![]).await?;
 //! let mut b = BatchBuilder::new(Compression::None)?;
 //! b.push(&RecordData { value: Some(Bytes::from("hello")), timestamp: 0, ..Default::default() })?;

@@ -46,9 +46,9 @@
 //!
 //! ```no_run
 //! # async fn demo() -> weir_client::Result<()> {
-//! use weir_client::{Client, Producer, ProducerConfig, ProducerRecord};
+//! use weir_client::{Producer, ProducerRecord};
 //!
-//! let producer = Producer::new(Client::connect("127.0.0.1:9292").await?, ProducerConfig::default());
+//! let producer = Producer::builder().bootstrap("localhost:9292").build().await?;
 //! let delivery = producer
 //!     .send(ProducerRecord::new("events", "hello").key("device-7"))
 //!     .await?;
