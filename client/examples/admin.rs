@@ -8,10 +8,10 @@
 //! Then:
 //!
 //! ```text
-//! cargo run -p weir-client --example admin -- 127.0.0.1:9292
+//! cargo run -p weir-client --example admin
 //! ```
 //!
-//! The bootstrap address is the first argument, else `WEIR_BOOTSTRAP`, else
+//! The bootstrap list is the first argument, else `WEIR_BOOTSTRAP`, else
 //! `127.0.0.1:9292`; the topic is `WEIR_TOPIC`, else `telemetry`. Exits
 //! non-zero on the first error.
 
@@ -19,8 +19,7 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use weir_client::Client;
-use weir_proto::messages::{ConfigEntry, OffsetSpec};
+use weir_client::{Client, ClientConfig, ConfigEntry, OffsetSpec};
 
 /// The partition count the example grows the topic to.
 const TARGET_PARTITIONS: u32 = 4;
@@ -39,9 +38,11 @@ async fn main() -> ExitCode {
 async fn run() -> Result<(), Box<dyn Error>> {
     let bootstrap = bootstrap();
     let topic = std::env::var("WEIR_TOPIC").unwrap_or_else(|_| "telemetry".to_string());
-    let client = Client::connect(bootstrap.as_str()).await.map_err(|e| {
-        format!("cannot connect to {bootstrap}: {e} (is a broker running? `cargo run --release -p weir-broker -- broker`)")
-    })?;
+    let client = Client::bootstrap(&bootstrap, ClientConfig::default())
+        .await
+        .map_err(|e| {
+            format!("cannot connect to {bootstrap}: {e} (is a broker running? `cargo run --release -p weir-broker -- broker`)")
+        })?;
     println!("connected to {}", client.addr());
 
     // The broker's cores and the ports they listen on.

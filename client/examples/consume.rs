@@ -1,27 +1,28 @@
 //! A [`weir_client::Consumer`] reading a whole topic: it assigns every
 //! partition, seeks each to its beginning (or, given a second argument in
 //! milliseconds since the Unix epoch, to the first record at or after that
-//! time), then polls until nothing arrived for 2 s, printing each record.
-//! At the end it prints each partition's position (the next offset it would
-//! return) and `skipped()` (offsets jumped over by out-of-range resets).
+//! time), prints each partition's beginning and end offsets and the
+//! consumer's lag, then reads the records as a `Stream` until nothing
+//! arrived for 2 s, printing each one.
 //!
 //! A broker must be running, e.g. `cargo run --release -p weir-broker -- broker`,
 //! and the topic must exist (run the `produce` example first). Then:
 //!
 //! ```text
-//! cargo run -p weir-client --example consume -- 127.0.0.1:9292
-//! cargo run -p weir-client --example consume -- 127.0.0.1:9292 1767225600000
+//! cargo run -p weir-client --example consume
+//! cargo run -p weir-client --example consume -- localhost:9292 1767225600000
 //! ```
 //!
-//! The bootstrap address is the first argument, else `WEIR_BOOTSTRAP`, else
+//! The bootstrap list is the first argument, else `WEIR_BOOTSTRAP`, else
 //! `127.0.0.1:9292`; the topic is `WEIR_TOPIC`, else `telemetry`. Exits
 //! non-zero on the first error.
 
 use std::error::Error;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use weir_client::{Client, Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
+use futures_lite::StreamExt;
+use weir_client::{Client, ClientConfig, Consumer, ConsumerRecord};
 
 /// Stop after this long without a record.
 const IDLE: Duration = Duration::from_secs(2);
@@ -46,22 +47,26 @@ async fn run() -> Result<(), Box<dyn Error>> {
         })?),
     };
     let topic = std::env::var("WEIR_TOPIC").unwrap_or_else(|_| "telemetry".to_string());
-    let client = Client::connect(bootstrap.as_str()).await.map_err(|e| {
-        format!("cannot connect to {bootstrap}: {e} (is a broker running? `cargo run --release -p weir-broker -- broker`)")
-    })?;
-
+    let admin = Client::bootstrap(&bootstrap, ClientConfig::default())
+        .await
+        .map_err(|e| {
+            format!("cannot connect to {bootstrap}: {e} (is a broker running? `cargo run --release -p weir-broker -- broker`)")
+        })?;
     // Assign every partition of the topic (no consumer groups: the
     // application picks the partitions).
-    let count = client.topic_metadata(&topic).await?.partitions.len() as u32;
+    let count = admin.topic_metadata(&topic).await?.partitions.len() as u32;
     let partitions: Vec<(String, u32)> = (0..count).map(|p| (topic.clone(), p)).collect();
 
-    // ConsumerConfig is #[non_exhaustive]: start from the defaults.
-    let mut config = ConsumerConfig::default();
-    config.max_poll_records = 1000;
-    // Where a partition starts if it has no position, or after the broker
-    // answered OffsetOutOfRange (retention removed the records).
-    config.auto_offset_reset = OffsetReset::Earliest;
-    let mut consumer = Consumer::new(client, config);
+    let mut consumer = Consumer::builder()
+        .bootstrap(bootstrap.as_str())
+        .from_config([
+            ("max.poll.records", "1000"),
+            // Where a partition starts if it has no position, or after the
+            // broker answered OffsetOutOfRange (retention removed records).
+            ("auto.offset.reset", "earliest"),
+        ])
+        .build()
+        .await?;
     consumer.assign(partitions.clone());
 
     match from_ts {
@@ -78,37 +83,27 @@ async fn run() -> Result<(), Box<dyn Error>> {
             }
         }
     }
-
-    let mut total = 0u64;
-    let mut last_record = Instant::now();
-    loop {
-        let left = IDLE.saturating_sub(last_record.elapsed());
-        if left.is_zero() {
-            break;
-        }
-        // Returns what is buffered at once, else long-polls up to `left`;
-        // an empty vector means nothing arrived in time.
-        let records = consumer.poll(left).await?;
-        if records.is_empty() {
-            continue;
-        }
-        last_record = Instant::now();
-        for r in &records {
-            print_record(r);
-        }
-        total += records.len() as u64;
-    }
-
-    println!("{total} records consumed; nothing new for {IDLE:?}");
+    let mut lag_total = 0;
     for (t, p) in &partitions {
-        let position = consumer
-            .position(t, *p)
-            .map_or_else(|| "none".to_string(), |o| o.to_string());
-        println!(
-            "  partition {p}: position {position}, skipped {}",
-            consumer.skipped(t, *p)
+        let (first, end) = (
+            consumer.beginning_offset(t, *p).await?,
+            consumer.end_offset(t, *p).await?,
         );
+        let lag = consumer.lag(t, *p).await?.unwrap_or(0);
+        lag_total += lag;
+        println!("  partition {p}: offsets {first}..{end}, {lag} records to read");
     }
+
+    // The consumer as a Stream of records (it polls underneath).
+    let mut records = consumer.into_stream(Duration::from_millis(500));
+    let mut total = 0u64;
+    while let Ok(Some(record)) = tokio::time::timeout(IDLE, records.next()).await {
+        print_record(&record?);
+        total += 1;
+    }
+    println!(
+        "{total} records consumed ({lag_total} were behind at the start); nothing new for {IDLE:?}"
+    );
     Ok(())
 }
 

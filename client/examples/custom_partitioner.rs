@@ -4,9 +4,10 @@
 //! Keys without a region fall back to murmur2 of the whole key; records
 //! without a key are left to the producer's sticky partition (`None`).
 //!
-//! The producer is built with [`Producer::with_backend`] over a
-//! [`ShardRouter`], so batches still go straight to each partition's owning
-//! broker core (what [`Producer::new`] does by default). The example prints
+//! The producer is built with [`Producer::builder`] and
+//! [`weir_client::ProducerBuilder::partitioner`]; batches still go straight
+//! to each partition's owning broker core (shard-aware routing, the
+//! default). The example prints
 //! where each region's records landed and exits non-zero if a region was
 //! split over several partitions. The topic is created with 4 partitions if
 //! it does not exist.
@@ -15,21 +16,17 @@
 //! Then:
 //!
 //! ```text
-//! cargo run -p weir-client --example custom_partitioner -- 127.0.0.1:9292
+//! cargo run -p weir-client --example custom_partitioner
 //! ```
 //!
-//! The bootstrap address is the first argument, else `WEIR_BOOTSTRAP`, else
+//! The bootstrap list is the first argument, else `WEIR_BOOTSTRAP`, else
 //! `127.0.0.1:9292`; the topic is `WEIR_TOPIC`, else `telemetry`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error;
 use std::process::ExitCode;
-use std::sync::Arc;
-
 use weir_client::partitioner::partition_for_key;
-use weir_client::producer::ShardRouter;
-use weir_client::{Client, Partitioner, Producer, ProducerConfig, ProducerRecord};
-use weir_proto::error_code::ErrorCode;
+use weir_client::{Client, ClientConfig, ErrorCode, Partitioner, Producer, ProducerRecord};
 
 const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
 
@@ -63,21 +60,23 @@ async fn main() -> ExitCode {
 async fn run() -> Result<(), Box<dyn Error>> {
     let bootstrap = bootstrap();
     let topic = std::env::var("WEIR_TOPIC").unwrap_or_else(|_| "telemetry".to_string());
-    let client = Client::connect(bootstrap.as_str()).await.map_err(|e| {
-        format!("cannot connect to {bootstrap}: {e} (is a broker running? `cargo run --release -p weir-broker -- broker`)")
-    })?;
+    let client = Client::bootstrap(&bootstrap, ClientConfig::default())
+        .await
+        .map_err(|e| {
+            format!("cannot connect to {bootstrap}: {e} (is a broker running? `cargo run --release -p weir-broker -- broker`)")
+        })?;
     match client.create_topic(&topic, 4, vec![]).await {
         Ok(()) => println!("created topic `{topic}` with 4 partitions"),
         Err(e) if e.code() == Some(ErrorCode::TopicAlreadyExists) => {}
         Err(e) => return Err(e.into()),
     }
 
-    let backend = Arc::new(ShardRouter::new(Arc::new(client)));
-    let producer = Producer::with_backend(
-        backend,
-        ProducerConfig::default(),
-        Arc::new(RegionPartitioner),
-    );
+    drop(client);
+    let producer = Producer::builder()
+        .bootstrap(bootstrap.as_str())
+        .partitioner(RegionPartitioner)
+        .build()
+        .await?;
 
     let mut deliveries = Vec::new();
     for region in REGIONS {

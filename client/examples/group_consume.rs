@@ -10,11 +10,11 @@
 //! and the topic must exist (run the `produce` example first). Then:
 //!
 //! ```text
-//! cargo run -p weir-client --example group_consume -- 127.0.0.1:9292
+//! cargo run -p weir-client --example group_consume
 //! weir group describe telemetry-readers
 //! ```
 //!
-//! The bootstrap address is the first argument, else `WEIR_BOOTSTRAP`, else
+//! The bootstrap list is the first argument, else `WEIR_BOOTSTRAP`, else
 //! `127.0.0.1:9292`; the topic is `WEIR_TOPIC`, else `telemetry`. Exits
 //! non-zero on the first error.
 
@@ -22,9 +22,7 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use weir_client::{
-    Client, GroupConsumer, GroupConsumerConfig, OffsetReset, RebalanceListener, TopicPartition,
-};
+use weir_client::{Consumer, RebalanceListener, TopicPartition};
 
 /// Stop after this long without a record.
 const IDLE: Duration = Duration::from_secs(10);
@@ -62,16 +60,21 @@ async fn run() -> Result<(), Box<dyn Error>> {
         .unwrap_or_else(|| "127.0.0.1:9292".to_string());
     let topic = std::env::var("WEIR_TOPIC").unwrap_or_else(|_| "telemetry".to_string());
     let group = std::env::var("WEIR_GROUP").unwrap_or_else(|_| "telemetry-readers".to_string());
-    let client = Client::connect(bootstrap.as_str()).await.map_err(|e| {
-        format!("cannot connect to {bootstrap}: {e} (is a broker running? `cargo run --release -p weir-broker -- broker`)")
-    })?;
-
-    // GroupConsumerConfig is #[non_exhaustive]: start from the defaults.
-    let mut config = GroupConsumerConfig::new(group);
-    config.client_id = "group-consume-example".into();
-    // Partitions without a committed offset start at the beginning.
-    config.consumer.auto_offset_reset = OffsetReset::Earliest;
-    let mut consumer = GroupConsumer::new(client, config);
+    // Built from a bootstrap list and Kafka property names; connecting is
+    // retried for up to 60 s.
+    let mut consumer = Consumer::builder()
+        .bootstrap(bootstrap.as_str())
+        .group_id(group)
+        .from_config([
+            ("client.id", "group-consume-example"),
+            // Partitions without a committed offset start at the beginning.
+            ("auto.offset.reset", "earliest"),
+        ])
+        .build_group()
+        .await
+        .map_err(|e| {
+            format!("cannot connect to {bootstrap}: {e} (is a broker running? `cargo run --release -p weir-broker -- broker`)")
+        })?;
     consumer.set_rebalance_listener(Printer);
     consumer.subscribe(&[topic.as_str()]).await?;
     println!("joined as {}", consumer.member_id());

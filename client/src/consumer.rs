@@ -50,6 +50,7 @@ use weir_proto::messages::{FetchPartition, OffsetSpec};
 use weir_proto::reader::RecordBatch;
 
 use crate::producer::BoxFuture;
+use crate::stats::ConsumerStats;
 use crate::{Client, ClientError, FetchedBatches, Result};
 
 /// Where a partition without a valid position starts (Kafka's
@@ -190,6 +191,85 @@ pub struct Consumer {
     next_drain: usize,
     /// The fetch sent ahead, if any.
     prefetch: Option<Prefetch>,
+    stats: ConsumerStats,
+}
+
+/// A [`Consumer`] as a [`futures_core::Stream`] of records; from
+/// [`Consumer::into_stream`].
+pub struct ConsumerStream {
+    state: StreamState,
+    /// Records of the last poll not yet yielded.
+    buffered: VecDeque<ConsumerRecord>,
+    poll_timeout: Duration,
+}
+
+/// A poll in progress owns the consumer and gives it back with its result.
+type PollFuture = BoxFuture<'static, (Box<Consumer>, Result<Vec<ConsumerRecord>>)>;
+
+enum StreamState {
+    Idle(Box<Consumer>),
+    Polling(PollFuture),
+}
+
+impl std::fmt::Debug for ConsumerStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerStream")
+            .field("buffered", &self.buffered.len())
+            .field("polling", &matches!(self.state, StreamState::Polling(_)))
+            .finish()
+    }
+}
+
+impl ConsumerStream {
+    /// The consumer back, with the records already polled but not yet
+    /// yielded (their positions are past them: seek back to read them
+    /// again), unless a poll is in progress (then `Err(self)`; poll the
+    /// stream until it yields and try again).
+    pub fn into_inner(self) -> std::result::Result<(Consumer, Vec<ConsumerRecord>), Self> {
+        match self.state {
+            StreamState::Idle(c) => Ok((*c, self.buffered.into())),
+            StreamState::Polling(_) => Err(self),
+        }
+    }
+}
+
+impl futures_core::Stream for ConsumerStream {
+    type Item = Result<ConsumerRecord>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        loop {
+            if let Some(r) = this.buffered.pop_front() {
+                return Poll::Ready(Some(Ok(r)));
+            }
+            match &mut this.state {
+                StreamState::Idle(_) => {
+                    let timeout = this.poll_timeout;
+                    let placeholder = StreamState::Polling(Box::pin(std::future::pending()));
+                    let StreamState::Idle(mut c) = std::mem::replace(&mut this.state, placeholder)
+                    else {
+                        unreachable!("matched Idle")
+                    };
+                    this.state = StreamState::Polling(Box::pin(async move {
+                        let r = c.poll(timeout).await;
+                        (c, r)
+                    }));
+                }
+                StreamState::Polling(f) => {
+                    let (c, r) = std::task::ready!(f.as_mut().poll(cx));
+                    this.state = StreamState::Idle(c);
+                    match r {
+                        Ok(records) => this.buffered.extend(records),
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A fetch sent before `poll` needed it.
@@ -216,6 +296,12 @@ impl std::fmt::Debug for Consumer {
 }
 
 impl Consumer {
+    /// A builder: bootstrap servers by name, retries, Kafka-style
+    /// properties. See [`crate::ConsumerBuilder`].
+    pub fn builder() -> crate::ConsumerBuilder {
+        crate::ConsumerBuilder::default()
+    }
+
     /// A consumer reading through `client`.
     pub fn new(client: impl Into<Arc<Client>>, config: ConsumerConfig) -> Consumer {
         let client: Arc<Client> = client.into();
@@ -230,6 +316,7 @@ impl Consumer {
             parts: Vec::new(),
             next_drain: 0,
             prefetch: None,
+            stats: ConsumerStats::default(),
         }
     }
 
@@ -373,6 +460,60 @@ impl Consumer {
         self.parts.iter().map(|p| p.buffered.len()).sum()
     }
 
+    /// A partition's log start offset: the first offset it still holds
+    /// (Kafka's `beginningOffsets`). Asked of the broker; the partition
+    /// need not be assigned.
+    pub async fn beginning_offset(&self, topic: &str, partition: u32) -> Result<u64> {
+        self.lookup(topic, partition, OffsetSpec::Earliest).await
+    }
+
+    /// A partition's log end offset: the offset its next record will get
+    /// (Kafka's `endOffsets`). Asked of the broker; the partition need not
+    /// be assigned.
+    pub async fn end_offset(&self, topic: &str, partition: u32) -> Result<u64> {
+        self.lookup(topic, partition, OffsetSpec::Latest).await
+    }
+
+    /// How many records of an assigned partition are after the consumer's
+    /// position: the log end offset (asked of the broker) minus the
+    /// position, or `None` if the partition has no position yet. Records
+    /// buffered but not yet returned by `poll` count as lag.
+    pub async fn lag(&self, topic: &str, partition: u32) -> Result<Option<u64>> {
+        let i = self.index(topic, partition)?;
+        let Some(position) = self.parts[i].position else {
+            return Ok(None);
+        };
+        let end = self.end_offset(topic, partition).await?;
+        Ok(Some(end.saturating_sub(position)))
+    }
+
+    /// The consumer as a [`futures_core::Stream`] of records: each item is
+    /// a record, or the error of a [`Consumer::poll`] (after which the
+    /// stream goes on polling). It never ends; records come in the order
+    /// `poll` returns them. Each `poll` waits up to `poll_timeout` (an
+    /// empty poll just polls again). [`ConsumerStream::into_inner`] gives
+    /// the consumer back, e.g. to seek.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut consumer: weir_client::Consumer) -> weir_client::Result<()> {
+    /// use std::time::Duration;
+    /// use futures_lite::StreamExt;
+    ///
+    /// let mut records = consumer.into_stream(Duration::from_millis(500));
+    /// while let Some(record) = records.next().await {
+    ///     let record = record?;
+    ///     println!("{}-{}@{}", record.topic, record.partition, record.offset);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn into_stream(self, poll_timeout: Duration) -> ConsumerStream {
+        ConsumerStream {
+            state: StreamState::Idle(Box::new(self)),
+            buffered: VecDeque::new(),
+            poll_timeout,
+        }
+    }
+
     /// Returns up to `max_poll_records` records, in offset order per
     /// partition. Buffered records are returned without fetching;
     /// otherwise all assigned partitions are fetched in one request that
@@ -387,6 +528,28 @@ impl Consumer {
     /// CRC, undecodable records; the records before it are still returned
     /// by the next poll), and with the fetch's error otherwise.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        self.stats.polls += 1;
+        let got = self.poll_inner(timeout).await;
+        match &got {
+            Ok(records) => {
+                self.stats.records += records.len() as u64;
+                let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len) as u64;
+                self.stats.record_bytes += records
+                    .iter()
+                    .map(|r| len(&r.key) + len(&r.value))
+                    .sum::<u64>();
+            }
+            Err(e) => self.stats.error(e),
+        }
+        got
+    }
+
+    /// A snapshot of the consumer's statistics.
+    pub fn statistics(&self) -> ConsumerStats {
+        self.stats.clone()
+    }
+
+    async fn poll_inner(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
         if self.parts.is_empty() {
             return Ok(Vec::new());
         }
@@ -490,6 +653,7 @@ impl Consumer {
         // comes back empty at once, and `poll` then long-polls itself.
         let max = self.config.fetch_max_bytes;
         let task = tokio::spawn(async move { backend.fetch_many(0, max, request).await });
+        self.stats.fetches += 1;
         self.prefetch = Some(Prefetch { targets, task });
     }
 
@@ -559,7 +723,10 @@ impl Consumer {
                 continue;
             }
             let outcome = match r {
-                Ok(fetched) => decode_into(&mut self.parts[i], &fetched),
+                Ok(fetched) => {
+                    self.stats.fetch_bytes += fetched_bytes(&fetched);
+                    decode_into(&mut self.parts[i], &fetched)
+                }
                 Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
                     self.reset_out_of_range(i).await
                 }
@@ -576,6 +743,7 @@ impl Consumer {
     /// The first error is returned after every partition was handled.
     async fn fetch_once(&mut self, wait_ms: u32) -> Result<()> {
         let targets = self.fetch_targets();
+        self.stats.fetches += 1;
         let results = self
             .backend
             .fetch_many(wait_ms, self.config.fetch_max_bytes, targets)
@@ -590,7 +758,10 @@ impl Consumer {
         let mut first_err = None;
         for (i, r) in results.into_iter().enumerate() {
             let outcome = match r {
-                Ok(fetched) => decode_into(&mut self.parts[i], &fetched),
+                Ok(fetched) => {
+                    self.stats.fetch_bytes += fetched_bytes(&fetched);
+                    decode_into(&mut self.parts[i], &fetched)
+                }
                 Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
                     self.reset_out_of_range(i).await
                 }
@@ -622,6 +793,8 @@ impl Consumer {
             }
         };
         let p = &mut self.parts[i];
+        self.stats.offset_resets += 1;
+        self.stats.skipped += target.saturating_sub(at);
         p.skipped += target.saturating_sub(at);
         p.set_position(target);
         Ok(())
@@ -663,6 +836,10 @@ fn no_offset(topic: &str, partition: u32, why: String) -> ClientError {
         code: ErrorCode::OffsetOutOfRange,
         message: format!("{why} and auto_offset_reset is none (seek first)"),
     }
+}
+
+fn fetched_bytes(f: &FetchedBatches) -> u64 {
+    f.batches.iter().map(|b| b.len() as u64).sum()
 }
 
 /// Validates and decodes one partition's fetched batches into its buffer,

@@ -90,6 +90,10 @@ pub enum ClientError {
     /// The call's arguments are invalid (checked before sending).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A setting given by name ([`crate::Properties`]) is unknown or
+    /// invalid.
+    #[error("configuration: {0}")]
+    Config(#[from] crate::properties::PropertyError),
     /// A [`crate::producer::Producer`]'s buffer stayed full: `send` waited
     /// `max_block_ms` for earlier records to be delivered and gave up.
     #[error("producer buffer full: no space freed up within {waited:?} (see ProducerConfig::buffer_memory and max_block_ms)")]
@@ -193,6 +197,7 @@ impl ClientError {
             ClientError::Timeout(d) => ClientError::Timeout(*d),
             ClientError::InvalidArgument(m) => ClientError::InvalidArgument(m.clone()),
             ClientError::BufferFull { waited } => ClientError::BufferFull { waited: *waited },
+            ClientError::Config(e) => ClientError::Config(e.clone()),
         }
     }
 

@@ -340,6 +340,28 @@ impl GroupConsumer {
         self.inner.position(topic, partition)
     }
 
+    /// A snapshot of the fetch statistics (see [`Consumer::statistics`]).
+    pub fn statistics(&self) -> crate::stats::ConsumerStats {
+        self.inner.statistics()
+    }
+
+    /// A partition's log start offset (see [`Consumer::beginning_offset`]).
+    pub async fn beginning_offset(&self, topic: &str, partition: u32) -> Result<u64> {
+        self.inner.beginning_offset(topic, partition).await
+    }
+
+    /// A partition's log end offset (see [`Consumer::end_offset`]).
+    pub async fn end_offset(&self, topic: &str, partition: u32) -> Result<u64> {
+        self.inner.end_offset(topic, partition).await
+    }
+
+    /// Records of an owned partition after the consumer's position (see
+    /// [`Consumer::lag`]); `None` without a position. For the lag of the
+    /// group's committed offsets see [`Client::group_lag`].
+    pub async fn lag(&self, topic: &str, partition: u32) -> Result<Option<u64>> {
+        self.inner.lag(topic, partition).await
+    }
+
     /// Applies assignment changes, then returns up to `max_poll_records`
     /// records of the owned partitions (see [`Consumer::poll`]); waits up
     /// to `timeout` for some. Returns early, possibly empty, when the

@@ -3,6 +3,16 @@
 //! An async client for Weir's native protocol, for ordinary
 //! [tokio](https://tokio.rs) applications (it does not use glommio).
 //!
+//! Applications start from one builder per role:
+//! [`Producer::builder`] and [`Consumer::builder`] take a bootstrap list of
+//! host names (`"broker1:9292,broker2:9292"`, connected with retries, see
+//! [`Client::bootstrap`]) and settings by Kafka's property names
+//! ([`properties`]). The producer sends from a thread of its own, so it
+//! works on any runtime flavour; [`Producer::send_with`] calls back once
+//! per record, [`Producer::statistics`] counts what it did. Every type the
+//! API uses is reachable from this crate ([`ErrorCode`], [`OffsetSpec`],
+//! …; the protocol crate as [`proto`]).
+//!
 //! A [`Client`] holds one TCP connection to one broker listener. The broker
 //! routes every request to the cores that own its partitions, so one
 //! connection to the bootstrap address reaches every partition.
@@ -81,12 +91,12 @@
 //! ```no_run
 //! # async fn demo() -> weir_client::Result<()> {
 //! use bytes::Bytes;
-//! use weir_client::{Acks, Client};
-//! use weir_proto::batch::Compression;
-//! use weir_proto::builder::BatchBuilder;
-//! use weir_proto::record::RecordData;
+//! use weir_client::proto::batch::Compression;
+//! use weir_client::proto::builder::BatchBuilder;
+//! use weir_client::proto::record::RecordData;
+//! use weir_client::{Acks, Client, ClientConfig};
 //!
-//! let client = Client::connect("127.0.0.1:9292").await?;
+//! let client = Client::bootstrap("localhost:9292", ClientConfig::default()).await?;
 //! client.create_topic("events", 4, vec![]).await?;
 //! let mut b = BatchBuilder::new(Compression::None)?;
 //! b.push(&RecordData { value: Some(Bytes::from("hello")), timestamp: 0, ..Default::default() })?;
@@ -97,6 +107,8 @@
 #![warn(missing_docs)]
 
 mod batches;
+mod bootstrap;
+mod builder;
 mod conn;
 pub mod consumer;
 mod error;
@@ -104,6 +116,8 @@ pub mod group_consumer;
 pub mod groups;
 pub mod partitioner;
 pub mod producer;
+pub mod properties;
+pub mod stats;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -114,24 +128,37 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::net::ToSocketAddrs;
 use weir_proto::batch::BatchHeader;
-use weir_proto::error_code::ErrorCode;
 use weir_proto::frame::{self, RequestHeader, FRAME_BYTES_MAX_DEFAULT};
 use weir_proto::messages::{
-    AlterConfigsRequest, ApiVersionRange, ApiVersionsRequest, CompactPartitionResult,
-    CompactRequest, ConfigEntry, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeConfigsRequest, ErrorBody, FetchPartition, FetchRequest, InitProducerIdRequest,
-    ListOffsetsPartition, ListOffsetsRequest, MetadataRequest, MetadataResponse, NewTopic,
-    OffsetSpec, ProducePartition, ProduceRequest, Request, TopicConfigs, TopicMetadata,
-    TopicResult,
+    AlterConfigsRequest, ApiVersionsRequest, CompactRequest, CreatePartitionsRequest,
+    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, ErrorBody, FetchRequest,
+    InitProducerIdRequest, ListOffsetsPartition, ListOffsetsRequest, MetadataRequest, NewTopic,
+    ProducePartition, ProduceRequest, Request, TopicResult,
 };
 
 pub use batches::{split_batches, FetchedBatches};
+pub use bootstrap::Bootstrap;
+pub use builder::{ConsumerBuilder, ProducerBuilder};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
 pub use error::{ClientError, Result};
 pub use group_consumer::{GroupAssignor, GroupConsumer, GroupConsumerConfig, RebalanceListener};
 pub use groups::{PartitionLag, TopicPartition};
 pub use producer::{
-    DeliveryFuture, Partitioner, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+    Compression, DeliveryCallback, DeliveryFuture, Partitioner, Producer, ProducerConfig,
+    ProducerRecord, RecordMetadata,
+};
+pub use properties::{Properties, PropertyError};
+pub use stats::{ConsumerStats, ProducerStats};
+
+/// The protocol crate the client speaks, for what this crate does not
+/// re-export by name (raw batch building and reading).
+pub use weir_proto as proto;
+/// Error codes the broker answers with ([`ClientError::code`]).
+pub use weir_proto::error_code::ErrorCode;
+/// Types of the protocol that appear in this crate's API.
+pub use weir_proto::messages::{
+    ApiVersionRange, CompactPartitionResult, ConfigEntry, FetchPartition, MetadataResponse,
+    OffsetSpec, TopicConfigs, TopicMetadata,
 };
 
 /// Settings of a [`Client`].
@@ -152,6 +179,17 @@ pub struct ClientConfig {
     /// Requests that get no answer ([`Acks::None`]) take no slot. 0 counts
     /// as 1. Default 32 (what the broker works on per connection).
     pub max_in_flight: usize,
+    /// [`Client::bootstrap`]: first wait after a round of the bootstrap
+    /// servers all failed to connect; it doubles after each round up to
+    /// `reconnect_backoff_max` (Kafka's `reconnect.backoff.ms`). Default
+    /// 50 ms.
+    pub reconnect_backoff: Duration,
+    /// [`Client::bootstrap`]: longest wait between rounds (Kafka's
+    /// `reconnect.backoff.max.ms`). Default 1 s.
+    pub reconnect_backoff_max: Duration,
+    /// [`Client::bootstrap`]: how long it keeps trying before it returns
+    /// the last error. Default 60 s.
+    pub bootstrap_timeout: Duration,
 }
 
 impl Default for ClientConfig {
@@ -161,6 +199,9 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(10),
             max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
             max_in_flight: 32,
+            reconnect_backoff: Duration::from_millis(50),
+            reconnect_backoff_max: Duration::from_secs(1),
+            bootstrap_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -270,9 +311,38 @@ impl Client {
         }
     }
 
+    /// Connects to the first reachable server of a bootstrap list
+    /// (`"broker1:9292,broker2:9292"`, host names or IP addresses; see
+    /// [`Bootstrap`]), trying every address each name resolves to, round
+    /// after round with a growing wait ([`ClientConfig::reconnect_backoff`]
+    /// doubling up to [`ClientConfig::reconnect_backoff_max`]), for up to
+    /// [`ClientConfig::bootstrap_timeout`]; then fails with the last
+    /// error. Names are resolved again in each round. Once connected, the
+    /// client keeps the address that answered: after a failure its next
+    /// call connects there again.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> weir_client::Result<()> {
+    /// use weir_client::{Client, ClientConfig};
+    ///
+    /// let client = Client::bootstrap("localhost:9292", ClientConfig::default()).await?;
+    /// println!("topics: {:?}", client.list_topics().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn bootstrap(servers: &str, config: ClientConfig) -> Result<Client> {
+        let servers: Bootstrap = servers.parse()?;
+        servers.connect(config).await
+    }
+
     /// The broker address this client talks to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// A client for the same address and settings that connects on its
+    /// first call (from whichever runtime makes it).
+    pub(crate) fn reopen_lazy(&self) -> Client {
+        Client::connect_lazy(self.addr, self.config.clone())
     }
 
     /// The client's settings.

@@ -2,7 +2,10 @@
 //!
 //! [`Producer::send`] appends a record to the open batch of its
 //! (topic, partition) and returns a [`DeliveryFuture`] that resolves once
-//! the broker acknowledged it. A background tokio task closes a batch when
+//! the broker acknowledged it ([`Producer::send_with`] calls a callback
+//! instead). The sender — on a thread of its own with a one-thread tokio
+//! runtime ([`ProducerConfig::io_thread`], the default), else a task of the
+//! creating runtime — closes a batch when
 //! it reaches [`ProducerConfig::batch_size`], when
 //! [`ProducerConfig::linger_ms`] passed since its first record, or on
 //! [`Producer::flush`] / [`Producer::close`], and sends closed batches in
@@ -43,9 +46,9 @@
 //!
 //! ```no_run
 //! # async fn demo() -> weir_client::Result<()> {
-//! use weir_client::{Client, Producer, ProducerConfig, ProducerRecord};
+//! use weir_client::{Producer, ProducerRecord};
 //!
-//! let producer = Producer::new(Client::connect("127.0.0.1:9292").await?, ProducerConfig::default());
+//! let producer = Producer::builder().bootstrap("localhost:9292").build().await?;
 //! let delivery = producer
 //!     .send(ProducerRecord::new("events", "hello").key("device-7"))
 //!     .await?;
@@ -74,7 +77,11 @@ use weir_proto::builder::BatchBuilder;
 use weir_proto::error_code::ErrorCode;
 use weir_proto::record::RecordData;
 
+use tracing::Instrument;
+
+use crate::builder::ProducerBuilder;
 use crate::partitioner::partition_for_key;
+use crate::stats::{ProducerCounters, ProducerStats};
 use crate::{Acks, Client, ClientError, Result};
 
 /// A boxed, sendable future (the return type of [`ProducerBackend`]'s
@@ -147,6 +154,15 @@ pub struct ProducerConfig {
     /// Topic layouts (partition count, owning cores) are asked again after
     /// this long, so that added partitions come into use. Default 5 min.
     pub metadata_max_age_ms: u64,
+    /// Run the sender (batching, requests, its connections) on a thread of
+    /// its own with a one-thread tokio runtime, as Kafka's Java producer
+    /// and librdkafka do, so that records are sent while the application
+    /// keeps its own runtime busy, whatever that runtime's flavour. Default
+    /// true. With false the sender is a task on the runtime that creates
+    /// the producer (needed for tests with tokio's paused clock); on a
+    /// current-thread runtime it then only runs when the application's
+    /// task yields.
+    pub io_thread: bool,
 }
 
 impl Default for ProducerConfig {
@@ -165,6 +181,7 @@ impl Default for ProducerConfig {
             enable_idempotence: true,
             shard_aware: true,
             metadata_max_age_ms: 300_000,
+            io_thread: true,
         }
     }
 }
@@ -220,6 +237,9 @@ impl ProducerRecord {
         self
     }
 }
+
+/// What [`Producer::send_with`] calls with a record's outcome.
+pub type DeliveryCallback = Box<dyn FnOnce(Result<RecordMetadata>) + Send + 'static>;
 
 /// Where an acknowledged record was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -528,7 +548,16 @@ impl Future for DeliveryFuture {
 /// A batching producer; see the [module docs](self).
 pub struct Producer {
     shared: Arc<Shared>,
-    task: Mutex<Option<JoinHandle<()>>>,
+    sender: Mutex<Option<SenderHandle>>,
+}
+
+/// How [`Producer::close`] waits for the sender to finish.
+enum SenderHandle {
+    /// A task on the application's runtime.
+    Task(JoinHandle<()>),
+    /// The producer's own thread; the receiver resolves (with an error)
+    /// when the thread ends.
+    Thread(oneshot::Receiver<()>),
 }
 
 impl fmt::Debug for Producer {
@@ -547,6 +576,24 @@ struct Shared {
     state: Mutex<State>,
     /// Wakes the sender task (a single waiter: `notify_one` keeps a permit).
     wake: Notify,
+    /// The runtime of the producer's own thread (with
+    /// [`ProducerConfig::io_thread`]): metadata lookups `send` needs run
+    /// there, so that connections live on it.
+    io: Option<tokio::runtime::Handle>,
+    stats: ProducerCounters,
+}
+
+/// A topic's layout as the producer last learned it.
+struct CachedLayout {
+    layout: TopicLayout,
+    learned: Instant,
+    /// Set by an answer that says the layout changed ("not owner",
+    /// unknown partition): ask again before using it, but keep it in case
+    /// asking fails.
+    stale: bool,
+    /// When asking again last failed: the cached layout is used without
+    /// asking until `retry_backoff_ms` later.
+    failed_at: Option<Instant>,
 }
 
 struct Sticky {
@@ -564,7 +611,7 @@ struct State {
     /// Closed batches waiting for the sender, oldest first.
     ready: VecDeque<Batch>,
     /// Topic layouts and when they were learned.
-    layouts: HashMap<String, (TopicLayout, Instant)>,
+    layouts: HashMap<String, CachedLayout>,
     sticky: HashMap<String, Sticky>,
     /// Every batch not yet completed, with the flushes waiting for it.
     waiters: HashMap<u64, Vec<oneshot::Sender<()>>>,
@@ -586,6 +633,10 @@ struct Batch {
     /// Buffer memory (semaphore permits) held by its records, given back
     /// when the batch is completed.
     reserved: u32,
+    /// Its records.
+    records: u32,
+    /// Callbacks of [`Producer::send_with`]: (record index, callback).
+    callbacks: Vec<(u32, DeliveryCallback)>,
 }
 
 fn closed(when: &str) -> ClientError {
@@ -666,20 +717,46 @@ impl Producer {
     /// A producer sending through `client`'s broker, with the
     /// [`DefaultPartitioner`]. With [`ProducerConfig::shard_aware`] (the
     /// default) it opens one more connection per broker core and sends
-    /// each partition's batches to its owning core. Spawns its sender task,
-    /// so it must be called within a tokio runtime.
+    /// each partition's batches to its owning core.
+    ///
+    /// With [`ProducerConfig::io_thread`] (the default) the producer opens
+    /// its own connection to `client`'s address, from its own thread, and
+    /// does not use `client`'s; otherwise it spawns its sender task on the
+    /// current runtime, so it must then be called within a tokio runtime.
+    /// [`Producer::builder`] connects by host name, with retries.
     pub fn new(client: impl Into<Arc<Client>>, config: ProducerConfig) -> Producer {
-        let client: Arc<Client> = client.into();
+        Producer::with_partitioner(client, config, Arc::new(DefaultPartitioner))
+    }
+
+    /// [`Producer::new`] with another partitioner.
+    pub fn with_partitioner(
+        client: impl Into<Arc<Client>>,
+        config: ProducerConfig,
+        partitioner: Arc<dyn Partitioner>,
+    ) -> Producer {
+        let mut client: Arc<Client> = client.into();
+        if config.io_thread {
+            // The connection's reader task must live on the producer's
+            // thread, not on the application's runtime.
+            client = Arc::new(client.reopen_lazy());
+        }
         let backend: Arc<dyn ProducerBackend> = if config.shard_aware {
             Arc::new(ShardRouter::new(client))
         } else {
             client
         };
-        Producer::with_backend(backend, config, Arc::new(DefaultPartitioner))
+        Producer::with_backend(backend, config, partitioner)
     }
 
     /// A producer with a custom partitioner and backend (a [`Client`], a
     /// [`ShardRouter`], or a fake one).
+    ///
+    /// With [`ProducerConfig::io_thread`] the backend's futures run on the
+    /// producer's thread: a [`Client`] given here should not be connected
+    /// yet ([`Client::connect_lazy`]), or its connection's reader stays a
+    /// task of the runtime that connected it, which then has to run for
+    /// answers to arrive. Panics if the thread cannot be started, as
+    /// [`std::thread::spawn`] does.
     pub fn with_backend(
         backend: Arc<dyn ProducerBackend>,
         config: ProducerConfig,
@@ -688,11 +765,29 @@ impl Producer {
         let memory = Arc::new(Semaphore::new(
             config.buffer_memory.min(Semaphore::MAX_PERMITS),
         ));
+        let io_thread = config.io_thread;
+        let runtime = if io_thread {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .thread_name("weir-producer")
+                .build()
+            {
+                Ok(rt) => Some(rt),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot build the producer's runtime: the sender runs as a task");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             backend,
             partitioner,
             config,
             memory,
+            io: runtime.as_ref().map(|rt| rt.handle().clone()),
+            stats: ProducerCounters::default(),
             state: Mutex::new(State {
                 open: HashMap::default(),
                 last_sizes: HashMap::default(),
@@ -707,11 +802,46 @@ impl Producer {
             }),
             wake: Notify::new(),
         });
-        let task = tokio::spawn(Sender::new(shared.clone()).run());
+        let sender = Sender::new(shared.clone());
+        let handle = match runtime {
+            Some(rt) => {
+                let (done_tx, done_rx) = oneshot::channel::<()>();
+                let run = sender.run();
+                std::thread::Builder::new()
+                    .name("weir-producer".into())
+                    .spawn(move || {
+                        rt.block_on(run);
+                        // Dropping the runtime stops the connections'
+                        // tasks; then `close` may return.
+                        drop(rt);
+                        drop(done_tx);
+                    })
+                    .map(|_| SenderHandle::Thread(done_rx))
+                    .expect("start the producer's thread")
+            }
+            None => SenderHandle::Task(tokio::spawn(sender.run())),
+        };
         Producer {
             shared,
-            task: Mutex::new(Some(task)),
+            sender: Mutex::new(Some(handle)),
         }
+    }
+
+    /// A builder: bootstrap servers by name, retries, Kafka-style
+    /// properties. See [`ProducerBuilder`].
+    pub fn builder() -> ProducerBuilder {
+        ProducerBuilder::default()
+    }
+
+    /// A snapshot of the producer's statistics.
+    pub fn statistics(&self) -> ProducerStats {
+        let held = self
+            .shared
+            .config
+            .buffer_memory
+            .min(Semaphore::MAX_PERMITS)
+            .saturating_sub(self.shared.memory.available_permits());
+        self.shared.stats.snapshot(held as u64)
     }
 
     /// The producer's settings.
@@ -731,6 +861,50 @@ impl Producer {
     /// [`ClientError::BufferFull`]); the returned future resolves when the
     /// record is acknowledged.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let (batch, index) = self.buffer(record, None).await?;
+        Ok(DeliveryFuture { batch, index })
+    }
+
+    /// Buffers a record, as [`Producer::send`], and calls `callback` with
+    /// its outcome once it is acknowledged or failed for good: "do X for
+    /// every acknowledged record" without keeping futures.
+    ///
+    /// The callback runs on the producer's sender (its own thread with
+    /// [`ProducerConfig::io_thread`], else its task): keep it short, and
+    /// hand heavy work to a channel. Callbacks of one partition's records
+    /// run in the order of their offsets; every callback of the records
+    /// sent before a [`Producer::flush`] has run when `flush` returns. A
+    /// callback that panics is reported with `tracing` and does not stop
+    /// the producer. If `send_with` returns an error the callback is
+    /// dropped without being called.
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: weir_client::Producer) -> weir_client::Result<()> {
+    /// use weir_client::ProducerRecord;
+    ///
+    /// producer
+    ///     .send_with(ProducerRecord::new("events", "hello"), |outcome| match outcome {
+    ///         Ok(meta) => println!("{}-{}@{:?}", meta.topic, meta.partition, meta.offset),
+    ///         Err(e) => eprintln!("lost: {e}"),
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_with<F>(&self, record: ProducerRecord, callback: F) -> Result<()>
+    where
+        F: FnOnce(Result<RecordMetadata>) + Send + 'static,
+    {
+        self.buffer(record, Some(Box::new(callback))).await?;
+        Ok(())
+    }
+
+    /// Buffers a record (with its callback): its batch's outcome and its
+    /// index in the batch.
+    async fn buffer(
+        &self,
+        record: ProducerRecord,
+        callback: Option<DeliveryCallback>,
+    ) -> Result<(Arc<BatchOutcome>, u32)> {
         let shared = &self.shared;
         let size = record_size(&record);
         let permits = u32::try_from(size)
@@ -745,7 +919,7 @@ impl Producer {
         let mut partition = record.partition;
         let mut count = None;
         if partition.is_none() {
-            let n = shared.layout(&record.topic).await?.partitions;
+            let n = shared.layout_for_send(&record.topic).await?.partitions;
             count = Some(n);
             partition = shared
                 .partitioner
@@ -822,6 +996,8 @@ impl Producer {
                         created: Instant::now(),
                         outcome: BatchOutcome::new(key.0.clone(), partition),
                         reserved: 0,
+                        records: 0,
+                        callbacks: Vec::new(),
                     },
                 );
                 // The sender's next deadline may now be this batch's.
@@ -832,12 +1008,16 @@ impl Producer {
             // sender without being sent.
             b.builder.push(&data)?;
             let index = b.builder.len() as u32 - 1;
-            let future = DeliveryFuture {
-                batch: b.outcome.clone(),
-                index,
-            };
+            b.records = index + 1;
+            let future = (b.outcome.clone(), index);
+            if let Some(cb) = callback {
+                // Under the state lock, before the batch can reach the
+                // sender: it cannot complete before its callback is in.
+                b.callbacks.push((index, cb));
+            }
             permit.forget();
             b.reserved += permits;
+            ProducerCounters::add(&shared.stats.records_in_flight, 1);
             if b.builder.estimated_size() >= batch_size {
                 let b = st.open.remove(&key).expect("just seen");
                 st.close(b);
@@ -877,9 +1057,15 @@ impl Producer {
     pub async fn close(&self) {
         self.shared.lock().closed = true;
         self.flush().await;
-        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(task) = task {
-            let _ = task.await;
+        let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match sender {
+            Some(SenderHandle::Task(task)) => {
+                let _ = task.await;
+            }
+            Some(SenderHandle::Thread(done)) => {
+                let _ = done.await;
+            }
+            None => {}
         }
     }
 }
@@ -908,30 +1094,102 @@ impl Shared {
         })
     }
 
-    /// The topic's layout, from the cache while younger than
-    /// `metadata_max_age_ms`.
-    async fn layout(&self, topic: &str) -> Result<TopicLayout> {
+    /// The cached layout of a topic, and whether it may be used without
+    /// asking the broker (younger than `metadata_max_age_ms` and not
+    /// stale, or asking failed less than `retry_backoff_ms` ago).
+    fn cached_layout(&self, topic: &str) -> Option<(TopicLayout, bool)> {
         let max_age = Duration::from_millis(self.config.metadata_max_age_ms);
-        if let Some((l, at)) = self.lock().layouts.get(topic) {
-            if at.elapsed() < max_age {
-                return Ok(l.clone());
-            }
-        }
-        let l = self.backend.layout(topic).await?;
-        if l.partitions == 0 {
-            return Err(ClientError::InvalidResponse(format!(
-                "topic `{topic}` has no partitions"
-            )));
-        }
-        self.lock()
-            .layouts
-            .insert(topic.to_string(), (l.clone(), Instant::now()));
-        Ok(l)
+        let backoff = Duration::from_millis(self.config.retry_backoff_ms);
+        let st = self.lock();
+        let c = st.layouts.get(topic)?;
+        let fresh = !c.stale && c.learned.elapsed() < max_age;
+        let resting = c.failed_at.is_some_and(|t| t.elapsed() < backoff);
+        Some((c.layout.clone(), fresh || resting))
     }
 
-    /// Forgets a topic's layout (after a "not owner" or similar error).
+    /// The topic's layout: from the cache while it may be used (see
+    /// [`Shared::cached_layout`]), else asked of the broker. If asking
+    /// fails and a layout is cached, that one is used (and not asked for
+    /// again for `retry_backoff_ms`): a broker that restarts does not fail
+    /// sends, whose batches are retried within `delivery_timeout_ms`.
+    async fn layout(&self, topic: &str) -> Result<TopicLayout> {
+        let cached = self.cached_layout(topic);
+        if let Some((l, true)) = cached {
+            return Ok(l);
+        }
+        let asked = self.backend.layout(topic).await.and_then(|l| {
+            if l.partitions == 0 {
+                return Err(ClientError::InvalidResponse(format!(
+                    "topic `{topic}` has no partitions"
+                )));
+            }
+            Ok(l)
+        });
+        match asked {
+            Ok(l) => {
+                self.lock().layouts.insert(
+                    topic.to_string(),
+                    CachedLayout {
+                        layout: l.clone(),
+                        learned: Instant::now(),
+                        stale: false,
+                        failed_at: None,
+                    },
+                );
+                Ok(l)
+            }
+            Err(e) => {
+                ProducerCounters::add(&self.stats.metadata_failures, 1);
+                self.stats.error(&e);
+                let Some((l, _)) = cached else {
+                    return Err(e);
+                };
+                tracing::debug!(topic, error = %e, "metadata lookup failed: using the cached layout");
+                if let Some(c) = self.lock().layouts.get_mut(topic) {
+                    c.failed_at = Some(Instant::now());
+                }
+                Ok(l)
+            }
+        }
+    }
+
+    /// The layout `send` needs to place a record. Looked up on the
+    /// producer's own runtime (where its connections live) if it has one.
+    /// A retriable failure without a cached layout is asked again every
+    /// `retry_backoff_ms` until `max_block_ms` passed.
+    async fn layout_for_send(self: &Arc<Self>, topic: &Arc<str>) -> Result<TopicLayout> {
+        if let Some((l, true)) = self.cached_layout(topic) {
+            return Ok(l);
+        }
+        let backoff = Duration::from_millis(self.config.retry_backoff_ms);
+        let deadline = Instant::now() + Duration::from_millis(self.config.max_block_ms);
+        loop {
+            let got = match &self.io {
+                Some(io) => {
+                    let (shared, topic) = (self.clone(), topic.clone());
+                    io.spawn(async move { shared.layout(&topic).await })
+                        .await
+                        .unwrap_or_else(|_| Err(closed("while send waited for metadata")))
+                }
+                None => self.layout(topic).await,
+            };
+            match got {
+                Err(e) if e.is_retriable() && Instant::now() + backoff < deadline => {
+                    tokio::time::sleep(backoff).await;
+                }
+                got => return got,
+            }
+        }
+    }
+
+    /// Marks a topic's layout stale (after a "not owner" or similar
+    /// error): it is asked again before its next use, and used if asking
+    /// fails.
     fn forget_layout(&self, topic: &str) {
-        self.lock().layouts.remove(topic);
+        if let Some(c) = self.lock().layouts.get_mut(topic) {
+            c.stale = true;
+            c.failed_at = None;
+        }
     }
 
     /// The batches to send now, the next linger deadline, and whether
@@ -961,10 +1219,25 @@ impl Shared {
             id,
             outcome: shared,
             reserved,
+            records,
+            callbacks,
             ..
         } = b;
+        let n = u64::from(records);
+        match &outcome {
+            Ok(_) => ProducerCounters::add(&self.stats.records_sent, n),
+            Err(_) => ProducerCounters::add(&self.stats.records_failed, n),
+        }
+        ProducerCounters::sub(&self.stats.records_in_flight, n);
         shared.set(outcome);
         self.memory.add_permits(reserved as usize);
+        for (index, callback) in callbacks {
+            let r = shared.record(index).expect("just set");
+            let run = std::panic::AssertUnwindSafe(move || callback(r));
+            if std::panic::catch_unwind(run).is_err() {
+                tracing::error!(topic = %shared.topic, partition = shared.partition, "a delivery callback panicked");
+            }
+        }
         let waiters = self.lock().waiters.remove(&id).unwrap_or_default();
         for w in waiters {
             let _ = w.send(());
@@ -1232,34 +1505,40 @@ impl Sender {
                     break;
                 }
                 *self.in_flight.entry(route).or_default() += 1;
-                let backend = self.shared.backend.clone();
+                ProducerCounters::add(&self.shared.stats.requests, 1);
+                ProducerCounters::add(&self.shared.stats.requests_in_flight, 1);
+                let shared = self.shared.clone();
                 let acks = self.shared.config.acks;
                 let done_tx = self.done_tx.clone();
-                let mut call: BoxFuture<'static, ()> = Box::pin(async move {
+                let span = tracing::debug_span!("weir.produce", ?route, batches = batches.len());
+                let call = async move {
                     let req = batches
                         .iter()
                         .map(|((t, p), o)| (t.to_string(), *p, o.bytes.clone().expect("built")))
                         .collect();
                     let n = batches.len();
-                    let results: Vec<Result<Option<u64>>> =
-                        match backend.produce(route, acks, req).await {
-                            Ok(r) if r.len() == n => r,
-                            Ok(r) => {
-                                let e = ClientError::InvalidResponse(format!(
-                                    "{} produce results for {n} batches",
-                                    r.len()
-                                ));
-                                (0..n).map(|_| Err(e.duplicate())).collect()
-                            }
-                            Err(e) => (0..n).map(|_| Err(e.duplicate())).collect(),
-                        };
+                    let started = Instant::now();
+                    let answer = shared.backend.produce(route, acks, req).await;
+                    shared.stats.latency(started.elapsed());
+                    let results: Vec<Result<Option<u64>>> = match answer {
+                        Ok(r) if r.len() == n => r,
+                        Ok(r) => {
+                            let e = ClientError::InvalidResponse(format!(
+                                "{} produce results for {n} batches",
+                                r.len()
+                            ));
+                            (0..n).map(|_| Err(e.duplicate())).collect()
+                        }
+                        Err(e) => (0..n).map(|_| Err(e.duplicate())).collect(),
+                    };
                     let out = batches
                         .into_iter()
                         .zip(results)
                         .map(|((k, o), r)| (k, o, r))
                         .collect();
                     let _ = done_tx.send((route, out));
-                });
+                };
+                let mut call: BoxFuture<'static, ()> = Box::pin(call.instrument(span));
                 // Poll the call once here, so that requests reach their
                 // connection in the order they were formed (a connection
                 // sends calls in the order they are first polled); then
@@ -1312,7 +1591,10 @@ impl Sender {
             // The builder is done with: complete the batch in its buffer.
             let empty = BatchBuilder::new(Codec::None).expect("uncompressed is supported");
             match std::mem::replace(&mut o.batch.builder, empty).finish() {
-                Ok(b) => o.bytes = Some(b.freeze()),
+                Ok(b) => {
+                    self.shared.stats.batch(b.len());
+                    o.bytes = Some(b.freeze());
+                }
                 Err(e) => {
                     self.fail(key, o, e.into());
                     return None;
@@ -1333,6 +1615,7 @@ impl Sender {
         if let Some(n) = self.in_flight.get_mut(&route) {
             *n = n.saturating_sub(1);
         }
+        ProducerCounters::sub(&self.shared.stats.requests_in_flight, 1);
         let backoff = Duration::from_millis(self.shared.config.retry_backoff_ms);
         let timeout = Duration::from_millis(self.shared.config.delivery_timeout_ms);
         for (key, o, r) in results {
@@ -1345,15 +1628,21 @@ impl Sender {
             }
             let e = match r {
                 Ok(offset) => {
+                    let bytes = o.bytes.as_ref().map_or(0, Bytes::len);
+                    ProducerCounters::add(&self.shared.stats.bytes_sent, bytes as u64);
                     self.shared.complete(o.batch, Ok(offset));
                     continue;
                 }
                 Err(e) => e,
             };
+            self.shared.stats.error(&e);
+            // The layout changed, or a core's connection failed (after a
+            // broker restart its port may be another): learn it again.
             if matches!(
                 e.code(),
                 Some(ErrorCode::NotOwner | ErrorCode::UnknownTopicOrPartition)
-            ) {
+            ) || (e.code().is_none() && e.is_retriable() && route != Route::Bootstrap)
+            {
                 self.shared.forget_layout(&key.0);
             }
             let poisoned = match (o.stamp, lane.poisoned) {
@@ -1389,6 +1678,7 @@ impl Sender {
                     .unwrap_or(lane.queue.len());
                 lane.queue.insert(pos, o);
                 lane.not_before = Some(Instant::now() + backoff);
+                ProducerCounters::add(&self.shared.stats.retries, 1);
                 continue;
             }
             let e = if poisoned {

@@ -553,3 +553,55 @@ async fn through_a_client() {
     assert_eq!(fetches.load(Ordering::SeqCst), 1);
     assert_eq!(c.position(T, 0), Some(8));
 }
+
+#[tokio::test]
+async fn statistics_count_polls_records_fetches_resets_and_errors() {
+    let (_, mut c) = out_of_range(OffsetReset::Earliest).await;
+    let got = c.poll(WAIT).await.unwrap();
+    assert_eq!(got.len(), 4);
+    let s = c.statistics();
+    assert_eq!((s.polls, s.records), (1, 4));
+    assert_eq!(
+        s.record_bytes,
+        got.iter()
+            .map(|r| r.value.as_ref().map_or(0, |v| v.len()) + r.key.as_ref().map_or(0, |k| k.len()))
+            .sum::<usize>() as u64
+    );
+    assert!(
+        s.fetches >= 2,
+        "the refused fetch and the one after the reset"
+    );
+    assert!(s.fetch_bytes > 0);
+    assert_eq!((s.offset_resets, s.skipped), (1, 4));
+    assert!(s.errors.is_empty());
+
+    let (_, mut c) = out_of_range(OffsetReset::None).await;
+    c.poll(WAIT).await.unwrap_err();
+    let s = c.statistics();
+    assert_eq!(s.errors.get("OffsetOutOfRange"), Some(&1));
+    assert!(s.last_error.unwrap().contains("out of range"));
+}
+
+#[tokio::test]
+async fn the_consumer_as_a_stream_yields_every_record_in_order_and_gives_itself_back() {
+    use futures_lite::StreamExt;
+    let fake = Fake::new();
+    for _ in 0..3 {
+        fake.append(0, 4, Compression::None);
+    }
+    let mut c = consumer(&fake, config(OffsetReset::Earliest), &[0]);
+    c.seek(T, 0, 0).unwrap();
+    let mut stream = c.into_stream(WAIT);
+    let mut got = Vec::new();
+    while got.len() < 12 {
+        got.push(stream.next().await.unwrap().unwrap());
+    }
+    assert_eq!(ids(&got), (0..12).map(|o| (0, o)).collect::<Vec<_>>());
+    check_contents(&got);
+    let (c, rest) = stream.into_inner().map_err(|_| "polling").unwrap();
+    assert!(rest.is_empty());
+    assert_eq!(c.position(T, 0), Some(12));
+    assert_eq!(c.end_offset(T, 0).await.unwrap(), 12);
+    assert_eq!(c.beginning_offset(T, 0).await.unwrap(), 0);
+    assert_eq!(c.lag(T, 0).await.unwrap(), Some(0));
+}

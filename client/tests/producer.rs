@@ -54,6 +54,8 @@ struct Fake {
     log: Mutex<HashMap<(String, u32), Vec<Stored>>>,
     next_pid: AtomicI64,
     metadata_calls: AtomicUsize,
+    /// How many layout lookups fail (with a retriable disconnect) next.
+    layout_failures: AtomicUsize,
 }
 
 impl Fake {
@@ -172,6 +174,13 @@ impl ProducerBackend for Fake {
     fn layout<'a>(&'a self, _topic: &'a str) -> BoxFuture<'a, weir_client::Result<TopicLayout>> {
         self.metadata_calls.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
+            if self
+                .layout_failures
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(ClientError::Disconnected);
+            }
             Ok(TopicLayout {
                 partitions: self.partitions,
                 owners: self.owners.lock().unwrap().clone(),
@@ -194,6 +203,8 @@ fn config(linger_ms: u64, batch_size: usize) -> ProducerConfig {
     c.batch_size = batch_size;
     // Routes need layouts: most tests count layout lookups without them.
     c.shard_aware = false;
+    // The sender as a task of the test's runtime, whose clock is paused.
+    c.io_thread = false;
     c
 }
 
@@ -718,4 +729,202 @@ async fn a_not_owner_answer_makes_the_producer_learn_the_layout_again() {
         vec![Route::Core(1), Route::Core(1), Route::Core(0)]
     );
     assert_eq!(fake.stored("t", 0), 2, "nothing was stored twice");
+}
+
+/// Issue 18: on a current-thread runtime a loop calling `send` without
+/// otherwise yielding sent nothing until the whole buffer was full (the
+/// first acknowledgement came after ~950 000 sends). The sender now runs on
+/// the producer's own thread: the first acknowledgement comes within a few
+/// batches, while the loop is still running.
+#[tokio::test(flavor = "current_thread")]
+async fn a_tight_send_loop_on_a_current_thread_runtime_is_acknowledged_within_a_few_batches() {
+    const RECORDS: usize = 200_000;
+    let fake = Fake::new(4);
+    let mut c = ProducerConfig::default();
+    c.shard_aware = false;
+    assert!(c.io_thread, "the default");
+    let records_per_batch = c.batch_size / 128;
+    let p = producer(&fake, c);
+    let sent = Arc::new(AtomicUsize::new(0));
+    let first_ack_at = Arc::new(AtomicUsize::new(usize::MAX));
+    let acked = Arc::new(AtomicUsize::new(0));
+    for i in 0..RECORDS {
+        let (sent_then, first, acked) = (sent.clone(), first_ack_at.clone(), acked.clone());
+        p.send_with(
+            ProducerRecord::new("t", value(i, 100)).partition(i as u32 % 4),
+            move |r| {
+                r.unwrap();
+                let _ = first.compare_exchange(
+                    usize::MAX,
+                    sent_then.load(Ordering::SeqCst),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+                acked.fetch_add(1, Ordering::SeqCst);
+            },
+        )
+        .await
+        .unwrap();
+        sent.store(i + 1, Ordering::SeqCst);
+    }
+    let first = first_ack_at.load(Ordering::SeqCst);
+    assert!(
+        first != usize::MAX,
+        "no acknowledgement at all during {RECORDS} sends"
+    );
+    let full_buffer = ProducerConfig::default().buffer_memory / 128;
+    eprintln!(
+        "first acknowledgement after {first} sends ({:.1} batches of {records_per_batch} \
+         records over 4 partitions; a full buffer is {full_buffer} records)",
+        first as f64 / records_per_batch as f64
+    );
+    // The four partitions' first batches close together, after about
+    // 4 batches' worth of sends.
+    assert!(
+        first <= 16 * records_per_batch,
+        "first acknowledgement after {first} sends, more than 16 batches"
+    );
+    p.flush().await;
+    assert_eq!(acked.load(Ordering::SeqCst), RECORDS);
+    p.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn delivery_callbacks_run_once_per_record_in_offset_order_before_flush_returns() {
+    let fake = Fake::new(2);
+    let p = producer(&fake, config(5, 200));
+    let seen: Arc<Mutex<Vec<(usize, u32, u64)>>> = Arc::default();
+    for i in 0..50 {
+        let seen = seen.clone();
+        p.send_with(
+            ProducerRecord::new("t", value(i, 10)).partition(i as u32 % 2),
+            move |r| {
+                let m = r.unwrap();
+                seen.lock()
+                    .unwrap()
+                    .push((i, m.partition, m.offset.unwrap()));
+            },
+        )
+        .await
+        .unwrap();
+    }
+    p.flush().await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.len(),
+        50,
+        "every callback ran once, before flush returned"
+    );
+    for part in 0..2u32 {
+        let mine: Vec<(usize, u64)> = seen
+            .iter()
+            .filter(|(_, p, _)| *p == part)
+            .map(|(i, _, o)| (*i, *o))
+            .collect();
+        assert_eq!(mine.len(), 25);
+        for (k, (i, o)) in mine.iter().enumerate() {
+            assert_eq!(*o, k as u64, "partition {part}: offsets in order");
+            assert_eq!(*i, 2 * k + part as usize, "the record sent k-th");
+        }
+    }
+    p.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_callback_does_not_stop_the_producer() {
+    let fake = Fake::new(1);
+    let p = producer(&fake, config(0, 1 << 20));
+    p.send_with(ProducerRecord::new("t", "a").partition(0), |_| {
+        panic!("an application bug")
+    })
+    .await
+    .unwrap();
+    p.flush().await;
+    let f = p
+        .send(ProducerRecord::new("t", "b").partition(0))
+        .await
+        .unwrap();
+    assert_eq!(f.await.unwrap().offset, Some(1), "the sender still works");
+    p.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_metadata_refresh_uses_the_cached_layout_and_a_first_lookup_is_retried() {
+    let fake = Fake::new(3);
+    let mut c = config(0, 1 << 20);
+    // Every send asks for the layout again.
+    c.metadata_max_age_ms = 0;
+    let p = producer(&fake, c);
+    let f = p.send(ProducerRecord::new("t", "a")).await.unwrap();
+    f.await.unwrap();
+    // The broker is away: refreshing fails, the cached layout is used and
+    // no error reaches `send`.
+    fake.layout_failures.store(1000, Ordering::SeqCst);
+    let mut futures = Vec::new();
+    for i in 0..10 {
+        futures.push(p.send(ProducerRecord::new("t", value(i, 5))).await.unwrap());
+    }
+    let stats = p.statistics();
+    assert!(stats.metadata_failures >= 1, "{stats:?}");
+    assert_eq!(
+        stats.errors.get("disconnected"),
+        Some(&stats.metadata_failures)
+    );
+    let asked = fake.metadata_calls.load(Ordering::SeqCst);
+    assert!(
+        asked <= 3,
+        "not asked again on every send while failing: {asked}"
+    );
+    for f in futures {
+        f.await.unwrap();
+    }
+    // A topic never seen has no cached layout: `send` asks again every
+    // retry_backoff_ms (100 ms) until it gets one.
+    fake.layout_failures.store(3, Ordering::SeqCst);
+    let start = Instant::now();
+    let f = p.send(ProducerRecord::new("u", "x")).await.unwrap();
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(300),
+        "three backoffs"
+    );
+    f.await.unwrap();
+    // Until max_block_ms, then the error.
+    let mut c = config(0, 1 << 20);
+    c.max_block_ms = 1_000;
+    let p2 = producer(&fake, c);
+    fake.layout_failures.store(1000, Ordering::SeqCst);
+    let e = p2.send(ProducerRecord::new("v", "x")).await.unwrap_err();
+    assert!(matches!(e, ClientError::Disconnected), "{e}");
+    p.close().await;
+    p2.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn statistics_count_records_requests_retries_and_errors() {
+    let fake = Fake::new(1);
+    fake.fail_first.store(2, Ordering::SeqCst);
+    let p = producer(&fake, config(0, 1 << 20));
+    let f = p
+        .send(ProducerRecord::new("t", "abc").partition(0))
+        .await
+        .unwrap();
+    let before = p.statistics();
+    assert_eq!(before.records_in_flight, 1);
+    assert!(before.buffered_bytes > 0);
+    f.await.unwrap();
+    p.flush().await;
+    let s = p.statistics();
+    assert_eq!(s.records_sent, 1);
+    assert_eq!(s.records_failed, 0);
+    assert_eq!(s.records_in_flight, 0);
+    assert_eq!(s.buffered_bytes, 0);
+    assert_eq!(s.batches_sent, 1);
+    assert_eq!(s.requests, 3);
+    assert_eq!(s.requests_in_flight, 0);
+    assert_eq!(s.retries, 2);
+    assert_eq!(s.errors.get("timeout"), Some(&2));
+    assert!(s.last_error.unwrap().contains("timed out"));
+    assert!(s.bytes_sent > 0 && s.bytes_sent == s.batch_bytes_max);
+    p.close().await;
 }

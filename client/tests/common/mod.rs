@@ -14,3 +14,5 @@ pub async fn read_frame(s: &mut TcpStream) -> Option<Vec<u8>> {
     s.read_exact(&mut f[4..]).await.ok()?;
     Some(f)
 }
+
+pub mod broker;
