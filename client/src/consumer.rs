@@ -528,18 +528,20 @@ impl Consumer {
     /// CRC, undecodable records; the records before it are still returned
     /// by the next poll), and with the fetch's error otherwise.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
-        self.stats.polls += 1;
         let got = self.poll_inner(timeout).await;
         match &got {
             Ok(records) => {
-                self.stats.records += records.len() as u64;
                 let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len) as u64;
-                self.stats.record_bytes += records
+                let bytes = records
                     .iter()
                     .map(|r| len(&r.key) + len(&r.value))
                     .sum::<u64>();
+                self.stats.poll(records.len(), bytes);
             }
-            Err(e) => self.stats.error(e),
+            Err(e) => {
+                self.stats.poll(0, 0);
+                self.stats.error(e);
+            }
         }
         got
     }
@@ -653,7 +655,7 @@ impl Consumer {
         // comes back empty at once, and `poll` then long-polls itself.
         let max = self.config.fetch_max_bytes;
         let task = tokio::spawn(async move { backend.fetch_many(0, max, request).await });
-        self.stats.fetches += 1;
+        self.stats.fetch();
         self.prefetch = Some(Prefetch { targets, task });
     }
 
@@ -724,7 +726,7 @@ impl Consumer {
             }
             let outcome = match r {
                 Ok(fetched) => {
-                    self.stats.fetch_bytes += fetched_bytes(&fetched);
+                    self.stats.fetched(fetched_bytes(&fetched));
                     decode_into(&mut self.parts[i], &fetched)
                 }
                 Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
@@ -743,7 +745,7 @@ impl Consumer {
     /// The first error is returned after every partition was handled.
     async fn fetch_once(&mut self, wait_ms: u32) -> Result<()> {
         let targets = self.fetch_targets();
-        self.stats.fetches += 1;
+        self.stats.fetch();
         let results = self
             .backend
             .fetch_many(wait_ms, self.config.fetch_max_bytes, targets)
@@ -759,7 +761,7 @@ impl Consumer {
         for (i, r) in results.into_iter().enumerate() {
             let outcome = match r {
                 Ok(fetched) => {
-                    self.stats.fetch_bytes += fetched_bytes(&fetched);
+                    self.stats.fetched(fetched_bytes(&fetched));
                     decode_into(&mut self.parts[i], &fetched)
                 }
                 Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
@@ -793,8 +795,7 @@ impl Consumer {
             }
         };
         let p = &mut self.parts[i];
-        self.stats.offset_resets += 1;
-        self.stats.skipped += target.saturating_sub(at);
+        self.stats.reset(target.saturating_sub(at));
         p.skipped += target.saturating_sub(at);
         p.set_position(target);
         Ok(())

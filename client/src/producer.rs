@@ -1017,7 +1017,7 @@ impl Producer {
             }
             permit.forget();
             b.reserved += permits;
-            ProducerCounters::add(&shared.stats.records_in_flight, 1);
+            shared.stats.accepted();
             if b.builder.estimated_size() >= batch_size {
                 let b = st.open.remove(&key).expect("just seen");
                 st.close(b);
@@ -1139,8 +1139,7 @@ impl Shared {
                 Ok(l)
             }
             Err(e) => {
-                ProducerCounters::add(&self.stats.metadata_failures, 1);
-                self.stats.error(&e);
+                self.stats.metadata_failure(&e);
                 let Some((l, _)) = cached else {
                     return Err(e);
                 };
@@ -1224,11 +1223,7 @@ impl Shared {
             ..
         } = b;
         let n = u64::from(records);
-        match &outcome {
-            Ok(_) => ProducerCounters::add(&self.stats.records_sent, n),
-            Err(_) => ProducerCounters::add(&self.stats.records_failed, n),
-        }
-        ProducerCounters::sub(&self.stats.records_in_flight, n);
+        self.stats.completed(n, outcome.is_ok());
         shared.set(outcome);
         self.memory.add_permits(reserved as usize);
         for (index, callback) in callbacks {
@@ -1505,8 +1500,7 @@ impl Sender {
                     break;
                 }
                 *self.in_flight.entry(route).or_default() += 1;
-                ProducerCounters::add(&self.shared.stats.requests, 1);
-                ProducerCounters::add(&self.shared.stats.requests_in_flight, 1);
+                self.shared.stats.request_sent();
                 let shared = self.shared.clone();
                 let acks = self.shared.config.acks;
                 let done_tx = self.done_tx.clone();
@@ -1615,7 +1609,7 @@ impl Sender {
         if let Some(n) = self.in_flight.get_mut(&route) {
             *n = n.saturating_sub(1);
         }
-        ProducerCounters::sub(&self.shared.stats.requests_in_flight, 1);
+        self.shared.stats.request_done();
         let backoff = Duration::from_millis(self.shared.config.retry_backoff_ms);
         let timeout = Duration::from_millis(self.shared.config.delivery_timeout_ms);
         for (key, o, r) in results {
@@ -1629,7 +1623,7 @@ impl Sender {
             let e = match r {
                 Ok(offset) => {
                     let bytes = o.bytes.as_ref().map_or(0, Bytes::len);
-                    ProducerCounters::add(&self.shared.stats.bytes_sent, bytes as u64);
+                    self.shared.stats.acked_bytes(bytes as u64);
                     self.shared.complete(o.batch, Ok(offset));
                     continue;
                 }
@@ -1678,7 +1672,7 @@ impl Sender {
                     .unwrap_or(lane.queue.len());
                 lane.queue.insert(pos, o);
                 lane.not_before = Some(Instant::now() + backoff);
-                ProducerCounters::add(&self.shared.stats.retries, 1);
+                self.shared.stats.retry();
                 continue;
             }
             let e = if poisoned {

@@ -11,6 +11,17 @@
 //! except the gauges (`records_in_flight`, `requests_in_flight`,
 //! `buffered_bytes`).
 //!
+//! The same figures go to the [`metrics`] facade as they change, so an
+//! application that installs a recorder (Prometheus, StatsD, …) exports
+//! them with no code of its own; without a recorder this costs a load of
+//! a global. Names (counters end in `_total`; `kind` labels errors):
+//!
+//! | producer | consumer |
+//! |---|---|
+//! | `weir_client_producer_records_sent_total`, `…_records_failed_total`, `…_bytes_sent_total`, `…_batches_total`, `…_requests_total`, `…_retries_total`, `…_metadata_failures_total`, `…_errors_total{kind}` | `weir_client_consumer_polls_total`, `…_records_total`, `…_record_bytes_total`, `…_fetches_total`, `…_fetch_bytes_total`, `…_offset_resets_total`, `…_skipped_offsets_total`, `…_errors_total{kind}` |
+//! | gauges `weir_client_producer_records_in_flight`, `…_requests_in_flight` | |
+//! | histograms `weir_client_producer_batch_bytes`, `…_request_latency_seconds` | |
+//!
 //! Errors are counted by kind ([`error_kind`]): the protocol code's name
 //! for errors the broker sent (`NotOwner`, `OutOfOrderSequence`, …),
 //! otherwise the client-side kind (`io`, `disconnected`, `timeout`, …).
@@ -94,9 +105,40 @@ pub struct ConsumerStats {
 }
 
 impl ConsumerStats {
+    /// Notes a `poll` that returned `records` records of `bytes` bytes.
+    pub(crate) fn poll(&mut self, records: usize, bytes: u64) {
+        self.polls += 1;
+        self.records += records as u64;
+        self.record_bytes += bytes;
+        metrics::counter!("weir_client_consumer_polls_total").increment(1);
+        metrics::counter!("weir_client_consumer_records_total").increment(records as u64);
+        metrics::counter!("weir_client_consumer_record_bytes_total").increment(bytes);
+    }
+
+    /// Notes a fetch request sent.
+    pub(crate) fn fetch(&mut self) {
+        self.fetches += 1;
+        metrics::counter!("weir_client_consumer_fetches_total").increment(1);
+    }
+
+    /// Notes `bytes` of record batches fetched.
+    pub(crate) fn fetched(&mut self, bytes: u64) {
+        self.fetch_bytes += bytes;
+        metrics::counter!("weir_client_consumer_fetch_bytes_total").increment(bytes);
+    }
+
+    /// Notes a position reset that jumped over `skipped` offsets.
+    pub(crate) fn reset(&mut self, skipped: u64) {
+        self.offset_resets += 1;
+        self.skipped += skipped;
+        metrics::counter!("weir_client_consumer_offset_resets_total").increment(1);
+        metrics::counter!("weir_client_consumer_skipped_offsets_total").increment(skipped);
+    }
+
     /// Notes an error `poll` returns.
     pub(crate) fn error(&mut self, e: &ClientError) {
         let kind = error_kind(e);
+        metrics::counter!("weir_client_consumer_errors_total", "kind" => kind).increment(1);
         if self.errors.len() < ERROR_KINDS_MAX || self.errors.contains_key(kind) {
             *self.errors.entry(kind.to_string()).or_insert(0) += 1;
         }
@@ -151,10 +193,63 @@ impl ProducerCounters {
         counter.fetch_sub(n, Ordering::Relaxed);
     }
 
+    /// Notes a record accepted by `send`.
+    pub(crate) fn accepted(&self) {
+        Self::add(&self.records_in_flight, 1);
+        metrics::gauge!("weir_client_producer_records_in_flight").increment(1.0);
+    }
+
+    /// Notes `n` records acknowledged (`ok`) or failed for good.
+    pub(crate) fn completed(&self, n: u64, ok: bool) {
+        if ok {
+            Self::add(&self.records_sent, n);
+            metrics::counter!("weir_client_producer_records_sent_total").increment(n);
+        } else {
+            Self::add(&self.records_failed, n);
+            metrics::counter!("weir_client_producer_records_failed_total").increment(n);
+        }
+        Self::sub(&self.records_in_flight, n);
+        metrics::gauge!("weir_client_producer_records_in_flight").decrement(n as f64);
+    }
+
+    /// Notes an acknowledged batch of `bytes`.
+    pub(crate) fn acked_bytes(&self, bytes: u64) {
+        Self::add(&self.bytes_sent, bytes);
+        metrics::counter!("weir_client_producer_bytes_sent_total").increment(bytes);
+    }
+
+    /// Notes a produce request sent.
+    pub(crate) fn request_sent(&self) {
+        Self::add(&self.requests, 1);
+        Self::add(&self.requests_in_flight, 1);
+        metrics::counter!("weir_client_producer_requests_total").increment(1);
+        metrics::gauge!("weir_client_producer_requests_in_flight").increment(1.0);
+    }
+
+    /// Notes a produce request answered (or failed).
+    pub(crate) fn request_done(&self) {
+        Self::sub(&self.requests_in_flight, 1);
+        metrics::gauge!("weir_client_producer_requests_in_flight").decrement(1.0);
+    }
+
+    /// Notes a batch queued again after a retriable error.
+    pub(crate) fn retry(&self) {
+        Self::add(&self.retries, 1);
+        metrics::counter!("weir_client_producer_retries_total").increment(1);
+    }
+
+    /// Notes a failed metadata lookup.
+    pub(crate) fn metadata_failure(&self, e: &ClientError) {
+        Self::add(&self.metadata_failures, 1);
+        metrics::counter!("weir_client_producer_metadata_failures_total").increment(1);
+        self.error(e);
+    }
+
     /// Notes an error (retried or not).
     pub(crate) fn error(&self, e: &ClientError) {
-        let mut g = self.errors.lock().unwrap_or_else(|p| p.into_inner());
         let kind = error_kind(e);
+        metrics::counter!("weir_client_producer_errors_total", "kind" => kind).increment(1);
+        let mut g = self.errors.lock().unwrap_or_else(|p| p.into_inner());
         if g.0.len() < ERROR_KINDS_MAX || g.0.contains_key(kind) {
             *g.0.entry(kind).or_insert(0) += 1;
         }
@@ -164,12 +259,15 @@ impl ProducerCounters {
     /// Notes a sent batch of `bytes`.
     pub(crate) fn batch(&self, bytes: usize) {
         Self::add(&self.batches_sent, 1);
+        metrics::counter!("weir_client_producer_batches_total").increment(1);
+        metrics::histogram!("weir_client_producer_batch_bytes").record(bytes as f64);
         self.batch_bytes_max
             .fetch_max(bytes as u64, Ordering::Relaxed);
     }
 
     /// Notes a produce request's round trip.
     pub(crate) fn latency(&self, d: Duration) {
+        metrics::histogram!("weir_client_producer_request_latency_seconds").record(d.as_secs_f64());
         let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         Self::add(&self.latency_count, 1);
         Self::add(&self.latency_sum_us, us);
