@@ -113,7 +113,7 @@ fn producer_and_consumer_figures_reach_an_installed_recorder() {
             .unwrap();
         for i in 0..1000 {
             let r = ProducerRecord::new("facade", format!("v{i}"));
-            producer.send(r).await.unwrap();
+            let _ack = producer.send(r).await.unwrap();
         }
         producer.flush().await;
         let stats = producer.statistics();
