@@ -134,13 +134,42 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Runs blocking file-system work on the current glommio executor's
-/// blocking thread pool and waits for it without blocking the core. Must be
-/// called on a glommio executor.
+/// How often a core looks again for the result of blocking work it waits
+/// for (see [`on_blocking_pool`]).
+pub const BLOCKING_RESULT_POLL_MS: u64 = 10;
+
+/// Runs `work` on the current glommio executor's blocking thread pool and
+/// waits for it without blocking the core. Must be called on a glommio
+/// executor.
+///
+/// glommio 0.9 can miss the wake-up of a finished blocking job when its
+/// executor has gone to sleep with nothing else to do (seen as a test
+/// executor asleep in `io_uring_enter` for minutes while its blocking
+/// thread was idle, its result delivered). So the wait also arms a timer
+/// every [`BLOCKING_RESULT_POLL_MS`]: each wake-up makes the reactor
+/// collect finished blocking jobs. A job that finishes before the first
+/// tick costs one timer.
+pub async fn on_blocking_pool<R: Send + 'static>(work: impl FnOnce() -> R + Send + 'static) -> R {
+    let job = glommio::executor().spawn_blocking(work);
+    let mut job = std::pin::pin!(job);
+    loop {
+        let done = futures_lite::future::or(async { Some(job.as_mut().await) }, async {
+            glommio::timer::sleep(std::time::Duration::from_millis(BLOCKING_RESULT_POLL_MS)).await;
+            None
+        })
+        .await;
+        if let Some(r) = done {
+            return r;
+        }
+    }
+}
+
+/// Runs blocking file-system work on the blocking thread pool
+/// ([`on_blocking_pool`]).
 pub async fn run_blocking<R: Send + 'static>(
     work: impl FnOnce() -> Result<R> + Send + 'static,
 ) -> Result<R> {
-    glommio::executor().spawn_blocking(work).await
+    on_blocking_pool(work).await
 }
 
 /// [`write_atomic`] on the blocking pool (for a core's event loop).

@@ -1746,9 +1746,7 @@ impl LogInner {
     /// `snapshot_lock`; every batch below `offset` is fdatasync'd).
     async fn store_snapshot(&self, table: ProducerStateTable, offset: u64) -> Result<()> {
         let dir = self.dir.clone();
-        glommio::executor()
-            .spawn_blocking(move || table.store(&dir, offset))
-            .await
+        crate::checkpoint::on_blocking_pool(move || table.store(&dir, offset)).await
     }
 
     /// Loads the producer state at open: the snapshot, then every batch from
@@ -1756,8 +1754,7 @@ impl LogInner {
     /// log end. Returns the bytes of batches replayed.
     async fn load_producer_state(self: &Rc<Self>) -> Result<u64> {
         let dir = self.dir.clone();
-        let loaded = glommio::executor()
-            .spawn_blocking(move || ProducerStateTable::load(&dir))
+        let loaded = crate::checkpoint::on_blocking_pool(move || ProducerStateTable::load(&dir))
             .await
             .unwrap_or_else(|e| {
                 tracing::warn!(partition = %self.name, error = %e,

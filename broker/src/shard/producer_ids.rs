@@ -99,9 +99,7 @@ pub async fn allocate(
             let s = ids.borrow();
             (s.path.clone(), s.next + BLOCK)
         };
-        glommio::executor()
-            .spawn_blocking(move || store(&path, limit))
-            .await?;
+        weir_storage::checkpoint::on_blocking_pool(move || store(&path, limit)).await?;
         ids.borrow_mut().limit = limit;
     }
 }
