@@ -14,12 +14,11 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()> + 'static,
 {
-    LocalExecutorBuilder::new(Placement::Unbound)
-        .spawn(f)
-        .expect("glommio executor starts (check `ulimit -l`)")
-        .join()
-        .expect("test body panicked");
+    run_ret(f)
 }
+
+/// How often a test executor wakes up on its own (see [`run_ret`]).
+pub const TEST_EXECUTOR_TICK_MS: u64 = 10;
 
 /// A valid batch of `records` records whose records section is `payload`
 /// (opaque to storage), timestamps `ts..=ts_max`.
@@ -87,7 +86,22 @@ where
     Fut: Future<Output = T> + 'static,
 {
     LocalExecutorBuilder::new(Placement::Unbound)
-        .spawn(f)
+        .spawn(move || async move {
+            // A glommio 0.9 executor with nothing but one I/O wait in flight
+            // was seen asleep in io_uring_enter for minutes during recovery
+            // (a missed wake-up; a ptrace attach, which interrupts the
+            // syscall, unstuck it). A broker's cores always have timers
+            // armed (≤ 50 ms); a test executor gets one here, so such a
+            // stall costs milliseconds instead of hanging the suite.
+            glommio::spawn_local(async {
+                loop {
+                    glommio::timer::sleep(std::time::Duration::from_millis(TEST_EXECUTOR_TICK_MS))
+                        .await;
+                }
+            })
+            .detach();
+            f().await
+        })
         .expect("glommio executor starts (check `ulimit -l`)")
         .join()
         .expect("test body panicked")
