@@ -101,29 +101,16 @@ impl ProducerBuilder {
         mut self,
         properties: impl IntoIterator<Item = (K, V)>,
     ) -> Self {
-        let props: crate::Properties = properties.into_iter().collect();
-        for (name, value) in props.iter() {
-            if self.error.is_some() {
-                break;
-            }
-            let applied = if name == "bootstrap.servers" {
-                self.bootstrap = Some(value.to_string());
-                Ok(true)
-            } else {
-                apply_client(&mut self.client, name, value)
-                    .and_then(|known| Ok(known || apply_producer(&mut self.producer, name, value)?))
-            };
-            match applied {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.error = Some(PropertyError::Unknown {
-                        role: "producer",
-                        name: name.to_string(),
-                    })
-                }
-                Err(e) => self.error = Some(e),
-            }
-        }
+        self.error = self.error.take().or_else(|| {
+            apply_all(
+                properties,
+                "producer",
+                &mut self.bootstrap,
+                &mut self.client,
+                |name, value| apply_producer(&mut self.producer, name, value),
+            )
+            .err()
+        });
         self
     }
 
@@ -236,29 +223,16 @@ impl ConsumerBuilder {
         mut self,
         properties: impl IntoIterator<Item = (K, V)>,
     ) -> Self {
-        let props: crate::Properties = properties.into_iter().collect();
-        for (name, value) in props.iter() {
-            if self.error.is_some() {
-                break;
-            }
-            let applied = if name == "bootstrap.servers" {
-                self.bootstrap = Some(value.to_string());
-                Ok(true)
-            } else {
-                apply_client(&mut self.client, name, value)
-                    .and_then(|known| Ok(known || apply_consumer(&mut self.consumer, name, value)?))
-            };
-            match applied {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.error = Some(PropertyError::Unknown {
-                        role: "consumer",
-                        name: name.to_string(),
-                    })
-                }
-                Err(e) => self.error = Some(e),
-            }
-        }
+        self.error = self.error.take().or_else(|| {
+            apply_all(
+                properties,
+                "consumer",
+                &mut self.bootstrap,
+                &mut self.client,
+                |name, value| apply_consumer(&mut self.consumer, name, value),
+            )
+            .err()
+        });
         self
     }
 
@@ -306,4 +280,32 @@ impl ConsumerBuilder {
         }
         Ok(member)
     }
+}
+
+/// Applies Kafka-named properties in name order: `bootstrap.servers`, then
+/// the connection settings, then the role's own (`apply_role`); the first
+/// unknown or invalid one is the error.
+fn apply_all<K: AsRef<str>, V: AsRef<str>>(
+    properties: impl IntoIterator<Item = (K, V)>,
+    role: &'static str,
+    bootstrap: &mut Option<String>,
+    client: &mut ClientConfig,
+    mut apply_role: impl FnMut(&str, &str) -> std::result::Result<bool, PropertyError>,
+) -> std::result::Result<(), PropertyError> {
+    let props: crate::Properties = properties.into_iter().collect();
+    for (name, value) in props.iter() {
+        let known = if name == "bootstrap.servers" {
+            *bootstrap = Some(value.to_string());
+            true
+        } else {
+            apply_client(client, name, value)? || apply_role(name, value)?
+        };
+        if !known {
+            return Err(PropertyError::Unknown {
+                role,
+                name: name.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
