@@ -956,35 +956,54 @@ fn describe_group_text(
     d: &weir_proto::messages::DescribeGroupResponse,
     lag: &[weir_client::PartitionLag],
 ) -> String {
-    let mut out =
-        format!(
-        "Group: {}\nState: {}\nGeneration: {}\nAssignor: {}\nCoordinator core: {}\nMembers: {}\n",
+    let mut out = format!(
+        "Group: {}\nType: {}\nState: {}\nGroup epoch: {}\nAssignment epoch: {}\nAssignor: {}\n\
+         Coordinator core: {}\nMembers: {}\n",
         d.group,
+        d.kind,
         d.state,
         d.generation,
-        if d.assignor.is_empty() { "-" } else { &d.assignor },
+        d.assignment_epoch,
+        if d.assignor.is_empty() {
+            "-"
+        } else {
+            &d.assignor
+        },
         d.coordinator_core,
         d.members.len()
     );
+    let list = |tps: &[weir_proto::messages::TopicPartitions]| {
+        let parts: Vec<String> = tps
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(move |p| format!("{}-{p}", t.topic)))
+            .collect();
+        if parts.is_empty() {
+            "-".to_string()
+        } else {
+            parts.join(",")
+        }
+    };
     if !d.members.is_empty() {
-        let mut rows = vec![["CONSUMER-ID", "CLIENT-ID", "TOPICS", "ASSIGNMENT"]
-            .map(String::from)
-            .to_vec()];
+        let mut rows = vec![[
+            "CONSUMER-ID",
+            "CLIENT-ID",
+            "EPOCH",
+            "TOPICS",
+            "ASSIGNED",
+            "REVOKING",
+            "TARGET",
+        ]
+        .map(String::from)
+        .to_vec()];
         for m in &d.members {
-            let parts: Vec<String> = m
-                .assignment
-                .iter()
-                .flat_map(|t| t.partitions.iter().map(move |p| format!("{}-{p}", t.topic)))
-                .collect();
             rows.push(vec![
                 m.member_id.clone(),
                 m.client_id.clone(),
+                m.member_epoch.to_string(),
                 m.topics.join(","),
-                if parts.is_empty() {
-                    "-".into()
-                } else {
-                    parts.join(",")
-                },
+                list(&m.owned),
+                list(&m.revoking),
+                list(&m.assignment),
             ]);
         }
         out.push('\n');

@@ -22,11 +22,13 @@ use weir_client::{
 use weir_proto::error_code::ErrorCode;
 use weir_proto::messages::{CommitOffset, HeartbeatRequest, JoinGroupRequest};
 
-/// Settings for tests: short timeouts, start at the earliest record.
+/// Settings for tests: a session long enough that a busy 2-core machine
+/// never expels a healthy member (tests of expiry use their own), start at
+/// the earliest record.
 fn config(group: &str, assignor: GroupAssignor) -> GroupConsumerConfig {
     let mut c = GroupConsumerConfig::new(group);
     c.assignor = assignor;
-    c.session_timeout = Duration::from_millis(1500);
+    c.session_timeout = Duration::from_millis(6000);
     c.heartbeat_interval = Duration::from_millis(500);
     c.consumer.auto_offset_reset = weir_client::OffsetReset::Earliest;
     c.consumer.fetch_max_wait_ms = 100;
@@ -553,7 +555,7 @@ fn fenced_zombie_commit_is_rejected() {
             .commit_offsets("fenced", &live.member_id(), 0, vec![offset(0, 5)])
             .await
             .unwrap_err();
-        assert_eq!(e.code(), Some(ErrorCode::IllegalGeneration), "{e}");
+        assert_eq!(e.code(), Some(ErrorCode::StaleMemberEpoch), "{e}");
         live.commit_sync().await.unwrap();
         // Admin changes need an empty group.
         let e = admin
@@ -1077,7 +1079,7 @@ fn a_partition_handed_out_but_not_yet_reported_is_not_handed_out_again() {
             )
             .await
             .unwrap_err();
-        assert_eq!(e.code(), Some(ErrorCode::IllegalGeneration), "{e}");
+        assert_eq!(e.code(), Some(ErrorCode::StaleMemberEpoch), "{e}");
         // B hears of the change, takes what it was handed, and releases
         // what moves to C; then C gets it.
         let b2 = c
@@ -1172,7 +1174,16 @@ async fn committed(c: &Client, g: &str) -> usize {
 #[test]
 fn empty_groups_expire_and_offsets_of_deleted_topics_are_purged() {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--offsets-retention-ms", "1500"];
+    // One small-segment partition of `__consumer_offsets`, so the
+    // compaction of the expired groups' records can be seen.
+    let args = [
+        "--offsets-retention-ms",
+        "1500",
+        "--offsets-partitions",
+        "1",
+        "--offsets-segment-bytes",
+        "4096",
+    ];
     let b = Broker::start_with(dir.path(), 2, &args);
     runtime().block_on(async {
         let c = Client::connect(b.addr).await.unwrap();
@@ -1219,6 +1230,28 @@ fn empty_groups_expire_and_offsets_of_deleted_topics_are_purged() {
             last_commit.elapsed()
         );
         assert_eq!(committed(&c, "g-kept").await, 0);
+        // Their records are tombstoned: once the segments holding them
+        // close (other groups' commits roll them) and the cleaner runs,
+        // no offset of theirs is left in the log.
+        assert!(
+            live_records_of(&c, &["g-kept", "g-gone"]).await > 0,
+            "before compaction the commits are in the log"
+        );
+        for i in 0..100u64 {
+            let o = CommitOffset {
+                topic: "kept".into(),
+                partition: 0,
+                offset: i % 5,
+                metadata: Some("x".repeat(64)),
+            };
+            c.commit_offsets("filler", "", -1, vec![o]).await.unwrap();
+        }
+        c.compact("__consumer_offsets", true).await.unwrap();
+        assert_eq!(
+            live_records_of(&c, &["g-kept", "g-gone"]).await,
+            0,
+            "the expired groups' offsets were compacted away"
+        );
     });
     assert_eq!(b.stop().code(), Some(0));
     let b = Broker::start(dir.path(), 2);
@@ -1232,4 +1265,208 @@ fn empty_groups_expire_and_offsets_of_deleted_topics_are_purged() {
         assert_eq!(committed(&c, "g-kept").await, 0);
         assert_eq!(committed(&c, "g-gone").await, 0);
     });
+}
+
+/// Records of `__consumer_offsets` (one partition) with a value whose key
+/// names one of `groups` (tombstones are not counted).
+async fn live_records_of(c: &Client, groups: &[&str]) -> usize {
+    let mut at = 0;
+    let mut n = 0;
+    loop {
+        let f = c
+            .fetch("__consumer_offsets", 0, at, 1 << 20, 0)
+            .await
+            .unwrap();
+        if f.batches.is_empty() {
+            return n;
+        }
+        for b in &f.batches {
+            let rb = weir_proto::reader::RecordBatch::parse(b).unwrap();
+            at = rb.header().last_offset() as u64 + 1;
+            for r in rb.records().unwrap().iter() {
+                let r = r.unwrap();
+                let key = r.record.key.unwrap_or_default();
+                let named = groups
+                    .iter()
+                    .any(|g| key.windows(g.len()).any(|w| w == g.as_bytes()));
+                if named && r.record.value.is_some() {
+                    n += 1;
+                }
+            }
+        }
+        if at >= f.high_watermark {
+            return n;
+        }
+    }
+}
+
+/// Raw members commit continuously while others join and leave (the
+/// group keeps rebalancing); the broker is killed with SIGKILL in the
+/// middle. After the restart every acknowledged commit is there (or a
+/// later one), the members come back with their epochs (a member that
+/// heartbeats with its stored epoch resumes), and no epoch is handed out
+/// twice: every epoch answered after the restart is above every epoch
+/// answered before it, or the resumed member's own.
+#[test]
+fn sigkill_mid_rebalance_keeps_acknowledged_commits_and_reuses_no_epoch() {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const PARTITIONS: u32 = 6;
+    const RECORDS: u64 = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let join = |client_id: String| JoinGroupRequest {
+        group: "mid".into(),
+        member_id: String::new(),
+        client_id,
+        topics: vec!["mid".into()],
+        assignor: "cooperative-sticky".into(),
+        session_timeout_ms: 30_000,
+        max_poll_interval_ms: 30_000,
+    };
+    let hb = |id: &str, generation: i32, owned: Vec<weir_proto::messages::TopicPartitions>| {
+        HeartbeatRequest {
+            group: "mid".into(),
+            member_id: id.into(),
+            generation,
+            owned,
+            since_poll_ms: 0,
+            wait_ms: 0,
+        }
+    };
+    // Highest acknowledged commit per partition; highest epoch answered;
+    // the last (member, epoch, assignment) of a member that stays.
+    let acked: Arc<Mutex<BTreeMap<u32, u64>>> = Arc::default();
+    let max_epoch = Arc::new(Mutex::new(0i32));
+    let stayer: Arc<Mutex<Option<(String, i32)>>> = Arc::default();
+    let next: Arc<Vec<AtomicU64>> = Arc::new((0..PARTITIONS).map(|_| AtomicU64::new(0)).collect());
+    let dead = Arc::new(AtomicBool::new(false));
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("mid", PARTITIONS, vec![]).await.unwrap();
+        produce_from(&admin, "mid", PARTITIONS, 0, RECORDS as usize).await;
+        let mut tasks = Vec::new();
+        for i in 0..4usize {
+            let (addr, acked, max_epoch, stayer, next, dead) = (
+                b.addr,
+                acked.clone(),
+                max_epoch.clone(),
+                stayer.clone(),
+                next.clone(),
+                dead.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let c = Client::connect(addr).await.unwrap();
+                // Member 0 stays; the others leave and rejoin, so the
+                // group keeps rebalancing.
+                let mut rounds = 0u32;
+                'life: while !dead.load(Ordering::Relaxed) {
+                    let Ok(mut a) = c.join_group(join(format!("m{i}"))).await else {
+                        break;
+                    };
+                    rounds += 1;
+                    for _ in 0..(if i == 0 { u32::MAX } else { 5 + rounds % 7 }) {
+                        {
+                            let mut m = max_epoch.lock().unwrap();
+                            *m = (*m).max(a.generation);
+                        }
+                        if i == 0 {
+                            *stayer.lock().unwrap() = Some((a.member_id.clone(), a.generation));
+                        }
+                        for t in &a.assignment {
+                            for &p in &t.partitions {
+                                let o = next[p as usize].fetch_add(1, Ordering::SeqCst) + 1;
+                                let off = CommitOffset {
+                                    topic: "mid".into(),
+                                    partition: p,
+                                    offset: o.min(RECORDS),
+                                    metadata: None,
+                                };
+                                match c
+                                    .commit_offsets("mid", &a.member_id, a.generation, vec![off])
+                                    .await
+                                {
+                                    Ok(_) => {
+                                        let mut acked = acked.lock().unwrap();
+                                        let e = acked.entry(p).or_default();
+                                        *e = (*e).max(o.min(RECORDS));
+                                    }
+                                    Err(e) if e.code().is_some() => {}
+                                    Err(_) => break 'life,
+                                }
+                            }
+                        }
+                        match c
+                            .heartbeat(hb(&a.member_id, a.generation, a.assignment.clone()))
+                            .await
+                        {
+                            Ok(n) => a = n,
+                            Err(e) if e.code().is_some() => continue 'life,
+                            Err(_) => break 'life,
+                        }
+                    }
+                    if c.leave_group("mid", &a.member_id).await.is_err() {
+                        break;
+                    }
+                }
+            }));
+        }
+        // Kill once enough commits were acknowledged across rebalances.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while acked.lock().unwrap().values().sum::<u64>() < 300 || *max_epoch.lock().unwrap() < 8 {
+            assert!(
+                Instant::now() < deadline,
+                "no progress: {:?}",
+                acked.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        dead.store(true, Ordering::Relaxed);
+        b.kill();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let acked = acked.lock().unwrap().clone();
+    let max_epoch = *max_epoch.lock().unwrap();
+    let (stayer_id, stayer_epoch) = stayer.lock().unwrap().clone().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        let committed: BTreeMap<u32, u64> = admin
+            .committed_offsets("mid", None)
+            .await
+            .unwrap()
+            .iter()
+            .map(|o| (o.partition, o.offset))
+            .collect();
+        for (p, o) in &acked {
+            assert!(
+                committed.get(p).is_some_and(|c| c >= o),
+                "partition {p}: acknowledged {o}, committed after the restart {:?}",
+                committed.get(p)
+            );
+        }
+        let d = admin.describe_group("mid").await.unwrap();
+        assert!(d.generation >= max_epoch, "{} < {max_epoch}", d.generation);
+        let m = d
+            .members
+            .iter()
+            .find(|m| m.member_id == stayer_id)
+            .expect("the member that stayed is restored");
+        // It resumes: a heartbeat with its epoch (or the one before, if an
+        // answer was lost in the kill) is accepted.
+        let resumed = admin
+            .heartbeat(hb(&stayer_id, m.member_epoch, m.owned.clone()))
+            .await
+            .unwrap();
+        assert!(resumed.generation >= stayer_epoch);
+        let fresh = admin.join_group(join("after".into())).await.unwrap();
+        assert!(
+            fresh.generation > max_epoch,
+            "a join after the restart got epoch {} (epochs up to {max_epoch} were answered before)",
+            fresh.generation
+        );
+    });
+    b.stop();
 }

@@ -742,7 +742,11 @@ async fn heartbeat_loop(s: Shared) {
                 }
                 Err(e) if matches!(
                     e.code(),
-                    Some(ErrorCode::UnknownMemberId | ErrorCode::IllegalGeneration)
+                    Some(
+                        ErrorCode::UnknownMemberId
+                            | ErrorCode::IllegalGeneration
+                            | ErrorCode::FencedMemberEpoch
+                    )
                 ) => {
                     s.lose(e.to_string());
                     continue;

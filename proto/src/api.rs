@@ -150,13 +150,20 @@ impl ApiKey {
 
     /// Oldest version of this API this build speaks.
     pub const fn min_version(self) -> u16 {
-        // All APIs are at version 0 for now.
-        0
+        match self {
+            // v1: members with epochs and revoking partitions; the v0
+            // body is no longer produced.
+            ApiKey::DescribeGroup => 1,
+            _ => 0,
+        }
     }
 
     /// Newest version of this API this build speaks.
     pub const fn max_version(self) -> u16 {
-        0
+        match self {
+            ApiKey::DescribeGroup => 1,
+            _ => 0,
+        }
     }
 
     /// Whether this build speaks `version` of this API.

@@ -93,11 +93,21 @@ pub enum ErrorCode {
     InconsistentAssignor = 35,
     /// The session timeout or poll interval is outside the broker's range.
     InvalidSessionTimeout = 36,
+    /// The member's epoch is ahead of the coordinator's or too far behind:
+    /// it was fenced (its partitions may have moved): rejoin with epoch 0.
+    FencedMemberEpoch = 37,
+    /// A commit's member epoch is newer than the member's, or the
+    /// partition was not assigned to the member at that epoch.
+    StaleMemberEpoch = 38,
+    /// A classic group is rebalancing: rejoin before committing.
+    RebalanceInProgress = 39,
+    /// A newer member holds this static instance id: this one is fenced.
+    FencedInstanceId = 40,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 31] = [
+    pub const ALL: [ErrorCode; 35] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -129,6 +139,10 @@ impl ErrorCode {
         ErrorCode::InvalidGroupId,
         ErrorCode::InconsistentAssignor,
         ErrorCode::InvalidSessionTimeout,
+        ErrorCode::FencedMemberEpoch,
+        ErrorCode::StaleMemberEpoch,
+        ErrorCode::RebalanceInProgress,
+        ErrorCode::FencedInstanceId,
     ];
 
     /// The number on the wire.
@@ -170,6 +184,10 @@ impl ErrorCode {
             34 => ErrorCode::InvalidGroupId,
             35 => ErrorCode::InconsistentAssignor,
             36 => ErrorCode::InvalidSessionTimeout,
+            37 => ErrorCode::FencedMemberEpoch,
+            38 => ErrorCode::StaleMemberEpoch,
+            39 => ErrorCode::RebalanceInProgress,
+            40 => ErrorCode::FencedInstanceId,
             _ => ErrorCode::Unknown,
         }
     }
@@ -226,6 +244,10 @@ impl ErrorCode {
             ErrorCode::InvalidGroupId => "InvalidGroupId",
             ErrorCode::InconsistentAssignor => "InconsistentAssignor",
             ErrorCode::InvalidSessionTimeout => "InvalidSessionTimeout",
+            ErrorCode::FencedMemberEpoch => "FencedMemberEpoch",
+            ErrorCode::StaleMemberEpoch => "StaleMemberEpoch",
+            ErrorCode::RebalanceInProgress => "RebalanceInProgress",
+            ErrorCode::FencedInstanceId => "FencedInstanceId",
         }
     }
 
@@ -263,6 +285,10 @@ impl ErrorCode {
             ErrorCode::InvalidGroupId => "invalid group id",
             ErrorCode::InconsistentAssignor => "assignor differs from the group's",
             ErrorCode::InvalidSessionTimeout => "invalid session timeout",
+            ErrorCode::FencedMemberEpoch => "fenced member epoch",
+            ErrorCode::StaleMemberEpoch => "stale member epoch",
+            ErrorCode::RebalanceInProgress => "rebalance in progress",
+            ErrorCode::FencedInstanceId => "fenced instance id",
         }
     }
 }
@@ -299,6 +325,6 @@ mod tests {
         }
         // Reserved and unknown numbers read as Unknown.
         assert_eq!(ErrorCode::from_u16(24), ErrorCode::Unknown);
-        assert_eq!(ErrorCode::from_u16(37), ErrorCode::Unknown);
+        assert_eq!(ErrorCode::from_u16(41), ErrorCode::Unknown);
     }
 }

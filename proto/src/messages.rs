@@ -759,12 +759,19 @@ pub struct MemberDescription {
     pub member_id: String,
     /// The client id it joined with.
     pub client_id: String,
+    /// Its static membership id, if any.
+    pub instance_id: Option<String>,
+    /// Its member epoch (classic groups: the group's generation).
+    pub member_epoch: i32,
     /// Its subscription.
     pub topics: Vec<String>,
     /// Its target assignment.
     pub assignment: Vec<TopicPartitions>,
-    /// What it reported owning in its last heartbeat.
+    /// The partitions it holds now (assigned to it).
     pub owned: Vec<TopicPartitions>,
+    /// The partitions it must release (pending revocation): nobody else
+    /// gets them until it does, or its rebalance timeout fences it.
+    pub revoking: Vec<TopicPartitions>,
 }
 
 /// A group's state, members and committed offsets.
@@ -776,11 +783,19 @@ pub struct DescribeGroupResponse {
     pub message: Option<String>,
     /// The group id.
     pub group: String,
-    /// `Empty`, `Stable` or `Reconciling`.
+    /// `consumer` (KIP-848 epochs: native and `ConsumerGroupHeartbeat`
+    /// members) or `classic` (Kafka's JoinGroup/SyncGroup).
+    pub kind: String,
+    /// Consumer groups: `Empty`, `Stable` or `Reconciling`; classic
+    /// groups: `Empty`, `PreparingRebalance`, `CompletingRebalance` or
+    /// `Stable`.
     pub state: String,
-    /// The group's generation.
+    /// The group epoch (classic groups: the generation).
     pub generation: i32,
-    /// The group's assignor.
+    /// The epoch of the target assignment (classic groups: the
+    /// generation).
+    pub assignment_epoch: i32,
+    /// The group's assignor (classic groups: the chosen protocol).
     pub assignor: String,
     /// The core that coordinates the group.
     pub coordinator_core: u32,

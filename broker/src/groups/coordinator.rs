@@ -1,39 +1,30 @@
-//! The consumer-group coordinator.
+//! The consumer-group coordinator: where a group lives, how requests
+//! reach it, and how its state machine's decisions are stored before they
+//! are answered.
 //!
 //! **Which core:** a group lives on the core that owns its partition of
-//! `__consumer_offsets` ([`records::partition_for`], then
-//! the metadata's placement). Group requests arriving on any core
-//! and any listener are forwarded there over the mesh
-//! ([`CoreMsg::Group`]) and answered back the same way; everything about a
-//! group (members, target assignment, committed offsets, held heartbeats,
-//! expiry) is touched only on that core.
+//! `__consumer_offsets` ([`records::partition_for`], then the metadata's
+//! placement). Group requests arriving on any core and any listener are
+//! forwarded there over the mesh ([`CoreMsg::Group`]) and answered back
+//! the same way; everything about a group (members, epochs, committed
+//! offsets, held heartbeats, expiry) is touched only on that core.
 //!
-//! **Membership:** a member joins (gets an id), then heartbeats with the
-//! partitions it owns and how long ago its application polled. The
-//! coordinator computes the group's *target* assignment with the group's
-//! assignor whenever membership, subscriptions or partition counts change
-//! (each change of the target is a new generation), and answers each
-//! heartbeat with the member's target minus the partitions another member
-//! still reports owning or was last handed (answered): a partition moves
-//! only after its previous owner heard of the change and released it, so
-//! two members are never handed one partition, and only the member it was
-//! handed to may commit it. Eager assignors
-//! (`range`, `roundrobin`) additionally make members revoke everything on
-//! a new generation (client side); `cooperative-sticky` revokes only what
-//! moves. A heartbeat whose answer would not change anything is held
-//! until the assignment changes (or `wait_ms`, at most half the session
-//! timeout), so a rebalance propagates without polling delays.
+//! **Membership** is [`ConsumerGroup`]'s (KIP-848 epochs; see
+//! [`super::consumer`]): the native join is a heartbeat at epoch 0, the
+//! native heartbeat carries the member epoch (in its `generation` field)
+//! and the partitions the member owns; a heartbeat whose answer would not
+//! change anything is held until the group changes (or `wait_ms`, at most
+//! half the session timeout), so a rebalance propagates without polling
+//! delays.
 //!
-//! **Expiry:** a member without a heartbeat for its session timeout, or
-//! reporting more than `max_poll_interval_ms` since its last poll, is
-//! removed; its partitions are reassigned.
-//!
-//! **Durability:** committed offsets and group metadata are records in the
-//! group's `__consumer_offsets` partition (keys and values in
-//! [`group_records`]); a commit is answered once its records are durable
-//! (`acks=all`). On start-up each core replays its partitions (latest
-//! record per key wins, tombstones delete). Members are not stored: after
-//! a restart they rejoin (their old ids are unknown).
+//! **Serialization and durability:** every request that changes a group
+//! (join, heartbeat, leave, commit, delete, the expiry check) runs under
+//! the group's lock, from its checks to its records being fdatasync'd in
+//! the group's `__consumer_offsets` partition (keys and values in
+//! [`records`]); only then is it answered. On start-up each core replays
+//! the durable part of its partitions (latest record per key wins,
+//! tombstones delete): members come back with their epochs and
+//! assignments and get a fresh session to heartbeat again.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -44,9 +35,15 @@ use bytes::Bytes;
 use futures_channel::oneshot;
 use weir_proto::messages::*;
 
-use crate::groups::assignor::{Assignment, Assignor, Tp};
-// The coordinator answers in native group messages until it gets its own
-// protocol-neutral model (issue "Consumer groups that hold under faults").
+use crate::groups::assignor::Tp;
+use crate::groups::classic::{self, ClassicError, ClassicGroup};
+use crate::groups::classic_service;
+use crate::groups::consumer::{
+    Answer, ConsumerGroup, GroupError, Heartbeat, Member, JOIN_EPOCH, LEAVE_EPOCH,
+    MEMBER_TOPICS_MAX,
+};
+// Requests and answers are the native protocol's group messages (plain
+// structs); the Kafka listener maps its own onto them.
 use crate::groups::records::{
     self as records, GroupValue, OffsetValue, RecordKey, GROUP_ID_BYTES_MAX, OFFSETS_TOPIC,
     OFFSET_METADATA_BYTES_MAX,
@@ -59,24 +56,13 @@ use crate::shard::partition;
 use crate::shard::Core;
 use weir_proto::error_code::ErrorCode;
 
-/// Shortest session timeout a member may ask for.
-pub const SESSION_TIMEOUT_MS_MIN: u32 = 100;
-/// Longest session timeout a member may ask for.
-pub const SESSION_TIMEOUT_MS_MAX: u32 = 30 * 60 * 1000;
-/// Longest time a heartbeat is held, and the heartbeat interval answered.
-pub const HEARTBEAT_INTERVAL_MS_MAX: u32 = 3000;
 /// How often a core checks its groups for expired members and changed
 /// partition counts.
 pub const EXPIRY_CHECK_MS: u64 = 100;
-/// Most members of one group.
-pub const GROUP_MEMBERS_MAX: usize = 10_000;
-/// Most topics one member may subscribe to.
-pub const MEMBER_TOPICS_MAX: usize = 10_000;
 /// Most offsets in one commit.
 pub const COMMIT_OFFSETS_MAX: usize = 10_000;
 
-const _: () = assert!(SESSION_TIMEOUT_MS_MIN < SESSION_TIMEOUT_MS_MAX);
-const _: () = assert!(EXPIRY_CHECK_MS < SESSION_TIMEOUT_MS_MIN as u64 * 2);
+const _: () = assert!(EXPIRY_CHECK_MS < crate::groups::consumer::SESSION_TIMEOUT_MS_MIN as u64 * 2);
 
 /// A group request, forwarded to the coordinator's core.
 #[derive(Debug)]
@@ -97,11 +83,55 @@ pub enum GroupRequest {
     Delete(DeleteGroupRequest),
     /// The groups of one core (ListGroups asks every core).
     List,
+    /// KIP-848 `ConsumerGroupHeartbeat` (join with epoch 0, leave with -1).
+    ConsumerHeartbeat {
+        /// The group id.
+        group: String,
+        /// The heartbeat.
+        heartbeat: Heartbeat,
+    },
+    /// Kafka's classic JoinGroup (held until the join phase ends).
+    ClassicJoin {
+        /// The group id.
+        group: String,
+        /// The request.
+        request: classic::JoinRequest,
+    },
+    /// Kafka's classic SyncGroup (a follower's is held until the leader's).
+    ClassicSync {
+        /// The group id.
+        group: String,
+        /// The request.
+        request: classic::SyncRequest,
+    },
+    /// Kafka's classic Heartbeat.
+    ClassicHeartbeat {
+        /// The group id.
+        group: String,
+        /// The member.
+        member_id: String,
+        /// Its static instance id.
+        instance_id: Option<String>,
+        /// The generation it is in.
+        generation: i32,
+    },
+    /// Kafka's classic LeaveGroup (a batch, v3+).
+    ClassicLeave {
+        /// The group id.
+        group: String,
+        /// (member id, instance id) of each member leaving.
+        members: Vec<(String, Option<String>)>,
+    },
 }
 
 impl GroupRequest {
     fn group(&self) -> &str {
         match self {
+            GroupRequest::ConsumerHeartbeat { group, .. }
+            | GroupRequest::ClassicJoin { group, .. }
+            | GroupRequest::ClassicSync { group, .. }
+            | GroupRequest::ClassicHeartbeat { group, .. }
+            | GroupRequest::ClassicLeave { group, .. } => group,
             GroupRequest::Join(r) => &r.group,
             GroupRequest::Heartbeat(r) => &r.group,
             GroupRequest::Leave(r) => &r.group,
@@ -129,15 +159,29 @@ pub enum GroupResponse {
     Describe(DescribeGroupResponse),
     /// To List.
     List(Vec<GroupListing>),
+    /// To ConsumerHeartbeat.
+    ConsumerHeartbeat(Result<Answer, GroupError>),
+    /// To ClassicJoin.
+    ClassicJoin(classic::JoinResponse),
+    /// To ClassicSync.
+    ClassicSync(classic::SyncResponse),
+    /// To ClassicHeartbeat.
+    ClassicHeartbeat(Result<(), ClassicError>),
+    /// To ClassicLeave: one result per member, in order.
+    ClassicLeave(Vec<Result<(), ClassicError>>),
+    /// A request of the Kafka protocols refused before it reached the
+    /// group (coordinator still loading, bad group id, core unreachable):
+    /// a Weir error code and a message, mapped by the listener.
+    Refused(u16, String),
 }
 
 /// The error of a request, before it is put in the answer's shape.
-struct Refusal(u16, String);
+pub(crate) struct Refusal(pub(crate) u16, pub(crate) String);
 
 impl GroupResponse {
     /// The same refusal with another error.
     fn with_error(self, e: Refusal) -> GroupResponse {
-        let (error, message) = (e.0, Some(e.1));
+        let (error, message) = (e.0, Some(e.1.clone()));
         match self {
             GroupResponse::Assignment(a) => GroupResponse::Assignment(GroupAssignment {
                 error,
@@ -161,11 +205,17 @@ impl GroupResponse {
                 ..d
             }),
             GroupResponse::List(l) => GroupResponse::List(l),
+            GroupResponse::ConsumerHeartbeat(_)
+            | GroupResponse::ClassicJoin(_)
+            | GroupResponse::ClassicSync(_)
+            | GroupResponse::ClassicHeartbeat(_)
+            | GroupResponse::ClassicLeave(_)
+            | GroupResponse::Refused(..) => GroupResponse::Refused(e.0, e.1),
         }
     }
 
     fn refused(req: &GroupRequest, e: Refusal) -> GroupResponse {
-        let (error, message) = (e.0, Some(e.1));
+        let (error, message) = (e.0, Some(e.1.clone()));
         match req {
             GroupRequest::Join(_) | GroupRequest::Heartbeat(_) => {
                 GroupResponse::Assignment(GroupAssignment {
@@ -194,120 +244,46 @@ impl GroupResponse {
                 ..Default::default()
             }),
             GroupRequest::List => GroupResponse::List(Vec::new()),
+            GroupRequest::ConsumerHeartbeat { .. }
+            | GroupRequest::ClassicJoin { .. }
+            | GroupRequest::ClassicSync { .. }
+            | GroupRequest::ClassicHeartbeat { .. }
+            | GroupRequest::ClassicLeave { .. } => GroupResponse::Refused(e.0, e.1),
         }
     }
 }
 
-/// One member.
-struct Member {
-    client_id: String,
-    topics: BTreeSet<String>,
-    session_timeout: Duration,
-    max_poll_interval_ms: u32,
-    last_heartbeat: Instant,
-    /// The generation at which it joined: commits from older ones are
-    /// refused.
-    joined_generation: i32,
-    /// What it reported owning in its last heartbeat (the client's word).
-    owned: BTreeSet<Tp>,
-    /// What the coordinator last answered it may own (the server's word):
-    /// no other member is handed a partition while it is here or in
-    /// `owned`, so handed sets never overlap.
-    handed: BTreeSet<Tp>,
-    /// Ends its held heartbeat.
-    waiter: Option<oneshot::Sender<()>>,
-}
-
-/// One group, on its coordinator's core.
+/// One group, on its coordinator's core: a consumer group (native and
+/// KIP-848 members), or a classic one (Kafka JoinGroup/SyncGroup) while
+/// `classic` is set. An empty group of one kind becomes the other when a
+/// member of the other kind joins; a group with members of one kind
+/// refuses the other.
 #[derive(Default)]
-struct Group {
-    generation: i32,
-    assignor: String,
-    members: BTreeMap<String, Member>,
-    target: Assignment,
-    /// Partition counts of the subscribed topics the target was computed
-    /// with.
-    counts: BTreeMap<String, u32>,
+pub(crate) struct Group {
+    /// Its members, epochs and assignments.
+    pub(crate) consumer: ConsumerGroup,
+    /// Its classic state, if it is a classic group.
+    pub(crate) classic: Option<ClassicGroup>,
+    /// The classic state was dropped (the group became a consumer group):
+    /// its record is to be tombstoned.
+    classic_dropped: bool,
     offsets: BTreeMap<Tp, OffsetValue>,
     /// When the group last lost its last member (ms since the epoch), or
     /// was loaded without members; `None` while it has members.
     empty_since_ms: Option<i64>,
     /// Its removal (retention) is in progress.
     expiring: bool,
+    /// An expiry check of it is queued.
+    ticking: bool,
+    /// Held heartbeats by member: woken (`true`) when an answer may have
+    /// changed, or ended (`false`) by a newer heartbeat of the same member.
+    waiters: HashMap<String, oneshot::Sender<bool>>,
 }
 
 impl Group {
-    fn state(&self) -> &'static str {
-        if self.members.is_empty() {
-            "Empty"
-        } else if self
-            .members
-            .iter()
-            .all(|(id, m)| self.target.get(id).is_some_and(|t| *t == m.owned))
-        {
-            "Stable"
-        } else {
-            "Reconciling"
-        }
-    }
-
-    /// What `member` may own now: its target minus what any other member
-    /// owns or was handed and has not yet been told to give up — a
-    /// partition handed to one member and not yet reported owned by it
-    /// is not handed to another (the interleaving of
-    /// `a_partition_handed_out_but_not_yet_reported_is_not_handed_out_again`).
-    fn allowed(&self, member: &str) -> BTreeSet<Tp> {
-        let Some(t) = self.target.get(member) else {
-            return BTreeSet::new();
-        };
-        t.iter()
-            .filter(|tp| {
-                !self.members.iter().any(|(id, m)| {
-                    id != member && (m.owned.contains(*tp) || m.handed.contains(*tp))
-                })
-            })
-            .cloned()
-            .collect()
-    }
-
-    /// Whether `member` may commit `tp`: handed to it (or owned by it,
-    /// while it gives the partition up), and handed to no other member.
-    fn may_commit(&self, member: &str, tp: &Tp) -> bool {
-        let Some(m) = self.members.get(member) else {
-            return false;
-        };
-        (m.handed.contains(tp) || m.owned.contains(tp))
-            && !self
-                .members
-                .iter()
-                .any(|(id, o)| id != member && o.handed.contains(tp))
-    }
-
     fn wake_all(&mut self) {
-        for m in self.members.values_mut() {
-            if let Some(tx) = m.waiter.take() {
-                let _ = tx.send(());
-            }
-        }
-    }
-
-    /// The answer to `member` (recorded as what it was handed).
-    fn answer(&mut self, member: &str) -> GroupAssignment {
-        let allowed = self.allowed(member);
-        let assignment = to_wire(&allowed);
-        if let Some(m) = self.members.get_mut(member) {
-            m.handed = allowed;
-        }
-        GroupAssignment {
-            error: 0,
-            message: None,
-            member_id: member.to_string(),
-            generation: self.generation,
-            assignor: self.assignor.clone(),
-            assignment,
-            heartbeat_interval_ms: self.members.get(member).map_or(0, |m| {
-                (m.session_timeout.as_millis() as u32 / 3).clamp(1, HEARTBEAT_INTERVAL_MS_MAX)
-            }),
+        for (_, tx) in self.waiters.drain() {
+            let _ = tx.send(true);
         }
     }
 }
@@ -315,16 +291,54 @@ impl Group {
 /// The groups one core coordinates.
 #[derive(Default)]
 pub struct Groups {
-    groups: RefCell<HashMap<String, Group>>,
+    pub(crate) groups: RefCell<HashMap<String, Group>>,
+    /// Held classic JoinGroups and SyncGroups by token.
+    pub(crate) held: RefCell<HashMap<classic::Token, oneshot::Sender<classic::Output>>>,
+    pub(crate) next_token: Cell<u64>,
     next_member: Cell<u64>,
     /// Set once this core replayed its `__consumer_offsets` partitions;
     /// until then group requests are answered `Recovering` (retriable).
     loaded: Cell<bool>,
     /// Log end offsets learnt from partition owners, for commit checks.
     log_ends: RefCell<HashMap<Tp, u64>>,
-    /// One commit at a time per group (only groups with a commit in
-    /// progress have an entry).
-    commit_locks: RefCell<HashMap<String, Rc<glommio::sync::Semaphore>>>,
+    /// One request at a time per group that changes it (joins,
+    /// heartbeats, leaves, commits, deletes, expiry), from its checks to
+    /// its records being durable: no check is stale when a record lands,
+    /// records land in the order they were decided, and no answer tells
+    /// of a state that is not stored. Only groups with a request in
+    /// progress have an entry.
+    locks: RefCell<HashMap<String, Rc<glommio::sync::Semaphore>>>,
+}
+
+impl Group {
+    /// Whether it has members of either kind.
+    fn has_members(&self) -> bool {
+        !self.consumer.members.is_empty()
+            || self
+                .classic
+                .as_ref()
+                .is_some_and(|c| c.members().next().is_some())
+    }
+}
+
+/// A group's lock, held; forgotten by the map once nobody holds or waits
+/// for it.
+pub(crate) struct GroupLock<'a> {
+    groups: &'a Groups,
+    lock: Rc<glommio::sync::Semaphore>,
+}
+
+impl Drop for GroupLock<'_> {
+    fn drop(&mut self) {
+        self.lock.signal(1);
+        // Held here and by the map: nobody else waits.
+        if Rc::strong_count(&self.lock) <= 2 {
+            self.groups
+                .locks
+                .borrow_mut()
+                .retain(|_, l| !Rc::ptr_eq(l, &self.lock));
+        }
+    }
 }
 
 impl Groups {
@@ -348,12 +362,33 @@ impl Groups {
         let mut groups = self.groups.borrow_mut();
         match value {
             Some(v) => {
-                let g = groups.entry(group).or_default();
-                g.generation = g.generation.max(v.generation);
-                g.assignor = v.assignor;
+                let c = &mut groups.entry(group).or_default().consumer;
+                c.group_epoch = c.group_epoch.max(v.group_epoch);
+                c.assignment_epoch = v.assignment_epoch;
+                c.assignor = v.assignor;
             }
             None => {
                 groups.remove(&group);
+            }
+        }
+    }
+
+    /// Replays a member's record (`None`: it left or was expelled).
+    pub(crate) fn replay_member(&self, group: String, member: String, value: Option<Member>) {
+        let mut groups = self.groups.borrow_mut();
+        match value {
+            Some(m) => {
+                groups
+                    .entry(group)
+                    .or_default()
+                    .consumer
+                    .members
+                    .insert(member, m);
+            }
+            None => {
+                if let Some(g) = groups.get_mut(&group) {
+                    g.consumer.members.remove(&member);
+                }
             }
         }
     }
@@ -367,27 +402,53 @@ impl Groups {
         }
     }
 
-    /// The commit lock of a group.
-    fn commit_lock(&self, group: &str) -> Rc<glommio::sync::Semaphore> {
-        self.commit_locks
+    /// Takes a group's lock (waits for the request holding it).
+    pub(crate) async fn lock(&self, group: &str) -> GroupLock<'_> {
+        let lock = self
+            .locks
             .borrow_mut()
             .entry(group.to_string())
             .or_insert_with(|| Rc::new(glommio::sync::Semaphore::new(1)))
-            .clone()
+            .clone();
+        lock.acquire(1).await.expect("group locks are never closed");
+        GroupLock { groups: self, lock }
     }
 
-    /// Forgets a group's commit lock once no commit holds or waits for it.
-    fn release_commit_lock(&self, lock: &Rc<glommio::sync::Semaphore>) {
-        // Held here by the map, the caller, and any waiting commit.
-        if Rc::strong_count(lock) <= 2 {
-            self.commit_locks
-                .borrow_mut()
-                .retain(|_, l| !Rc::ptr_eq(l, lock));
+    /// Replays a classic group's state (`None`: it is no longer classic,
+    /// or was deleted).
+    pub(crate) fn replay_classic(
+        &self,
+        group: String,
+        snapshot: Option<classic::Snapshot>,
+        config: classic::Config,
+    ) {
+        let mut groups = self.groups.borrow_mut();
+        match snapshot {
+            Some(s) => {
+                groups.entry(group).or_default().classic =
+                    Some(ClassicGroup::restore(s, config, mono_ms()));
+            }
+            None => {
+                if let Some(g) = groups.get_mut(&group) {
+                    g.classic = None;
+                }
+            }
         }
     }
 
-    /// The groups are loaded: requests are served from now on.
-    pub(crate) fn set_loaded(&self) {
+    /// The groups are loaded: members replayed get a fresh session from
+    /// now, and requests are served from now on.
+    pub(crate) fn set_loaded(&self, now_ms: u64) {
+        for g in self.groups.borrow_mut().values_mut() {
+            let c = std::mem::take(&mut g.consumer);
+            g.consumer = ConsumerGroup::restore(
+                c.group_epoch,
+                c.assignment_epoch,
+                c.assignor,
+                c.members,
+                now_ms,
+            );
+        }
         self.loaded.set(true);
     }
 }
@@ -456,6 +517,15 @@ async fn on_core(core: &Rc<Core>, c: usize, req: GroupRequest) -> GroupResponse 
     // it at most half the session timeout): the mesh deadline comes on top.
     let held = match &req {
         GroupRequest::Heartbeat(h) => Duration::from_millis(u64::from(h.wait_ms)),
+        // A classic join waits for the join phase (up to the rebalance
+        // timeout, after the initial delay), a sync for the leader's.
+        GroupRequest::ClassicJoin { request, .. } => Duration::from_millis(
+            u64::from(request.rebalance_timeout_ms)
+                + core.shared.config.group_initial_rebalance_delay_ms,
+        ),
+        GroupRequest::ClassicSync { .. } => {
+            Duration::from_millis(u64::from(crate::groups::consumer::SESSION_TIMEOUT_MS_MAX))
+        }
         _ => Duration::ZERO,
     };
     let refusal = GroupResponse::refused(&req, Refusal(0, String::new()));
@@ -487,14 +557,41 @@ pub async fn handle(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
         return GroupResponse::refused(&req, e);
     }
     let r = match &req {
-        GroupRequest::Join(r) => join(core, r).map(GroupResponse::Assignment),
+        GroupRequest::Join(r) => join(core, r).await.map(GroupResponse::Assignment),
         GroupRequest::Heartbeat(r) => heartbeat(core, r).await.map(GroupResponse::Assignment),
-        GroupRequest::Leave(r) => leave(core, r).map(GroupResponse::Result),
+        GroupRequest::Leave(r) => leave(core, r).await.map(GroupResponse::Result),
         GroupRequest::Commit(r) => commit(core, r).await.map(GroupResponse::Commit),
         GroupRequest::Fetch(r) => Ok(GroupResponse::Fetch(fetch_offsets(core, r))),
         GroupRequest::Describe(r) => describe(core, r).map(GroupResponse::Describe),
         GroupRequest::Delete(r) => delete(core, r).await.map(GroupResponse::Result),
         GroupRequest::List => Ok(GroupResponse::List(list(core))),
+        GroupRequest::ConsumerHeartbeat { group, heartbeat } => {
+            return consumer_heartbeat(core, group, heartbeat.clone()).await
+        }
+        GroupRequest::ClassicJoin { group, request } => {
+            return classic_service::join(core, group, request.clone()).await
+        }
+        GroupRequest::ClassicSync { group, request } => {
+            return classic_service::sync(core, group, request.clone()).await
+        }
+        GroupRequest::ClassicHeartbeat {
+            group,
+            member_id,
+            instance_id,
+            generation,
+        } => {
+            return classic_service::heartbeat(
+                core,
+                group,
+                member_id,
+                instance_id.as_deref(),
+                *generation,
+            )
+            .await
+        }
+        GroupRequest::ClassicLeave { group, members } => {
+            return classic_service::leave(core, group, members).await
+        }
     };
     r.unwrap_or_else(|e| GroupResponse::refused(&req, e))
 }
@@ -509,237 +606,317 @@ fn unknown_member(group: &str, member: &str) -> Refusal {
     )
 }
 
-/// Recomputes the target assignment; a changed target is a new generation
-/// (stored). Wakes every held heartbeat.
-fn rebalance(core: &Rc<Core>, name: &str, g: &mut Group) {
-    let subscriptions: BTreeMap<String, BTreeSet<String>> = g
-        .members
-        .iter()
-        .map(|(id, m)| (id.clone(), m.topics.clone()))
-        .collect();
-    let counts = subscribed_counts(core, g);
-    let assignor = Assignor::parse(&g.assignor).unwrap_or(Assignor::Range);
-    let target = assignor.assign(&subscriptions, &counts, &g.target);
-    g.counts = counts;
-    if target != g.target {
-        g.target = target;
-        g.generation = g.generation.wrapping_add(1).max(1);
-        let value = GroupValue {
-            generation: g.generation,
-            assignor: g.assignor.clone(),
-        };
-        let (core, name) = (core.clone(), name.to_string());
-        glommio::spawn_local(async move {
-            let key = RecordKey::Group {
-                group: name.clone(),
-            };
-            if let Err(e) =
-                store::write_records(&core, &name, vec![(key, Some(value.encode()))]).await
-            {
-                tracing::warn!(group = %name, error = %e, "storing the group's generation failed");
-            }
-        })
-        .detach();
-    }
-    g.wake_all();
+/// Milliseconds on a monotonic clock (sessions and timeouts; never the
+/// wall clock, which may jump).
+pub fn mono_ms() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
-fn subscribed_counts(core: &Core, g: &Group) -> BTreeMap<String, u32> {
+/// Partition counts as the group state machine asks for them.
+fn counts_of(core: &Core) -> impl Fn(&str) -> Option<u32> + '_ {
     let view = core.metadata();
-    g.members
-        .values()
-        .flat_map(|m| m.topics.iter())
-        .filter_map(|t| view.get(t).map(|s| (t.clone(), s.partitions())))
-        .collect()
+    move |t| view.get(t).map(|s| s.partitions())
 }
 
-fn join(core: &Rc<Core>, r: &JoinGroupRequest) -> Result<GroupAssignment, Refusal> {
-    if Assignor::parse(&r.assignor).is_none() {
-        return Err(Refusal(
-            ErrorCode::InconsistentAssignor.as_u16(),
-            format!(
-                "unknown assignor `{}`: use range, roundrobin or cooperative-sticky",
-                r.assignor
-            ),
-        ));
+fn refusal(e: GroupError) -> Refusal {
+    let code = match &e {
+        GroupError::UnknownMember(_) => ErrorCode::UnknownMemberId,
+        GroupError::FencedMemberEpoch(_) => ErrorCode::FencedMemberEpoch,
+        GroupError::StaleMemberEpoch(_) => ErrorCode::StaleMemberEpoch,
+        GroupError::UnsupportedAssignor(_) => ErrorCode::InconsistentAssignor,
+        GroupError::InvalidSessionTimeout(_) => ErrorCode::InvalidSessionTimeout,
+        GroupError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+        GroupError::GroupMaxSize(_) => ErrorCode::PolicyViolation,
+        GroupError::UnreleasedInstanceId(_) => ErrorCode::InvalidRequest,
+    };
+    Refusal(code.as_u16(), e.message().to_string())
+}
+
+fn storage_refusal(e: &BrokerError) -> Refusal {
+    let (code, message) = wire_error(e);
+    Refusal(code, message)
+}
+
+/// Stores what the last step of a group changed (member records or their
+/// tombstones, the group record, a classic group's state) and waits until
+/// it is durable; wakes the group's held heartbeats. Called with the
+/// group's lock held.
+pub(crate) async fn persist(core: &Rc<Core>, name: &str) -> Result<(), Refusal> {
+    let records: Vec<(RecordKey, Option<Bytes>)> = {
+        let mut groups = core.groups.groups.borrow_mut();
+        let Some(g) = groups.get_mut(name) else {
+            return Ok(());
+        };
+        let dirty = g.consumer.take_dirty();
+        let classic_dirty = g.classic.as_mut().is_some_and(|c| c.take_dirty());
+        let dropped = std::mem::take(&mut g.classic_dropped);
+        if dirty.is_empty() && !classic_dirty && !dropped {
+            return Ok(());
+        }
+        g.wake_all();
+        let c = &g.consumer;
+        let mut records: Vec<(RecordKey, Option<Bytes>)> = Vec::new();
+        if dirty.group {
+            let value = GroupValue {
+                group_epoch: c.group_epoch,
+                assignment_epoch: c.assignment_epoch,
+                assignor: c.assignor.clone(),
+            };
+            let key = RecordKey::Group {
+                group: name.to_string(),
+            };
+            records.push((key, Some(value.encode())));
+        }
+        for id in dirty.members {
+            let value = c.members.get(&id).map(records::encode_member);
+            let key = RecordKey::Member {
+                group: name.to_string(),
+                member: id,
+            };
+            records.push((key, value));
+        }
+        if classic_dirty || dropped {
+            let key = RecordKey::Classic {
+                group: name.to_string(),
+            };
+            records.push((key, g.classic.as_ref().map(|c| c.snapshot().encode())));
+        }
+        records
+    };
+    store::write_records(core, name, records)
+        .await
+        .map_err(|e| storage_refusal(&e))
+}
+
+/// A new member's id: the client id, the core, a counter and the time.
+fn fresh_member_id(core: &Core, client_id: &str) -> String {
+    let n = core.groups.next_member.get();
+    core.groups.next_member.set(n + 1);
+    let client = if client_id.is_empty() {
+        "member"
+    } else {
+        client_id
+    };
+    let client: String = client.chars().take(200).collect();
+    format!("{client}-{}-{n}-{:x}", core.id, core.storage.now_ms())
+}
+
+/// One heartbeat step of a consumer group (KIP-848 semantics), under the
+/// group's lock, stored before it returns. `create`: the group may be
+/// created (a join).
+async fn step(core: &Rc<Core>, name: &str, hb: Heartbeat, create: bool) -> Result<Answer, Refusal> {
+    step_kip848(core, name, hb, create).await?.map_err(refusal)
+}
+
+/// [`step`], with the state machine's own error apart from refusals of
+/// the coordinator (storage failure, a classic group).
+async fn step_kip848(
+    core: &Rc<Core>,
+    name: &str,
+    hb: Heartbeat,
+    create: bool,
+) -> Result<Result<Answer, GroupError>, Refusal> {
+    let _lock = core.groups.lock(name).await;
+    let answer = {
+        let mut groups = core.groups.groups.borrow_mut();
+        if !create && !groups.contains_key(name) {
+            return Ok(Err(GroupError::UnknownMember(format!(
+                "group `{name}` has no member `{}`: rejoin",
+                hb.member_id
+            ))));
+        }
+        let g = groups.entry(name.to_string()).or_default();
+        if let Some(c) = &g.classic {
+            if c.members().next().is_some() {
+                return Err(Refusal(
+                    ErrorCode::InconsistentAssignor.as_u16(),
+                    format!(
+                        "group `{name}` is a classic group with members (Kafka \
+                         JoinGroup/SyncGroup): a consumer-protocol member cannot join it"
+                    ),
+                ));
+            }
+            if create {
+                // An empty classic group becomes a consumer group.
+                g.classic = None;
+                g.classic_dropped = true;
+            }
+        }
+        let client_id = hb.client_id.clone();
+        let mut fresh = || fresh_member_id(core, &client_id);
+        let r = g
+            .consumer
+            .heartbeat(mono_ms(), hb, &mut fresh, &counts_of(core));
+        if !g.has_members()
+            && g.offsets.is_empty()
+            && g.consumer.group_epoch == 0
+            && g.classic.is_none()
+            && !g.classic_dropped
+        {
+            // A refused first join leaves nothing behind.
+            groups.remove(name);
+        }
+        r
+    };
+    persist(core, name).await?;
+    Ok(answer)
+}
+
+/// KIP-848 `ConsumerGroupHeartbeat`: a join (epoch 0) creates the group.
+async fn consumer_heartbeat(core: &Rc<Core>, name: &str, hb: Heartbeat) -> GroupResponse {
+    let create = hb.member_epoch == JOIN_EPOCH;
+    match step_kip848(core, name, hb, create).await {
+        Ok(r) => GroupResponse::ConsumerHeartbeat(r),
+        Err(e) => GroupResponse::Refused(e.0, e.1),
     }
-    let range = SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX;
-    if !range.contains(&r.session_timeout_ms) || !range.contains(&r.max_poll_interval_ms) {
-        return Err(Refusal(
-            ErrorCode::InvalidSessionTimeout.as_u16(),
-            format!(
-                "session_timeout_ms {} and max_poll_interval_ms {} must be within \
-                 {SESSION_TIMEOUT_MS_MIN}..={SESSION_TIMEOUT_MS_MAX}",
-                r.session_timeout_ms, r.max_poll_interval_ms
-            ),
-        ));
+}
+
+fn to_native(a: Answer, assignor: String) -> GroupAssignment {
+    GroupAssignment {
+        error: 0,
+        message: None,
+        member_id: a.member_id,
+        generation: a.member_epoch,
+        assignor,
+        assignment: to_wire(&a.assignment),
+        heartbeat_interval_ms: a.heartbeat_interval_ms,
     }
+}
+
+fn assignor_of(core: &Core, group: &str) -> String {
+    core.groups
+        .groups
+        .borrow()
+        .get(group)
+        .map(|g| g.consumer.assignor.clone())
+        .unwrap_or_default()
+}
+
+/// The native join: a KIP-848 join (epoch 0) with the native fields; the
+/// poll interval is the member's rebalance timeout. A join with a known
+/// member id updates its subscription.
+async fn join(core: &Rc<Core>, r: &JoinGroupRequest) -> Result<GroupAssignment, Refusal> {
     if r.topics.is_empty() || r.topics.len() > MEMBER_TOPICS_MAX {
         return Err(Refusal(
             ErrorCode::InvalidRequest.as_u16(),
             format!("a member must subscribe to 1 to {MEMBER_TOPICS_MAX} topics"),
         ));
     }
-    let mut groups = core.groups.groups.borrow_mut();
-    if !r.member_id.is_empty() && !groups.contains_key(&r.group) {
-        // A rejoin with an id the group does not know: refused without
-        // leaving an empty group behind.
-        return Err(unknown_member(&r.group, &r.member_id));
+    let mut hb = Heartbeat {
+        member_id: r.member_id.clone(),
+        member_epoch: JOIN_EPOCH,
+        instance_id: None,
+        client_id: r.client_id.clone(),
+        rebalance_timeout_ms: Some(r.max_poll_interval_ms),
+        session_timeout_ms: Some(r.session_timeout_ms),
+        topics: Some(r.topics.iter().cloned().collect()),
+        assignor: Some(r.assignor.clone()),
+        owned: None,
+    };
+    if !r.member_id.is_empty() {
+        // Only a member the group knows may name itself.
+        let epoch = core
+            .groups
+            .groups
+            .borrow()
+            .get(&r.group)
+            .and_then(|g| g.consumer.members.get(&r.member_id).map(|m| m.epoch))
+            .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
+        hb.member_epoch = epoch;
     }
-    let g = groups.entry(r.group.clone()).or_default();
-    if !g.members.is_empty() && g.assignor != r.assignor {
+    let a = step(core, &r.group, hb, r.member_id.is_empty()).await?;
+    Ok(to_native(a, assignor_of(core, &r.group)))
+}
+
+/// The native heartbeat: the member's epoch in `generation`, the
+/// partitions it owns (releasing those it was asked to revoke), held up to
+/// `wait_ms` while the answer would not change what it owns.
+async fn heartbeat(core: &Rc<Core>, r: &HeartbeatRequest) -> Result<GroupAssignment, Refusal> {
+    let owned = from_wire(&r.owned);
+    let poll_limit = core
+        .groups
+        .groups
+        .borrow()
+        .get(&r.group)
+        .and_then(|g| g.consumer.members.get(&r.member_id))
+        .map(|m| m.rebalance_timeout_ms)
+        .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
+    if r.since_poll_ms > poll_limit {
+        let leave = Heartbeat {
+            member_id: r.member_id.clone(),
+            member_epoch: LEAVE_EPOCH,
+            ..Default::default()
+        };
+        step(core, &r.group, leave, false).await?;
         return Err(Refusal(
-            ErrorCode::InconsistentAssignor.as_u16(),
+            ErrorCode::UnknownMemberId.as_u16(),
             format!(
-                "group `{}` uses the assignor `{}`, not `{}`",
-                r.group, g.assignor, r.assignor
+                "member `{}` expelled from group `{}`: its application did not poll for \
+                 {} ms (max_poll_interval_ms {poll_limit}); rejoin",
+                r.member_id, r.group, r.since_poll_ms
             ),
         ));
     }
-    let id = if r.member_id.is_empty() {
-        if g.members.len() >= GROUP_MEMBERS_MAX {
-            return Err(Refusal(
-                ErrorCode::PolicyViolation.as_u16(),
-                format!("group `{}` has {GROUP_MEMBERS_MAX} members", r.group),
-            ));
-        }
-        let n = core.groups.next_member.get();
-        core.groups.next_member.set(n + 1);
-        let client = if r.client_id.is_empty() {
-            "member"
-        } else {
-            r.client_id.as_str()
-        };
-        format!("{client}-{}-{n}-{:x}", core.id, core.storage.now_ms())
-    } else if g.members.contains_key(&r.member_id) {
-        r.member_id.clone()
-    } else {
-        return Err(unknown_member(&r.group, &r.member_id));
-    };
-    let joined = g.generation;
-    let m = g.members.entry(id.clone()).or_insert_with(|| Member {
-        client_id: r.client_id.clone(),
-        topics: BTreeSet::new(),
-        session_timeout: Duration::ZERO,
-        max_poll_interval_ms: 0,
-        last_heartbeat: Instant::now(),
-        joined_generation: joined,
-        owned: BTreeSet::new(),
-        handed: BTreeSet::new(),
-        waiter: None,
-    });
-    m.topics = r.topics.iter().cloned().collect();
-    m.session_timeout = Duration::from_millis(r.session_timeout_ms.into());
-    m.max_poll_interval_ms = r.max_poll_interval_ms;
-    m.last_heartbeat = Instant::now();
-    g.assignor = r.assignor.clone();
-    rebalance(core, &r.group, g);
-    Ok(g.answer(&id))
-}
-
-async fn heartbeat(core: &Rc<Core>, r: &HeartbeatRequest) -> Result<GroupAssignment, Refusal> {
-    let owned = from_wire(&r.owned);
-    let hold = {
-        let mut groups = core.groups.groups.borrow_mut();
-        let g = groups
-            .get_mut(&r.group)
-            .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
-        let m = g
-            .members
-            .get_mut(&r.member_id)
-            .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
-        if r.since_poll_ms > m.max_poll_interval_ms {
-            let limit = m.max_poll_interval_ms;
-            g.members.remove(&r.member_id);
-            rebalance(core, &r.group, g);
-            return Err(Refusal(
-                ErrorCode::UnknownMemberId.as_u16(),
-                format!(
-                    "member `{}` expelled from group `{}`: its application did not poll for \
-                     {} ms (max_poll_interval_ms {limit}); rejoin",
-                    r.member_id, r.group, r.since_poll_ms
-                ),
-            ));
-        }
-        m.last_heartbeat = Instant::now();
-        // A newer heartbeat ends the member's held one.
-        if let Some(tx) = m.waiter.take() {
-            let _ = tx.send(());
-        }
-        let hold = Duration::from_millis(r.wait_ms.into()).min(m.session_timeout / 2);
-        if m.owned != owned {
-            m.owned = owned.clone();
-            // Released partitions may now go to their new owners.
-            g.wake_all();
-        }
-        hold
-    };
-    let deadline = Instant::now() + hold;
+    let deadline = Instant::now() + Duration::from_millis(r.wait_ms.into());
+    let mut epoch = r.generation;
+    // After a hold that ended without a change, one more step answers
+    // (and refreshes the session).
+    let mut last = false;
     loop {
+        let hb = Heartbeat {
+            member_id: r.member_id.clone(),
+            member_epoch: epoch,
+            owned: Some(owned.clone()),
+            ..Default::default()
+        };
+        let a = step(core, &r.group, hb, false).await?;
+        let unchanged = a.member_epoch == r.generation && a.assignment == owned;
+        let hold = deadline
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(
+                u64::from(a.heartbeat_interval_ms) * 3 / 2,
+            ));
+        if last || !unchanged || hold.is_zero() || core.shared.stopping() {
+            return Ok(to_native(a, assignor_of(core, &r.group)));
+        }
+        epoch = a.member_epoch;
+        // Held until the group changes (or the hold ends).
         let rx = {
             let mut groups = core.groups.groups.borrow_mut();
             let Some(g) = groups.get_mut(&r.group) else {
                 return Err(unknown_member(&r.group, &r.member_id));
             };
-            if !g.members.contains_key(&r.member_id) {
-                return Err(unknown_member(&r.group, &r.member_id));
-            }
-            let answer = g.answer(&r.member_id);
-            let unchanged = answer.generation == r.generation
-                && from_wire(&answer.assignment) == owned
-                && Instant::now() < deadline
-                && !core.shared.stopping();
-            if !unchanged {
-                return Ok(answer);
-            }
             let (tx, rx) = oneshot::channel();
-            if let Some(m) = g.members.get_mut(&r.member_id) {
-                m.waiter = Some(tx);
+            if let Some(older) = g.waiters.insert(r.member_id.clone(), tx) {
+                // A newer heartbeat of the member is held now: the older
+                // one is answered at once (were it held again, the two
+                // would end each other in a busy loop).
+                let _ = older.send(false);
             }
             rx
         };
-        let left = deadline.saturating_duration_since(Instant::now());
-        let superseded = futures_lite::future::or(
-            // Woken (`Ok`), or our waiter was replaced by a newer
-            // heartbeat of the same member (`Err`: the sender dropped).
-            async { rx.await.is_err() },
-            async {
-                // Wake up for shutdown too.
-                let end = Instant::now() + left;
-                while Instant::now() < end && !core.shared.stopping() {
-                    let step = end.saturating_duration_since(Instant::now());
-                    glommio::timer::sleep(step.min(Duration::from_millis(50))).await;
-                }
-                false
-            },
-        )
-        .await;
-        if superseded {
-            // A newer heartbeat of this member is held now: answer this
-            // one at once. (Re-registering would replace that one's
-            // waiter in turn, and the two would wake each other in a busy
-            // loop that kept the core at 100 % until a hold ran out.)
-            let mut groups = core.groups.groups.borrow_mut();
-            let Some(g) = groups.get_mut(&r.group) else {
-                return Err(unknown_member(&r.group, &r.member_id));
-            };
-            if !g.members.contains_key(&r.member_id) {
-                return Err(unknown_member(&r.group, &r.member_id));
+        let woken = futures_lite::future::or(async { rx.await.unwrap_or(false) }, async {
+            let end = Instant::now() + hold;
+            while Instant::now() < end && !core.shared.stopping() {
+                let step = end.saturating_duration_since(Instant::now());
+                glommio::timer::sleep(step.min(Duration::from_millis(50))).await;
             }
-            return Ok(g.answer(&r.member_id));
-        }
+            false
+        })
+        .await;
+        // The hold ended, or a newer heartbeat replaced this one.
+        last = !woken;
     }
 }
 
-fn leave(core: &Rc<Core>, r: &LeaveGroupRequest) -> Result<GroupResult, Refusal> {
-    let mut groups = core.groups.groups.borrow_mut();
-    let g = groups
-        .get_mut(&r.group)
-        .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
-    if g.members.remove(&r.member_id).is_none() {
-        return Err(unknown_member(&r.group, &r.member_id));
-    }
-    rebalance(core, &r.group, g);
+async fn leave(core: &Rc<Core>, r: &LeaveGroupRequest) -> Result<GroupResult, Refusal> {
+    let hb = Heartbeat {
+        member_id: r.member_id.clone(),
+        member_epoch: LEAVE_EPOCH,
+        ..Default::default()
+    };
+    step(core, &r.group, hb, false).await?;
     Ok(GroupResult::default())
 }
 
@@ -842,21 +1019,14 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
             ),
         ));
     }
-    // One commit of a group at a time, from its checks to its append: no
-    // check is stale when the record lands, and records land in the order
-    // they were checked.
-    let lock = core.groups.commit_lock(&r.group);
-    let _serial = lock
-        .acquire_permit(1)
-        .await
-        .map_err(|e| Refusal(ErrorCode::StorageError.as_u16(), e.to_string()))?;
-    let r = commit_checked(core, r).await;
-    core.groups.release_commit_lock(&lock);
-    r
+    // Under the group's lock from its checks to its append: no check is
+    // stale when the record lands, and records land in the order they
+    // were checked.
+    let _lock = core.groups.lock(&r.group).await;
+    commit_checked(core, r).await
 }
 
-/// The member's right to commit, checked now (before and again after the
-/// log-end lookup, which waits).
+/// The member's right to commit, checked under the group's lock.
 fn check_member(
     core: &Core,
     r: &OffsetCommitRequest,
@@ -865,45 +1035,37 @@ fn check_member(
 ) -> Result<(), Refusal> {
     let groups = core.groups.groups.borrow();
     let g = groups.get(&r.group);
+    if let Some(c) = g.and_then(|g| g.classic.as_ref()) {
+        // A classic group: Kafka's rule (the exact generation of a current
+        // member; a negative one only while the group is empty).
+        return c
+            .validate_commit(&r.member_id, None, r.generation)
+            .map_err(|e| classic_service::refusal(&e));
+    }
     if r.member_id.is_empty() && r.generation < 0 {
         // An admin commit (e.g. `weir group reset`): only without
         // active members.
-        if let Some(g) = g.filter(|g| !g.members.is_empty()) {
+        if let Some(g) = g.filter(|g| !g.consumer.members.is_empty()) {
             return Err(Refusal(
                 ErrorCode::GroupNotEmpty.as_u16(),
                 format!(
                     "group `{}` has {} active members: stop them before changing its offsets",
                     r.group,
-                    g.members.len()
+                    g.consumer.members.len()
                 ),
             ));
         }
         return Ok(());
     }
     let g = g.ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
-    let m = g
-        .members
-        .get(&r.member_id)
-        .ok_or_else(|| unknown_member(&r.group, &r.member_id))?;
-    if r.generation > g.generation || r.generation < m.joined_generation {
-        return Err(Refusal(
-            ErrorCode::IllegalGeneration.as_u16(),
-            format!(
-                "generation {} of member `{}` is not current (group `{}` is at \
-                 generation {}; the member joined at {})",
-                r.generation, r.member_id, r.group, g.generation, m.joined_generation
-            ),
-        ));
-    }
-    for (i, tp) in tps.iter().enumerate() {
-        if !g.may_commit(&r.member_id, tp) {
-            errors[i].get_or_insert((
-                ErrorCode::IllegalGeneration.as_u16(),
-                format!(
-                    "{}-{} is not assigned to member `{}` in generation {}",
-                    tp.0, tp.1, r.member_id, g.generation
-                ),
-            ));
+    let per_partition = g
+        .consumer
+        .validate_commit(&r.member_id, r.generation, tps)
+        .map_err(refusal)?;
+    for (slot, e) in errors.iter_mut().zip(per_partition) {
+        if let Some(e) = e {
+            let e = refusal(e);
+            slot.get_or_insert((e.0, e.1));
         }
     }
     Ok(())
@@ -932,10 +1094,9 @@ async fn commit_checked(
             ));
         }
     }
+    // (Nothing changes the group while the lookup waits: its lock is
+    // held.)
     let ends = checked_log_ends(core, &r.offsets, &tps).await;
-    // The lookup waited: the member may have been fenced or lost a
-    // partition meanwhile.
-    check_member(core, r, &tps, &mut errors)?;
     let ts = core.storage.now_ms();
     let mut records = Vec::new();
     let mut accepted = Vec::new();
@@ -1034,23 +1195,60 @@ fn fetch_offsets(core: &Core, r: &OffsetFetchRequest) -> OffsetFetchResponse {
 fn describe(core: &Core, r: &DescribeGroupRequest) -> Result<DescribeGroupResponse, Refusal> {
     let groups = core.groups.groups.borrow();
     let g = groups.get(&r.group).ok_or_else(|| not_found(&r.group))?;
+    if let Some(c) = &g.classic {
+        let generation = c.generation();
+        return Ok(DescribeGroupResponse {
+            error: 0,
+            message: None,
+            group: r.group.clone(),
+            kind: "classic".into(),
+            state: c.state().name().into(),
+            generation,
+            assignment_epoch: generation,
+            assignor: c.protocol_name().unwrap_or_default().to_string(),
+            coordinator_core: core.id as u32,
+            // Subscriptions and assignments of classic members are the
+            // clients' opaque bytes.
+            members: c
+                .members()
+                .map(|m| MemberDescription {
+                    member_id: m.member_id.to_string(),
+                    client_id: m.client_id.to_string(),
+                    instance_id: m.group_instance_id.map(str::to_string),
+                    member_epoch: generation,
+                    topics: Vec::new(),
+                    assignment: Vec::new(),
+                    owned: Vec::new(),
+                    revoking: Vec::new(),
+                })
+                .collect(),
+            offsets: committed(g, None),
+        });
+    }
+    let c = &g.consumer;
+    let keys = |m: &BTreeMap<Tp, i32>| to_wire(&m.keys().cloned().collect());
     Ok(DescribeGroupResponse {
         error: 0,
         message: None,
         group: r.group.clone(),
-        state: g.state().into(),
-        generation: g.generation,
-        assignor: g.assignor.clone(),
+        kind: "consumer".into(),
+        state: c.state().into(),
+        generation: c.group_epoch,
+        assignment_epoch: c.assignment_epoch,
+        assignor: c.assignor.clone(),
         coordinator_core: core.id as u32,
-        members: g
+        members: c
             .members
             .iter()
             .map(|(id, m)| MemberDescription {
                 member_id: id.clone(),
                 client_id: m.client_id.clone(),
+                instance_id: m.instance_id.clone(),
+                member_epoch: m.epoch,
                 topics: m.topics.iter().cloned().collect(),
-                assignment: to_wire(&g.target.get(id).cloned().unwrap_or_default()),
-                owned: to_wire(&m.owned),
+                assignment: to_wire(&m.target),
+                owned: keys(&m.assigned),
+                revoking: keys(&m.revoking),
             })
             .collect(),
         offsets: committed(g, None),
@@ -1065,17 +1263,14 @@ fn not_found(group: &str) -> Refusal {
 }
 
 async fn delete(core: &Rc<Core>, r: &DeleteGroupRequest) -> Result<GroupResult, Refusal> {
+    let _lock = core.groups.lock(&r.group).await;
     let keys: Vec<(RecordKey, Option<Bytes>)> = {
         let groups = core.groups.groups.borrow();
         let g = groups.get(&r.group).ok_or_else(|| not_found(&r.group))?;
-        if !g.members.is_empty() {
+        if g.has_members() {
             return Err(Refusal(
                 ErrorCode::GroupNotEmpty.as_u16(),
-                format!(
-                    "group `{}` has {} active members: stop them first",
-                    r.group,
-                    g.members.len()
-                ),
+                format!("group `{}` has active members: stop them first", r.group),
             ));
         }
         let mut keys: Vec<_> = g
@@ -1098,17 +1293,23 @@ async fn delete(core: &Rc<Core>, r: &DeleteGroupRequest) -> Result<GroupResult, 
             },
             None,
         ));
+        if g.classic.is_some() {
+            keys.push((
+                RecordKey::Classic {
+                    group: r.group.clone(),
+                },
+                None,
+            ));
+        }
         keys
     };
     store::write_records(core, &r.group, keys)
         .await
-        .map_err(|e| {
-            let (code, message) = wire_error(&e);
-            Refusal(code, message)
-        })?;
-    let mut groups = core.groups.groups.borrow_mut();
-    if groups.get(&r.group).is_some_and(|g| g.members.is_empty()) {
-        groups.remove(&r.group);
+        .map_err(|e| storage_refusal(&e))?;
+    if let Some(mut g) = core.groups.groups.borrow_mut().remove(&r.group) {
+        if let Some(c) = g.classic.as_mut() {
+            classic_service::dispatch(core, c.mark_dead());
+        }
     }
     Ok(GroupResult::default())
 }
@@ -1120,36 +1321,85 @@ fn list(core: &Core) -> Vec<GroupListing> {
         .iter()
         .map(|(name, g)| GroupListing {
             group: name.clone(),
-            state: g.state().into(),
-            members: g.members.len() as u32,
-            assignor: g.assignor.clone(),
+            state: match &g.classic {
+                Some(c) => c.state().name().into(),
+                None => g.consumer.state().into(),
+            },
+            members: match &g.classic {
+                Some(c) => c.members().count() as u32,
+                None => g.consumer.members.len() as u32,
+            },
+            assignor: match &g.classic {
+                Some(c) => c.protocol_name().unwrap_or_default().to_string(),
+                None => g.consumer.assignor.clone(),
+            },
         })
         .collect()
 }
 
-/// Expels members whose session expired and reassigns when a subscribed
-/// topic's partition count changed, every [`EXPIRY_CHECK_MS`], until the
-/// broker stops.
+/// Every [`EXPIRY_CHECK_MS`], until the broker stops: expels members
+/// whose session ended, fences members that did not release partitions
+/// within their rebalance timeout, reassigns when a subscribed topic's
+/// partition count changed (each group under its lock, its changes stored),
+/// and removes empty groups past their retention.
 pub async fn expiry_loop(core: Rc<Core>) {
     while !core.shared.stopping() {
         glommio::timer::sleep(Duration::from_millis(EXPIRY_CHECK_MS)).await;
-        let now = Instant::now();
-        let mut groups = core.groups.groups.borrow_mut();
-        for (name, g) in groups.iter_mut() {
-            let before = g.members.len();
-            g.members.retain(|id, m| {
-                let alive = now.duration_since(m.last_heartbeat) <= m.session_timeout;
-                if !alive {
-                    tracing::info!(group = %name, member = %id, "member expelled: session timed out");
+        let now = mono_ms();
+        let due: Vec<String> = {
+            let counts = counts_of(&core);
+            let mut groups = core.groups.groups.borrow_mut();
+            groups
+                .iter_mut()
+                .filter(|(_, g)| {
+                    let consumer = !g.consumer.members.is_empty()
+                        && (g.consumer.next_deadline().is_some_and(|d| d <= now)
+                            || g.consumer.counts_changed(&counts));
+                    let classic = g
+                        .classic
+                        .as_ref()
+                        .and_then(|c| c.next_deadline())
+                        .is_some_and(|d| d <= now);
+                    !g.ticking && (consumer || classic)
+                })
+                .map(|(name, g)| {
+                    g.ticking = true;
+                    name.clone()
+                })
+                .collect()
+        };
+        for name in due {
+            let core = core.clone();
+            glommio::spawn_local(async move {
+                let _lock = core.groups.lock(&name).await;
+                let released = {
+                    let mut groups = core.groups.groups.borrow_mut();
+                    let Some(g) = groups.get_mut(&name) else {
+                        return;
+                    };
+                    g.ticking = false;
+                    let now = mono_ms();
+                    for (member, why) in g.consumer.tick(now, &counts_of(&core)) {
+                        tracing::info!(group = %name, member = %member, "member expelled: {why}");
+                    }
+                    g.classic.as_mut().map(|c| c.tick(now)).unwrap_or_default()
+                };
+                match persist(&core, &name).await {
+                    Ok(()) => classic_service::dispatch(&core, released),
+                    Err(e) => {
+                        tracing::warn!(group = %name, error = %e.1, "storing expired members failed");
+                        // Held classic requests get their answer at the
+                        // next tick instead.
+                        drop(released);
+                    }
                 }
-                alive
-            });
-            if g.members.len() != before || subscribed_counts(&core, g) != g.counts {
-                rebalance(&core, name, g);
-            }
+            })
+            .detach();
         }
-        let expired = expired_groups(&core, &mut groups);
-        drop(groups);
+        let expired = {
+            let mut groups = core.groups.groups.borrow_mut();
+            expired_groups(&core, &mut groups)
+        };
         for name in expired {
             let core = core.clone();
             glommio::spawn_local(async move {
@@ -1177,7 +1427,7 @@ fn expired_groups(core: &Core, groups: &mut HashMap<String, Group>) -> Vec<Strin
     let retention = core.shared.config.offsets_retention_ms as i64;
     let mut out = Vec::new();
     for (name, g) in groups.iter_mut() {
-        if !g.members.is_empty() {
+        if g.has_members() {
             g.empty_since_ms = None;
             continue;
         }

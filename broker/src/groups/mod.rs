@@ -9,6 +9,12 @@
 //! classic and KIP-848 protocols) shared by the native and Kafka listeners.
 
 pub mod assignor;
+pub mod classic;
+pub mod classic_service;
+pub mod consumer;
 pub mod coordinator;
 pub mod records;
 pub mod store;
+
+#[cfg(test)]
+mod model_tests;

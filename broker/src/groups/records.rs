@@ -7,7 +7,11 @@
 //! partition is replayed, and a record with a null value (a tombstone)
 //! deletes the key, so the topic can be compacted.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::groups::consumer::Member;
 
 pub use crate::metadata::OFFSETS_TOPIC;
 /// Version of the key and value layouts written by this build.
@@ -34,6 +38,20 @@ pub enum RecordKey {
         /// The group id.
         group: String,
     },
+    /// One member of a consumer group: its epochs, subscription,
+    /// assignment, revoking partitions and target (kind 2).
+    Member {
+        /// The group id.
+        group: String,
+        /// The member id.
+        member: String,
+    },
+    /// A classic group's state: generation, protocol, leader, members and
+    /// their assignments (kind 3).
+    Classic {
+        /// The group id.
+        group: String,
+    },
 }
 
 /// A committed offset, as stored.
@@ -47,12 +65,14 @@ pub struct OffsetValue {
     pub metadata: Option<String>,
 }
 
-/// A group's metadata, as stored: enough to keep generations growing
-/// across restarts (members are not stored: they rejoin).
+/// A consumer group's metadata, as stored: its epochs and assignor (its
+/// members are records of their own).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupValue {
-    /// The last generation handed out.
-    pub generation: i32,
+    /// The group epoch (the last one handed out: never reused).
+    pub group_epoch: i32,
+    /// The epoch of the target assignment.
+    pub assignment_epoch: i32,
     /// The group's assignor.
     pub assignor: String,
 }
@@ -70,6 +90,24 @@ fn put_str(out: &mut BytesMut, s: &str) {
 struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
+    fn i32(&mut self) -> Result<i32, RecordError> {
+        Ok(self.u32()? as i32)
+    }
+    fn tp(&mut self) -> Result<(String, u32), RecordError> {
+        Ok((self.string()?, self.u32()?))
+    }
+    /// A count of items each at least `min` bytes long: never more than
+    /// the bytes left could hold.
+    fn count(&mut self, min: usize) -> Result<usize, RecordError> {
+        let n = self.u32()? as usize;
+        if n > self.0.len() / min {
+            return Err(RecordError(format!(
+                "{n} items cannot fit in {} bytes",
+                self.0.len()
+            )));
+        }
+        Ok(n)
+    }
     fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
         if self.0.len() < n {
             return Err(RecordError(format!(
@@ -117,7 +155,10 @@ impl RecordKey {
     /// The group the record belongs to.
     pub fn group(&self) -> &str {
         match self {
-            RecordKey::Offset { group, .. } | RecordKey::Group { group } => group,
+            RecordKey::Offset { group, .. }
+            | RecordKey::Group { group }
+            | RecordKey::Member { group, .. }
+            | RecordKey::Classic { group } => group,
         }
     }
 
@@ -141,6 +182,15 @@ impl RecordKey {
                 out.put_u8(1);
                 put_str(&mut out, group);
             }
+            RecordKey::Member { group, member } => {
+                out.put_u8(2);
+                put_str(&mut out, group);
+                put_str(&mut out, member);
+            }
+            RecordKey::Classic { group } => {
+                out.put_u8(3);
+                put_str(&mut out, group);
+            }
         }
         out.freeze()
     }
@@ -158,6 +208,11 @@ impl RecordKey {
                 partition: r.u32()?,
             },
             1 => RecordKey::Group { group },
+            2 => RecordKey::Member {
+                group,
+                member: r.string()?,
+            },
+            3 => RecordKey::Classic { group },
             k => return Err(RecordError(format!("unknown kind {k}"))),
         };
         r.end()?;
@@ -203,11 +258,14 @@ impl OffsetValue {
 }
 
 impl GroupValue {
-    /// `[version u8][generation i32][assignor: u16 len + bytes]`.
+    /// `[version u8 = 1][group_epoch i32][assignment_epoch i32][assignor:
+    /// u16 len + bytes]`. Version 0 (`[0][generation i32][assignor]`,
+    /// written before epochs) decodes with both epochs = generation.
     pub fn encode(&self) -> Bytes {
         let mut out = BytesMut::new();
-        out.put_u8(RECORD_VERSION);
-        out.put_i32(self.generation);
+        out.put_u8(1);
+        out.put_i32(self.group_epoch);
+        out.put_i32(self.assignment_epoch);
         put_str(&mut out, &self.assignor);
         out.freeze()
     }
@@ -215,15 +273,115 @@ impl GroupValue {
     /// Decodes a value.
     pub fn decode(b: &[u8]) -> Result<GroupValue, RecordError> {
         let mut r = Reader(b);
-        version(&mut r)?;
-        let generation = r.u32()? as i32;
+        let (group_epoch, assignment_epoch) = match r.u8()? {
+            0 => {
+                let g = r.i32()?;
+                (g, g)
+            }
+            1 => (r.i32()?, r.i32()?),
+            v => return Err(RecordError(format!("unknown version {v}"))),
+        };
         let assignor = r.string()?;
         r.end()?;
         Ok(GroupValue {
-            generation,
+            group_epoch,
+            assignment_epoch,
             assignor,
         })
     }
+}
+
+fn put_tps<'a>(
+    out: &mut BytesMut,
+    tps: impl ExactSizeIterator<Item = (&'a (String, u32), Option<i32>)>,
+) {
+    out.put_u32(tps.len() as u32);
+    for ((t, p), e) in tps {
+        put_str(out, t);
+        out.put_u32(*p);
+        if let Some(e) = e {
+            out.put_i32(e);
+        }
+    }
+}
+
+/// A consumer-group member's record value: `[version u8 = 0][epoch
+/// i32][previous_epoch i32][has_instance u8][instance?][client_id]
+/// [session_timeout_ms u32][rebalance_timeout_ms u32][topics: u32 n, n ×
+/// str][assigned: u32 n, n × (topic, partition u32, epoch i32)][revoking:
+/// same][target: u32 n, n × (topic, partition u32)]`; strings are u16
+/// length + UTF-8 bytes.
+pub fn encode_member(m: &Member) -> Bytes {
+    let mut out = BytesMut::new();
+    out.put_u8(RECORD_VERSION);
+    out.put_i32(m.epoch);
+    out.put_i32(m.previous_epoch);
+    match &m.instance_id {
+        Some(i) => {
+            out.put_u8(1);
+            put_str(&mut out, i);
+        }
+        None => out.put_u8(0),
+    }
+    put_str(&mut out, &m.client_id);
+    out.put_u32(m.session_timeout_ms);
+    out.put_u32(m.rebalance_timeout_ms);
+    out.put_u32(m.topics.len() as u32);
+    for t in &m.topics {
+        put_str(&mut out, t);
+    }
+    put_tps(&mut out, m.assigned.iter().map(|(tp, e)| (tp, Some(*e))));
+    put_tps(&mut out, m.revoking.iter().map(|(tp, e)| (tp, Some(*e))));
+    put_tps(&mut out, m.target.iter().map(|tp| (tp, None)));
+    out.freeze()
+}
+
+/// Decodes a member's record value (its session starts at load).
+pub fn decode_member(b: &[u8]) -> Result<Member, RecordError> {
+    let mut r = Reader(b);
+    version(&mut r)?;
+    let epoch = r.i32()?;
+    let previous_epoch = r.i32()?;
+    let instance_id = match r.u8()? {
+        0 => None,
+        _ => Some(r.string()?),
+    };
+    let client_id = r.string()?;
+    let session_timeout_ms = r.u32()?;
+    let rebalance_timeout_ms = r.u32()?;
+    let mut topics = BTreeSet::new();
+    for _ in 0..r.count(2)? {
+        topics.insert(r.string()?);
+    }
+    let with_epochs = |r: &mut Reader<'_>| -> Result<BTreeMap<(String, u32), i32>, RecordError> {
+        let mut out = BTreeMap::new();
+        for _ in 0..r.count(10)? {
+            let tp = r.tp()?;
+            out.insert(tp, r.i32()?);
+        }
+        Ok(out)
+    };
+    let assigned = with_epochs(&mut r)?;
+    let revoking = with_epochs(&mut r)?;
+    let mut target = BTreeSet::new();
+    for _ in 0..r.count(6)? {
+        target.insert(r.tp()?);
+    }
+    r.end()?;
+    Ok(Member {
+        epoch,
+        previous_epoch,
+        instance_id,
+        client_id,
+        topics,
+        session_timeout_ms,
+        rebalance_timeout_ms,
+        assigned,
+        revoking,
+        target,
+        last_heartbeat_ms: 0,
+        revoke_deadline_ms: None,
+    })
 }
 
 /// The `__consumer_offsets` partition that holds a group (and whose owner
@@ -263,10 +421,46 @@ mod tests {
             assert_eq!(OffsetValue::decode(&v.encode()).unwrap(), v);
         }
         let g = GroupValue {
-            generation: 9,
+            group_epoch: 9,
+            assignment_epoch: 8,
             assignor: "range".into(),
         };
         assert_eq!(GroupValue::decode(&g.encode()).unwrap(), g);
+        // Written before epochs: both epochs are the generation.
+        let old = [0, 0, 0, 0, 7, 0, 5, b'r', b'a', b'n', b'g', b'e'];
+        let d = GroupValue::decode(&old).unwrap();
+        assert_eq!(
+            (d.group_epoch, d.assignment_epoch, d.assignor.as_str()),
+            (7, 7, "range")
+        );
+        let m = Member {
+            epoch: 4,
+            previous_epoch: 2,
+            instance_id: Some("i".into()),
+            client_id: "c".into(),
+            topics: ["t".to_string()].into(),
+            session_timeout_ms: 100,
+            rebalance_timeout_ms: 200,
+            assigned: [(("t".to_string(), 1), 4)].into(),
+            revoking: [(("t".to_string(), 0), 2)].into(),
+            target: [("t".to_string(), 1)].into(),
+            last_heartbeat_ms: 0,
+            revoke_deadline_ms: None,
+        };
+        let bytes = encode_member(&m);
+        assert_eq!(decode_member(&bytes).unwrap(), m);
+        for n in 0..bytes.len() {
+            assert!(decode_member(&bytes[..n]).is_err());
+        }
+        for k in [
+            RecordKey::Member {
+                group: "g".into(),
+                member: "m".into(),
+            },
+            RecordKey::Classic { group: "g".into() },
+        ] {
+            assert_eq!(RecordKey::decode(&k.encode()).unwrap(), k);
+        }
     }
 
     #[test]

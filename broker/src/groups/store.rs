@@ -63,7 +63,8 @@ pub async fn write_records(
 /// owns from the log (start-up).
 pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
     let Some(n) = core.metadata().get(OFFSETS_TOPIC).map(|t| t.partitions()) else {
-        core.groups.set_loaded();
+        core.groups
+            .set_loaded(crate::groups::coordinator::mono_ms());
         return Ok(());
     };
     let mut records = 0u64;
@@ -72,7 +73,9 @@ pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
             continue;
         };
         let mut at = log.log_start_offset();
-        let end = log.high_watermark();
+        // Only what is durable: a record written but not fdatasync'd was
+        // never answered.
+        let end = log.durable_offset();
         while at < end {
             let r = log
                 .read(at, REPLAY_READ_BYTES)
@@ -104,7 +107,8 @@ pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
     if records > 0 {
         tracing::info!(core = core.id, records, "consumer groups loaded");
     }
-    core.groups.set_loaded();
+    core.groups
+        .set_loaded(crate::groups::coordinator::mono_ms());
     Ok(())
 }
 
@@ -135,6 +139,20 @@ fn apply(core: &Core, key: Option<&[u8]>, value: Option<&[u8]>, p: u32) {
             core.groups.replay_group(group, v);
             Ok(())
         }
+        (RecordKey::Member { group, member }, v) => {
+            let v = v.map(records::decode_member).transpose()?;
+            core.groups.replay_member(group, member, v);
+            Ok(())
+        }
+        (RecordKey::Classic { group }, v) => {
+            let v = v
+                .map(crate::groups::classic::Snapshot::decode)
+                .transpose()
+                .map_err(|e| records::RecordError(format!("classic group `{group}`: {e}")))?;
+            let config = crate::groups::classic_service::config(core);
+            core.groups.replay_classic(group, v, config);
+            Ok(())
+        }
     });
     if let Err(e) = decoded {
         tracing::warn!(partition = p, error = %e, "skipped");
@@ -142,32 +160,32 @@ fn apply(core: &Core, key: Option<&[u8]>, value: Option<&[u8]>, p: u32) {
 }
 
 /// Configs of `__consumer_offsets`: compacted (the latest record per key
-/// is kept; tombstones delete), no time or size retention, 100 MiB
-/// segments.
-pub fn offsets_topic_configs() -> BTreeMap<String, String> {
+/// is kept; tombstones delete), no time or size retention, segments of
+/// `--offsets-segment-bytes` (100 MiB).
+pub fn offsets_topic_configs(segment_bytes: u64) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("cleanup.policy".to_string(), "compact".to_string()),
         ("retention.ms".to_string(), "-1".to_string()),
-        ("segment.bytes".to_string(), (100u64 << 20).to_string()),
+        ("segment.bytes".to_string(), segment_bytes.to_string()),
     ])
 }
 
 /// Creates `__consumer_offsets` if it does not exist, or gives an existing
-/// one created before compaction existed its configs (core 0, start-up).
+/// one the configs this build and the flags ask for (core 0, start-up).
 pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
     let existing = core.metadata().get(OFFSETS_TOPIC).cloned();
+    let configs = offsets_topic_configs(core.shared.config.offsets_segment_bytes);
     let change = match existing {
         None => Change::Create(
             OFFSETS_TOPIC.to_string(),
             TopicSpec {
                 partitions: core.shared.config.offsets_partitions,
-                configs: offsets_topic_configs(),
+                configs,
             },
         ),
-        Some(t) if !t.configs.contains_key("cleanup.policy") => Change::Alter(
-            OFFSETS_TOPIC.to_string(),
-            offsets_topic_configs().into_iter().collect(),
-        ),
+        Some(t) if configs.iter().any(|(k, v)| t.configs.get(k) != Some(v)) => {
+            Change::Alter(OFFSETS_TOPIC.to_string(), configs.into_iter().collect())
+        }
         Some(_) => return Ok(()),
     };
     writer::submit(core, change)

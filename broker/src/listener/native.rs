@@ -218,6 +218,21 @@ fn group_answer(corr: u32, r: GroupResponse) -> Answer {
         GroupResponse::Fetch(a) => ok(corr, &a),
         GroupResponse::Describe(a) => ok(corr, &a),
         GroupResponse::List(groups) => ok(corr, &ListGroupsResponse { groups }),
+        GroupResponse::Refused(code, message) => {
+            Answer::error(corr, ErrorCode::from_u16(code), &message, false)
+        }
+        // Answers to the Kafka protocols' group requests; the native
+        // listener never sends those.
+        GroupResponse::ConsumerHeartbeat(_)
+        | GroupResponse::ClassicJoin(_)
+        | GroupResponse::ClassicSync(_)
+        | GroupResponse::ClassicHeartbeat(_)
+        | GroupResponse::ClassicLeave(_) => Answer::error(
+            corr,
+            ErrorCode::Unknown,
+            "a Kafka group answer to a native request",
+            false,
+        ),
     }
 }
 

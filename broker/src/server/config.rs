@@ -30,6 +30,10 @@ pub const OFFSETS_PARTITIONS_DEFAULT: u32 = 16;
 /// Default retention of empty groups and their offsets (Kafka's
 /// `offsets.retention.minutes` = 10080).
 pub const OFFSETS_RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3600 * 1000;
+/// Default segment size of `__consumer_offsets` (Kafka's).
+pub const OFFSETS_SEGMENT_BYTES_DEFAULT: u64 = 100 << 20;
+/// Default initial rebalance delay of classic groups, ms (Kafka's).
+pub const GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT: u64 = 3000;
 /// Most partitions of `__consumer_offsets`.
 pub const OFFSETS_PARTITIONS_MAX: u32 = 1000;
 
@@ -88,11 +92,21 @@ pub struct BrokerArgs {
     /// Partitions of the internal `__consumer_offsets` topic, used when it is created at the first start [default: 16].
     #[arg(long, env = "WEIR_OFFSETS_PARTITIONS")]
     pub offsets_partitions: Option<u32>,
+    /// Segment size of `__consumer_offsets` (Kafka's
+    /// `offsets.topic.segment.bytes`); applied at every start. Only closed
+    /// segments are compacted [default: 104857600].
+    #[arg(long, env = "WEIR_OFFSETS_SEGMENT_BYTES")]
+    pub offsets_segment_bytes: Option<u64>,
     /// A group without members and without a commit for this long is
     /// removed with its committed offsets (Kafka's
     /// `offsets.retention.minutes`, here in ms) [default: 604800000, 7 days].
     #[arg(long, env = "WEIR_OFFSETS_RETENTION_MS")]
     pub offsets_retention_ms: Option<u64>,
+    /// How long the first rebalance of an empty classic (Kafka JoinGroup)
+    /// group waits for more members, extended while they keep arriving
+    /// (Kafka's `group.initial.rebalance.delay.ms`) [default: 3000].
+    #[arg(long, env = "WEIR_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+    pub group_initial_rebalance_delay_ms: Option<u64>,
     /// Once a request's first byte has arrived, the whole frame must arrive
     /// within this many ms or the connection is closed [default: 30000].
     #[arg(long, env = "WEIR_FRAME_READ_TIMEOUT_MS")]
@@ -125,7 +139,9 @@ struct FileConfig {
     log_cleaner_io_max_bytes_per_second: Option<u64>,
     log_cleaner_io_busy_bytes_per_second: Option<u64>,
     offsets_partitions: Option<u32>,
+    offsets_segment_bytes: Option<u64>,
     offsets_retention_ms: Option<u64>,
+    group_initial_rebalance_delay_ms: Option<u64>,
     frame_read_timeout_ms: Option<u64>,
     max_connections_per_core: Option<usize>,
 }
@@ -163,8 +179,12 @@ pub struct BrokerConfig {
     pub log_cleaner_io_busy_bytes_per_second: Option<u64>,
     /// Partitions of `__consumer_offsets` when it is created.
     pub offsets_partitions: u32,
+    /// Segment size of `__consumer_offsets`.
+    pub offsets_segment_bytes: u64,
     /// Retention of empty groups and their offsets, ms.
     pub offsets_retention_ms: u64,
+    /// Initial rebalance delay of classic groups, ms.
+    pub group_initial_rebalance_delay_ms: u64,
     /// Frame read deadline, ms.
     pub frame_read_timeout_ms: u64,
     /// Open connections per core.
@@ -203,7 +223,9 @@ impl BrokerConfig {
                 weir_storage::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT,
             ),
             offsets_partitions: OFFSETS_PARTITIONS_DEFAULT,
+            offsets_segment_bytes: OFFSETS_SEGMENT_BYTES_DEFAULT,
             offsets_retention_ms: OFFSETS_RETENTION_MS_DEFAULT,
+            group_initial_rebalance_delay_ms: GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT,
             frame_read_timeout_ms: FRAME_READ_TIMEOUT_MS_DEFAULT,
             max_connections_per_core: CONNECTIONS_PER_CORE_MAX_DEFAULT,
             test_panic_on_produce_to: None,
@@ -312,11 +334,31 @@ impl BrokerConfig {
             )
             .filter(|&v| v > 0),
             offsets_partitions,
+            offsets_segment_bytes: {
+                let v = args
+                    .offsets_segment_bytes
+                    .or(file.offsets_segment_bytes)
+                    .unwrap_or(OFFSETS_SEGMENT_BYTES_DEFAULT);
+                let range = weir_storage::config::SEGMENT_BYTES_MIN
+                    ..=weir_storage::config::SEGMENT_BYTES_MAX;
+                if !range.contains(&v) {
+                    anyhow::bail!(
+                        "--offsets-segment-bytes {v} is not within {}..={}",
+                        range.start(),
+                        range.end()
+                    );
+                }
+                v
+            },
             offsets_retention_ms: args
                 .offsets_retention_ms
                 .or(file.offsets_retention_ms)
                 .unwrap_or(OFFSETS_RETENTION_MS_DEFAULT)
                 .max(1),
+            group_initial_rebalance_delay_ms: args
+                .group_initial_rebalance_delay_ms
+                .or(file.group_initial_rebalance_delay_ms)
+                .unwrap_or(GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT),
             frame_read_timeout_ms: args
                 .frame_read_timeout_ms
                 .or(file.frame_read_timeout_ms)

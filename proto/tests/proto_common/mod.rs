@@ -484,35 +484,53 @@ pub fn committed_offsets() -> impl Strategy<Value = Vec<CommittedOffset>> {
 
 pub fn describe_group_response() -> impl Strategy<Value = DescribeGroupResponse> {
     let member = (
-        name(),
-        name(),
+        (name(), name(), prop::option::of(name()), any::<i32>()),
         prop::collection::vec(name(), 0..3),
+        topic_partitions(),
         topic_partitions(),
         topic_partitions(),
     )
         .prop_map(
-            |(member_id, client_id, topics, assignment, owned)| MemberDescription {
-                member_id,
-                client_id,
+            |(
+                (member_id, client_id, instance_id, member_epoch),
                 topics,
                 assignment,
                 owned,
+                revoking,
+            )| {
+                MemberDescription {
+                    member_id,
+                    client_id,
+                    instance_id,
+                    member_epoch,
+                    topics,
+                    assignment,
+                    owned,
+                    revoking,
+                }
             },
         );
     (
-        (error(), message(), name(), name()),
-        (any::<i32>(), name(), any::<u32>()),
+        (error(), message(), name(), name(), name()),
+        (any::<i32>(), any::<i32>(), name(), any::<u32>()),
         prop::collection::vec(member, 0..4),
         committed_offsets(),
     )
         .prop_map(
-            |((error, message, group, state), (generation, assignor, core), members, offsets)| {
+            |(
+                (error, message, group, kind, state),
+                (generation, assignment_epoch, assignor, core),
+                members,
+                offsets,
+            )| {
                 DescribeGroupResponse {
                     error,
                     message,
                     group,
+                    kind,
                     state,
                     generation,
+                    assignment_epoch,
                     assignor,
                     coordinator_core: core,
                     members,
