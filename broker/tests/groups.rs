@@ -1086,6 +1086,24 @@ fn a_partition_handed_out_but_not_yet_reported_is_not_handed_out_again() {
             .heartbeat(hb(&bj.member_id, b1.generation, &b1.assignment))
             .await
             .unwrap();
+        // B now releases what moves to C: describe shows it revoking, and
+        // held by nobody else.
+        let d = c.describe_group("abc-group").await.unwrap();
+        assert_eq!(
+            (d.kind.as_str(), d.state.as_str()),
+            ("consumer", "Reconciling")
+        );
+        let bd = d
+            .members
+            .iter()
+            .find(|m| m.member_id == bj.member_id)
+            .unwrap();
+        let revoking = parts(&bd.revoking);
+        assert!(!revoking.is_empty(), "{d:?}");
+        assert!(revoking.is_disjoint(&parts(&b2.assignment)));
+        for m in d.members.iter().filter(|m| m.member_id != bj.member_id) {
+            assert!(parts(&m.owned).is_disjoint(&revoking), "{d:?}");
+        }
         let b3 = c
             .heartbeat(hb(&bj.member_id, b2.generation, &b2.assignment))
             .await
@@ -1104,6 +1122,36 @@ fn a_partition_handed_out_but_not_yet_reported_is_not_handed_out_again() {
         assert!(!c_now.is_empty(), "C got its share once B released it");
         assert_eq!(a_now.len() + b_now.len() + c_now.len(), 4);
     });
+    // `weir group describe` shows the type, the epochs and what each
+    // member holds, releases and is headed for.
+    let out = weir_ok(&b, &["group", "describe", "abc-group"]);
+    assert!(out.contains("Type: consumer"), "{out}");
+    let header = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("CONSUMER-ID"))
+        .unwrap();
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        [
+            "CONSUMER-ID",
+            "CLIENT-ID",
+            "EPOCH",
+            "TOPICS",
+            "ASSIGNED",
+            "REVOKING",
+            "TARGET"
+        ]
+    );
+    for client in ["a", "b", "c"] {
+        let row: Vec<&str> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|r| r.get(1) == Some(&client))
+            .unwrap_or_else(|| panic!("no row for {client}: {out}"));
+        let epoch: i32 = row[2].parse().unwrap();
+        assert!(epoch >= 1, "{out}");
+        assert_eq!(row[3], "abc");
+    }
 }
 
 /// A rejoin with a member id the group does not know is refused and
