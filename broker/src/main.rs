@@ -29,8 +29,9 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Start a broker (embedded defaults: ./weir-data, 127.0.0.1:9292, all cores).
-    Broker(BrokerArgs),
+    /// Start a broker (embedded defaults: ./weir-data, 127.0.0.1:9292, Kafka
+    /// clients on 127.0.0.1:9092, all cores).
+    Broker(Box<BrokerArgs>),
     /// Manage topics: create, list, describe, alter, delete, add-partitions.
     Topic(cli::TopicArgs),
     /// Write records to a topic, one per line of stdin.

@@ -424,6 +424,7 @@ fn broker_logs(dir: &std::path::Path, extra: &[&str]) -> String {
         ])
         .args(["--listen", "127.0.0.1:0", "--core-port-base", "0"])
         .args(["--metrics-listen", "127.0.0.1:0"])
+        .args(["--kafka-listener", "127.0.0.1:0"])
         .args(extra)
         .env("WEIR_LOG", "info")
         .stdout(Stdio::piped())

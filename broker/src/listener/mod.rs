@@ -5,6 +5,8 @@
 
 pub mod connection;
 pub mod http;
+pub mod kafka;
+pub mod kafka_codec;
 pub mod native;
 
 use std::time::Duration;

@@ -18,6 +18,8 @@ pub const LISTEN_DEFAULT: &str = "127.0.0.1:9292";
 pub const CORE_PORT_BASE_DEFAULT: u16 = 9300;
 /// Default metrics and admin HTTP address.
 pub const METRICS_LISTEN_DEFAULT: &str = "127.0.0.1:9644";
+/// Default Kafka protocol address.
+pub const KAFKA_LISTENER_DEFAULT: &str = "127.0.0.1:9092";
 /// Default data directory.
 pub const DATA_DIR_DEFAULT: &str = "./weir-data";
 /// Default retention interval (Kafka's `log.retention.check.interval.ms`).
@@ -58,6 +60,14 @@ pub struct BrokerArgs {
     /// Metrics (Prometheus text at /metrics) address [default: 127.0.0.1:9644].
     #[arg(long, env = "WEIR_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// Kafka protocol address shared by all cores (SO_REUSEPORT); `off`
+    /// for none [default: 127.0.0.1:9092].
+    #[arg(long, env = "WEIR_KAFKA_LISTENER")]
+    pub kafka_listener: Option<String>,
+    /// The `host:port` Kafka clients are told to connect to (Metadata,
+    /// FindCoordinator) [default: the Kafka listener's address].
+    #[arg(long, env = "WEIR_KAFKA_ADVERTISED_LISTENER")]
+    pub kafka_advertised_listener: Option<String>,
     /// Largest request frame accepted, bytes [default: 104857600].
     #[arg(long, env = "WEIR_MAX_FRAME_BYTES")]
     pub max_frame_bytes: Option<u32>,
@@ -129,6 +139,8 @@ struct FileConfig {
     core_port_base: Option<u16>,
     cores: Option<usize>,
     metrics_listen: Option<String>,
+    kafka_listener: Option<String>,
+    kafka_advertised_listener: Option<String>,
     max_frame_bytes: Option<u32>,
     auto_create_topics: Option<bool>,
     default_partitions: Option<u32>,
@@ -159,6 +171,11 @@ pub struct BrokerConfig {
     pub cores: usize,
     /// Metrics address.
     pub metrics_listen: SocketAddr,
+    /// Kafka protocol address (`None`: no Kafka listener).
+    pub kafka_listener: Option<SocketAddr>,
+    /// What Kafka clients are told to connect to (`None`: the listener's
+    /// bound address).
+    pub kafka_advertised_listener: Option<(String, u16)>,
     /// Largest request frame.
     pub max_frame_bytes: u32,
     /// `auto.create.topics.enable`.
@@ -211,6 +228,8 @@ impl BrokerConfig {
             core_port_base: 0,
             cores: cores.max(1),
             metrics_listen: loopback,
+            kafka_listener: Some(loopback),
+            kafka_advertised_listener: None,
             max_frame_bytes: MAX_FRAME_BYTES_DEFAULT,
             auto_create_topics: false,
             default_partitions: 1,
@@ -298,6 +317,24 @@ impl BrokerConfig {
                 args.metrics_listen.clone().or(file.metrics_listen),
                 METRICS_LISTEN_DEFAULT,
             )?,
+            kafka_listener: match args.kafka_listener.clone().or(file.kafka_listener) {
+                Some(v) if v == "off" || v.is_empty() => None,
+                v => Some(addr("--kafka-listener", v, KAFKA_LISTENER_DEFAULT)?),
+            },
+            kafka_advertised_listener: args
+                .kafka_advertised_listener
+                .clone()
+                .or(file.kafka_advertised_listener)
+                .map(|v| {
+                    let (host, port) = v.rsplit_once(':').with_context(|| {
+                        format!("--kafka-advertised-listener `{v}` is not host:port")
+                    })?;
+                    let port: u16 = port
+                        .parse()
+                        .with_context(|| format!("--kafka-advertised-listener `{v}`: bad port"))?;
+                    anyhow::Ok((host.to_string(), port))
+                })
+                .transpose()?,
             max_frame_bytes,
             auto_create_topics: args
                 .auto_create_topics

@@ -25,6 +25,7 @@ pub mod limits;
 use config::BrokerConfig;
 use limits::{DRAIN_MS_MAX, MESH_CHANNEL_CAPACITY, STOP_POLL_MS};
 
+use crate::listener::kafka::Kafka;
 use crate::listener::native::Native;
 use crate::metadata::MetadataView;
 use crate::service::Ctx;
@@ -45,7 +46,7 @@ fn reserve_port(addr: SocketAddr) -> anyhow::Result<(socket2::Socket, SocketAddr
     s.set_reuse_port(true)?;
     s.set_reuse_address(true)?;
     s.bind(&addr.into())
-        .with_context(|| format!("cannot bind the native protocol address {addr}"))?;
+        .with_context(|| format!("cannot bind {addr}"))?;
     let local = s
         .local_addr()?
         .as_socket()
@@ -62,6 +63,8 @@ pub struct ReadyInfo {
     pub core_ports: Vec<u16>,
     /// The metrics address.
     pub metrics: SocketAddr,
+    /// The Kafka protocol address, if any.
+    pub kafka: Option<SocketAddr>,
     /// The data directory.
     pub data_dir: std::path::PathBuf,
 }
@@ -87,11 +90,12 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     }
     run_with(config, stopping, |r| {
         println!(
-            "weir broker ready: listen={} cores={} core_ports={:?} metrics={} data_dir={}",
+            "weir broker ready: listen={} cores={} core_ports={:?} metrics={} kafka={} data_dir={}",
             r.listen,
             r.core_ports.len(),
             r.core_ports,
             r.metrics,
+            r.kafka.map_or("off".to_string(), |a| a.to_string()),
             r.data_dir.display()
         );
         use std::io::Write;
@@ -119,9 +123,21 @@ pub fn run_with(
         );
     }
     let view = Arc::new(view);
-    let (placeholder, listen) = reserve_port(config.listen)?;
+    let (placeholder, listen) =
+        reserve_port(config.listen).context("the native protocol address (--listen)")?;
+    let kafka = config
+        .kafka_listener
+        .map(|a| {
+            reserve_port(a).context(
+                "the Kafka protocol address (--kafka-listener; another address, or `off`, if \
+                 something else listens there)",
+            )
+        })
+        .transpose()?;
+    let kafka_listen = kafka.as_ref().map(|(_, a)| *a);
     let n = config.cores;
     let shared = Arc::new(Shared {
+        kafka_listen,
         config: BrokerConfig { listen, ..config },
         core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
         port: AtomicU16::new(listen.port()),
@@ -185,6 +201,7 @@ pub fn run_with(
         }
     }
     drop(placeholder);
+    drop(kafka);
     if let Some(e) = first_err {
         stopping.store(true, Ordering::Release);
         for h in handles {
@@ -205,6 +222,7 @@ pub fn run_with(
             shared.metrics_port.load(Ordering::Acquire),
         ),
         data_dir: shared.config.data_dir.clone(),
+        kafka: kafka_listen,
     });
     tracing::info!(%listen, cores = n, ?ports, "broker ready");
     let mut result = Ok(());
@@ -295,7 +313,17 @@ async fn core_main(
     for (l, owner_only) in [(shared_l, false), (own_l, true)] {
         let (core, active) = (core.clone(), active.clone());
         let ctx = Ctx { owner_only };
-        glommio::spawn_local(accept_loop(core, l, active, ctx)).detach();
+        glommio::spawn_local(accept_loop(core, l, active, ctx, Native)).detach();
+    }
+    if let Some(addr) = shared.kafka_listen {
+        let l = TcpListener::bind(addr)
+            .map_err(std::io::Error::from)
+            .with_context(|| format!("core {c} cannot listen for Kafka clients on {addr}"))?;
+        let (core, active) = (core.clone(), active.clone());
+        // Kafka clients know nothing of cores: partitions of other cores
+        // are served through the mesh.
+        let ctx = Ctx { owner_only: false };
+        glommio::spawn_local(accept_loop(core, l, active, ctx, Kafka)).detach();
     }
     let _ = ready.send(Ok(c));
     while !shared.stopping() {
@@ -335,11 +363,12 @@ async fn retention_loop(core: Rc<Core>) {
     }
 }
 
-async fn accept_loop(
+async fn accept_loop<P: crate::listener::connection::Protocol>(
     core: Rc<Core>,
     listener: TcpListener,
     active: Rc<std::cell::Cell<usize>>,
     ctx: Ctx,
+    proto: P,
 ) {
     loop {
         let Some(r) = crate::listener::accept_or_stop(&core, &listener).await else {
@@ -364,7 +393,7 @@ async fn accept_loop(
                 m.set(m.get() + 1);
                 let (core, active) = (core.clone(), active.clone());
                 glommio::spawn_local(async move {
-                    crate::listener::connection::serve(core.clone(), Native, stream, active, ctx)
+                    crate::listener::connection::serve(core.clone(), proto, stream, active, ctx)
                         .await;
                     core.connections.set(core.connections.get() - 1);
                 })

@@ -41,6 +41,8 @@ pub struct Shared {
     pub stopping: Arc<AtomicBool>,
     /// Actual metrics port (core 0 binds it).
     pub metrics_port: AtomicU16,
+    /// Actual Kafka listener address, if any.
+    pub kafka_listen: Option<std::net::SocketAddr>,
     /// Mesh peer id of each core.
     pub peer_of_core: Vec<std::sync::atomic::AtomicUsize>,
 }

@@ -16,6 +16,8 @@ pub struct Broker {
     pub addr: SocketAddr,
     pub core_ports: Vec<u16>,
     pub metrics: SocketAddr,
+    /// The Kafka listener.
+    pub kafka: SocketAddr,
     pub dir: PathBuf,
 }
 
@@ -40,6 +42,8 @@ impl Broker {
                 "0",
                 "--metrics-listen",
                 "127.0.0.1:0",
+                "--kafka-listener",
+                "127.0.0.1:0",
             ])
             .args(extra)
             .env("WEIR_LOG", "warn")
@@ -63,6 +67,7 @@ impl Broker {
         };
         let addr: SocketAddr = field("listen=").parse().unwrap();
         let metrics: SocketAddr = field("metrics=").parse().unwrap();
+        let kafka: SocketAddr = field("kafka=").parse().unwrap();
         let i = line.find("core_ports=[").unwrap() + "core_ports=[".len();
         let j = line[i..].find(']').unwrap() + i;
         let core_ports = line[i..j]
@@ -76,6 +81,7 @@ impl Broker {
             addr,
             core_ports,
             metrics,
+            kafka,
             dir: dir.to_path_buf(),
         }
     }

@@ -68,6 +68,8 @@ impl Broker {
                 "0",
                 "--metrics-listen",
                 "127.0.0.1:0",
+                "--kafka-listener",
+                "127.0.0.1:0",
             ])
             .env("WEIR_LOG", "error")
             .stdout(Stdio::piped())

@@ -1,0 +1,1399 @@
+//! The Kafka listener: Apache Kafka's wire protocol onto the same service
+//! layer as the native protocol ([`crate::service`]) and the same group
+//! coordinator ([`crate::groups::coordinator`]).
+//!
+//! [`kafka_codec`](super::kafka_codec) decodes a request frame into
+//! `kafka-protocol`'s typed request (record batches stay the frame's bytes)
+//! and encodes answers (a Fetch answer's batches are the cache's bytes, not
+//! copied, when a partition's answer is one batch). This module maps each
+//! API onto the service and maps errors onto Kafka's codes.
+//!
+//! **One node.** Metadata lists one broker (node 0, the advertised
+//! address) leading every partition; Kafka clients know nothing of cores,
+//! so a partition of another core is served through the mesh, as on the
+//! native shared port.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use weir_proto::api::ApiKey as NativeKey;
+use weir_proto::error_code::ErrorCode;
+use weir_proto::messages as native;
+
+use crate::groups::classic;
+use crate::groups::coordinator::{self, GroupRequest, GroupResponse};
+use crate::listener::connection::{Answer, Pending, Protocol};
+use crate::listener::kafka_codec::{self as codec, KafkaRequest, KafkaResponse, RequestFrame};
+use crate::metadata::writer::Change;
+use crate::metadata::{TopicError, TopicMeta, TopicSpec, OFFSETS_TOPIC};
+use crate::service::fetch::{FetchParams, FetchPart};
+use crate::service::offsets::OffsetQuery;
+use crate::service::produce::ProducePart;
+use crate::service::{self, admin, BrokerError, Ctx, StorageFailure};
+use crate::shard::Core;
+
+/// Kafka's error codes this listener answers with.
+pub mod code {
+    /// UNKNOWN_SERVER_ERROR.
+    pub const UNKNOWN: i16 = -1;
+    /// OFFSET_OUT_OF_RANGE.
+    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+    /// CORRUPT_MESSAGE.
+    pub const CORRUPT_MESSAGE: i16 = 2;
+    /// UNKNOWN_TOPIC_OR_PARTITION.
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    /// NOT_LEADER_OR_FOLLOWER.
+    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    /// REQUEST_TIMED_OUT.
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    /// MESSAGE_TOO_LARGE.
+    pub const MESSAGE_TOO_LARGE: i16 = 10;
+    /// COORDINATOR_LOAD_IN_PROGRESS.
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    /// COORDINATOR_NOT_AVAILABLE.
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    /// INVALID_TOPIC_EXCEPTION.
+    pub const INVALID_TOPIC: i16 = 17;
+    /// NOT_ENOUGH_REPLICAS.
+    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+    /// ILLEGAL_GENERATION.
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    /// INCONSISTENT_GROUP_PROTOCOL.
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    /// INVALID_GROUP_ID.
+    pub const INVALID_GROUP_ID: i16 = 24;
+    /// UNKNOWN_MEMBER_ID.
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    /// INVALID_SESSION_TIMEOUT.
+    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    /// REBALANCE_IN_PROGRESS.
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    /// TOPIC_ALREADY_EXISTS.
+    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    /// INVALID_PARTITIONS.
+    pub const INVALID_PARTITIONS: i16 = 37;
+    /// INVALID_REPLICATION_FACTOR.
+    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    /// INVALID_CONFIG.
+    pub const INVALID_CONFIG: i16 = 40;
+    /// INVALID_REQUEST.
+    pub const INVALID_REQUEST: i16 = 42;
+    /// POLICY_VIOLATION.
+    pub const POLICY_VIOLATION: i16 = 44;
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER.
+    pub const OUT_OF_ORDER_SEQUENCE: i16 = 45;
+    /// INVALID_PRODUCER_EPOCH.
+    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    /// UNKNOWN_PRODUCER_ID.
+    pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+    /// NON_EMPTY_GROUP.
+    pub const NON_EMPTY_GROUP: i16 = 68;
+    /// GROUP_ID_NOT_FOUND.
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
+    /// FENCED_INSTANCE_ID.
+    pub const FENCED_INSTANCE_ID: i16 = 82;
+    /// INVALID_RECORD.
+    pub const INVALID_RECORD: i16 = 87;
+    /// UNKNOWN_TOPIC_ID.
+    pub const UNKNOWN_TOPIC_ID: i16 = 100;
+    /// FENCED_MEMBER_EPOCH.
+    pub const FENCED_MEMBER_EPOCH: i16 = 110;
+    /// STALE_MEMBER_EPOCH.
+    pub const STALE_MEMBER_EPOCH: i16 = 113;
+}
+
+/// The node id of this broker in Kafka's Metadata.
+const NODE_ID: i32 = 0;
+/// The cluster id Kafka clients see.
+const CLUSTER_ID: &str = "weir";
+
+/// The Kafka protocol (framing and dispatch) for [`crate::listener::connection`].
+#[derive(Debug, Clone, Copy)]
+pub struct Kafka;
+
+impl Protocol for Kafka {
+    fn frame_len(&self, buf: &[u8], max: usize) -> Result<Option<usize>, (u32, Answer)> {
+        codec::peek_request_frame_len(buf, max).map_err(|e| {
+            tracing::warn!(error = %e, "closing Kafka connection: bad frame size");
+            (0, closing())
+        })
+    }
+
+    fn api_of(&self, frame: &[u8]) -> Option<NativeKey> {
+        let key = frame.get(4..6).map(|b| i16::from_be_bytes([b[0], b[1]]))?;
+        native_key(key)
+    }
+
+    fn is_error(&self, _answer: &Answer) -> bool {
+        false
+    }
+
+    async fn dispatch(&self, core: &Rc<Core>, request: Bytes, ctx: Ctx) -> Pending {
+        let frame = request.slice(codec::SIZE_PREFIX_BYTES..);
+        match codec::decode_request(frame) {
+            Ok(req) => serve(core, req, ctx).await,
+            Err(e) => {
+                tracing::debug!(error = %e, "Kafka request not decoded");
+                let error = match &e {
+                    codec::DecodeError::UnsupportedVersion { .. } => codec::UNSUPPORTED_VERSION,
+                    _ => code::INVALID_REQUEST,
+                };
+                // An error body where the API has one at that version (the
+                // ApiVersions fallback among them); else the connection is
+                // closed, as Kafka does.
+                let answer = e
+                    .header()
+                    .filter(|_| !matches!(e, codec::DecodeError::UnsupportedApi { .. }))
+                    .and_then(|h| codec::error_response(&h, error))
+                    .map(|b| Answer::plain(BytesMut::from(&b[..])))
+                    .unwrap_or_else(closing);
+                Pending::Ready(answer)
+            }
+        }
+    }
+}
+
+/// An answer that only closes the connection.
+fn closing() -> Answer {
+    Answer {
+        head: BytesMut::new(),
+        payload: Vec::new(),
+        close: true,
+    }
+}
+
+/// The native API a Kafka API is counted under in the metrics (and
+/// Fetch, whose long polls a closing connection cancels).
+fn native_key(key: i16) -> Option<NativeKey> {
+    use kafka_protocol::messages::ApiKey as K;
+    let k = K::try_from(key).ok()?;
+    Some(match k {
+        K::Produce => NativeKey::Produce,
+        K::Fetch => NativeKey::Fetch,
+        K::ListOffsets => NativeKey::ListOffsets,
+        K::Metadata => NativeKey::Metadata,
+        K::ApiVersions => NativeKey::ApiVersions,
+        K::CreateTopics => NativeKey::CreateTopics,
+        K::DeleteTopics => NativeKey::DeleteTopics,
+        K::InitProducerId => NativeKey::InitProducerId,
+        K::JoinGroup => NativeKey::JoinGroup,
+        K::Heartbeat => NativeKey::Heartbeat,
+        K::LeaveGroup => NativeKey::LeaveGroup,
+        K::OffsetCommit => NativeKey::OffsetCommit,
+        K::OffsetFetch => NativeKey::OffsetFetch,
+        K::ListGroups => NativeKey::ListGroups,
+        K::DescribeGroups => NativeKey::DescribeGroup,
+        K::DeleteGroups => NativeKey::DeleteGroup,
+        _ => return None,
+    })
+}
+
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+fn topic_name(v: impl Into<String>) -> TopicName {
+    TopicName(s(v))
+}
+
+/// Encodes an answer (a failure to encode closes the connection: the
+/// client cannot be answered in its version).
+fn answer(header: &codec::RequestHeaderInfo, response: KafkaResponse) -> Answer {
+    match codec::encode_response(header, &response) {
+        Ok(head) => Answer::plain(head),
+        Err(e) => {
+            tracing::warn!(error = %e, api = header.api_key, version = header.api_version, "Kafka answer not encoded");
+            closing()
+        }
+    }
+}
+
+fn later(f: impl std::future::Future<Output = Answer> + 'static) -> Pending {
+    Pending::Later(glommio::spawn_local(f))
+}
+
+/// The APIs this listener serves (the codec decodes a few more, not
+/// advertised until they are served).
+const SERVED: &[i16] = {
+    use kafka_protocol::messages::ApiKey as K;
+    &[
+        K::ApiVersions as i16,
+        K::Metadata as i16,
+        K::Produce as i16,
+        K::Fetch as i16,
+        K::ListOffsets as i16,
+        K::FindCoordinator as i16,
+        K::InitProducerId as i16,
+        K::CreateTopics as i16,
+        K::DeleteTopics as i16,
+        K::JoinGroup as i16,
+        K::SyncGroup as i16,
+        K::Heartbeat as i16,
+        K::LeaveGroup as i16,
+        K::OffsetCommit as i16,
+        K::OffsetFetch as i16,
+        K::ListGroups as i16,
+        K::DescribeGroups as i16,
+        K::DeleteGroups as i16,
+    ]
+};
+
+/// The ApiVersions answer: the codec's versions of the served APIs.
+fn api_versions() -> ApiVersionsResponse {
+    let mut r = codec::api_versions_response();
+    r.api_keys.retain(|k| SERVED.contains(&k.api_key));
+    r
+}
+
+/// Starts serving one decoded request.
+async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
+    let h = req.header();
+    let version = req.api_version;
+    let client_id = req.client_id.clone().unwrap_or_default();
+    let core = core.clone();
+    match req.body {
+        KafkaRequest::ApiVersions(_) => {
+            Pending::Ready(answer(&h, KafkaResponse::ApiVersions(api_versions())))
+        }
+        KafkaRequest::Metadata(r) => later(async move {
+            let resp = metadata(&core, r, version).await;
+            answer(&h, KafkaResponse::Metadata(resp))
+        }),
+        KafkaRequest::Produce(r) => produce(&core, h, r, ctx).await,
+        KafkaRequest::Fetch(r) => later(async move { fetch(&core, h, r, ctx).await }),
+        KafkaRequest::ListOffsets(r) => {
+            later(
+                async move { answer(&h, KafkaResponse::ListOffsets(list_offsets(&core, r).await)) },
+            )
+        }
+        KafkaRequest::FindCoordinator(r) => Pending::Ready(answer(
+            &h,
+            KafkaResponse::FindCoordinator(find_coordinator(&core, r, version)),
+        )),
+        KafkaRequest::InitProducerId(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::InitProducerId(init_producer_id(&core, r).await),
+            )
+        }),
+        KafkaRequest::CreateTopics(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::CreateTopics(create_topics(&core, r, version).await),
+            )
+        }),
+        KafkaRequest::DeleteTopics(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::DeleteTopics(delete_topics(&core, r).await),
+            )
+        }),
+        KafkaRequest::JoinGroup(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::JoinGroup(join_group(&core, r, version, client_id).await),
+            )
+        }),
+        KafkaRequest::SyncGroup(r) => {
+            later(async move { answer(&h, KafkaResponse::SyncGroup(sync_group(&core, r).await)) })
+        }
+        KafkaRequest::Heartbeat(r) => {
+            later(async move { answer(&h, KafkaResponse::Heartbeat(heartbeat(&core, r).await)) })
+        }
+        KafkaRequest::LeaveGroup(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::LeaveGroup(leave_group(&core, r, version).await),
+            )
+        }),
+        KafkaRequest::OffsetCommit(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::OffsetCommit(offset_commit(&core, r).await),
+            )
+        }),
+        KafkaRequest::OffsetFetch(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::OffsetFetch(offset_fetch(&core, r, version).await),
+            )
+        }),
+        KafkaRequest::ListGroups(_) => {
+            later(async move { answer(&h, KafkaResponse::ListGroups(list_groups(&core).await)) })
+        }
+        KafkaRequest::DescribeGroups(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::DescribeGroups(describe_groups(&core, r, version).await),
+            )
+        }),
+        KafkaRequest::DeleteGroups(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::DeleteGroups(delete_groups(&core, r).await),
+            )
+        }),
+        // Decodable but not served yet: not advertised either.
+        #[allow(unreachable_patterns)]
+        _ => Pending::Ready(
+            codec::error_response(&h, code::INVALID_REQUEST)
+                .map(|b| Answer::plain(BytesMut::from(&b[..])))
+                .unwrap_or_else(closing),
+        ),
+    }
+}
+
+// --- errors ------------------------------------------------------------------
+
+/// The Kafka code of a service error.
+pub fn broker_error_code(e: &BrokerError) -> i16 {
+    match e {
+        BrokerError::UnknownPartition { .. } => code::UNKNOWN_TOPIC_OR_PARTITION,
+        BrokerError::NotOwner { .. } => code::NOT_LEADER_OR_FOLLOWER,
+        BrokerError::Topic(t) => topic_error_code(t),
+        BrokerError::Storage { kind, .. } => match kind {
+            StorageFailure::Corrupt => code::CORRUPT_MESSAGE,
+            StorageFailure::TooLarge => code::MESSAGE_TOO_LARGE,
+            StorageFailure::OffsetOutOfRange => code::OFFSET_OUT_OF_RANGE,
+            StorageFailure::Recovering => code::NOT_LEADER_OR_FOLLOWER,
+            StorageFailure::OutOfOrderSequence => code::OUT_OF_ORDER_SEQUENCE,
+            StorageFailure::InvalidProducerEpoch => code::INVALID_PRODUCER_EPOCH,
+            StorageFailure::UnknownProducerId => code::UNKNOWN_PRODUCER_ID,
+            StorageFailure::InvalidRecord => code::INVALID_RECORD,
+            _ => code::UNKNOWN,
+        },
+        BrokerError::Corrupt(_) => code::CORRUPT_MESSAGE,
+        BrokerError::Policy(_) => code::POLICY_VIOLATION,
+        BrokerError::InvalidRequest(_) => code::INVALID_REQUEST,
+        BrokerError::TimedOut(_) => code::REQUEST_TIMED_OUT,
+        _ => code::NOT_ENOUGH_REPLICAS,
+    }
+}
+
+fn topic_error_code(e: &TopicError) -> i16 {
+    match e {
+        TopicError::Exists(_) => code::TOPIC_ALREADY_EXISTS,
+        TopicError::Unknown(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
+        TopicError::Partitions { .. } => code::INVALID_PARTITIONS,
+        TopicError::Config(_) => code::INVALID_CONFIG,
+        TopicError::InvalidName(_) => code::INVALID_TOPIC,
+        TopicError::NotApplied(_) => code::UNKNOWN,
+    }
+}
+
+/// The Kafka code of a Weir error code (group and commit answers).
+fn weir_code(c: u16) -> i16 {
+    match ErrorCode::from_u16(c) {
+        ErrorCode::None => 0,
+        ErrorCode::UnknownTopicOrPartition => code::UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode::OffsetOutOfRange => code::OFFSET_OUT_OF_RANGE,
+        ErrorCode::InvalidRequest => code::INVALID_REQUEST,
+        ErrorCode::Recovering => code::COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode::StorageError => code::COORDINATOR_NOT_AVAILABLE,
+        ErrorCode::RequestTimedOut => code::REQUEST_TIMED_OUT,
+        ErrorCode::PolicyViolation => code::POLICY_VIOLATION,
+        ErrorCode::UnknownMemberId => code::UNKNOWN_MEMBER_ID,
+        ErrorCode::IllegalGeneration => code::ILLEGAL_GENERATION,
+        ErrorCode::GroupNotEmpty => code::NON_EMPTY_GROUP,
+        ErrorCode::GroupIdNotFound => code::GROUP_ID_NOT_FOUND,
+        ErrorCode::InvalidGroupId => code::INVALID_GROUP_ID,
+        ErrorCode::InconsistentAssignor => code::INCONSISTENT_GROUP_PROTOCOL,
+        ErrorCode::InvalidSessionTimeout => code::INVALID_SESSION_TIMEOUT,
+        ErrorCode::FencedMemberEpoch => code::FENCED_MEMBER_EPOCH,
+        ErrorCode::StaleMemberEpoch => code::STALE_MEMBER_EPOCH,
+        ErrorCode::RebalanceInProgress => code::REBALANCE_IN_PROGRESS,
+        ErrorCode::FencedInstanceId => code::FENCED_INSTANCE_ID,
+        _ => code::UNKNOWN,
+    }
+}
+
+// --- metadata ----------------------------------------------------------------
+
+/// Host and port Kafka clients are told to connect to.
+fn advertised(core: &Core) -> (String, i32) {
+    if let Some((h, p)) = &core.shared.config.kafka_advertised_listener {
+        return (h.clone(), i32::from(*p));
+    }
+    let a = core
+        .shared
+        .kafka_listen
+        .unwrap_or(core.shared.config.listen);
+    (a.ip().to_string(), i32::from(a.port()))
+}
+
+fn uuid_of(meta: &TopicMeta) -> uuid::Uuid {
+    uuid::Uuid::parse_str(&meta.id).unwrap_or_default()
+}
+
+/// The topic with this id.
+fn topic_by_id(core: &Core, id: uuid::Uuid) -> Option<String> {
+    core.metadata()
+        .topics()
+        .iter()
+        .find(|(_, m)| uuid_of(m) == id)
+        .map(|(n, _)| n.clone())
+}
+
+/// A request's topic: by name, or by id where the name is empty.
+fn resolve(core: &Core, name: &str, id: uuid::Uuid) -> Option<String> {
+    if name.is_empty() && !id.is_nil() {
+        topic_by_id(core, id)
+    } else {
+        Some(name.to_string())
+    }
+}
+
+async fn metadata(core: &Rc<Core>, r: MetadataRequest, version: i16) -> MetadataResponse {
+    // Null (v1+) or empty (v0) asks for every topic.
+    let wanted: Option<Vec<(Option<String>, uuid::Uuid)>> = match r.topics {
+        None => None,
+        Some(t) if t.is_empty() && version == 0 => None,
+        Some(t) => Some(
+            t.into_iter()
+                .map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id))
+                .collect(),
+        ),
+    };
+    let names: Option<Vec<String>> = wanted.as_ref().map(|w| {
+        w.iter()
+            .filter_map(|(n, id)| match n {
+                Some(n) => Some(n.clone()),
+                None => topic_by_id(core, *id),
+            })
+            .collect()
+    });
+    let found = if r.allow_auto_topic_creation || version < 4 {
+        admin::topics(core, names).await
+    } else {
+        names
+            .unwrap_or_else(|| admin::visible_topics(core))
+            .into_iter()
+            .map(|n| {
+                let m = core.metadata().get(&n).cloned();
+                (n, m)
+            })
+            .collect()
+    };
+    let mut topics: Vec<MetadataResponseTopic> = found
+        .into_iter()
+        .map(|(name, meta)| match meta {
+            Some(m) => MetadataResponseTopic::default()
+                .with_name(Some(topic_name(name.clone())))
+                .with_topic_id(uuid_of(&m))
+                .with_is_internal(name == OFFSETS_TOPIC)
+                .with_partitions(
+                    (0..m.partitions())
+                        .map(|p| {
+                            MetadataResponsePartition::default()
+                                .with_partition_index(p as i32)
+                                .with_leader_id(BrokerId(NODE_ID))
+                                .with_leader_epoch(-1)
+                                .with_replica_nodes(vec![BrokerId(NODE_ID)])
+                                .with_isr_nodes(vec![BrokerId(NODE_ID)])
+                        })
+                        .collect(),
+                ),
+            None => MetadataResponseTopic::default()
+                .with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION)
+                .with_name(Some(topic_name(name))),
+        })
+        .collect();
+    // Ids asked for that name no topic.
+    if let Some(w) = &wanted {
+        for (n, id) in w {
+            if n.is_none() && topic_by_id(core, *id).is_none() {
+                topics.push(
+                    MetadataResponseTopic::default()
+                        .with_error_code(code::UNKNOWN_TOPIC_ID)
+                        .with_topic_id(*id),
+                );
+            }
+        }
+    }
+    let (host, port) = advertised(core);
+    MetadataResponse::default()
+        .with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(BrokerId(NODE_ID))
+            .with_host(s(host))
+            .with_port(port)])
+        .with_cluster_id(Some(s(CLUSTER_ID)))
+        .with_controller_id(BrokerId(NODE_ID))
+        .with_topics(topics)
+}
+
+fn find_coordinator(
+    core: &Core,
+    r: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    let (host, port) = advertised(core);
+    // Groups only (key type 0): transactions are not served.
+    let (error, message) = if r.key_type == 0 {
+        (0, None)
+    } else {
+        (
+            code::COORDINATOR_NOT_AVAILABLE,
+            Some(s("transactions are not supported by Weir")),
+        )
+    };
+    if version >= 4 {
+        let coordinators = r
+            .coordinator_keys
+            .into_iter()
+            .map(|key| {
+                let c = Coordinator::default()
+                    .with_key(key)
+                    .with_error_code(error)
+                    .with_error_message(message.clone());
+                if error == 0 {
+                    c.with_node_id(BrokerId(NODE_ID))
+                        .with_host(s(host.clone()))
+                        .with_port(port)
+                } else {
+                    c.with_node_id(BrokerId(-1)).with_port(-1)
+                }
+            })
+            .collect();
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    let resp = FindCoordinatorResponse::default()
+        .with_error_code(error)
+        .with_error_message(message);
+    if error == 0 {
+        resp.with_node_id(BrokerId(NODE_ID))
+            .with_host(s(host))
+            .with_port(port)
+    } else {
+        resp.with_node_id(BrokerId(-1)).with_port(-1)
+    }
+}
+
+async fn init_producer_id(core: &Rc<Core>, r: InitProducerIdRequest) -> InitProducerIdResponse {
+    if r.transactional_id.is_some() {
+        return InitProducerIdResponse::default()
+            .with_error_code(code::INVALID_REQUEST)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+    }
+    match admin::init_producer_id(core).await {
+        Ok(id) => InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(0),
+        Err(e) => InitProducerIdResponse::default()
+            .with_error_code(broker_error_code(&e))
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    }
+}
+
+// --- produce, fetch, offsets ---------------------------------------------------
+
+async fn produce(
+    core: &Rc<Core>,
+    h: codec::RequestHeaderInfo,
+    r: ProduceRequest,
+    ctx: Ctx,
+) -> Pending {
+    let acks = r.acks;
+    let transactional = r.transactional_id.is_some();
+    let mut parts = Vec::new();
+    let mut names = Vec::new();
+    for t in r.topic_data {
+        let topic = resolve(core, &t.name, t.topic_id);
+        names.push((t.name.clone(), t.topic_id, t.partition_data.len()));
+        for p in t.partition_data {
+            let topic = topic.clone().unwrap_or_default();
+            let data = if transactional {
+                Err(BrokerError::InvalidRequest(
+                    "transactions are not supported by Weir".into(),
+                ))
+            } else if p.index < 0 {
+                Err(BrokerError::unknown(&topic, 0))
+            } else if topic.is_empty() {
+                Err(BrokerError::unknown("", p.index as u32))
+            } else {
+                p.records
+                    .filter(|b| !b.is_empty())
+                    .ok_or_else(|| BrokerError::Corrupt("a partition without records".into()))
+            };
+            parts.push(ProducePart {
+                topic,
+                partition: p.index.max(0) as u32,
+                data,
+            });
+        }
+    }
+    if !(-1..=1).contains(&acks) {
+        let e = BrokerError::InvalidRequest(format!("acks {acks}: use -1, 0 or 1"));
+        let outcomes = parts
+            .into_iter()
+            .map(|p| (p.topic, p.partition, Err(e.clone())))
+            .collect();
+        return Pending::Ready(produce_answer(&h, &names, outcomes));
+    }
+    let timeout = Some(Duration::from_millis(r.timeout_ms.max(0) as u64));
+    match service::produce::produce(core, parts, acks as i8, timeout, ctx).await {
+        Ok(acked) => later(async move {
+            let outcomes = acked.await;
+            if acks == 0 {
+                // acks=0: Kafka sends no answer at all.
+                return Answer::plain(BytesMut::new());
+            }
+            produce_answer(&h, &names, outcomes)
+        }),
+        Err(e) => {
+            let mut outcomes = Vec::new();
+            for (n, _, k) in &names {
+                for _ in 0..*k {
+                    outcomes.push((n.to_string(), 0, Err(e.clone())));
+                }
+            }
+            Pending::Ready(produce_answer(&h, &names, outcomes))
+        }
+    }
+}
+
+fn produce_answer(
+    h: &codec::RequestHeaderInfo,
+    names: &[(TopicName, uuid::Uuid, usize)],
+    outcomes: Vec<service::produce::ProduceOutcome>,
+) -> Answer {
+    let mut it = outcomes.into_iter();
+    let responses = names
+        .iter()
+        .map(|(name, id, n)| {
+            let partitions = (0..*n)
+                .filter_map(|_| it.next())
+                .map(|(_, p, r)| match r {
+                    Ok(ok) => PartitionProduceResponse::default()
+                        .with_index(p as i32)
+                        .with_base_offset(ok.base_offset as i64)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(ok.log_start_offset as i64),
+                    Err(e) => PartitionProduceResponse::default()
+                        .with_index(p as i32)
+                        .with_error_code(broker_error_code(&e))
+                        .with_error_message(Some(s(e.to_string())))
+                        .with_base_offset(-1)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(-1),
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(name.clone())
+                .with_topic_id(*id)
+                .with_partition_responses(partitions)
+        })
+        .collect();
+    answer(
+        h,
+        KafkaResponse::Produce(ProduceResponse::default().with_responses(responses)),
+    )
+}
+
+/// A fetched topic as the request named it, and per partition its slot
+/// among the partitions read (`None`: answered with an error at once).
+type FetchShape = (TopicName, uuid::Uuid, Vec<(i32, Option<usize>)>);
+
+async fn fetch(core: &Rc<Core>, h: codec::RequestHeaderInfo, r: FetchRequest, ctx: Ctx) -> Answer {
+    // Topics, by name or id, and their partitions: what to read, and what
+    // is answered at once (unknown topic id, bad partition index).
+    let mut shape: Vec<FetchShape> = Vec::new();
+    let mut parts: Vec<FetchPart> = Vec::new();
+    for t in r.topics {
+        let topic = resolve(core, &t.topic, t.topic_id);
+        let mut ps = Vec::new();
+        for p in t.partitions {
+            match (&topic, p.partition >= 0 && p.fetch_offset >= 0) {
+                (Some(name), true) => {
+                    ps.push((p.partition, Some(parts.len())));
+                    parts.push(FetchPart {
+                        topic: name.clone(),
+                        partition: p.partition as u32,
+                        offset: p.fetch_offset as u64,
+                        max_bytes: p.partition_max_bytes.max(0) as u32,
+                    });
+                }
+                _ => ps.push((p.partition, None)),
+            }
+        }
+        shape.push((t.topic.clone(), t.topic_id, ps));
+    }
+    let params = FetchParams {
+        max_bytes: r.max_bytes.max(0) as u32,
+        min_bytes: r.min_bytes.max(0) as u32,
+        max_wait_ms: r.max_wait_ms.max(0) as u32,
+    };
+    let results = match service::fetch::fetch(core, &parts, params, ctx).await {
+        Ok(r) => r,
+        Err(e) => {
+            // A request-level refusal (too many partitions): Kafka's
+            // top-level error exists from v7; before, the connection is
+            // closed.
+            if h.api_version < 7 {
+                return closing();
+            }
+            let resp = FetchResponse::default().with_error_code(broker_error_code(&e));
+            return answer(&h, KafkaResponse::Fetch(resp));
+        }
+    };
+    let responses = shape
+        .into_iter()
+        .map(|(name, id, ps)| {
+            let partitions = ps
+                .into_iter()
+                .map(|(index, slot)| {
+                    let d = PartitionData::default()
+                        .with_partition_index(index)
+                        .with_aborted_transactions(Some(Vec::new()))
+                        .with_records(Some(Bytes::new()));
+                    match slot.map(|i| &results[i]) {
+                        None if !id.is_nil() && name.is_empty() => {
+                            d.with_error_code(code::UNKNOWN_TOPIC_ID)
+                        }
+                        None => d.with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION),
+                        Some(Err(e)) => d
+                            .with_error_code(broker_error_code(e))
+                            .with_high_watermark(-1)
+                            .with_last_stable_offset(-1)
+                            .with_log_start_offset(-1),
+                        Some(Ok(ok)) => {
+                            // Never null: clients read an empty record set
+                            // as size 0, and librdkafka refuses -1.
+                            let records = match ok.batches.len() {
+                                0 => Bytes::new(),
+                                1 => ok.batches[0].clone(),
+                                _ => ok.batches.concat().into(),
+                            };
+                            d.with_high_watermark(ok.high_watermark as i64)
+                                .with_last_stable_offset(ok.high_watermark as i64)
+                                .with_log_start_offset(ok.log_start_offset as i64)
+                                .with_records(Some(records))
+                        }
+                    }
+                })
+                .collect();
+            FetchableTopicResponse::default()
+                .with_topic(name)
+                .with_topic_id(id)
+                .with_partitions(partitions)
+        })
+        .collect();
+    let resp = FetchResponse::default().with_responses(responses);
+    match codec::encode_fetch_response(&h, &resp) {
+        Ok(seg) => Answer {
+            head: seg.head,
+            payload: seg.payload,
+            close: false,
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "Kafka fetch answer not encoded");
+            closing()
+        }
+    }
+}
+
+async fn list_offsets(core: &Rc<Core>, r: ListOffsetsRequest) -> ListOffsetsResponse {
+    let mut queries = Vec::new();
+    let mut shape = Vec::new();
+    for t in r.topics {
+        let mut ps = Vec::new();
+        for p in t.partitions {
+            let q = match p.timestamp {
+                -2 => Some(OffsetQuery::Earliest),
+                -1 => Some(OffsetQuery::Latest),
+                ts if ts >= 0 => Some(OffsetQuery::Timestamp(ts)),
+                _ => None,
+            };
+            match (q, p.partition_index >= 0) {
+                (Some(q), true) => {
+                    ps.push((p.partition_index, p.timestamp, Some(queries.len())));
+                    queries.push((t.name.to_string(), p.partition_index as u32, q));
+                }
+                _ => ps.push((p.partition_index, p.timestamp, None)),
+            }
+        }
+        shape.push((t.name, ps));
+    }
+    let results = service::offsets::list_offsets(core, &queries).await;
+    let topics = shape
+        .into_iter()
+        .map(|(name, ps)| {
+            let partitions = ps
+                .into_iter()
+                .map(|(index, ts, slot)| {
+                    let d = ListOffsetsPartitionResponse::default()
+                        .with_partition_index(index)
+                        .with_leader_epoch(-1);
+                    let r = match (&results, slot) {
+                        (_, None) => Err(code::INVALID_REQUEST),
+                        (Err(e), _) => Err(broker_error_code(e)),
+                        (Ok(all), Some(i)) => all[i].as_ref().map_err(broker_error_code).copied(),
+                    };
+                    match r {
+                        Ok(Some(o)) => {
+                            d.with_offset(o as i64)
+                                .with_timestamp(if ts >= 0 { ts } else { -1 })
+                        }
+                        Ok(None) => d.with_offset(-1).with_timestamp(-1),
+                        Err(c) => d.with_error_code(c).with_offset(-1).with_timestamp(-1),
+                    }
+                })
+                .collect();
+            ListOffsetsTopicResponse::default()
+                .with_name(name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    ListOffsetsResponse::default().with_topics(topics)
+}
+
+// --- topics ------------------------------------------------------------------
+
+async fn create_topics(
+    core: &Rc<Core>,
+    r: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let mut out = Vec::new();
+    for t in r.topics {
+        let name = t.name.to_string();
+        let partitions = if t.num_partitions < 0 {
+            core.shared.config.default_partitions
+        } else {
+            t.num_partitions as u32
+        };
+        let mut result = CreatableTopicResult::default().with_name(t.name.clone());
+        if version >= 5 {
+            result = result
+                .with_num_partitions(partitions as i32)
+                .with_replication_factor(1);
+        }
+        if t.replication_factor > 1 {
+            out.push(
+                result
+                    .with_error_code(code::INVALID_REPLICATION_FACTOR)
+                    .with_error_message(Some(s(format!(
+                        "replication factor {}: this Weir node has no replicas (1 is the most)",
+                        t.replication_factor
+                    )))),
+            );
+            continue;
+        }
+        let configs = t
+            .configs
+            .into_iter()
+            .filter_map(|c| c.value.map(|v| (c.name.to_string(), v.to_string())))
+            .collect();
+        let change = Change::Create(
+            name.clone(),
+            TopicSpec {
+                partitions,
+                configs,
+            },
+        );
+        let done = if r.validate_only {
+            Ok(())
+        } else {
+            admin::change_topic(core, change).await
+        };
+        out.push(match done {
+            Ok(()) => {
+                let id = core.metadata().get(&name).map(uuid_of).unwrap_or_default();
+                result.with_topic_id(id)
+            }
+            Err(e) => result
+                .with_error_code(topic_error_code(&e))
+                .with_error_message(Some(s(e.to_string()))),
+        });
+    }
+    CreateTopicsResponse::default().with_topics(out)
+}
+
+async fn delete_topics(core: &Rc<Core>, r: DeleteTopicsRequest) -> DeleteTopicsResponse {
+    let mut wanted: Vec<(Option<String>, uuid::Uuid)> = r
+        .topic_names
+        .into_iter()
+        .map(|n| (Some(n.to_string()), uuid::Uuid::nil()))
+        .collect();
+    wanted.extend(
+        r.topics
+            .into_iter()
+            .map(|t| (t.name.map(|n| n.to_string()), t.topic_id)),
+    );
+    let mut out = Vec::new();
+    for (name, id) in wanted {
+        let resolved = name.clone().or_else(|| topic_by_id(core, id));
+        let result = DeletableTopicResult::default()
+            .with_name(name.clone().map(topic_name))
+            .with_topic_id(id);
+        let Some(topic) = resolved else {
+            out.push(result.with_error_code(code::UNKNOWN_TOPIC_ID));
+            continue;
+        };
+        out.push(
+            match admin::change_topic(core, Change::Delete(topic)).await {
+                Ok(()) => result,
+                Err(e) => result
+                    .with_error_code(topic_error_code(&e))
+                    .with_error_message(Some(s(e.to_string()))),
+            },
+        );
+    }
+    DeleteTopicsResponse::default().with_responses(out)
+}
+
+// --- groups ------------------------------------------------------------------
+
+async fn group(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
+    coordinator::serve(core, req).await
+}
+
+fn classic_code(e: &Option<classic::ClassicError>) -> i16 {
+    e.as_ref().map_or(0, |e| e.kafka_code())
+}
+
+async fn join_group(
+    core: &Rc<Core>,
+    r: JoinGroupRequest,
+    version: i16,
+    client_id: String,
+) -> JoinGroupResponse {
+    let request = classic::JoinRequest {
+        member_id: r.member_id.to_string(),
+        group_instance_id: r.group_instance_id.map(|i| i.to_string()),
+        client_id,
+        client_host: String::new(),
+        protocol_type: r.protocol_type.to_string(),
+        protocols: r
+            .protocols
+            .into_iter()
+            .map(|p| (p.name.to_string(), p.metadata))
+            .collect(),
+        session_timeout_ms: r.session_timeout_ms.max(0) as u32,
+        rebalance_timeout_ms: if version == 0 {
+            r.session_timeout_ms.max(0) as u32
+        } else {
+            r.rebalance_timeout_ms.max(0) as u32
+        },
+        require_known_member_id: version >= 4,
+    };
+    let req = GroupRequest::ClassicJoin {
+        group: r.group_id.to_string(),
+        request,
+    };
+    match group(core, req).await {
+        GroupResponse::ClassicJoin(j) => JoinGroupResponse::default()
+            .with_error_code(classic_code(&j.error))
+            .with_generation_id(j.generation_id)
+            .with_protocol_type(j.protocol_type.map(s))
+            .with_protocol_name(j.protocol_name.map(s))
+            .with_leader(s(j.leader))
+            .with_member_id(s(j.member_id))
+            .with_members(
+                j.members
+                    .into_iter()
+                    .map(|m| {
+                        JoinGroupResponseMember::default()
+                            .with_member_id(s(m.member_id))
+                            .with_group_instance_id(m.group_instance_id.map(s))
+                            .with_metadata(m.metadata)
+                    })
+                    .collect(),
+            ),
+        other => JoinGroupResponse::default()
+            .with_error_code(refused_code(&other))
+            .with_generation_id(-1),
+    }
+}
+
+/// The Kafka code of a coordinator-level refusal.
+fn refused_code(r: &GroupResponse) -> i16 {
+    match r {
+        GroupResponse::Refused(c, _) => weir_code(*c),
+        _ => code::UNKNOWN,
+    }
+}
+
+async fn sync_group(core: &Rc<Core>, r: SyncGroupRequest) -> SyncGroupResponse {
+    let request = classic::SyncRequest {
+        member_id: r.member_id.to_string(),
+        group_instance_id: r.group_instance_id.map(|i| i.to_string()),
+        generation_id: r.generation_id,
+        protocol_type: r.protocol_type.map(|p| p.to_string()),
+        protocol_name: r.protocol_name.map(|p| p.to_string()),
+        assignments: r
+            .assignments
+            .into_iter()
+            .map(|a| (a.member_id.to_string(), a.assignment))
+            .collect(),
+    };
+    let req = GroupRequest::ClassicSync {
+        group: r.group_id.to_string(),
+        request,
+    };
+    match group(core, req).await {
+        GroupResponse::ClassicSync(x) => SyncGroupResponse::default()
+            .with_error_code(classic_code(&x.error))
+            .with_protocol_type(x.protocol_type.map(s))
+            .with_protocol_name(x.protocol_name.map(s))
+            .with_assignment(x.assignment),
+        other => SyncGroupResponse::default().with_error_code(refused_code(&other)),
+    }
+}
+
+async fn heartbeat(core: &Rc<Core>, r: HeartbeatRequest) -> HeartbeatResponse {
+    let req = GroupRequest::ClassicHeartbeat {
+        group: r.group_id.to_string(),
+        member_id: r.member_id.to_string(),
+        instance_id: r.group_instance_id.map(|i| i.to_string()),
+        generation: r.generation_id,
+    };
+    let error = match group(core, req).await {
+        GroupResponse::ClassicHeartbeat(Ok(())) => 0,
+        GroupResponse::ClassicHeartbeat(Err(e)) => e.kafka_code(),
+        other => refused_code(&other),
+    };
+    HeartbeatResponse::default().with_error_code(error)
+}
+
+async fn leave_group(core: &Rc<Core>, r: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    // v0–2 name one member; v3+ a batch.
+    let members: Vec<(String, Option<String>)> = if r.members.is_empty() {
+        vec![(r.member_id.to_string(), None)]
+    } else {
+        r.members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.group_instance_id.as_ref().map(|i| i.to_string()),
+                )
+            })
+            .collect()
+    };
+    let req = GroupRequest::ClassicLeave {
+        group: r.group_id.to_string(),
+        members: members.clone(),
+    };
+    match group(core, req).await {
+        GroupResponse::ClassicLeave(results) => {
+            let codes: Vec<i16> = results
+                .iter()
+                .map(|r| r.as_ref().err().map_or(0, |e| e.kafka_code()))
+                .collect();
+            if version < 3 {
+                return LeaveGroupResponse::default().with_error_code(codes[0]);
+            }
+            LeaveGroupResponse::default().with_members(
+                members
+                    .into_iter()
+                    .zip(codes)
+                    .map(|((m, i), c)| {
+                        MemberResponse::default()
+                            .with_member_id(s(m))
+                            .with_group_instance_id(i.map(s))
+                            .with_error_code(c)
+                    })
+                    .collect(),
+            )
+        }
+        other => LeaveGroupResponse::default().with_error_code(refused_code(&other)),
+    }
+}
+
+async fn offset_commit(core: &Rc<Core>, r: OffsetCommitRequest) -> OffsetCommitResponse {
+    let mut offsets = Vec::new();
+    let mut bad = Vec::new();
+    for t in &r.topics {
+        for p in &t.partitions {
+            if p.committed_offset < 0 || p.partition_index < 0 {
+                bad.push((t.name.to_string(), p.partition_index));
+                continue;
+            }
+            offsets.push(native::CommitOffset {
+                topic: t.name.to_string(),
+                partition: p.partition_index as u32,
+                offset: p.committed_offset as u64,
+                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+            });
+        }
+    }
+    let req = GroupRequest::Commit(native::OffsetCommitRequest {
+        group: r.group_id.to_string(),
+        member_id: r.member_id.to_string(),
+        generation: r.generation_id_or_member_epoch,
+        offsets,
+    });
+    let mut codes: HashMap<(String, i32), i16> = HashMap::new();
+    match group(core, req).await {
+        GroupResponse::Commit(c) => {
+            let top = weir_code(c.error);
+            for p in c.partitions {
+                let e = if top != 0 { top } else { weir_code(p.error) };
+                codes.insert((p.topic, p.partition as i32), e);
+            }
+            if top != 0 {
+                for t in &r.topics {
+                    for p in &t.partitions {
+                        codes.insert((t.name.to_string(), p.partition_index), top);
+                    }
+                }
+            }
+        }
+        other => {
+            let c = refused_code(&other);
+            for t in &r.topics {
+                for p in &t.partitions {
+                    codes.insert((t.name.to_string(), p.partition_index), c);
+                }
+            }
+        }
+    }
+    for k in bad {
+        codes.insert(k, code::INVALID_REQUEST);
+    }
+    let topics = r
+        .topics
+        .into_iter()
+        .map(|t| {
+            let name = t.name.to_string();
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(
+                            *codes
+                                .get(&(name.clone(), p.partition_index))
+                                .unwrap_or(&code::UNKNOWN),
+                        )
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_topic_id(t.topic_id)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// One group's committed offsets for the asked partitions (`None`: all).
+async fn committed(
+    core: &Rc<Core>,
+    group_id: &str,
+    asked: Option<Vec<(String, Vec<i32>)>>,
+) -> (i16, Vec<(String, Vec<(i32, i64, Option<String>)>)>) {
+    let req = GroupRequest::Fetch(native::OffsetFetchRequest {
+        group: group_id.to_string(),
+        partitions: None,
+    });
+    let offsets = match group(core, req).await {
+        GroupResponse::Fetch(f) if f.error == 0 => f.offsets,
+        GroupResponse::Fetch(f) => return (weir_code(f.error), Vec::new()),
+        other => return (refused_code(&other), Vec::new()),
+    };
+    let mut by: std::collections::BTreeMap<String, Vec<(i32, i64, Option<String>)>> =
+        Default::default();
+    for o in &offsets {
+        by.entry(o.topic.clone()).or_default().push((
+            o.partition as i32,
+            o.offset as i64,
+            o.metadata.clone(),
+        ));
+    }
+    let out = match asked {
+        None => by.into_iter().collect(),
+        Some(asked) => asked
+            .into_iter()
+            .map(|(t, ps)| {
+                let have = by.get(&t);
+                let rows = ps
+                    .into_iter()
+                    .map(|p| {
+                        have.and_then(|h| h.iter().find(|(q, _, _)| *q == p).cloned())
+                            .unwrap_or((p, -1, Some(String::new())))
+                    })
+                    .collect();
+                (t, rows)
+            })
+            .collect(),
+    };
+    (0, out)
+}
+
+async fn offset_fetch(core: &Rc<Core>, r: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    if version >= 8 {
+        let mut groups = Vec::new();
+        for g in r.groups {
+            let asked = g.topics.map(|ts| {
+                ts.into_iter()
+                    .map(|t| (t.name.to_string(), t.partition_indexes))
+                    .collect()
+            });
+            let (error, topics) = committed(core, &g.group_id, asked).await;
+            groups.push(
+                OffsetFetchResponseGroup::default()
+                    .with_group_id(g.group_id)
+                    .with_error_code(error)
+                    .with_topics(
+                        topics
+                            .into_iter()
+                            .map(|(t, rows)| {
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(topic_name(t))
+                                    .with_partitions(
+                                        rows.into_iter()
+                                            .map(|(p, o, m)| {
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_partition_index(p)
+                                                    .with_committed_offset(o)
+                                                    .with_committed_leader_epoch(-1)
+                                                    .with_metadata(m.map(s))
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+            );
+        }
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let asked = r.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.to_string(), t.partition_indexes))
+            .collect()
+    });
+    let (error, topics) = committed(core, &r.group_id, asked).await;
+    OffsetFetchResponse::default()
+        .with_error_code(error)
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(t, rows)| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(topic_name(t))
+                        .with_partitions(
+                            rows.into_iter()
+                                .map(|(p, o, m)| {
+                                    OffsetFetchResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(o)
+                                        .with_committed_leader_epoch(-1)
+                                        .with_metadata(m.map(s))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+}
+
+async fn list_groups(core: &Rc<Core>) -> ListGroupsResponse {
+    match group(core, GroupRequest::List).await {
+        GroupResponse::List(l) => ListGroupsResponse::default().with_groups(
+            l.into_iter()
+                .map(|g| {
+                    ListedGroup::default()
+                        .with_group_id(GroupId(s(g.group)))
+                        .with_protocol_type(s("consumer"))
+                        .with_group_state(s(g.state))
+                        .with_group_type(s("classic"))
+                })
+                .collect(),
+        ),
+        other => ListGroupsResponse::default().with_error_code(refused_code(&other)),
+    }
+}
+
+async fn describe_groups(
+    core: &Rc<Core>,
+    r: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
+    let mut out = Vec::new();
+    for g in r.groups {
+        let req = GroupRequest::Describe(native::DescribeGroupRequest {
+            group: g.to_string(),
+        });
+        let d = DescribedGroup::default().with_group_id(g.clone());
+        out.push(match group(core, req).await {
+            GroupResponse::Describe(x) if x.error == 0 => d
+                .with_group_state(s(x.state))
+                .with_protocol_type(s("consumer"))
+                .with_protocol_data(s(x.assignor))
+                .with_members(
+                    x.members
+                        .into_iter()
+                        .map(|m| {
+                            DescribedGroupMember::default()
+                                .with_member_id(s(m.member_id))
+                                .with_group_instance_id(m.instance_id.map(s))
+                                .with_client_id(s(m.client_id))
+                        })
+                        .collect(),
+                ),
+            GroupResponse::Describe(x)
+                if ErrorCode::from_u16(x.error) == ErrorCode::GroupIdNotFound && version < 6 =>
+            {
+                // Before v6 Kafka answers an unknown group as Dead.
+                d.with_group_state(s("Dead"))
+            }
+            GroupResponse::Describe(x) => d
+                .with_error_code(weir_code(x.error))
+                .with_error_message(x.message.filter(|_| version >= 6).map(s)),
+            other => d.with_error_code(refused_code(&other)),
+        });
+    }
+    DescribeGroupsResponse::default().with_groups(out)
+}
+
+async fn delete_groups(core: &Rc<Core>, r: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut out = Vec::new();
+    for g in r.groups_names {
+        let req = GroupRequest::Delete(native::DeleteGroupRequest {
+            group: g.to_string(),
+        });
+        let error = match group(core, req).await {
+            GroupResponse::Result(x) => weir_code(x.error),
+            other => refused_code(&other),
+        };
+        out.push(
+            DeletableGroupResult::default()
+                .with_group_id(g)
+                .with_error_code(error),
+        );
+    }
+    DeleteGroupsResponse::default().with_results(out)
+}

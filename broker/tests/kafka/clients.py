@@ -1,0 +1,438 @@
+"""Drives one unchanged Kafka client library against Weir's Kafka listener.
+
+    python clients.py CLIENT BOOTSTRAP PREFIX IDEMPOTENCE
+
+CLIENT is confluent (librdkafka), kafka-python or aiokafka; IDEMPOTENCE is
+default (the client's default) or on. The run, on topics named PREFIX-*:
+
+1. creates a topic of 4 partitions with the client's admin API;
+2. produces 10 000 keyed records (100 keys) with acks=all and murmur2
+   partitioning, each delivery acknowledged;
+3. reads every partition from the beginning: each record exactly once, per
+   key in the order produced, each key on its murmur2 partition;
+4. a group of two consumers splits the partitions, each commits what it
+   processed, one leaves, the other takes its partitions over from the
+   committed offsets: every record is processed, none lost, and the
+   survivor starts each taken-over partition exactly at the committed
+   offset;
+5. looks offsets up by timestamp (ListOffsets).
+
+Prints one JSON line with what it saw; exits non-zero on any failure.
+"""
+
+import asyncio
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from kafka.partitioner import murmur2
+
+N = 10_000
+KEYS = 100
+PARTITIONS = 4
+DEADLINE_S = 60
+
+
+def partition_of(key: bytes) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % PARTITIONS
+
+
+def check(cond, what):
+    if not cond:
+        raise SystemExit(f"FAILED: {what}")
+
+
+def records():
+    return [(f"k{i % KEYS}".encode(), str(i).encode()) for i in range(N)]
+
+
+# --- adapters: the same operations in each library --------------------------
+
+
+class Confluent:
+    threaded = True
+
+    def __init__(self, b, idem):
+        import confluent_kafka as ck
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        self.ck, self.b, self.idem = ck, b, idem
+        self.admin, self.NewTopic = AdminClient({"bootstrap.servers": b}), NewTopic
+
+    def create(self, topic):
+        for f in self.admin.create_topics([self.NewTopic(topic, PARTITIONS, 1)]).values():
+            f.result(30)
+
+    def produce(self, topic, recs):
+        conf = {"bootstrap.servers": self.b, "acks": "all", "partitioner": "murmur2_random", "linger.ms": 5}
+        if self.idem:
+            conf["enable.idempotence"] = True
+        p = self.ck.Producer(conf)
+        acked, errors = [], []
+
+        def cb(e, m):
+            (errors if e else acked).append(e or (m.key(), m.value(), m.partition(), m.offset()))
+
+        for i, (k, v) in enumerate(recs):
+            while True:
+                try:
+                    p.produce(topic, key=k, value=v, on_delivery=cb)
+                    break
+                except BufferError:
+                    p.poll(0.1)
+            if i % 500 == 0:
+                p.poll(0)
+        p.flush(DEADLINE_S)
+        check(not errors, f"delivery errors {errors[:3]}")
+        return acked
+
+    def read_all(self, topic, expect):
+        c = self.ck.Consumer({"bootstrap.servers": self.b, "group.id": "unused", "enable.auto.commit": False})
+        c.assign([self.ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        out, t0 = [], time.time()
+        while len(out) < expect and time.time() - t0 < DEADLINE_S:
+            for m in c.consume(1000, 0.5):
+                check(m.error() is None, f"consume error {m.error()}")
+                out.append((m.key(), m.value(), m.partition(), m.offset()))
+        c.close()
+        return out
+
+    def member(self, topic, group):
+        c = self.ck.Consumer(
+            {
+                "bootstrap.servers": self.b,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 500,
+            }
+        )
+        c.subscribe([topic])
+        ck = self.ck
+
+        class M:
+            def poll(self):
+                return [
+                    (m.key(), m.value(), m.partition(), m.offset())
+                    for m in c.consume(500, 0.2)
+                    if m.error() is None
+                ]
+
+            def assignment(self):
+                return {tp.partition for tp in c.assignment()}
+
+            def commit(self):
+                c.commit(asynchronous=False)
+
+            def committed(self, parts):
+                r = c.committed([ck.TopicPartition(topic, p) for p in parts], timeout=10)
+                return {tp.partition: tp.offset for tp in r}
+
+            def close(self):
+                c.close()
+
+        return M()
+
+    def offsets_for_time(self, topic, ts):
+        c = self.ck.Consumer({"bootstrap.servers": self.b, "group.id": "unused"})
+        r = c.offsets_for_times([self.ck.TopicPartition(topic, p, ts) for p in range(PARTITIONS)], 10)
+        c.close()
+        return {tp.partition: tp.offset for tp in r}
+
+
+class KafkaPython:
+    threaded = True
+
+    def __init__(self, b, idem):
+        import kafka
+
+        self.k, self.b, self.idem = kafka, b, idem
+
+    def create(self, topic):
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        a = KafkaAdminClient(bootstrap_servers=self.b)
+        a.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+        a.close()
+
+    def produce(self, topic, recs):
+        kw = {"enable_idempotence": True} if self.idem else {}
+        p = self.k.KafkaProducer(bootstrap_servers=self.b, acks="all", linger_ms=5, **kw)
+        fs = [(k, v, p.send(topic, key=k, value=v)) for k, v in recs]
+        p.flush(DEADLINE_S)
+        out = []
+        for k, v, f in fs:
+            md = f.get(DEADLINE_S)
+            out.append((k, v, md.partition, md.offset))
+        p.close()
+        return out
+
+    def read_all(self, topic, expect):
+        c = self.k.KafkaConsumer(bootstrap_servers=self.b, enable_auto_commit=False)
+        tps = [self.k.TopicPartition(topic, p) for p in range(PARTITIONS)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        out, t0 = [], time.time()
+        while len(out) < expect and time.time() - t0 < DEADLINE_S:
+            for ms in c.poll(500).values():
+                out.extend((m.key, m.value, m.partition, m.offset) for m in ms)
+        c.close()
+        return out
+
+    def member(self, topic, group):
+        TopicPartition = self.k.TopicPartition
+        c = self.k.KafkaConsumer(
+            topic,
+            bootstrap_servers=self.b,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=10000,
+            heartbeat_interval_ms=500,
+            max_poll_records=500,
+        )
+
+        class M:
+            def poll(self):
+                return [(m.key, m.value, m.partition, m.offset) for ms in c.poll(200).values() for m in ms]
+
+            def assignment(self):
+                return {tp.partition for tp in c.assignment()}
+
+            def commit(self):
+                c.commit()
+
+            def committed(self, parts):
+                return {p: c.committed(TopicPartition(topic, p)) for p in parts}
+
+            def close(self):
+                c.close()
+
+        return M()
+
+    def offsets_for_time(self, topic, ts):
+        c = self.k.KafkaConsumer(bootstrap_servers=self.b)
+        r = c.offsets_for_times({self.k.TopicPartition(topic, p): ts for p in range(PARTITIONS)})
+        c.close()
+        return {tp.partition: (o.offset if o else -1) for tp, o in r.items()}
+
+
+class AioKafka:
+    # One event loop: members' joins and heartbeats run as its tasks.
+    threaded = False
+
+    def __init__(self, b, idem):
+        import aiokafka
+
+        self.a, self.b, self.idem = aiokafka, b, idem
+        self.loop = asyncio.new_event_loop()
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def create(self, topic):
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+        async def go():
+            a = AIOKafkaAdminClient(bootstrap_servers=self.b)
+            await a.start()
+            await a.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+            await a.close()
+
+        self.run(go())
+
+    def produce(self, topic, recs):
+        async def go():
+            kw = {"enable_idempotence": True} if self.idem else {}
+            p = self.a.AIOKafkaProducer(bootstrap_servers=self.b, acks="all", linger_ms=5, **kw)
+            await p.start()
+            fs = [(k, v, await p.send(topic, key=k, value=v)) for k, v in recs]
+            out = []
+            for k, v, f in fs:
+                md = await f
+                out.append((k, v, md.partition, md.offset))
+            await p.stop()
+            return out
+
+        return self.run(go())
+
+    def read_all(self, topic, expect):
+        async def go():
+            c = self.a.AIOKafkaConsumer(bootstrap_servers=self.b, enable_auto_commit=False)
+            await c.start()
+            tps = [self.a.TopicPartition(topic, p) for p in range(PARTITIONS)]
+            c.assign(tps)
+            await c.seek_to_beginning(*tps)
+            out, t0 = [], time.time()
+            while len(out) < expect and time.time() - t0 < DEADLINE_S:
+                for ms in (await c.getmany(timeout_ms=500)).values():
+                    out.extend((m.key, m.value, m.partition, m.offset) for m in ms)
+            await c.stop()
+            return out
+
+        return self.run(go())
+
+    def member(self, topic, group):
+        outer = self
+
+        async def make():
+            c = self.a.AIOKafkaConsumer(
+                topic,
+                bootstrap_servers=self.b,
+                group_id=group,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                session_timeout_ms=10000,
+                heartbeat_interval_ms=500,
+            )
+            await c.start()
+            return c
+
+        c = self.run(make())
+
+        class M:
+            def poll(self):
+                r = outer.run(c.getmany(timeout_ms=200, max_records=500))
+                return [(m.key, m.value, m.partition, m.offset) for ms in r.values() for m in ms]
+
+            def assignment(self):
+                return {tp.partition for tp in c.assignment()}
+
+            def commit(self):
+                outer.run(c.commit())
+
+            def committed(self, parts):
+                tp = outer.a.TopicPartition
+                return {p: outer.run(c.committed(tp(topic, p))) for p in parts}
+
+            def close(self):
+                outer.run(c.stop())
+
+        return M()
+
+    def offsets_for_time(self, topic, ts):
+        async def go():
+            c = self.a.AIOKafkaConsumer(bootstrap_servers=self.b)
+            await c.start()
+            r = await c.offsets_for_times({self.a.TopicPartition(topic, p): ts for p in range(PARTITIONS)})
+            await c.stop()
+            return {tp.partition: (o.offset if o else -1) for tp, o in r.items()}
+
+        return self.run(go())
+
+
+CLIENTS = {"confluent": Confluent, "kafka-python": KafkaPython, "aiokafka": AioKafka}
+
+
+# --- the scenario -----------------------------------------------------------------
+
+
+def poll_both(client, members):
+    """Polls every member at once, each on its own thread where the library
+    blocks in poll while its JoinGroup is held (kafka-python): one thread
+    for both would wait in one member's join for the other's rejoin, which
+    it could never send, until a session expired."""
+    if not client.threaded:
+        return [m.poll() for m in members]
+    with ThreadPoolExecutor(len(members)) as ex:
+        return list(ex.map(lambda m: m.poll(), members))
+
+
+def group_phase(client, topic, produced):
+    """Two members split the partitions and commit; one leaves; the other
+    takes over from the committed offsets. Returns what it checked."""
+    group = f"{topic}-group"
+    end = {p: 0 for p in range(PARTITIONS)}
+    for _, _, p, o in produced:
+        end[p] = max(end[p], o + 1)
+    a, b = client.member(topic, group), client.member(topic, group)
+    seen = {}  # (partition, offset) -> how many times processed
+    t0 = time.time()
+    # Both members hold partitions, then each processes some and commits.
+    while not (a.assignment() and b.assignment() and len(a.assignment() | b.assignment()) == PARTITIONS):
+        check(time.time() - t0 < DEADLINE_S, f"the group never split: {a.assignment()} {b.assignment()}")
+        for got in poll_both(client, [a, b]):
+            for _, _, p, o in got:
+                seen[(p, o)] = seen.get((p, o), 0) + 1
+    check(not (a.assignment() & b.assignment()), "two members hold one partition")
+    a_parts = set(a.assignment())
+    for _ in range(5):
+        for got in poll_both(client, [a, b]):
+            for _, _, p, o in got:
+                seen[(p, o)] = seen.get((p, o), 0) + 1
+    a.commit()
+    b.commit()
+    a_committed = {p: (o if o is not None and o >= 0 else 0) for p, o in a.committed(a_parts).items()}
+    a.close()
+    # B takes A's partitions over from A's committed offsets.
+    first = {}
+    t0 = time.time()
+    while sum(1 for (p, o) in seen if o < end[p]) < N:
+        check(time.time() - t0 < DEADLINE_S, f"records lost: {len(seen)} of {N} processed")
+        for _, _, p, o in b.poll():
+            first.setdefault(p, o)
+            seen[(p, o)] = seen.get((p, o), 0) + 1
+    b.commit()
+    check(a_parts <= b.assignment(), f"the survivor did not take over {a_parts - b.assignment()}")
+    for p in a_parts:
+        if a_committed[p] < end[p]:
+            check(first.get(p) == a_committed[p], f"partition {p}: resumed at {first.get(p)}, committed {a_committed[p]}")
+    b.close()
+    duplicates = sum(n - 1 for n in seen.values())
+    return {"a_partitions": sorted(a_parts), "a_committed": a_committed, "duplicates": duplicates}
+
+
+def compression(bootstrap, prefix):
+    """librdkafka producing with each codec; its consumer reads them back
+    (the broker stores and serves the batches as they are)."""
+    import confluent_kafka as ck
+
+    out = {}
+    for codec in ["lz4", "zstd", "gzip", "snappy"]:
+        topic = f"{prefix}-{codec}"
+        c = Confluent(bootstrap, True)
+        c.create(topic)
+        p = ck.Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 20, "partitioner": "murmur2_random"})
+        errors = []
+        for i in range(1000):
+            p.produce(topic, key=f"k{i}", value=f"v{i}" * 10, on_delivery=lambda e, m: e and errors.append(e))
+        p.flush(DEADLINE_S)
+        check(not errors, f"{codec}: {errors[:3]}")
+        got = c.read_all(topic, 1000)
+        check(sorted(v for _, v, _, _ in got) == sorted(f"v{i}".encode() * 10 for i in range(1000)), f"{codec}: records differ")
+        out[codec] = len(got)
+    print(json.dumps({"client": "confluent", "compression": out, "ok": True}))
+
+
+def main():
+    if sys.argv[1] == "compression":
+        return compression(sys.argv[2], sys.argv[3])
+    name, bootstrap, prefix, idem = sys.argv[1:5]
+    client = CLIENTS[name](bootstrap, idem == "on")
+    topic = f"{prefix}-records"
+    client.create(topic)
+    before = int(time.time() * 1000)
+    produced = client.produce(topic, records())
+    check(len(produced) == N, f"{len(produced)} of {N} acknowledged")
+    for k, v, p, o in produced:
+        check(p == partition_of(k), f"key {k} on partition {p}, murmur2 says {partition_of(k)}")
+    got = client.read_all(topic, N)
+    check(len(got) == N, f"read {len(got)} of {N}")
+    check(len({(p, o) for _, _, p, o in got}) == N, "a record read twice")
+    check(sorted((k, v) for k, v, _, _ in got) == sorted(records()), "the records read differ from those produced")
+    by_key = {}
+    for k, v, p, o in sorted(got, key=lambda r: (r[2], r[3])):
+        by_key.setdefault(k, []).append(int(v))
+    check(all(vs == sorted(vs) for vs in by_key.values()), "a key's records out of order")
+    group = group_phase(client, topic, produced)
+    times = client.offsets_for_time(topic, before)
+    check(all(o == 0 for o in times.values()), f"offsets for a time before the records: {times}")
+    later = client.offsets_for_time(topic, int(time.time() * 1000) + 60_000)
+    check(all(o in (-1, None) for o in later.values()), f"offsets for a future time: {later}")
+    print(json.dumps({"client": name, "produced": N, "read": len(got), "group": group, "ok": True}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+//! Unchanged Kafka clients against Weir's Kafka listener: Debian's `kcat`
+//! (librdkafka 2.0), and from PyPI, pinned, `confluent-kafka` (librdkafka
+//! 2.16), `kafka-python` and `aiokafka` (`broker/tests/kafka/clients.py`
+//! drives each). `bash .ci/kafka-clients` installs them (`.ci/run` does);
+//! these tests fail with that advice when they are missing.
+//!
+//! Each client creates a topic of 4 partitions, produces 10 000 keyed
+//! records with acks=all (with its default idempotence and with it on),
+//! reads them back exactly once in per-key order on their murmur2
+//! partitions, runs a group of two that splits the partitions, commits and
+//! hands over without loss, and looks offsets up by time. Records cross
+//! between the Weir SDK and Kafka clients both ways.
+
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use common::{runtime, Broker};
+use weir_client::{Acks, Client, Consumer, ConsumerConfig};
+
+fn python() -> PathBuf {
+    let p = std::env::var_os("WEIR_KAFKA_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/kafka-venv/bin/python")
+        });
+    assert!(
+        p.exists(),
+        "{} is missing: run `bash .ci/kafka-clients` (installs kcat and the pinned Python Kafka \
+         clients), or set WEIR_KAFKA_PYTHON",
+        p.display()
+    );
+    p
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/clients.py")
+}
+
+fn start() -> (tempfile::TempDir, Broker) {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_with(dir.path(), 2, &["--group-initial-rebalance-delay-ms", "0"]);
+    (dir, b)
+}
+
+fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("the client runs");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn client_run(b: &Broker, client: &str, prefix: &str, idempotence: &str) -> String {
+    let out = run_ok(Command::new(python()).arg(script()).args([
+        client,
+        &b.kafka.to_string(),
+        prefix,
+        idempotence,
+    ]));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(stdout.contains("\"ok\": true"), "{stdout}");
+    stdout
+}
+
+/// Every record of a topic, read with the Weir SDK: (partition, key, value).
+fn sdk_read(
+    b: &Broker,
+    topic: &str,
+    partitions: u32,
+    expect: usize,
+) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
+    runtime().block_on(async {
+        let c = Client::connect(b.addr).await.unwrap();
+        let mut config = ConsumerConfig::default();
+        config.auto_offset_reset = weir_client::OffsetReset::Earliest;
+        let mut consumer = Consumer::new(c, config);
+        consumer.assign((0..partitions).map(|p| (topic.to_string(), p)).collect());
+        let mut out = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while out.len() < expect && std::time::Instant::now() < deadline {
+            for r in consumer
+                .poll(std::time::Duration::from_millis(200))
+                .await
+                .unwrap()
+            {
+                out.push((
+                    r.partition,
+                    r.key.map(|k| k.to_vec()).unwrap_or_default(),
+                    r.value.map(|v| v.to_vec()).unwrap_or_default(),
+                ));
+            }
+        }
+        out
+    })
+}
+
+#[test]
+fn confluent_kafka_round_trips_groups_and_offsets_and_the_sdk_reads_its_records() {
+    let (_dir, b) = start();
+    client_run(&b, "confluent", "ck-default", "default");
+    client_run(&b, "confluent", "ck-idem", "on");
+    // Records produced by librdkafka are read by the Weir SDK, keys intact.
+    let got = sdk_read(&b, "ck-idem-records", 4, 10_000);
+    assert_eq!(got.len(), 10_000);
+    let mut values: Vec<u64> = got
+        .iter()
+        .map(|(_, _, v)| String::from_utf8_lossy(v).parse().unwrap())
+        .collect();
+    values.sort_unstable();
+    assert_eq!(values, (0..10_000).collect::<Vec<u64>>());
+    assert!(got.iter().all(|(_, k, v)| k
+        == format!(
+            "k{}",
+            String::from_utf8_lossy(v).parse::<u64>().unwrap() % 100
+        )
+        .as_bytes()));
+    b.stop();
+}
+
+#[test]
+fn kafka_python_round_trips_groups_and_offsets() {
+    let (_dir, b) = start();
+    client_run(&b, "kafka-python", "kp-default", "default");
+    client_run(&b, "kafka-python", "kp-idem", "on");
+    b.stop();
+}
+
+#[test]
+fn aiokafka_round_trips_groups_and_offsets() {
+    let (_dir, b) = start();
+    client_run(&b, "aiokafka", "ak-default", "default");
+    client_run(&b, "aiokafka", "ak-idem", "on");
+    b.stop();
+}
+
+#[test]
+fn librdkafka_compression_codecs_are_stored_and_served_as_they_are() {
+    let (_dir, b) = start();
+    let out = run_ok(Command::new(python()).arg(script()).args([
+        "compression",
+        &b.kafka.to_string(),
+        "cc",
+    ]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for codec in ["lz4", "zstd", "gzip", "snappy"] {
+        assert!(stdout.contains(&format!("\"{codec}\": 1000")), "{stdout}");
+    }
+    // The Weir SDK decodes the codecs it knows (lz4, zstd) from those batches.
+    for codec in ["lz4", "zstd"] {
+        assert_eq!(
+            sdk_read(&b, &format!("cc-{codec}"), 4, 1000).len(),
+            1000,
+            "{codec}"
+        );
+    }
+    b.stop();
+}
+
+fn kcat(b: &Broker, args: &[&str], stdin: &[u8]) -> String {
+    let mut child = Command::new("kcat")
+        .args(["-b", &b.kafka.to_string()])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("kcat: {e}: run `bash .ci/kafka-clients` (installs Debian's kcat)")
+        });
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kcat {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn kcat_lists_produces_consumes_and_joins_a_group_and_reads_sdk_records() {
+    let (_dir, b) = start();
+    runtime().block_on(async {
+        let c = Client::connect(b.addr).await.unwrap();
+        c.create_topic("kc", 4, vec![]).await.unwrap();
+        // Records from the Weir SDK, for kcat to read.
+        let batch = common::records_batch("sdk", 50, 1_700_000_000_000);
+        c.produce("kc", 3, batch.freeze(), Acks::All).await.unwrap();
+    });
+    let meta = kcat(&b, &["-L"], b"");
+    assert!(meta.contains("1 brokers:"), "{meta}");
+    assert!(meta.contains("topic \"kc\" with 4 partitions"), "{meta}");
+    let lines: String = (0..200)
+        .map(|i| format!("key{}:value{i}\n", i % 10))
+        .collect();
+    kcat(&b, &["-t", "kc", "-P", "-K:"], lines.as_bytes());
+    let read = kcat(&b, &["-t", "kc", "-C", "-e", "-f", "%p %k %s\n"], b"");
+    let rows: Vec<&str> = read.lines().collect();
+    assert_eq!(rows.len(), 250, "{read}");
+    assert_eq!(rows.iter().filter(|r| r.contains(" value")).count(), 200);
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.starts_with("3 ") && r.contains("sdk-"))
+            .count(),
+        50
+    );
+    // A group (classic protocol) reads everything and commits on exit.
+    let grouped = kcat(
+        &b,
+        &[
+            "-G",
+            "kc-group",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%p %o\n",
+            "kc",
+        ],
+        b"",
+    );
+    assert_eq!(grouped.lines().count(), 250, "{grouped}");
+    runtime().block_on(async {
+        let c = Client::connect(b.addr).await.unwrap();
+        let committed = c.committed_offsets("kc-group", None).await.unwrap();
+        let total: u64 = committed.iter().map(|o| o.offset).sum();
+        assert_eq!(total, 250, "{committed:?}");
+        let d = c.describe_group("kc-group").await.unwrap();
+        assert_eq!(d.kind, "classic");
+    });
+    b.stop();
+}
