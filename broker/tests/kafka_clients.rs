@@ -123,6 +123,22 @@ fn confluent_kafka_round_trips_groups_and_offsets_and_the_sdk_reads_its_records(
     b.stop();
 }
 
+/// librdkafka's KIP-848 consumer (`group.protocol=consumer`) on the
+/// coordinator's consumer groups: member epochs, server-side assignment,
+/// revocation before reassignment, commits with the member epoch.
+#[test]
+fn confluent_kafka_kip848_consumers_share_a_group_with_server_side_assignment() {
+    let (_dir, b) = start();
+    client_run(&b, "confluent-kip848", "k848", "on");
+    runtime().block_on(async {
+        let c = Client::connect(b.addr).await.unwrap();
+        let d = c.describe_group("k848-records-group").await.unwrap();
+        assert_eq!(d.kind, "consumer", "{d:?}");
+        assert!(d.generation >= 2, "{d:?}");
+    });
+    b.stop();
+}
+
 #[test]
 fn kafka_python_round_trips_groups_and_offsets() {
     let (_dir, b) = start();

@@ -19,12 +19,21 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
+use kafka_protocol::messages::consumer_group_heartbeat_response::{
+    Assignment as HbAssignment, TopicPartitions as HbTopicPartitions,
+};
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
@@ -41,6 +50,9 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -49,6 +61,7 @@ use weir_proto::error_code::ErrorCode;
 use weir_proto::messages as native;
 
 use crate::groups::classic;
+use crate::groups::consumer::{GroupError, Heartbeat};
 use crate::groups::coordinator::{self, GroupRequest, GroupResponse};
 use crate::listener::connection::{Answer, Pending, Protocol};
 use crate::listener::kafka_codec::{self as codec, KafkaRequest, KafkaResponse, RequestFrame};
@@ -128,6 +141,12 @@ pub mod code {
     pub const FENCED_MEMBER_EPOCH: i16 = 110;
     /// STALE_MEMBER_EPOCH.
     pub const STALE_MEMBER_EPOCH: i16 = 113;
+    /// GROUP_MAX_SIZE_REACHED.
+    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+    /// UNRELEASED_INSTANCE_ID.
+    pub const UNRELEASED_INSTANCE_ID: i16 = 111;
+    /// UNSUPPORTED_ASSIGNOR.
+    pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
 }
 
 /// The node id of this broker in Kafka's Metadata.
@@ -263,6 +282,12 @@ const SERVED: &[i16] = {
         K::ListGroups as i16,
         K::DescribeGroups as i16,
         K::DeleteGroups as i16,
+        K::CreatePartitions as i16,
+        K::DescribeConfigs as i16,
+        K::IncrementalAlterConfigs as i16,
+        K::OffsetForLeaderEpoch as i16,
+        K::DescribeCluster as i16,
+        K::ConsumerGroupHeartbeat as i16,
     ]
 };
 
@@ -359,6 +384,42 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
             answer(
                 &h,
                 KafkaResponse::DeleteGroups(delete_groups(&core, r).await),
+            )
+        }),
+        KafkaRequest::CreatePartitions(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::CreatePartitions(create_partitions(&core, r).await),
+            )
+        }),
+        KafkaRequest::DescribeConfigs(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::DescribeConfigs(describe_configs(&core, r).await),
+            )
+        }),
+        KafkaRequest::IncrementalAlterConfigs(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::IncrementalAlterConfigs(alter_configs(&core, r).await),
+            )
+        }),
+        KafkaRequest::OffsetForLeaderEpoch(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::OffsetForLeaderEpoch(offset_for_leader_epoch(&core, r).await),
+            )
+        }),
+        KafkaRequest::DescribeCluster(_) => Pending::Ready(answer(
+            &h,
+            KafkaResponse::DescribeCluster(describe_cluster(&core)),
+        )),
+        KafkaRequest::ConsumerGroupHeartbeat(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::ConsumerGroupHeartbeat(
+                    consumer_group_heartbeat(&core, r, client_id).await,
+                ),
             )
         }),
         // Decodable but not served yet: not advertised either.
@@ -1396,4 +1457,280 @@ async fn delete_groups(core: &Rc<Core>, r: DeleteGroupsRequest) -> DeleteGroupsR
         );
     }
     DeleteGroupsResponse::default().with_results(out)
+}
+
+// --- more admin --------------------------------------------------------------
+
+async fn create_partitions(
+    core: &Rc<Core>,
+    r: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let mut out = Vec::new();
+    for t in r.topics {
+        let result = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+        let done = if t.count < 0 {
+            Err(TopicError::Partitions {
+                topic: t.name.to_string(),
+                count: 0,
+                reason: "negative count".into(),
+            })
+        } else if r.validate_only {
+            Ok(())
+        } else {
+            admin::change_topic(
+                core,
+                Change::AddPartitions(t.name.to_string(), t.count as u32),
+            )
+            .await
+        };
+        out.push(match done {
+            Ok(()) => result,
+            Err(e) => result
+                .with_error_code(topic_error_code(&e))
+                .with_error_message(Some(s(e.to_string()))),
+        });
+    }
+    CreatePartitionsResponse::default().with_results(out)
+}
+
+/// Kafka's config resource types.
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+/// Kafka's config sources.
+const SOURCE_TOPIC: i8 = 1;
+const SOURCE_DEFAULT: i8 = 5;
+
+async fn describe_configs(core: &Rc<Core>, r: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let mut out = Vec::new();
+    for res in r.resources {
+        let result = DescribeConfigsResult::default()
+            .with_resource_type(res.resource_type)
+            .with_resource_name(res.resource_name.clone());
+        let keys: Option<Vec<String>> = res
+            .configuration_keys
+            .map(|k| k.into_iter().map(|k| k.to_string()).collect());
+        let wanted = |k: &str| keys.as_ref().is_none_or(|ks| ks.iter().any(|x| x == k));
+        match res.resource_type {
+            RESOURCE_TOPIC => {
+                let name = res.resource_name.to_string();
+                let explicit = core
+                    .metadata()
+                    .get(&name)
+                    .map(|m| m.configs.clone())
+                    .unwrap_or_default();
+                let described = admin::describe(core, vec![name.clone()]).await;
+                out.push(match described.into_iter().next().and_then(|(_, d)| d) {
+                    Some(d) => result.with_configs(
+                        d.configs
+                            .into_iter()
+                            .filter(|(k, _)| wanted(k))
+                            .map(|(k, v)| {
+                                let source = if explicit.contains_key(&k) {
+                                    SOURCE_TOPIC
+                                } else {
+                                    SOURCE_DEFAULT
+                                };
+                                DescribeConfigsResourceResult::default()
+                                    .with_name(s(k))
+                                    .with_value(Some(s(v)))
+                                    .with_config_source(source)
+                            })
+                            .collect(),
+                    ),
+                    None => result
+                        .with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION)
+                        .with_error_message(Some(s(format!("unknown topic `{name}`")))),
+                });
+            }
+            // This node's settings are flags, not Kafka broker configs:
+            // an empty list.
+            RESOURCE_BROKER => out.push(result),
+            t => out.push(
+                result
+                    .with_error_code(code::INVALID_REQUEST)
+                    .with_error_message(Some(s(format!("config resource type {t} is not served")))),
+            ),
+        }
+    }
+    DescribeConfigsResponse::default().with_results(out)
+}
+
+async fn alter_configs(
+    core: &Rc<Core>,
+    r: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut out = Vec::new();
+    for res in r.resources {
+        let result = AlterConfigsResourceResponse::default()
+            .with_resource_type(res.resource_type)
+            .with_resource_name(res.resource_name.clone());
+        if res.resource_type != RESOURCE_TOPIC {
+            out.push(
+                result
+                    .with_error_code(code::INVALID_REQUEST)
+                    .with_error_message(Some(s("only topic configs can be changed"))),
+            );
+            continue;
+        }
+        // SET only; DELETE, APPEND and SUBTRACT are not served yet.
+        let mut set = Vec::new();
+        let mut refused = None;
+        for c in res.configs {
+            match (c.config_operation, c.value) {
+                (0, Some(v)) => set.push((c.name.to_string(), v.to_string())),
+                (op, _) => {
+                    refused = Some(format!(
+                        "config `{}`: operation {op} is not served (only SET with a value)",
+                        c.name.as_str()
+                    ))
+                }
+            }
+        }
+        let done = match refused {
+            Some(m) => Err((code::INVALID_REQUEST, m)),
+            None if r.validate_only => Ok(()),
+            None => admin::change_topic(core, Change::Alter(res.resource_name.to_string(), set))
+                .await
+                .map_err(|e| (topic_error_code(&e), e.to_string())),
+        };
+        out.push(match done {
+            Ok(()) => result,
+            Err((c, m)) => result.with_error_code(c).with_error_message(Some(s(m))),
+        });
+    }
+    IncrementalAlterConfigsResponse::default().with_responses(out)
+}
+
+/// One leader epoch (0) per partition: its end is the log end.
+async fn offset_for_leader_epoch(
+    core: &Rc<Core>,
+    r: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let mut topics = Vec::new();
+    for t in r.topics {
+        let mut partitions = Vec::new();
+        for p in t.partitions {
+            let e = EpochEndOffset::default().with_partition(p.partition);
+            let r = if p.partition < 0 {
+                Err(BrokerError::unknown(&t.topic, 0))
+            } else {
+                service::offsets::offsets(core, &t.topic, p.partition as u32, None).await
+            };
+            partitions.push(match r {
+                Ok(o) => e
+                    .with_leader_epoch(0)
+                    .with_end_offset(o.high_watermark as i64),
+                Err(err) => e
+                    .with_error_code(broker_error_code(&err))
+                    .with_leader_epoch(-1)
+                    .with_end_offset(-1),
+            });
+        }
+        topics.push(
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic)
+                .with_partitions(partitions),
+        );
+    }
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
+
+fn describe_cluster(core: &Core) -> DescribeClusterResponse {
+    let (host, port) = advertised(core);
+    DescribeClusterResponse::default()
+        .with_cluster_id(s(CLUSTER_ID))
+        .with_controller_id(BrokerId(NODE_ID))
+        .with_brokers(vec![DescribeClusterBroker::default()
+            .with_broker_id(BrokerId(NODE_ID))
+            .with_host(s(host))
+            .with_port(port)])
+}
+
+// --- KIP-848 -----------------------------------------------------------------
+
+/// Kafka's server assignor names onto Weir's.
+fn assignor_name(name: &str) -> String {
+    match name {
+        "uniform" => "cooperative-sticky".to_string(),
+        other => other.to_string(),
+    }
+}
+
+async fn consumer_group_heartbeat(
+    core: &Rc<Core>,
+    r: ConsumerGroupHeartbeatRequest,
+    client_id: String,
+) -> ConsumerGroupHeartbeatResponse {
+    use std::collections::BTreeSet;
+    let owned: Option<BTreeSet<(String, u32)>> = r.topic_partitions.map(|tps| {
+        tps.into_iter()
+            .filter_map(|t| topic_by_id(core, t.topic_id).map(|n| (n, t.partitions)))
+            .flat_map(|(n, ps)| {
+                ps.into_iter()
+                    .filter(|p| *p >= 0)
+                    .map(move |p| (n.clone(), p as u32))
+            })
+            .collect()
+    });
+    let heartbeat = Heartbeat {
+        member_id: r.member_id.to_string(),
+        member_epoch: r.member_epoch,
+        instance_id: r.instance_id.map(|i| i.to_string()),
+        client_id,
+        rebalance_timeout_ms: (r.rebalance_timeout_ms > 0).then_some(r.rebalance_timeout_ms as u32),
+        session_timeout_ms: None,
+        topics: r
+            .subscribed_topic_names
+            .map(|ts| ts.into_iter().map(|t| t.to_string()).collect()),
+        assignor: r.server_assignor.map(|a| assignor_name(&a)),
+        owned,
+    };
+    let req = GroupRequest::ConsumerHeartbeat {
+        group: r.group_id.to_string(),
+        heartbeat,
+    };
+    match group(core, req).await {
+        GroupResponse::ConsumerHeartbeat(Ok(a)) => {
+            let mut by_topic: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
+            for (t, p) in &a.assignment {
+                by_topic.entry(t.clone()).or_default().push(*p as i32);
+            }
+            let left = a.member_epoch < 0;
+            let assignment = (!left).then(|| {
+                HbAssignment::default().with_topic_partitions(
+                    by_topic
+                        .into_iter()
+                        .filter_map(|(t, ps)| {
+                            core.metadata().get(&t).map(|m| {
+                                HbTopicPartitions::default()
+                                    .with_topic_id(uuid_of(m))
+                                    .with_partitions(ps)
+                            })
+                        })
+                        .collect(),
+                )
+            });
+            ConsumerGroupHeartbeatResponse::default()
+                .with_member_id(Some(s(a.member_id)))
+                .with_member_epoch(a.member_epoch)
+                .with_heartbeat_interval_ms(a.heartbeat_interval_ms as i32)
+                .with_assignment(assignment)
+        }
+        GroupResponse::ConsumerHeartbeat(Err(e)) => {
+            let c = match &e {
+                GroupError::UnknownMember(_) => code::UNKNOWN_MEMBER_ID,
+                GroupError::FencedMemberEpoch(_) => code::FENCED_MEMBER_EPOCH,
+                GroupError::StaleMemberEpoch(_) => code::STALE_MEMBER_EPOCH,
+                GroupError::UnsupportedAssignor(_) => code::UNSUPPORTED_ASSIGNOR,
+                GroupError::InvalidSessionTimeout(_) => code::INVALID_SESSION_TIMEOUT,
+                GroupError::InvalidRequest(_) => code::INVALID_REQUEST,
+                GroupError::GroupMaxSize(_) => code::GROUP_MAX_SIZE_REACHED,
+                GroupError::UnreleasedInstanceId(_) => code::UNRELEASED_INSTANCE_ID,
+            };
+            ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(c)
+                .with_error_message(Some(s(e.message())))
+        }
+        other => ConsumerGroupHeartbeatResponse::default().with_error_code(refused_code(&other)),
+    }
 }

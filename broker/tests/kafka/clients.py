@@ -24,7 +24,8 @@ import asyncio
 import json
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
 
 from kafka.partitioner import murmur2
 
@@ -98,17 +99,18 @@ class Confluent:
         c.close()
         return out
 
+    def member_conf(self, group):
+        return {
+            "bootstrap.servers": self.b,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 500,
+        }
+
     def member(self, topic, group):
-        c = self.ck.Consumer(
-            {
-                "bootstrap.servers": self.b,
-                "group.id": group,
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                "session.timeout.ms": 10000,
-                "heartbeat.interval.ms": 500,
-            }
-        )
+        c = self.ck.Consumer(self.member_conf(group))
         c.subscribe([topic])
         ck = self.ck
 
@@ -124,7 +126,12 @@ class Confluent:
                 return {tp.partition for tp in c.assignment()}
 
             def commit(self):
-                c.commit(asynchronous=False)
+                try:
+                    c.commit(asynchronous=False)
+                except ck.KafkaException as e:
+                    # Nothing consumed since the last commit.
+                    if e.args[0].code() != ck.KafkaError._NO_OFFSET:
+                        raise
 
             def committed(self, parts):
                 r = c.committed([ck.TopicPartition(topic, p) for p in parts], timeout=10)
@@ -140,6 +147,20 @@ class Confluent:
         r = c.offsets_for_times([self.ck.TopicPartition(topic, p, ts) for p in range(PARTITIONS)], 10)
         c.close()
         return {tp.partition: tp.offset for tp in r}
+
+
+class Confluent848(Confluent):
+    """librdkafka's KIP-848 consumer (`group.protocol=consumer`): the
+    broker assigns (ConsumerGroupHeartbeat, member epochs)."""
+
+    def member_conf(self, group):
+        return {
+            "bootstrap.servers": self.b,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
 
 
 class KafkaPython:
@@ -323,21 +344,101 @@ class AioKafka:
         return self.run(go())
 
 
-CLIENTS = {"confluent": Confluent, "kafka-python": KafkaPython, "aiokafka": AioKafka}
+CLIENTS = {
+    "confluent": Confluent,
+    "confluent-kip848": Confluent848,
+    "kafka-python": KafkaPython,
+    "aiokafka": AioKafka,
+}
 
 
 # --- the scenario -----------------------------------------------------------------
 
 
-def poll_both(client, members):
-    """Polls every member at once, each on its own thread where the library
-    blocks in poll while its JoinGroup is held (kafka-python): one thread
-    for both would wait in one member's join for the other's rejoin, which
-    it could never send, until a session expired."""
-    if not client.threaded:
-        return [m.poll() for m in members]
-    with ThreadPoolExecutor(len(members)) as ex:
-        return list(ex.map(lambda m: m.poll(), members))
+class Worker(threading.Thread):
+    """Polls one member on its own thread without pause, as an application
+    would (kafka-python blocks in poll while its JoinGroup is held: one
+    thread for two members would wait in one member's join for the other's
+    rejoin, which it could never send). Other calls run on the same thread
+    (the libraries are not thread-safe) through `call`."""
+
+    def __init__(self, member, seen, lock):
+        super().__init__(daemon=True)
+        self.m, self.seen, self.lock = member, seen, lock
+        self.cmds = queue.Queue()
+        self.assigned = set()
+        self.watch, self.first = set(), {}
+
+    def run(self):
+        while True:
+            try:
+                name, args, reply = self.cmds.get_nowait()
+                reply.put(getattr(self.m, name)(*args))
+                if name == "close":
+                    return
+                continue
+            except queue.Empty:
+                pass
+            got = self.m.poll()
+            with self.lock:
+                for _, _, p, o in got:
+                    self.seen[(p, o)] = self.seen.get((p, o), 0) + 1
+                    if p in self.watch:
+                        self.first.setdefault(p, o)
+            self.assigned = self.m.assignment()
+
+    def call(self, name, *args):
+        reply = queue.Queue()
+        self.cmds.put((name, args, reply))
+        return reply.get(timeout=DEADLINE_S)
+
+
+def wait_for(what, cond):
+    t0 = time.time()
+    while not cond():
+        check(time.time() - t0 < DEADLINE_S, what())
+        time.sleep(0.05)
+
+
+def group_phase_threaded(client, topic, produced):
+    """As `group_phase`, each member polling on its own thread."""
+    group = f"{topic}-group"
+    end = {p: 0 for p in range(PARTITIONS)}
+    for _, _, p, o in produced:
+        end[p] = max(end[p], o + 1)
+    seen, lock = {}, threading.Lock()
+    a = Worker(client.member(topic, group), seen, lock)
+    b = Worker(client.member(topic, group), seen, lock)
+    a.start()
+    b.start()
+    # Each thread's view of its assignment is as of its last poll: wait for
+    # views that split the partitions between the two (a view overlapping
+    # the other's for a moment is one member not having polled yet).
+    def split():
+        x, y = set(a.assigned), set(b.assigned)
+        return x and y and len(x | y) == PARTITIONS and not (x & y)
+
+    wait_for(lambda: f"the group never split: {a.assigned} {b.assigned}", split)
+    a_parts = set(a.assigned)
+    time.sleep(0.5)
+    a.call("commit")
+    b.call("commit")
+    raw = a.call("committed", a_parts)
+    a_committed = {p: (o if o is not None and o >= 0 else 0) for p, o in raw.items()}
+    with lock:
+        b.watch = set(a_parts)
+    a.call("close")
+    wait_for(
+        lambda: f"records lost or partitions not taken over: {len(seen)} of {N}, {b.assigned}",
+        lambda: a_parts <= b.assigned and sum(1 for (p, o) in seen if o < end[p]) >= N,
+    )
+    b.call("commit")
+    for p in a_parts:
+        if a_committed[p] < end[p]:
+            check(b.first.get(p) == a_committed[p], f"partition {p}: resumed at {b.first.get(p)}, committed {a_committed[p]}")
+    b.call("close")
+    duplicates = sum(n - 1 for n in seen.values())
+    return {"a_partitions": sorted(a_parts), "a_committed": a_committed, "duplicates": duplicates}
 
 
 def group_phase(client, topic, produced):
@@ -353,14 +454,14 @@ def group_phase(client, topic, produced):
     # Both members hold partitions, then each processes some and commits.
     while not (a.assignment() and b.assignment() and len(a.assignment() | b.assignment()) == PARTITIONS):
         check(time.time() - t0 < DEADLINE_S, f"the group never split: {a.assignment()} {b.assignment()}")
-        for got in poll_both(client, [a, b]):
-            for _, _, p, o in got:
+        for m in (a, b):
+            for _, _, p, o in m.poll():
                 seen[(p, o)] = seen.get((p, o), 0) + 1
     check(not (a.assignment() & b.assignment()), "two members hold one partition")
     a_parts = set(a.assignment())
     for _ in range(5):
-        for got in poll_both(client, [a, b]):
-            for _, _, p, o in got:
+        for m in (a, b):
+            for _, _, p, o in m.poll():
                 seen[(p, o)] = seen.get((p, o), 0) + 1
     a.commit()
     b.commit()
@@ -369,7 +470,7 @@ def group_phase(client, topic, produced):
     # B takes A's partitions over from A's committed offsets.
     first = {}
     t0 = time.time()
-    while sum(1 for (p, o) in seen if o < end[p]) < N:
+    while sum(1 for (p, o) in seen if o < end[p]) < N or not a_parts <= b.assignment():
         check(time.time() - t0 < DEADLINE_S, f"records lost: {len(seen)} of {N} processed")
         for _, _, p, o in b.poll():
             first.setdefault(p, o)
@@ -426,7 +527,8 @@ def main():
     for k, v, p, o in sorted(got, key=lambda r: (r[2], r[3])):
         by_key.setdefault(k, []).append(int(v))
     check(all(vs == sorted(vs) for vs in by_key.values()), "a key's records out of order")
-    group = group_phase(client, topic, produced)
+    phase = group_phase_threaded if client.threaded else group_phase
+    group = phase(client, topic, produced)
     times = client.offsets_for_time(topic, before)
     check(all(o == 0 for o in times.values()), f"offsets for a time before the records: {times}")
     later = client.offsets_for_time(topic, int(time.time() * 1000) + 60_000)
