@@ -167,8 +167,8 @@ fn librdkafka_compression_codecs_are_stored_and_served_as_they_are() {
     for codec in ["lz4", "zstd", "gzip", "snappy"] {
         assert!(stdout.contains(&format!("\"{codec}\": 1000")), "{stdout}");
     }
-    // The Weir SDK decodes the codecs it knows (lz4, zstd) from those batches.
-    for codec in ["lz4", "zstd"] {
+    // The Weir SDK decodes all four from those batches.
+    for codec in ["lz4", "zstd", "gzip", "snappy"] {
         assert_eq!(
             sdk_read(&b, &format!("cc-{codec}"), 4, 1000).len(),
             1000,
