@@ -62,6 +62,13 @@ fn bad_frames_get_errors_or_a_closed_connection_and_nothing_else() {
         s.write_all(&size.to_be_bytes()).unwrap();
         assert_eq!(read_frame(&mut s), None, "size {size}");
     }
+    // A Metadata request declaring 9 MiB (requests other than Produce are
+    // capped at 8 MiB): closed before it is buffered.
+    let mut s = connect(&b);
+    let mut head = (9i32 << 20).to_be_bytes().to_vec();
+    head.extend_from_slice(&3i16.to_be_bytes());
+    s.write_all(&head).unwrap();
+    assert_eq!(read_frame(&mut s), None);
     // An unknown API: closed, as Kafka does.
     let mut s = connect(&b);
     s.write_all(&frame(999, 0, 1, &[])).unwrap();

@@ -1343,9 +1343,16 @@ fn list(core: &Core) -> Vec<GroupListing> {
 /// partition count changed (each group under its lock, its changes stored),
 /// and removes empty groups past their retention.
 pub async fn expiry_loop(core: Rc<Core>) {
+    // Partition counts only change with the metadata: groups' subscribed
+    // counts are compared again only when its version moved (a group
+    // ticking meanwhile compares them in its tick).
+    let mut seen_version = 0;
     while !core.shared.stopping() {
         glommio::timer::sleep(Duration::from_millis(EXPIRY_CHECK_MS)).await;
         let now = mono_ms();
+        let version = core.metadata().version;
+        let metadata_moved = version != seen_version;
+        seen_version = version;
         let due: Vec<String> = {
             let counts = counts_of(&core);
             let mut groups = core.groups.groups.borrow_mut();
@@ -1354,7 +1361,7 @@ pub async fn expiry_loop(core: Rc<Core>) {
                 .filter(|(_, g)| {
                     let consumer = !g.consumer.members.is_empty()
                         && (g.consumer.next_deadline().is_some_and(|d| d <= now)
-                            || g.consumer.counts_changed(&counts));
+                            || (metadata_moved && g.consumer.counts_changed(&counts)));
                     let classic = g
                         .classic
                         .as_ref()

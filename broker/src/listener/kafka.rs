@@ -67,6 +67,7 @@ use crate::listener::connection::{Answer, Pending, Protocol};
 use crate::listener::kafka_codec::{self as codec, KafkaRequest, KafkaResponse, RequestFrame};
 use crate::metadata::writer::Change;
 use crate::metadata::{TopicError, TopicMeta, TopicSpec, OFFSETS_TOPIC};
+use crate::server::limits::KAFKA_NON_PRODUCE_FRAME_BYTES_MAX;
 use crate::service::fetch::{FetchParams, FetchPart};
 use crate::service::offsets::OffsetQuery;
 use crate::service::produce::ProducePart;
@@ -160,10 +161,24 @@ pub struct Kafka;
 
 impl Protocol for Kafka {
     fn frame_len(&self, buf: &[u8], max: usize) -> Result<Option<usize>, (u32, Answer)> {
-        codec::peek_request_frame_len(buf, max).map_err(|e| {
+        let len = codec::peek_request_frame_len(buf, max).map_err(|e| {
             tracing::warn!(error = %e, "closing Kafka connection: bad frame size");
             (0, closing())
-        })
+        })?;
+        let key = buf.get(4..6).map(|b| i16::from_be_bytes([b[0], b[1]]));
+        if let (Some(n), Some(key)) = (len, key) {
+            let produce = key == kafka_protocol::messages::ApiKey::Produce as i16;
+            if !produce && n > KAFKA_NON_PRODUCE_FRAME_BYTES_MAX {
+                tracing::warn!(
+                    api = key,
+                    bytes = n,
+                    max = KAFKA_NON_PRODUCE_FRAME_BYTES_MAX,
+                    "closing Kafka connection: a request other than Produce over its size limit"
+                );
+                return Err((0, closing()));
+            }
+        }
+        Ok(len)
     }
 
     fn api_of(&self, frame: &[u8]) -> Option<NativeKey> {
@@ -514,21 +529,46 @@ fn uuid_of(meta: &TopicMeta) -> uuid::Uuid {
     uuid::Uuid::parse_str(&meta.id).unwrap_or_default()
 }
 
-/// The topic with this id.
-fn topic_by_id(core: &Core, id: uuid::Uuid) -> Option<String> {
-    core.metadata()
-        .topics()
-        .iter()
-        .find(|(_, m)| uuid_of(m) == id)
-        .map(|(n, _)| n.clone())
+/// Topic names by id for one request: the index is built at most once,
+/// and only if the request names a topic by id, so a lookup is a hash
+/// probe rather than a scan of every topic.
+struct TopicIds<'a> {
+    core: &'a Core,
+    by_id: std::cell::OnceCell<HashMap<uuid::Uuid, String>>,
 }
 
-/// A request's topic: by name, or by id where the name is empty.
-fn resolve(core: &Core, name: &str, id: uuid::Uuid) -> Option<String> {
-    if name.is_empty() && !id.is_nil() {
-        topic_by_id(core, id)
-    } else {
-        Some(name.to_string())
+impl<'a> TopicIds<'a> {
+    fn new(core: &'a Core) -> Self {
+        TopicIds {
+            core,
+            by_id: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The topic with this id.
+    fn name(&self, id: uuid::Uuid) -> Option<String> {
+        if id.is_nil() {
+            return None;
+        }
+        self.by_id
+            .get_or_init(|| {
+                let view = self.core.metadata();
+                view.topics()
+                    .iter()
+                    .map(|(n, m)| (uuid_of(m), n.clone()))
+                    .collect()
+            })
+            .get(&id)
+            .cloned()
+    }
+
+    /// A request's topic: by name, or by id where the name is empty.
+    fn resolve(&self, name: &str, id: uuid::Uuid) -> Option<String> {
+        if name.is_empty() && !id.is_nil() {
+            self.name(id)
+        } else {
+            Some(name.to_string())
+        }
     }
 }
 
@@ -543,11 +583,12 @@ async fn metadata(core: &Rc<Core>, r: MetadataRequest, version: i16) -> Metadata
                 .collect(),
         ),
     };
+    let ids = TopicIds::new(core);
     let names: Option<Vec<String>> = wanted.as_ref().map(|w| {
         w.iter()
             .filter_map(|(n, id)| match n {
                 Some(n) => Some(n.clone()),
-                None => topic_by_id(core, *id),
+                None => ids.name(*id),
             })
             .collect()
     });
@@ -590,7 +631,7 @@ async fn metadata(core: &Rc<Core>, r: MetadataRequest, version: i16) -> Metadata
     // Ids asked for that name no topic.
     if let Some(w) = &wanted {
         for (n, id) in w {
-            if n.is_none() && topic_by_id(core, *id).is_none() {
+            if n.is_none() && ids.name(*id).is_none() {
                 topics.push(
                     MetadataResponseTopic::default()
                         .with_error_code(code::UNKNOWN_TOPIC_ID)
@@ -687,8 +728,9 @@ async fn produce(
     let transactional = r.transactional_id.is_some();
     let mut parts = Vec::new();
     let mut names = Vec::new();
+    let ids = TopicIds::new(core);
     for t in r.topic_data {
-        let topic = resolve(core, &t.name, t.topic_id);
+        let topic = ids.resolve(&t.name, t.topic_id);
         names.push((t.name.clone(), t.topic_id, t.partition_data.len()));
         for p in t.partition_data {
             let topic = topic.clone().unwrap_or_default();
@@ -789,8 +831,9 @@ async fn fetch(core: &Rc<Core>, h: codec::RequestHeaderInfo, r: FetchRequest, ct
     // is answered at once (unknown topic id, bad partition index).
     let mut shape: Vec<FetchShape> = Vec::new();
     let mut parts: Vec<FetchPart> = Vec::new();
+    let ids = TopicIds::new(core);
     for t in r.topics {
-        let topic = resolve(core, &t.topic, t.topic_id);
+        let topic = ids.resolve(&t.topic, t.topic_id);
         let mut ps = Vec::new();
         for p in t.partitions {
             match (&topic, p.partition >= 0 && p.fetch_offset >= 0) {
@@ -1011,8 +1054,9 @@ async fn delete_topics(core: &Rc<Core>, r: DeleteTopicsRequest) -> DeleteTopicsR
             .map(|t| (t.name.map(|n| n.to_string()), t.topic_id)),
     );
     let mut out = Vec::new();
+    let ids = TopicIds::new(core);
     for (name, id) in wanted {
-        let resolved = name.clone().or_else(|| topic_by_id(core, id));
+        let resolved = name.clone().or_else(|| ids.name(id));
         let result = DeletableTopicResult::default()
             .with_name(name.clone().map(topic_name))
             .with_topic_id(id);
@@ -1313,72 +1357,65 @@ async fn committed(
     (0, out)
 }
 
+/// Committed offsets as OffsetFetch answers them: v1–7 and v8+ have the
+/// same shape in different generated types.
+macro_rules! committed_topics {
+    ($topic:ident, $partition:ident, $topics:expr) => {
+        $topics
+            .into_iter()
+            .map(|(t, rows)| {
+                $topic::default().with_name(topic_name(t)).with_partitions(
+                    rows.into_iter()
+                        .map(|(p, o, m)| {
+                            $partition::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(o)
+                                .with_committed_leader_epoch(-1)
+                                .with_metadata(m.map(s))
+                        })
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+}
+
+/// The partitions an OffsetFetch names per topic (`None`: all).
+fn asked<T>(
+    topics: Option<Vec<T>>,
+    f: impl Fn(T) -> (String, Vec<i32>),
+) -> Option<Vec<(String, Vec<i32>)>> {
+    topics.map(|ts| ts.into_iter().map(f).collect())
+}
+
 async fn offset_fetch(core: &Rc<Core>, r: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     if version >= 8 {
         let mut groups = Vec::new();
         for g in r.groups {
-            let asked = g.topics.map(|ts| {
-                ts.into_iter()
-                    .map(|t| (t.name.to_string(), t.partition_indexes))
-                    .collect()
-            });
-            let (error, topics) = committed(core, &g.group_id, asked).await;
+            let wanted = asked(g.topics, |t| (t.name.to_string(), t.partition_indexes));
+            let (error, topics) = committed(core, &g.group_id, wanted).await;
             groups.push(
                 OffsetFetchResponseGroup::default()
                     .with_group_id(g.group_id)
                     .with_error_code(error)
-                    .with_topics(
+                    .with_topics(committed_topics!(
+                        OffsetFetchResponseTopics,
+                        OffsetFetchResponsePartitions,
                         topics
-                            .into_iter()
-                            .map(|(t, rows)| {
-                                OffsetFetchResponseTopics::default()
-                                    .with_name(topic_name(t))
-                                    .with_partitions(
-                                        rows.into_iter()
-                                            .map(|(p, o, m)| {
-                                                OffsetFetchResponsePartitions::default()
-                                                    .with_partition_index(p)
-                                                    .with_committed_offset(o)
-                                                    .with_committed_leader_epoch(-1)
-                                                    .with_metadata(m.map(s))
-                                            })
-                                            .collect(),
-                                    )
-                            })
-                            .collect(),
-                    ),
+                    )),
             );
         }
         return OffsetFetchResponse::default().with_groups(groups);
     }
-    let asked = r.topics.map(|ts| {
-        ts.into_iter()
-            .map(|t| (t.name.to_string(), t.partition_indexes))
-            .collect()
-    });
-    let (error, topics) = committed(core, &r.group_id, asked).await;
+    let wanted = asked(r.topics, |t| (t.name.to_string(), t.partition_indexes));
+    let (error, topics) = committed(core, &r.group_id, wanted).await;
     OffsetFetchResponse::default()
         .with_error_code(error)
-        .with_topics(
+        .with_topics(committed_topics!(
+            OffsetFetchResponseTopic,
+            OffsetFetchResponsePartition,
             topics
-                .into_iter()
-                .map(|(t, rows)| {
-                    OffsetFetchResponseTopic::default()
-                        .with_name(topic_name(t))
-                        .with_partitions(
-                            rows.into_iter()
-                                .map(|(p, o, m)| {
-                                    OffsetFetchResponsePartition::default()
-                                        .with_partition_index(p)
-                                        .with_committed_offset(o)
-                                        .with_committed_leader_epoch(-1)
-                                        .with_metadata(m.map(s))
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        )
+        ))
 }
 
 async fn list_groups(core: &Rc<Core>) -> ListGroupsResponse {
@@ -1662,9 +1699,10 @@ async fn consumer_group_heartbeat(
     client_id: String,
 ) -> ConsumerGroupHeartbeatResponse {
     use std::collections::BTreeSet;
+    let ids = TopicIds::new(core);
     let owned: Option<BTreeSet<(String, u32)>> = r.topic_partitions.map(|tps| {
         tps.into_iter()
-            .filter_map(|t| topic_by_id(core, t.topic_id).map(|n| (n, t.partitions)))
+            .filter_map(|t| ids.name(t.topic_id).map(|n| (n, t.partitions)))
             .flat_map(|(n, ps)| {
                 ps.into_iter()
                     .filter(|p| *p >= 0)

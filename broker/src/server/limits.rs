@@ -3,6 +3,12 @@
 //! may want to change are flags (`weir broker --help`); their defaults are
 //! the `*_DEFAULT` constants below. `docs/architecture.md` lists them all.
 
+/// Largest Kafka request frame of an API other than Produce (those carry
+/// names and offsets, not record batches): a larger one closes the
+/// connection before it is buffered, and bounds what the Kafka decoder may
+/// reserve for a hostile array count.
+pub const KAFKA_NON_PRODUCE_FRAME_BYTES_MAX: usize = 8 << 20;
+
 /// Request bytes one core holds at most (being read or handled): a
 /// connection takes from this budget as bytes arrive, and gives a frame's
 /// share back once the frame is answered.
