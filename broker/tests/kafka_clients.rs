@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use common::{runtime, Broker};
-use weir_client::{Acks, Client, Consumer, ConsumerConfig};
+use weir_client::{Acks, Client, Consumer, ConsumerConfig, OffsetSpec};
 
 fn python() -> PathBuf {
     let p = std::env::var_os("WEIR_KAFKA_PYTHON")
@@ -175,6 +175,32 @@ fn librdkafka_compression_codecs_are_stored_and_served_as_they_are() {
             "{codec}"
         );
     }
+    b.stop();
+}
+
+/// librdkafka's admin API: DeleteRecords, DescribeConsumerGroups of a
+/// KIP-848 and a classic group, IncrementalAlterConfigs' four operations.
+#[test]
+fn librdkafka_admin_deletes_records_describes_both_group_kinds_and_alters_configs() {
+    let (_dir, b) = start();
+    let out =
+        run_ok(
+            Command::new(python())
+                .arg(script())
+                .args(["admin", &b.kafka.to_string(), "adm"]),
+        );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("\"ok\": true"), "{stdout}");
+    // What DeleteRecords did is what the native protocol sees.
+    runtime().block_on(async {
+        let c = Client::connect(b.addr).await.unwrap();
+        let start = c.list_offsets("adm-deleted", 0, OffsetSpec::Earliest);
+        let end = c.list_offsets("adm-deleted", 0, OffsetSpec::Latest);
+        assert_eq!(
+            (start.await.unwrap(), end.await.unwrap()),
+            (Some(40), Some(100))
+        );
+    });
     b.stop();
 }
 

@@ -79,6 +79,9 @@ pub enum GroupRequest {
     Fetch(OffsetFetchRequest),
     /// DescribeGroup.
     Describe(DescribeGroupRequest),
+    /// Kafka's DescribeGroups: the description, with classic members'
+    /// opaque bytes.
+    DescribeWithBytes(DescribeGroupRequest),
     /// DeleteGroup.
     Delete(DeleteGroupRequest),
     /// The groups of one core (ListGroups asks every core).
@@ -137,7 +140,7 @@ impl GroupRequest {
             GroupRequest::Leave(r) => &r.group,
             GroupRequest::Commit(r) => &r.group,
             GroupRequest::Fetch(r) => &r.group,
-            GroupRequest::Describe(r) => &r.group,
+            GroupRequest::Describe(r) | GroupRequest::DescribeWithBytes(r) => &r.group,
             GroupRequest::Delete(r) => &r.group,
             GroupRequest::List => "",
         }
@@ -157,6 +160,10 @@ pub enum GroupResponse {
     Fetch(OffsetFetchResponse),
     /// To DescribeGroup.
     Describe(DescribeGroupResponse),
+    /// To DescribeWithBytes: the description and, for each member of a
+    /// classic group (in the description's order), its protocol metadata
+    /// and assignment as the clients sent them.
+    DescribeWithBytes(DescribeGroupResponse, Vec<ClassicMemberBytes>),
     /// To List.
     List(Vec<GroupListing>),
     /// To ConsumerHeartbeat.
@@ -204,6 +211,14 @@ impl GroupResponse {
                 message,
                 ..d
             }),
+            GroupResponse::DescribeWithBytes(d, _) => GroupResponse::DescribeWithBytes(
+                DescribeGroupResponse {
+                    error,
+                    message,
+                    ..d
+                },
+                Vec::new(),
+            ),
             GroupResponse::List(l) => GroupResponse::List(l),
             GroupResponse::ConsumerHeartbeat(_)
             | GroupResponse::ClassicJoin(_)
@@ -243,6 +258,15 @@ impl GroupResponse {
                 group: r.group.clone(),
                 ..Default::default()
             }),
+            GroupRequest::DescribeWithBytes(r) => GroupResponse::DescribeWithBytes(
+                DescribeGroupResponse {
+                    error,
+                    message,
+                    group: r.group.clone(),
+                    ..Default::default()
+                },
+                Vec::new(),
+            ),
             GroupRequest::List => GroupResponse::List(Vec::new()),
             GroupRequest::ConsumerHeartbeat { .. }
             | GroupRequest::ClassicJoin { .. }
@@ -563,6 +587,10 @@ pub async fn handle(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
         GroupRequest::Commit(r) => commit(core, r).await.map(GroupResponse::Commit),
         GroupRequest::Fetch(r) => Ok(GroupResponse::Fetch(fetch_offsets(core, r))),
         GroupRequest::Describe(r) => describe(core, r).map(GroupResponse::Describe),
+        GroupRequest::DescribeWithBytes(r) => describe(core, r).map(|d| {
+            let bytes = classic_member_bytes(core, &r.group);
+            GroupResponse::DescribeWithBytes(d, bytes)
+        }),
         GroupRequest::Delete(r) => delete(core, r).await.map(GroupResponse::Result),
         GroupRequest::List => Ok(GroupResponse::List(list(core))),
         GroupRequest::ConsumerHeartbeat { group, heartbeat } => {
@@ -1253,6 +1281,37 @@ fn describe(core: &Core, r: &DescribeGroupRequest) -> Result<DescribeGroupRespon
             .collect(),
         offsets: committed(g, None),
     })
+}
+
+/// A classic member's protocol metadata (for the chosen protocol) and
+/// assignment, as its client sent them.
+#[derive(Debug, Clone, Default)]
+pub struct ClassicMemberBytes {
+    /// The member.
+    pub member_id: String,
+    /// The host it connected from.
+    pub client_host: String,
+    /// Its subscription metadata for the group's protocol.
+    pub metadata: bytes::Bytes,
+    /// The assignment the leader gave it.
+    pub assignment: bytes::Bytes,
+}
+
+/// The opaque bytes of a classic group's members, in the order
+/// [`describe`] lists them; empty for other groups.
+fn classic_member_bytes(core: &Core, group: &str) -> Vec<ClassicMemberBytes> {
+    let groups = core.groups.groups.borrow();
+    let Some(c) = groups.get(group).and_then(|g| g.classic.as_ref()) else {
+        return Vec::new();
+    };
+    c.members()
+        .map(|m| ClassicMemberBytes {
+            member_id: m.member_id.to_string(),
+            client_host: m.client_host.to_string(),
+            metadata: m.metadata.cloned().unwrap_or_default(),
+            assignment: m.assignment.clone(),
+        })
+        .collect()
 }
 
 fn not_found(group: &str) -> Refusal {

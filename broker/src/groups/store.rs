@@ -17,7 +17,7 @@ use weir_proto::record::RecordData;
 
 use crate::groups::records::{self, GroupValue, OffsetValue, RecordKey, OFFSETS_TOPIC};
 use crate::metadata::writer::{self, Change};
-use crate::metadata::TopicSpec;
+use crate::metadata::{ConfigOp, TopicSpec};
 use crate::service::BrokerError;
 use crate::shard::partition;
 use crate::shard::Core;
@@ -184,7 +184,7 @@ pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
             },
         ),
         Some(t) if configs.iter().any(|(k, v)| t.configs.get(k) != Some(v)) => {
-            Change::Alter(OFFSETS_TOPIC.to_string(), configs.into_iter().collect())
+            Change::Alter(OFFSETS_TOPIC.to_string(), ConfigOp::sets(configs))
         }
         Some(_) => return Ok(()),
     };

@@ -66,8 +66,8 @@ use crate::groups::coordinator::{self, GroupRequest, GroupResponse};
 use crate::listener::connection::{Answer, Pending, Protocol};
 use crate::listener::kafka_codec::{self as codec, KafkaRequest, KafkaResponse, RequestFrame};
 use crate::metadata::writer::Change;
-use crate::metadata::{TopicError, TopicMeta, TopicSpec, OFFSETS_TOPIC};
-use crate::server::limits::KAFKA_NON_PRODUCE_FRAME_BYTES_MAX;
+use crate::metadata::{ConfigOp, TopicError, TopicMeta, TopicSpec, OFFSETS_TOPIC};
+use crate::server::limits::{KAFKA_NON_PRODUCE_FRAME_BYTES_MAX, REQUEST_PARTITIONS_MAX};
 use crate::service::fetch::{FetchParams, FetchPart};
 use crate::service::offsets::OffsetQuery;
 use crate::service::produce::ProducePart;
@@ -274,43 +274,10 @@ fn later(f: impl std::future::Future<Output = Answer> + 'static) -> Pending {
     Pending::Later(glommio::spawn_local(f))
 }
 
-/// The APIs this listener serves (the codec decodes a few more, not
-/// advertised until they are served).
-const SERVED: &[i16] = {
-    use kafka_protocol::messages::ApiKey as K;
-    &[
-        K::ApiVersions as i16,
-        K::Metadata as i16,
-        K::Produce as i16,
-        K::Fetch as i16,
-        K::ListOffsets as i16,
-        K::FindCoordinator as i16,
-        K::InitProducerId as i16,
-        K::CreateTopics as i16,
-        K::DeleteTopics as i16,
-        K::JoinGroup as i16,
-        K::SyncGroup as i16,
-        K::Heartbeat as i16,
-        K::LeaveGroup as i16,
-        K::OffsetCommit as i16,
-        K::OffsetFetch as i16,
-        K::ListGroups as i16,
-        K::DescribeGroups as i16,
-        K::DeleteGroups as i16,
-        K::CreatePartitions as i16,
-        K::DescribeConfigs as i16,
-        K::IncrementalAlterConfigs as i16,
-        K::OffsetForLeaderEpoch as i16,
-        K::DescribeCluster as i16,
-        K::ConsumerGroupHeartbeat as i16,
-    ]
-};
-
-/// The ApiVersions answer: the codec's versions of the served APIs.
+/// The ApiVersions answer: every API the codec decodes is served here (the
+/// `match` in [`serve`] is exhaustive over them).
 fn api_versions() -> ApiVersionsResponse {
-    let mut r = codec::api_versions_response();
-    r.api_keys.retain(|k| SERVED.contains(&k.api_key));
-    r
+    codec::api_versions_response()
 }
 
 /// Starts serving one decoded request.
@@ -437,13 +404,18 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
                 ),
             )
         }),
-        // Decodable but not served yet: not advertised either.
-        #[allow(unreachable_patterns)]
-        _ => Pending::Ready(
-            codec::error_response(&h, code::INVALID_REQUEST)
-                .map(|b| Answer::plain(BytesMut::from(&b[..])))
-                .unwrap_or_else(closing),
-        ),
+        KafkaRequest::DeleteRecords(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::DeleteRecords(delete_records(&core, r).await),
+            )
+        }),
+        KafkaRequest::ConsumerGroupDescribe(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::ConsumerGroupDescribe(consumer_group_describe(&core, r).await),
+            )
+        }),
     }
 }
 
@@ -1442,33 +1414,44 @@ async fn describe_groups(
 ) -> DescribeGroupsResponse {
     let mut out = Vec::new();
     for g in r.groups {
-        let req = GroupRequest::Describe(native::DescribeGroupRequest {
+        let req = GroupRequest::DescribeWithBytes(native::DescribeGroupRequest {
             group: g.to_string(),
         });
         let d = DescribedGroup::default().with_group_id(g.clone());
         out.push(match group(core, req).await {
-            GroupResponse::Describe(x) if x.error == 0 => d
-                .with_group_state(s(x.state))
-                .with_protocol_type(s("consumer"))
-                .with_protocol_data(s(x.assignor))
-                .with_members(
-                    x.members
-                        .into_iter()
-                        .map(|m| {
-                            DescribedGroupMember::default()
-                                .with_member_id(s(m.member_id))
-                                .with_group_instance_id(m.instance_id.map(s))
-                                .with_client_id(s(m.client_id))
-                        })
-                        .collect(),
-                ),
-            GroupResponse::Describe(x)
+            GroupResponse::DescribeWithBytes(x, bytes) if x.error == 0 => {
+                let mut bytes: HashMap<String, coordinator::ClassicMemberBytes> = bytes
+                    .into_iter()
+                    .map(|b| (b.member_id.clone(), b))
+                    .collect();
+                d.with_group_state(s(x.state))
+                    .with_protocol_type(s("consumer"))
+                    .with_protocol_data(s(x.assignor))
+                    .with_members(
+                        x.members
+                            .into_iter()
+                            .map(|m| {
+                                // Classic members: what their clients sent;
+                                // members of consumer groups have none.
+                                let b = bytes.remove(&m.member_id).unwrap_or_default();
+                                DescribedGroupMember::default()
+                                    .with_member_id(s(m.member_id))
+                                    .with_group_instance_id(m.instance_id.map(s))
+                                    .with_client_id(s(m.client_id))
+                                    .with_client_host(s(b.client_host))
+                                    .with_member_metadata(b.metadata)
+                                    .with_member_assignment(b.assignment)
+                            })
+                            .collect(),
+                    )
+            }
+            GroupResponse::DescribeWithBytes(x, _)
                 if ErrorCode::from_u16(x.error) == ErrorCode::GroupIdNotFound && version < 6 =>
             {
                 // Before v6 Kafka answers an unknown group as Dead.
                 d.with_group_state(s("Dead"))
             }
-            GroupResponse::Describe(x) => d
+            GroupResponse::DescribeWithBytes(x, _) => d
                 .with_error_code(weir_code(x.error))
                 .with_error_message(x.message.filter(|_| version >= 6).map(s)),
             other => d.with_error_code(refused_code(&other)),
@@ -1496,7 +1479,119 @@ async fn delete_groups(core: &Rc<Core>, r: DeleteGroupsRequest) -> DeleteGroupsR
     DeleteGroupsResponse::default().with_results(out)
 }
 
+/// ConsumerGroupDescribe (KIP-848): groups of the consumer protocol with
+/// their epochs and each member's current and target assignment; a
+/// classic group is GROUP_ID_NOT_FOUND ("not a consumer group"), as Kafka
+/// answers.
+async fn consumer_group_describe(
+    core: &Rc<Core>,
+    r: ConsumerGroupDescribeRequest,
+) -> ConsumerGroupDescribeResponse {
+    use kafka_protocol::messages::consumer_group_describe_response::{
+        Assignment, DescribedGroup as CgGroup, Member, TopicPartitions as CgTopicPartitions,
+    };
+    let assignment = |tps: Vec<native::TopicPartitions>| {
+        Assignment::default().with_topic_partitions(
+            tps.into_iter()
+                .filter_map(|tp| {
+                    let id = core.metadata().get(&tp.topic).map(uuid_of)?;
+                    Some(
+                        CgTopicPartitions::default()
+                            .with_topic_id(id)
+                            .with_topic_name(topic_name(tp.topic))
+                            .with_partitions(tp.partitions.into_iter().map(|p| p as i32).collect()),
+                    )
+                })
+                .collect(),
+        )
+    };
+    let mut out = Vec::new();
+    for g in r.group_ids {
+        let req = GroupRequest::Describe(native::DescribeGroupRequest {
+            group: g.to_string(),
+        });
+        let d = CgGroup::default().with_group_id(g.clone());
+        out.push(match group(core, req).await {
+            GroupResponse::Describe(x) if x.error == 0 && x.kind == "consumer" => d
+                .with_group_state(s(x.state))
+                .with_group_epoch(x.generation)
+                .with_assignment_epoch(x.assignment_epoch)
+                .with_assignor_name(s(x.assignor))
+                .with_members(
+                    x.members
+                        .into_iter()
+                        .map(|m| {
+                            let mut owned = m.owned;
+                            owned.extend(m.revoking);
+                            Member::default()
+                                .with_member_id(s(m.member_id))
+                                .with_instance_id(m.instance_id.map(s))
+                                .with_member_epoch(m.member_epoch)
+                                .with_client_id(s(m.client_id))
+                                .with_subscribed_topic_names(
+                                    m.topics.into_iter().map(topic_name).collect(),
+                                )
+                                .with_assignment(assignment(owned))
+                                .with_target_assignment(assignment(m.assignment))
+                                .with_member_type(1)
+                        })
+                        .collect(),
+                ),
+            GroupResponse::Describe(x) if x.error == 0 => d
+                .with_error_code(code::GROUP_ID_NOT_FOUND)
+                .with_error_message(Some(s(format!(
+                    "Group {} is not a consumer group.",
+                    g.as_str()
+                )))),
+            GroupResponse::Describe(x) => d
+                .with_error_code(weir_code(x.error))
+                .with_error_message(x.message.map(s)),
+            other => d.with_error_code(refused_code(&other)),
+        });
+    }
+    ConsumerGroupDescribeResponse::default().with_groups(out)
+}
+
 // --- more admin --------------------------------------------------------------
+
+/// DeleteRecords: raises each partition's log start offset (offset -1:
+/// to the high watermark); answers the new low watermark.
+async fn delete_records(core: &Rc<Core>, r: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    use kafka_protocol::messages::delete_records_response::{
+        DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+    };
+    let asked: usize = r.topics.iter().map(|t| t.partitions.len()).sum();
+    let too_many = asked > REQUEST_PARTITIONS_MAX;
+    let mut topics = Vec::with_capacity(r.topics.len());
+    for t in r.topics {
+        let name = t.name.to_string();
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let res = DeleteRecordsPartitionResult::default()
+                .with_partition_index(p.partition_index)
+                .with_low_watermark(-1);
+            let outcome = if too_many {
+                Err(code::INVALID_REQUEST)
+            } else if p.partition_index < 0 {
+                Err(code::UNKNOWN_TOPIC_OR_PARTITION)
+            } else {
+                service::offsets::delete_records(core, &name, p.partition_index as u32, p.offset)
+                    .await
+                    .map_err(|e| broker_error_code(&e))
+            };
+            parts.push(match outcome {
+                Ok(low) => res.with_low_watermark(low as i64),
+                Err(c) => res.with_error_code(c),
+            });
+        }
+        topics.push(
+            DeleteRecordsTopicResult::default()
+                .with_name(t.name)
+                .with_partitions(parts),
+        );
+    }
+    DeleteRecordsResponse::default().with_topics(topics)
+}
 
 async fn create_partitions(
     core: &Rc<Core>,
@@ -1609,16 +1704,22 @@ async fn alter_configs(
             );
             continue;
         }
-        // SET only; DELETE, APPEND and SUBTRACT are not served yet.
-        let mut set = Vec::new();
+        // Kafka's operations: 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT.
+        let mut ops = Vec::new();
         let mut refused = None;
         for c in res.configs {
+            let name = c.name.to_string();
             match (c.config_operation, c.value) {
-                (0, Some(v)) => set.push((c.name.to_string(), v.to_string())),
+                (0, Some(v)) => ops.push(ConfigOp::Set(name, v.to_string())),
+                (1, _) => ops.push(ConfigOp::Delete(name)),
+                (2, Some(v)) => ops.push(ConfigOp::Append(name, v.to_string())),
+                (3, Some(v)) => ops.push(ConfigOp::Subtract(name, v.to_string())),
+                (op @ 0..=3, None) => {
+                    refused = Some(format!("config `{name}`: operation {op} needs a value"))
+                }
                 (op, _) => {
                     refused = Some(format!(
-                        "config `{}`: operation {op} is not served (only SET with a value)",
-                        c.name.as_str()
+                        "config `{name}`: unknown operation {op} (0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT)"
                     ))
                 }
             }
@@ -1626,7 +1727,7 @@ async fn alter_configs(
         let done = match refused {
             Some(m) => Err((code::INVALID_REQUEST, m)),
             None if r.validate_only => Ok(()),
-            None => admin::change_topic(core, Change::Alter(res.resource_name.to_string(), set))
+            None => admin::change_topic(core, Change::Alter(res.resource_name.to_string(), ops))
                 .await
                 .map_err(|e| (topic_error_code(&e), e.to_string())),
         };

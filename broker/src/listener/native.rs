@@ -17,7 +17,7 @@ use weir_proto::messages::*;
 use super::connection::{Answer, Pending, Protocol};
 use crate::groups::coordinator::{self, GroupRequest, GroupResponse};
 use crate::metadata::writer::Change;
-use crate::metadata::{TopicError, TopicSpec};
+use crate::metadata::{ConfigOp, TopicError, TopicSpec};
 use crate::service::fetch::{FetchParams, FetchPart};
 use crate::service::offsets::OffsetQuery;
 use crate::service::produce::ProducePart;
@@ -216,7 +216,7 @@ fn group_answer(corr: u32, r: GroupResponse) -> Answer {
         GroupResponse::Result(a) => ok(corr, &a),
         GroupResponse::Commit(a) => ok(corr, &a),
         GroupResponse::Fetch(a) => ok(corr, &a),
-        GroupResponse::Describe(a) => ok(corr, &a),
+        GroupResponse::Describe(a) | GroupResponse::DescribeWithBytes(a, _) => ok(corr, &a),
         GroupResponse::List(groups) => ok(corr, &ListGroupsResponse { groups }),
         GroupResponse::Refused(code, message) => {
             Answer::error(corr, ErrorCode::from_u16(code), &message, false)
@@ -281,7 +281,8 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
             let req = body!(AlterConfigsRequest);
             let mut topics = Vec::new();
             for (name, set) in req.topics {
-                let r = admin::change_topic(core, Change::Alter(name.clone(), set)).await;
+                let r = admin::change_topic(core, Change::Alter(name.clone(), ConfigOp::sets(set)))
+                    .await;
                 topics.push(topic_result(&name, r));
             }
             ok(corr, &AlterConfigsResponse { topics })

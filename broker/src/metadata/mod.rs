@@ -103,6 +103,84 @@ pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, Topic
     Ok(c)
 }
 
+/// Topic configs whose value is a comma-separated list (Kafka's LIST type):
+/// the only ones APPEND and SUBTRACT apply to.
+pub const LIST_CONFIGS: &[&str] = &["cleanup.policy"];
+
+/// One change to a topic's configs (Kafka's IncrementalAlterConfigs
+/// operations; the native AlterConfigs sets only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigOp {
+    /// Set the key to the value.
+    Set(String, String),
+    /// Remove the key: it takes the default again.
+    Delete(String),
+    /// Add the value's items to a list config (its current value, or the
+    /// default), those not in it yet, at the end.
+    Append(String, String),
+    /// Remove the value's items from a list config.
+    Subtract(String, String),
+}
+
+impl ConfigOp {
+    /// Sets, one per pair.
+    pub fn sets(pairs: impl IntoIterator<Item = (String, String)>) -> Vec<ConfigOp> {
+        pairs
+            .into_iter()
+            .map(|(k, v)| ConfigOp::Set(k, v))
+            .collect()
+    }
+
+    fn apply(&self, configs: &mut BTreeMap<String, String>) -> Result<(), TopicError> {
+        let list_op = |key: &str, value: &str, append: bool| {
+            if !LIST_CONFIGS.contains(&key) {
+                return Err(TopicError::Config(format!(
+                    "config `{key}` is not a list: {} applies to {} only",
+                    if append { "APPEND" } else { "SUBTRACT" },
+                    LIST_CONFIGS.join(", ")
+                )));
+            }
+            let current = match configs.get(key) {
+                Some(v) => v.clone(),
+                None => log_config(configs)?.get(key).unwrap_or_default(),
+            };
+            let mut items: Vec<String> = current
+                .split(',')
+                .map(str::trim)
+                .filter(|i| !i.is_empty())
+                .map(str::to_string)
+                .collect();
+            for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                if append {
+                    if !items.iter().any(|i| i == item) {
+                        items.push(item.to_string());
+                    }
+                } else {
+                    items.retain(|i| i != item);
+                }
+            }
+            Ok(items.join(","))
+        };
+        match self {
+            ConfigOp::Set(k, v) => {
+                configs.insert(k.clone(), v.clone());
+            }
+            ConfigOp::Delete(k) => {
+                configs.remove(k);
+            }
+            ConfigOp::Append(k, v) => {
+                let next = list_op(k, v, true)?;
+                configs.insert(k.clone(), next);
+            }
+            ConfigOp::Subtract(k, v) => {
+                let next = list_op(k, v, false)?;
+                configs.insert(k.clone(), next);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Effective configs of a topic: every key with its value (defaults filled in).
 pub fn effective_configs(configs: &BTreeMap<String, String>) -> Vec<(String, String)> {
     let c = log_config(configs).unwrap_or_default();
@@ -335,15 +413,16 @@ impl MetadataView {
             .ok_or_else(|| TopicError::Unknown(name.into()))
     }
 
-    /// Sets configs of a topic (validated as a whole first).
-    pub fn alter(&mut self, name: &str, set: &[(String, String)]) -> Result<(), TopicError> {
+    /// Changes configs of a topic, in order, against its current configs
+    /// (validated as a whole afterwards: all or nothing).
+    pub fn alter(&mut self, name: &str, ops: &[ConfigOp]) -> Result<(), TopicError> {
         let t = self
             .topics
             .get_mut(name)
             .ok_or_else(|| TopicError::Unknown(name.into()))?;
         let mut configs = t.configs.clone();
-        for (k, v) in set {
-            configs.insert(k.clone(), v.clone());
+        for op in ops {
+            op.apply(&mut configs)?;
         }
         log_config(&configs)?;
         t.configs = configs;
@@ -386,6 +465,55 @@ mod tests {
             partitions,
             configs: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn config_ops_set_delete_append_and_subtract_all_or_nothing() {
+        let mut v = MetadataView::default();
+        v.create("t", spec(1), 1).unwrap();
+        let get = |v: &MetadataView, k: &str| v.get("t").unwrap().configs.get(k).cloned();
+        v.alter("t", &[ConfigOp::Set("retention.ms".into(), "1000".into())])
+            .unwrap();
+        // APPEND to an unset list starts from its default (`delete`).
+        v.alter(
+            "t",
+            &[ConfigOp::Append("cleanup.policy".into(), "compact".into())],
+        )
+        .unwrap();
+        assert_eq!(get(&v, "cleanup.policy").as_deref(), Some("delete,compact"));
+        // Appending what is there already changes nothing.
+        v.alter(
+            "t",
+            &[ConfigOp::Append("cleanup.policy".into(), "delete".into())],
+        )
+        .unwrap();
+        assert_eq!(get(&v, "cleanup.policy").as_deref(), Some("delete,compact"));
+        v.alter(
+            "t",
+            &[
+                ConfigOp::Subtract("cleanup.policy".into(), "delete".into()),
+                ConfigOp::Delete("retention.ms".into()),
+            ],
+        )
+        .unwrap();
+        assert_eq!(get(&v, "cleanup.policy").as_deref(), Some("compact"));
+        assert_eq!(get(&v, "retention.ms"), None);
+        // Not a list: refused, with the reason.
+        let e = v
+            .alter("t", &[ConfigOp::Append("retention.ms".into(), "5".into())])
+            .unwrap_err();
+        assert!(e.to_string().contains("not a list"), "{e}");
+        // A bad value later in the request leaves the earlier ops undone.
+        let before = v.get("t").unwrap().configs.clone();
+        v.alter(
+            "t",
+            &[
+                ConfigOp::Set("retention.ms".into(), "7".into()),
+                ConfigOp::Subtract("cleanup.policy".into(), "compact".into()),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(v.get("t").unwrap().configs, before);
     }
 
     #[test]

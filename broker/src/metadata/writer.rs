@@ -31,8 +31,8 @@ pub enum Change {
     Create(String, TopicSpec),
     /// Delete a topic.
     Delete(String),
-    /// Set configs.
-    Alter(String, Vec<(String, String)>),
+    /// Change configs, in order.
+    Alter(String, Vec<super::ConfigOp>),
     /// Raise the partition count to this total.
     AddPartitions(String, u32),
 }

@@ -6,6 +6,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::{BrokerError, OffsetsOk, Result};
+use crate::metadata::OFFSETS_TOPIC;
 use crate::server::limits::REQUEST_PARTITIONS_MAX;
 use crate::shard::mesh::{CoreMsg, ReplyTo};
 use crate::shard::{partition, Core};
@@ -87,4 +88,32 @@ pub async fn list_offsets(
         }));
     }
     Ok(out)
+}
+
+/// Deletes the records of a partition before `before` (-1: the high
+/// watermark), as Kafka's DeleteRecords; returns the new log start offset.
+pub async fn delete_records(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    before: i64,
+) -> Result<u64> {
+    if topic == OFFSETS_TOPIC {
+        return Err(BrokerError::Policy(format!(
+            "{OFFSETS_TOPIC} is internal: its records are the groups' state (delete the group instead)"
+        )));
+    }
+    on_owner(
+        core,
+        topic,
+        partition,
+        partition::delete_records_local(core, topic, partition, before),
+        |reply| CoreMsg::DeleteRecords {
+            topic: topic.to_string(),
+            partition,
+            before,
+            reply,
+        },
+    )
+    .await
 }

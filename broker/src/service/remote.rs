@@ -6,8 +6,8 @@ use std::rc::Rc;
 
 use crate::shard::mesh::CoreMsg;
 use crate::shard::partition::{
-    ack_local, append_local, compact_local, fetch_local, init_producer_id_local, log_ends_local,
-    offsets_local,
+    ack_local, append_local, compact_local, delete_records_local, fetch_local,
+    init_producer_id_local, log_ends_local, offsets_local,
 };
 use crate::shard::Core;
 
@@ -49,6 +49,15 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             reply,
         } => {
             let r = offsets_local(core, &topic, partition, timestamp).await;
+            reply.send(core, r).await;
+        }
+        CoreMsg::DeleteRecords {
+            topic,
+            partition,
+            before,
+            reply,
+        } => {
+            let r = delete_records_local(core, &topic, partition, before).await;
             reply.send(core, r).await;
         }
         CoreMsg::Compact {

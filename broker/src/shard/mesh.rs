@@ -93,6 +93,18 @@ pub enum CoreMsg {
         /// Where the answer goes.
         reply: ReplyTo<Result<OffsetsOk, BrokerError>>,
     },
+    /// Raise the log start offset of a partition this core owns
+    /// (DeleteRecords).
+    DeleteRecords {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The new log start offset; -1: the high watermark.
+        before: i64,
+        /// The log start offset after, or why not.
+        reply: ReplyTo<Result<u64, BrokerError>>,
+    },
     /// Run a cleaner pass on (or report the dirty ratio of) a partition
     /// this core owns.
     Compact {

@@ -131,6 +131,35 @@ pub async fn offsets_local(
     })
 }
 
+/// Raises the log start offset of a partition this core owns to `before`
+/// (-1: the high watermark), as Kafka's DeleteRecords: records below it
+/// are no longer served, and segments wholly below it are deleted.
+/// Returns the new log start offset (never lowered).
+pub async fn delete_records_local(
+    core: &Core,
+    topic: &str,
+    partition: u32,
+    before: i64,
+) -> Result<u64, BrokerError> {
+    let log = core.owned_log(topic, partition)?;
+    let hw = log.high_watermark();
+    let to = match before {
+        -1 => hw,
+        b if b < 0 || b as u64 > hw => {
+            return Err(BrokerError::Storage {
+                kind: crate::service::StorageFailure::OffsetOutOfRange,
+                message: format!(
+                    "cannot delete records of {topic}-{partition} before offset {b}: \
+                     valid offsets are {}..={hw} (the high watermark), or -1 for the high watermark",
+                    log.log_start_offset()
+                ),
+            })
+        }
+        b => b as u64,
+    };
+    log.delete_before(to).await.map_err(BrokerError::from)
+}
+
 /// Runs a cleaner pass (`run`) on a partition this core owns, or reports
 /// its dirty ratio.
 pub async fn compact_local(

@@ -507,9 +507,109 @@ def compression(bootstrap, prefix):
     print(json.dumps({"client": "confluent", "compression": out, "ok": True}))
 
 
+def admin(bootstrap, prefix):
+    """librdkafka's admin API: DeleteRecords (a record boundary and the high
+    watermark; past the end refused), what consumers then read and
+    ListOffsets report; DescribeConsumerGroups of a KIP-848 group
+    (ConsumerGroupDescribe) and of a classic group (DescribeGroups); topic
+    configs altered incrementally (set, append, subtract, delete)."""
+    import confluent_kafka as ck
+    from confluent_kafka.admin import (AdminClient, NewTopic, ConfigResource, ConfigEntry,
+                                       AlterConfigOpType, ResourceType)
+
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    topic = f"{prefix}-deleted"
+    for f in a.create_topics([NewTopic(topic, 2, 1)]).values():
+        f.result(30)
+    p = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for part in (0, 1):
+        for i in range(100):
+            p.produce(topic, value=f"{part}-{i}", partition=part)
+    check(p.flush(DEADLINE_S) == 0, "records not delivered")
+
+    fs = a.delete_records([ck.TopicPartition(topic, 0, 40), ck.TopicPartition(topic, 1, -1)])
+    low = {tp.partition: f.result(30).low_watermark for tp, f in fs.items()}
+    check(low == {0: 40, 1: 100}, f"low watermarks after DeleteRecords: {low}")
+    past = a.delete_records([ck.TopicPartition(topic, 0, 1000)])
+    for f in past.values():
+        try:
+            f.result(30)
+            check(False, "DeleteRecords past the high watermark was accepted")
+        except ck.KafkaException as e:
+            check(e.args[0].code() == ck.KafkaError.OFFSET_OUT_OF_RANGE, f"past the end: {e}")
+
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}-reader",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    lo, hi = c.get_watermark_offsets(ck.TopicPartition(topic, 0), 10)
+    check((lo, hi) == (40, 100), f"partition 0 watermarks: {(lo, hi)}")
+    lo, hi = c.get_watermark_offsets(ck.TopicPartition(topic, 1), 10)
+    check((lo, hi) == (100, 100), f"partition 1 watermarks: {(lo, hi)}")
+    c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING), ck.TopicPartition(topic, 1, ck.OFFSET_BEGINNING)])
+    got, deadline = [], time.time() + DEADLINE_S
+    while len(got) < 60 and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append((m.partition(), m.offset(), m.value().decode()))
+    check(sorted(got) == [(0, i, f"0-{i}") for i in range(40, 100)], f"read after DeleteRecords: {got[:3]}…")
+    c.close()
+
+    # A KIP-848 group and a classic group, each with one member holding
+    # both partitions.
+    kip848 = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}-kip848",
+                          "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    classic = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}-classic",
+                           "auto.offset.reset": "earliest"})
+    kip848.subscribe([topic])
+    classic.subscribe([topic])
+    deadline = time.time() + DEADLINE_S
+    while (len(kip848.assignment()) < 2 or len(classic.assignment()) < 2) and time.time() < deadline:
+        kip848.poll(0.2)
+        classic.poll(0.2)
+    check(len(kip848.assignment()) == 2 and len(classic.assignment()) == 2, "groups did not assign")
+    described = {}
+    for g, f in a.describe_consumer_groups([f"{prefix}-kip848", f"{prefix}-classic"]).items():
+        d = f.result(30)
+        members = [(sorted(tp.partition for tp in m.assignment.topic_partitions)) for m in d.members]
+        described[g] = {"type": str(d.type), "state": str(d.state), "members": members}
+        if g.endswith("kip848"):
+            m = d.members[0]
+            target = sorted(tp.partition for tp in m.target_assignment.topic_partitions)
+            check(target == [0, 1], f"{g}: target assignment {target}")
+    check(described[f"{prefix}-kip848"]["type"].endswith("CONSUMER"), f"KIP-848 group: {described}")
+    check(described[f"{prefix}-classic"]["type"].endswith("CLASSIC"), f"classic group: {described}")
+    for g in described.values():
+        check(g["members"] == [[0, 1]], f"described members: {described}")
+    kip848.close()
+    classic.close()
+
+    # IncrementalAlterConfigs: set, append to and subtract from a list,
+    # delete (back to the default).
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    def alter(*entries):
+        res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=list(entries))
+        for f in a.incremental_alter_configs([res]).values():
+            f.result(30)
+    def configs():
+        return {k: v.value for k, v in a.describe_configs([res])[res].result(30).items()}
+    alter(ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET),
+          ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SET))
+    alter(ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND))
+    after_append = configs()
+    check(set(after_append["cleanup.policy"].split(",")) == {"delete", "compact"},
+          f"after APPEND: {after_append['cleanup.policy']}")
+    alter(ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT),
+          ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE))
+    after = configs()
+    check(after["cleanup.policy"] == "compact", f"after SUBTRACT: {after['cleanup.policy']}")
+    check(after["retention.ms"] == "604800000", f"after DELETE: retention.ms={after['retention.ms']}")
+    print(json.dumps({"client": "confluent", "admin": {"low_watermarks": low, "groups": described}, "ok": True}))
+
+
 def main():
     if sys.argv[1] == "compression":
         return compression(sys.argv[2], sys.argv[3])
+    if sys.argv[1] == "admin":
+        return admin(sys.argv[2], sys.argv[3])
     name, bootstrap, prefix, idem = sys.argv[1:5]
     client = CLIENTS[name](bootstrap, idem == "on")
     topic = f"{prefix}-records"
