@@ -236,7 +236,13 @@ fn kcat_lists_produces_consumes_and_joins_a_group_and_reads_sdk_records() {
         c.produce("kc", 3, batch.freeze(), Acks::All).await.unwrap();
     });
     let meta = kcat(&b, &["-L"], b"");
-    assert!(meta.contains("1 brokers:"), "{meta}");
+    // Each core is a broker (its own Kafka port) leading the partitions it
+    // owns; the 4 partitions spread over both cores.
+    assert!(meta.contains("2 brokers:"), "{meta}");
+    assert!(
+        meta.contains("leader 0,") && meta.contains("leader 1,"),
+        "{meta}"
+    );
     assert!(meta.contains("topic \"kc\" with 4 partitions"), "{meta}");
     let lines: String = (0..200)
         .map(|i| format!("key{}:value{i}\n", i % 10))

@@ -16,6 +16,8 @@ use weir_broker::server::config::BrokerConfig;
 pub struct Embedded {
     /// Its shared native-protocol address.
     pub addr: SocketAddr,
+    /// Its Kafka-protocol address.
+    pub kafka: Option<SocketAddr>,
     /// Its data directory.
     pub data_dir: PathBuf,
     stop: Arc<AtomicBool>,
@@ -46,13 +48,14 @@ impl Embedded {
             .name("weir-embedded".into())
             .spawn(move || {
                 weir_broker::server::run_with(config, flag, |r| {
-                    let _ = tx.send(r.listen);
+                    let _ = tx.send((r.listen, r.kafka));
                 })
             })
             .context("starting the embedded broker's thread")?;
         match rx.recv() {
-            Ok(addr) => Ok(Embedded {
+            Ok((addr, kafka)) => Ok(Embedded {
                 addr,
+                kafka,
                 data_dir: path,
                 stop,
                 thread: Some(thread),

@@ -5,6 +5,7 @@
 
 pub mod discard;
 pub mod embedded;
+pub mod kafka;
 pub mod plot;
 pub mod report;
 pub mod run;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use weir_loadgen::run::{Mode, RunOptions};
+use weir_loadgen::run::{Driver, Mode, RunOptions};
 use weir_loadgen::workload::Workload;
 
 /// The workloads shipped in `loadgen/workloads/`, built into the binary.
@@ -61,9 +61,19 @@ struct Args {
     /// everything (measures the tool itself; produce mode only).
     #[arg(long, conflicts_with = "bootstrap")]
     discard: bool,
-    /// A running broker.
+    /// A running broker: its native listener (driver weir) or a Kafka
+    /// listener (driver kafka: Weir's, Apache Kafka's, Redpanda's).
     #[arg(long, value_name = "HOST:PORT")]
     bootstrap: Option<String>,
+    /// The client library: weir (the Weir SDK, native protocol) or kafka
+    /// (librdkafka, Kafka protocol; with --embedded, the embedded broker's
+    /// Kafka listener).
+    #[arg(long, default_value = "weir", value_parser = parse_driver)]
+    driver: Driver,
+    /// A librdkafka property for --driver kafka, set over weir-bench's own
+    /// (e.g. --kafka-config message.max.bytes=8388608); repeatable.
+    #[arg(long = "kafka-config", value_name = "NAME=VALUE")]
+    kafka_config: Vec<String>,
     /// produce, consume (from a prepared backlog) or end-to-end. Default:
     /// end-to-end if the workload has producers and subscriptions.
     #[arg(long, value_parser = parse_mode)]
@@ -94,6 +104,14 @@ struct Args {
     /// List the shipped workloads and exit.
     #[arg(long)]
     list: bool,
+}
+
+fn parse_driver(s: &str) -> Result<Driver, String> {
+    match s {
+        "weir" => Ok(Driver::Weir),
+        "kafka" => Ok(Driver::Kafka),
+        _ => Err(format!("`{s}`: use weir or kafka")),
+    }
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -187,6 +205,9 @@ fn real_main() -> anyhow::Result<()> {
     if args.discard && mode != Mode::Produce {
         bail!("--discard keeps nothing to consume: use --mode produce");
     }
+    if args.discard && args.driver == Driver::Kafka {
+        bail!("--discard speaks only Weir's native protocol: use --driver weir");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
@@ -204,7 +225,12 @@ fn real_main() -> anyhow::Result<()> {
                 .unwrap_or(1)
         });
         let e = weir_loadgen::embedded::Embedded::start(cores, args.data_dir.clone())?;
-        let a = e.addr;
+        let a = match args.driver {
+            Driver::Weir => e.addr,
+            Driver::Kafka => e
+                .kafka
+                .context("the embedded broker has no Kafka listener")?,
+        };
         embedded = Some(e);
         (a, format!("embedded ({cores} cores)"))
     } else if args.discard {
@@ -222,9 +248,22 @@ fn real_main() -> anyhow::Result<()> {
             .with_context(|| format!("{b} resolved to nothing"))?;
         (a, b.clone())
     };
+    let target = format!("{target}, driver {}", args.driver.name());
+    let mut kafka_config = Vec::new();
+    for kv in &args.kafka_config {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--kafka-config `{kv}`: expected NAME=VALUE"))?;
+        kafka_config.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    if !kafka_config.is_empty() && args.driver != Driver::Kafka {
+        bail!("--kafka-config applies to --driver kafka only");
+    }
     let opts = RunOptions {
         mode,
+        driver: args.driver,
         bootstrap,
+        kafka_config,
         target,
         progress: !args.no_progress,
         stop,

@@ -71,13 +71,38 @@ impl Mode {
     }
 }
 
+/// Which client library drives the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// The Weir SDK, on Weir's native protocol.
+    Weir,
+    /// librdkafka (the `rdkafka` crate), on the Kafka protocol: Weir's
+    /// Kafka listener, Apache Kafka, Redpanda.
+    Kafka,
+}
+
+impl Driver {
+    /// Its name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Weir => "weir",
+            Driver::Kafka => "kafka",
+        }
+    }
+}
+
 /// How to run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// What to run.
     pub mode: Mode,
-    /// The broker.
+    /// The client library.
+    pub driver: Driver,
+    /// The broker (its native listener for [`Driver::Weir`], a Kafka
+    /// listener for [`Driver::Kafka`]).
     pub bootstrap: SocketAddr,
+    /// librdkafka properties set over the driver's (`--kafka-config`).
+    pub kafka_config: Vec<(String, String)>,
     /// "embedded", "discard" or the bootstrap address, for the report.
     pub target: String,
     /// Print a progress line each second.
@@ -164,6 +189,8 @@ struct Shared {
     stamp_values: bool,
     /// When a consumer last got records (µs since the epoch).
     last_consume_us: AtomicU64,
+    /// Consumers that joined their group (had a first assignment).
+    consumers_joined: AtomicU64,
     /// The workload's `payloadFile`, if it has one: every value.
     payload_file: Option<Bytes>,
 }
@@ -184,7 +211,7 @@ impl Shared {
     }
 
     /// Keeps the first publish error for the report.
-    fn note_error(&self, e: &weir_client::ClientError) {
+    fn note_error(&self, e: &dyn std::fmt::Display) {
         self.first_error
             .lock()
             .expect("error")
@@ -216,13 +243,113 @@ fn payloads(w: &Workload) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Where a producer sends: the Weir SDK or librdkafka.
+enum Sender {
+    Weir(Arc<Producer>),
+    Kafka(crate::kafka::KafkaProducer),
+}
+
+impl Sender {
+    async fn connect(
+        driver: Driver,
+        bootstrap: SocketAddr,
+        w: &Workload,
+        extra: &[(String, String)],
+    ) -> anyhow::Result<Sender> {
+        Ok(match driver {
+            Driver::Weir => {
+                let client = Client::connect(bootstrap).await?;
+                Sender::Weir(Arc::new(Producer::new(client, w.driver.producer_config())))
+            }
+            Driver::Kafka => Sender::Kafka(crate::kafka::KafkaProducer::new(
+                &bootstrap.to_string(),
+                &w.driver,
+                extra,
+            )?),
+        })
+    }
+
+    async fn send(&self, record: ProducerRecord) -> Result<Delivery, String> {
+        match self {
+            Sender::Weir(p) => p
+                .send(record)
+                .await
+                .map(Delivery::Weir)
+                .map_err(|e| e.to_string()),
+            Sender::Kafka(p) => p
+                .send(
+                    &record.topic,
+                    record.partition,
+                    record.key.as_deref(),
+                    record.value.as_deref().unwrap_or_default(),
+                    record.timestamp.unwrap_or(0),
+                )
+                .await
+                .map(Delivery::Kafka)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Sends what is buffered and waits for it.
+    async fn flush(&self) {
+        match self {
+            Sender::Weir(p) => p.flush().await,
+            Sender::Kafka(p) => {
+                // librdkafka's flush blocks its thread.
+                let _ = tokio::task::block_in_place(|| p.flush());
+            }
+        }
+    }
+
+    async fn close(&self) {
+        if let Sender::Weir(p) = self {
+            p.close().await;
+        }
+    }
+}
+
+/// A record's acknowledgement to come.
+enum Delivery {
+    Weir(DeliveryFuture),
+    Kafka(rdkafka::producer::DeliveryFuture),
+}
+
+impl Delivery {
+    /// The outcome, if known already.
+    fn try_now(&mut self) -> Option<Result<(), String>> {
+        match self {
+            Delivery::Weir(f) => f
+                .try_offset()
+                .map(|r| r.map(|_| ()).map_err(|e| e.to_string())),
+            Delivery::Kafka(f) => {
+                use std::future::Future;
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                match std::pin::Pin::new(f).poll(&mut cx) {
+                    std::task::Poll::Ready(r) => Some(crate::kafka::delivery_outcome(r)),
+                    std::task::Poll::Pending => None,
+                }
+            }
+        }
+    }
+
+    /// Waits for the outcome (once [`Delivery::try_now`] said `None`).
+    async fn outcome(self) -> Result<(), String> {
+        match self {
+            Delivery::Weir(f) => f.await.map(|_| ()).map_err(|e| e.to_string()),
+            Delivery::Kafka(f) => crate::kafka::delivery_outcome(f.await),
+        }
+    }
+}
+
 /// What one producer task does.
 struct ProducerJob {
     w: Arc<Workload>,
     topic: Arc<str>,
     /// Records/s; 0: as fast as possible.
     rate: f64,
+    driver: Driver,
     bootstrap: SocketAddr,
+    kafka_config: Arc<[(String, String)]>,
     shared: Arc<Shared>,
     /// Distinguishes producers (spreads their partitions and keys).
     index: u64,
@@ -240,14 +367,15 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
         w,
         topic,
         rate,
+        driver,
         bootstrap,
+        kafka_config,
         shared,
         index,
         limit_bytes,
     } = job;
     let partitions = w.partitions_per_topic;
-    let client = Client::connect(bootstrap).await?;
-    let p = Arc::new(Producer::new(client, w.driver.producer_config()));
+    let p = Sender::connect(driver, bootstrap, &w, &kafka_config).await?;
     let pool: Vec<Bytes> = match &shared.payload_file {
         Some(p) => vec![p.clone()],
         None => payloads(&w).into_iter().map(Bytes::from).collect(),
@@ -256,7 +384,7 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
     // chunk); the acker awaits them in order on another thread, so their
     // acknowledgements are observed as they happen, and merges its
     // histogram into the shared one once per chunk.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<(u64, u64, DeliveryFuture)>>(256);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<(u64, u64, Delivery)>>(256);
     let acker = {
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -268,10 +396,10 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
                 // overestimate of at most one pass over the chunk).
                 let mut now = now_us();
                 for (intended, bytes, mut f) in chunk {
-                    let outcome = match f.try_offset() {
+                    let outcome = match f.try_now() {
                         Some(r) => r,
                         None => {
-                            let r = f.await.map(|m| m.offset);
+                            let r = f.outcome().await;
                             now = now_us();
                             r
                         }
@@ -300,7 +428,7 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
     // The intended send time goes into each value only if someone reads
     // it (end-to-end latency); otherwise values are shared, not copied.
     let stamp = shared.stamp_values;
-    let mut chunk: Vec<(u64, u64, DeliveryFuture)> = Vec::with_capacity(CHUNK);
+    let mut chunk: Vec<(u64, u64, Delivery)> = Vec::with_capacity(CHUNK);
     let mut chunk_started = Instant::now();
     let mut delay = Hist::new();
     let start = Instant::now();
@@ -442,12 +570,7 @@ async fn consume(
             for r in &records {
                 let v = r.value.as_deref().unwrap_or_default();
                 bytes += v.len() as u64;
-                let sent_us = if v.len() >= 8 {
-                    u64::from_be_bytes(v[..8].try_into().expect("8 bytes"))
-                } else {
-                    (r.timestamp.max(0) as u64) * 1000
-                };
-                h.record(now.saturating_sub(sent_us), measured);
+                h.record(now.saturating_sub(sent_us(v, r.timestamp)), measured);
             }
         }
         shared
@@ -462,13 +585,89 @@ async fn consume(
     Ok(())
 }
 
+/// When a record was meant to be sent (µs since the epoch): the stamp in
+/// its value's first 8 bytes, else its timestamp (ms).
+fn sent_us(value: &[u8], timestamp_ms: i64) -> u64 {
+    match value.get(..8) {
+        Some(b) => u64::from_be_bytes(b.try_into().expect("8 bytes")),
+        None => (timestamp_ms.max(0) as u64) * 1000,
+    }
+}
+
+/// Records a consumer counted but has not yet added to the shared
+/// totals (librdkafka hands records over one at a time).
+const KAFKA_CONSUME_BATCH: u64 = 1000;
+
+/// How long a run waits for librdkafka consumers to join before it starts
+/// the producers anyway.
+const KAFKA_JOIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One consumer of a subscription through librdkafka (see [`consume`]).
+async fn consume_kafka(
+    topic: String,
+    group: String,
+    bootstrap: SocketAddr,
+    kafka_config: Arc<[(String, String)]>,
+    shared: Arc<Shared>,
+) -> anyhow::Result<()> {
+    // librdkafka's poll blocks its caller: each member runs on a thread of
+    // its own (tokio's blocking pool), polling as librdkafka's own
+    // examples do.
+    tokio::task::spawn_blocking(move || {
+        consume_kafka_blocking(&topic, &group, bootstrap, &kafka_config, &shared)
+    })
+    .await?
+}
+
+fn consume_kafka_blocking(
+    topic: &str,
+    group: &str,
+    bootstrap: SocketAddr,
+    kafka_config: &[(String, String)],
+    shared: &Shared,
+) -> anyhow::Result<()> {
+    use rdkafka::consumer::Consumer;
+    use rdkafka::message::Message;
+    let consumer =
+        crate::kafka::group_consumer(&bootstrap.to_string(), group, topic, kafka_config)?;
+    let mut local = Hist::new();
+    let (mut n, mut bytes) = (0u64, 0u64);
+    let mut last_flush = Instant::now();
+    let mut joined = false;
+    while !shared.stop_consuming.load(Ordering::Relaxed) {
+        let got = consumer.poll(Duration::from_millis(100));
+        if !joined && consumer.context().joined() {
+            joined = true;
+            shared.consumers_joined.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(m) = got {
+            let m = m.with_context(|| format!("consuming {topic} in group {group}"))?;
+            let v = m.payload().unwrap_or_default();
+            let ts = m.timestamp().to_millis().unwrap_or(0);
+            let now = now_us();
+            local.record(now.saturating_sub(sent_us(v, ts)), shared.measured());
+            n += 1;
+            bytes += v.len() as u64;
+        }
+        if n >= KAFKA_CONSUME_BATCH || (n > 0 && last_flush.elapsed() >= Duration::from_millis(20))
+        {
+            local.merge_into(&shared.e2e);
+            shared.consumed.fetch_add(n, Ordering::Relaxed);
+            shared.consumed_bytes.fetch_add(bytes, Ordering::Relaxed);
+            shared
+                .last_consume_us
+                .fetch_max(now_us(), Ordering::Relaxed);
+            (n, bytes) = (0, 0);
+            last_flush = Instant::now();
+        }
+    }
+    Ok(())
+}
+
 /// Runs `w` and returns its report.
 pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
     let started_at = SystemTime::now();
     let w = Arc::new(w.clone());
-    let admin = Client::connect(opts.bootstrap)
-        .await
-        .with_context(|| format!("connecting to {}", opts.bootstrap))?;
     let topics: Vec<String> = w
         .topic_names()
         .into_iter()
@@ -476,11 +675,28 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         .collect();
     let configs = w.driver.topic_configs();
     let payload_file = w.read_payload_file(&opts.workload_dir)?.map(Bytes::from);
-    for t in &topics {
-        admin
-            .create_topic(t, w.partitions_per_topic, configs.clone())
-            .await
-            .with_context(|| format!("creating topic {t}"))?;
+    match opts.driver {
+        Driver::Weir => {
+            let admin = Client::connect(opts.bootstrap)
+                .await
+                .with_context(|| format!("connecting to {}", opts.bootstrap))?;
+            for t in &topics {
+                admin
+                    .create_topic(t, w.partitions_per_topic, configs.clone())
+                    .await
+                    .with_context(|| format!("creating topic {t}"))?;
+            }
+        }
+        Driver::Kafka => {
+            crate::kafka::create_topics(
+                &opts.bootstrap.to_string(),
+                &topics,
+                w.partitions_per_topic,
+                &configs,
+                &opts.kafka_config,
+            )
+            .await?
+        }
     }
     let shared = Arc::new(Shared {
         published: AtomicU64::new(0),
@@ -497,9 +713,11 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         first_error: Mutex::new(None),
         stamp_values: opts.mode != Mode::Produce,
         last_consume_us: AtomicU64::new(0),
+        consumers_joined: AtomicU64::new(0),
         payload_file,
     });
     let mut notes = Vec::new();
+    let kafka_config: Arc<[(String, String)]> = opts.kafka_config.clone().into();
     let producers_total = u64::from(w.producers_per_topic * w.topics);
     let per_producer_rate = if producers_total > 0 {
         w.producer_rate / producers_total as f64
@@ -528,7 +746,9 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                     w: w.clone(),
                     topic: t.as_str().into(),
                     rate: 0.0,
+                    driver: opts.driver,
                     bootstrap: opts.bootstrap,
+                    kafka_config: kafka_config.clone(),
                     shared: shared.clone(),
                     index: (ti as u64) << 16 | pi as u64,
                     limit_bytes: Some(per),
@@ -551,14 +771,38 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         for t in &topics {
             for sub in 0..w.subscriptions_per_topic {
                 for _ in 0..w.consumer_per_subscription.max(1) {
-                    tasks.push(tokio::spawn(consume(
-                        t.clone(),
-                        format!("{t}-sub-{sub}"),
-                        opts.bootstrap,
-                        shared.clone(),
-                    )));
+                    let (topic, group) = (t.clone(), format!("{t}-sub-{sub}"));
+                    let shared = shared.clone();
+                    tasks.push(match opts.driver {
+                        Driver::Weir => tokio::spawn(consume(topic, group, opts.bootstrap, shared)),
+                        Driver::Kafka => tokio::spawn(consume_kafka(
+                            topic,
+                            group,
+                            opts.bootstrap,
+                            kafka_config.clone(),
+                            shared,
+                        )),
+                    });
                 }
             }
+        }
+    }
+    // The native consumers join before their first poll; librdkafka's join
+    // in the background: producers start once every member has its first
+    // assignment (bounded), so that what is measured is not the join.
+    if opts.driver == Driver::Kafka && !tasks.is_empty() {
+        let deadline = Instant::now() + KAFKA_JOIN_TIMEOUT;
+        while shared.consumers_joined.load(Ordering::Relaxed) < tasks.len() as u64 {
+            if Instant::now() >= deadline || opts.stop.load(Ordering::Relaxed) {
+                notes.push(format!(
+                    "{} of {} consumers joined their groups within {:?}",
+                    shared.consumers_joined.load(Ordering::Relaxed),
+                    tasks.len(),
+                    KAFKA_JOIN_TIMEOUT
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
     let mut producers = Vec::new();
@@ -569,7 +813,9 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                     w: w.clone(),
                     topic: t.as_str().into(),
                     rate: per_producer_rate,
+                    driver: opts.driver,
                     bootstrap: opts.bootstrap,
+                    kafka_config: kafka_config.clone(),
                     shared: shared.clone(),
                     index: (ti as u64) << 16 | pi as u64,
                     limit_bytes: None,

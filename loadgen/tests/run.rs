@@ -10,7 +10,7 @@ use weir_client::Client;
 use weir_loadgen::discard::{DiscardBroker, Stall};
 use weir_loadgen::embedded::Embedded;
 use weir_loadgen::report::Report;
-use weir_loadgen::run::{run, Mode, RunOptions};
+use weir_loadgen::run::{run, Driver, Mode, RunOptions};
 use weir_loadgen::workload::Workload;
 
 fn workload(yaml_overrides: &[(&str, &str)]) -> Workload {
@@ -28,7 +28,9 @@ fn workload(yaml_overrides: &[(&str, &str)]) -> Workload {
 fn options(mode: Mode, bootstrap: std::net::SocketAddr, id: &str) -> RunOptions {
     RunOptions {
         mode,
+        driver: Driver::Weir,
         bootstrap,
+        kafka_config: Vec::new(),
         target: "test".into(),
         progress: false,
         stop: Arc::new(AtomicBool::new(false)),
@@ -86,6 +88,41 @@ fn an_embedded_end_to_end_run_reports_what_the_broker_holds() {
     assert!(report.publish_latency.count > 0);
     assert!(!report.intervals.is_empty());
     assert!(report.intervals[0].warmup);
+    drop(rt);
+    broker.stop().unwrap();
+}
+
+/// The same workload through librdkafka on the embedded broker's Kafka
+/// listener: the topic made with CreateTopics, every acknowledged record in
+/// the broker, the group of two librdkafka consumers reading them.
+#[test]
+fn the_kafka_driver_runs_a_workload_through_librdkafka() {
+    let broker = Embedded::start(1, None).unwrap();
+    let rt = runtime();
+    let w = workload(&[]);
+    let mut opts = options(Mode::EndToEnd, broker.kafka.unwrap(), "kafka");
+    opts.driver = Driver::Kafka;
+    let report = rt.block_on(run(&w, &opts)).unwrap();
+    assert!(
+        report.notes.iter().all(|n| !n.contains("failed")),
+        "{:?}",
+        report.notes
+    );
+    let (held, partitions) = rt.block_on(async {
+        let c = Client::connect(broker.addr).await.unwrap();
+        let t = c.describe_topic("test-0-kafka").await.unwrap();
+        let held: u64 = t.partitions.iter().map(|p| p.log_end_offset).sum();
+        (held, t.partitions.len())
+    });
+    assert_eq!(partitions, 4);
+    assert_eq!(held, report.totals.acknowledged_all);
+    assert!(report.totals.published > 0 && report.totals.publish_errors == 0);
+    assert!(
+        report.totals.consumed_all * 10 >= held * 9 && report.totals.consumed_all <= held,
+        "consumed {} of {held}",
+        report.totals.consumed_all
+    );
+    assert!(report.end_to_end_latency.count > 0);
     drop(rt);
     broker.stop().unwrap();
 }

@@ -486,7 +486,7 @@ fn from_wire(list: &[TopicPartitions]) -> BTreeSet<Tp> {
 }
 
 /// The core that coordinates `group`, or why there is none.
-fn coordinator_of(core: &Core, group: &str) -> Result<usize, Refusal> {
+pub(crate) fn coordinator_of(core: &Core, group: &str) -> Result<usize, Refusal> {
     if group.is_empty() || group.len() > GROUP_ID_BYTES_MAX {
         return Err(Refusal(
             ErrorCode::InvalidGroupId.as_u16(),

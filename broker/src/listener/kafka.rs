@@ -76,6 +76,9 @@ use crate::shard::Core;
 
 /// Kafka's error codes this listener answers with.
 pub mod code {
+    /// The transactional id is not authorised (the answer to a
+    /// transaction-coordinator lookup: transactions are not served).
+    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
     /// UNKNOWN_SERVER_ERROR.
     pub const UNKNOWN: i16 = -1;
     /// OFFSET_OUT_OF_RANGE.
@@ -497,6 +500,50 @@ fn advertised(core: &Core) -> (String, i32) {
     (a.ip().to_string(), i32::from(a.port()))
 }
 
+/// The Kafka brokers this node shows clients: with per-core Kafka ports,
+/// one per core (node id = core index, at its own port), so that clients
+/// send each partition's requests to the core that owns it; else one
+/// (node 0, the Kafka listener).
+fn brokers(core: &Core) -> Vec<(i32, String, i32)> {
+    let (host, port) = advertised(core);
+    if core.shared.config.kafka_core_port_base.is_none() {
+        return vec![(NODE_ID, host, port)];
+    }
+    core.shared
+        .kafka_core_ports
+        .iter()
+        .enumerate()
+        .map(|(c, p)| {
+            (
+                c as i32,
+                host.clone(),
+                i32::from(p.load(std::sync::atomic::Ordering::Acquire)),
+            )
+        })
+        .collect()
+}
+
+/// The node that leads a partition owned by core `owner`.
+fn node_of_core(core: &Core, owner: u32) -> i32 {
+    if core.shared.config.kafka_core_port_base.is_none() {
+        NODE_ID
+    } else {
+        owner as i32
+    }
+}
+
+/// `(node, host, port)` of the broker that coordinates `group` (its
+/// coordinator core's, with per-core Kafka ports).
+fn coordinator_broker(core: &Core, group: &str) -> (i32, String, i32) {
+    let all = brokers(core);
+    let c = coordinator::coordinator_of(core, group).unwrap_or(0);
+    let node = node_of_core(core, c as u32);
+    all.into_iter().find(|b| b.0 == node).unwrap_or_else(|| {
+        let (h, p) = advertised(core);
+        (NODE_ID, h, p)
+    })
+}
+
 fn uuid_of(meta: &TopicMeta) -> uuid::Uuid {
     uuid::Uuid::parse_str(&meta.id).unwrap_or_default()
 }
@@ -579,22 +626,26 @@ async fn metadata(core: &Rc<Core>, r: MetadataRequest, version: i16) -> Metadata
     let mut topics: Vec<MetadataResponseTopic> = found
         .into_iter()
         .map(|(name, meta)| match meta {
-            Some(m) => MetadataResponseTopic::default()
-                .with_name(Some(topic_name(name.clone())))
-                .with_topic_id(uuid_of(&m))
-                .with_is_internal(name == OFFSETS_TOPIC)
-                .with_partitions(
-                    (0..m.partitions())
-                        .map(|p| {
-                            MetadataResponsePartition::default()
-                                .with_partition_index(p as i32)
-                                .with_leader_id(BrokerId(NODE_ID))
-                                .with_leader_epoch(-1)
-                                .with_replica_nodes(vec![BrokerId(NODE_ID)])
-                                .with_isr_nodes(vec![BrokerId(NODE_ID)])
-                        })
-                        .collect(),
-                ),
+            Some(m) => {
+                let leader =
+                    |p: u32| node_of_core(core, m.cores.get(p as usize).copied().unwrap_or(0));
+                MetadataResponseTopic::default()
+                    .with_name(Some(topic_name(name.clone())))
+                    .with_topic_id(uuid_of(&m))
+                    .with_is_internal(name == OFFSETS_TOPIC)
+                    .with_partitions(
+                        (0..m.partitions())
+                            .map(|p| {
+                                MetadataResponsePartition::default()
+                                    .with_partition_index(p as i32)
+                                    .with_leader_id(BrokerId(leader(p)))
+                                    .with_leader_epoch(-1)
+                                    .with_replica_nodes(vec![BrokerId(leader(p))])
+                                    .with_isr_nodes(vec![BrokerId(leader(p))])
+                            })
+                            .collect(),
+                    )
+            }
             None => MetadataResponseTopic::default()
                 .with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION)
                 .with_name(Some(topic_name(name))),
@@ -612,12 +663,18 @@ async fn metadata(core: &Rc<Core>, r: MetadataRequest, version: i16) -> Metadata
             }
         }
     }
-    let (host, port) = advertised(core);
     MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(NODE_ID))
-            .with_host(s(host))
-            .with_port(port)])
+        .with_brokers(
+            brokers(core)
+                .into_iter()
+                .map(|(node, host, port)| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(node))
+                        .with_host(s(host))
+                        .with_port(port)
+                })
+                .collect(),
+        )
         .with_cluster_id(Some(s(CLUSTER_ID)))
         .with_controller_id(BrokerId(NODE_ID))
         .with_topics(topics)
@@ -628,13 +685,15 @@ fn find_coordinator(
     r: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
-    let (host, port) = advertised(core);
-    // Groups only (key type 0): transactions are not served.
+    // Groups only (key type 0). Transactions are not served: their
+    // coordinator lookup gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the one
+    // answer clients treat as final (COORDINATOR_NOT_AVAILABLE would have
+    // them retry until their timeout), with the reason in the message.
     let (error, message) = if r.key_type == 0 {
         (0, None)
     } else {
         (
-            code::COORDINATOR_NOT_AVAILABLE,
+            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
             Some(s("transactions are not supported by Weir")),
         )
     };
@@ -643,13 +702,14 @@ fn find_coordinator(
             .coordinator_keys
             .into_iter()
             .map(|key| {
+                let broker = (error == 0).then(|| coordinator_broker(core, key.as_str()));
                 let c = Coordinator::default()
                     .with_key(key)
                     .with_error_code(error)
                     .with_error_message(message.clone());
-                if error == 0 {
-                    c.with_node_id(BrokerId(NODE_ID))
-                        .with_host(s(host.clone()))
+                if let Some((node, host, port)) = broker {
+                    c.with_node_id(BrokerId(node))
+                        .with_host(s(host))
                         .with_port(port)
                 } else {
                     c.with_node_id(BrokerId(-1)).with_port(-1)
@@ -662,7 +722,8 @@ fn find_coordinator(
         .with_error_code(error)
         .with_error_message(message);
     if error == 0 {
-        resp.with_node_id(BrokerId(NODE_ID))
+        let (node, host, port) = coordinator_broker(core, r.key.as_str());
+        resp.with_node_id(BrokerId(node))
             .with_host(s(host))
             .with_port(port)
     } else {
@@ -1774,14 +1835,20 @@ async fn offset_for_leader_epoch(
 }
 
 fn describe_cluster(core: &Core) -> DescribeClusterResponse {
-    let (host, port) = advertised(core);
     DescribeClusterResponse::default()
         .with_cluster_id(s(CLUSTER_ID))
         .with_controller_id(BrokerId(NODE_ID))
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(NODE_ID))
-            .with_host(s(host))
-            .with_port(port)])
+        .with_brokers(
+            brokers(core)
+                .into_iter()
+                .map(|(node, host, port)| {
+                    DescribeClusterBroker::default()
+                        .with_broker_id(BrokerId(node))
+                        .with_host(s(host))
+                        .with_port(port)
+                })
+                .collect(),
+        )
 }
 
 // --- KIP-848 -----------------------------------------------------------------

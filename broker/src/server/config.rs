@@ -20,6 +20,8 @@ pub const CORE_PORT_BASE_DEFAULT: u16 = 9300;
 pub const METRICS_LISTEN_DEFAULT: &str = "127.0.0.1:9644";
 /// Default Kafka protocol address.
 pub const KAFKA_LISTENER_DEFAULT: &str = "127.0.0.1:9092";
+/// Default first per-core Kafka port (core N: this + N).
+pub const KAFKA_CORE_PORT_BASE_DEFAULT: u16 = 9500;
 /// Default data directory.
 pub const DATA_DIR_DEFAULT: &str = "./weir-data";
 /// Default retention interval (Kafka's `log.retention.check.interval.ms`).
@@ -68,6 +70,13 @@ pub struct BrokerArgs {
     /// FindCoordinator) [default: the Kafka listener's address].
     #[arg(long, env = "WEIR_KAFKA_ADVERTISED_LISTENER")]
     pub kafka_advertised_listener: Option<String>,
+    /// Core N also serves Kafka clients on this port + N and Metadata
+    /// names each core a broker (node id N) leading the partitions it
+    /// owns, so clients send each partition to its core; 0 picks free
+    /// ports; `off`: one broker (node 0) on the Kafka listener only
+    /// [default: 9500, or free ports when the Kafka listener's port is 0].
+    #[arg(long, env = "WEIR_KAFKA_CORE_PORT_BASE")]
+    pub kafka_core_port_base: Option<String>,
     /// Largest request frame accepted, bytes [default: 104857600].
     #[arg(long, env = "WEIR_MAX_FRAME_BYTES")]
     pub max_frame_bytes: Option<u32>,
@@ -141,6 +150,7 @@ struct FileConfig {
     metrics_listen: Option<String>,
     kafka_listener: Option<String>,
     kafka_advertised_listener: Option<String>,
+    kafka_core_port_base: Option<String>,
     max_frame_bytes: Option<u32>,
     auto_create_topics: Option<bool>,
     default_partitions: Option<u32>,
@@ -176,6 +186,9 @@ pub struct BrokerConfig {
     /// What Kafka clients are told to connect to (`None`: the listener's
     /// bound address).
     pub kafka_advertised_listener: Option<(String, u16)>,
+    /// First per-core Kafka port (0: free ports; `None`: no per-core
+    /// Kafka brokers).
+    pub kafka_core_port_base: Option<u16>,
     /// Largest request frame.
     pub max_frame_bytes: u32,
     /// `auto.create.topics.enable`.
@@ -230,6 +243,7 @@ impl BrokerConfig {
             metrics_listen: loopback,
             kafka_listener: Some(loopback),
             kafka_advertised_listener: None,
+            kafka_core_port_base: Some(0),
             max_frame_bytes: MAX_FRAME_BYTES_DEFAULT,
             auto_create_topics: false,
             default_partitions: 1,
@@ -296,7 +310,11 @@ impl BrokerConfig {
         if !(1..=OFFSETS_PARTITIONS_MAX).contains(&offsets_partitions) {
             bail!("--offsets-partitions must be 1 to {OFFSETS_PARTITIONS_MAX}");
         }
-        Ok(BrokerConfig {
+        let kafka_core_port_base = args
+            .kafka_core_port_base
+            .clone()
+            .or(file.kafka_core_port_base.clone());
+        let mut config = BrokerConfig {
             data_dir: args
                 .data_dir
                 .clone()
@@ -407,7 +425,19 @@ impl BrokerConfig {
                 .unwrap_or(CONNECTIONS_PER_CORE_MAX_DEFAULT)
                 .max(1),
             test_panic_on_produce_to: args.test_panic_on_produce_to.clone(),
-        })
+            kafka_core_port_base: None,
+        };
+        config.kafka_core_port_base = match kafka_core_port_base {
+            Some(v) if v == "off" => None,
+            Some(v) => Some(v.parse::<u16>().with_context(|| {
+                format!("--kafka-core-port-base `{v}`: a port (0: free ports) or `off`")
+            })?),
+            None => match config.kafka_listener {
+                Some(a) if a.port() == 0 => Some(0),
+                _ => Some(KAFKA_CORE_PORT_BASE_DEFAULT),
+            },
+        };
+        Ok(config)
     }
 }
 

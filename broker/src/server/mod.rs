@@ -65,6 +65,8 @@ pub struct ReadyInfo {
     pub metrics: SocketAddr,
     /// The Kafka protocol address, if any.
     pub kafka: Option<SocketAddr>,
+    /// Each core's own Kafka port (empty without per-core Kafka brokers).
+    pub kafka_core_ports: Vec<u16>,
     /// The data directory.
     pub data_dir: std::path::PathBuf,
 }
@@ -90,12 +92,13 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     }
     run_with(config, stopping, |r| {
         println!(
-            "weir broker ready: listen={} cores={} core_ports={:?} metrics={} kafka={} data_dir={}",
+            "weir broker ready: listen={} cores={} core_ports={:?} metrics={} kafka={} kafka_core_ports={:?} data_dir={}",
             r.listen,
             r.core_ports.len(),
             r.core_ports,
             r.metrics,
             r.kafka.map_or("off".to_string(), |a| a.to_string()),
+            r.kafka_core_ports,
             r.data_dir.display()
         );
         use std::io::Write;
@@ -140,6 +143,7 @@ pub fn run_with(
         kafka_listen,
         config: BrokerConfig { listen, ..config },
         core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
+        kafka_core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
         port: AtomicU16::new(listen.port()),
         stopping: stopping.clone(),
         metrics_port: AtomicU16::new(0),
@@ -223,6 +227,12 @@ pub fn run_with(
         ),
         data_dir: shared.config.data_dir.clone(),
         kafka: kafka_listen,
+        kafka_core_ports: shared
+            .kafka_core_ports
+            .iter()
+            .map(|p| p.load(Ordering::Acquire))
+            .filter(|_| kafka_listen.is_some() && shared.config.kafka_core_port_base.is_some())
+            .collect(),
     });
     tracing::info!(%listen, cores = n, ?ports, "broker ready");
     let mut result = Ok(());
@@ -320,10 +330,31 @@ async fn core_main(
             .map_err(std::io::Error::from)
             .with_context(|| format!("core {c} cannot listen for Kafka clients on {addr}"))?;
         let (core, active) = (core.clone(), active.clone());
-        // Kafka clients know nothing of cores: partitions of other cores
-        // are served through the mesh.
+        // Partitions of other cores are served through the mesh: on the
+        // shared port, and on a core's own port for a client whose
+        // metadata is stale.
         let ctx = Ctx { owner_only: false };
-        glommio::spawn_local(accept_loop(core, l, active, ctx, Kafka)).detach();
+        glommio::spawn_local(accept_loop(core.clone(), l, active.clone(), ctx, Kafka)).detach();
+        if let Some(base) = shared.config.kafka_core_port_base {
+            let port = match base {
+                0 => 0,
+                b => b
+                    .checked_add(c as u16)
+                    .ok_or_else(|| anyhow!("--kafka-core-port-base {b} + core {c} overflows"))?,
+            };
+            let own = SocketAddr::new(addr.ip(), port);
+            let l = TcpListener::bind(own)
+                .map_err(std::io::Error::from)
+                .with_context(|| {
+                    format!(
+                        "core {c} cannot listen for Kafka clients on its own port {own} \
+                         (--kafka-core-port-base: another base, 0 for free ports, or `off`)"
+                    )
+                })?;
+            let port = l.local_addr().map_err(std::io::Error::from)?.port();
+            shared.kafka_core_ports[c].store(port, Ordering::Release);
+            glommio::spawn_local(accept_loop(core, l, active, ctx, Kafka)).detach();
+        }
     }
     let _ = ready.send(Ok(c));
     while !shared.stopping() {

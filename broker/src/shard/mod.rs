@@ -43,6 +43,9 @@ pub struct Shared {
     pub metrics_port: AtomicU16,
     /// Actual Kafka listener address, if any.
     pub kafka_listen: Option<std::net::SocketAddr>,
+    /// Each core's own Kafka port (0 until bound; all 0 without per-core
+    /// Kafka brokers).
+    pub kafka_core_ports: Vec<AtomicU16>,
     /// Mesh peer id of each core.
     pub peer_of_core: Vec<std::sync::atomic::AtomicUsize>,
 }

@@ -602,7 +602,19 @@ def admin(bootstrap, prefix):
     after = configs()
     check(after["cleanup.policy"] == "compact", f"after SUBTRACT: {after['cleanup.policy']}")
     check(after["retention.ms"] == "604800000", f"after DELETE: retention.ms={after['retention.ms']}")
-    print(json.dumps({"client": "confluent", "admin": {"low_watermarks": low, "groups": described}, "ok": True}))
+
+    # Transactions are not served: a transactional producer is refused at
+    # once (librdkafka sees no transactional APIs advertised), never hangs.
+    started = time.time()
+    tx = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{prefix}-tx"})
+    try:
+        tx.init_transactions(30)
+        check(False, "a transactional producer was initialised")
+    except ck.KafkaException as e:
+        refused = str(e.args[0])
+    check(time.time() - started < 20, f"the transactional refusal took {time.time() - started:.1f} s")
+    print(json.dumps({"client": "confluent", "admin": {"low_watermarks": low, "groups": described,
+                                                       "transactions": refused}, "ok": True}))
 
 
 def main():

@@ -1,0 +1,225 @@
+//! The `--driver kafka` side of `weir-bench`: the same workloads through a
+//! Kafka client library (librdkafka, by the `rdkafka` crate, built from its
+//! bundled sources), so one tool drives Weir's Kafka listener, Weir's
+//! native listener, Apache Kafka or Redpanda, like for like.
+//!
+//! The workload's driver settings map onto librdkafka's names: `acks`,
+//! `linger.ms`, `batch.size`, `compression.type` (none, lz4, zstd),
+//! `enable.idempotence` (with `acks: all` only, as the Weir SDK does),
+//! `max.in.flight.requests.per.connection`, and `bufferMemory` as
+//! `queue.buffering.max.kbytes`. Topics are made with the Kafka admin API
+//! (CreateTopics, replication factor 1) with the workload's topic configs.
+//! Consumers are group members (`enable.auto.commit` every second,
+//! `auto.offset.reset=earliest`, `fetch.wait.max.ms=100`, as the Weir SDK's
+//! consumers in the benchmark).
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::util::Timeout;
+
+use crate::workload::DriverSettings;
+
+/// Most records librdkafka may queue per producer (its own default is
+/// 100 000): the byte bound (`bufferMemory`) is the one that applies, as
+/// for the Weir SDK.
+const QUEUE_MESSAGES_MAX: u32 = 10_000_000;
+
+/// How long a producer waits before offering a record again when
+/// librdkafka's queue is full (librdkafka has no wait to await).
+const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(1);
+
+/// How long the end of a run waits for librdkafka to deliver what it has
+/// queued.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A librdkafka producer configured from the workload's driver settings.
+pub struct KafkaProducer {
+    inner: FutureProducer,
+}
+
+impl KafkaProducer {
+    /// Creates the producer (it connects on first use).
+    pub fn new(
+        bootstrap: &str,
+        d: &DriverSettings,
+        extra: &[(String, String)],
+    ) -> anyhow::Result<KafkaProducer> {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", bootstrap)
+            .set("client.id", "weir-bench")
+            .set("acks", &d.acks)
+            .set("linger.ms", d.linger_ms.to_string())
+            .set("batch.size", d.batch_size.max(1).to_string())
+            .set("compression.type", &d.compression)
+            .set(
+                "enable.idempotence",
+                (d.idempotence && d.acks == "all").to_string(),
+            )
+            .set(
+                "max.in.flight.requests.per.connection",
+                d.max_in_flight.to_string(),
+            )
+            .set(
+                "queue.buffering.max.kbytes",
+                (d.buffer_memory / 1024).max(1).to_string(),
+            )
+            .set(
+                "queue.buffering.max.messages",
+                QUEUE_MESSAGES_MAX.to_string(),
+            )
+            .set("partitioner", "murmur2_random");
+        apply(&mut c, extra);
+        let inner: FutureProducer = c
+            .create()
+            .with_context(|| format!("creating a librdkafka producer for {bootstrap}"))?;
+        Ok(KafkaProducer { inner })
+    }
+
+    /// Queues one record; waits while librdkafka's queue is full. The
+    /// future resolves with the broker's acknowledgement.
+    pub async fn send(
+        &self,
+        topic: &str,
+        partition: Option<u32>,
+        key: Option<&[u8]>,
+        value: &[u8],
+        timestamp_ms: i64,
+    ) -> Result<DeliveryFuture, KafkaError> {
+        loop {
+            let mut r = FutureRecord::<[u8], [u8]>::to(topic)
+                .payload(value)
+                .timestamp(timestamp_ms);
+            if let Some(k) = key {
+                r = r.key(k);
+            }
+            if let Some(p) = partition {
+                r = r.partition(p as i32);
+            }
+            match self.inner.send_result(r) {
+                Ok(f) => return Ok(f),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    tokio::time::sleep(QUEUE_FULL_BACKOFF).await;
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+
+    /// Waits until everything queued is delivered (or failed).
+    pub fn flush(&self) -> Result<(), KafkaError> {
+        self.inner.flush(Timeout::After(FLUSH_TIMEOUT))
+    }
+}
+
+/// Sets the user's librdkafka properties (`--kafka-config`) over ours.
+fn apply(c: &mut ClientConfig, extra: &[(String, String)]) {
+    for (k, v) in extra {
+        c.set(k, v);
+    }
+}
+
+/// The outcome of a librdkafka delivery future: `Ok` once acknowledged
+/// (`E`: the future's cancellation, when the producer went away first).
+pub fn delivery_outcome<E>(
+    r: Result<rdkafka::producer::future_producer::OwnedDeliveryResult, E>,
+) -> Result<(), String> {
+    match r {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((e, _))) => Err(e.to_string()),
+        Err(_) => Err("the producer went away before the delivery report".into()),
+    }
+}
+
+/// Creates the topics through the Kafka admin API (replication factor 1),
+/// with the workload's topic configs.
+pub async fn create_topics(
+    bootstrap: &str,
+    topics: &[String],
+    partitions: u32,
+    configs: &[(String, String)],
+    extra: &[(String, String)],
+) -> anyhow::Result<()> {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap);
+    apply(&mut c, extra);
+    let admin: AdminClient<DefaultClientContext> = c
+        .create()
+        .with_context(|| format!("creating a librdkafka admin client for {bootstrap}"))?;
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| {
+            configs.iter().fold(
+                NewTopic::new(t, partitions as i32, TopicReplication::Fixed(1)),
+                |n, (k, v)| n.set(k, v),
+            )
+        })
+        .collect();
+    let opts = AdminOptions::new().operation_timeout(Some(Timeout::After(Duration::from_secs(30))));
+    let results = admin
+        .create_topics(&new, &opts)
+        .await
+        .with_context(|| format!("CreateTopics to {bootstrap}"))?;
+    for r in results {
+        if let Err((topic, code)) = r {
+            bail!("creating topic {topic} on {bootstrap}: {code}");
+        }
+    }
+    Ok(())
+}
+
+/// A consumer's context: notes when the group first gave it an
+/// assignment (possibly empty: a member beyond the partition count).
+#[derive(Default)]
+pub struct Joined {
+    flag: std::sync::atomic::AtomicBool,
+}
+
+impl Joined {
+    /// Whether the member has had its first assignment.
+    pub fn joined(&self) -> bool {
+        self.flag.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+impl rdkafka::ClientContext for Joined {}
+
+impl ConsumerContext for Joined {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if matches!(rebalance, Rebalance::Assign(_)) {
+            self.flag.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
+/// A group member reading `topic` from the earliest offset where its group
+/// has no commit; its context tells when it joined. The caller polls it
+/// (on a thread of its own: librdkafka's poll blocks).
+pub fn group_consumer(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    extra: &[(String, String)],
+) -> anyhow::Result<BaseConsumer<Joined>> {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        .set("client.id", "weir-bench")
+        .set("group.id", group)
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", "1000")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "100");
+    apply(&mut c, extra);
+    let c: BaseConsumer<Joined> = c
+        .create_with_context(Joined::default())
+        .with_context(|| format!("creating a librdkafka consumer for {bootstrap}"))?;
+    c.subscribe(&[topic])
+        .with_context(|| format!("subscribing to {topic}"))?;
+    Ok(c)
+}
