@@ -1787,7 +1787,21 @@ async fn alter_configs(
         }
         let done = match refused {
             Some(m) => Err((code::INVALID_REQUEST, m)),
-            None if r.validate_only => Ok(()),
+            // validate_only: the same checks against the topic's current
+            // configs, nothing stored.
+            None if r.validate_only => match core.metadata().get(res.resource_name.as_str()) {
+                None => Err((
+                    code::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("unknown topic `{}`", res.resource_name.as_str()),
+                )),
+                Some(_) if res.resource_name.as_str() == OFFSETS_TOPIC => Err((
+                    code::INVALID_CONFIG,
+                    format!("{OFFSETS_TOPIC} is internal: its configs cannot be changed"),
+                )),
+                Some(t) => ConfigOp::apply_all(&t.configs, &ops)
+                    .map(|_| ())
+                    .map_err(|e| (topic_error_code(&e), e.to_string())),
+            },
             None => admin::change_topic(core, Change::Alter(res.resource_name.to_string(), ops))
                 .await
                 .map_err(|e| (topic_error_code(&e), e.to_string())),

@@ -131,6 +131,19 @@ impl ConfigOp {
             .collect()
     }
 
+    /// `configs` after `ops`, in order, validated as a whole.
+    pub fn apply_all(
+        configs: &BTreeMap<String, String>,
+        ops: &[ConfigOp],
+    ) -> Result<BTreeMap<String, String>, TopicError> {
+        let mut next = configs.clone();
+        for op in ops {
+            op.apply(&mut next)?;
+        }
+        log_config(&next)?;
+        Ok(next)
+    }
+
     fn apply(&self, configs: &mut BTreeMap<String, String>) -> Result<(), TopicError> {
         let list_op = |key: &str, value: &str, append: bool| {
             if !LIST_CONFIGS.contains(&key) {
@@ -420,12 +433,7 @@ impl MetadataView {
             .topics
             .get_mut(name)
             .ok_or_else(|| TopicError::Unknown(name.into()))?;
-        let mut configs = t.configs.clone();
-        for op in ops {
-            op.apply(&mut configs)?;
-        }
-        log_config(&configs)?;
-        t.configs = configs;
+        t.configs = ConfigOp::apply_all(&t.configs, ops)?;
         Ok(())
     }
 

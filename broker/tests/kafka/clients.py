@@ -602,6 +602,19 @@ def admin(bootstrap, prefix):
     after = configs()
     check(after["cleanup.policy"] == "compact", f"after SUBTRACT: {after['cleanup.policy']}")
     check(after["retention.ms"] == "604800000", f"after DELETE: retention.ms={after['retention.ms']}")
+    # validate_only: checked like a change, nothing stored.
+    def validate(value):
+        entry = ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)
+        res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+        for f in a.incremental_alter_configs([res], validate_only=True).values():
+            f.result(30)
+    try:
+        validate("soon")
+        check(False, "validate_only accepted retention.ms=soon")
+    except ck.KafkaException as e:
+        check(e.args[0].code() == ck.KafkaError.INVALID_CONFIG, f"validate_only of a bad value: {e}")
+    validate("1000")
+    check(configs()["retention.ms"] == "604800000", "validate_only changed retention.ms")
 
     # Transactions are not served: a transactional producer is refused at
     # once (librdkafka sees no transactional APIs advertised), never hangs.
