@@ -9,9 +9,10 @@
 //! `max.in.flight.requests.per.connection`, and `bufferMemory` as
 //! `queue.buffering.max.kbytes`. Topics are made with the Kafka admin API
 //! (CreateTopics, replication factor 1) with the workload's topic configs.
-//! Consumers are group members (`enable.auto.commit` every second,
-//! `auto.offset.reset=earliest`, `fetch.wait.max.ms=100`, as the Weir SDK's
-//! consumers in the benchmark).
+//! Producers are `ThreadedProducer`s whose delivery reports go to a
+//! callback (no future per record). Consumers are group members
+//! (`enable.auto.commit` every second, `auto.offset.reset=earliest`,
+//! `fetch.wait.max.ms=100`, as the Weir SDK's consumers in the benchmark).
 
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::util::Timeout;
 
 use crate::workload::DriverSettings;
@@ -39,17 +40,45 @@ const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(1);
 /// queued.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// What a producer's delivery reports go to: called on librdkafka's
+/// polling thread with the record's intended send time (µs), its value's
+/// size and the outcome.
+pub type OnDelivery = Box<dyn Fn(u64, u64, Result<(), String>) + Send + Sync>;
+
+/// The producer's context: hands each delivery report to [`OnDelivery`]
+/// (no future or channel per record).
+pub struct Reports {
+    on_delivery: OnDelivery,
+}
+
+impl rdkafka::ClientContext for Reports {}
+
+impl ProducerContext for Reports {
+    /// (intended send time µs, value bytes)
+    type DeliveryOpaque = Box<(u64, u64)>;
+
+    fn delivery(&self, r: &DeliveryResult<'_>, sent: Self::DeliveryOpaque) {
+        let outcome = match r {
+            Ok(_) => Ok(()),
+            Err((e, _)) => Err(e.to_string()),
+        };
+        (self.on_delivery)(sent.0, sent.1, outcome);
+    }
+}
+
 /// A librdkafka producer configured from the workload's driver settings.
 pub struct KafkaProducer {
-    inner: FutureProducer,
+    inner: ThreadedProducer<Reports>,
 }
 
 impl KafkaProducer {
-    /// Creates the producer (it connects on first use).
+    /// Creates the producer (it connects on first use); its delivery
+    /// reports go to `on_delivery`.
     pub fn new(
         bootstrap: &str,
         d: &DriverSettings,
         extra: &[(String, String)],
+        on_delivery: OnDelivery,
     ) -> anyhow::Result<KafkaProducer> {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", bootstrap)
@@ -76,14 +105,16 @@ impl KafkaProducer {
             )
             .set("partitioner", "murmur2_random");
         apply(&mut c, extra);
-        let inner: FutureProducer = c
-            .create()
+        let inner = c
+            .create_with_context(Reports { on_delivery })
             .with_context(|| format!("creating a librdkafka producer for {bootstrap}"))?;
         Ok(KafkaProducer { inner })
     }
 
-    /// Queues one record; waits while librdkafka's queue is full. The
-    /// future resolves with the broker's acknowledgement.
+    /// Queues one record (its delivery report comes to the callback with
+    /// `intended_us` and its value's size); waits while librdkafka's queue
+    /// is full.
+    #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
         topic: &str,
@@ -91,20 +122,25 @@ impl KafkaProducer {
         key: Option<&[u8]>,
         value: &[u8],
         timestamp_ms: i64,
-    ) -> Result<DeliveryFuture, KafkaError> {
+        intended_us: u64,
+    ) -> Result<(), KafkaError> {
+        let mut r = BaseRecord::<[u8], [u8], Box<(u64, u64)>>::with_opaque_to(
+            topic,
+            Box::new((intended_us, value.len() as u64)),
+        )
+        .payload(value)
+        .timestamp(timestamp_ms);
+        if let Some(k) = key {
+            r = r.key(k);
+        }
+        if let Some(p) = partition {
+            r = r.partition(p as i32);
+        }
         loop {
-            let mut r = FutureRecord::<[u8], [u8]>::to(topic)
-                .payload(value)
-                .timestamp(timestamp_ms);
-            if let Some(k) = key {
-                r = r.key(k);
-            }
-            if let Some(p) = partition {
-                r = r.partition(p as i32);
-            }
-            match self.inner.send_result(r) {
-                Ok(f) => return Ok(f),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+            match self.inner.send(r) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    r = back;
                     tokio::time::sleep(QUEUE_FULL_BACKOFF).await;
                 }
                 Err((e, _)) => return Err(e),
@@ -122,18 +158,6 @@ impl KafkaProducer {
 fn apply(c: &mut ClientConfig, extra: &[(String, String)]) {
     for (k, v) in extra {
         c.set(k, v);
-    }
-}
-
-/// The outcome of a librdkafka delivery future: `Ok` once acknowledged
-/// (`E`: the future's cancellation, when the producer went away first).
-pub fn delivery_outcome<E>(
-    r: Result<rdkafka::producer::future_producer::OwnedDeliveryResult, E>,
-) -> Result<(), String> {
-    match r {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err((e, _))) => Err(e.to_string()),
-        Err(_) => Err("the producer went away before the delivery report".into()),
     }
 }
 

@@ -243,10 +243,62 @@ fn payloads(w: &Workload) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Where a producer sends: the Weir SDK or librdkafka.
+/// Where a producer sends: the Weir SDK or librdkafka (with the tally its
+/// delivery reports go to).
 enum Sender {
     Weir(Arc<Producer>),
-    Kafka(crate::kafka::KafkaProducer),
+    Kafka(crate::kafka::KafkaProducer, Arc<KafkaTally>),
+}
+
+/// librdkafka's delivery reports of one producer, counted on its polling
+/// thread and added to the shared totals every [`CHUNK`] reports or 1 ms
+/// (and at the end).
+struct KafkaTally {
+    shared: Arc<Shared>,
+    local: Mutex<(Hist, u64, u64, u64, Instant)>,
+}
+
+impl KafkaTally {
+    fn new(shared: Arc<Shared>) -> Arc<KafkaTally> {
+        Arc::new(KafkaTally {
+            shared,
+            local: Mutex::new((Hist::new(), 0, 0, 0, Instant::now())),
+        })
+    }
+
+    fn report(&self, intended_us: u64, bytes: u64, outcome: Result<(), String>) {
+        let mut l = self.local.lock().expect("tally");
+        match outcome {
+            Ok(()) => {
+                let measured = self.shared.measured();
+                l.0.record(now_us().saturating_sub(intended_us), measured);
+                l.1 += 1;
+                l.2 += bytes;
+            }
+            Err(e) => {
+                l.3 += 1;
+                self.shared.note_error(&e);
+            }
+        }
+        if l.1 + l.3 >= CHUNK as u64 || l.4.elapsed() >= Duration::from_millis(1) {
+            self.flush_locked(&mut l);
+        }
+    }
+
+    fn flush(&self) {
+        let mut l = self.local.lock().expect("tally");
+        self.flush_locked(&mut l);
+    }
+
+    fn flush_locked(&self, l: &mut (Hist, u64, u64, u64, Instant)) {
+        l.0.merge_into(&self.shared.publish_latency);
+        self.shared.published.fetch_add(l.1, Ordering::Relaxed);
+        self.shared
+            .published_bytes
+            .fetch_add(l.2, Ordering::Relaxed);
+        self.shared.publish_errors.fetch_add(l.3, Ordering::Relaxed);
+        (l.1, l.2, l.3, l.4) = (0, 0, 0, Instant::now());
+    }
 }
 
 impl Sender {
@@ -255,37 +307,50 @@ impl Sender {
         bootstrap: SocketAddr,
         w: &Workload,
         extra: &[(String, String)],
+        shared: &Arc<Shared>,
     ) -> anyhow::Result<Sender> {
         Ok(match driver {
             Driver::Weir => {
                 let client = Client::connect(bootstrap).await?;
                 Sender::Weir(Arc::new(Producer::new(client, w.driver.producer_config())))
             }
-            Driver::Kafka => Sender::Kafka(crate::kafka::KafkaProducer::new(
-                &bootstrap.to_string(),
-                &w.driver,
-                extra,
-            )?),
+            Driver::Kafka => {
+                let tally = KafkaTally::new(shared.clone());
+                let reports = tally.clone();
+                let p = crate::kafka::KafkaProducer::new(
+                    &bootstrap.to_string(),
+                    &w.driver,
+                    extra,
+                    Box::new(move |intended, bytes, outcome| {
+                        reports.report(intended, bytes, outcome)
+                    }),
+                )?;
+                Sender::Kafka(p, tally)
+            }
         })
     }
 
-    async fn send(&self, record: ProducerRecord) -> Result<Delivery, String> {
+    /// Sends a record; the Weir SDK's acknowledgement to await, or `None`
+    /// where the delivery report goes to the producer's callback
+    /// (librdkafka).
+    async fn send(
+        &self,
+        record: ProducerRecord,
+        intended_us: u64,
+    ) -> Result<Option<DeliveryFuture>, String> {
         match self {
-            Sender::Weir(p) => p
-                .send(record)
-                .await
-                .map(Delivery::Weir)
-                .map_err(|e| e.to_string()),
-            Sender::Kafka(p) => p
+            Sender::Weir(p) => p.send(record).await.map(Some).map_err(|e| e.to_string()),
+            Sender::Kafka(p, _) => p
                 .send(
                     &record.topic,
                     record.partition,
                     record.key.as_deref(),
                     record.value.as_deref().unwrap_or_default(),
                     record.timestamp.unwrap_or(0),
+                    intended_us,
                 )
                 .await
-                .map(Delivery::Kafka)
+                .map(|()| None)
                 .map_err(|e| e.to_string()),
         }
     }
@@ -294,9 +359,10 @@ impl Sender {
     async fn flush(&self) {
         match self {
             Sender::Weir(p) => p.flush().await,
-            Sender::Kafka(p) => {
+            Sender::Kafka(p, tally) => {
                 // librdkafka's flush blocks its thread.
                 let _ = tokio::task::block_in_place(|| p.flush());
+                tally.flush();
             }
         }
     }
@@ -304,39 +370,6 @@ impl Sender {
     async fn close(&self) {
         if let Sender::Weir(p) = self {
             p.close().await;
-        }
-    }
-}
-
-/// A record's acknowledgement to come.
-enum Delivery {
-    Weir(DeliveryFuture),
-    Kafka(rdkafka::producer::DeliveryFuture),
-}
-
-impl Delivery {
-    /// The outcome, if known already.
-    fn try_now(&mut self) -> Option<Result<(), String>> {
-        match self {
-            Delivery::Weir(f) => f
-                .try_offset()
-                .map(|r| r.map(|_| ()).map_err(|e| e.to_string())),
-            Delivery::Kafka(f) => {
-                use std::future::Future;
-                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-                match std::pin::Pin::new(f).poll(&mut cx) {
-                    std::task::Poll::Ready(r) => Some(crate::kafka::delivery_outcome(r)),
-                    std::task::Poll::Pending => None,
-                }
-            }
-        }
-    }
-
-    /// Waits for the outcome (once [`Delivery::try_now`] said `None`).
-    async fn outcome(self) -> Result<(), String> {
-        match self {
-            Delivery::Weir(f) => f.await.map(|_| ()).map_err(|e| e.to_string()),
-            Delivery::Kafka(f) => crate::kafka::delivery_outcome(f.await),
         }
     }
 }
@@ -375,7 +408,7 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
         limit_bytes,
     } = job;
     let partitions = w.partitions_per_topic;
-    let p = Sender::connect(driver, bootstrap, &w, &kafka_config).await?;
+    let p = Sender::connect(driver, bootstrap, &w, &kafka_config, &shared).await?;
     let pool: Vec<Bytes> = match &shared.payload_file {
         Some(p) => vec![p.clone()],
         None => payloads(&w).into_iter().map(Bytes::from).collect(),
@@ -384,7 +417,7 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
     // chunk); the acker awaits them in order on another thread, so their
     // acknowledgements are observed as they happen, and merges its
     // histogram into the shared one once per chunk.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<(u64, u64, Delivery)>>(256);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<(u64, u64, DeliveryFuture)>>(256);
     let acker = {
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -396,10 +429,10 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
                 // overestimate of at most one pass over the chunk).
                 let mut now = now_us();
                 for (intended, bytes, mut f) in chunk {
-                    let outcome = match f.try_now() {
+                    let outcome = match f.try_offset() {
                         Some(r) => r,
                         None => {
-                            let r = f.outcome().await;
+                            let r = f.await.map(|m| m.offset);
                             now = now_us();
                             r
                         }
@@ -428,7 +461,7 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
     // The intended send time goes into each value only if someone reads
     // it (end-to-end latency); otherwise values are shared, not copied.
     let stamp = shared.stamp_values;
-    let mut chunk: Vec<(u64, u64, Delivery)> = Vec::with_capacity(CHUNK);
+    let mut chunk: Vec<(u64, u64, DeliveryFuture)> = Vec::with_capacity(CHUNK);
     let mut chunk_started = Instant::now();
     let mut delay = Hist::new();
     let start = Instant::now();
@@ -502,8 +535,9 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
             headers: Vec::new(),
             timestamp: Some((intended_us / 1000) as i64),
         };
-        match p.send(record).await {
-            Ok(f) => chunk.push((intended_us, bytes, f)),
+        match p.send(record, intended_us).await {
+            Ok(Some(f)) => chunk.push((intended_us, bytes, f)),
+            Ok(None) => {}
             Err(e) => {
                 shared.publish_errors.fetch_add(1, Ordering::Relaxed);
                 shared.note_error(&e);
