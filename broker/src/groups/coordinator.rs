@@ -164,8 +164,8 @@ pub enum GroupResponse {
     /// classic group (in the description's order), its protocol metadata
     /// and assignment as the clients sent them.
     DescribeWithBytes(DescribeGroupResponse, Vec<ClassicMemberBytes>),
-    /// To List.
-    List(Vec<GroupListing>),
+    /// To List: each group with its kind (`consumer` or `classic`).
+    List(Vec<(GroupListing, &'static str)>),
     /// To ConsumerHeartbeat.
     ConsumerHeartbeat(Result<Answer, GroupError>),
     /// To ClassicJoin.
@@ -523,7 +523,7 @@ pub async fn serve(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
                 all.extend(l);
             }
         }
-        all.sort_by(|a, b| a.group.cmp(&b.group));
+        all.sort_by(|a, b| a.0.group.cmp(&b.0.group));
         return GroupResponse::List(all);
     }
     match coordinator_of(core, req.group()) {
@@ -1373,25 +1373,33 @@ async fn delete(core: &Rc<Core>, r: &DeleteGroupRequest) -> Result<GroupResult, 
     Ok(GroupResult::default())
 }
 
-fn list(core: &Core) -> Vec<GroupListing> {
+fn list(core: &Core) -> Vec<(GroupListing, &'static str)> {
     core.groups
         .groups
         .borrow()
         .iter()
-        .map(|(name, g)| GroupListing {
-            group: name.clone(),
-            state: match &g.classic {
-                Some(c) => c.state().name().into(),
-                None => g.consumer.state().into(),
-            },
-            members: match &g.classic {
-                Some(c) => c.members().count() as u32,
-                None => g.consumer.members.len() as u32,
-            },
-            assignor: match &g.classic {
-                Some(c) => c.protocol_name().unwrap_or_default().to_string(),
-                None => g.consumer.assignor.clone(),
-            },
+        .map(|(name, g)| {
+            let kind = if g.classic.is_some() {
+                "classic"
+            } else {
+                "consumer"
+            };
+            let listing = GroupListing {
+                group: name.clone(),
+                state: match &g.classic {
+                    Some(c) => c.state().name().into(),
+                    None => g.consumer.state().into(),
+                },
+                members: match &g.classic {
+                    Some(c) => c.members().count() as u32,
+                    None => g.consumer.members.len() as u32,
+                },
+                assignor: match &g.classic {
+                    Some(c) => c.protocol_name().unwrap_or_default().to_string(),
+                    None => g.consumer.assignor.clone(),
+                },
+            };
+            (listing, kind)
         })
         .collect()
 }

@@ -356,8 +356,8 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
                 KafkaResponse::OffsetFetch(offset_fetch(&core, r, version).await),
             )
         }),
-        KafkaRequest::ListGroups(_) => {
-            later(async move { answer(&h, KafkaResponse::ListGroups(list_groups(&core).await)) })
+        KafkaRequest::ListGroups(r) => {
+            later(async move { answer(&h, KafkaResponse::ListGroups(list_groups(&core, r).await)) })
         }
         KafkaRequest::DescribeGroups(r) => later(async move {
             answer(
@@ -1451,16 +1451,23 @@ async fn offset_fetch(core: &Rc<Core>, r: OffsetFetchRequest, version: i16) -> O
         ))
 }
 
-async fn list_groups(core: &Rc<Core>) -> ListGroupsResponse {
+/// ListGroups: every group with its type (`consumer`: KIP-848 and native
+/// members; `classic`), filtered by state (v4+) and type (v5+) as asked
+/// (case-insensitive; an empty filter keeps all).
+async fn list_groups(core: &Rc<Core>, r: ListGroupsRequest) -> ListGroupsResponse {
+    let keep = |filter: &[StrBytes], v: &str| {
+        filter.is_empty() || filter.iter().any(|f| f.as_str().eq_ignore_ascii_case(v))
+    };
     match group(core, GroupRequest::List).await {
         GroupResponse::List(l) => ListGroupsResponse::default().with_groups(
             l.into_iter()
-                .map(|g| {
+                .filter(|(g, kind)| keep(&r.states_filter, &g.state) && keep(&r.types_filter, kind))
+                .map(|(g, kind)| {
                     ListedGroup::default()
                         .with_group_id(GroupId(s(g.group)))
                         .with_protocol_type(s("consumer"))
                         .with_group_state(s(g.state))
-                        .with_group_type(s("classic"))
+                        .with_group_type(s(kind))
                 })
                 .collect(),
         ),

@@ -217,7 +217,12 @@ fn group_answer(corr: u32, r: GroupResponse) -> Answer {
         GroupResponse::Commit(a) => ok(corr, &a),
         GroupResponse::Fetch(a) => ok(corr, &a),
         GroupResponse::Describe(a) | GroupResponse::DescribeWithBytes(a, _) => ok(corr, &a),
-        GroupResponse::List(groups) => ok(corr, &ListGroupsResponse { groups }),
+        GroupResponse::List(groups) => ok(
+            corr,
+            &ListGroupsResponse {
+                groups: groups.into_iter().map(|(g, _)| g).collect(),
+            },
+        ),
         GroupResponse::Refused(code, message) => {
             Answer::error(corr, ErrorCode::from_u16(code), &message, false)
         }

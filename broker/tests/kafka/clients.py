@@ -579,6 +579,13 @@ def admin(bootstrap, prefix):
     check(described[f"{prefix}-classic"]["type"].endswith("CLASSIC"), f"classic group: {described}")
     for g in described.values():
         check(g["members"] == [[0, 1]], f"described members: {described}")
+    # ListGroups tells the two kinds apart, and filters by type (v5).
+    listed = {g.group_id: str(g.type) for g in a.list_consumer_groups().result(30).valid}
+    check(listed.get(f"{prefix}-kip848", "").endswith("CONSUMER"), f"listed: {listed}")
+    check(listed.get(f"{prefix}-classic", "").endswith("CLASSIC"), f"listed: {listed}")
+    from confluent_kafka import ConsumerGroupType
+    only = a.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(30).valid
+    check(f"{prefix}-kip848" not in {g.group_id for g in only}, f"type filter: {[g.group_id for g in only]}")
     kip848.close()
     classic.close()
 
