@@ -1058,7 +1058,7 @@ async fn create_topics(
             },
         );
         let done = if r.validate_only {
-            Ok(())
+            admin::validate_change(core, change)
         } else {
             admin::change_topic(core, change).await
         };
@@ -1674,14 +1674,13 @@ async fn create_partitions(
                 count: 0,
                 reason: "negative count".into(),
             })
-        } else if r.validate_only {
-            Ok(())
         } else {
-            admin::change_topic(
-                core,
-                Change::AddPartitions(t.name.to_string(), t.count as u32),
-            )
-            .await
+            let change = Change::AddPartitions(t.name.to_string(), t.count as u32);
+            if r.validate_only {
+                admin::validate_change(core, change)
+            } else {
+                admin::change_topic(core, change).await
+            }
         };
         out.push(match done {
             Ok(()) => result,
@@ -1794,21 +1793,10 @@ async fn alter_configs(
         }
         let done = match refused {
             Some(m) => Err((code::INVALID_REQUEST, m)),
-            // validate_only: the same checks against the topic's current
-            // configs, nothing stored.
-            None if r.validate_only => match core.metadata().get(res.resource_name.as_str()) {
-                None => Err((
-                    code::UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("unknown topic `{}`", res.resource_name.as_str()),
-                )),
-                Some(_) if res.resource_name.as_str() == OFFSETS_TOPIC => Err((
-                    code::INVALID_CONFIG,
-                    format!("{OFFSETS_TOPIC} is internal: its configs cannot be changed"),
-                )),
-                Some(t) => ConfigOp::apply_all(&t.configs, &ops)
-                    .map(|_| ())
-                    .map_err(|e| (topic_error_code(&e), e.to_string())),
-            },
+            None if r.validate_only => {
+                admin::validate_change(core, Change::Alter(res.resource_name.to_string(), ops))
+                    .map_err(|e| (topic_error_code(&e), e.to_string()))
+            }
             None => admin::change_topic(core, Change::Alter(res.resource_name.to_string(), ops))
                 .await
                 .map_err(|e| (topic_error_code(&e), e.to_string())),

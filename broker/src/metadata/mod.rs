@@ -132,7 +132,7 @@ impl ConfigOp {
     }
 
     /// `configs` after `ops`, in order, validated as a whole.
-    pub fn apply_all(
+    fn apply_all(
         configs: &BTreeMap<String, String>,
         ops: &[ConfigOp],
     ) -> Result<BTreeMap<String, String>, TopicError> {

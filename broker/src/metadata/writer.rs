@@ -99,30 +99,45 @@ pub async fn submit_local(core: &Rc<Core>, change: Change) -> Result<u64, TopicE
         .unwrap_or_else(|| Err(TopicError::NotApplied("the metadata writer stopped".into())))
 }
 
-/// Applies one change: the next view, stored, applied on every core.
-async fn apply(core: &Rc<Core>, change: Change) -> Result<u64, TopicError> {
-    let current = core.metadata();
-    let mut next = (*current).clone();
-    let cores = core.cores();
-    let mut deleted = Vec::new();
+/// Makes `change` in `next`; the partitions it deleted.
+fn apply_to(
+    next: &mut MetadataView,
+    change: Change,
+    cores: usize,
+) -> Result<Vec<(String, u32)>, TopicError> {
     match change {
         Change::Create(name, spec) => next.create(&name, spec, cores)?,
         Change::Delete(name) => {
             let t = next.delete(&name)?;
-            deleted = (0..t.partitions()).map(|p| (name.clone(), p)).collect();
+            return Ok((0..t.partitions()).map(|p| (name.clone(), p)).collect());
         }
-        Change::Alter(name, set) => next.alter(&name, &set)?,
+        Change::Alter(name, ops) => next.alter(&name, &ops)?,
         Change::AddPartitions(name, total) => {
             next.add_partitions(&name, total, cores)?;
         }
     }
+    Ok(Vec::new())
+}
+
+/// Whether `change` would be applied to the current view (validate_only
+/// requests): the writer's own checks, on a copy, nothing stored.
+pub fn check(core: &Core, change: Change) -> Result<(), TopicError> {
+    let mut next = (*core.metadata()).clone();
+    apply_to(&mut next, change, core.cores()).map(|_| ())
+}
+
+/// Applies one change: the next view, stored, applied on every core.
+async fn apply(core: &Rc<Core>, change: Change) -> Result<u64, TopicError> {
+    let current = core.metadata();
+    let mut next = (*current).clone();
+    let deleted = apply_to(&mut next, change, core.cores())?;
     next.version = current.version + 1;
     store(core, &next).await?;
     let version = next.version;
     let next = Arc::new(next);
     let mut failures = Vec::new();
     let mut waits = Vec::new();
-    for c in 1..cores {
+    for c in 1..core.cores() {
         let (view, deleted) = (next.clone(), deleted.clone());
         let core = core.clone();
         waits.push(glommio::spawn_local(async move {

@@ -20,8 +20,19 @@ use crate::shard::Core;
 /// cannot be deleted or grown (its partition count maps groups to cores),
 /// nor its configs changed (its cleanup policy keeps groups).
 pub async fn change_topic(core: &Rc<Core>, change: Change) -> std::result::Result<(), TopicError> {
-    if let Change::Delete(name) | Change::AddPartitions(name, _) | Change::Alter(name, _) = &change
-    {
+    refuse_internal(&change)?;
+    writer::submit(core, change).await.map(|_| ())
+}
+
+/// What [`change_topic`] would answer, without changing anything (Kafka's
+/// validate_only): the same policy and the metadata writer's checks.
+pub fn validate_change(core: &Core, change: Change) -> std::result::Result<(), TopicError> {
+    refuse_internal(&change)?;
+    writer::check(core, change)
+}
+
+fn refuse_internal(change: &Change) -> std::result::Result<(), TopicError> {
+    if let Change::Delete(name) | Change::AddPartitions(name, _) | Change::Alter(name, _) = change {
         if name == OFFSETS_TOPIC {
             return Err(TopicError::Config(format!(
                 "{OFFSETS_TOPIC} is internal: it cannot be deleted, get more partitions or \
@@ -29,7 +40,7 @@ pub async fn change_topic(core: &Rc<Core>, change: Change) -> std::result::Resul
             )));
         }
     }
-    writer::submit(core, change).await.map(|_| ())
+    Ok(())
 }
 
 /// Creates `topic` if auto-creation is on and it does not exist; whether it
