@@ -36,6 +36,11 @@ const QUEUE_MESSAGES_MAX: u32 = 10_000_000;
 /// librdkafka's queue is full (librdkafka has no wait to await).
 const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(1);
 
+/// How long a record may wait for room in librdkafka's queue before its
+/// send fails (Kafka's `max.block.ms` default), so that an unreachable
+/// broker ends the run with errors rather than holding it.
+const QUEUE_FULL_WAIT_MAX: Duration = Duration::from_secs(60);
+
 /// How long the end of a run waits for librdkafka to deliver what it has
 /// queued.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -136,9 +141,15 @@ impl KafkaProducer {
         if let Some(p) = partition {
             r = r.partition(p as i32);
         }
+        let deadline = std::time::Instant::now() + QUEUE_FULL_WAIT_MAX;
         loop {
             match self.inner.send(r) {
                 Ok(()) => return Ok(()),
+                Err((e @ KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
+                    if std::time::Instant::now() >= deadline =>
+                {
+                    return Err(e)
+                }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     r = back;
                     tokio::time::sleep(QUEUE_FULL_BACKOFF).await;

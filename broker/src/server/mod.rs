@@ -288,17 +288,12 @@ async fn core_main(
     let shared_l = TcpListener::bind(listen)
         .map_err(std::io::Error::from)
         .with_context(|| format!("core {c} cannot listen on {listen}"))?;
-    let own_port = match shared.config.core_port_base {
-        0 => 0,
-        b => b
-            .checked_add(c as u16)
-            .ok_or_else(|| anyhow!("--core-port-base {b} + core {c} overflows"))?,
-    };
-    let own_addr = SocketAddr::new(listen.ip(), own_port);
-    let own_l = TcpListener::bind(own_addr)
-        .map_err(std::io::Error::from)
-        .with_context(|| format!("core {c} cannot listen on its own port {own_addr}"))?;
-    let own_port = own_l.local_addr().map_err(std::io::Error::from)?.port();
+    let (own_l, own_port) = bind_core_port(
+        listen.ip(),
+        shared.config.core_port_base,
+        c,
+        "--core-port-base",
+    )?;
     shared.core_ports[c].store(own_port, Ordering::Release);
     if c == 0 {
         let addr = shared.config.metrics_listen;
@@ -336,22 +331,7 @@ async fn core_main(
         let ctx = Ctx { owner_only: false };
         glommio::spawn_local(accept_loop(core.clone(), l, active.clone(), ctx, Kafka)).detach();
         if let Some(base) = shared.config.kafka_core_port_base {
-            let port = match base {
-                0 => 0,
-                b => b
-                    .checked_add(c as u16)
-                    .ok_or_else(|| anyhow!("--kafka-core-port-base {b} + core {c} overflows"))?,
-            };
-            let own = SocketAddr::new(addr.ip(), port);
-            let l = TcpListener::bind(own)
-                .map_err(std::io::Error::from)
-                .with_context(|| {
-                    format!(
-                        "core {c} cannot listen for Kafka clients on its own port {own} \
-                         (--kafka-core-port-base: another base, 0 for free ports, or `off`)"
-                    )
-                })?;
-            let port = l.local_addr().map_err(std::io::Error::from)?.port();
+            let (l, port) = bind_core_port(addr.ip(), base, c, "--kafka-core-port-base")?;
             shared.kafka_core_ports[c].store(port, Ordering::Release);
             glommio::spawn_local(accept_loop(core, l, active, ctx, Kafka)).detach();
         }
@@ -371,6 +351,31 @@ async fn core_main(
     core.close_all().await;
     tracing::info!(core = c, "core stopped");
     Ok(())
+}
+
+/// Binds core `c`'s own port, `base + c` (`base` 0: a free port), on
+/// `ip`; the listener and the port it got. `flag` names the setting in
+/// errors.
+fn bind_core_port(
+    ip: std::net::IpAddr,
+    base: u16,
+    c: usize,
+    flag: &str,
+) -> anyhow::Result<(TcpListener, u16)> {
+    let port = match base {
+        0 => 0,
+        b => b
+            .checked_add(c as u16)
+            .ok_or_else(|| anyhow!("{flag} {b} + core {c} overflows"))?,
+    };
+    let addr = SocketAddr::new(ip, port);
+    let l = TcpListener::bind(addr)
+        .map_err(std::io::Error::from)
+        .with_context(|| {
+            format!("core {c} cannot listen on its own port {addr} ({flag}: another base, or 0 for free ports)")
+        })?;
+    let port = l.local_addr().map_err(std::io::Error::from)?.port();
+    Ok((l, port))
 }
 
 /// Applies `retention.ms` / `retention.bytes` to this core's partitions
