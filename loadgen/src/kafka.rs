@@ -59,15 +59,16 @@ pub struct Reports {
 impl rdkafka::ClientContext for Reports {}
 
 impl ProducerContext for Reports {
-    /// (intended send time µs, value bytes)
-    type DeliveryOpaque = Box<(u64, u64)>;
+    /// The intended send time (µs): carried in the opaque pointer itself,
+    /// so a record costs no allocation of ours.
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, r: &DeliveryResult<'_>, sent: Self::DeliveryOpaque) {
-        let outcome = match r {
-            Ok(_) => Ok(()),
-            Err((e, _)) => Err(e.to_string()),
+    fn delivery(&self, r: &DeliveryResult<'_>, intended_us: usize) {
+        let (bytes, outcome) = match r {
+            Ok(m) => (m.payload_len(), Ok(())),
+            Err((e, m)) => (m.payload_len(), Err(e.to_string())),
         };
-        (self.on_delivery)(sent.0, sent.1, outcome);
+        (self.on_delivery)(intended_us as u64, bytes as u64, outcome);
     }
 }
 
@@ -129,12 +130,9 @@ impl KafkaProducer {
         timestamp_ms: i64,
         intended_us: u64,
     ) -> Result<(), KafkaError> {
-        let mut r = BaseRecord::<[u8], [u8], Box<(u64, u64)>>::with_opaque_to(
-            topic,
-            Box::new((intended_us, value.len() as u64)),
-        )
-        .payload(value)
-        .timestamp(timestamp_ms);
+        let mut r = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, intended_us as usize)
+            .payload(value)
+            .timestamp(timestamp_ms);
         if let Some(k) = key {
             r = r.key(k);
         }
