@@ -7,7 +7,8 @@
 //! runtime ([`ProducerConfig::io_thread`], the default), else a task of the
 //! creating runtime — closes a batch when
 //! it reaches [`ProducerConfig::batch_size`], when
-//! [`ProducerConfig::linger_ms`] passed since its first record, or on
+//! [`ProducerConfig::linger_ms`] passed since its first record (and its
+//! partition has no closed batch still waiting to be sent), or on
 //! [`Producer::flush`] / [`Producer::close`], and sends closed batches in
 //! produce requests (at most one batch per partition per request), up to
 //! [`ProducerConfig::max_in_flight`] requests per connection at once.
@@ -59,7 +60,7 @@
 //! ```
 
 use std::collections::hash_map::RandomState;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::hash::BuildHasher;
@@ -1193,20 +1194,42 @@ impl Shared {
 
     /// The batches to send now, the next linger deadline, and whether
     /// the producer is closed with nothing left open or ready.
-    fn take_ready(&self, now: Instant) -> (Vec<Batch>, Option<Instant>, bool) {
+    ///
+    /// A batch whose linger passed stays open while its partition has a
+    /// closed batch still waiting to be sent (`waiting`): records keep
+    /// joining it until the partition can send again, as in Kafka's
+    /// accumulator. So `linger_ms = 0` sends at once while there is room in
+    /// flight and batches whatever arrives meanwhile, instead of closing a
+    /// batch per record and queueing them behind the in-flight limit.
+    fn take_ready(
+        &self,
+        now: Instant,
+        waiting: &HashSet<Key, FastHash>,
+    ) -> (Vec<Batch>, Option<Instant>, bool) {
         let mut st = self.lock();
         let linger = Duration::from_millis(self.config.linger_ms);
         let due: Vec<Key> = st
             .open
             .iter()
-            .filter(|(_, b)| st.closed || b.id < st.force_below || b.created + linger <= now)
+            .filter(|(k, b)| {
+                st.closed
+                    || b.id < st.force_below
+                    || (b.created + linger <= now && !waiting.contains(*k))
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for k in due {
             let b = st.open.remove(&k).expect("listed");
             st.close(b);
         }
-        let deadline = st.open.values().map(|b| b.created + linger).min();
+        // Held batches wake nobody: the sender looks again when their
+        // partition's waiting batch is sent.
+        let deadline = st
+            .open
+            .iter()
+            .filter(|(k, _)| !waiting.contains(*k))
+            .map(|(_, b)| b.created + linger)
+            .min();
         let ready: Vec<Batch> = st.ready.drain(..).collect();
         let done = st.closed && ready.is_empty() && st.open.is_empty();
         (ready, deadline, done)
@@ -1355,9 +1378,19 @@ impl Sender {
         }
     }
 
+    /// Partitions with a closed batch not yet sent.
+    fn waiting(&self) -> HashSet<Key, FastHash> {
+        self.lanes
+            .iter()
+            .filter(|(_, l)| !l.queue.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     async fn run(mut self) {
+        let mut waiting = HashSet::default();
         loop {
-            let (ready, deadline, closed_empty) = self.shared.take_ready(Instant::now());
+            let (ready, deadline, closed_empty) = self.shared.take_ready(Instant::now(), &waiting);
             for b in ready {
                 if b.builder.is_empty() {
                     self.shared.complete(b, Ok(None));
@@ -1382,6 +1415,14 @@ impl Sender {
                 && self.lanes.values().all(|l| l.queue.is_empty())
             {
                 return;
+            }
+            // A partition whose waiting batch just went out may close its
+            // held open batch now.
+            let now_waiting = self.waiting();
+            let freed = waiting.iter().any(|k| !now_waiting.contains(k));
+            waiting = now_waiting;
+            if freed {
+                continue;
             }
             let wake_at = [deadline, next_retry].into_iter().flatten().min();
             tokio::select! {

@@ -41,6 +41,9 @@ struct Fake {
     owners: Mutex<Vec<u32>>,
     /// Never answers produce requests (after recording them).
     hang: bool,
+    /// Holds produce answers (not the appends) until the test opens it:
+    /// requests stay in flight meanwhile.
+    gate: Option<tokio::sync::Semaphore>,
     /// How many produce requests fail with a (retriable) timeout first,
     /// without being applied.
     fail_first: AtomicUsize,
@@ -164,6 +167,11 @@ impl ProducerBackend for Fake {
                     _ => self.apply(acks, t, *p, b),
                 })
                 .collect();
+            // Applied in the order sent (as a broker reading one
+            // connection does); only the answer waits for the gate.
+            if let Some(g) = &self.gate {
+                g.acquire().await.expect("gate open").forget();
+            }
             if self.lose_answers.lock().unwrap().contains(&n) {
                 return Err(ClientError::Disconnected);
             }
@@ -926,5 +934,72 @@ async fn statistics_count_records_requests_retries_and_errors() {
     assert_eq!(s.errors.get("timeout"), Some(&2));
     assert!(s.last_error.unwrap().contains("timed out"));
     assert!(s.bytes_sent > 0 && s.bytes_sent == s.batch_bytes_max);
+    p.close().await;
+}
+
+/// With `linger_ms = 0` a batch goes out at once while there is room in
+/// flight; once the in-flight limit is reached, records join one open
+/// batch until the partition can send again (Kafka's accumulator). The
+/// producer used to close a batch per record and queue them behind the
+/// limit: one record per request, a backlog of seconds at 50 000 records/s
+/// (docs/benchmarks.md, "linger.ms=0": publish p50 3.1 s before).
+#[tokio::test]
+async fn linger_zero_batches_what_arrives_while_requests_are_in_flight() {
+    const RECORDS: usize = 200;
+    let fake = Arc::new(Fake {
+        partitions: 1,
+        gate: Some(tokio::sync::Semaphore::new(0)),
+        ..Fake::default()
+    });
+    let mut c = config(0, 1 << 20);
+    c.io_thread = true;
+    let max_in_flight = c.max_in_flight;
+    let p = producer(&fake, c);
+    let mut deliveries = Vec::new();
+    for i in 0..RECORDS {
+        let d = p
+            .send(ProducerRecord::new("t", value(i, 100)).partition(0))
+            .await
+            .unwrap();
+        deliveries.push(d);
+        if i < max_in_flight {
+            // The first records go out one by one until the limit is
+            // reached (the sender runs on its own thread).
+            let want = i + 1;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while fake.requests().len() < want {
+                assert!(Instant::now() < deadline, "request {want} never sent");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        } else {
+            // Then a record now and then: each would be a batch of its own
+            // if batches were closed as soon as their linger passed.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let in_flight_meanwhile = fake.requests().len();
+    fake.gate.as_ref().unwrap().add_permits(1 << 20);
+    for (i, d) in deliveries.into_iter().enumerate() {
+        assert_eq!(d.await.unwrap().offset, Some(i as u64), "record {i}");
+    }
+    let sizes = fake.batch_sizes();
+    assert_eq!(
+        sizes.iter().sum::<i32>() as usize,
+        RECORDS,
+        "each record sent once"
+    );
+    assert_eq!(
+        in_flight_meanwhile, max_in_flight,
+        "only the limit was sent while answers were held"
+    );
+    // The limit's single records, the batch queued behind them, and the one
+    // every later record joined.
+    assert!(
+        sizes.len() <= max_in_flight + 2,
+        "{} batches for {RECORDS} records (sizes {:?}…): records did not join an open batch \
+         while the in-flight limit was reached",
+        sizes.len(),
+        &sizes[..sizes.len().min(12)]
+    );
     p.close().await;
 }
