@@ -185,6 +185,10 @@ pub(crate) struct LogState {
     durable: u64,
     appended_records: u64,
     synced_records: u64,
+    /// Records a sync already decided on (perhaps still in flight) covers:
+    /// `flush.messages` counts from here, so a round that overlaps the
+    /// previous round's fdatasync does not sync again for the same records.
+    sync_planned_records: u64,
     last_sync: Instant,
     force_sync: bool,
     recovery_point: u64,
@@ -467,6 +471,7 @@ impl PartitionLog {
                 durable: next_offset,
                 appended_records: 0,
                 synced_records: 0,
+                sync_planned_records: 0,
                 last_sync: Instant::now(),
                 force_sync: false,
                 recovery_point,
@@ -1563,8 +1568,9 @@ impl LogInner {
             let mut st = self.state.borrow_mut();
             st.written = st.written.max(target);
             let cfg = &st.config;
-            let by_count = target_records - st.synced_records >= cfg.flush_messages
-                && target_records > st.synced_records;
+            let counted = st.synced_records.max(st.sync_planned_records);
+            let by_count = target_records.saturating_sub(counted) >= cfg.flush_messages
+                && target_records > counted;
             let by_time = cfg.flush_ms.is_some_and(|ms| {
                 st.last_sync.elapsed() >= Duration::from_millis(ms.max(0) as u64)
             });
@@ -1587,9 +1593,13 @@ impl LogInner {
                     }
                 }
                 st.force_sync = false;
+                st.sync_planned_records = st.sync_planned_records.max(target_records);
             }
             (need.then_some((files, synced)), sealed)
         };
+        // Written is readable and acknowledges acks=1: wake those waiters
+        // now, not after the fdatasync below.
+        self.wake_waiters();
         let mut _sync = None;
         if sealed.is_empty() {
             if let Some((io, done)) = pipeline {
@@ -1909,6 +1919,7 @@ impl LogInner {
             st.written = st.next_offset;
             st.durable = st.durable.min(st.next_offset);
             st.synced_records = st.appended_records;
+            st.sync_planned_records = st.appended_records;
             st.recovery_point = st.recovery_point.min(seg_base);
             st.log_start = st.log_start.min(st.next_offset);
             doomed
