@@ -14,6 +14,25 @@ use crate::shard::Core;
 pub const LATENCY_BUCKETS_US: [u64; 12] = [
     100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
 ];
+/// Upper bounds of the produce-stage histogram buckets, µs (finer than the
+/// request buckets: a stage is a part of one request).
+pub const STAGE_BUCKETS_US: [u64; 13] = [
+    25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 250_000, 1_000_000,
+];
+/// Produce stages timed on the owner core, per batch, in order.
+pub const PRODUCE_STAGES: [&str; 3] = ["append", "write", "sync"];
+/// Index of a stage in [`PRODUCE_STAGES`].
+#[derive(Debug, Clone, Copy)]
+pub enum Stage {
+    /// The append call: the partition's append order, validation, the copy
+    /// into the segment's write buffer.
+    Append = 0,
+    /// Appended until written to the segment file (waiting for the core's
+    /// next flush round, then the direct-I/O write).
+    Write = 1,
+    /// Written until the flush policy is met (the fdatasync, by default).
+    Sync = 2,
+}
 /// Number of API keys counted.
 pub const APIS: usize = ApiKey::ALL.len();
 /// Largest HTTP request head read by the metrics endpoint.
@@ -44,6 +63,16 @@ pub struct Metrics {
     /// Connections closed because a frame did not arrive whole within
     /// `--frame-read-timeout-ms`.
     pub frame_timeouts: Cell<u64>,
+    /// Produce stages, per batch: (count, sum µs, buckets).
+    stages: [StageHist; PRODUCE_STAGES.len()],
+}
+
+/// One produce stage's histogram on one core.
+#[derive(Debug, Default)]
+struct StageHist {
+    count: Cell<u64>,
+    sum_us: Cell<u64>,
+    buckets: [Cell<u64>; STAGE_BUCKETS_US.len()],
 }
 
 fn add(c: &Cell<u64>, n: u64) {
@@ -72,6 +101,17 @@ impl Metrics {
         }
     }
 
+    /// Records how long one batch spent in a produce stage.
+    pub fn stage(&self, stage: Stage, d: std::time::Duration) {
+        let h = &self.stages[stage as usize];
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        add(&h.count, 1);
+        add(&h.sum_us, us);
+        if let Some(i) = STAGE_BUCKETS_US.iter().position(|&b| us <= b) {
+            add(&h.buckets[i], 1);
+        }
+    }
+
     /// Adds received bytes.
     pub fn add_in(&self, n: usize) {
         add(&self.bytes_in, n as u64);
@@ -89,6 +129,8 @@ pub struct Snapshot {
     /// The core.
     pub core: usize,
     apis: Vec<(u64, u64, u64, Vec<u64>)>,
+    /// Per produce stage: (count, sum µs, buckets).
+    stages: Vec<(u64, u64, Vec<u64>)>,
     bytes_in: u64,
     bytes_out: u64,
     connections: u64,
@@ -118,6 +160,17 @@ pub fn snapshot(core: &Core) -> Snapshot {
                     a.errors.get(),
                     a.latency_sum_us.get(),
                     a.buckets.iter().map(|b| b.get()).collect(),
+                )
+            })
+            .collect(),
+        stages: m
+            .stages
+            .iter()
+            .map(|h| {
+                (
+                    h.count.get(),
+                    h.sum_us.get(),
+                    h.buckets.iter().map(|b| b.get()).collect(),
                 )
             })
             .collect(),
@@ -242,6 +295,43 @@ pub fn render(snaps: &[Snapshot]) -> String {
                 api_name(i),
                 s.core,
                 a.0
+            );
+        }
+    }
+    family(
+        "weir_produce_stage_seconds",
+        "histogram",
+        "Time a produced batch spent in each stage on its owner core: append (order, \
+         validation, copy), write (until written to its segment), sync (until its flush \
+         policy is met). The rest of a produce's weir_request_duration_seconds is decoding, \
+         routing and the answer.",
+        &mut o,
+    );
+    for s in snaps {
+        for (stage, (count, sum_us, buckets)) in PRODUCE_STAGES.iter().zip(&s.stages) {
+            let mut cum = 0;
+            for (b, n) in STAGE_BUCKETS_US.iter().zip(buckets) {
+                cum += n;
+                let _ = writeln!(
+                    o,
+                    "weir_produce_stage_seconds_bucket{{stage=\"{stage}\",core=\"{}\",le=\"{}\"}} {cum}",
+                    s.core,
+                    *b as f64 / 1e6
+                );
+            }
+            let core = s.core;
+            let _ = writeln!(
+                o,
+                "weir_produce_stage_seconds_bucket{{stage=\"{stage}\",core=\"{core}\",le=\"+Inf\"}} {count}"
+            );
+            let _ = writeln!(
+                o,
+                "weir_produce_stage_seconds_sum{{stage=\"{stage}\",core=\"{core}\"}} {}",
+                *sum_us as f64 / 1e6
+            );
+            let _ = writeln!(
+                o,
+                "weir_produce_stage_seconds_count{{stage=\"{stage}\",core=\"{core}\"}} {count}"
             );
         }
     }

@@ -629,6 +629,8 @@ struct Batch {
     partition: u32,
     builder: BatchBuilder,
     created: Instant,
+    /// When it was closed (set by [`State::close`]).
+    closed_at: Option<Instant>,
     /// What its records' futures wait for.
     outcome: Arc<BatchOutcome>,
     /// Buffer memory (semaphore permits) held by its records, given back
@@ -702,7 +704,8 @@ impl State {
 
     /// Closes an open batch: it goes to the sender, and its partition stops
     /// being sticky.
-    fn close(&mut self, b: Batch) {
+    fn close(&mut self, mut b: Batch) {
+        b.closed_at = Some(Instant::now());
         if let Some(s) = self.sticky.get_mut(&*b.topic) {
             if s.partition == b.partition {
                 s.active = false;
@@ -995,6 +998,7 @@ impl Producer {
                         partition,
                         builder,
                         created: Instant::now(),
+                        closed_at: None,
                         outcome: BatchOutcome::new(key.0.clone(), partition),
                         reserved: 0,
                         records: 0,
@@ -1628,6 +1632,10 @@ impl Sender {
             match std::mem::replace(&mut o.batch.builder, empty).finish() {
                 Ok(b) => {
                     self.shared.stats.batch(b.len());
+                    let closed = o.batch.closed_at.unwrap_or(o.batch.created);
+                    self.shared
+                        .stats
+                        .batch_stages(closed - o.batch.created, closed.elapsed());
                     o.bytes = Some(b.freeze());
                 }
                 Err(e) => {

@@ -78,6 +78,13 @@ pub struct ProducerStats {
     pub request_latency_mean: Duration,
     /// Longest time from sending a produce request to its answer.
     pub request_latency_max: Duration,
+    /// Mean time a batch was open, from its first record until it was
+    /// closed (full, linger passed, flush): where records wait to be
+    /// batched.
+    pub batch_open_mean: Duration,
+    /// Mean time from closing a batch to its first send: where batches wait
+    /// for room in flight (`max_in_flight`) or for a producer id.
+    pub batch_queued_mean: Duration,
 }
 
 /// A snapshot of a consumer's statistics.
@@ -180,6 +187,9 @@ pub(crate) struct ProducerCounters {
     latency_count: AtomicU64,
     latency_sum_us: AtomicU64,
     latency_max_us: AtomicU64,
+    stage_count: AtomicU64,
+    open_sum_us: AtomicU64,
+    queued_sum_us: AtomicU64,
     /// Errors by kind, and the last one.
     errors: Mutex<(BTreeMap<&'static str, u64>, Option<String>)>,
 }
@@ -265,6 +275,18 @@ impl ProducerCounters {
             .fetch_max(bytes as u64, Ordering::Relaxed);
     }
 
+    /// Notes a batch's first send: how long it was open, then closed but
+    /// not sent.
+    pub(crate) fn batch_stages(&self, open: Duration, queued: Duration) {
+        metrics::histogram!("weir_client_producer_batch_open_seconds").record(open.as_secs_f64());
+        metrics::histogram!("weir_client_producer_batch_queued_seconds")
+            .record(queued.as_secs_f64());
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        Self::add(&self.stage_count, 1);
+        Self::add(&self.open_sum_us, us(open));
+        Self::add(&self.queued_sum_us, us(queued));
+    }
+
     /// Notes a produce request's round trip.
     pub(crate) fn latency(&self, d: Duration) {
         metrics::histogram!("weir_client_producer_request_latency_seconds").record(d.as_secs_f64());
@@ -302,6 +324,16 @@ impl ProducerCounters {
                 get(&self.latency_sum_us).checked_div(n).unwrap_or(0),
             ),
             request_latency_max: Duration::from_micros(get(&self.latency_max_us)),
+            batch_open_mean: Duration::from_micros(
+                get(&self.open_sum_us)
+                    .checked_div(get(&self.stage_count))
+                    .unwrap_or(0),
+            ),
+            batch_queued_mean: Duration::from_micros(
+                get(&self.queued_sum_us)
+                    .checked_div(get(&self.stage_count))
+                    .unwrap_or(0),
+            ),
         }
     }
 }

@@ -18,6 +18,8 @@ pub struct Embedded {
     pub addr: SocketAddr,
     /// Its Kafka-protocol address.
     pub kafka: Option<SocketAddr>,
+    /// Its metrics endpoint (`GET /metrics`).
+    pub metrics: SocketAddr,
     /// Its data directory.
     pub data_dir: PathBuf,
     stop: Arc<AtomicBool>,
@@ -48,14 +50,15 @@ impl Embedded {
             .name("weir-embedded".into())
             .spawn(move || {
                 weir_broker::server::run_with(config, flag, |r| {
-                    let _ = tx.send((r.listen, r.kafka));
+                    let _ = tx.send((r.listen, r.kafka, r.metrics));
                 })
             })
             .context("starting the embedded broker's thread")?;
         match rx.recv() {
-            Ok((addr, kafka)) => Ok(Embedded {
+            Ok((addr, kafka, metrics)) => Ok(Embedded {
                 addr,
                 kafka,
+                metrics,
                 data_dir: path,
                 stop,
                 thread: Some(thread),

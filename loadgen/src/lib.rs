@@ -9,4 +9,5 @@ pub mod kafka;
 pub mod plot;
 pub mod report;
 pub mod run;
+pub mod stages;
 pub mod workload;

@@ -33,6 +33,34 @@ const SHIPPED: &[(&str, &str)] = &[
         "max-rate-1-topic-16-partitions-100b",
         include_str!("../workloads/max-rate-1-topic-16-partitions-100b.yaml"),
     ),
+    (
+        "max-rate-1-topic-1-partition-1000b",
+        include_str!("../workloads/max-rate-1-topic-1-partition-1000b.yaml"),
+    ),
+    (
+        "max-rate-1-topic-1-partition-100b",
+        include_str!("../workloads/max-rate-1-topic-1-partition-100b.yaml"),
+    ),
+    (
+        "backlog-1-topic-1-partition-1000b-2gb",
+        include_str!("../workloads/backlog-1-topic-1-partition-1000b-2gb.yaml"),
+    ),
+    (
+        "backlog-1-topic-1-partition-1000b-cached",
+        include_str!("../workloads/backlog-1-topic-1-partition-1000b-cached.yaml"),
+    ),
+    (
+        "latency-1-topic-1-partition-1000b-50mbs",
+        include_str!("../workloads/latency-1-topic-1-partition-1000b-50mbs.yaml"),
+    ),
+    (
+        "latency-1-topic-1-partition-1000b-linger0",
+        include_str!("../workloads/latency-1-topic-1-partition-1000b-linger0.yaml"),
+    ),
+    (
+        "latency-1-topic-1-partition-1000b-200k-linger1",
+        include_str!("../workloads/latency-1-topic-1-partition-1000b-200k-linger1.yaml"),
+    ),
 ];
 
 #[derive(Parser, Debug)]
@@ -74,6 +102,11 @@ struct Args {
     /// (e.g. --kafka-config message.max.bytes=8388608); repeatable.
     #[arg(long = "kafka-config", value_name = "NAME=VALUE")]
     kafka_config: Vec<String>,
+    /// The broker's metrics endpoint (its --metrics-listen): its produce
+    /// stages over the measured phase go into the report (automatic with
+    /// --embedded).
+    #[arg(long, value_name = "HOST:PORT")]
+    broker_metrics: Option<String>,
     /// produce, consume (from a prepared backlog) or end-to-end. Default:
     /// end-to-end if the workload has producers and subscriptions.
     #[arg(long, value_parser = parse_mode)]
@@ -259,7 +292,18 @@ fn real_main() -> anyhow::Result<()> {
     if !kafka_config.is_empty() && args.driver != Driver::Kafka {
         bail!("--kafka-config applies to --driver kafka only");
     }
+    let broker_metrics = match (&args.broker_metrics, &embedded) {
+        (Some(m), _) => Some(
+            std::net::ToSocketAddrs::to_socket_addrs(m.as_str())
+                .with_context(|| format!("--broker-metrics: resolving {m}"))?
+                .next()
+                .with_context(|| format!("--broker-metrics: {m} resolved to nothing"))?,
+        ),
+        (None, Some(e)) => Some(e.metrics),
+        (None, None) => None,
+    };
     let opts = RunOptions {
+        broker_metrics,
         mode,
         driver: args.driver,
         bootstrap,

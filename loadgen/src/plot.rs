@@ -403,6 +403,8 @@ mod tests {
             target: String::new(),
             workload: serde_json::Value::Null,
             machine: Default::default(),
+            producer_stages: None,
+            broker_stages: None,
             intervals: (1..=5)
                 .map(|t| Interval {
                     t_s: t as f64,

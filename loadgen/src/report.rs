@@ -248,6 +248,15 @@ pub struct Report {
     pub publish_delay: Percentiles,
     /// Consume time minus record timestamp.
     pub end_to_end_latency: Percentiles,
+    /// Where publish latency went in the Weir SDK producers (measured
+    /// phase; not for `--driver kafka`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producer_stages: Option<crate::stages::ProducerStages>,
+    /// The broker's produce stages over the measured phase, by stage
+    /// (`append`, `write`, `sync`, `request`, `fdatasync`), when its
+    /// metrics endpoint was known (`--broker-metrics`, `--embedded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker_stages: Option<std::collections::BTreeMap<String, crate::stages::StageFigures>>,
     /// Whether the run was interrupted (Ctrl-C).
     #[serde(default)]
     pub stopped_early: bool,
@@ -365,6 +374,32 @@ impl Report {
                 }
                 out.push_str(line.trim_end());
                 out.push('\n');
+            }
+        }
+        if let Some(p) = &self.producer_stages {
+            let _ = writeln!(
+                out,
+                "\nproducer stages (mean per batch): open {} ms, closed before sent {} ms, \
+                 request {} ms; {} batches of {:.1} records, {} requests",
+                format_ms(p.batch_open_ms_mean),
+                format_ms(p.batch_queued_ms_mean),
+                format_ms(p.request_ms_mean),
+                p.batches,
+                p.records_per_batch,
+                p.requests
+            );
+        }
+        if let Some(b) = self.broker_stages.as_ref().filter(|b| !b.is_empty()) {
+            out.push_str("broker stages (ms; append/write/sync per batch, request per Produce):\n");
+            for (stage, f) in b {
+                let _ = writeln!(
+                    out,
+                    "  {stage:<10} count {:>9}  mean {:>8}  p50 ≤ {:>8}  p99 ≤ {:>8}",
+                    f.count,
+                    format_ms(f.mean_ms),
+                    format_ms(f.p50_ms),
+                    format_ms(f.p99_ms)
+                );
             }
         }
         if !self.notes.is_empty() {

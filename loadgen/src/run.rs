@@ -45,6 +45,7 @@ use weir_client::{
 };
 
 use crate::report::{Interval, Machine, Percentiles, Report, Totals};
+use crate::stages;
 use crate::workload::{KeyDistributor, Workload};
 
 /// What to run.
@@ -114,6 +115,9 @@ pub struct RunOptions {
     /// Where a relative `payloadFile` is looked up (the workload file's
     /// directory).
     pub workload_dir: std::path::PathBuf,
+    /// The broker's metrics endpoint (`GET /metrics`): its produce stages
+    /// over the measured phase go into the report.
+    pub broker_metrics: Option<SocketAddr>,
 }
 
 /// Microseconds since the Unix epoch.
@@ -193,6 +197,8 @@ struct Shared {
     consumers_joined: AtomicU64,
     /// The workload's `payloadFile`, if it has one: every value.
     payload_file: Option<Bytes>,
+    /// The Weir SDK producers (their statistics give the client's stages).
+    weir_producers: Mutex<Vec<Arc<Producer>>>,
 }
 
 impl Shared {
@@ -312,7 +318,13 @@ impl Sender {
         Ok(match driver {
             Driver::Weir => {
                 let client = Client::connect(bootstrap).await?;
-                Sender::Weir(Arc::new(Producer::new(client, w.driver.producer_config())))
+                let p = Arc::new(Producer::new(client, w.driver.producer_config()));
+                shared
+                    .weir_producers
+                    .lock()
+                    .expect("producers")
+                    .push(p.clone());
+                Sender::Weir(p)
             }
             Driver::Kafka => {
                 let tally = KafkaTally::new(shared.clone());
@@ -749,6 +761,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         last_consume_us: AtomicU64::new(0),
         consumers_joined: AtomicU64::new(0),
         payload_file,
+        weir_producers: Mutex::new(Vec::new()),
     });
     let mut notes = Vec::new();
     let kafka_config: Arc<[(String, String)]> = opts.kafka_config.clone().into();
@@ -890,9 +903,11 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
     let mut intervals = Vec::new();
     let mut last: Counts = (0, 0, 0, 0, 0);
     let mut measure_start: Option<(Instant, Counts)> = None;
+    let mut stage_start = None;
     if warmup.is_zero() {
         shared.measuring.store(true, Ordering::Relaxed);
         measure_start = Some((start, shared.counts()));
+        stage_start = Some(read_stages(&shared, opts.broker_metrics, &mut notes).await);
     }
     let mut stopped_early = false;
     let subs = i64::from((w.subscriptions_per_topic * w.topics).max(1));
@@ -954,6 +969,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         if measure_start.is_none() && elapsed >= warmup {
             shared.measuring.store(true, Ordering::Relaxed);
             measure_start = Some((Instant::now(), now));
+            stage_start = Some(read_stages(&shared, opts.broker_metrics, &mut notes).await);
         }
         if opts.stop.load(Ordering::Relaxed) {
             stopped_early = true;
@@ -982,6 +998,17 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         }
     }
     let end = shared.counts();
+    let stage_end = read_stages(&shared, opts.broker_metrics, &mut notes).await;
+    let (producer_stages, broker_stages) = match stage_start {
+        Some((p0, b0)) => (
+            stages::producer_stages(p0, stage_end.0),
+            match (b0, stage_end.1) {
+                (Some(b0), Some(b1)) => Some(stages::broker_stages(&b0, &b1)),
+                _ => None,
+            },
+        ),
+        None => (None, None),
+    };
     shared.stop_producing.store(true, Ordering::Relaxed);
     for p in producers {
         match p.await {
@@ -1032,7 +1059,31 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         publish_latency: total_of(&shared.publish_latency),
         publish_delay: total_of(&shared.publish_delay),
         end_to_end_latency: total_of(&shared.e2e),
+        producer_stages,
+        broker_stages,
         stopped_early,
         notes,
     })
+}
+
+/// The SDK producers' and (if its metrics endpoint is known) the broker's
+/// cumulative stage figures now; a failed broker reading becomes a note.
+async fn read_stages(
+    shared: &Shared,
+    broker_metrics: Option<SocketAddr>,
+    notes: &mut Vec<String>,
+) -> (stages::ProducerReading, Option<stages::BrokerReading>) {
+    let producers = shared.weir_producers.lock().expect("producers").clone();
+    let client = stages::read_producers(&producers);
+    let broker = match broker_metrics {
+        None => None,
+        Some(addr) => match stages::read_broker(addr).await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                notes.push(format!("broker stages not reported: {e:#}"));
+                None
+            }
+        },
+    };
+    (client, broker)
 }

@@ -90,6 +90,8 @@ fn sample_report() -> Report {
         target: "embedded".to_string(),
         workload: serde_json::json!({"name": "1-topic-1-partition-1kb", "partitionsPerTopic": 1, "messageSize": 1024}),
         machine: Machine::detect(),
+        producer_stages: None,
+        broker_stages: None,
         intervals,
         totals: Totals {
             published: 70_700,

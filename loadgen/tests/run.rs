@@ -36,6 +36,7 @@ fn options(mode: Mode, bootstrap: std::net::SocketAddr, id: &str) -> RunOptions 
         stop: Arc::new(AtomicBool::new(false)),
         run_id: id.into(),
         workload_dir: std::env::temp_dir(),
+        broker_metrics: None,
     }
 }
 
@@ -52,9 +53,9 @@ fn an_embedded_end_to_end_run_reports_what_the_broker_holds() {
     let broker = Embedded::start(1, None).unwrap();
     let rt = runtime();
     let w = workload(&[]);
-    let report = rt
-        .block_on(run(&w, &options(Mode::EndToEnd, broker.addr, "e2e")))
-        .unwrap();
+    let mut opts = options(Mode::EndToEnd, broker.addr, "e2e");
+    opts.broker_metrics = Some(broker.metrics);
+    let report = rt.block_on(run(&w, &opts)).unwrap();
     // The JSON report round-trips.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("report.json");
@@ -88,6 +89,20 @@ fn an_embedded_end_to_end_run_reports_what_the_broker_holds() {
     assert!(report.publish_latency.count > 0);
     assert!(!report.intervals.is_empty());
     assert!(report.intervals[0].warmup);
+    // Where publish latency went, on both sides, over the measured phase.
+    let p = report.producer_stages.as_ref().expect("producer stages");
+    assert!(p.batches > 0 && p.requests > 0, "{p:?}");
+    assert!(p.records_per_batch >= 1.0, "{p:?}");
+    assert!(p.request_ms_mean > 0.0, "{p:?}");
+    let b = report.broker_stages.as_ref().expect("broker stages");
+    for stage in ["append", "write", "sync", "request", "fdatasync"] {
+        let s = b
+            .get(stage)
+            .unwrap_or_else(|| panic!("no `{stage}` in {b:?}"));
+        assert!(s.count > 0 && s.mean_ms > 0.0, "{stage}: {s:?}");
+        assert!(s.p50_ms <= s.p99_ms, "{stage}: {s:?}");
+    }
+    assert_eq!(back.broker_stages, report.broker_stages);
     drop(rt);
     broker.stop().unwrap();
 }
@@ -123,6 +138,7 @@ fn the_kafka_driver_runs_a_workload_through_librdkafka() {
         report.totals.consumed_all
     );
     assert!(report.end_to_end_latency.count > 0);
+    assert_eq!(report.producer_stages, None, "librdkafka has no SDK stages");
     drop(rt);
     broker.stop().unwrap();
 }

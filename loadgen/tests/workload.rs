@@ -82,7 +82,14 @@ fn every_shipped_workload_loads_and_validates() {
             "1-topic-1-partition-1kb.yaml",
             "1-topic-100-partitions-1kb-4p-4c-500k.yaml",
             "1-topic-16-partitions-1kb.yaml",
+            "backlog-1-topic-1-partition-1000b-2gb.yaml",
+            "backlog-1-topic-1-partition-1000b-cached.yaml",
             "backlog-1-topic-16-partitions-1kb.yaml",
+            "latency-1-topic-1-partition-1000b-200k-linger1.yaml",
+            "latency-1-topic-1-partition-1000b-50mbs.yaml",
+            "latency-1-topic-1-partition-1000b-linger0.yaml",
+            "max-rate-1-topic-1-partition-1000b.yaml",
+            "max-rate-1-topic-1-partition-100b.yaml",
             "max-rate-1-topic-16-partitions-100b.yaml",
         ]
     );
@@ -91,20 +98,32 @@ fn every_shipped_workload_loads_and_validates() {
         w.validate().unwrap();
         let text = std::fs::read_to_string(path).unwrap();
         assert!(
-            text.starts_with("# OMB workload"),
+            text.starts_with("# "),
             "{}: starts with a comment saying what it is",
-            path.display()
-        );
-        assert!(
-            text.contains("Scaled"),
-            "{}: says how it was scaled",
             path.display()
         );
         assert_eq!(w.duration(), Duration::from_secs(60), "{}", path.display());
         assert_eq!(w.warmup(), Duration::from_secs(15), "{}", path.display());
-        assert_eq!(w.driver, DriverSettings::default(), "{}", path.display());
         for t in w.topic_names() {
             weir_broker::metadata::validate_name(&t).unwrap();
+        }
+        if text.starts_with("# OMB workload") {
+            // OMB's own workloads, scaled to this machine, with Weir's
+            // default driver settings.
+            assert!(
+                text.contains("Scaled"),
+                "{}: says how it was scaled",
+                path.display()
+            );
+            assert_eq!(w.driver, DriverSettings::default(), "{}", path.display());
+        } else {
+            // The single-partition rows of docs/benchmarks.md.
+            assert_eq!(
+                (w.topics, w.partitions_per_topic, w.producers_per_topic),
+                (1, 1, 1),
+                "{}",
+                path.display()
+            );
         }
     }
 }
@@ -723,4 +742,20 @@ fn payload_file_is_read_relative_to_a_base_and_checked() {
     w.set("payloadFile", "nope.data").unwrap();
     let e = format!("{:#}", w.read_payload_file(dir.path()).unwrap_err());
     assert!(e.contains("nope.data"), "{e}");
+}
+
+#[test]
+fn single_partition_workloads_set_what_their_rows_measure() {
+    let load = |f: &str| Workload::load(&workloads_dir().join(f)).unwrap();
+    let w = load("latency-1-topic-1-partition-1000b-linger0.yaml");
+    assert_eq!((w.message_size, w.producer_rate), (1000, 50000.0));
+    assert_eq!(w.driver.linger_ms, 0);
+    let w = load("latency-1-topic-1-partition-1000b-200k-linger1.yaml");
+    assert_eq!((w.producer_rate, w.driver.linger_ms), (200000.0, 1));
+    let w = load("latency-1-topic-1-partition-1000b-50mbs.yaml");
+    assert_eq!(w.driver, DriverSettings::default());
+    let w = load("backlog-1-topic-1-partition-1000b-2gb.yaml");
+    assert_eq!(w.backlog_bytes(), 2 << 30);
+    let w = load("max-rate-1-topic-1-partition-100b.yaml");
+    assert_eq!((w.message_size, w.producer_rate), (100, 0.0));
 }

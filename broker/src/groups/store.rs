@@ -55,7 +55,7 @@ pub async fn write_records(
     }
     let batch = b.build().map_err(storage)?.freeze();
     let (log, info) = partition::append_local(core, OFFSETS_TOPIC, p, batch).await?;
-    partition::ack_local(log, info, -1).await?;
+    partition::ack_local(core.clone(), log, info, -1).await?;
     Ok(())
 }
 

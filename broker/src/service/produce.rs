@@ -149,7 +149,12 @@ async fn append_partition(
         at += h.total_len();
         if owner == core.id {
             let (log, info) = partition::append_local(core, topic, partition, batch).await?;
-            waits.push(Box::pin(partition::ack_local(log, info, acks)));
+            waits.push(Box::pin(partition::ack_local(
+                core.clone(),
+                log,
+                info,
+                acks,
+            )));
             continue;
         }
         // Two answers: appended (so the next batch and the connection's

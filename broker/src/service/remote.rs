@@ -25,7 +25,9 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             Err(e) => appended.send(core, Err(e)).await,
             Ok((log, info)) => {
                 appended.send(core, Ok(())).await;
-                reply.send(core, ack_local(log, info, acks).await).await;
+                reply
+                    .send(core, ack_local(core.clone(), log, info, acks).await)
+                    .await;
             }
         },
         CoreMsg::InitProducerId { reply } => {

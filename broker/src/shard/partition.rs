@@ -3,10 +3,14 @@
 //! Everything here runs on the owner core; requests from other cores reach
 //! it through `crate::service::remote`.
 
+use std::rc::Rc;
+use std::time::Instant;
+
 use bytes::{Bytes, BytesMut};
 use weir_storage::{AppendInfo, CleanReport, PartitionLog};
 
 use super::Core;
+use crate::metrics::Stage;
 use crate::service::{BrokerError, FetchOk, OffsetsOk, ProduceOk};
 
 /// The outcome of a compaction request on one partition.
@@ -40,27 +44,39 @@ pub async fn append_local(
         panic!("test-only trigger: produce to `{topic}` (--test-panic-on-produce-to)");
     }
     let log = core.owned_log(topic, partition)?;
+    let started = Instant::now();
     let info = log
         .append(BytesMut::from(&batch[..]))
         .await
         .map_err(BrokerError::from)?;
+    core.metrics.stage(Stage::Append, started.elapsed());
     Ok((log, info))
 }
 
 /// Waits until an appended batch may be acknowledged as `acks` says: 0
 /// and 1 once it is written (1 waits, 0 does not), all once the topic's
 /// flush policy is met (fdatasync'd by default).
+///
+/// The time until written and then until acknowledged is counted in the
+/// core's produce stages (`weir_produce_stage_seconds`).
 pub async fn ack_local(
+    core: Rc<Core>,
     log: PartitionLog,
     info: AppendInfo,
     acks: i8,
 ) -> Result<ProduceOk, BrokerError> {
-    match acks {
-        0 => Ok(()),
-        1 => log.wait_written(info.last_offset + 1).await,
-        _ => log.wait_acked(&info).await,
+    if acks != 0 {
+        let appended = Instant::now();
+        log.wait_written(info.last_offset + 1)
+            .await
+            .map_err(BrokerError::from)?;
+        let written = Instant::now();
+        core.metrics.stage(Stage::Write, written - appended);
+        if acks != 1 {
+            log.wait_acked(&info).await.map_err(BrokerError::from)?;
+            core.metrics.stage(Stage::Sync, written.elapsed());
+        }
     }
-    .map_err(BrokerError::from)?;
     Ok(ProduceOk {
         base_offset: info.base_offset,
         log_start_offset: log.log_start_offset(),
