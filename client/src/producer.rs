@@ -1524,23 +1524,32 @@ impl Sender {
         }
         let max = self.max_in_flight();
         for (route, keys) in by_route {
-            let mut keys = keys.into_iter().peekable();
-            while keys.peek().is_some() && self.in_flight.get(&route).copied().unwrap_or(0) < max {
+            // Partitions take turns; one with more batches queued goes to
+            // the back and is in a later request, so a single busy
+            // partition fills every request slot of its connection, not
+            // one per pass of the sender.
+            let mut keys: VecDeque<Key> = keys.into();
+            while !keys.is_empty() && self.in_flight.get(&route).copied().unwrap_or(0) < max {
                 // One request: at most one batch per partition, up to
                 // REQUEST_BYTES_MAX.
                 let mut batches = Vec::new();
                 let mut bytes = 0usize;
-                while let Some(key) = keys.peek().cloned() {
+                let mut more = Vec::new();
+                while let Some(key) = keys.front().cloned() {
                     if !batches.is_empty() && bytes >= REQUEST_BYTES_MAX {
                         break;
                     }
-                    keys.next();
+                    keys.pop_front();
                     let Some(o) = self.take_for_send(&key) else {
                         continue;
                     };
                     bytes += o.bytes.as_ref().map_or(0, Bytes::len);
+                    if self.sendable(&key, now) {
+                        more.push(key.clone());
+                    }
                     batches.push((key, o));
                 }
+                keys.extend(more);
                 if batches.is_empty() {
                     break;
                 }
@@ -1589,6 +1598,20 @@ impl Sender {
             }
         }
         next_retry
+    }
+
+    /// Whether a partition's next queued batch may be sent now: not waiting
+    /// for a retry backoff, and not a retry while others of its partition
+    /// are in flight (so they reach the broker in order).
+    fn sendable(&self, key: &Key, now: Instant) -> bool {
+        let Some(lane) = self.lanes.get(key) else {
+            return false;
+        };
+        let Some(front) = lane.queue.front() else {
+            return false;
+        };
+        lane.not_before.is_none_or(|t| t <= now)
+            && !(front.attempts > 0 && lane.in_flight_count > 0)
     }
 
     /// Where a partition's batches go.

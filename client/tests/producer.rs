@@ -1003,3 +1003,47 @@ async fn linger_zero_batches_what_arrives_while_requests_are_in_flight() {
     );
     p.close().await;
 }
+
+/// Batches queued for one partition fill every request slot of its
+/// connection at once (one batch per request), not one per pass of the
+/// sender: a single busy partition keeps `max_in_flight` requests out.
+/// Before, a pass sent one request per partition, so after a stall a lone
+/// partition drained its queue one batch per answer (about two requests
+/// in flight instead of five).
+#[tokio::test(start_paused = true)]
+async fn one_partitions_queued_batches_fill_every_request_slot() {
+    let fake = Arc::new(Fake {
+        partitions: 1,
+        gate: Some(tokio::sync::Semaphore::new(0)),
+        ..Fake::default()
+    });
+    // A batch per record, sent by a sender task of this runtime: it runs
+    // only when the test yields.
+    let c = config(0, 1);
+    let max_in_flight = c.max_in_flight;
+    let p = producer(&fake, c);
+    let mut deliveries = Vec::new();
+    for i in 0..20 {
+        deliveries.push(
+            p.send(ProducerRecord::new("t", value(i, 100)).partition(0))
+                .await
+                .unwrap(),
+        );
+    }
+    // Let the sender run until it waits for answers.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        fake.requests().len(),
+        max_in_flight,
+        "requests in flight for one partition with 20 batches queued"
+    );
+    fake.gate.as_ref().unwrap().add_permits(1 << 20);
+    for (i, d) in deliveries.into_iter().enumerate() {
+        assert_eq!(d.await.unwrap().offset, Some(i as u64), "record {i}");
+    }
+    assert!(
+        fake.requests().iter().all(|r| r.len() == 1),
+        "one batch per request"
+    );
+    p.close().await;
+}
