@@ -93,6 +93,9 @@ pub const READ_AHEAD_BYTES: u64 = 256 << 10;
 /// Bytes of one log's active segment written in one flush round; the rest
 /// waits for the next round, which then overlaps this round's fdatasync.
 pub const ROUND_LOG_BYTES_MAX: u64 = 8 << 20;
+/// Flush rounds whose write completions a log remembers
+/// ([`PartitionLog::written_at`]).
+pub const WRITTEN_MARKS_MAX: usize = 64;
 /// Largest single cold read.
 pub const READ_BYTES_MAX: u64 = 16 << 20;
 
@@ -189,6 +192,10 @@ pub(crate) struct LogState {
     /// `flush.messages` counts from here, so a round that overlaps the
     /// previous round's fdatasync does not sync again for the same records.
     sync_planned_records: u64,
+    /// When the last rounds' writes finished: (written offset, instant),
+    /// oldest first, at most [`WRITTEN_MARKS_MAX`] (for
+    /// [`PartitionLog::written_at`]).
+    written_marks: std::collections::VecDeque<(u64, Instant)>,
     last_sync: Instant,
     force_sync: bool,
     recovery_point: u64,
@@ -472,6 +479,7 @@ impl PartitionLog {
                 appended_records: 0,
                 synced_records: 0,
                 sync_planned_records: 0,
+                written_marks: std::collections::VecDeque::new(),
                 last_sync: Instant::now(),
                 force_sync: false,
                 recovery_point,
@@ -711,6 +719,21 @@ impl PartitionLog {
     pub async fn wait_acked(&self, info: &AppendInfo) -> Result<()> {
         let durable = self.inner.state.borrow().config.sync_every_append();
         self.inner.wait(info.last_offset + 1, durable).await
+    }
+
+    /// When every batch below `upto` had been written, if that was within
+    /// the last [`WRITTEN_MARKS_MAX`] flush rounds (a batch's time from
+    /// append to written, and from written to durable, without waiting
+    /// twice).
+    pub fn written_at(&self, upto: u64) -> Option<Instant> {
+        let st = self.inner.state.borrow();
+        if st.written < upto {
+            return None;
+        }
+        st.written_marks
+            .iter()
+            .find(|(w, _)| *w >= upto)
+            .map(|(_, at)| *at)
     }
 
     /// Waits until every batch below `upto` is written (readable, safe from
@@ -1566,6 +1589,12 @@ impl LogInner {
             .map_err(RoundError::Write)?;
         let (files, sealed) = {
             let mut st = self.state.borrow_mut();
+            if target > st.written {
+                if st.written_marks.len() >= WRITTEN_MARKS_MAX {
+                    st.written_marks.pop_front();
+                }
+                st.written_marks.push_back((target, Instant::now()));
+            }
             st.written = st.written.max(target);
             let cfg = &st.config;
             let counted = st.synced_records.max(st.sync_planned_records);

@@ -432,6 +432,16 @@ fn written_waiters_wake_before_the_rounds_fdatasync() {
             };
             log.wait_acked(&info).await.unwrap();
             seen.push((info.last_offset + 1, written.await));
+            // The instant its write finished is remembered.
+            let at = log
+                .written_at(info.last_offset + 1)
+                .expect("a recent write");
+            assert!(at <= std::time::Instant::now());
+            assert_eq!(
+                log.written_at(info.last_offset + 2),
+                None,
+                "not written yet"
+            );
         }
         assert!(
             seen.iter().all(|(upto, durable)| durable < upto),
