@@ -123,6 +123,32 @@ impl Metrics {
     }
 }
 
+/// One histogram series as Prometheus text: per-bucket counts (made
+/// cumulative here), their upper bounds in µs, the count and the sum.
+struct Hist<'a> {
+    bounds_us: &'a [u64],
+    buckets: &'a [u64],
+    count: u64,
+    sum_us: u64,
+}
+
+impl Hist<'_> {
+    /// Writes `NAME_bucket{LABELS,le=…}` lines, `+Inf`, `NAME_sum` and
+    /// `NAME_count`, in seconds.
+    fn render(&self, o: &mut String, name: &str, labels: &str) {
+        let mut cum = 0;
+        for (b, n) in self.bounds_us.iter().zip(self.buckets) {
+            cum += n;
+            let le = *b as f64 / 1e6;
+            let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cum}");
+        }
+        let (count, sum) = (self.count, self.sum_us as f64 / 1e6);
+        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let _ = writeln!(o, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(o, "{name}_count{{{labels}}} {count}");
+    }
+}
+
 /// A `Send` copy of one core's metrics.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -264,38 +290,14 @@ pub fn render(snaps: &[Snapshot]) -> String {
     );
     for s in snaps {
         for (i, a) in s.apis.iter().enumerate() {
-            let mut cum = 0;
-            for (b, n) in LATENCY_BUCKETS_US.iter().zip(&a.3) {
-                cum += n;
-                let _ = writeln!(
-                    o,
-                    "weir_request_duration_seconds_bucket{{api=\"{}\",core=\"{}\",le=\"{}\"}} {cum}",
-                    api_name(i),
-                    s.core,
-                    *b as f64 / 1e6
-                );
-            }
-            let _ = writeln!(
-                o,
-                "weir_request_duration_seconds_bucket{{api=\"{}\",core=\"{}\",le=\"+Inf\"}} {}",
-                api_name(i),
-                s.core,
-                a.0
-            );
-            let _ = writeln!(
-                o,
-                "weir_request_duration_seconds_sum{{api=\"{}\",core=\"{}\"}} {}",
-                api_name(i),
-                s.core,
-                a.2 as f64 / 1e6
-            );
-            let _ = writeln!(
-                o,
-                "weir_request_duration_seconds_count{{api=\"{}\",core=\"{}\"}} {}",
-                api_name(i),
-                s.core,
-                a.0
-            );
+            let labels = format!("api=\"{}\",core=\"{}\"", api_name(i), s.core);
+            let h = Hist {
+                bounds_us: &LATENCY_BUCKETS_US,
+                buckets: &a.3,
+                count: a.0,
+                sum_us: a.2,
+            };
+            h.render(&mut o, "weir_request_duration_seconds", &labels);
         }
     }
     family(
@@ -309,30 +311,14 @@ pub fn render(snaps: &[Snapshot]) -> String {
     );
     for s in snaps {
         for (stage, (count, sum_us, buckets)) in PRODUCE_STAGES.iter().zip(&s.stages) {
-            let mut cum = 0;
-            for (b, n) in STAGE_BUCKETS_US.iter().zip(buckets) {
-                cum += n;
-                let _ = writeln!(
-                    o,
-                    "weir_produce_stage_seconds_bucket{{stage=\"{stage}\",core=\"{}\",le=\"{}\"}} {cum}",
-                    s.core,
-                    *b as f64 / 1e6
-                );
-            }
-            let core = s.core;
-            let _ = writeln!(
-                o,
-                "weir_produce_stage_seconds_bucket{{stage=\"{stage}\",core=\"{core}\",le=\"+Inf\"}} {count}"
-            );
-            let _ = writeln!(
-                o,
-                "weir_produce_stage_seconds_sum{{stage=\"{stage}\",core=\"{core}\"}} {}",
-                *sum_us as f64 / 1e6
-            );
-            let _ = writeln!(
-                o,
-                "weir_produce_stage_seconds_count{{stage=\"{stage}\",core=\"{core}\"}} {count}"
-            );
+            let labels = format!("stage=\"{stage}\",core=\"{}\"", s.core);
+            let h = Hist {
+                bounds_us: &STAGE_BUCKETS_US,
+                buckets,
+                count: *count,
+                sum_us: *sum_us,
+            };
+            h.render(&mut o, "weir_produce_stage_seconds", &labels);
         }
     }
     let simple: [Simple; 23] = [
@@ -486,31 +472,16 @@ pub fn render(snaps: &[Snapshot]) -> String {
     );
     for s in snaps {
         let st = &s.storage;
-        let mut cum = 0;
-        for (b, n) in weir_storage::shard::FSYNC_BUCKETS_US
-            .iter()
-            .zip(&st.fdatasync_buckets)
-        {
-            cum += n;
-            let le = *b as f64 / 1e6;
-            let _ = writeln!(
-                o,
-                "weir_fsync_duration_seconds_bucket{{core=\"{}\",le=\"{le}\"}} {cum}",
-                s.core
-            );
-        }
-        let (core, n, sum) = (s.core, st.fdatasyncs, st.fdatasync_micros as f64 / 1e6);
-        let _ = writeln!(
-            o,
-            "weir_fsync_duration_seconds_bucket{{core=\"{core}\",le=\"+Inf\"}} {n}"
-        );
-        let _ = writeln!(
-            o,
-            "weir_fsync_duration_seconds_sum{{core=\"{core}\"}} {sum}"
-        );
-        let _ = writeln!(
-            o,
-            "weir_fsync_duration_seconds_count{{core=\"{core}\"}} {n}"
+        let h = Hist {
+            bounds_us: &weir_storage::shard::FSYNC_BUCKETS_US,
+            buckets: &st.fdatasync_buckets,
+            count: st.fdatasyncs,
+            sum_us: st.fdatasync_micros,
+        };
+        h.render(
+            &mut o,
+            "weir_fsync_duration_seconds",
+            &format!("core=\"{}\"", s.core),
         );
     }
     family(
