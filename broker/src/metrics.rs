@@ -38,13 +38,49 @@ pub const APIS: usize = ApiKey::ALL.len();
 /// Largest HTTP request head read by the metrics endpoint.
 pub const HTTP_HEAD_BYTES_MAX: usize = 8 << 10;
 
-/// Counters of one API on one core.
+/// Counters of one API on one core: its requests (the latency
+/// histogram's count) and errors.
 #[derive(Debug, Default)]
 pub struct ApiCounters {
-    requests: Cell<u64>,
     errors: Cell<u64>,
-    latency_sum_us: Cell<u64>,
-    buckets: [Cell<u64>; LATENCY_BUCKETS_US.len()],
+    latency: CellHist<{ LATENCY_BUCKETS_US.len() }>,
+}
+
+/// A latency histogram on one core: observations, their sum (µs) and
+/// per-bucket counts over upper bounds given when observing.
+#[derive(Debug)]
+struct CellHist<const N: usize> {
+    count: Cell<u64>,
+    sum_us: Cell<u64>,
+    buckets: [Cell<u64>; N],
+}
+
+impl<const N: usize> Default for CellHist<N> {
+    fn default() -> Self {
+        CellHist {
+            count: Cell::new(0),
+            sum_us: Cell::new(0),
+            buckets: std::array::from_fn(|_| Cell::new(0)),
+        }
+    }
+}
+
+impl<const N: usize> CellHist<N> {
+    fn observe(&self, bounds_us: &[u64; N], us: u64) {
+        add(&self.count, 1);
+        add(&self.sum_us, us);
+        if let Some(i) = bounds_us.iter().position(|&b| us <= b) {
+            add(&self.buckets[i], 1);
+        }
+    }
+
+    fn read(&self) -> Hist {
+        Hist {
+            count: self.count.get(),
+            sum_us: self.sum_us.get(),
+            buckets: self.buckets.iter().map(Cell::get).collect(),
+        }
+    }
 }
 
 /// One core's counters.
@@ -63,16 +99,8 @@ pub struct Metrics {
     /// Connections closed because a frame did not arrive whole within
     /// `--frame-read-timeout-ms`.
     pub frame_timeouts: Cell<u64>,
-    /// Produce stages, per batch: (count, sum µs, buckets).
-    stages: [StageHist; PRODUCE_STAGES.len()],
-}
-
-/// One produce stage's histogram on one core.
-#[derive(Debug, Default)]
-struct StageHist {
-    count: Cell<u64>,
-    sum_us: Cell<u64>,
-    buckets: [Cell<u64>; STAGE_BUCKETS_US.len()],
+    /// Produce stages, per batch.
+    stages: [CellHist<{ STAGE_BUCKETS_US.len() }>; PRODUCE_STAGES.len()],
 }
 
 fn add(c: &Cell<u64>, n: u64) {
@@ -91,25 +119,16 @@ impl Metrics {
         else {
             return;
         };
-        add(&a.requests, 1);
         if error {
             add(&a.errors, 1);
         }
-        add(&a.latency_sum_us, us);
-        if let Some(i) = LATENCY_BUCKETS_US.iter().position(|&b| us <= b) {
-            add(&a.buckets[i], 1);
-        }
+        a.latency.observe(&LATENCY_BUCKETS_US, us);
     }
 
     /// Records how long one batch spent in a produce stage.
     pub fn stage(&self, stage: Stage, d: std::time::Duration) {
-        let h = &self.stages[stage as usize];
         let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        add(&h.count, 1);
-        add(&h.sum_us, us);
-        if let Some(i) = STAGE_BUCKETS_US.iter().position(|&b| us <= b) {
-            add(&h.buckets[i], 1);
-        }
+        self.stages[stage as usize].observe(&STAGE_BUCKETS_US, us);
     }
 
     /// Adds received bytes.
@@ -123,21 +142,21 @@ impl Metrics {
     }
 }
 
-/// One histogram series as Prometheus text: per-bucket counts (made
-/// cumulative here), their upper bounds in µs, the count and the sum.
-struct Hist<'a> {
-    bounds_us: &'a [u64],
-    buckets: &'a [u64],
+/// A `Send` copy of one histogram: per-bucket counts (not cumulative),
+/// the count and the sum in µs.
+#[derive(Debug, Clone, Default)]
+struct Hist {
     count: u64,
     sum_us: u64,
+    buckets: Vec<u64>,
 }
 
-impl Hist<'_> {
-    /// Writes `NAME_bucket{LABELS,le=…}` lines, `+Inf`, `NAME_sum` and
-    /// `NAME_count`, in seconds.
-    fn render(&self, o: &mut String, name: &str, labels: &str) {
+impl Hist {
+    /// Writes `NAME_bucket{LABELS,le=…}` lines over `bounds_us`
+    /// (cumulative), `+Inf`, `NAME_sum` and `NAME_count`, in seconds.
+    fn render(&self, o: &mut String, name: &str, labels: &str, bounds_us: &[u64]) {
         let mut cum = 0;
-        for (b, n) in self.bounds_us.iter().zip(self.buckets) {
+        for (b, n) in bounds_us.iter().zip(&self.buckets) {
             cum += n;
             let le = *b as f64 / 1e6;
             let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cum}");
@@ -154,9 +173,10 @@ impl Hist<'_> {
 pub struct Snapshot {
     /// The core.
     pub core: usize,
-    apis: Vec<(u64, u64, u64, Vec<u64>)>,
-    /// Per produce stage: (count, sum µs, buckets).
-    stages: Vec<(u64, u64, Vec<u64>)>,
+    /// Per API: (errors, latency).
+    apis: Vec<(u64, Hist)>,
+    /// Per produce stage.
+    stages: Vec<Hist>,
     bytes_in: u64,
     bytes_out: u64,
     connections: u64,
@@ -180,26 +200,9 @@ pub fn snapshot(core: &Core) -> Snapshot {
         apis: m
             .apis
             .iter()
-            .map(|a| {
-                (
-                    a.requests.get(),
-                    a.errors.get(),
-                    a.latency_sum_us.get(),
-                    a.buckets.iter().map(|b| b.get()).collect(),
-                )
-            })
+            .map(|a| (a.errors.get(), a.latency.read()))
             .collect(),
-        stages: m
-            .stages
-            .iter()
-            .map(|h| {
-                (
-                    h.count.get(),
-                    h.sum_us.get(),
-                    h.buckets.iter().map(|b| b.get()).collect(),
-                )
-            })
-            .collect(),
+        stages: m.stages.iter().map(CellHist::read).collect(),
         bytes_in: m.bytes_in.get(),
         bytes_out: m.bytes_out.get(),
         connections: m.connections.get(),
@@ -261,7 +264,7 @@ pub fn render(snaps: &[Snapshot]) -> String {
                 "weir_requests_total{{api=\"{}\",core=\"{}\"}} {}",
                 api_name(i),
                 s.core,
-                a.0
+                a.1.count
             );
         }
     }
@@ -278,7 +281,7 @@ pub fn render(snaps: &[Snapshot]) -> String {
                 "weir_request_errors_total{{api=\"{}\",core=\"{}\"}} {}",
                 api_name(i),
                 s.core,
-                a.1
+                a.0
             );
         }
     }
@@ -291,13 +294,12 @@ pub fn render(snaps: &[Snapshot]) -> String {
     for s in snaps {
         for (i, a) in s.apis.iter().enumerate() {
             let labels = format!("api=\"{}\",core=\"{}\"", api_name(i), s.core);
-            let h = Hist {
-                bounds_us: &LATENCY_BUCKETS_US,
-                buckets: &a.3,
-                count: a.0,
-                sum_us: a.2,
-            };
-            h.render(&mut o, "weir_request_duration_seconds", &labels);
+            a.1.render(
+                &mut o,
+                "weir_request_duration_seconds",
+                &labels,
+                &LATENCY_BUCKETS_US,
+            );
         }
     }
     family(
@@ -310,15 +312,14 @@ pub fn render(snaps: &[Snapshot]) -> String {
         &mut o,
     );
     for s in snaps {
-        for (stage, (count, sum_us, buckets)) in PRODUCE_STAGES.iter().zip(&s.stages) {
+        for (stage, h) in PRODUCE_STAGES.iter().zip(&s.stages) {
             let labels = format!("stage=\"{stage}\",core=\"{}\"", s.core);
-            let h = Hist {
-                bounds_us: &STAGE_BUCKETS_US,
-                buckets,
-                count: *count,
-                sum_us: *sum_us,
-            };
-            h.render(&mut o, "weir_produce_stage_seconds", &labels);
+            h.render(
+                &mut o,
+                "weir_produce_stage_seconds",
+                &labels,
+                &STAGE_BUCKETS_US,
+            );
         }
     }
     let simple: [Simple; 23] = [
@@ -473,15 +474,15 @@ pub fn render(snaps: &[Snapshot]) -> String {
     for s in snaps {
         let st = &s.storage;
         let h = Hist {
-            bounds_us: &weir_storage::shard::FSYNC_BUCKETS_US,
-            buckets: &st.fdatasync_buckets,
             count: st.fdatasyncs,
             sum_us: st.fdatasync_micros,
+            buckets: st.fdatasync_buckets.to_vec(),
         };
         h.render(
             &mut o,
             "weir_fsync_duration_seconds",
             &format!("core=\"{}\"", s.core),
+            &weir_storage::shard::FSYNC_BUCKETS_US,
         );
     }
     family(

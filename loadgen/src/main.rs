@@ -211,10 +211,7 @@ fn real_main() -> anyhow::Result<()> {
     let mut w = load(&args.workload)?;
     let mut overrides = Vec::new();
     for s in &args.sets {
-        let (k, v) = s
-            .split_once('=')
-            .with_context(|| format!("--set `{s}`: expected FIELD=VALUE"))?;
-        overrides.push((k.trim().to_string(), v.trim().to_string()));
+        overrides.push(pair(s, "--set", "FIELD=VALUE")?);
     }
     if let Some(d) = args.duration {
         overrides.push(("testDurationMinutes".into(), (d / 60.0).to_string()));
@@ -275,30 +272,18 @@ fn real_main() -> anyhow::Result<()> {
         let Some(b) = &args.bootstrap else {
             bail!("say where the broker is: --bootstrap HOST:PORT, or --embedded, or --discard");
         };
-        let a = std::net::ToSocketAddrs::to_socket_addrs(b.as_str())
-            .with_context(|| format!("resolving {b}"))?
-            .next()
-            .with_context(|| format!("{b} resolved to nothing"))?;
-        (a, b.clone())
+        (resolve(b, "--bootstrap")?, b.clone())
     };
     let target = format!("{target}, driver {}", args.driver.name());
     let mut kafka_config = Vec::new();
     for kv in &args.kafka_config {
-        let (k, v) = kv
-            .split_once('=')
-            .with_context(|| format!("--kafka-config `{kv}`: expected NAME=VALUE"))?;
-        kafka_config.push((k.trim().to_string(), v.trim().to_string()));
+        kafka_config.push(pair(kv, "--kafka-config", "NAME=VALUE")?);
     }
     if !kafka_config.is_empty() && args.driver != Driver::Kafka {
         bail!("--kafka-config applies to --driver kafka only");
     }
     let broker_metrics = match (&args.broker_metrics, &embedded) {
-        (Some(m), _) => Some(
-            std::net::ToSocketAddrs::to_socket_addrs(m.as_str())
-                .with_context(|| format!("--broker-metrics: resolving {m}"))?
-                .next()
-                .with_context(|| format!("--broker-metrics: {m} resolved to nothing"))?,
-        ),
+        (Some(m), _) => Some(resolve(m, "--broker-metrics")?),
         (None, Some(e)) => Some(e.metrics),
         (None, None) => None,
     };
@@ -357,4 +342,21 @@ fn real_main() -> anyhow::Result<()> {
         e.stop()?;
     }
     Ok(())
+}
+
+/// `KEY=VALUE` of a repeatable option, trimmed; `shape` names the form in
+/// the error.
+fn pair(s: &str, flag: &str, shape: &str) -> anyhow::Result<(String, String)> {
+    let (k, v) = s
+        .split_once('=')
+        .with_context(|| format!("{flag} `{s}`: expected {shape}"))?;
+    Ok((k.trim().to_string(), v.trim().to_string()))
+}
+
+/// The first address `HOST:PORT` resolves to.
+fn resolve(addr: &str, flag: &str) -> anyhow::Result<std::net::SocketAddr> {
+    std::net::ToSocketAddrs::to_socket_addrs(addr)
+        .with_context(|| format!("{flag}: resolving {addr}"))?
+        .next()
+        .with_context(|| format!("{flag}: {addr} resolved to nothing"))
 }
