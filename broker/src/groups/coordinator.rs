@@ -1379,25 +1379,25 @@ fn list(core: &Core) -> Vec<(GroupListing, &'static str)> {
         .borrow()
         .iter()
         .map(|(name, g)| {
-            let kind = if g.classic.is_some() {
-                "classic"
-            } else {
-                "consumer"
+            let (kind, state, members, assignor) = match &g.classic {
+                Some(c) => (
+                    "classic",
+                    c.state().name().into(),
+                    c.members().count() as u32,
+                    c.protocol_name().unwrap_or_default().to_string(),
+                ),
+                None => (
+                    "consumer",
+                    g.consumer.state().into(),
+                    g.consumer.members.len() as u32,
+                    g.consumer.assignor.clone(),
+                ),
             };
             let listing = GroupListing {
                 group: name.clone(),
-                state: match &g.classic {
-                    Some(c) => c.state().name().into(),
-                    None => g.consumer.state().into(),
-                },
-                members: match &g.classic {
-                    Some(c) => c.members().count() as u32,
-                    None => g.consumer.members.len() as u32,
-                },
-                assignor: match &g.classic {
-                    Some(c) => c.protocol_name().unwrap_or_default().to_string(),
-                    None => g.consumer.assignor.clone(),
-                },
+                state,
+                members,
+                assignor,
             };
             (listing, kind)
         })
