@@ -1,0 +1,747 @@
+//! A node's controller: its QUIC endpoint, its member of the Raft metadata
+//! quorum, and the liveness protocol, on one dedicated thread.
+//!
+//! **Why a thread of its own.** The controller's traffic is small (votes,
+//! appends of a few metadata commands, heartbeats every few hundred
+//! milliseconds) and openraft 0.9 runs on tokio. Putting it on a core's
+//! glommio executor would mean a second runtime inside the core's loop or
+//! a custom `quinn::Runtime`, and the controller's fdatasyncs and
+//! elections would then share the core with the data path. A dedicated
+//! thread with a current-thread tokio runtime keeps it isolated: a data
+//! core that is saturated does not delay a heartbeat into a fencing.
+//! (Replication's data traffic, next, wants per-core endpoints instead.)
+//!
+//! **Liveness.** Every node (the leader too) registers with the quorum
+//! ([`Command::RegisterNode`], which bumps its broker epoch) and then sends
+//! a heartbeat to the controller leader every `heartbeat_interval`. The
+//! leader fences ([`Command::FenceNode`]) a registered node whose last
+//! heartbeat is older than `session_timeout`; a new leader first grants
+//! every node a full session. A fenced node learns so from its next
+//! heartbeat's answer and registers again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::{BasicNode, Snapshot};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::link::Links;
+use crate::meta::{ClusterState, Command, NodeInfo, Outcome};
+use crate::raft::store::{LogStore, StateMachine};
+use crate::raft::{Network, Raft};
+use crate::tls::NodeTls;
+use crate::wire::{decode, encode, read_frame, write_frame, Request, Response, WVote};
+
+/// How a controller starts.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// This node's id (≥ 1).
+    pub node_id: u64,
+    /// The cluster id every node of the cluster is configured with.
+    pub cluster_id: String,
+    /// UDP address the QUIC endpoint binds (port 0 picks one).
+    pub listen: SocketAddr,
+    /// Directory of the Raft log, vote and snapshot.
+    pub data_dir: PathBuf,
+    /// Certificates.
+    pub tls: NodeTls,
+    /// The initial voters (id → replication address, this node included)
+    /// for a cluster that has never started; ignored once the Raft log
+    /// holds anything. Empty: join an existing cluster as a learner
+    /// (a voter adds it).
+    pub voters: BTreeMap<u64, String>,
+    /// What this node registers (its `id` and `replication` are filled in).
+    pub node: NodeInfo,
+    /// How often the node heartbeats to the controller leader.
+    pub heartbeat_interval: Duration,
+    /// A node not heard from for this long is fenced.
+    pub session_timeout: Duration,
+    /// Raft election timeout, lower bound (the upper is twice it).
+    pub election_timeout: Duration,
+}
+
+impl ControllerConfig {
+    /// Defaults for everything but identity, addresses and certificates.
+    pub fn new(
+        node_id: u64,
+        cluster_id: &str,
+        listen: SocketAddr,
+        data_dir: PathBuf,
+        tls: NodeTls,
+    ) -> Self {
+        Self {
+            node_id,
+            cluster_id: cluster_id.to_string(),
+            listen,
+            data_dir,
+            tls,
+            voters: BTreeMap::new(),
+            node: NodeInfo::default(),
+            heartbeat_interval: Duration::from_millis(300),
+            session_timeout: Duration::from_secs(3),
+            election_timeout: Duration::from_millis(300),
+        }
+    }
+}
+
+/// Why a controller operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// No leader could be reached in time.
+    #[error("no controller leader answered within {0:?}")]
+    NoLeader(Duration),
+    /// The quorum refused the change (the metadata is unchanged).
+    #[error("{0}")]
+    Refused(String),
+    /// The controller has stopped.
+    #[error("the controller has stopped")]
+    Stopped,
+    /// Other failures (I/O, Raft).
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Last heartbeat per node, as the leader saw it.
+#[derive(Default)]
+struct Liveness {
+    seen: HashMap<u64, Instant>,
+    term: u64,
+}
+
+struct Shared {
+    raft: Raft,
+    links: Links,
+    cfg: ControllerConfig,
+    state: watch::Receiver<Arc<ClusterState>>,
+    liveness: Mutex<Liveness>,
+    epoch: Mutex<u64>,
+}
+
+/// A running controller. Dropping it stops it (as [`Controller::stop`]).
+pub struct Controller {
+    shared: Arc<Shared>,
+    runtime: tokio::runtime::Handle,
+    local_addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Controller {
+    /// Starts the controller on its own thread and returns once its
+    /// endpoint is bound and its Raft member is running.
+    pub fn start(cfg: ControllerConfig) -> anyhow::Result<Self> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(format!("weir-controller-{}", cfg.node_id))
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(anyhow!("starting the controller runtime: {e}")));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    match boot(cfg).await {
+                        Ok((shared, endpoint)) => {
+                            let local = endpoint.local_addr();
+                            let handle = tokio::runtime::Handle::current();
+                            let tasks = spawn_tasks(&shared, endpoint.clone());
+                            let _ = ready_tx.send(
+                                local
+                                    .map(|a| (shared.clone(), handle, a))
+                                    .map_err(Into::into),
+                            );
+                            let _ = stop_rx.await;
+                            for t in tasks {
+                                t.abort();
+                            }
+                            let _ = shared.raft.shutdown().await;
+                            endpoint.close(0u32.into(), b"stopping");
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                        }
+                    }
+                });
+            })
+            .context("spawning the controller thread")?;
+        let (shared, runtime, local_addr) = ready_rx
+            .recv()
+            .map_err(|_| anyhow!("the controller thread ended before it started"))??;
+        Ok(Self {
+            shared,
+            runtime,
+            local_addr,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The UDP address the endpoint is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.shared.cfg.node_id
+    }
+
+    /// The metadata as applied on this node, and a way to wait for changes.
+    pub fn watch(&self) -> watch::Receiver<Arc<ClusterState>> {
+        self.shared.state.clone()
+    }
+
+    /// The metadata as applied on this node.
+    pub fn state(&self) -> Arc<ClusterState> {
+        self.shared.state.borrow().clone()
+    }
+
+    /// The controller leader as this node knows it.
+    pub fn leader(&self) -> Option<u64> {
+        self.shared.raft.metrics().borrow().current_leader
+    }
+
+    /// The node's broker epoch (0 until it has registered).
+    pub fn broker_epoch(&self) -> u64 {
+        *self.shared.epoch.lock().expect("not poisoned")
+    }
+
+    /// Proposes `command` (forwarded to the leader when this node is not
+    /// it) and waits until this node has applied it. `Ok` carries the
+    /// outcome; a command the state refused is [`ControllerError::Refused`].
+    pub async fn propose(&self, command: Command) -> Result<Outcome, ControllerError> {
+        let shared = self.shared.clone();
+        let task = self.runtime.spawn(async move {
+            let outcome = propose(&shared, command, Duration::from_secs(5)).await?;
+            wait_applied(&shared.state, outcome.version).await?;
+            Ok::<_, ControllerError>(outcome)
+        });
+        let outcome = task.await.map_err(|_| ControllerError::Stopped)??;
+        match outcome.error {
+            Some(e) => Err(ControllerError::Refused(e)),
+            None => Ok(outcome),
+        }
+    }
+
+    /// Adds node `id` (reachable at `addr`) to the voters: it first catches
+    /// up as a learner, then a joint change makes it a voter. Call it on
+    /// the leader ([`Controller::leader`]).
+    pub async fn add_voter(&self, id: u64, addr: String) -> Result<(), ControllerError> {
+        self.change_voters(id, Some(addr)).await
+    }
+
+    /// Removes node `id` from the voters (call it on the leader).
+    pub async fn remove_voter(&self, id: u64) -> Result<(), ControllerError> {
+        self.change_voters(id, None).await
+    }
+
+    /// Adds `id` (with its address) or, without one, removes it.
+    async fn change_voters(&self, id: u64, addr: Option<String>) -> Result<(), ControllerError> {
+        let shared = self.shared.clone();
+        let other = |e: &dyn std::fmt::Display| ControllerError::Other(e.to_string());
+        self.runtime
+            .spawn(async move {
+                let raft = &shared.raft;
+                let mut voters = voters(raft);
+                match addr {
+                    Some(addr) => {
+                        raft.add_learner(id, BasicNode::new(addr), true)
+                            .await
+                            .map_err(|e| other(&e))?;
+                        voters.insert(id);
+                    }
+                    None => {
+                        voters.remove(&id);
+                    }
+                }
+                raft.change_membership(voters, false)
+                    .await
+                    .map_err(|e| other(&e))?;
+                Ok(())
+            })
+            .await
+            .map_err(|_| ControllerError::Stopped)?
+    }
+
+    /// The current voter ids.
+    pub fn voters(&self) -> std::collections::BTreeSet<u64> {
+        voters(&self.shared.raft)
+    }
+
+    /// Stops the controller: its Raft member and endpoint close; the
+    /// thread is joined.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+fn voters(raft: &Raft) -> std::collections::BTreeSet<u64> {
+    raft.metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .collect()
+}
+
+async fn boot(mut cfg: ControllerConfig) -> anyhow::Result<(Arc<Shared>, quinn::Endpoint)> {
+    if cfg.node_id == 0 {
+        anyhow::bail!("node id 0 is not allowed: use 1 or more");
+    }
+    let mut endpoint = quinn::Endpoint::server(cfg.tls.server_config()?, cfg.listen)
+        .with_context(|| format!("binding the replication endpoint on {} (udp)", cfg.listen))?;
+    endpoint.set_default_client_config(cfg.tls.client_config()?);
+    let local = endpoint.local_addr()?;
+    cfg.node.id = cfg.node_id;
+    if cfg.node.replication.is_empty() {
+        cfg.node.replication = local.to_string();
+    }
+    let raft_dir = cfg.data_dir.clone();
+    let log = LogStore::open(&raft_dir)
+        .with_context(|| format!("opening the Raft log in {}", raft_dir.display()))?;
+    let (publish, state) = watch::channel(Arc::new(ClusterState::default()));
+    let sm = StateMachine::open(&raft_dir, publish)
+        .with_context(|| format!("opening the Raft snapshot in {}", raft_dir.display()))?;
+    let raft_config = openraft::Config {
+        cluster_name: cfg.cluster_id.clone(),
+        heartbeat_interval: (cfg.election_timeout.as_millis() as u64 / 3).max(10),
+        election_timeout_min: cfg.election_timeout.as_millis() as u64,
+        election_timeout_max: cfg.election_timeout.as_millis() as u64 * 2,
+        install_snapshot_timeout: 2_000,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(1_000),
+        max_in_snapshot_log_to_keep: 100,
+        ..Default::default()
+    }
+    .validate()
+    .context("Raft configuration")?;
+    let links = Links::new(endpoint.clone(), cfg.cluster_id.clone(), cfg.node_id);
+    let raft = Raft::new(
+        cfg.node_id,
+        Arc::new(raft_config),
+        Network {
+            links: links.clone(),
+        },
+        log,
+        sm,
+    )
+    .await
+    .map_err(|e| anyhow!("starting Raft: {e}"))?;
+    if !cfg.voters.is_empty() {
+        let members: BTreeMap<u64, BasicNode> = cfg
+            .voters
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr)))
+            .collect();
+        // Every initial voter initializes with the same membership (the
+        // same first log entry on each); on a node that has started before
+        // it is refused, which is expected.
+        match raft.initialize(members).await {
+            Ok(()) => {
+                info!(node = cfg.node_id, voters = ?cfg.voters.keys(), "initialized a new metadata quorum")
+            }
+            Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => {}
+            Err(e) => return Err(anyhow!("initializing the metadata quorum: {e}")),
+        }
+    }
+    Ok((
+        Arc::new(Shared {
+            raft,
+            links,
+            cfg,
+            state,
+            liveness: Mutex::new(Liveness::default()),
+            epoch: Mutex::new(0),
+        }),
+        endpoint,
+    ))
+}
+
+fn spawn_tasks(
+    shared: &Arc<Shared>,
+    endpoint: quinn::Endpoint,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    vec![
+        tokio::spawn(accept_loop(shared.clone(), endpoint)),
+        tokio::spawn(member_loop(shared.clone())),
+        tokio::spawn(leader_loop(shared.clone())),
+    ]
+}
+
+async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint) {
+    while let Some(incoming) = endpoint.accept().await {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let remote = incoming.remote_address();
+            let conn = match incoming.await {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(%remote, error = %e, "refused a node connection: TLS handshake failed (certificate not from this cluster's CA?)");
+                    return;
+                }
+            };
+            if let Err(e) = serve_connection(&shared, conn).await {
+                tracing::debug!(%remote, error = %e, "node connection ended");
+            }
+        });
+    }
+}
+
+async fn serve_connection(shared: &Arc<Shared>, conn: quinn::Connection) -> anyhow::Result<()> {
+    let remote = conn.remote_address();
+    // The hello.
+    let (mut send, mut recv) = conn.accept_bi().await?;
+    let hello: Request = decode(&read_frame(&mut recv).await?).map_err(|e| anyhow!(e))?;
+    let peer = match hello {
+        Request::Hello {
+            cluster_id,
+            node_id,
+        } if cluster_id == shared.cfg.cluster_id => node_id,
+        Request::Hello {
+            cluster_id,
+            node_id,
+        } => {
+            warn!(%remote, node = node_id, theirs = %cluster_id, ours = %shared.cfg.cluster_id, "refused a node of another cluster");
+            let why = format!(
+                "cluster id `{cluster_id}` is not this cluster's (`{}`)",
+                shared.cfg.cluster_id
+            );
+            write_frame(&mut send, &encode(&Response::Refused(why))).await?;
+            let _ = send.stopped().await;
+            conn.close(1u32.into(), b"wrong cluster");
+            return Ok(());
+        }
+        other => {
+            warn!(%remote, "refused a node connection that did not start with a hello: {other:?}");
+            conn.close(1u32.into(), b"hello first");
+            return Ok(());
+        }
+    };
+    write_frame(&mut send, &encode(&Response::HelloOk)).await?;
+    loop {
+        let (mut send, mut recv) = conn.accept_bi().await?;
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let answer = match read_frame(&mut recv).await {
+                Ok(body) => match decode::<Request>(&body) {
+                    Ok(request) => handle(&shared, request).await,
+                    Err(e) => Response::Refused(e),
+                },
+                Err(e) => {
+                    tracing::debug!(peer, error = %e, "reading a request");
+                    return;
+                }
+            };
+            if let Err(e) = write_frame(&mut send, &encode(&answer)).await {
+                tracing::debug!(peer, error = %e, "writing an answer");
+            }
+        });
+    }
+}
+
+async fn handle(shared: &Arc<Shared>, request: Request) -> Response {
+    let raft = &shared.raft;
+    match request {
+        Request::Hello { .. } => Response::HelloOk,
+        Request::Vote { vote, last_log_id } => {
+            match raft
+                .vote(VoteRequest {
+                    vote: vote.into(),
+                    last_log_id: last_log_id.map(Into::into),
+                })
+                .await
+            {
+                Ok(r) => Response::Vote {
+                    vote: r.vote.into(),
+                    granted: r.vote_granted,
+                    last_log_id: r.last_log_id.map(Into::into),
+                },
+                Err(e) => Response::Refused(e.to_string()),
+            }
+        }
+        Request::Append {
+            vote,
+            prev_log_id,
+            entries,
+            leader_commit,
+        } => {
+            match raft
+                .append_entries(AppendEntriesRequest {
+                    vote: vote.into(),
+                    prev_log_id: prev_log_id.map(Into::into),
+                    entries: entries.into_iter().map(Into::into).collect(),
+                    leader_commit: leader_commit.map(Into::into),
+                })
+                .await
+            {
+                Ok(r) => Response::Append(r.into()),
+                Err(e) => Response::Refused(e.to_string()),
+            }
+        }
+        Request::Snapshot { vote, meta, data } => {
+            let snapshot = Snapshot {
+                meta: (&meta).into(),
+                snapshot: Box::new(data),
+            };
+            match raft.install_full_snapshot(vote.into(), snapshot).await {
+                Ok(r) => Response::Snapshot(WVote::from(r.vote)),
+                Err(e) => Response::Refused(e.to_string()),
+            }
+        }
+        Request::Propose(command) => match raft.client_write(command).await {
+            Ok(r) => Response::Proposed(r.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Response::NotLeader(f.leader_id)
+            }
+            Err(e) => Response::Refused(e.to_string()),
+        },
+        Request::Heartbeat { node_id, epoch } => {
+            if raft.metrics().borrow().current_leader != Some(shared.cfg.node_id) {
+                return Response::NotLeader(raft.metrics().borrow().current_leader);
+            }
+            heartbeat_at_leader(shared, node_id, epoch)
+        }
+    }
+}
+
+fn heartbeat_at_leader(shared: &Shared, node_id: u64, _epoch: u64) -> Response {
+    shared
+        .liveness
+        .lock()
+        .expect("not poisoned")
+        .seen
+        .insert(node_id, Instant::now());
+    let state = shared.state.borrow().clone();
+    match state.nodes.get(&node_id) {
+        Some(n) => Response::HeartbeatAck {
+            epoch: n.broker_epoch,
+            fenced: n.fenced,
+        },
+        None => Response::HeartbeatAck {
+            epoch: 0,
+            fenced: true,
+        },
+    }
+}
+
+/// Proposes `command` on the leader, wherever it is, until `deadline`.
+async fn propose(
+    shared: &Shared,
+    command: Command,
+    within: Duration,
+) -> Result<Outcome, ControllerError> {
+    let deadline = Instant::now() + within;
+    let mut last_error = String::new();
+    while Instant::now() < deadline {
+        match shared.raft.client_write(command.clone()).await {
+            Ok(r) => return Ok(r.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                if let (Some(id), Some(node)) = (f.leader_id, f.leader_node) {
+                    // A leader that died holds the call until its timeout;
+                    // a new leader elected meanwhile ends the wait at once.
+                    let mut metrics = shared.raft.metrics();
+                    let request = Request::Propose(command.clone());
+                    let forward = shared.links.call(id, &node.addr, &request);
+                    let replaced = metrics.wait_for(|m| m.current_leader.is_some_and(|l| l != id));
+                    tokio::select! {
+                        answer = forward => match answer {
+                            Ok(Response::Proposed(o)) => return Ok(o),
+                            Ok(other) => last_error = format!("leader {id} answered {other:?}"),
+                            Err(e) => last_error = format!("leader {id}: {e:#}"),
+                        },
+                        _ = replaced => continue,
+                    }
+                }
+            }
+            Err(RaftError::Fatal(e)) => return Err(ControllerError::Other(e.to_string())),
+            Err(e) => last_error = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if last_error.is_empty() {
+        Err(ControllerError::NoLeader(within))
+    } else {
+        Err(ControllerError::Other(format!(
+            "no controller leader accepted the change within {within:?}: {last_error}"
+        )))
+    }
+}
+
+async fn wait_applied(
+    state: &watch::Receiver<Arc<ClusterState>>,
+    version: u64,
+) -> Result<(), ControllerError> {
+    let mut state = state.clone();
+    let waited = tokio::time::timeout(
+        Duration::from_secs(5),
+        state.wait_for(|s| s.version >= version),
+    )
+    .await
+    .map(|r| r.map(|_| ()));
+    match waited {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(ControllerError::Stopped),
+        Err(_) => Err(ControllerError::Other(format!(
+            "version {version} was committed but not applied on this node within 5 s"
+        ))),
+    }
+}
+
+/// Every node: register, then heartbeat to the leader; register again
+/// when fenced.
+async fn member_loop(shared: Arc<Shared>) {
+    let interval = shared.cfg.heartbeat_interval;
+    loop {
+        let epoch = *shared.epoch.lock().expect("not poisoned");
+        if epoch == 0 {
+            let command = Command::RegisterNode(shared.cfg.node.clone());
+            match propose(&shared, command, interval * 3).await {
+                Ok(o) if o.error.is_none() => {
+                    info!(
+                        node = shared.cfg.node_id,
+                        epoch = o.broker_epoch,
+                        version = o.version,
+                        "registered with the controller"
+                    );
+                    *shared.epoch.lock().expect("not poisoned") = o.broker_epoch;
+                    continue;
+                }
+                Ok(o) => warn!(node = shared.cfg.node_id, error = ?o.error, "registration refused"),
+                Err(e) => {
+                    tracing::debug!(node = shared.cfg.node_id, error = %e, "registration did not reach a leader")
+                }
+            }
+        } else {
+            let leader = shared.raft.metrics().borrow().current_leader;
+            let answer = match leader {
+                Some(l) if l == shared.cfg.node_id => Some(heartbeat_at_leader(&shared, l, epoch)),
+                Some(l) => {
+                    let addr = shared
+                        .raft
+                        .metrics()
+                        .borrow()
+                        .membership_config
+                        .membership()
+                        .get_node(&l)
+                        .map(|n| n.addr.clone());
+                    match addr {
+                        Some(addr) => shared
+                            .links
+                            .call(
+                                l,
+                                &addr,
+                                &Request::Heartbeat {
+                                    node_id: shared.cfg.node_id,
+                                    epoch,
+                                },
+                            )
+                            .await
+                            .ok(),
+                        None => None,
+                    }
+                }
+                None => None,
+            };
+            if let Some(Response::HeartbeatAck {
+                epoch: known,
+                fenced,
+            }) = answer
+            {
+                if fenced || known != epoch {
+                    warn!(
+                        node = shared.cfg.node_id,
+                        epoch, known, fenced, "fenced by the controller; registering again"
+                    );
+                    *shared.epoch.lock().expect("not poisoned") = 0;
+                    continue;
+                }
+            }
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// The leader's duties: name the cluster, fence nodes whose heartbeats lapsed.
+async fn leader_loop(shared: Arc<Shared>) {
+    let tick = (shared.cfg.heartbeat_interval / 2).max(Duration::from_millis(10));
+    loop {
+        tokio::time::sleep(tick).await;
+        let (leader, term) = {
+            let m = shared.raft.metrics();
+            let m = m.borrow();
+            (m.current_leader, m.current_term)
+        };
+        if leader != Some(shared.cfg.node_id) {
+            continue;
+        }
+        let state = shared.state.borrow().clone();
+        if state.cluster_id.is_empty() {
+            let _ = propose(
+                &shared,
+                Command::InitCluster {
+                    cluster_id: shared.cfg.cluster_id.clone(),
+                },
+                tick,
+            )
+            .await;
+            continue;
+        }
+        let now = Instant::now();
+        let lapsed: Vec<(u64, u64)> = {
+            let mut live = shared.liveness.lock().expect("not poisoned");
+            if live.term != term {
+                // A new leader: every node gets a full session from now.
+                live.term = term;
+                live.seen = state.nodes.keys().map(|id| (*id, now)).collect();
+            }
+            state
+                .nodes
+                .iter()
+                .filter(|(_, n)| !n.fenced)
+                .filter(|(id, _)| {
+                    let seen = *live.seen.entry(**id).or_insert(now);
+                    now.duration_since(seen) > shared.cfg.session_timeout
+                })
+                .map(|(id, n)| (*id, n.broker_epoch))
+                .collect()
+        };
+        for (id, epoch) in lapsed {
+            warn!(
+                node = id,
+                epoch, "no heartbeat within the session timeout: fencing"
+            );
+            match propose(&shared, Command::FenceNode { id, epoch }, tick).await {
+                Ok(o) if o.error.is_none() => info!(node = id, version = o.version, "fenced"),
+                Ok(o) => tracing::debug!(node = id, error = ?o.error, "fence not applied"),
+                Err(e) => tracing::debug!(node = id, error = %e, "fence not committed"),
+            }
+        }
+    }
+}

@@ -1,0 +1,571 @@
+//! The replicated cluster metadata: what the controller quorum agrees on,
+//! and the commands that change it.
+//!
+//! Every node applies the same committed commands in log order, so every
+//! node's [`ClusterState`] at a given [`ClusterState::version`] (the Raft
+//! log index last applied) is the same. Commands carry every decision
+//! already made (a topic's id and its placement are chosen by the node that
+//! proposes it, see [`place`]), so applying one is deterministic: it
+//! validates against the state and records, or refuses with an error that
+//! the proposer receives.
+
+use std::collections::BTreeMap;
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+/// One node's addresses, as it registers them.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct NodeInfo {
+    /// Node id (≥ 1, unique in the cluster).
+    pub id: u64,
+    /// Rack (or zone), for spreading replicas; empty when unset.
+    pub rack: String,
+    /// Number of cores (shards) the node serves partitions on.
+    pub cores: u32,
+    /// Native protocol address (`host:port`).
+    pub native: String,
+    /// Per-core native ports, in core order (empty when the node has none).
+    pub core_ports: Vec<u16>,
+    /// Kafka protocol address, empty when the listener is off.
+    pub kafka: String,
+    /// Node-to-node (QUIC) address.
+    pub replication: String,
+    /// Metrics and admin HTTP address, empty when off.
+    pub metrics: String,
+}
+
+/// A registered node and its liveness.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct NodeState {
+    /// What the node registered.
+    pub info: NodeInfo,
+    /// Bumped at every registration and every fencing: a node's requests
+    /// carry the epoch it registered with, and a stale one is refused.
+    pub broker_epoch: u64,
+    /// Fenced (its heartbeats lapsed): it leads nothing until it registers again.
+    pub fenced: bool,
+}
+
+/// Where one replica of a partition lives.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Replica {
+    /// Node id.
+    pub node: u64,
+    /// Core (shard) on that node.
+    pub core: u32,
+}
+
+/// One partition's replicas and leadership.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct PartitionState {
+    /// Replicas, the preferred leader first.
+    pub replicas: Vec<Replica>,
+    /// Leading node, or `None` while no replica in the ISR is live.
+    pub leader: Option<u64>,
+    /// Bumped at every leader change.
+    pub leader_epoch: u32,
+    /// In-sync replicas (node ids).
+    pub isr: Vec<u64>,
+}
+
+/// One topic.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TopicState {
+    /// Stable id (a UUID), distinct for a topic re-created under the same name.
+    pub id: [u8; 16],
+    /// Topic configs by Kafka name (only those set explicitly).
+    pub configs: BTreeMap<String, String>,
+    /// Partitions in order.
+    pub partitions: Vec<PartitionState>,
+}
+
+/// The replicated state.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct ClusterState {
+    /// Set by the first command the quorum commits; never changes.
+    pub cluster_id: String,
+    /// Registered nodes by id.
+    pub nodes: BTreeMap<u64, NodeState>,
+    /// Topics by name.
+    pub topics: BTreeMap<String, TopicState>,
+    /// The Raft log index of the last command applied (0 before any).
+    pub version: u64,
+}
+
+/// A change to the metadata.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Names the cluster; the first command a new quorum commits.
+    InitCluster {
+        /// The cluster id every node is configured with.
+        cluster_id: String,
+    },
+    /// A node (re)joins: stored, unfenced, its epoch bumped; partitions
+    /// without a live leader whose ISR holds it are led by it.
+    RegisterNode(NodeInfo),
+    /// A node's heartbeats lapsed: fenced (if its epoch is still `epoch`)
+    /// and every partition it leads goes to another live ISR member, or
+    /// to none.
+    FenceNode {
+        /// Node.
+        id: u64,
+        /// The epoch the controller last saw it with.
+        epoch: u64,
+    },
+    /// Creates a topic with the placement given.
+    CreateTopic {
+        /// Name.
+        name: String,
+        /// Stable id.
+        id: [u8; 16],
+        /// Configs set explicitly.
+        configs: BTreeMap<String, String>,
+        /// Replicas of each partition, the preferred leader first.
+        placement: Vec<Vec<Replica>>,
+    },
+    /// Deletes a topic.
+    DeleteTopic {
+        /// Name.
+        name: String,
+    },
+}
+
+/// What applying a command answered.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Outcome {
+    /// The version (log index) the command was applied at.
+    pub version: u64,
+    /// Why it was refused (nothing changed), if it was.
+    pub error: Option<String>,
+    /// For `RegisterNode`: the node's new broker epoch.
+    pub broker_epoch: u64,
+}
+
+impl ClusterState {
+    /// Applies `command`, committed at log index `version`.
+    pub fn apply(&mut self, version: u64, command: &Command) -> Outcome {
+        self.version = version;
+        let mut outcome = Outcome {
+            version,
+            ..Outcome::default()
+        };
+        if let Err(e) = self.apply_inner(command, &mut outcome) {
+            outcome.error = Some(e);
+        }
+        outcome
+    }
+
+    /// Records a log entry that carries no command (a leader's blank entry
+    /// or a membership change): only the version moves.
+    pub fn touch(&mut self, version: u64) {
+        self.version = version;
+    }
+
+    fn apply_inner(&mut self, command: &Command, outcome: &mut Outcome) -> Result<(), String> {
+        match command {
+            Command::InitCluster { cluster_id } => {
+                if self.cluster_id.is_empty() {
+                    self.cluster_id = cluster_id.clone();
+                    Ok(())
+                } else if &self.cluster_id == cluster_id {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "the cluster is `{}`, not `{cluster_id}`",
+                        self.cluster_id
+                    ))
+                }
+            }
+            Command::RegisterNode(info) => {
+                if info.id == 0 {
+                    return Err("node id 0 is not allowed".into());
+                }
+                let epoch = self.nodes.get(&info.id).map_or(0, |n| n.broker_epoch) + 1;
+                self.nodes.insert(
+                    info.id,
+                    NodeState {
+                        info: info.clone(),
+                        broker_epoch: epoch,
+                        fenced: false,
+                    },
+                );
+                outcome.broker_epoch = epoch;
+                self.elect_leaderless(info.id);
+                Ok(())
+            }
+            Command::FenceNode { id, epoch } => {
+                let node = self
+                    .nodes
+                    .get_mut(id)
+                    .ok_or_else(|| format!("unknown node {id}"))?;
+                if node.broker_epoch != *epoch {
+                    return Err(format!(
+                        "node {id} is at epoch {}, not {epoch}: it registered again",
+                        node.broker_epoch
+                    ));
+                }
+                if !node.fenced {
+                    node.fenced = true;
+                    node.broker_epoch += 1;
+                }
+                self.move_leadership_off(*id);
+                Ok(())
+            }
+            Command::CreateTopic {
+                name,
+                id,
+                configs,
+                placement,
+            } => {
+                if self.topics.contains_key(name) {
+                    return Err(format!("topic `{name}` already exists"));
+                }
+                if placement.is_empty() {
+                    return Err(format!("topic `{name}` needs at least one partition"));
+                }
+                for replicas in placement {
+                    if replicas.is_empty() {
+                        return Err(format!("a partition of `{name}` has no replica"));
+                    }
+                    for r in replicas {
+                        let node = self
+                            .nodes
+                            .get(&r.node)
+                            .ok_or_else(|| format!("replica on unknown node {}", r.node))?;
+                        if r.core >= node.info.cores {
+                            return Err(format!(
+                                "replica on core {} of node {}, which has {} cores",
+                                r.core, r.node, node.info.cores
+                            ));
+                        }
+                    }
+                }
+                let partitions = placement
+                    .iter()
+                    .map(|replicas| {
+                        let isr: Vec<u64> = replicas.iter().map(|r| r.node).collect();
+                        let leader = isr.iter().copied().find(|n| self.is_live(*n));
+                        PartitionState {
+                            replicas: replicas.clone(),
+                            leader,
+                            leader_epoch: 0,
+                            isr,
+                        }
+                    })
+                    .collect();
+                self.topics.insert(
+                    name.clone(),
+                    TopicState {
+                        id: *id,
+                        configs: configs.clone(),
+                        partitions,
+                    },
+                );
+                Ok(())
+            }
+            Command::DeleteTopic { name } => match self.topics.remove(name) {
+                Some(_) => Ok(()),
+                None => Err(format!("unknown topic `{name}`")),
+            },
+        }
+    }
+
+    /// Whether node `id` is registered and not fenced.
+    pub fn is_live(&self, id: u64) -> bool {
+        self.nodes.get(&id).is_some_and(|n| !n.fenced)
+    }
+
+    fn move_leadership_off(&mut self, id: u64) {
+        let live: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| !n.fenced)
+            .map(|(id, _)| *id)
+            .collect();
+        for topic in self.topics.values_mut() {
+            for p in &mut topic.partitions {
+                if p.leader == Some(id) {
+                    p.leader = p.isr.iter().copied().find(|n| *n != id && live.contains(n));
+                    p.leader_epoch += 1;
+                }
+            }
+        }
+    }
+
+    fn elect_leaderless(&mut self, id: u64) {
+        for topic in self.topics.values_mut() {
+            for p in &mut topic.partitions {
+                if p.leader.is_none() && p.isr.contains(&id) {
+                    p.leader = Some(id);
+                    p.leader_epoch += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Why a placement is impossible.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    /// More replicas asked for than live nodes.
+    #[error("replication factor {rf} is larger than the {live} live node(s)")]
+    NotEnoughNodes {
+        /// Asked.
+        rf: u32,
+        /// Live nodes.
+        live: usize,
+    },
+    /// Zero partitions or replicas.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Chooses replicas for `partitions` new partitions with `rf` replicas
+/// each, over the live nodes of `state`.
+///
+/// Nodes are ordered rack by rack in turn (a, b, c, a, b, c, …) so the
+/// replicas of one partition land on distinct racks when there are enough;
+/// partition `p`'s replicas are the `rf` nodes from position
+/// `(start + p) % n`, so leaders (the first replica) rotate over all
+/// nodes. `start` is the number of partitions the cluster already has, so
+/// successive topics do not all lead from the first node. On a node, each
+/// replica takes the core with the fewest replicas so far (existing topics
+/// counted), lowest core first.
+pub fn place(
+    state: &ClusterState,
+    partitions: u32,
+    rf: u32,
+) -> Result<Vec<Vec<Replica>>, PlacementError> {
+    if partitions == 0 || rf == 0 {
+        return Err(PlacementError::Invalid(
+            "partitions and replication factor must be at least 1".into(),
+        ));
+    }
+    let live: Vec<&NodeState> = state.nodes.values().filter(|n| !n.fenced).collect();
+    if (rf as usize) > live.len() {
+        return Err(PlacementError::NotEnoughNodes {
+            rf,
+            live: live.len(),
+        });
+    }
+    // Rack-interleaved order.
+    let mut racks: BTreeMap<&str, Vec<&NodeState>> = BTreeMap::new();
+    for n in &live {
+        racks.entry(n.info.rack.as_str()).or_default().push(n);
+    }
+    let mut order = Vec::with_capacity(live.len());
+    let mut i = 0;
+    while order.len() < live.len() {
+        for nodes in racks.values() {
+            if let Some(n) = nodes.get(i) {
+                order.push(*n);
+            }
+        }
+        i += 1;
+    }
+    // Replicas per (node, core) so far.
+    let mut load: BTreeMap<u64, Vec<u32>> = order
+        .iter()
+        .map(|n| (n.info.id, vec![0; n.info.cores.max(1) as usize]))
+        .collect();
+    let mut existing = 0usize;
+    for topic in state.topics.values() {
+        for p in &topic.partitions {
+            existing += 1;
+            for r in &p.replicas {
+                if let Some(cores) = load.get_mut(&r.node) {
+                    if let Some(c) = cores.get_mut(r.core as usize) {
+                        *c += 1;
+                    }
+                }
+            }
+        }
+    }
+    let n = order.len();
+    let mut placement = Vec::with_capacity(partitions as usize);
+    for p in 0..partitions as usize {
+        let mut replicas = Vec::with_capacity(rf as usize);
+        for r in 0..rf as usize {
+            let node = order[(existing + p + r) % n].info.id;
+            let cores = load
+                .get_mut(&node)
+                .expect("every live node has a load entry");
+            let (core, _) = cores
+                .iter()
+                .enumerate()
+                .min_by_key(|(c, count)| (**count, *c))
+                .expect("at least one core");
+            cores[core] += 1;
+            replicas.push(Replica {
+                node,
+                core: core as u32,
+            });
+        }
+        placement.push(replicas);
+    }
+    Ok(placement)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: u64, rack: &str, cores: u32) -> Command {
+        Command::RegisterNode(NodeInfo {
+            id,
+            rack: rack.into(),
+            cores,
+            ..NodeInfo::default()
+        })
+    }
+
+    fn cluster(nodes: &[(u64, &str, u32)]) -> ClusterState {
+        let mut s = ClusterState::default();
+        for (i, (id, rack, cores)) in nodes.iter().enumerate() {
+            assert_eq!(s.apply(i as u64 + 1, &node(*id, rack, *cores)).error, None);
+        }
+        s
+    }
+
+    fn create(s: &mut ClusterState, name: &str, partitions: u32, rf: u32) -> Outcome {
+        let placement = place(s, partitions, rf).unwrap();
+        let v = s.version + 1;
+        s.apply(
+            v,
+            &Command::CreateTopic {
+                name: name.into(),
+                id: [1; 16],
+                configs: BTreeMap::new(),
+                placement,
+            },
+        )
+    }
+
+    #[test]
+    fn twelve_partitions_spread_four_per_node_and_evenly_over_cores() {
+        let mut s = cluster(&[(1, "", 2), (2, "", 2), (3, "", 2)]);
+        assert_eq!(create(&mut s, "t", 12, 1).error, None);
+        let mut per_node: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut per_core: BTreeMap<(u64, u32), usize> = BTreeMap::new();
+        for p in &s.topics["t"].partitions {
+            let r = p.replicas[0];
+            *per_node.entry(r.node).or_default() += 1;
+            *per_core.entry((r.node, r.core)).or_default() += 1;
+            assert_eq!(p.leader, Some(r.node));
+        }
+        assert_eq!(
+            per_node.values().copied().collect::<Vec<_>>(),
+            vec![4, 4, 4]
+        );
+        assert!(per_core.values().all(|c| *c == 2), "{per_core:?}");
+    }
+
+    #[test]
+    fn replicas_of_a_partition_go_to_distinct_racks_and_nodes() {
+        let mut s = cluster(&[
+            (1, "a", 1),
+            (2, "a", 1),
+            (3, "b", 1),
+            (4, "b", 1),
+            (5, "c", 1),
+            (6, "c", 1),
+        ]);
+        assert_eq!(create(&mut s, "t", 30, 3).error, None);
+        let rack = |id: u64| s.nodes[&id].info.rack.clone();
+        let mut leaders: BTreeMap<u64, usize> = BTreeMap::new();
+        for p in &s.topics["t"].partitions {
+            let mut racks: Vec<String> = p.replicas.iter().map(|r| rack(r.node)).collect();
+            racks.sort();
+            racks.dedup();
+            assert_eq!(racks.len(), 3, "{p:?}");
+            *leaders.entry(p.leader.unwrap()).or_default() += 1;
+        }
+        assert_eq!(leaders.len(), 6);
+        assert!(leaders.values().all(|c| *c == 5), "{leaders:?}");
+    }
+
+    #[test]
+    fn a_replication_factor_above_the_live_nodes_is_refused() {
+        let mut s = cluster(&[(1, "", 1), (2, "", 1)]);
+        assert_eq!(
+            place(&s, 3, 3).unwrap_err().to_string(),
+            "replication factor 3 is larger than the 2 live node(s)"
+        );
+        let epoch = s.nodes[&2].broker_epoch;
+        assert_eq!(
+            s.apply(10, &Command::FenceNode { id: 2, epoch }).error,
+            None
+        );
+        assert!(matches!(
+            place(&s, 1, 2),
+            Err(PlacementError::NotEnoughNodes { rf: 2, live: 1 })
+        ));
+    }
+
+    #[test]
+    fn fencing_moves_leaders_to_live_isr_members_and_registration_takes_them_back() {
+        let mut s = cluster(&[(1, "", 1), (2, "", 1)]);
+        assert_eq!(create(&mut s, "rf2", 2, 2).error, None);
+        assert_eq!(create(&mut s, "rf1", 2, 1).error, None);
+        let led_by_2 = |s: &ClusterState, t: &str| {
+            s.topics[t]
+                .partitions
+                .iter()
+                .filter(|p| p.leader == Some(2))
+                .count()
+        };
+        assert_eq!(led_by_2(&s, "rf2"), 1);
+        assert_eq!(led_by_2(&s, "rf1"), 1);
+        let epoch = s.nodes[&2].broker_epoch;
+        assert_eq!(
+            s.apply(20, &Command::FenceNode { id: 2, epoch }).error,
+            None
+        );
+        assert!(s.nodes[&2].fenced);
+        assert!(s.topics["rf2"]
+            .partitions
+            .iter()
+            .all(|p| p.leader == Some(1)));
+        let rf1: Vec<Option<u64>> = s.topics["rf1"]
+            .partitions
+            .iter()
+            .map(|p| p.leader)
+            .collect();
+        assert!(rf1.contains(&None) && rf1.contains(&Some(1)), "{rf1:?}");
+        // A stale fence (the node registered again since) changes nothing.
+        let before = s.clone();
+        let out = s.apply(21, &Command::FenceNode { id: 2, epoch });
+        assert!(out.error.unwrap().contains("registered again"));
+        assert_eq!(s.nodes, before.nodes);
+        // Rejoining: a new epoch, the leaderless partition comes back.
+        let out = s.apply(22, &node(2, "", 1));
+        assert_eq!(out.broker_epoch, epoch + 2);
+        assert!(s.topics["rf1"]
+            .partitions
+            .iter()
+            .all(|p| p.leader.is_some()));
+    }
+
+    #[test]
+    fn a_duplicate_topic_or_a_replica_on_a_missing_core_is_refused_and_changes_nothing() {
+        let mut s = cluster(&[(1, "", 2)]);
+        assert_eq!(create(&mut s, "t", 1, 1).error, None);
+        let before = s.topics.clone();
+        assert!(create(&mut s, "t", 1, 1)
+            .error
+            .unwrap()
+            .contains("already exists"));
+        let out = s.apply(
+            50,
+            &Command::CreateTopic {
+                name: "u".into(),
+                id: [2; 16],
+                configs: BTreeMap::new(),
+                placement: vec![vec![Replica { node: 1, core: 7 }]],
+            },
+        );
+        assert!(out.error.unwrap().contains("has 2 cores"));
+        assert_eq!(s.topics, before);
+        assert_eq!(s.version, 50);
+    }
+}

@@ -1,0 +1,275 @@
+//! Mutual TLS between nodes: one certificate authority per cluster, one
+//! certificate per node, both ends of every QUIC connection verified
+//! against the cluster's CA.
+//!
+//! Files (PEM), as `weir cluster certs --out DIR --nodes N` writes them:
+//!
+//! ```text
+//! DIR/ca.pem            the cluster CA's certificate (every node needs it)
+//! DIR/ca.key            the CA's private key (keep it off the nodes; needed to add a node)
+//! DIR/node-<id>.pem     node <id>'s certificate, signed by the CA
+//! DIR/node-<id>.key     node <id>'s private key
+//! ```
+//!
+//! A node certificate names `node-<id>.weir` (and `localhost`) as its DNS
+//! names; a node connecting to node `id` asks for `node-<id>.weir`, so a
+//! peer cannot answer for another node's id with its own certificate.
+//! Certificates are ECDSA P-256, valid ten years; TLS 1.3 only (QUIC's).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// The name the QUIC handshake asks for when it connects to node `id`.
+pub fn node_server_name(id: u64) -> String {
+    format!("node-{id}.weir")
+}
+
+/// The ALPN protocol of Weir's node-to-node connections.
+pub const ALPN: &[u8] = b"weir-node/1";
+
+/// Paths of a cluster CA's files in a certificate directory.
+pub fn ca_paths(dir: &Path) -> (PathBuf, PathBuf) {
+    (dir.join("ca.pem"), dir.join("ca.key"))
+}
+
+/// Paths of node `id`'s certificate and key in a certificate directory.
+pub fn node_paths(dir: &Path, id: u64) -> (PathBuf, PathBuf) {
+    (
+        dir.join(format!("node-{id}.pem")),
+        dir.join(format!("node-{id}.key")),
+    )
+}
+
+fn ca_params() -> CertificateParams {
+    let mut params = CertificateParams::default();
+    let mut name = DistinguishedName::new();
+    name.push(DnType::OrganizationName, "Weir");
+    name.push(DnType::CommonName, "Weir cluster CA");
+    params.distinguished_name = name;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_before = rcgen::date_time_ymd(2024, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2099, 1, 1);
+    params
+}
+
+/// Creates a cluster CA in `dir` (which must not hold one already) and a
+/// certificate for each of nodes `1..=nodes`. Returns the files written.
+pub fn generate_cluster(dir: &Path, nodes: u64) -> anyhow::Result<Vec<PathBuf>> {
+    let (ca_pem, ca_key_path) = ca_paths(dir);
+    if ca_pem.exists() || ca_key_path.exists() {
+        bail!(
+            "{} already holds a cluster CA; add nodes with --add-node instead of making a new CA \
+             (a new CA would lock every existing node out)",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let ca_key = KeyPair::generate().context("generating the CA key")?;
+    let ca_cert = ca_params()
+        .self_signed(&ca_key)
+        .context("signing the CA certificate")?;
+    write_private(&ca_key_path, &ca_key.serialize_pem())?;
+    std::fs::write(&ca_pem, ca_cert.pem())
+        .with_context(|| format!("writing {}", ca_pem.display()))?;
+    let mut written = vec![ca_pem, ca_key_path];
+    for id in 1..=nodes {
+        written.extend(add_node(dir, id)?);
+    }
+    Ok(written)
+}
+
+/// Signs a certificate for node `id` with the CA in `dir`. Refuses to
+/// overwrite an existing one.
+pub fn add_node(dir: &Path, id: u64) -> anyhow::Result<Vec<PathBuf>> {
+    let (_, ca_key_path) = ca_paths(dir);
+    let ca_key_pem = std::fs::read_to_string(&ca_key_path).with_context(|| {
+        format!(
+            "reading the cluster CA key {} (create a CA first with `weir cluster certs`)",
+            ca_key_path.display()
+        )
+    })?;
+    let ca_key = KeyPair::from_pem(&ca_key_pem)
+        .with_context(|| format!("parsing {}", ca_key_path.display()))?;
+    // The CA's subject and key identifier derive from ca_params() and its
+    // key, so the issuer is rebuilt rather than parsed from ca.pem.
+    let issuer = Issuer::new(ca_params(), ca_key);
+    let (cert_path, key_path) = node_paths(dir, id);
+    if cert_path.exists() {
+        bail!(
+            "{} exists; remove it first to issue a new certificate for node {id}",
+            cert_path.display()
+        );
+    }
+    let mut params = CertificateParams::new(vec![node_server_name(id), "localhost".to_string()])
+        .context("node certificate names")?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, format!("weir node {id}"));
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    params.not_before = rcgen::date_time_ymd(2024, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2099, 1, 1);
+    let key = KeyPair::generate().context("generating a node key")?;
+    let cert = params
+        .signed_by(&key, &issuer)
+        .context("signing the node certificate")?;
+    write_private(&key_path, &key.serialize_pem())?;
+    std::fs::write(&cert_path, cert.pem())
+        .with_context(|| format!("writing {}", cert_path.display()))?;
+    Ok(vec![cert_path, key_path])
+}
+
+fn write_private(path: &Path, pem: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(pem.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// What a node needs for its QUIC endpoint: the CA to trust, its own
+/// certificate and key.
+#[derive(Clone, Debug)]
+pub struct NodeTls {
+    ca: CertificateDer<'static>,
+    cert: CertificateDer<'static>,
+    key: Arc<PrivateKeyDer<'static>>,
+}
+
+impl NodeTls {
+    /// Loads the CA certificate and node `id`'s certificate and key from `dir`.
+    pub fn load(dir: &Path, id: u64) -> anyhow::Result<Self> {
+        let (ca_pem, _) = ca_paths(dir);
+        let (cert_path, key_path) = node_paths(dir, id);
+        Self::from_files(&ca_pem, &cert_path, &key_path)
+    }
+
+    /// Loads the three PEM files named.
+    pub fn from_files(ca: &Path, cert: &Path, key: &Path) -> anyhow::Result<Self> {
+        let read_cert = |path: &Path| {
+            CertificateDer::from_pem_file(path)
+                .map_err(|e| anyhow::anyhow!("reading a certificate from {}: {e}", path.display()))
+        };
+        let key = PrivateKeyDer::from_pem_file(key)
+            .map_err(|e| anyhow::anyhow!("reading a private key from {}: {e}", key.display()))?;
+        Ok(Self {
+            ca: read_cert(ca)?,
+            cert: read_cert(cert)?,
+            key: Arc::new(key),
+        })
+    }
+
+    fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+        Arc::new(rustls::crypto::ring::default_provider())
+    }
+
+    fn roots(&self) -> anyhow::Result<Arc<rustls::RootCertStore>> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(self.ca.clone())
+            .context("the cluster CA certificate is not a usable trust anchor")?;
+        Ok(Arc::new(roots))
+    }
+
+    /// The server side: presents this node's certificate and requires a
+    /// client certificate signed by the cluster CA.
+    pub fn server_config(&self) -> anyhow::Result<quinn::ServerConfig> {
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            self.roots()?,
+            Self::provider(),
+        )
+        .build()
+        .context("building the client certificate verifier")?;
+        let mut tls = rustls::ServerConfig::builder_with_provider(Self::provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .context("TLS 1.3")?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(vec![self.cert.clone()], self.key.clone_key())
+            .context("this node's certificate and key do not match")?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+            .context("QUIC server TLS configuration")?;
+        let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        config.transport_config(transport());
+        Ok(config)
+    }
+
+    /// The client side: presents this node's certificate and verifies the
+    /// peer's against the cluster CA (and the node name asked for).
+    pub fn client_config(&self) -> anyhow::Result<quinn::ClientConfig> {
+        let mut tls = rustls::ClientConfig::builder_with_provider(Self::provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .context("TLS 1.3")?
+            .with_root_certificates(self.roots()?)
+            .with_client_auth_cert(vec![self.cert.clone()], self.key.clone_key())
+            .context("this node's certificate and key do not match")?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+            .context("QUIC client TLS configuration")?;
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        config.transport_config(transport());
+        Ok(config)
+    }
+}
+
+/// Transport settings of node connections: a keep-alive well inside the
+/// idle timeout, so an idle but healthy connection stays open and a dead
+/// peer is noticed within the idle timeout.
+fn transport() -> Arc<quinn::TransportConfig> {
+    let mut transport = quinn::TransportConfig::default();
+    transport.keep_alive_interval(Some(std::time::Duration::from_millis(500)));
+    transport.max_idle_timeout(Some(
+        quinn::IdleTimeout::try_from(std::time::Duration::from_secs(3)).expect("3 s fits"),
+    ));
+    Arc::new(transport)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_ca_signs_node_certificates_and_refuses_to_be_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = generate_cluster(dir.path(), 3).unwrap();
+        assert_eq!(files.len(), 2 + 3 * 2);
+        for id in 1..=3 {
+            let tls = NodeTls::load(dir.path(), id).unwrap();
+            tls.server_config().unwrap();
+            tls.client_config().unwrap();
+        }
+        let err = generate_cluster(dir.path(), 3).unwrap_err().to_string();
+        assert!(err.contains("already holds a cluster CA"), "{err}");
+        let err = add_node(dir.path(), 2).unwrap_err().to_string();
+        assert!(err.contains("exists"), "{err}");
+        add_node(dir.path(), 4).unwrap();
+        NodeTls::load(dir.path(), 4).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(dir.path().join("node-4.key"))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}
