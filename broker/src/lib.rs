@@ -19,6 +19,7 @@
 //! does, until its own issue).
 #![warn(missing_docs)]
 
+pub mod cluster;
 pub mod groups;
 pub mod listener;
 pub mod metadata;

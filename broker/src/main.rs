@@ -45,7 +45,8 @@ enum Command {
 /// Logs go to stderr, filtered by `WEIR_LOG` (default `info`).
 fn init_logs(format: LogFormat) {
     use std::io::IsTerminal;
-    let filter = EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_env("WEIR_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

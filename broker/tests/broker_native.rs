@@ -441,3 +441,61 @@ fn long_poll_over_several_partitions_returns_when_one_gets_data() {
         "answered on data, not at the timeout"
     );
 }
+
+/// A data directory of an earlier version (a `topics.toml` registry, no
+/// cluster metadata) starts with its topics, ids and records, moved into
+/// the cluster metadata once.
+#[test]
+fn a_topics_toml_registry_is_migrated_into_the_cluster_metadata_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let mut c = b.client();
+    assert_eq!(
+        create(&mut c, "legacy", 2, &[("retention.ms", "86400000")]).error,
+        0
+    );
+    for p in 0..2u32 {
+        let batch = records_batch(&format!("p{p}"), 10, 1_000);
+        let r = produce(&mut c, "legacy", &[(p, &batch[..])], -1);
+        assert_eq!(r.partitions[0].error, 0);
+    }
+    assert!(b.stop().success());
+    // Make it look like an earlier version's directory.
+    for gone in ["raft", "cluster.id", "certs"] {
+        let path = dir.path().join(gone);
+        if path.is_dir() {
+            std::fs::remove_dir_all(path).unwrap();
+        } else {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let id = "5f0c2a7e-1b2d-4c3e-9f40-0123456789ab"; // kept (see metadata::id_bytes)
+    std::fs::write(
+        dir.path().join("topics.toml"),
+        format!(
+            "version = 7\n[topics.legacy]\nid = \"{id}\"\ncores = [1, 0]\n[topics.legacy.configs]\n\"retention.ms\" = \"86400000\"\n"
+        ),
+    )
+    .unwrap();
+    for round in 0..2 {
+        let b = Broker::start(dir.path(), 2);
+        let mut c = b.client();
+        let (md, _) = c.ok(
+            &MetadataRequest {
+                topics: Some(vec!["legacy".into()]),
+            },
+            &[],
+        );
+        let t = &md.topics[0];
+        assert_eq!(t.error, 0, "round {round}");
+        let cores: Vec<u32> = t.partitions.iter().map(|p| p.core).collect();
+        assert_eq!(cores, vec![1, 0], "round {round}: and its placement");
+        for p in 0..2u32 {
+            let got = read_all(&mut c, "legacy", p);
+            assert_eq!(got.len(), 10, "round {round}: partition {p}");
+        }
+        assert!(!dir.path().join("topics.toml").exists());
+        assert!(dir.path().join("topics.toml.migrated").exists());
+        assert!(b.stop().success());
+    }
+}

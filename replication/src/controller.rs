@@ -99,7 +99,7 @@ pub enum ControllerError {
     NoLeader(Duration),
     /// The quorum refused the change (the metadata is unchanged).
     #[error("{0}")]
-    Refused(String),
+    Refused(crate::meta::Refusal),
     /// The controller has stopped.
     #[error("the controller has stopped")]
     Stopped,
@@ -122,6 +122,10 @@ struct Shared {
     state: watch::Receiver<Arc<ClusterState>>,
     liveness: Mutex<Liveness>,
     epoch: Mutex<u64>,
+    /// What this node registers.
+    node: Mutex<NodeInfo>,
+    /// Wakes the member loop (the node's info changed).
+    wake: tokio::sync::Notify,
 }
 
 /// A running controller. Dropping it stops it (as [`Controller::stop`]).
@@ -219,6 +223,73 @@ impl Controller {
         *self.shared.epoch.lock().expect("not poisoned")
     }
 
+    /// What this node registers (or has registered).
+    pub fn registered_info(&self) -> NodeInfo {
+        self.shared.node.lock().expect("not poisoned").clone()
+    }
+
+    /// Registers again with `info` (its `id` and `replication` kept) when
+    /// it differs from what was registered: a new broker epoch.
+    pub fn update_node(&self, mut info: NodeInfo) {
+        let mut node = self.shared.node.lock().expect("not poisoned");
+        info.id = node.id;
+        info.replication = node.replication.clone();
+        if *node != info {
+            *node = info;
+            *self.shared.epoch.lock().expect("not poisoned") = 0;
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Waits (blocking the calling thread, which must not be the
+    /// controller's) until this node is registered and its applied state
+    /// shows it live, for at most `within`; calls `waiting` with the time
+    /// waited every `every` meanwhile (to log).
+    pub fn wait_registered(
+        &self,
+        within: Duration,
+        every: Duration,
+        mut waiting: impl FnMut(Duration),
+    ) -> Result<(), ControllerError> {
+        let shared = self.shared.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let task = self.runtime.spawn(async move {
+            let mut watch = shared.state.clone();
+            let id = shared.cfg.node_id;
+            loop {
+                let live = watch
+                    .borrow_and_update()
+                    .nodes
+                    .get(&id)
+                    .is_some_and(|n| !n.fenced);
+                if live && *shared.epoch.lock().expect("not poisoned") > 0 {
+                    let _ = tx.send(());
+                    return;
+                }
+                // The epoch is set just after the state shows the
+                // registration: look again soon even without a change.
+                let _ = tokio::time::timeout(Duration::from_millis(20), watch.changed()).await;
+            }
+        });
+        let start = Instant::now();
+        loop {
+            let left = within.saturating_sub(start.elapsed());
+            match rx.recv_timeout(every.min(left)) {
+                Ok(()) => return Ok(()),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(ControllerError::Stopped)
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if start.elapsed() >= within {
+                        task.abort();
+                        return Err(ControllerError::NoLeader(within));
+                    }
+                    waiting(start.elapsed());
+                }
+            }
+        }
+    }
+
     /// Proposes `command` (forwarded to the leader when this node is not
     /// it) and waits until this node has applied it. `Ok` carries the
     /// outcome; a command the state refused is [`ControllerError::Refused`].
@@ -297,6 +368,17 @@ impl Controller {
     }
 }
 
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("node_id", &self.node_id())
+            .field("local_addr", &self.local_addr)
+            .field("leader", &self.leader())
+            .field("version", &self.state().version)
+            .finish()
+    }
+}
+
 impl Drop for Controller {
     fn drop(&mut self) {
         self.stop_inner();
@@ -327,6 +409,8 @@ async fn boot(mut cfg: ControllerConfig) -> anyhow::Result<(Arc<Shared>, quinn::
     let raft_dir = cfg.data_dir.clone();
     let log = LogStore::open(&raft_dir)
         .with_context(|| format!("opening the Raft log in {}", raft_dir.display()))?;
+    // Never started: no vote, no entry, no snapshot.
+    let fresh = log.is_empty() && !raft_dir.join("snapshot").exists();
     let (publish, state) = watch::channel(Arc::new(ClusterState::default()));
     let sm = StateMachine::open(&raft_dir, publish)
         .with_context(|| format!("opening the Raft snapshot in {}", raft_dir.display()))?;
@@ -354,15 +438,21 @@ async fn boot(mut cfg: ControllerConfig) -> anyhow::Result<(Arc<Shared>, quinn::
     )
     .await
     .map_err(|e| anyhow!("starting Raft: {e}"))?;
-    if !cfg.voters.is_empty() {
+    // A voter without an address is this node at its bound address.
+    for addr in cfg.voters.values_mut() {
+        if addr.is_empty() {
+            *addr = cfg.node.replication.clone();
+        }
+    }
+    if !cfg.voters.is_empty() && fresh {
         let members: BTreeMap<u64, BasicNode> = cfg
             .voters
             .iter()
             .map(|(id, addr)| (*id, BasicNode::new(addr)))
             .collect();
         // Every initial voter initializes with the same membership (the
-        // same first log entry on each); on a node that has started before
-        // it is refused, which is expected.
+        // same first log entry on each); refused (harmlessly) if another
+        // voter's leader reached this node first.
         match raft.initialize(members).await {
             Ok(()) => {
                 info!(node = cfg.node_id, voters = ?cfg.voters.keys(), "initialized a new metadata quorum")
@@ -371,14 +461,30 @@ async fn boot(mut cfg: ControllerConfig) -> anyhow::Result<(Arc<Shared>, quinn::
             Err(e) => return Err(anyhow!("initializing the metadata quorum: {e}")),
         }
     }
+    // The only voter need not wait an election timeout after a restart.
+    let sole_voter = {
+        let m = raft.metrics();
+        let voters: Vec<u64> = m
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        voters == [cfg.node_id]
+    };
+    if sole_voter {
+        let _ = raft.trigger().elect().await;
+    }
     Ok((
         Arc::new(Shared {
             raft,
             links,
-            cfg,
             state,
             liveness: Mutex::new(Liveness::default()),
             epoch: Mutex::new(0),
+            node: Mutex::new(cfg.node.clone()),
+            wake: tokio::sync::Notify::new(),
+            cfg,
         }),
         endpoint,
     ))
@@ -621,8 +727,10 @@ async fn member_loop(shared: Arc<Shared>) {
     loop {
         let epoch = *shared.epoch.lock().expect("not poisoned");
         if epoch == 0 {
-            let command = Command::RegisterNode(shared.cfg.node.clone());
+            let info = shared.node.lock().expect("not poisoned").clone();
+            let command = Command::RegisterNode(info.clone());
             match propose(&shared, command, interval * 3).await {
+                Ok(_) if *shared.node.lock().expect("not poisoned") != info => continue,
                 Ok(o) if o.error.is_none() => {
                     info!(
                         node = shared.cfg.node_id,
@@ -684,7 +792,7 @@ async fn member_loop(shared: Arc<Shared>) {
                 }
             }
         }
-        tokio::time::sleep(interval).await;
+        let _ = tokio::time::timeout(interval, shared.wake.notified()).await;
     }
 }
 

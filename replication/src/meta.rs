@@ -128,6 +128,60 @@ pub enum Command {
         /// Name.
         name: String,
     },
+    /// Replaces a topic's configs, if they are still `from` (the proposer
+    /// computed `to` from them; a change in between is a conflict).
+    AlterConfigs {
+        /// Name.
+        name: String,
+        /// The configs the change was computed against.
+        from: BTreeMap<String, String>,
+        /// The new configs.
+        to: BTreeMap<String, String>,
+    },
+    /// Adds partitions to a topic that still has `from` of them.
+    AddPartitions {
+        /// Name.
+        name: String,
+        /// The partition count the placement was computed against.
+        from: u32,
+        /// Replicas of each new partition.
+        placement: Vec<Vec<Replica>>,
+    },
+}
+
+/// Why a command was refused.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// The topic exists already.
+    Exists,
+    /// No such topic or node.
+    Unknown,
+    /// The state changed since the command was computed: compute it again.
+    Conflict,
+    /// Anything else (a bad placement, another cluster id, …).
+    Invalid,
+}
+
+/// A refused command: what kind, and the message for the operator.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// Kind.
+    pub kind: RefusalKind,
+    /// Message.
+    pub message: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn refuse(kind: RefusalKind, message: impl Into<String>) -> Refusal {
+    Refusal {
+        kind,
+        message: message.into(),
+    }
 }
 
 /// What applying a command answered.
@@ -136,7 +190,7 @@ pub struct Outcome {
     /// The version (log index) the command was applied at.
     pub version: u64,
     /// Why it was refused (nothing changed), if it was.
-    pub error: Option<String>,
+    pub error: Option<Refusal>,
     /// For `RegisterNode`: the node's new broker epoch.
     pub broker_epoch: u64,
 }
@@ -161,7 +215,8 @@ impl ClusterState {
         self.version = version;
     }
 
-    fn apply_inner(&mut self, command: &Command, outcome: &mut Outcome) -> Result<(), String> {
+    fn apply_inner(&mut self, command: &Command, outcome: &mut Outcome) -> Result<(), Refusal> {
+        use RefusalKind::*;
         match command {
             Command::InitCluster { cluster_id } => {
                 if self.cluster_id.is_empty() {
@@ -170,15 +225,15 @@ impl ClusterState {
                 } else if &self.cluster_id == cluster_id {
                     Ok(())
                 } else {
-                    Err(format!(
-                        "the cluster is `{}`, not `{cluster_id}`",
-                        self.cluster_id
+                    Err(refuse(
+                        Invalid,
+                        format!("the cluster is `{}`, not `{cluster_id}`", self.cluster_id),
                     ))
                 }
             }
             Command::RegisterNode(info) => {
                 if info.id == 0 {
-                    return Err("node id 0 is not allowed".into());
+                    return Err(refuse(Invalid, "node id 0 is not allowed"));
                 }
                 let epoch = self.nodes.get(&info.id).map_or(0, |n| n.broker_epoch) + 1;
                 self.nodes.insert(
@@ -197,11 +252,14 @@ impl ClusterState {
                 let node = self
                     .nodes
                     .get_mut(id)
-                    .ok_or_else(|| format!("unknown node {id}"))?;
+                    .ok_or_else(|| refuse(Unknown, format!("unknown node {id}")))?;
                 if node.broker_epoch != *epoch {
-                    return Err(format!(
-                        "node {id} is at epoch {}, not {epoch}: it registered again",
-                        node.broker_epoch
+                    return Err(refuse(
+                        Conflict,
+                        format!(
+                            "node {id} is at epoch {}, not {epoch}: it registered again",
+                            node.broker_epoch
+                        ),
                     ));
                 }
                 if !node.fenced {
@@ -218,41 +276,15 @@ impl ClusterState {
                 placement,
             } => {
                 if self.topics.contains_key(name) {
-                    return Err(format!("topic `{name}` already exists"));
+                    return Err(refuse(Exists, format!("topic `{name}` already exists")));
                 }
                 if placement.is_empty() {
-                    return Err(format!("topic `{name}` needs at least one partition"));
+                    return Err(refuse(
+                        Invalid,
+                        format!("topic `{name}` needs at least one partition"),
+                    ));
                 }
-                for replicas in placement {
-                    if replicas.is_empty() {
-                        return Err(format!("a partition of `{name}` has no replica"));
-                    }
-                    for r in replicas {
-                        let node = self
-                            .nodes
-                            .get(&r.node)
-                            .ok_or_else(|| format!("replica on unknown node {}", r.node))?;
-                        if r.core >= node.info.cores {
-                            return Err(format!(
-                                "replica on core {} of node {}, which has {} cores",
-                                r.core, r.node, node.info.cores
-                            ));
-                        }
-                    }
-                }
-                let partitions = placement
-                    .iter()
-                    .map(|replicas| {
-                        let isr: Vec<u64> = replicas.iter().map(|r| r.node).collect();
-                        let leader = isr.iter().copied().find(|n| self.is_live(*n));
-                        PartitionState {
-                            replicas: replicas.clone(),
-                            leader,
-                            leader_epoch: 0,
-                            isr,
-                        }
-                    })
-                    .collect();
+                let partitions = self.new_partitions(name, placement)?;
                 self.topics.insert(
                     name.clone(),
                     TopicState {
@@ -265,9 +297,93 @@ impl ClusterState {
             }
             Command::DeleteTopic { name } => match self.topics.remove(name) {
                 Some(_) => Ok(()),
-                None => Err(format!("unknown topic `{name}`")),
+                None => Err(refuse(Unknown, format!("unknown topic `{name}`"))),
             },
+            Command::AlterConfigs { name, from, to } => {
+                let topic = self
+                    .topics
+                    .get_mut(name)
+                    .ok_or_else(|| refuse(Unknown, format!("unknown topic `{name}`")))?;
+                if &topic.configs != from {
+                    return Err(refuse(
+                        Conflict,
+                        format!("the configs of `{name}` changed meanwhile"),
+                    ));
+                }
+                topic.configs = to.clone();
+                Ok(())
+            }
+            Command::AddPartitions {
+                name,
+                from,
+                placement,
+            } => {
+                let count = self
+                    .topics
+                    .get(name)
+                    .ok_or_else(|| refuse(Unknown, format!("unknown topic `{name}`")))?
+                    .partitions
+                    .len();
+                if count != *from as usize {
+                    return Err(refuse(
+                        Conflict,
+                        format!("`{name}` has {count} partitions now, not {from}"),
+                    ));
+                }
+                let added = self.new_partitions(name, placement)?;
+                self.topics
+                    .get_mut(name)
+                    .expect("checked above")
+                    .partitions
+                    .extend(added);
+                Ok(())
+            }
         }
+    }
+
+    /// Checks a placement and makes its partitions (led by their first
+    /// live replica).
+    fn new_partitions(
+        &self,
+        name: &str,
+        placement: &[Vec<Replica>],
+    ) -> Result<Vec<PartitionState>, Refusal> {
+        use RefusalKind::Invalid;
+        for replicas in placement {
+            if replicas.is_empty() {
+                return Err(refuse(
+                    Invalid,
+                    format!("a partition of `{name}` has no replica"),
+                ));
+            }
+            for r in replicas {
+                let node = self.nodes.get(&r.node).ok_or_else(|| {
+                    refuse(Invalid, format!("replica on unknown node {}", r.node))
+                })?;
+                if r.core >= node.info.cores {
+                    return Err(refuse(
+                        Invalid,
+                        format!(
+                            "replica on core {} of node {}, which has {} cores",
+                            r.core, r.node, node.info.cores
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(placement
+            .iter()
+            .map(|replicas| {
+                let isr: Vec<u64> = replicas.iter().map(|r| r.node).collect();
+                let leader = isr.iter().copied().find(|n| self.is_live(*n));
+                PartitionState {
+                    replicas: replicas.clone(),
+                    leader,
+                    leader_epoch: 0,
+                    isr,
+                }
+            })
+            .collect())
     }
 
     /// Whether node `id` is registered and not fenced.
@@ -535,7 +651,7 @@ mod tests {
         // A stale fence (the node registered again since) changes nothing.
         let before = s.clone();
         let out = s.apply(21, &Command::FenceNode { id: 2, epoch });
-        assert!(out.error.unwrap().contains("registered again"));
+        assert!(out.error.unwrap().message.contains("registered again"));
         assert_eq!(s.nodes, before.nodes);
         // Rejoining: a new epoch, the leaderless partition comes back.
         let out = s.apply(22, &node(2, "", 1));
@@ -551,10 +667,9 @@ mod tests {
         let mut s = cluster(&[(1, "", 2)]);
         assert_eq!(create(&mut s, "t", 1, 1).error, None);
         let before = s.topics.clone();
-        assert!(create(&mut s, "t", 1, 1)
-            .error
-            .unwrap()
-            .contains("already exists"));
+        let refused = create(&mut s, "t", 1, 1).error.unwrap();
+        assert_eq!(refused.kind, RefusalKind::Exists);
+        assert!(refused.message.contains("already exists"));
         let out = s.apply(
             50,
             &Command::CreateTopic {
@@ -564,7 +679,7 @@ mod tests {
                 placement: vec![vec![Replica { node: 1, core: 7 }]],
             },
         );
-        assert!(out.error.unwrap().contains("has 2 cores"));
+        assert!(out.error.unwrap().message.contains("has 2 cores"));
         assert_eq!(s.topics, before);
         assert_eq!(s.version, 50);
     }

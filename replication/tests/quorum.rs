@@ -152,7 +152,7 @@ fn block<F: std::future::Future>(f: F) -> F::Output {
 
 fn create_topic(node: &Controller, name: &str, partitions: u32) -> Result<u64, ControllerError> {
     let placement =
-        place(&node.state(), partitions, 1).map_err(|e| ControllerError::Refused(e.to_string()))?;
+        place(&node.state(), partitions, 1).map_err(|e| ControllerError::Other(e.to_string()))?;
     block(node.propose(Command::CreateTopic {
         name: name.into(),
         id: *uuid_like(name),
@@ -376,4 +376,29 @@ fn a_voter_is_added_and_removed() {
     c.stop(gone);
     // Three voters left (of which two suffice): changes still commit.
     create_topic(c.any(), "after-removal", 1).unwrap();
+}
+
+#[test]
+fn a_single_node_restarts_with_its_metadata_and_leads_at_once() {
+    let mut c = Cluster::start(1);
+    c.nodes[&1]
+        .wait_registered(Duration::from_secs(5), Duration::from_secs(5), |_| {})
+        .unwrap();
+    create_topic(&c.nodes[&1], "kept", 3).unwrap();
+    c.stop(1);
+    let restarted = Instant::now();
+    c.restart(1);
+    c.wait_all("the topic after a restart", Duration::from_secs(5), |s| {
+        s.topics.contains_key("kept")
+    });
+    c.nodes[&1]
+        .wait_registered(Duration::from_secs(5), Duration::from_secs(5), |_| {})
+        .unwrap();
+    create_topic(&c.nodes[&1], "new", 1).unwrap();
+    let took = restarted.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "a restarted single node took {took:?} to take a change"
+    );
+    assert_eq!(c.nodes[&1].state().nodes[&1].broker_epoch, 2);
 }

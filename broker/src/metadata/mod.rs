@@ -246,16 +246,24 @@ pub fn new_topic_id(name: &str) -> String {
     )
 }
 
+/// In [`TopicMeta::cores`]: the partition lives on another node.
+pub const REMOTE: u32 = u32::MAX;
+
 /// One topic in the view.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicMeta {
     /// Stable id (a UUID).
     pub id: String,
-    /// The owner core of each partition, by partition number.
+    /// The owner core of each partition on this node, by partition number
+    /// ([`REMOTE`]: on another node).
     pub cores: Vec<u32>,
     /// Topic configs by Kafka name (only those set explicitly).
     #[serde(default)]
     pub configs: BTreeMap<String, String>,
+    /// The leading node of each partition (0: none live), from the
+    /// cluster metadata; empty in views not built from it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leaders: Vec<u64>,
 }
 
 impl TopicMeta {
@@ -264,9 +272,65 @@ impl TopicMeta {
         self.cores.len() as u32
     }
 
-    /// The core owning `partition`, if it exists.
+    /// The core owning `partition` on this node, if it exists here.
     pub fn core_of(&self, partition: u32) -> Option<usize> {
-        self.cores.get(partition as usize).map(|&c| c as usize)
+        self.cores
+            .get(partition as usize)
+            .filter(|&&c| c != REMOTE)
+            .map(|&c| c as usize)
+    }
+}
+
+/// The view node `node` (with `cores` cores) serves, from the cluster
+/// metadata: every topic, each partition placed on the core its replica
+/// on this node names (folded into `cores` if the node has fewer now), or
+/// [`REMOTE`].
+pub fn view_for(state: &weir_replication::ClusterState, node: u64, cores: usize) -> MetadataView {
+    let topics = state
+        .topics
+        .iter()
+        .map(|(name, t)| {
+            let placed = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    p.replicas
+                        .iter()
+                        .find(|r| r.node == node)
+                        .map_or(REMOTE, |r| r.core % cores.max(1) as u32)
+                })
+                .collect();
+            let leaders = t.partitions.iter().map(|p| p.leader.unwrap_or(0)).collect();
+            (
+                name.clone(),
+                TopicMeta {
+                    id: uuid::Uuid::from_bytes(t.id).to_string(),
+                    cores: placed,
+                    configs: t.configs.clone(),
+                    leaders,
+                },
+            )
+        })
+        .collect();
+    MetadataView {
+        version: state.version,
+        topics,
+    }
+}
+
+/// A topic id as the cluster metadata stores it (a view's id is its
+/// UUID text; an unparsable one, from a hand-edited file, is hashed).
+pub fn id_bytes(id: &str) -> [u8; 16] {
+    match uuid::Uuid::parse_str(id) {
+        Ok(u) => *u.as_bytes(),
+        Err(_) => {
+            let mut out = [0u8; 16];
+            for (i, chunk) in out.chunks_mut(4).enumerate() {
+                let seed = crc32c::crc32c(&[i as u8]);
+                chunk.copy_from_slice(&crc32c::crc32c_append(seed, id.as_bytes()).to_le_bytes());
+            }
+            out
+        }
     }
 }
 
@@ -348,6 +412,7 @@ impl MetadataView {
                     id,
                     cores: placed,
                     configs: t.configs,
+                    leaders: Vec::new(),
                 },
             );
         }
@@ -414,6 +479,7 @@ impl MetadataView {
                 id: new_topic_id(name),
                 cores: placed,
                 configs: spec.configs,
+                leaders: Vec::new(),
             },
         );
         Ok(())
@@ -522,6 +588,15 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(v.get("t").unwrap().configs, before);
+    }
+
+    #[test]
+    fn a_topic_id_survives_the_trip_through_the_cluster_metadata() {
+        let id = new_topic_id("t");
+        assert_eq!(uuid::Uuid::from_bytes(id_bytes(&id)).to_string(), id);
+        // A hand-edited id that is no UUID still maps to one stable id.
+        assert_eq!(id_bytes("not-a-uuid"), id_bytes("not-a-uuid"));
+        assert_ne!(id_bytes("not-a-uuid"), id_bytes("not-a-uuid2"));
     }
 
     #[test]

@@ -1,25 +1,34 @@
-//! The one writer of the metadata, on core 0.
+//! The one writer of the metadata, on core 0, and the one applier.
 //!
 //! Topic changes from every connection of every core arrive here
 //! ([`submit`]: through the mesh from other cores) and wait in one bounded
 //! queue ([`METADATA_QUEUE_MAX`]). A single task takes them one at a time:
-//! applies the change to the current view, gives it the next version,
-//! stores it (temporary file, fsync, rename, directory fsync, on glommio's
-//! blocking-thread pool), sends it to every core and waits until each has
+//! checks the change against this node's view, turns it into a cluster
+//! metadata command (placement chosen here, see
+//! [`weir_replication::meta::place`]) and proposes it to the controller
+//! quorum, which commits it (fdatasync'd on a majority) and applies it on
+//! every node. The change is answered once this node's cores serve it.
+//!
+//! **One applier.** Every new version of the cluster metadata, whoever
+//! proposed it, reaches this node through its controller; a task on core
+//! 0 ([`follow`]) derives the node's view from it
+//! ([`super::view_for`]), sends it to every core and waits until each has
 //! applied it (opened or deleted its logs) — at most
-//! [`METADATA_APPLY_TIMEOUT_MS`] — and only then answers. So two changes
-//! never see the same "current" view (no acknowledged change can be lost
-//! to a concurrent one), and a change is acknowledged only once every core
-//! serves it. A core that fails to apply it makes the change an error to
-//! its client (the stored view keeps it; the core logged why).
+//! [`METADATA_APPLY_TIMEOUT_MS`] — and then releases the changes waiting
+//! for that version. A core that fails to apply a version makes the
+//! changes waiting for it an error to their clients (the metadata keeps
+//! them; the core logged why).
 
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use weir_replication::meta::{place, RefusalKind};
+use weir_replication::{ClusterState, Command, ControllerError};
 
-use super::{MetadataView, TopicError, TopicSpec, REGISTRY_FILE};
+use super::{ConfigOp, MetadataView, TopicError, TopicSpec};
 use crate::server::limits::{METADATA_APPLY_TIMEOUT_MS, METADATA_QUEUE_MAX};
 use crate::shard::mesh::CoreMsg;
 use crate::shard::Core;
@@ -48,19 +57,102 @@ pub struct Writer {
     queue: Rc<LocalSender<Job>>,
 }
 
-/// Starts the writer on core 0.
+/// Where a change waiting for a version hears how applying it went.
+type Waiter = LocalSender<Result<(), String>>;
+
+/// How far the applier has gone, and the changes waiting for a version.
+#[derive(Default)]
+struct Applied {
+    version: Cell<u64>,
+    waiters: RefCell<Vec<(u64, Waiter)>>,
+}
+
+impl Applied {
+    /// Waits until `version` is applied on every core (or failed to be).
+    async fn wait(&self, version: u64) -> Result<(), String> {
+        if self.version.get() >= version {
+            return Ok(());
+        }
+        let (tx, rx) = local_channel::new_bounded(1);
+        self.waiters.borrow_mut().push((version, tx));
+        rx.recv()
+            .await
+            .unwrap_or_else(|| Err("the metadata applier stopped".into()))
+    }
+
+    /// Version `version` was applied (with `result`): releases its waiters.
+    fn done(&self, version: u64, result: &Result<(), String>) {
+        self.version.set(version);
+        self.waiters.borrow_mut().retain(|(v, tx)| {
+            if *v <= version {
+                let _ = tx.try_send(result.clone());
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
+/// Starts the writer and the applier on core 0.
 pub fn start(core: &Rc<Core>) {
     assert_eq!(core.id, 0, "the metadata writer runs on core 0");
     let (tx, rx) = local_channel::new_bounded(METADATA_QUEUE_MAX);
     *core.metadata_writer.borrow_mut() = Some(Writer { queue: Rc::new(tx) });
-    glommio::spawn_local(run(core.clone(), rx)).detach();
+    let applied = Rc::new(Applied::default());
+    applied.version.set(core.metadata().version);
+    glommio::spawn_local(follow(core.clone(), applied.clone())).detach();
+    glommio::spawn_local(run(core.clone(), rx, applied)).detach();
 }
 
-async fn run(core: Rc<Core>, rx: LocalReceiver<Job>) {
+async fn run(core: Rc<Core>, rx: LocalReceiver<Job>, applied: Rc<Applied>) {
     while let Some(job) = rx.recv().await {
-        let r = apply(&core, job.change).await;
+        let r = apply(&core, &applied, job.change).await;
         let _ = job.done.try_send(r);
     }
+}
+
+/// Applies every new version of the cluster metadata on this node's cores,
+/// in order (versions that arrive while one is applied are taken together).
+async fn follow(core: Rc<Core>, applied: Rc<Applied>) {
+    let mut watch = core.shared.controller.watch();
+    loop {
+        let state = watch.borrow_and_update().clone();
+        if state.version > applied.version.get() {
+            let current = core.metadata();
+            let next = super::view_for(&state, core.shared.config.cluster.node_id, core.cores());
+            let result = if next.topics == current.topics {
+                Ok(())
+            } else {
+                let deleted = deleted_partitions(&current, &next);
+                apply_everywhere(&core, Arc::new(next), deleted).await
+            };
+            if let Err(e) = &result {
+                tracing::error!(version = state.version, error = %e, "metadata not applied on every core");
+            }
+            applied.done(state.version, &result);
+        }
+        if watch.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Partitions this node serves in `current` that `next` no longer has
+/// (their topic deleted, or deleted and created again under a new id).
+fn deleted_partitions(current: &MetadataView, next: &MetadataView) -> Vec<(String, u32)> {
+    let mut deleted = Vec::new();
+    for (name, t) in current.topics() {
+        let gone = next.get(name).is_none_or(|n| n.id != t.id);
+        if gone {
+            deleted.extend(
+                (0..t.partitions())
+                    .filter(|p| t.core_of(*p).is_some())
+                    .map(|p| (name.clone(), p)),
+            );
+        }
+    }
+    deleted
 }
 
 /// Applies a change through the writer, from any core; the version it got.
@@ -99,42 +191,122 @@ pub async fn submit_local(core: &Rc<Core>, change: Change) -> Result<u64, TopicE
         .unwrap_or_else(|| Err(TopicError::NotApplied("the metadata writer stopped".into())))
 }
 
-/// Makes `change` in `next`; the partitions it deleted.
-fn apply_to(
-    next: &mut MetadataView,
-    change: Change,
-    cores: usize,
-) -> Result<Vec<(String, u32)>, TopicError> {
+/// Makes `change` in `next` (this node's view): the checks every change
+/// passes before it is proposed.
+fn apply_to(next: &mut MetadataView, change: Change, cores: usize) -> Result<(), TopicError> {
     match change {
         Change::Create(name, spec) => next.create(&name, spec, cores)?,
         Change::Delete(name) => {
-            let t = next.delete(&name)?;
-            return Ok((0..t.partitions()).map(|p| (name.clone(), p)).collect());
+            next.delete(&name)?;
         }
         Change::Alter(name, ops) => next.alter(&name, &ops)?,
         Change::AddPartitions(name, total) => {
             next.add_partitions(&name, total, cores)?;
         }
     }
-    Ok(Vec::new())
+    Ok(())
 }
 
 /// Whether `change` would be applied to the current view (validate_only
 /// requests): the writer's own checks, on a copy, nothing stored.
 pub fn check(core: &Core, change: Change) -> Result<(), TopicError> {
     let mut next = (*core.metadata()).clone();
-    apply_to(&mut next, change, core.cores()).map(|_| ())
+    apply_to(&mut next, change, core.cores())
 }
 
-/// Applies one change: the next view, stored, applied on every core.
-async fn apply(core: &Rc<Core>, change: Change) -> Result<u64, TopicError> {
-    let current = core.metadata();
-    let mut next = (*current).clone();
-    let deleted = apply_to(&mut next, change, core.cores())?;
-    next.version = current.version + 1;
-    store(core, &next).await?;
+/// The cluster metadata command that makes `change` in `state`.
+fn command_for(state: &ClusterState, change: &Change) -> Result<Command, TopicError> {
+    let topic = |name: &str| {
+        state
+            .topics
+            .get(name)
+            .ok_or_else(|| TopicError::Unknown(name.into()))
+    };
+    let placed = |name: &str, count: u32| {
+        place(state, count, 1).map_err(|e| TopicError::Partitions {
+            topic: name.into(),
+            count,
+            reason: e.to_string(),
+        })
+    };
+    Ok(match change {
+        Change::Create(name, spec) => Command::CreateTopic {
+            name: name.clone(),
+            id: super::id_bytes(&super::new_topic_id(name)),
+            configs: spec.configs.clone(),
+            placement: placed(name, spec.partitions)?,
+        },
+        Change::Delete(name) => Command::DeleteTopic { name: name.clone() },
+        Change::Alter(name, ops) => {
+            let from = topic(name)?.configs.clone();
+            let to = ConfigOp::apply_all(&from, ops)?;
+            Command::AlterConfigs {
+                name: name.clone(),
+                from,
+                to,
+            }
+        }
+        Change::AddPartitions(name, total) => {
+            let from = topic(name)?.partitions.len() as u32;
+            Command::AddPartitions {
+                name: name.clone(),
+                from,
+                placement: placed(name, total.saturating_sub(from))?,
+            }
+        }
+    })
+}
+
+fn topic_of(change: &Change) -> &str {
+    match change {
+        Change::Create(n, _)
+        | Change::Delete(n)
+        | Change::Alter(n, _)
+        | Change::AddPartitions(n, _) => n,
+    }
+}
+
+/// Applies one change: checked, proposed to the controller quorum, and
+/// waited for until this node's cores serve it.
+async fn apply(core: &Rc<Core>, applied: &Applied, change: Change) -> Result<u64, TopicError> {
+    check(core, change.clone())?;
+    let controller = core.shared.controller.clone();
+    let name = topic_of(&change).to_string();
+    let mut conflicts = 0;
+    let outcome = loop {
+        let command = command_for(&controller.state(), &change)?;
+        match controller.propose(command).await {
+            Ok(o) => break o,
+            Err(ControllerError::Refused(r)) => match r.kind {
+                // Computed against a state that changed meanwhile: again.
+                RefusalKind::Conflict if conflicts < 3 => conflicts += 1,
+                RefusalKind::Exists => return Err(TopicError::Exists(name)),
+                RefusalKind::Unknown => return Err(TopicError::Unknown(name)),
+                _ => return Err(TopicError::NotApplied(r.message)),
+            },
+            Err(e) => {
+                return Err(TopicError::NotApplied(format!(
+                    "the controller quorum did not take the change: {e}"
+                )))
+            }
+        }
+    };
+    applied.wait(outcome.version).await.map_err(|e| {
+        TopicError::NotApplied(format!(
+            "metadata version {} was committed but not applied everywhere: {e}",
+            outcome.version
+        ))
+    })?;
+    Ok(outcome.version)
+}
+
+/// Sends a view to every core and waits until each has applied it.
+async fn apply_everywhere(
+    core: &Rc<Core>,
+    next: Arc<MetadataView>,
+    deleted: Vec<(String, u32)>,
+) -> Result<(), String> {
     let version = next.version;
-    let next = Arc::new(next);
     let mut failures = Vec::new();
     let mut waits = Vec::new();
     for c in 1..core.cores() {
@@ -167,27 +339,10 @@ async fn apply(core: &Rc<Core>, change: Change) -> Result<u64, TopicError> {
         }
     }
     if failures.is_empty() {
-        Ok(version)
+        Ok(())
     } else {
-        Err(TopicError::NotApplied(format!(
-            "metadata version {version} was stored but not applied everywhere: {}",
-            failures.join("; ")
-        )))
+        Err(format!("version {version}: {}", failures.join("; ")))
     }
-}
-
-/// Stores a view durably, off the core's event loop.
-async fn store(core: &Core, view: &MetadataView) -> Result<(), TopicError> {
-    let text = view
-        .encode()
-        .map_err(|e| TopicError::NotApplied(format!("{e:#}")))?;
-    weir_storage::checkpoint::write_atomic_async(
-        &core.shared.config.data_dir,
-        REGISTRY_FILE,
-        text.into_bytes(),
-    )
-    .await
-    .map_err(|e| TopicError::NotApplied(format!("storing the metadata failed: {e}")))
 }
 
 /// Stops taking changes (shutdown): queued ones are answered "stopped".

@@ -134,6 +134,39 @@ pub struct BrokerArgs {
     /// closed at once [default: 10000].
     #[arg(long, env = "WEIR_MAX_CONNECTIONS_PER_CORE")]
     pub max_connections_per_core: Option<usize>,
+    /// This node's id in the cluster, 1 or more [default: 1].
+    #[arg(long, env = "WEIR_NODE_ID")]
+    pub node_id: Option<u64>,
+    /// The cluster's id; every node of a cluster must name the same one,
+    /// and a node of another cluster is refused [default: generated at the
+    /// first start of a one-node cluster and kept in the data directory].
+    #[arg(long, env = "WEIR_CLUSTER_ID")]
+    pub cluster_id: Option<String>,
+    /// Node-to-node (QUIC, udp) address [default: the --listen address's
+    /// IP, port 9293; a free port when --listen's port is 0].
+    #[arg(long, env = "WEIR_REPLICATION_LISTEN")]
+    pub replication_listen: Option<String>,
+    /// The `host:port` other nodes reach this one's replication address
+    /// at [default: the bound replication address].
+    #[arg(long, env = "WEIR_REPLICATION_ADVERTISED")]
+    pub replication_advertised: Option<String>,
+    /// The initial controller voters, `ID@HOST:PORT,…` (replication
+    /// addresses), this node among them; read at the first start of a new
+    /// cluster only [default: this node alone, a one-node cluster].
+    #[arg(long, env = "WEIR_VOTERS")]
+    pub voters: Option<String>,
+    /// Directory with `ca.pem`, `node-<id>.pem` and `node-<id>.key` (from
+    /// `weir cluster certs`) [default: <data-dir>/certs, created for a
+    /// one-node cluster].
+    #[arg(long, env = "WEIR_CERTS_DIR")]
+    pub certs_dir: Option<PathBuf>,
+    /// Rack or zone of this node, for spreading replicas [default: none].
+    #[arg(long, env = "WEIR_RACK")]
+    pub rack: Option<String>,
+    /// A node whose heartbeats stop for this long is fenced (its
+    /// partitions' leadership moves), ms [default: 6000].
+    #[arg(long, env = "WEIR_SESSION_TIMEOUT_MS")]
+    pub session_timeout_ms: Option<u64>,
     /// Test only: the core owning a partition of this topic panics when a
     /// batch is produced to it (to test crash-only behaviour).
     #[arg(long, hide = true)]
@@ -166,6 +199,79 @@ struct FileConfig {
     group_initial_rebalance_delay_ms: Option<u64>,
     frame_read_timeout_ms: Option<u64>,
     max_connections_per_core: Option<usize>,
+    node_id: Option<u64>,
+    cluster_id: Option<String>,
+    replication_listen: Option<String>,
+    replication_advertised: Option<String>,
+    voters: Option<String>,
+    certs_dir: Option<PathBuf>,
+    rack: Option<String>,
+    session_timeout_ms: Option<u64>,
+}
+
+/// Default node-to-node (QUIC) port.
+pub const REPLICATION_PORT_DEFAULT: u16 = 9293;
+/// Default session timeout, ms (a node silent this long is fenced).
+pub const SESSION_TIMEOUT_MS_DEFAULT: u64 = 6000;
+
+/// A node's place in the cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Node id (≥ 1).
+    pub node_id: u64,
+    /// Cluster id (`None`: a one-node cluster's own, kept in the data directory).
+    pub cluster_id: Option<String>,
+    /// Node-to-node (QUIC) address to bind.
+    pub replication_listen: SocketAddr,
+    /// The address other nodes use (`None`: the bound one).
+    pub replication_advertised: Option<String>,
+    /// Initial voters (id → replication address); empty: this node alone.
+    pub voters: std::collections::BTreeMap<u64, String>,
+    /// Certificates (`None`: `<data_dir>/certs`, created when missing for
+    /// a one-node cluster).
+    pub certs_dir: Option<PathBuf>,
+    /// Rack.
+    pub rack: String,
+    /// Session timeout, ms.
+    pub session_timeout_ms: u64,
+}
+
+impl ClusterConfig {
+    /// A one-node cluster whose replication endpoint takes a free loopback port.
+    pub fn single() -> Self {
+        Self {
+            node_id: 1,
+            cluster_id: None,
+            replication_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            replication_advertised: None,
+            voters: Default::default(),
+            certs_dir: None,
+            rack: String::new(),
+            session_timeout_ms: SESSION_TIMEOUT_MS_DEFAULT,
+        }
+    }
+}
+
+/// Parses `ID@HOST:PORT,…`.
+pub fn parse_voters(v: &str) -> anyhow::Result<std::collections::BTreeMap<u64, String>> {
+    let mut voters = std::collections::BTreeMap::new();
+    for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (id, addr) = item
+            .split_once('@')
+            .with_context(|| format!("--voters: `{item}` is not ID@HOST:PORT"))?;
+        let id: u64 = id
+            .parse()
+            .ok()
+            .filter(|i| *i > 0)
+            .with_context(|| format!("--voters: `{id}` is not a node id (1 or more)"))?;
+        if addr.rsplit_once(':').is_none() {
+            bail!("--voters: `{addr}` is not HOST:PORT");
+        }
+        if voters.insert(id, addr.to_string()).is_some() {
+            bail!("--voters names node {id} twice");
+        }
+    }
+    Ok(voters)
 }
 
 /// The resolved configuration.
@@ -221,6 +327,8 @@ pub struct BrokerConfig {
     pub max_connections_per_core: usize,
     /// Test only: panic when producing to this topic.
     pub test_panic_on_produce_to: Option<String>,
+    /// The node's place in the cluster.
+    pub cluster: ClusterConfig,
 }
 
 fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -262,6 +370,7 @@ impl BrokerConfig {
             frame_read_timeout_ms: FRAME_READ_TIMEOUT_MS_DEFAULT,
             max_connections_per_core: CONNECTIONS_PER_CORE_MAX_DEFAULT,
             test_panic_on_produce_to: None,
+            cluster: ClusterConfig::single(),
         }
     }
 
@@ -426,7 +535,54 @@ impl BrokerConfig {
                 .max(1),
             test_panic_on_produce_to: args.test_panic_on_produce_to.clone(),
             kafka_core_port_base: None,
+            cluster: ClusterConfig::single(),
         };
+        let node_id = args.node_id.or(file.node_id).unwrap_or(1);
+        if node_id == 0 {
+            bail!("--node-id must be 1 or more");
+        }
+        let replication_default = SocketAddr::new(
+            config.listen.ip(),
+            if config.listen.port() == 0 {
+                0
+            } else {
+                REPLICATION_PORT_DEFAULT
+            },
+        );
+        let voters = match args.voters.clone().or(file.voters) {
+            Some(v) => parse_voters(&v)?,
+            None => Default::default(),
+        };
+        config.cluster = ClusterConfig {
+            node_id,
+            cluster_id: args.cluster_id.clone().or(file.cluster_id),
+            replication_listen: match args.replication_listen.clone().or(file.replication_listen) {
+                Some(v) => v.parse().with_context(|| {
+                    format!("--replication-listen `{v}` is not an address like 127.0.0.1:9293")
+                })?,
+                None => replication_default,
+            },
+            replication_advertised: args
+                .replication_advertised
+                .clone()
+                .or(file.replication_advertised),
+            voters,
+            certs_dir: args.certs_dir.clone().or(file.certs_dir),
+            rack: args.rack.clone().or(file.rack).unwrap_or_default(),
+            session_timeout_ms: args
+                .session_timeout_ms
+                .or(file.session_timeout_ms)
+                .unwrap_or(SESSION_TIMEOUT_MS_DEFAULT)
+                .max(100),
+        };
+        if !config.cluster.voters.is_empty() {
+            if config.cluster.cluster_id.is_none() {
+                bail!("--voters names a multi-node cluster: set --cluster-id too (the same on every node)");
+            }
+            if config.cluster.certs_dir.is_none() {
+                bail!("--voters names a multi-node cluster: set --certs-dir to the node certificates from `weir cluster certs`");
+            }
+        }
         config.kafka_core_port_base = match kafka_core_port_base {
             Some(v) if v == "off" => None,
             Some(v) => Some(v.parse::<u16>().with_context(|| {

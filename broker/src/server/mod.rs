@@ -116,16 +116,6 @@ pub fn run_with(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
-    let (view, changed) = MetadataView::load(&config.data_dir, config.cores)?;
-    if changed {
-        // At start-up, before any core runs: blocking is fine here.
-        view.store(&config.data_dir)?;
-        tracing::info!(
-            version = view.version,
-            "metadata migrated or re-placed and stored"
-        );
-    }
-    let view = Arc::new(view);
     let (placeholder, listen) =
         reserve_port(config.listen).context("the native protocol address (--listen)")?;
     let kafka = config
@@ -137,6 +127,13 @@ pub fn run_with(
             )
         })
         .transpose()?;
+    let controller = crate::cluster::start(&config, listen, kafka.as_ref().map(|(_, a)| *a))?;
+    crate::cluster::migrate_registry(&controller, &config)?;
+    let view = Arc::new(crate::metadata::view_for(
+        &controller.state(),
+        config.cluster.node_id,
+        config.cores,
+    ));
     let kafka_listen = kafka.as_ref().map(|(_, a)| *a);
     let n = config.cores;
     let shared = Arc::new(Shared {
@@ -148,6 +145,7 @@ pub fn run_with(
         stopping: stopping.clone(),
         metrics_port: AtomicU16::new(0),
         peer_of_core: (0..n).map(|_| AtomicUsize::new(usize::MAX)).collect(),
+        controller: controller.clone(),
     });
     let mesh: Mesh<CoreMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
     let reply_mesh: Mesh<ReplyMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
@@ -235,6 +233,10 @@ pub fn run_with(
             .collect(),
     });
     tracing::info!(%listen, cores = n, ?ports, "broker ready");
+    // Registered again with the ports the cores bound.
+    let mut node = controller.registered_info();
+    node.core_ports = ports.clone();
+    controller.update_node(node);
     let mut result = Ok(());
     for (c, h) in handles.into_iter().enumerate() {
         match h.join() {

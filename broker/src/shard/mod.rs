@@ -48,6 +48,8 @@ pub struct Shared {
     pub kafka_core_ports: Vec<AtomicU16>,
     /// Mesh peer id of each core.
     pub peer_of_core: Vec<std::sync::atomic::AtomicUsize>,
+    /// This node's controller (its member of the metadata quorum).
+    pub controller: Arc<weir_replication::Controller>,
 }
 
 impl Shared {

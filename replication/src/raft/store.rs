@@ -3,6 +3,7 @@
 //! ```text
 //! log        append-only records: [len u32 LE][crc32c u32 LE][rkyv WEntry]
 //! vote       the last vote (rkyv WVote), replaced atomically
+//! committed  how far the log is known committed (a hint, not fdatasync'd)
 //! purged     the last purged log id (rkyv Option<WLogId>), replaced atomically
 //! snapshot   the last snapshot (rkyv StoredSnapshot), replaced atomically
 //! ```
@@ -164,6 +165,11 @@ impl LogStore {
         })
     }
 
+    /// Whether nothing was ever stored: no vote, no entry, none purged.
+    pub fn is_empty(&self) -> bool {
+        self.vote.is_none() && self.purged.is_none() && self.entries().is_empty()
+    }
+
     fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().expect("not poisoned")
     }
@@ -273,6 +279,39 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError<u64>> {
         Ok(self.vote)
+    }
+
+    /// Remembers how far the log is known committed, so a restarted node
+    /// applies its committed entries at once (its metadata is there before
+    /// any leader is elected). A hint: written without fdatasync, since a
+    /// lost or older value only means less is applied before the first
+    /// leader's commit.
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<u64>>,
+    ) -> Result<(), StorageError<u64>> {
+        let bytes = encode(&committed.map(WLogId::from));
+        let write = || -> std::io::Result<()> {
+            let tmp = self.dir.join("committed.tmp");
+            std::fs::write(&tmp, &bytes)?;
+            std::fs::rename(&tmp, self.dir.join("committed"))
+        };
+        write().map_err(|e| StorageIOError::write_logs(any(e)))?;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError<u64>> {
+        let bytes = read_optional(&self.dir.join("committed"))
+            .map_err(|e| StorageIOError::read_logs(any(e)))?;
+        // Unreadable (a crash mid-write): no hint.
+        let committed = bytes
+            .and_then(|b| decode::<Option<WLogId>>(&b).ok())
+            .flatten();
+        // Never past the log's end (a truncated tail).
+        let last = self.last_log_id().map(|l| l.index);
+        Ok(committed
+            .map(LogId::from)
+            .filter(|c| last.is_some_and(|l| c.index <= l)))
     }
 
     async fn append<I>(
