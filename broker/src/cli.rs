@@ -189,14 +189,14 @@ fn parse_config(s: &str) -> Result<(String, String), String> {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")
 }
 
-async fn connect(conn: &Conn) -> Result<Client> {
+pub(crate) async fn connect(conn: &Conn) -> Result<Client> {
     Client::connect(conn.bootstrap.as_str())
         .await
         .with_context(|| format!("connecting to {}", conn.bootstrap))
@@ -270,7 +270,7 @@ pub fn topic(args: TopicArgs) -> Result<()> {
 }
 
 /// Right-aligned columns, two spaces apart.
-fn table(rows: &[Vec<String>]) -> String {
+pub(crate) fn table(rows: &[Vec<String>]) -> String {
     let n = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..n)
         .map(|i| {

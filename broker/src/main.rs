@@ -1,6 +1,7 @@
 //! `weir`: the broker and its command-line tools.
 
 mod cli;
+mod cluster_cli;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
@@ -40,6 +41,8 @@ enum Command {
     Consume(cli::ConsumeArgs),
     /// Manage consumer groups: list, describe, reset, delete.
     Group(cli::GroupArgs),
+    /// The cluster: certificates for its nodes, its status.
+    Cluster(cluster_cli::ClusterArgs),
 }
 
 /// Logs go to stderr, filtered by `WEIR_LOG` (default `info`).
@@ -65,6 +68,7 @@ fn main() {
         Command::Produce(args) => cli::produce(args),
         Command::Consume(args) => cli::consume(args),
         Command::Group(args) => cli::group(args),
+        Command::Cluster(args) => cluster_cli::cluster(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

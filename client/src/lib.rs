@@ -381,6 +381,13 @@ impl Client {
         Ok(answer.expect("an answer was expected").body)
     }
 
+    /// The cluster as the answering node sees it: nodes, controller
+    /// leader, the metadata version it has applied.
+    pub async fn describe_cluster(&self) -> Result<weir_proto::messages::DescribeClusterResponse> {
+        self.request(&weir_proto::messages::DescribeClusterRequest {})
+            .await
+    }
+
     /// The APIs and version ranges the broker supports.
     pub async fn api_versions(&self) -> Result<Vec<ApiVersionRange>> {
         Ok(self.request(&ApiVersionsRequest {}).await?.apis)

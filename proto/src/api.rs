@@ -62,11 +62,14 @@ pub enum ApiKey {
     DescribeGroup = 18,
     /// Deletes an empty consumer group and its committed offsets.
     DeleteGroup = 19,
+    /// The cluster as the answering node sees it: nodes, controller
+    /// leader, metadata version.
+    DescribeCluster = 20,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 20] = [
+    pub const ALL: [ApiKey; 21] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -87,6 +90,7 @@ impl ApiKey {
         ApiKey::ListGroups,
         ApiKey::DescribeGroup,
         ApiKey::DeleteGroup,
+        ApiKey::DescribeCluster,
     ];
 
     /// The key on the wire.
@@ -118,6 +122,7 @@ impl ApiKey {
             17 => ApiKey::ListGroups,
             18 => ApiKey::DescribeGroup,
             19 => ApiKey::DeleteGroup,
+            20 => ApiKey::DescribeCluster,
             _ => return None,
         })
     }
@@ -145,6 +150,7 @@ impl ApiKey {
             ApiKey::ListGroups => "ListGroups",
             ApiKey::DescribeGroup => "DescribeGroup",
             ApiKey::DeleteGroup => "DeleteGroup",
+            ApiKey::DescribeCluster => "DescribeCluster",
         }
     }
 

@@ -721,6 +721,54 @@ pub struct OffsetFetchResponse {
     pub offsets: Vec<CommittedOffset>,
 }
 
+// --- cluster ------------------------------------------------------------------
+
+/// Describes the cluster as the answering node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeClusterRequest {}
+
+/// One node of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct NodeDescription {
+    /// Node id.
+    pub id: u64,
+    /// Rack (empty: none).
+    pub rack: String,
+    /// Number of cores.
+    pub cores: u32,
+    /// Native protocol address.
+    pub native: String,
+    /// Per-core native ports.
+    pub core_ports: Vec<u16>,
+    /// Kafka protocol address (empty: off).
+    pub kafka: String,
+    /// Node-to-node (QUIC) address.
+    pub replication: String,
+    /// Metrics address.
+    pub metrics: String,
+    /// Broker epoch (bumped at every registration and fencing).
+    pub broker_epoch: u64,
+    /// Fenced: its heartbeats lapsed; it leads nothing until it registers again.
+    pub fenced: bool,
+    /// A voter of the controller quorum.
+    pub voter: bool,
+}
+
+/// The cluster as the answering node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeClusterResponse {
+    /// The cluster id.
+    pub cluster_id: String,
+    /// The answering node.
+    pub node_id: u64,
+    /// The controller leader as the answering node knows it (0: none).
+    pub controller_leader: u64,
+    /// The metadata version (Raft log index) applied on the answering node.
+    pub metadata_version: u64,
+    /// Every registered node, by id.
+    pub nodes: Vec<NodeDescription>,
+}
+
 /// Lists the groups.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
 pub struct ListGroupsRequest {}
@@ -866,6 +914,8 @@ impl_message!(
     OffsetFetchResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     DescribeGroupRequest,
     DescribeGroupResponse,
     DeleteGroupRequest,
@@ -979,4 +1029,5 @@ requests! {
     ListGroups => ListGroupsRequest, ListGroupsResponse;
     DescribeGroup => DescribeGroupRequest, DescribeGroupResponse;
     DeleteGroup => DeleteGroupRequest, GroupResult;
+    DescribeCluster => DescribeClusterRequest, DescribeClusterResponse;
 }

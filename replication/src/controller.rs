@@ -508,8 +508,14 @@ async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint) {
             let remote = incoming.remote_address();
             let conn = match incoming.await {
                 Ok(c) => c,
-                Err(e) => {
+                // A certificate refused either way is a transport error
+                // (TLS alert); a peer that gave up is not worth a warning.
+                Err(e @ quinn::ConnectionError::TransportError(_)) => {
                     warn!(%remote, error = %e, "refused a node connection: TLS handshake failed (certificate not from this cluster's CA?)");
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(%remote, error = %e, "a node connection ended during its handshake");
                     return;
                 }
             };

@@ -188,8 +188,9 @@ pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
         }
         Some(_) => return Ok(()),
     };
-    writer::submit(core, change)
-        .await
-        .map(|_| ())
-        .map_err(|e| anyhow::anyhow!("setting up {OFFSETS_TOPIC}: {e}"))
+    match writer::submit(core, change).await {
+        // Another node of the cluster created it first.
+        Ok(_) | Err(crate::metadata::TopicError::Exists(_)) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("setting up {OFFSETS_TOPIC}: {e}")),
+    }
 }

@@ -260,6 +260,10 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
             let req = body!(MetadataRequest);
             ok(corr, &metadata(core, req).await)
         }
+        ApiKey::DescribeCluster => {
+            let _ = body!(DescribeClusterRequest);
+            ok(corr, &admin::describe_cluster(core))
+        }
         ApiKey::CreateTopics => {
             let req = body!(CreateTopicsRequest);
             let mut topics = Vec::new();

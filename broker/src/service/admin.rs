@@ -217,3 +217,34 @@ pub async fn compact(
     }
     Ok(out)
 }
+
+/// The cluster as this node sees it (its controller's applied metadata).
+pub fn describe_cluster(core: &Core) -> weir_proto::messages::DescribeClusterResponse {
+    use weir_proto::messages::{DescribeClusterResponse, NodeDescription};
+    let controller = &core.shared.controller;
+    let state = controller.state();
+    let voters = controller.voters();
+    DescribeClusterResponse {
+        cluster_id: state.cluster_id.clone(),
+        node_id: controller.node_id(),
+        controller_leader: controller.leader().unwrap_or(0),
+        metadata_version: state.version,
+        nodes: state
+            .nodes
+            .values()
+            .map(|n| NodeDescription {
+                id: n.info.id,
+                rack: n.info.rack.clone(),
+                cores: n.info.cores,
+                native: n.info.native.clone(),
+                core_ports: n.info.core_ports.clone(),
+                kafka: n.info.kafka.clone(),
+                replication: n.info.replication.clone(),
+                metrics: n.info.metrics.clone(),
+                broker_epoch: n.broker_epoch,
+                fenced: n.fenced,
+                voter: voters.contains(&n.info.id),
+            })
+            .collect(),
+    }
+}

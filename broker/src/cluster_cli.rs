@@ -1,0 +1,164 @@
+//! `weir cluster …`: certificates for a new cluster, and its status.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use weir_client::Client;
+use weir_proto::messages::DescribeClusterResponse;
+
+use crate::cli::{connect, runtime, table, Conn};
+
+/// `weir cluster …`.
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    command: ClusterCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Create a cluster CA and node certificates in DIR (`ca.pem`,
+    /// `ca.key`, `node-<id>.pem`, `node-<id>.key`); with --add-node, sign
+    /// one more node's certificate with the CA already in DIR.
+    Certs {
+        /// Directory to write to.
+        #[arg(long)]
+        out: PathBuf,
+        /// Certificates for nodes 1..=N (a new CA).
+        #[arg(
+            long,
+            conflicts_with = "add_node",
+            required_unless_present = "add_node"
+        )]
+        nodes: Option<u64>,
+        /// A certificate for node ID, signed by the CA in DIR.
+        #[arg(long, value_name = "ID")]
+        add_node: Option<u64>,
+    },
+    /// Nodes (up or fenced, epoch, addresses), the controller leader, and
+    /// the metadata version each node has applied.
+    Status {
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+/// Runs `weir cluster …`.
+pub fn cluster(args: ClusterArgs) -> Result<()> {
+    match args.command {
+        ClusterCommand::Certs {
+            out,
+            nodes,
+            add_node,
+        } => {
+            let written = match (nodes, add_node) {
+                (Some(0), _) => bail!("--nodes must be 1 or more"),
+                (Some(n), _) => weir_replication::tls::generate_cluster(&out, n)?,
+                (None, Some(0)) => bail!("--add-node: node ids start at 1"),
+                (None, Some(id)) => weir_replication::tls::add_node(&out, id)?,
+                (None, None) => unreachable!("clap requires one"),
+            };
+            for f in written {
+                println!("{}", f.display());
+            }
+            Ok(())
+        }
+        ClusterCommand::Status { conn } => {
+            let rt = runtime()?;
+            print!("{}", rt.block_on(status(&conn))?);
+            Ok(())
+        }
+    }
+}
+
+/// How long `weir cluster status` waits for each node.
+const NODE_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn describe(addr: &str) -> Result<DescribeClusterResponse> {
+    let c = Client::connect(addr).await?;
+    c.describe_cluster().await.map_err(Into::into)
+}
+
+async fn status(conn: &Conn) -> Result<String> {
+    let first = connect(conn)
+        .await?
+        .describe_cluster()
+        .await
+        .context("describing the cluster")?;
+    let mut rows = vec![[
+        "NODE",
+        "STATE",
+        "EPOCH",
+        "VOTER",
+        "RACK",
+        "NATIVE",
+        "REPLICATION",
+        "APPLIED",
+        "LEADER",
+    ]
+    .map(String::from)
+    .to_vec()];
+    let mut versions = Vec::new();
+    for n in &first.nodes {
+        // Each node's own view: what it has applied and whom it follows.
+        let own = if n.native.is_empty() {
+            Err(anyhow::anyhow!("no address"))
+        } else {
+            tokio::time::timeout(NODE_TIMEOUT, describe(&n.native))
+                .await
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("timed out")))
+        };
+        let (applied, leader) = match &own {
+            Ok(d) => {
+                versions.push(d.metadata_version);
+                (
+                    d.metadata_version.to_string(),
+                    leader_text(d.controller_leader),
+                )
+            }
+            Err(_) => ("unreachable".to_string(), "-".to_string()),
+        };
+        let state = match (n.fenced, own.is_ok()) {
+            (true, _) => "fenced",
+            (false, true) => "up",
+            (false, false) => "unreachable",
+        };
+        rows.push(vec![
+            n.id.to_string(),
+            state.to_string(),
+            n.broker_epoch.to_string(),
+            if n.voter { "yes" } else { "no" }.to_string(),
+            if n.rack.is_empty() {
+                "-".into()
+            } else {
+                n.rack.clone()
+            },
+            n.native.clone(),
+            n.replication.clone(),
+            applied,
+            leader,
+        ]);
+    }
+    Ok(format!(
+        "cluster {}\ncontroller leader {}\nmetadata version {} (answered by node {})\n\n{}",
+        first.cluster_id,
+        leader_text(first.controller_leader),
+        versions
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or(first.metadata_version),
+        first.node_id,
+        table(&rows)
+    ))
+}
+
+fn leader_text(id: u64) -> String {
+    if id == 0 {
+        "none".into()
+    } else {
+        id.to_string()
+    }
+}
