@@ -102,7 +102,10 @@ pub fn start(
     cfg.node = NodeInfo {
         rack: c.rack.clone(),
         cores: config.cores as u32,
-        native: native.to_string(),
+        native: c
+            .advertised_listen
+            .clone()
+            .unwrap_or_else(|| native.to_string()),
         kafka: kafka.map(|a| a.to_string()).unwrap_or_default(),
         replication: c.replication_advertised.clone().unwrap_or_default(),
         metrics: config.metrics_listen.to_string(),

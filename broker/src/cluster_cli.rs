@@ -96,6 +96,7 @@ async fn status(conn: &Conn) -> Result<String> {
         "NATIVE",
         "REPLICATION",
         "APPLIED",
+        "DIGEST",
         "LEADER",
     ]
     .map(String::from)
@@ -110,15 +111,16 @@ async fn status(conn: &Conn) -> Result<String> {
                 .await
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("timed out")))
         };
-        let (applied, leader) = match &own {
+        let (applied, digest, leader) = match &own {
             Ok(d) => {
                 versions.push(d.metadata_version);
                 (
                     d.metadata_version.to_string(),
+                    format!("{:08x}", d.metadata_digest),
                     leader_text(d.controller_leader),
                 )
             }
-            Err(_) => ("unreachable".to_string(), "-".to_string()),
+            Err(_) => ("unreachable".to_string(), "-".to_string(), "-".to_string()),
         };
         let state = match (n.fenced, own.is_ok()) {
             (true, _) => "fenced",
@@ -138,6 +140,7 @@ async fn status(conn: &Conn) -> Result<String> {
             n.native.clone(),
             n.replication.clone(),
             applied,
+            digest,
             leader,
         ]);
     }

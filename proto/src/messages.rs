@@ -765,6 +765,9 @@ pub struct DescribeClusterResponse {
     pub controller_leader: u64,
     /// The metadata version (Raft log index) applied on the answering node.
     pub metadata_version: u64,
+    /// A checksum of the metadata the answering node has applied: nodes
+    /// at the same version must show the same one.
+    pub metadata_digest: u32,
     /// Every registered node, by id.
     pub nodes: Vec<NodeDescription>,
 }

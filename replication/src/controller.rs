@@ -510,7 +510,7 @@ async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint) {
                 Ok(c) => c,
                 // A certificate refused either way is a transport error
                 // (TLS alert); a peer that gave up is not worth a warning.
-                Err(e @ quinn::ConnectionError::TransportError(_)) => {
+                Err(e) if tls_refusal(&e) => {
                     warn!(%remote, error = %e, "refused a node connection: TLS handshake failed (certificate not from this cluster's CA?)");
                     return;
                 }
@@ -523,6 +523,19 @@ async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint) {
                 tracing::debug!(%remote, error = %e, "node connection ended");
             }
         });
+    }
+}
+
+/// Whether a failed handshake was a certificate refused, by either side:
+/// our TLS stack's error, or the peer's TLS alert (a QUIC crypto error
+/// code, 0x100 + alert).
+fn tls_refusal(e: &quinn::ConnectionError) -> bool {
+    match e {
+        quinn::ConnectionError::TransportError(_) => true,
+        quinn::ConnectionError::ConnectionClosed(close) => {
+            u64::from(close.error_code) & !0xff == 0x100
+        }
+        _ => false,
     }
 }
 
@@ -805,8 +818,14 @@ async fn member_loop(shared: Arc<Shared>) {
 /// The leader's duties: name the cluster, fence nodes whose heartbeats lapsed.
 async fn leader_loop(shared: Arc<Shared>) {
     let tick = (shared.cfg.heartbeat_interval / 2).max(Duration::from_millis(10));
+    let mut metrics = shared.raft.metrics();
+    let mut first = true;
     loop {
-        tokio::time::sleep(tick).await;
+        // Every tick, and at once when leadership changes.
+        if !first {
+            let _ = tokio::time::timeout(tick, metrics.changed()).await;
+        }
+        first = false;
         let (leader, term) = {
             let m = shared.raft.metrics();
             let m = m.borrow();

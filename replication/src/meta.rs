@@ -386,6 +386,12 @@ impl ClusterState {
             .collect())
     }
 
+    /// A checksum of the whole state (crc32c of its encoding): nodes at
+    /// the same version must agree on it.
+    pub fn digest(&self) -> u32 {
+        crc32c::crc32c(&crate::wire::encode(self))
+    }
+
     /// Whether node `id` is registered and not fenced.
     pub fn is_live(&self, id: u64) -> bool {
         self.nodes.get(&id).is_some_and(|n| !n.fenced)

@@ -134,6 +134,11 @@ pub struct BrokerArgs {
     /// closed at once [default: 10000].
     #[arg(long, env = "WEIR_MAX_CONNECTIONS_PER_CORE")]
     pub max_connections_per_core: Option<usize>,
+    /// The native `host:port` clients and other nodes are told to use
+    /// (cluster metadata, `weir cluster status`) [default: the --listen
+    /// address].
+    #[arg(long, env = "WEIR_ADVERTISED_LISTEN")]
+    pub advertised_listen: Option<String>,
     /// This node's id in the cluster, 1 or more [default: 1].
     #[arg(long, env = "WEIR_NODE_ID")]
     pub node_id: Option<u64>,
@@ -199,6 +204,7 @@ struct FileConfig {
     group_initial_rebalance_delay_ms: Option<u64>,
     frame_read_timeout_ms: Option<u64>,
     max_connections_per_core: Option<usize>,
+    advertised_listen: Option<String>,
     node_id: Option<u64>,
     cluster_id: Option<String>,
     replication_listen: Option<String>,
@@ -219,6 +225,8 @@ pub const SESSION_TIMEOUT_MS_DEFAULT: u64 = 6000;
 pub struct ClusterConfig {
     /// Node id (≥ 1).
     pub node_id: u64,
+    /// The native address clients are told (`None`: the bound one).
+    pub advertised_listen: Option<String>,
     /// Cluster id (`None`: a one-node cluster's own, kept in the data directory).
     pub cluster_id: Option<String>,
     /// Node-to-node (QUIC) address to bind.
@@ -241,6 +249,7 @@ impl ClusterConfig {
     pub fn single() -> Self {
         Self {
             node_id: 1,
+            advertised_listen: None,
             cluster_id: None,
             replication_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             replication_advertised: None,
@@ -555,6 +564,7 @@ impl BrokerConfig {
         };
         config.cluster = ClusterConfig {
             node_id,
+            advertised_listen: args.advertised_listen.clone().or(file.advertised_listen),
             cluster_id: args.cluster_id.clone().or(file.cluster_id),
             replication_listen: match args.replication_listen.clone().or(file.replication_listen) {
                 Some(v) => v.parse().with_context(|| {

@@ -229,6 +229,7 @@ pub fn describe_cluster(core: &Core) -> weir_proto::messages::DescribeClusterRes
         node_id: controller.node_id(),
         controller_leader: controller.leader().unwrap_or(0),
         metadata_version: state.version,
+        metadata_digest: state.digest(),
         nodes: state
             .nodes
             .values()

@@ -1,0 +1,578 @@
+//! Clusters of `weir broker` processes on loopback, started from the
+//! shipped `deploy/configs/node-N.toml` (addresses, ports and directories
+//! rewritten), stopped by PID: formation and placement, the controller
+//! leader killed, a node cut off by a UDP proxy, and nodes of another CA
+//! or cluster refused.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use weir_proto::messages::DescribeClusterResponse;
+
+/// One cluster at a time: three nodes of two cores each already
+/// oversubscribe a two-core machine, and the timing assertions (a change
+/// within 2 s of a leader kill, fencing within the session timeout) are
+/// about the cluster, not about CPU contention with another one.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Session timeout the test nodes run with.
+const SESSION_MS: u64 = 2_000;
+
+fn free_udp() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A node process.
+struct Node {
+    id: u64,
+    child: Child,
+    native: SocketAddr,
+    log: PathBuf,
+}
+
+impl Node {
+    fn kill(mut self) {
+        // SIGKILL by PID.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where each node's replication endpoint binds, and the address the
+/// others are told (a proxy's, when the test puts one between them).
+struct Cluster {
+    root: tempfile::TempDir,
+    certs: PathBuf,
+    cluster_id: String,
+    bind: BTreeMap<u64, SocketAddr>,
+    advertised: BTreeMap<u64, SocketAddr>,
+    nodes: BTreeMap<u64, Node>,
+}
+
+impl Cluster {
+    fn new(n: u64) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let certs = root.path().join("certs");
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["cluster", "certs", "--out", certs.to_str().unwrap()])
+            .args(["--nodes", &n.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bind: BTreeMap<u64, SocketAddr> = (1..=n).map(|id| (id, free_udp())).collect();
+        Cluster {
+            root,
+            certs,
+            cluster_id: "weir-demo".into(),
+            advertised: bind.clone(),
+            bind,
+            nodes: BTreeMap::new(),
+        }
+    }
+
+    /// The node's config: the shipped file, rewritten for loopback.
+    fn config(&self, id: u64, template: u64, certs: &Path, cluster_id: &str) -> PathBuf {
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/configs")
+            .join(format!("node-{template}.toml"));
+        let text = std::fs::read_to_string(&shipped).unwrap();
+        let mut t: toml::Table = text.parse().unwrap();
+        let s = |v: String| toml::Value::String(v);
+        let data = self.root.path().join(format!("node-{id}"));
+        t.insert("node_id".into(), toml::Value::Integer(id as i64));
+        t.insert("cluster_id".into(), s(cluster_id.into()));
+        t.insert("data_dir".into(), s(data.display().to_string()));
+        t.insert("listen".into(), s("127.0.0.1:0".into()));
+        t.remove("advertised_listen");
+        t.insert("core_port_base".into(), toml::Value::Integer(0));
+        t.insert("kafka_listener".into(), s("127.0.0.1:0".into()));
+        t.remove("kafka_advertised_listener");
+        t.insert("metrics_listen".into(), s("127.0.0.1:0".into()));
+        t.insert("replication_listen".into(), s(self.bind[&id].to_string()));
+        t.insert(
+            "replication_advertised".into(),
+            s(self.advertised[&id].to_string()),
+        );
+        t.insert("certs_dir".into(), s(certs.display().to_string()));
+        let voters: Vec<String> = self
+            .advertised
+            .iter()
+            .map(|(id, a)| format!("{id}@{a}"))
+            .collect();
+        t.insert("voters".into(), s(voters.join(",")));
+        t.insert(
+            "session_timeout_ms".into(),
+            toml::Value::Integer(SESSION_MS as i64),
+        );
+        let path = self.root.path().join(format!("node-{id}.toml"));
+        std::fs::write(&path, toml::to_string(&t).unwrap()).unwrap();
+        path
+    }
+
+    fn start(&mut self, id: u64) {
+        let config = self.config(id, id.min(3), &self.certs.clone(), &self.cluster_id.clone());
+        let node = spawn(
+            id,
+            &config,
+            &self.root.path().join(format!("node-{id}.log")),
+        );
+        self.nodes.insert(id, node);
+    }
+
+    fn start_all(&mut self) {
+        // Together: each waits for a quorum to register it.
+        let ids: Vec<u64> = self.bind.keys().copied().collect();
+        let configs: Vec<(u64, PathBuf)> = ids
+            .iter()
+            .map(|id| {
+                (
+                    *id,
+                    self.config(
+                        *id,
+                        (*id).min(3),
+                        &self.certs.clone(),
+                        &self.cluster_id.clone(),
+                    ),
+                )
+            })
+            .collect();
+        let root = self.root.path().to_path_buf();
+        let handles: Vec<_> = configs
+            .into_iter()
+            .map(|(id, config)| {
+                let log = root.join(format!("node-{id}.log"));
+                std::thread::spawn(move || spawn(id, &config, &log))
+            })
+            .collect();
+        for h in handles {
+            let node = h.join().unwrap();
+            self.nodes.insert(node.id, node);
+        }
+    }
+
+    fn describe(&self, id: u64) -> Option<DescribeClusterResponse> {
+        describe(self.nodes.get(&id)?.native)
+    }
+
+    /// Waits until every running node shows every node of `up` live, the
+    /// others fenced, one leader, and the same version and digest.
+    fn converged(&self, up: &[u64], within: Duration) -> DescribeClusterResponse {
+        let deadline = Instant::now() + within;
+        loop {
+            let views: Vec<Option<DescribeClusterResponse>> =
+                self.nodes.keys().map(|id| self.describe(*id)).collect();
+            let ok = views.iter().all(|v| v.is_some()) && {
+                let views: Vec<&DescribeClusterResponse> = views.iter().flatten().collect();
+                let first = views[0];
+                views.iter().all(|v| {
+                    !v.cluster_id.is_empty()
+                        && v.metadata_version == first.metadata_version
+                        && v.metadata_digest == first.metadata_digest
+                        && v.controller_leader != 0
+                        && v.controller_leader == first.controller_leader
+                }) && first.nodes.iter().all(|n| n.fenced != up.contains(&n.id))
+                    // Registered again with its ports once its cores listen.
+                    && first.nodes.iter().all(|n| n.fenced || !n.core_ports.is_empty())
+                    && up.iter().all(|id| first.nodes.iter().any(|n| n.id == *id))
+            };
+            if ok {
+                return views.into_iter().next().unwrap().unwrap();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not converged within {within:?} (up {up:?}): {views:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn weir(&self, via: u64, args: &[&str]) -> std::process::Output {
+        let addr = self.nodes[&via].native.to_string();
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .args(["--bootstrap", &addr])
+            .output()
+            .unwrap()
+    }
+
+    fn log(&self, id: u64) -> String {
+        std::fs::read_to_string(&self.nodes[&id].log).unwrap_or_default()
+    }
+}
+
+/// `weir broker --config CONFIG`, its log (stderr) to `log`.
+fn broker(config: &Path, log: &Path, cores: usize, stdout: Stdio) -> Child {
+    let stderr = std::fs::File::create(log).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["broker", "--config", config.to_str().unwrap()])
+        .args(["--cores", &cores.to_string()])
+        .env("WEIR_LOG", "info,openraft=error")
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+fn spawn(id: u64, config: &Path, log: &Path) -> Node {
+    let mut child = broker(config, log, 2, Stdio::piped());
+    let out = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let line = loop {
+        match lines.next() {
+            Some(Ok(l)) if l.starts_with("weir broker ready:") => break l,
+            Some(Ok(_)) => continue,
+            other => panic!(
+                "node {id} did not become ready ({other:?}): {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            ),
+        }
+    };
+    let listen = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("listen="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    Node {
+        id,
+        child,
+        native: listen,
+        log: log.to_path_buf(),
+    }
+}
+
+fn describe(addr: SocketAddr) -> Option<DescribeClusterResponse> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let call = async {
+            let c = weir_client::Client::connect(addr).await.ok()?;
+            c.describe_cluster().await.ok()
+        };
+        tokio::time::timeout(Duration::from_secs(2), call)
+            .await
+            .ok()
+            .flatten()
+    })
+}
+
+fn partition_dirs(dir: &Path, topic: &str) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().to_string();
+                    name.rsplit_once('-')
+                        .is_some_and(|(t, p)| t == topic && p.parse::<u32>().is_ok())
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn three_nodes_from_the_deploy_configs_form_a_cluster_and_spread_a_topic() {
+    let _serial = serial();
+    let mut c = Cluster::new(3);
+    c.start_all();
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    let out = c.weir(2, &["topic", "create", "spread", "--partitions", "12"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.converged(&[1, 2, 3], Duration::from_secs(10));
+    for id in 1..=3 {
+        let dir = c.root.path().join(format!("node-{id}"));
+        assert_eq!(
+            partition_dirs(&dir, "spread"),
+            4,
+            "node {id} holds 4 of the 12 partitions"
+        );
+    }
+    let out = c.weir(3, &["cluster", "status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("cluster weir-demo"), "{text}\n{}", c.log(3));
+    assert_eq!(text.matches(" up ").count(), 3, "{text}");
+}
+
+#[test]
+fn killing_the_controller_leader_elects_another_and_metadata_never_diverges() {
+    let _serial = serial();
+    let mut c = Cluster::new(3);
+    c.start_all();
+    let mut view = c.converged(&[1, 2, 3], Duration::from_secs(20));
+    let mut slowest = Duration::ZERO;
+    for round in 0..20 {
+        let leader = view.controller_leader;
+        c.nodes.remove(&leader).unwrap().kill();
+        let other = *c.nodes.keys().next().unwrap();
+        let killed = Instant::now();
+        let name = format!("round-{round}");
+        let out = c.weir(other, &["topic", "create", &name, "--partitions", "2"]);
+        let took = killed.elapsed();
+        assert!(
+            out.status.success(),
+            "round {round}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            took < Duration::from_secs(2),
+            "round {round}: the change took {took:?} after the leader was killed"
+        );
+        slowest = slowest.max(took);
+        c.start(leader);
+        view = c.converged(&[1, 2, 3], Duration::from_secs(20));
+        assert!(
+            c.describe(leader).unwrap().metadata_version >= view.metadata_version,
+            "round {round}: the restarted node caught up"
+        );
+    }
+    eprintln!("slowest change after a leader kill: {slowest:?}");
+    let out = c.weir(1, &["topic", "list"]);
+    let topics = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        topics.lines().filter(|l| l.starts_with("round-")).count(),
+        20,
+        "{topics}"
+    );
+}
+
+/// A UDP proxy in front of every node's replication endpoint: datagrams to
+/// node N's advertised address are forwarded to its endpoint, and the
+/// answers back; a node "cut off" has every datagram to or from it dropped.
+struct Proxies {
+    cut: Arc<Mutex<Option<SocketAddr>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Proxies {
+    /// Puts a proxy in front of each endpoint of `c` (before it starts).
+    fn install(c: &mut Cluster) -> Self {
+        let cut: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for (id, target) in c.bind.clone() {
+            let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+            front
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            c.advertised.insert(id, front.local_addr().unwrap());
+            let (cut, stop) = (cut.clone(), stop.clone());
+            threads.push(std::thread::spawn(move || proxy(front, target, cut, stop)));
+        }
+        Proxies { cut, stop, threads }
+    }
+
+    fn cut(&self, endpoint: Option<SocketAddr>) {
+        *self.cut.lock().unwrap() = endpoint;
+    }
+}
+
+impl Drop for Proxies {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One proxy: a front socket the peers send to, one back socket per peer
+/// (so the target sees each peer as a distinct address).
+fn proxy(
+    front: UdpSocket,
+    target: SocketAddr,
+    cut: Arc<Mutex<Option<SocketAddr>>>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut backs: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
+    let front = Arc::new(front);
+    let mut buf = vec![0u8; 65536];
+    while !stop.load(Ordering::Acquire) {
+        let Ok((n, from)) = front.recv_from(&mut buf) else {
+            continue;
+        };
+        let dropped = *cut.lock().unwrap();
+        if dropped == Some(target) || dropped == Some(from) {
+            continue;
+        }
+        let back = backs.entry(from).or_insert_with(|| {
+            let back = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+            back.set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            let (back2, front2, cut2, stop2) =
+                (back.clone(), front.clone(), cut.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while !stop2.load(Ordering::Acquire) {
+                    let Ok((n, _)) = back2.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    let dropped = *cut2.lock().unwrap();
+                    if dropped == Some(target) || dropped == Some(from) {
+                        continue;
+                    }
+                    let _ = front2.send_to(&buf[..n], from);
+                }
+            });
+            back
+        });
+        let _ = back.send_to(&buf[..n], target);
+    }
+}
+
+#[test]
+fn a_node_cut_off_by_a_udp_proxy_is_fenced_and_rejoins() {
+    let _serial = serial();
+    let mut c = Cluster::new(3);
+    let proxies = Proxies::install(&mut c);
+    c.start_all();
+    let view = c.converged(&[1, 2, 3], Duration::from_secs(20));
+    let victim = (1..=3).find(|id| *id != view.controller_leader).unwrap();
+    let others: Vec<u64> = (1..=3).filter(|id| *id != victim).collect();
+    proxies.cut(Some(c.bind[&victim]));
+    let cut = Instant::now();
+    // The others fence it within the session timeout (plus a heartbeat
+    // and a commit).
+    let deadline = cut + Duration::from_millis(SESSION_MS * 2);
+    loop {
+        let fenced = others.iter().all(|id| {
+            c.describe(*id)
+                .is_some_and(|d| d.nodes.iter().any(|n| n.id == victim && n.fenced))
+        });
+        if fenced {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {victim} not fenced {:?} after it was cut off",
+            cut.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = cut.elapsed();
+    eprintln!(
+        "node {victim} fenced {took:?} after it was cut off (session timeout {SESSION_MS} ms)"
+    );
+    let out = c.weir(others[0], &["cluster", "status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fenced"), "{text}");
+    proxies.cut(None);
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
+}
+
+#[test]
+fn nodes_of_another_ca_or_another_cluster_are_refused_and_nothing_changes() {
+    let _serial = serial();
+    let mut c = Cluster::new(3);
+    // Room for a fourth node in the voter list the intruders start with.
+    c.bind.insert(4, free_udp());
+    c.advertised = c.bind.clone();
+    let intruder_bind = c.bind.remove(&4).unwrap();
+    let intruder_advertised = c.advertised.remove(&4).unwrap();
+    c.start_all();
+    let before = c.converged(&[1, 2, 3], Duration::from_secs(20));
+
+    // Another CA: the TLS handshake fails.
+    let other_ca = c.root.path().join("other-ca");
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "cluster",
+            "certs",
+            "--out",
+            other_ca.to_str().unwrap(),
+            "--nodes",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // This CA, another cluster id: refused after the hello.
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "cluster",
+            "certs",
+            "--out",
+            c.certs.to_str().unwrap(),
+            "--add-node",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (certs, cluster_id, expect) in [
+        (
+            other_ca.clone(),
+            "weir-demo".to_string(),
+            "TLS handshake failed",
+        ),
+        (
+            c.certs.clone(),
+            "another-cluster".to_string(),
+            "refused a node of another cluster",
+        ),
+    ] {
+        // The intruder names itself a voter beside the three, so it starts
+        // elections and talks to them at once.
+        c.bind.insert(4, intruder_bind);
+        c.advertised.insert(4, intruder_advertised);
+        let config = c.config(4, 1, &certs, &cluster_id);
+        c.bind.remove(&4);
+        c.advertised.remove(&4);
+        let dir = c.root.path().join("node-4");
+        let log = c.root.path().join("node-4.log");
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut intruder = broker(&config, &log, 1, Stdio::null());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !(1..=3).any(|id| c.log(id).contains(expect)) {
+            assert!(Instant::now() < deadline, "no node logged `{expect}`");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = intruder.kill();
+        let _ = intruder.wait();
+        let after = c.converged(&[1, 2, 3], Duration::from_secs(10));
+        assert_eq!(after.nodes.len(), 3, "the intruder is not in the metadata");
+        assert_eq!(
+            (after.metadata_version, after.metadata_digest),
+            (before.metadata_version, before.metadata_digest),
+            "nothing changed"
+        );
+    }
+}
