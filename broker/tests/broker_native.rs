@@ -499,3 +499,28 @@ fn a_topics_toml_registry_is_migrated_into_the_cluster_metadata_once() {
         assert!(b.stop().success());
     }
 }
+
+/// Producer ids come in blocks from the controller quorum, past any id an
+/// earlier version of the node handed out (its `producer-ids` file), and
+/// never repeat across restarts.
+#[test]
+fn producer_ids_start_past_an_earlier_versions_counter_and_never_repeat() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("producer-ids"), "5000\n").unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..2 {
+        let b = Broker::start(dir.path(), 2);
+        let mut c = b.client();
+        for _ in 0..3 {
+            let (r, _) = c.ok(&InitProducerIdRequest {}, &[]);
+            assert_eq!(r.error, 0);
+            assert!(r.producer_id >= 5000, "{}", r.producer_id);
+            assert!(
+                seen.insert(r.producer_id),
+                "{} handed out twice",
+                r.producer_id
+            );
+        }
+        b.kill();
+    }
+}

@@ -90,6 +90,8 @@ pub struct ClusterState {
     pub topics: BTreeMap<String, TopicState>,
     /// The Raft log index of the last command applied (0 before any).
     pub version: u64,
+    /// The first producer id not yet handed to a node.
+    pub next_producer_id: i64,
 }
 
 /// A change to the metadata.
@@ -137,6 +139,14 @@ pub enum Command {
         from: BTreeMap<String, String>,
         /// The new configs.
         to: BTreeMap<String, String>,
+    },
+    /// Reserves a block of `count` producer ids for a node, starting at
+    /// `at_least` or later (a node's ids from before the cluster).
+    AllocateProducerIds {
+        /// Lowest first id the node accepts.
+        at_least: i64,
+        /// Ids in the block.
+        count: i64,
     },
     /// Adds partitions to a topic that still has `from` of them.
     AddPartitions {
@@ -193,6 +203,8 @@ pub struct Outcome {
     pub error: Option<Refusal>,
     /// For `RegisterNode`: the node's new broker epoch.
     pub broker_epoch: u64,
+    /// For `AllocateProducerIds`: the block's first id.
+    pub block_start: i64,
 }
 
 impl ClusterState {
@@ -311,6 +323,17 @@ impl ClusterState {
                     ));
                 }
                 topic.configs = to.clone();
+                Ok(())
+            }
+            Command::AllocateProducerIds { at_least, count } => {
+                if *count <= 0 || *at_least < 0 {
+                    return Err(refuse(Invalid, "a producer-id block needs a positive size"));
+                }
+                let start = self.next_producer_id.max(*at_least);
+                self.next_producer_id = start
+                    .checked_add(*count)
+                    .ok_or_else(|| refuse(Invalid, "producer ids exhausted"))?;
+                outcome.block_start = start;
                 Ok(())
             }
             Command::AddPartitions {
@@ -666,6 +689,42 @@ mod tests {
             .partitions
             .iter()
             .all(|p| p.leader.is_some()));
+    }
+
+    #[test]
+    fn producer_id_blocks_never_overlap_and_respect_a_floor() {
+        let mut s = ClusterState::default();
+        let a = s.apply(
+            1,
+            &Command::AllocateProducerIds {
+                at_least: 0,
+                count: 1000,
+            },
+        );
+        let b = s.apply(
+            2,
+            &Command::AllocateProducerIds {
+                at_least: 0,
+                count: 1000,
+            },
+        );
+        assert_eq!((a.block_start, b.block_start), (0, 1000));
+        // A node with ids from before the cluster asks past them.
+        let c = s.apply(
+            3,
+            &Command::AllocateProducerIds {
+                at_least: 5000,
+                count: 1000,
+            },
+        );
+        let d = s.apply(
+            4,
+            &Command::AllocateProducerIds {
+                at_least: 0,
+                count: 1000,
+            },
+        );
+        assert_eq!((c.block_start, d.block_start), (5000, 6000));
     }
 
     #[test]

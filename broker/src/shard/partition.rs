@@ -207,10 +207,14 @@ pub async fn compact_local(
 /// Hands out a new producer id (core 0 only: it owns the allocator).
 pub async fn init_producer_id_local(core: &Core) -> Result<i64, BrokerError> {
     assert_eq!(core.id, 0, "producer ids are handed out by core 0");
-    super::producer_ids::allocate(&core.producer_ids, &core.producer_ids_reserving)
-        .await
-        .map_err(|e| BrokerError::Storage {
-            kind: crate::service::StorageFailure::Io,
-            message: format!("allocating a producer id failed: {e:#}"),
-        })
+    super::producer_ids::allocate(
+        &core.producer_ids,
+        &core.producer_ids_reserving,
+        &core.shared.controller,
+    )
+    .await
+    .map_err(|e| BrokerError::Storage {
+        kind: crate::service::StorageFailure::Io,
+        message: format!("allocating a producer id failed: {e:#}"),
+    })
 }

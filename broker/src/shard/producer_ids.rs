@@ -1,13 +1,13 @@
 //! Producer ids for idempotent producers, handed out by core 0.
 //!
-//! Ids must never repeat for the life of a data directory, or a new
-//! producer could be taken for an old one whose state a partition still
-//! holds. Core 0 reserves ids in blocks of [`BLOCK`]: before handing out
-//! the first id of a block it durably stores the end of that block in
-//! `<data-dir>/producer-ids` (write to a temporary file, fsync, rename,
-//! fsync the directory). After a crash the rest of the block is skipped.
-//! The file write happens once per [`BLOCK`] ids, on glommio's
-//! blocking-thread pool ([`allocate`]), never on the core's event loop.
+//! Ids must never repeat in the cluster, or a new producer could be taken
+//! for an old one whose state a partition still holds. Core 0 reserves ids
+//! in blocks of [`BLOCK`] from the controller quorum
+//! (`Command::AllocateProducerIds`, committed before the first id of the
+//! block is handed out), so blocks of different nodes never overlap and a
+//! crash skips the rest of a block. A `<data-dir>/producer-ids` file of an
+//! earlier version (the node's own durable counter) is a floor: blocks
+//! start past the ids that node already handed out.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -64,8 +64,9 @@ impl ProducerIds {
         })
     }
 
-    /// A fresh producer id, reserving a block with a blocking write if
-    /// needed (start-up and tests; the broker uses [`allocate`]).
+    /// A fresh producer id, reserving a block in this node's file with a
+    /// blocking write if needed (tests of the file; the broker uses
+    /// [`allocate`]).
     pub fn allocate_blocking(&mut self) -> anyhow::Result<i64> {
         if let Some(id) = self.take() {
             return Ok(id);
@@ -77,12 +78,13 @@ impl ProducerIds {
     }
 }
 
-/// A fresh producer id from core 0's allocator: the block reservation's
-/// file write runs on glommio's blocking-thread pool, and concurrent
-/// callers wait for one reservation (`reserving`).
+/// A fresh producer id from core 0's allocator: a new block is reserved
+/// through the controller quorum when the current one is used up, and
+/// concurrent callers wait for one reservation (`reserving`).
 pub async fn allocate(
     ids: &std::cell::RefCell<ProducerIds>,
     reserving: &glommio::sync::Semaphore,
+    controller: &weir_replication::Controller,
 ) -> anyhow::Result<i64> {
     loop {
         if let Some(id) = ids.borrow_mut().take() {
@@ -95,12 +97,17 @@ pub async fn allocate(
         if let Some(id) = ids.borrow_mut().take() {
             return Ok(id);
         }
-        let (path, limit) = {
-            let s = ids.borrow();
-            (s.path.clone(), s.next + BLOCK)
-        };
-        weir_storage::checkpoint::on_blocking_pool(move || store(&path, limit)).await?;
-        ids.borrow_mut().limit = limit;
+        let at_least = ids.borrow().next;
+        let outcome = controller
+            .propose(weir_replication::Command::AllocateProducerIds {
+                at_least,
+                count: BLOCK,
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("reserving producer ids from the controller: {e}"))?;
+        let mut s = ids.borrow_mut();
+        s.next = outcome.block_start;
+        s.limit = outcome.block_start + BLOCK;
     }
 }
 
