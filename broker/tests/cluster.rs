@@ -576,3 +576,98 @@ fn nodes_of_another_ca_or_another_cluster_are_refused_and_nothing_changes() {
         );
     }
 }
+
+/// The SDK follows the cluster: one bootstrap address, every partition
+/// produced to and read from the node (and core) that holds it.
+#[test]
+fn the_sdk_produces_and_consumes_a_spread_topic_through_one_bootstrap_address() {
+    use std::sync::Arc as A;
+    use weir_client::producer::ShardRouter;
+    use weir_client::{Client, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
+
+    let _serial = serial();
+    let mut c = Cluster::new(3);
+    c.start_all();
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    let out = c.weir(1, &["topic", "create", "sdk", "--partitions", "12"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.converged(&[1, 2, 3], Duration::from_secs(10));
+    let boot = c.nodes[&1].native;
+    const PER_PARTITION: u64 = 50;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = A::new(Client::connect(boot).await.unwrap());
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        let mut acks = Vec::new();
+        for i in 0..12 * PER_PARTITION {
+            let p = (i % 12) as u32;
+            let r = ProducerRecord::new("sdk", format!("v{i}")).partition(p);
+            acks.push((p, producer.send(r).await.unwrap()));
+        }
+        let mut next = [0u64; 12];
+        for (p, ack) in acks {
+            let md = ack.await.unwrap();
+            assert_eq!(md.partition, p);
+            assert_eq!(md.offset, Some(next[p as usize]), "partition {p}");
+            next[p as usize] += 1;
+        }
+        producer.close().await;
+
+        let router = A::new(ShardRouter::new(client.clone()));
+        let mut consumer = Consumer::with_backend(router, ConsumerConfig::default());
+        consumer.assign((0..12).map(|p| ("sdk".to_string(), p)).collect());
+        for p in 0..12 {
+            consumer.seek("sdk", p, 0).unwrap();
+        }
+        let mut got = [0u64; 12];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got.iter().sum::<u64>() < 12 * PER_PARTITION {
+            assert!(Instant::now() < deadline, "consumed {got:?}");
+            for r in consumer.poll(Duration::from_millis(500)).await.unwrap() {
+                assert_eq!(r.offset, got[r.partition as usize]);
+                got[r.partition as usize] += 1;
+            }
+        }
+        assert_eq!(got, [PER_PARTITION; 12]);
+
+        // Asked of a node that does not hold it, a partition is refused
+        // with NotLeader (the SDK then learns the metadata again).
+        let here = c.root.path().join("node-1");
+        let elsewhere = (0..12u32)
+            .find(|p| !here.join(format!("sdk-{p}")).exists())
+            .expect("node 1 holds only some partitions");
+        let answer = client
+            .fetch_many(
+                0,
+                1 << 20,
+                vec![weir_proto::messages::FetchPartition {
+                    topic: "sdk".into(),
+                    partition: elsewhere,
+                    offset: 0,
+                    max_bytes: 1 << 20,
+                }],
+            )
+            .await
+            .unwrap();
+        let err = answer.into_iter().next().unwrap().unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(weir_proto::error_code::ErrorCode::NotLeader),
+            "{err}"
+        );
+    });
+    // The records are where the metadata says: each node holds four of
+    // the partitions, and every one of them has its records.
+    for id in 1..=3 {
+        let dir = c.root.path().join(format!("node-{id}"));
+        assert_eq!(partition_dirs(&dir, "sdk"), 4, "node {id}");
+    }
+}

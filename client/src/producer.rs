@@ -360,6 +360,8 @@ pub struct ShardRouter {
     bootstrap: Arc<Client>,
     cores: Mutex<HashMap<u32, Arc<Client>>>,
     addrs: Mutex<HashMap<u32, std::net::SocketAddr>>,
+    /// Layouts the consumer side learned (the producer keeps its own).
+    layouts: Mutex<HashMap<String, TopicLayout>>,
 }
 
 impl fmt::Debug for ShardRouter {
@@ -377,7 +379,34 @@ impl ShardRouter {
             bootstrap,
             cores: Mutex::new(HashMap::new()),
             addrs: Mutex::new(HashMap::new()),
+            layouts: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Where a partition lives, from a cached layout (learned on first use).
+    async fn route_of(&self, topic: &str, partition: u32) -> Route {
+        let cached = self
+            .layouts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(topic)
+            .cloned();
+        let layout = match cached {
+            Some(l) => Some(l),
+            None => match ProducerBackend::layout(self, topic).await {
+                Ok(l) => {
+                    self.layouts
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(topic.to_string(), l.clone());
+                    Some(l)
+                }
+                Err(_) => None,
+            },
+        };
+        layout
+            .and_then(|l| l.owners.get(partition as usize).copied())
+            .map_or(Route::Bootstrap, Route::Core)
     }
 
     fn client_for(&self, route: Route) -> Arc<Client> {
@@ -402,6 +431,83 @@ impl ShardRouter {
             }
             None => self.bootstrap.clone(),
         }
+    }
+}
+
+/// Reads each partition from the core (and node) that holds it: the
+/// partitions of one fetch are split by owner, fetched from each in
+/// parallel (each a long poll of `max_wait_ms`, each with `max_bytes`) and
+/// the answers put back in order. A partition answered `NotLeader`,
+/// `NotOwner` or unknown has its topic's layout learned again before the
+/// next fetch. For a cluster of several nodes; on one node the broker
+/// forwards between its cores, and a plain [`Client`] is the better
+/// backend (one long poll instead of one per core).
+impl crate::consumer::ConsumerBackend for ShardRouter {
+    fn fetch_many(
+        &self,
+        max_wait_ms: u32,
+        max_bytes: u32,
+        partitions: Vec<weir_proto::messages::FetchPartition>,
+    ) -> BoxFuture<'_, Result<Vec<Result<crate::FetchedBatches>>>> {
+        Box::pin(async move {
+            let mut groups: HashMap<Route, Vec<usize>> = HashMap::new();
+            for (i, p) in partitions.iter().enumerate() {
+                let route = self.route_of(&p.topic, p.partition).await;
+                groups.entry(route).or_default().push(i);
+            }
+            let mut tasks = Vec::new();
+            for (route, idx) in groups {
+                let client = self.client_for(route);
+                let parts: Vec<_> = idx.iter().map(|&i| partitions[i].clone()).collect();
+                tasks.push((
+                    idx,
+                    tokio::spawn(
+                        async move { client.fetch_many(max_wait_ms, max_bytes, parts).await },
+                    ),
+                ));
+            }
+            let mut out: Vec<Option<Result<crate::FetchedBatches>>> =
+                (0..partitions.len()).map(|_| None).collect();
+            for (idx, task) in tasks {
+                let answers = task
+                    .await
+                    .map_err(|e| ClientError::InvalidResponse(format!("fetch task: {e}")))??;
+                for (i, r) in idx.into_iter().zip(answers) {
+                    if let Err(e) = &r {
+                        if matches!(
+                            e.code(),
+                            Some(
+                                ErrorCode::NotLeader
+                                    | ErrorCode::NotOwner
+                                    | ErrorCode::UnknownTopicOrPartition
+                            )
+                        ) {
+                            self.layouts
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .remove(&partitions[i].topic);
+                        }
+                    }
+                    out[i] = Some(r);
+                }
+            }
+            Ok(out
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(ClientError::InvalidResponse("no answer".into()))))
+                .collect())
+        })
+    }
+
+    fn list_offsets<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        spec: weir_proto::messages::OffsetSpec,
+    ) -> BoxFuture<'a, Result<Option<u64>>> {
+        Box::pin(async move {
+            let client = self.client_for(self.route_of(topic, partition).await);
+            client.list_offsets(topic, partition, spec).await
+        })
     }
 }
 
@@ -1706,7 +1812,9 @@ impl Sender {
             // broker restart its port may be another): learn it again.
             if matches!(
                 e.code(),
-                Some(ErrorCode::NotOwner | ErrorCode::UnknownTopicOrPartition)
+                Some(
+                    ErrorCode::NotOwner | ErrorCode::NotLeader | ErrorCode::UnknownTopicOrPartition
+                )
             ) || (e.code().is_none() && e.is_retriable() && route != Route::Bootstrap)
             {
                 self.shared.forget_layout(&key.0);

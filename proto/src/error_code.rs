@@ -103,11 +103,14 @@ pub enum ErrorCode {
     RebalanceInProgress = 39,
     /// A newer member holds this static instance id: this one is fenced.
     FencedInstanceId = 40,
+    /// The partition is served by another node of the cluster (or by no
+    /// live node right now): refresh the metadata and retry there.
+    NotLeader = 41,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 35] = [
+    pub const ALL: [ErrorCode; 36] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -143,6 +146,7 @@ impl ErrorCode {
         ErrorCode::StaleMemberEpoch,
         ErrorCode::RebalanceInProgress,
         ErrorCode::FencedInstanceId,
+        ErrorCode::NotLeader,
     ];
 
     /// The number on the wire.
@@ -188,6 +192,7 @@ impl ErrorCode {
             38 => ErrorCode::StaleMemberEpoch,
             39 => ErrorCode::RebalanceInProgress,
             40 => ErrorCode::FencedInstanceId,
+            41 => ErrorCode::NotLeader,
             _ => ErrorCode::Unknown,
         }
     }
@@ -204,6 +209,7 @@ impl ErrorCode {
         matches!(
             self,
             ErrorCode::NotOwner
+                | ErrorCode::NotLeader
                 | ErrorCode::RequestTimedOut
                 | ErrorCode::NotEnoughReplicas
                 | ErrorCode::Recovering
@@ -227,6 +233,7 @@ impl ErrorCode {
             ErrorCode::InvalidConfig => "InvalidConfig",
             ErrorCode::InvalidPartitions => "InvalidPartitions",
             ErrorCode::NotOwner => "NotOwner",
+            ErrorCode::NotLeader => "NotLeader",
             ErrorCode::RequestTimedOut => "RequestTimedOut",
             ErrorCode::StorageError => "StorageError",
             ErrorCode::NotEnoughReplicas => "NotEnoughReplicas",
@@ -268,6 +275,7 @@ impl ErrorCode {
             ErrorCode::InvalidConfig => "invalid config",
             ErrorCode::InvalidPartitions => "invalid partition count",
             ErrorCode::NotOwner => "partition owned by another core",
+            ErrorCode::NotLeader => "partition served by another node",
             ErrorCode::RequestTimedOut => "request timed out",
             ErrorCode::StorageError => "storage error",
             ErrorCode::NotEnoughReplicas => "not enough replicas",
@@ -325,6 +333,6 @@ mod tests {
         }
         // Reserved and unknown numbers read as Unknown.
         assert_eq!(ErrorCode::from_u16(24), ErrorCode::Unknown);
-        assert_eq!(ErrorCode::from_u16(41), ErrorCode::Unknown);
+        assert_eq!(ErrorCode::from_u16(42), ErrorCode::Unknown);
     }
 }

@@ -452,6 +452,7 @@ fn error_codes_are_pinned() {
         ("StaleMemberEpoch", 38),
         ("RebalanceInProgress", 39),
         ("FencedInstanceId", 40),
+        ("NotLeader", 41),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -471,7 +472,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in (24..=29).chain(41..=u16::MAX) {
+    for n in (24..=29).chain(42..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -489,7 +490,8 @@ fn retriable_codes() {
             ErrorCode::NotOwner,
             ErrorCode::RequestTimedOut,
             ErrorCode::NotEnoughReplicas,
-            ErrorCode::Recovering
+            ErrorCode::Recovering,
+            ErrorCode::NotLeader
         ]
     );
     assert_eq!(

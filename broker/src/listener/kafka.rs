@@ -428,7 +428,9 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
 pub fn broker_error_code(e: &BrokerError) -> i16 {
     match e {
         BrokerError::UnknownPartition { .. } => code::UNKNOWN_TOPIC_OR_PARTITION,
-        BrokerError::NotOwner { .. } => code::NOT_LEADER_OR_FOLLOWER,
+        BrokerError::NotOwner { .. } | BrokerError::NotLeader { .. } => {
+            code::NOT_LEADER_OR_FOLLOWER
+        }
         BrokerError::Topic(t) => topic_error_code(t),
         BrokerError::Storage { kind, .. } => match kind {
             StorageFailure::Corrupt => code::CORRUPT_MESSAGE,

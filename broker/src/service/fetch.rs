@@ -133,9 +133,7 @@ async fn read_one(
             }
         }
     }
-    let owner = core
-        .owner(topic, partition)
-        .ok_or_else(|| BrokerError::unknown(topic, partition))?;
+    let owner = core.locate(topic, partition)?;
     if owner == core.id {
         return partition::fetch_local(core, topic, partition, offset, max_bytes, wait_ms).await;
     }

@@ -91,6 +91,20 @@ pub enum BrokerError {
         /// This connection's port.
         port: u16,
     },
+    /// The partition lives on another node of the cluster (or on none
+    /// live right now).
+    #[error(
+        "{topic}-{partition} is served by {}: refresh the metadata",
+        if *leader == 0 { "no live node right now".to_string() } else { format!("node {leader}") }
+    )]
+    NotLeader {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The leading node (0: none).
+        leader: u64,
+    },
     /// A topic operation was refused.
     #[error(transparent)]
     Topic(#[from] TopicError),

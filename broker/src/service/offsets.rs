@@ -31,9 +31,7 @@ pub async fn on_owner<T: Send + 'static>(
     local: impl Future<Output = Result<T>>,
     remote: impl FnOnce(ReplyTo<Result<T>>) -> CoreMsg,
 ) -> Result<T> {
-    let owner = core
-        .owner(topic, partition)
-        .ok_or_else(|| BrokerError::unknown(topic, partition))?;
+    let owner = core.locate(topic, partition)?;
     if owner == core.id {
         return local.await;
     }

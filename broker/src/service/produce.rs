@@ -128,9 +128,7 @@ async fn append_partition(
         )));
     }
     admin::ensure_topic(core, topic).await;
-    let owner = core
-        .owner(topic, partition)
-        .ok_or_else(|| BrokerError::unknown(topic, partition))?;
+    let owner = core.locate(topic, partition)?;
     if ctx.owner_only && owner != core.id {
         return Err(admin::not_owner(core, topic, partition, owner));
     }

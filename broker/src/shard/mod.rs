@@ -157,6 +157,26 @@ impl Core {
         self.metadata.borrow().owner(topic, partition)
     }
 
+    /// The core owning a partition on this node; `NotLeader` for a
+    /// partition of another node, `UnknownPartition` for one that does
+    /// not exist.
+    pub fn locate(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<usize, crate::service::BrokerError> {
+        let view = self.metadata.borrow();
+        let Some(t) = view.get(topic).filter(|t| partition < t.partitions()) else {
+            return Err(crate::service::BrokerError::unknown(topic, partition));
+        };
+        t.core_of(partition)
+            .ok_or_else(|| crate::service::BrokerError::NotLeader {
+                topic: topic.to_string(),
+                partition,
+                leader: t.leaders.get(partition as usize).copied().unwrap_or(0),
+            })
+    }
+
     /// Makes this core match a metadata view: opens the logs it owns that
     /// are not open, applies changed configs, removes deleted partitions.
     /// A view not newer than the current one is ignored.
