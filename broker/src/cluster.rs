@@ -96,8 +96,17 @@ pub fn start(
     cfg.voters = if c.voters.is_empty() {
         // A one-node cluster: this node, at its bound address.
         [(c.node_id, String::new())].into()
-    } else {
+    } else if c.voters.contains_key(&c.node_id) {
         c.voters.clone()
+    } else {
+        // Not an initial voter: it joins an existing cluster and waits
+        // until a voter adds it (`weir cluster add-voter`).
+        tracing::info!(
+            node = c.node_id,
+            "not among --voters: waiting to be added (weir cluster add-voter {} --replication HOST:PORT)",
+            c.node_id
+        );
+        Default::default()
     };
     cfg.node = NodeInfo {
         rack: c.rack.clone(),

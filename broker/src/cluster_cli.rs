@@ -43,6 +43,25 @@ enum ClusterCommand {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Make a running node a controller voter: it catches up as a learner
+    /// first, then a joint change adds it (asked of the leader, found
+    /// through --bootstrap).
+    AddVoter {
+        /// The node's id.
+        id: u64,
+        /// Its replication address (`host:port`, udp).
+        #[arg(long)]
+        replication: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Remove a node from the controller voters (keep three or five).
+    RemoveVoter {
+        /// The node's id.
+        id: u64,
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 /// Runs `weir cluster …`.
@@ -70,7 +89,55 @@ pub fn cluster(args: ClusterArgs) -> Result<()> {
             print!("{}", rt.block_on(status(&conn))?);
             Ok(())
         }
+        ClusterCommand::AddVoter {
+            id,
+            replication,
+            conn,
+        } => {
+            let voters = runtime()?.block_on(change_voters(&conn, id, true, &replication))?;
+            println!("node {id} is a voter; voters {voters:?}");
+            Ok(())
+        }
+        ClusterCommand::RemoveVoter { id, conn } => {
+            let voters = runtime()?.block_on(change_voters(&conn, id, false, ""))?;
+            println!("node {id} is no longer a voter; voters {voters:?}");
+            Ok(())
+        }
     }
+}
+
+/// Asks the controller leader (found from the bootstrap node's view) to
+/// change the voters; the voters after it.
+async fn change_voters(conn: &Conn, id: u64, add: bool, replication: &str) -> Result<Vec<u64>> {
+    let boot = connect(conn).await?;
+    let mut client = boot;
+    for _ in 0..3 {
+        let r = client.change_voters(id, add, replication).await?;
+        if r.error == 0 {
+            return Ok(r.voters);
+        }
+        if r.error != weir_proto::error_code::ErrorCode::NotLeader.as_u16() || r.leader == 0 {
+            bail!(
+                "{}",
+                r.message.unwrap_or_else(|| format!("error {}", r.error))
+            );
+        }
+        let view = client.describe_cluster().await?;
+        let leader = view
+            .nodes
+            .iter()
+            .find(|n| n.id == r.leader)
+            .with_context(|| format!("the leader, node {}, is not in the metadata", r.leader))?;
+        client = Client::connect(leader.native.as_str())
+            .await
+            .with_context(|| {
+                format!(
+                    "connecting to the leader, node {} at {}",
+                    r.leader, leader.native
+                )
+            })?;
+    }
+    bail!("the controller leader kept changing; try again")
 }
 
 /// How long `weir cluster status` waits for each node.

@@ -112,10 +112,8 @@ impl Cluster {
         t.remove("kafka_advertised_listener");
         t.insert("metrics_listen".into(), s("127.0.0.1:0".into()));
         t.insert("replication_listen".into(), s(self.bind[&id].to_string()));
-        t.insert(
-            "replication_advertised".into(),
-            s(self.advertised[&id].to_string()),
-        );
+        let advertised = self.advertised.get(&id).unwrap_or(&self.bind[&id]);
+        t.insert("replication_advertised".into(), s(advertised.to_string()));
         t.insert("certs_dir".into(), s(certs.display().to_string()));
         let voters: Vec<String> = self
             .advertised
@@ -670,4 +668,78 @@ fn the_sdk_produces_and_consumes_a_spread_topic_through_one_bootstrap_address() 
         let dir = c.root.path().join(format!("node-{id}"));
         assert_eq!(partition_dirs(&dir, "sdk"), 4, "node {id}");
     }
+}
+
+/// A fourth node joins as a voter through `weir cluster add-voter`, and a
+/// voter leaves through `weir cluster remove-voter`; the metadata goes on.
+#[test]
+fn a_voter_is_added_and_removed_with_the_cli() {
+    let _serial = serial();
+    let mut c = Cluster::new(3);
+    c.start_all();
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "cluster",
+            "certs",
+            "--out",
+            c.certs.to_str().unwrap(),
+            "--add-node",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Node 4 is not among the voters its config names: it waits to be added.
+    let bind4 = free_udp();
+    c.bind.insert(4, bind4);
+    let config = c.config(4, 1, &c.certs.clone(), &c.cluster_id.clone());
+    let log = c.root.path().join("node-4.log");
+    let joining = std::thread::spawn(move || spawn(4, &config, &log));
+    let out = c.weir(
+        2,
+        &[
+            "cluster",
+            "add-voter",
+            "4",
+            "--replication",
+            &bind4.to_string(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let node4 = joining.join().unwrap();
+    c.nodes.insert(4, node4);
+    c.advertised.insert(4, bind4);
+    let view = c.converged(&[1, 2, 3, 4], Duration::from_secs(20));
+    assert!(view.nodes.iter().all(|n| n.voter), "{view:#?}");
+    // Node 1 leaves the voters and stops; three voters carry on.
+    let out = c.weir(3, &["cluster", "remove-voter", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.nodes.remove(&1).unwrap().kill();
+    let view = c.converged(&[2, 3, 4], Duration::from_secs(20));
+    let voters: Vec<u64> = view
+        .nodes
+        .iter()
+        .filter(|n| n.voter)
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(voters, vec![2, 3, 4]);
+    let out = c.weir(4, &["topic", "create", "after-change", "--partitions", "3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

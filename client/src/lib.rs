@@ -388,6 +388,24 @@ impl Client {
             .await
     }
 
+    /// Adds node `node_id` (reachable at `replication`) to the controller
+    /// voters, or removes it (`replication` ignored). Must reach the
+    /// controller leader: another node answers with `error = NotLeader`
+    /// and the leader's id, which the caller asks instead.
+    pub async fn change_voters(
+        &self,
+        node_id: u64,
+        add: bool,
+        replication: &str,
+    ) -> Result<weir_proto::messages::ChangeVotersResponse> {
+        self.request(&weir_proto::messages::ChangeVotersRequest {
+            node_id,
+            add,
+            replication: replication.to_string(),
+        })
+        .await
+    }
+
     /// The APIs and version ranges the broker supports.
     pub async fn api_versions(&self) -> Result<Vec<ApiVersionRange>> {
         Ok(self.request(&ApiVersionsRequest {}).await?.apis)

@@ -65,11 +65,13 @@ pub enum ApiKey {
     /// The cluster as the answering node sees it: nodes, controller
     /// leader, metadata version.
     DescribeCluster = 20,
+    /// Adds a node to the controller voters, or removes one.
+    ChangeVoters = 21,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 21] = [
+    pub const ALL: [ApiKey; 22] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -91,6 +93,7 @@ impl ApiKey {
         ApiKey::DescribeGroup,
         ApiKey::DeleteGroup,
         ApiKey::DescribeCluster,
+        ApiKey::ChangeVoters,
     ];
 
     /// The key on the wire.
@@ -123,6 +126,7 @@ impl ApiKey {
             18 => ApiKey::DescribeGroup,
             19 => ApiKey::DeleteGroup,
             20 => ApiKey::DescribeCluster,
+            21 => ApiKey::ChangeVoters,
             _ => return None,
         })
     }
@@ -151,6 +155,7 @@ impl ApiKey {
             ApiKey::DescribeGroup => "DescribeGroup",
             ApiKey::DeleteGroup => "DeleteGroup",
             ApiKey::DescribeCluster => "DescribeCluster",
+            ApiKey::ChangeVoters => "ChangeVoters",
         }
     }
 

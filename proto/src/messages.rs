@@ -772,6 +772,32 @@ pub struct DescribeClusterResponse {
     pub nodes: Vec<NodeDescription>,
 }
 
+/// Adds a node to the controller voters (it first catches up as a
+/// learner), or removes one. Served by the controller leader; another node
+/// answers `NotLeader` with the leader's id.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ChangeVotersRequest {
+    /// The node.
+    pub node_id: u64,
+    /// Add (true) or remove (false).
+    pub add: bool,
+    /// For an addition: the node's replication address (`host:port`).
+    pub replication: String,
+}
+
+/// The outcome of a [`ChangeVotersRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ChangeVotersResponse {
+    /// Error code (0 = none; `NotLeader`: ask `leader`).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// The controller leader as the answering node knows it (0: none).
+    pub leader: u64,
+    /// The voters after the change.
+    pub voters: Vec<u64>,
+}
+
 /// Lists the groups.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
 pub struct ListGroupsRequest {}
@@ -919,6 +945,8 @@ impl_message!(
     ListGroupsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
+    ChangeVotersRequest,
+    ChangeVotersResponse,
     DescribeGroupRequest,
     DescribeGroupResponse,
     DeleteGroupRequest,
@@ -1033,4 +1061,5 @@ requests! {
     DescribeGroup => DescribeGroupRequest, DescribeGroupResponse;
     DeleteGroup => DeleteGroupRequest, GroupResult;
     DescribeCluster => DescribeClusterRequest, DescribeClusterResponse;
+    ChangeVoters => ChangeVotersRequest, ChangeVotersResponse;
 }

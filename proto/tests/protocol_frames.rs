@@ -215,12 +215,12 @@ fn unsupported_api_and_version() {
     let (_, b, _) = decode_request(&body).unwrap();
 
     let unknown = RequestHeader {
-        api_key: 21,
+        api_key: 22,
         api_version: 0,
         correlation_id: 1,
     };
     let e = AnyRequest::decode(&unknown, b).unwrap_err();
-    assert_eq!(e, FrameError::UnsupportedApi { api_key: 21 });
+    assert_eq!(e, FrameError::UnsupportedApi { api_key: 22 });
     assert_eq!(e.error_code(), ErrorCode::UnsupportedApi);
     assert!(!e.is_fatal());
 
@@ -524,6 +524,7 @@ fn api_keys_are_pinned() {
         ("DescribeGroup", 18),
         ("DeleteGroup", 19),
         ("DescribeCluster", 20),
+        ("ChangeVoters", 21),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -537,7 +538,7 @@ fn api_keys_are_pinned() {
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);
     }
-    for n in 21..=u16::MAX {
+    for n in 22..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

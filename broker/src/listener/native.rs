@@ -265,6 +265,10 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
             let _ = body!(DescribeClusterRequest);
             ok(corr, &admin::describe_cluster(core))
         }
+        ApiKey::ChangeVoters => {
+            let req = body!(ChangeVotersRequest);
+            ok(corr, &admin::change_voters(core, req).await)
+        }
         ApiKey::CreateTopics => {
             let req = body!(CreateTopicsRequest);
             let mut topics = Vec::new();

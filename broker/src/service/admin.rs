@@ -249,3 +249,50 @@ pub fn describe_cluster(core: &Core) -> weir_proto::messages::DescribeClusterRes
             .collect(),
     }
 }
+
+/// Adds a voter (after it caught up as a learner) or removes one; only on
+/// the controller leader (elsewhere: `NotLeader` and the leader's id).
+pub async fn change_voters(
+    core: &Core,
+    req: weir_proto::messages::ChangeVotersRequest,
+) -> weir_proto::messages::ChangeVotersResponse {
+    use weir_proto::error_code::ErrorCode;
+    use weir_proto::messages::ChangeVotersResponse;
+    let controller = core.shared.controller.clone();
+    let leader = controller.leader().unwrap_or(0);
+    let answer = |error: ErrorCode, message: Option<String>| ChangeVotersResponse {
+        error: error.as_u16(),
+        message,
+        leader: controller.leader().unwrap_or(0),
+        voters: controller.voters().into_iter().collect(),
+    };
+    if leader != controller.node_id() {
+        return answer(
+            ErrorCode::NotLeader,
+            Some(format!(
+                "node {} is not the controller leader (the leader is {})",
+                controller.node_id(),
+                if leader == 0 {
+                    "not known".to_string()
+                } else {
+                    format!("node {leader}")
+                }
+            )),
+        );
+    }
+    if req.node_id == 0 || (req.add && req.replication.is_empty()) {
+        return answer(
+            ErrorCode::InvalidRequest,
+            Some("a node id (1 or more) and, to add it, its replication address".into()),
+        );
+    }
+    let result = if req.add {
+        controller.add_voter(req.node_id, req.replication).await
+    } else {
+        controller.remove_voter(req.node_id).await
+    };
+    match result {
+        Ok(()) => answer(ErrorCode::None, None),
+        Err(e) => answer(ErrorCode::InvalidRequest, Some(e.to_string())),
+    }
+}
