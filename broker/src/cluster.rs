@@ -115,7 +115,11 @@ pub fn start(
             .advertised_listen
             .clone()
             .unwrap_or_else(|| native.to_string()),
-        kafka: kafka.map(|a| a.to_string()).unwrap_or_default(),
+        kafka: match (&config.kafka_advertised_listener, kafka) {
+            (Some((host, port)), Some(_)) => format!("{host}:{port}"),
+            (None, Some(a)) => a.to_string(),
+            (_, None) => String::new(),
+        },
         replication: c.replication_advertised.clone().unwrap_or_default(),
         metrics: config.metrics_listen.to_string(),
         ..NodeInfo::default()

@@ -39,6 +39,7 @@ struct Node {
     id: u64,
     child: Child,
     native: SocketAddr,
+    kafka: SocketAddr,
     log: PathBuf,
 }
 
@@ -248,16 +249,18 @@ fn spawn(id: u64, config: &Path, log: &Path) -> Node {
             ),
         }
     };
-    let listen = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("listen="))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let field = |name: &str| -> SocketAddr {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
     Node {
         id,
         child,
-        native: listen,
+        native: field("listen="),
+        kafka: field("kafka="),
         log: log.to_path_buf(),
     }
 }
@@ -740,6 +743,63 @@ fn a_voter_is_added_and_removed_with_the_cli() {
     assert!(
         out.status.success(),
         "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An unchanged Kafka client (librdkafka through confluent-kafka) follows
+/// the cluster too: bootstrapped at one node, it produces to and reads
+/// back every partition of a topic spread over three nodes.
+#[test]
+fn a_kafka_client_produces_and_consumes_a_spread_topic_through_one_node() {
+    let _serial = serial();
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/kafka-venv/bin/python");
+    assert!(python.exists(), "run `bash .ci/kafka-clients` first");
+    let mut c = Cluster::new(3);
+    c.start_all();
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    let out = c.weir(1, &["topic", "create", "kt", "--partitions", "12"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.converged(&[1, 2, 3], Duration::from_secs(10));
+    let script = r#"
+import sys, time
+from confluent_kafka import Producer, Consumer, TopicPartition
+boot = sys.argv[1]
+p = Producer({"bootstrap.servers": boot, "message.timeout.ms": 20000})
+errors = []
+def done(err, msg):
+    if err is not None:
+        errors.append(str(err))
+for i in range(240):
+    p.produce("kt", value=b"v%d" % i, partition=i % 12, on_delivery=done)
+assert p.flush(30) == 0, "undelivered"
+assert not errors, errors
+c = Consumer({"bootstrap.servers": boot, "group.id": "kt-reader", "enable.auto.commit": False})
+c.assign([TopicPartition("kt", q, 0) for q in range(12)])
+got = {}
+deadline = time.time() + 30
+while sum(got.values()) < 240 and time.time() < deadline:
+    m = c.poll(0.5)
+    if m is None:
+        continue
+    assert m.error() is None, m.error()
+    got[m.partition()] = got.get(m.partition(), 0) + 1
+c.close()
+assert sorted(got.items()) == [(q, 20) for q in range(12)], got
+print("ok")
+"#;
+    let out = Command::new(&python)
+        .args(["-c", script, &c.nodes[&1].kafka.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok"),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -28,6 +28,8 @@ pub struct NodeInfo {
     pub core_ports: Vec<u16>,
     /// Kafka protocol address, empty when the listener is off.
     pub kafka: String,
+    /// Per-core Kafka ports, in core order (empty when the node has none).
+    pub kafka_core_ports: Vec<u16>,
     /// Node-to-node (QUIC) address.
     pub replication: String,
     /// Metrics and admin HTTP address, empty when off.

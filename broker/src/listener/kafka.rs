@@ -503,34 +503,42 @@ fn advertised(core: &Core) -> (String, i32) {
 }
 
 /// The Kafka brokers this node shows clients: with per-core Kafka ports,
-/// one per core (node id = core index, at its own port), so that clients
-/// send each partition's requests to the core that owns it; else one
-/// (node 0, the Kafka listener).
-fn brokers(core: &Core) -> Vec<(i32, String, i32)> {
-    let (host, port) = advertised(core);
-    if core.shared.config.kafka_core_port_base.is_none() {
-        return vec![(NODE_ID, host, port)];
-    }
-    core.shared
+/// one per core of every node of the cluster (node id = the core's
+/// cluster-wide index, at its own port; a one-node cluster's ids are its
+/// core indexes), so that clients send each partition's requests to the
+/// node and core that hold it; else one (node 0, the Kafka listener).
+fn endpoints(core: &Core) -> Option<admin::ClusterEndpoints> {
+    core.shared.config.kafka_core_port_base?;
+    let (host, _) = advertised(core);
+    let ports = core
+        .shared
         .kafka_core_ports
         .iter()
-        .enumerate()
-        .map(|(c, p)| {
-            (
-                c as i32,
-                host.clone(),
-                i32::from(p.load(std::sync::atomic::Ordering::Acquire)),
-            )
-        })
-        .collect()
+        .map(|p| p.load(std::sync::atomic::Ordering::Acquire))
+        .collect();
+    Some(admin::ClusterEndpoints::new(core, true, (host, ports)))
 }
 
-/// The node that leads a partition owned by core `owner`.
+fn brokers(core: &Core) -> Vec<(i32, String, i32)> {
+    match endpoints(core) {
+        None => {
+            let (host, port) = advertised(core);
+            vec![(NODE_ID, host, port)]
+        }
+        Some(e) => e
+            .cores
+            .into_iter()
+            .enumerate()
+            .map(|(i, (host, port))| (i as i32, host, i32::from(port)))
+            .collect(),
+    }
+}
+
+/// The node that leads a partition owned by this node's core `owner`.
 fn node_of_core(core: &Core, owner: u32) -> i32 {
-    if core.shared.config.kafka_core_port_base.is_none() {
-        NODE_ID
-    } else {
-        owner as i32
+    match endpoints(core) {
+        None => NODE_ID,
+        Some(e) => e.local(owner).map_or(-1, |i| i as i32),
     }
 }
 
@@ -625,12 +633,15 @@ async fn metadata(core: &Rc<Core>, r: MetadataRequest, version: i16) -> Metadata
             })
             .collect()
     };
+    let cluster = endpoints(core);
     let mut topics: Vec<MetadataResponseTopic> = found
         .into_iter()
         .map(|(name, meta)| match meta {
             Some(m) => {
-                let leader =
-                    |p: u32| node_of_core(core, m.cores.get(p as usize).copied().unwrap_or(0));
+                let leader = |p: u32| match &cluster {
+                    None => NODE_ID,
+                    Some(e) => e.leader(&name, &m, p).map_or(-1, |i| i as i32),
+                };
                 MetadataResponseTopic::default()
                     .with_name(Some(topic_name(name.clone())))
                     .with_topic_id(uuid_of(&m))

@@ -363,46 +363,21 @@ async fn init_producer_id(core: &Rc<Core>) -> InitProducerIdResponse {
 /// its core ids), and each partition named by the index of its leader's
 /// core. A partition without a live leader carries `NotLeader`.
 async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
-    let me = core.shared.config.cluster.node_id;
-    let state = core.shared.controller.state();
-    // (node, host, core ports): this node's own listeners, the others'
-    // as they registered.
     let local = (
-        me,
         core.shared.config.listen.ip().to_string(),
         admin::core_ports(core),
     );
-    let mut nodes = Vec::with_capacity(state.nodes.len().max(1));
-    if !state.nodes.contains_key(&me) {
-        nodes.push(local.clone());
-    }
-    for (id, n) in &state.nodes {
-        if *id == me {
-            nodes.push(local.clone());
-        } else {
-            let host = n
-                .info
-                .native
-                .rsplit_once(':')
-                .map_or(String::new(), |(h, _)| {
-                    h.trim_matches(['[', ']']).to_string()
-                });
-            nodes.push((*id, host, n.info.core_ports.clone()));
-        }
-    }
-    let mut cores = Vec::new();
-    let mut index: std::collections::HashMap<(u64, u32), u32> = Default::default();
-    for (node, host, ports) in nodes {
-        for (c, port) in ports.into_iter().enumerate() {
-            let i = cores.len() as u32;
-            index.insert((node, c as u32), i);
-            cores.push(CoreInfo {
-                core: i,
-                host: host.clone(),
-                port,
-            });
-        }
-    }
+    let endpoints = admin::ClusterEndpoints::new(core, false, local);
+    let cores = endpoints
+        .cores
+        .iter()
+        .enumerate()
+        .map(|(i, (host, port))| CoreInfo {
+            core: i as u32,
+            host: host.clone(),
+            port: *port,
+        })
+        .collect();
     let topics = admin::topics(core, req.topics)
         .await
         .into_iter()
@@ -410,18 +385,7 @@ async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
             Some(meta) => TopicMetadata {
                 partitions: (0..meta.partitions())
                     .map(|p| {
-                        let at = match meta.core_of(p) {
-                            Some(c) => index.get(&(me, c as u32)).copied(),
-                            None => {
-                                let leader = meta.leaders.get(p as usize).copied().unwrap_or(0);
-                                state
-                                    .topics
-                                    .get(&name)
-                                    .and_then(|t| t.partitions.get(p as usize))
-                                    .and_then(|s| s.replicas.iter().find(|r| r.node == leader))
-                                    .and_then(|r| index.get(&(leader, r.core)).copied())
-                            }
-                        };
+                        let at = endpoints.leader(&name, &meta, p);
                         PartitionMetadata {
                             partition: p,
                             core: at.unwrap_or(u32::MAX),

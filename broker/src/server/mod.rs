@@ -236,6 +236,13 @@ pub fn run_with(
     // Registered again with the ports the cores bound.
     let mut node = controller.registered_info();
     node.core_ports = ports.clone();
+    if kafka_listen.is_some() && shared.config.kafka_core_port_base.is_some() {
+        node.kafka_core_ports = shared
+            .kafka_core_ports
+            .iter()
+            .map(|p| p.load(Ordering::Acquire))
+            .collect();
+    }
     controller.update_node(node);
     let mut result = Ok(());
     for (c, h) in handles.into_iter().enumerate() {

@@ -3,7 +3,7 @@
 //! ([`crate::metadata::writer`]); this module adds the client-facing
 //! policy (the internal topic is protected, auto-creation).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -294,5 +294,86 @@ pub async fn change_voters(
     match result {
         Ok(()) => answer(ErrorCode::None, None),
         Err(e) => answer(ErrorCode::InvalidRequest, Some(e.to_string())),
+    }
+}
+
+/// The per-core endpoints of every node of the cluster, each with a
+/// cluster-wide index (nodes by id, cores in order: a one-node cluster's
+/// indexes are its core ids), for the native listener (`kafka` false) or
+/// the Kafka one; and where each partition's leader core sits in it.
+pub struct ClusterEndpoints {
+    /// `(host, port)` by cluster-wide index.
+    pub cores: Vec<(String, u16)>,
+    index: HashMap<(u64, u32), u32>,
+    me: u64,
+    state: std::sync::Arc<weir_replication::ClusterState>,
+}
+
+impl ClusterEndpoints {
+    /// The endpoints as this node knows them; `local` is this node's own
+    /// `(host, ports)` (its live listeners, not what it registered).
+    pub fn new(core: &Core, kafka: bool, local: (String, Vec<u16>)) -> Self {
+        let me = core.shared.config.cluster.node_id;
+        let state = core.shared.controller.state();
+        let mut nodes: Vec<(u64, String, Vec<u16>)> = Vec::new();
+        if !state.nodes.contains_key(&me) {
+            nodes.push((me, local.0.clone(), local.1.clone()));
+        }
+        for (id, n) in &state.nodes {
+            if *id == me {
+                nodes.push((me, local.0.clone(), local.1.clone()));
+            } else {
+                let (addr, ports) = if kafka {
+                    (&n.info.kafka, &n.info.kafka_core_ports)
+                } else {
+                    (&n.info.native, &n.info.core_ports)
+                };
+                let host = addr.rsplit_once(':').map_or(String::new(), |(h, _)| {
+                    h.trim_matches(['[', ']']).to_string()
+                });
+                nodes.push((*id, host, ports.clone()));
+            }
+        }
+        let mut cores = Vec::new();
+        let mut index = HashMap::new();
+        for (node, host, ports) in nodes {
+            for (c, port) in ports.into_iter().enumerate() {
+                index.insert((node, c as u32), cores.len() as u32);
+                cores.push((host.clone(), port));
+            }
+        }
+        ClusterEndpoints {
+            cores,
+            index,
+            me,
+            state,
+        }
+    }
+
+    /// The cluster-wide index of this node's core `c`.
+    pub fn local(&self, c: u32) -> Option<u32> {
+        self.index.get(&(self.me, c)).copied()
+    }
+
+    /// The cluster-wide index of the core leading partition `p` of
+    /// `topic` (`meta` is this node's view of it); `None` without a live
+    /// leader, or one whose endpoints are unknown.
+    pub fn leader(&self, topic: &str, meta: &TopicMeta, p: u32) -> Option<u32> {
+        match meta.core_of(p) {
+            Some(c) => self.local(c as u32),
+            None => {
+                let leader = meta.leaders.get(p as usize).copied().unwrap_or(0);
+                let replica = self
+                    .state
+                    .topics
+                    .get(topic)?
+                    .partitions
+                    .get(p as usize)?
+                    .replicas
+                    .iter()
+                    .find(|r| r.node == leader)?;
+                self.index.get(&(leader, replica.core)).copied()
+            }
+        }
     }
 }
