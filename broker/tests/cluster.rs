@@ -27,6 +27,20 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// Session timeout the test nodes run with.
 const SESSION_MS: u64 = 2_000;
 
+/// `weir cluster certs ARGS…`, which must succeed.
+fn certs_cmd(args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["cluster", "certs"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn free_udp() -> SocketAddr {
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -73,16 +87,7 @@ impl Cluster {
     fn new(n: u64) -> Self {
         let root = tempfile::tempdir().unwrap();
         let certs = root.path().join("certs");
-        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["cluster", "certs", "--out", certs.to_str().unwrap()])
-            .args(["--nodes", &n.to_string()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        certs_cmd(&["--out", certs.to_str().unwrap(), "--nodes", &n.to_string()]);
         let bind: BTreeMap<u64, SocketAddr> = (1..=n).map(|id| (id, free_udp())).collect();
         Cluster {
             root,
@@ -509,35 +514,9 @@ fn nodes_of_another_ca_or_another_cluster_are_refused_and_nothing_changes() {
 
     // Another CA: the TLS handshake fails.
     let other_ca = c.root.path().join("other-ca");
-    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args([
-            "cluster",
-            "certs",
-            "--out",
-            other_ca.to_str().unwrap(),
-            "--nodes",
-            "4",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    certs_cmd(&["--out", other_ca.to_str().unwrap(), "--nodes", "4"]);
     // This CA, another cluster id: refused after the hello.
-    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args([
-            "cluster",
-            "certs",
-            "--out",
-            c.certs.to_str().unwrap(),
-            "--add-node",
-            "4",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    certs_cmd(&["--out", c.certs.to_str().unwrap(), "--add-node", "4"]);
     for (certs, cluster_id, expect) in [
         (
             other_ca.clone(),
@@ -681,22 +660,7 @@ fn a_voter_is_added_and_removed_with_the_cli() {
     let mut c = Cluster::new(3);
     c.start_all();
     c.converged(&[1, 2, 3], Duration::from_secs(20));
-    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args([
-            "cluster",
-            "certs",
-            "--out",
-            c.certs.to_str().unwrap(),
-            "--add-node",
-            "4",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    certs_cmd(&["--out", c.certs.to_str().unwrap(), "--add-node", "4"]);
     // Node 4 is not among the voters its config names: it waits to be added.
     let bind4 = free_udp();
     c.bind.insert(4, bind4);

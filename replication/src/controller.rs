@@ -647,16 +647,16 @@ async fn handle(shared: &Arc<Shared>, request: Request) -> Response {
             }
             Err(e) => Response::Refused(e.to_string()),
         },
-        Request::Heartbeat { node_id, epoch } => {
+        Request::Heartbeat { node_id, .. } => {
             if raft.metrics().borrow().current_leader != Some(shared.cfg.node_id) {
                 return Response::NotLeader(raft.metrics().borrow().current_leader);
             }
-            heartbeat_at_leader(shared, node_id, epoch)
+            heartbeat_at_leader(shared, node_id)
         }
     }
 }
 
-fn heartbeat_at_leader(shared: &Shared, node_id: u64, _epoch: u64) -> Response {
+fn heartbeat_at_leader(shared: &Shared, node_id: u64) -> Response {
     shared
         .liveness
         .lock()
@@ -768,7 +768,7 @@ async fn member_loop(shared: Arc<Shared>) {
         } else {
             let leader = shared.raft.metrics().borrow().current_leader;
             let answer = match leader {
-                Some(l) if l == shared.cfg.node_id => Some(heartbeat_at_leader(&shared, l, epoch)),
+                Some(l) if l == shared.cfg.node_id => Some(heartbeat_at_leader(&shared, l)),
                 Some(l) => {
                     let addr = shared
                         .raft

@@ -696,37 +696,16 @@ mod tests {
     #[test]
     fn producer_id_blocks_never_overlap_and_respect_a_floor() {
         let mut s = ClusterState::default();
-        let a = s.apply(
-            1,
-            &Command::AllocateProducerIds {
-                at_least: 0,
+        let mut alloc = |version: u64, at_least: i64| {
+            let c = Command::AllocateProducerIds {
+                at_least,
                 count: 1000,
-            },
-        );
-        let b = s.apply(
-            2,
-            &Command::AllocateProducerIds {
-                at_least: 0,
-                count: 1000,
-            },
-        );
-        assert_eq!((a.block_start, b.block_start), (0, 1000));
+            };
+            s.apply(version, &c).block_start
+        };
+        assert_eq!((alloc(1, 0), alloc(2, 0)), (0, 1000));
         // A node with ids from before the cluster asks past them.
-        let c = s.apply(
-            3,
-            &Command::AllocateProducerIds {
-                at_least: 5000,
-                count: 1000,
-            },
-        );
-        let d = s.apply(
-            4,
-            &Command::AllocateProducerIds {
-                at_least: 0,
-                count: 1000,
-            },
-        );
-        assert_eq!((c.block_start, d.block_start), (5000, 6000));
+        assert_eq!((alloc(3, 5000), alloc(4, 0)), (5000, 6000));
     }
 
     #[test]

@@ -520,38 +520,41 @@ fn endpoints(core: &Core) -> Option<admin::ClusterEndpoints> {
 }
 
 fn brokers(core: &Core) -> Vec<(i32, String, i32)> {
-    match endpoints(core) {
+    brokers_of(core, endpoints(core).as_ref())
+}
+
+/// [`brokers`] from endpoints already built.
+fn brokers_of(core: &Core, endpoints: Option<&admin::ClusterEndpoints>) -> Vec<(i32, String, i32)> {
+    match endpoints {
         None => {
             let (host, port) = advertised(core);
             vec![(NODE_ID, host, port)]
         }
         Some(e) => e
             .cores
-            .into_iter()
+            .iter()
             .enumerate()
-            .map(|(i, (host, port))| (i as i32, host, i32::from(port)))
+            .map(|(i, (host, port))| (i as i32, host.clone(), i32::from(*port)))
             .collect(),
-    }
-}
-
-/// The node that leads a partition owned by this node's core `owner`.
-fn node_of_core(core: &Core, owner: u32) -> i32 {
-    match endpoints(core) {
-        None => NODE_ID,
-        Some(e) => e.local(owner).map_or(-1, |i| i as i32),
     }
 }
 
 /// `(node, host, port)` of the broker that coordinates `group` (its
 /// coordinator core's, with per-core Kafka ports).
 fn coordinator_broker(core: &Core, group: &str) -> (i32, String, i32) {
-    let all = brokers(core);
+    let endpoints = endpoints(core);
     let c = coordinator::coordinator_of(core, group).unwrap_or(0);
-    let node = node_of_core(core, c as u32);
-    all.into_iter().find(|b| b.0 == node).unwrap_or_else(|| {
-        let (h, p) = advertised(core);
-        (NODE_ID, h, p)
-    })
+    let node = match &endpoints {
+        None => NODE_ID,
+        Some(e) => e.local(c as u32).map_or(-1, |i| i as i32),
+    };
+    brokers_of(core, endpoints.as_ref())
+        .into_iter()
+        .find(|b| b.0 == node)
+        .unwrap_or_else(|| {
+            let (h, p) = advertised(core);
+            (NODE_ID, h, p)
+        })
 }
 
 fn uuid_of(meta: &TopicMeta) -> uuid::Uuid {
@@ -678,7 +681,7 @@ async fn metadata(core: &Rc<Core>, r: MetadataRequest, version: i16) -> Metadata
     }
     MetadataResponse::default()
         .with_brokers(
-            brokers(core)
+            brokers_of(core, cluster.as_ref())
                 .into_iter()
                 .map(|(node, host, port)| {
                     MetadataResponseBroker::default()

@@ -45,19 +45,10 @@ fn any(e: impl std::fmt::Display) -> AnyError {
     AnyError::error(e.to_string())
 }
 
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Writes `bytes` to `dir/name` atomically and durably.
+/// Writes `bytes` to `dir/name` atomically and durably (the project's
+/// checkpoint writer: temporary file, fsync, rename, directory fsync).
 fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_data()?;
-    drop(f);
-    std::fs::rename(&tmp, dir.join(name))?;
-    sync_dir(dir)
+    weir_storage::checkpoint::write_atomic(dir, name, bytes).map_err(std::io::Error::other)
 }
 
 fn read_optional(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
