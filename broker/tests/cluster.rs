@@ -177,6 +177,22 @@ impl Cluster {
         }
     }
 
+    /// Three nodes, converged, with a 12-partition topic `topic` (RF 1)
+    /// created through node 1 and applied everywhere.
+    fn three_with_topic(topic: &str) -> Cluster {
+        let mut c = Cluster::new(3);
+        c.start_all();
+        c.converged(&[1, 2, 3], Duration::from_secs(20));
+        let out = c.weir(1, &["topic", "create", topic, "--partitions", "12"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c.converged(&[1, 2, 3], Duration::from_secs(10));
+        c
+    }
+
     fn describe(&self, id: u64) -> Option<DescribeClusterResponse> {
         describe(self.nodes.get(&id)?.native)
     }
@@ -566,16 +582,7 @@ fn the_sdk_produces_and_consumes_a_spread_topic_through_one_bootstrap_address() 
     use weir_client::{Client, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
 
     let _serial = serial();
-    let mut c = Cluster::new(3);
-    c.start_all();
-    c.converged(&[1, 2, 3], Duration::from_secs(20));
-    let out = c.weir(1, &["topic", "create", "sdk", "--partitions", "12"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    c.converged(&[1, 2, 3], Duration::from_secs(10));
+    let c = Cluster::three_with_topic("sdk");
     let boot = c.nodes[&1].native;
     const PER_PARTITION: u64 = 50;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -719,16 +726,7 @@ fn a_kafka_client_produces_and_consumes_a_spread_topic_through_one_node() {
     let _serial = serial();
     let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/kafka-venv/bin/python");
     assert!(python.exists(), "run `bash .ci/kafka-clients` first");
-    let mut c = Cluster::new(3);
-    c.start_all();
-    c.converged(&[1, 2, 3], Duration::from_secs(20));
-    let out = c.weir(1, &["topic", "create", "kt", "--partitions", "12"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    c.converged(&[1, 2, 3], Duration::from_secs(10));
+    let c = Cluster::three_with_topic("kt");
     let script = r#"
 import sys, time
 from confluent_kafka import Producer, Consumer, TopicPartition
@@ -754,10 +752,37 @@ while sum(got.values()) < 240 and time.time() < deadline:
     got[m.partition()] = got.get(m.partition(), 0) + 1
 c.close()
 assert sorted(got.items()) == [(q, 20) for q in range(12)], got
+# A subscribed group whose coordinator is on another node (argv[2]).
+g = Consumer({"bootstrap.servers": boot, "group.id": sys.argv[2],
+              "auto.offset.reset": "earliest", "enable.auto.commit": False})
+g.subscribe(["kt"])
+seen = set()
+deadline = time.time() + 60
+while len(seen) < 240 and time.time() < deadline:
+    m = g.poll(0.5)
+    if m is None:
+        continue
+    assert m.error() is None, m.error()
+    seen.add((m.partition(), m.offset()))
+assert len(seen) == 240, len(seen)
+g.commit(asynchronous=False)
+done = g.committed([TopicPartition("kt", q) for q in range(12)], timeout=20)
+assert all(tp.offset == 20 for tp in done), done
+g.close()
 print("ok")
 "#;
+    let group = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let client = weir_client::Client::connect(c.nodes[&1].native)
+                .await
+                .unwrap();
+            group_coordinated_elsewhere(&client, "kt-group", 1).await.0
+        });
     let out = Command::new(&python)
-        .args(["-c", script, &c.nodes[&1].kafka.to_string()])
+        .args(["-c", script, &c.nodes[&1].kafka.to_string(), &group])
         .output()
         .unwrap();
     assert!(
@@ -766,4 +791,168 @@ print("ok")
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A group id whose coordinator (its `__consumer_offsets` partition) is
+/// not on node `not`, as `client`'s node answers `FindCoordinator`.
+async fn group_coordinated_elsewhere(
+    client: &weir_client::Client,
+    prefix: &str,
+    not: u64,
+) -> (String, u64) {
+    for i in 0..1000 {
+        let g = format!("{prefix}-{i}");
+        let found = client.find_coordinator(&g).await.unwrap();
+        if found.node_id != not {
+            return (g, found.node_id);
+        }
+    }
+    panic!("every group lands on node {not}");
+}
+
+/// Consumer groups across nodes: two SDK group members and `weir consume
+/// --group`, all through node 1, share a group whose coordinator is on
+/// another node and read a topic spread over all three; commits land at
+/// the coordinator, `weir group describe`/`list` through node 1 show them.
+#[test]
+fn consumer_groups_span_nodes_through_one_bootstrap_address() {
+    use std::collections::BTreeSet;
+    use std::sync::Arc as A;
+    use weir_client::{Client, GroupConsumer, GroupConsumerConfig, OffsetReset, Producer};
+    use weir_client::{ProducerConfig, ProducerRecord};
+
+    let _serial = serial();
+    let c = Cluster::three_with_topic("gt");
+    let boot = c.nodes[&1].native;
+    const TOTAL: u64 = 12 * 40;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (group, coordinator) = rt.block_on(async {
+        let client = A::new(Client::connect(boot).await.unwrap());
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        let mut acks = Vec::new();
+        for i in 0..TOTAL {
+            let r = ProducerRecord::new("gt", format!("v{i}")).partition((i % 12) as u32);
+            acks.push(producer.send(r).await.unwrap());
+        }
+        for a in acks {
+            a.await.unwrap();
+        }
+        producer.close().await;
+        let (group, coordinator) = group_coordinated_elsewhere(&client, "readers", 1).await;
+
+        // Two members through node 1; each partition read once, from 0.
+        let member = || {
+            let mut cfg = GroupConsumerConfig::new(group.clone());
+            cfg.consumer.auto_offset_reset = OffsetReset::Earliest;
+            cfg.enable_auto_commit = false;
+            GroupConsumer::new(client.clone(), cfg)
+        };
+        let (mut a, mut b) = (member(), member());
+        a.subscribe(&["gt"]).await.unwrap();
+        b.subscribe(&["gt"]).await.unwrap();
+        let mut seen: BTreeSet<(u32, u64)> = BTreeSet::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while (seen.len() as u64) < TOTAL || a.assignment().len() + b.assignment().len() != 12 {
+            assert!(Instant::now() < deadline, "read {} of {TOTAL}", seen.len());
+            for m in [&mut a, &mut b] {
+                for r in m.poll(Duration::from_millis(200)).await.unwrap() {
+                    seen.insert((r.partition, r.offset));
+                }
+                m.commit_sync().await.unwrap();
+            }
+        }
+        assert_eq!(seen.len() as u64, TOTAL);
+        let (sa, sb) = (a.assignment(), b.assignment());
+        assert!(!sa.is_empty() && !sb.is_empty(), "{sa:?} / {sb:?}");
+        // Committed at the coordinator: every partition at its end.
+        let committed = a.committed(None).await.unwrap();
+        assert_eq!(committed.len(), 12, "{committed:?}");
+        assert!(
+            committed.iter().all(|o| o.offset == TOTAL / 12),
+            "{committed:?}"
+        );
+        a.close().await.unwrap();
+        b.close().await.unwrap();
+        (group, coordinator)
+    });
+    assert_ne!(coordinator, 1);
+
+    // The CLI through node 1: the group is listed and described with its
+    // offsets (lag 0 on every partition).
+    let out = c.weir(1, &["group", "list"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&group),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = c.weir(1, &["group", "describe", &group]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("gt "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 12, "{text}");
+    let end = (TOTAL / 12).to_string();
+    assert!(
+        rows.iter()
+            .all(|r| r[2] == end && r[3] == end && r[4] == "0"),
+        "{text}"
+    );
+
+    // `weir consume --group` through node 1 with a fresh group
+    // coordinated elsewhere reads every record once and commits.
+    let other = rt.block_on(async {
+        let client = Client::connect(boot).await.unwrap();
+        group_coordinated_elsewhere(&client, "cli", 1).await.0
+    });
+    let out = c.weir(
+        1,
+        &[
+            "consume",
+            "gt",
+            "--group",
+            &other,
+            "--commit",
+            "--from",
+            "earliest",
+            "--max-records",
+            &TOTAL.to_string(),
+            "--format",
+            "%p:%o",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len() as u64, TOTAL);
+    rt.block_on(async {
+        let client = Client::connect(boot).await.unwrap();
+        let committed = client.committed_offsets(&other, None).await.unwrap();
+        assert_eq!(
+            committed.iter().map(|o| o.offset).sum::<u64>(),
+            TOTAL,
+            "{committed:?}"
+        );
+    });
 }

@@ -85,6 +85,13 @@ pub struct ConsumerConfig {
     /// Send the next fetch before `poll` returns (see the module docs).
     /// Default true.
     pub prefetch: bool,
+    /// Fetch each partition from the node and core that holds it (a
+    /// [`crate::ShardRouter`]: one connection per core, learned from
+    /// metadata, re-learned on `NotLeader`/`NotOwner`) rather than through
+    /// the given connection, which then only carries metadata. Needed in
+    /// a cluster of several nodes (a node serves only its own
+    /// partitions). Default true; property `weir.shard.aware`.
+    pub shard_aware: bool,
 }
 
 impl Default for ConsumerConfig {
@@ -96,6 +103,7 @@ impl Default for ConsumerConfig {
             fetch_max_wait_ms: 500,
             auto_offset_reset: OffsetReset::Latest,
             prefetch: true,
+            shard_aware: true,
         }
     }
 }
@@ -302,9 +310,14 @@ impl Consumer {
         crate::ConsumerBuilder::default()
     }
 
-    /// A consumer reading through `client`.
+    /// A consumer reading through `client`'s broker: with
+    /// [`ConsumerConfig::shard_aware`] (the default) each partition from
+    /// the node and core that holds it, else everything through `client`.
     pub fn new(client: impl Into<Arc<Client>>, config: ConsumerConfig) -> Consumer {
         let client: Arc<Client> = client.into();
+        if config.shard_aware {
+            return Consumer::with_backend(Arc::new(crate::ShardRouter::new(client)), config);
+        }
         Consumer::with_backend(client, config)
     }
 

@@ -7,17 +7,21 @@
 //! per-partition refusals of a commit are [`ClientError::Partition`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use weir_proto::error_code::ErrorCode;
+use weir_proto::messages::Request;
 use weir_proto::messages::{
     CommitOffset, CommittedOffset, DeleteGroupRequest, DescribeGroupRequest, DescribeGroupResponse,
-    FetchPartition, GroupAssignment, GroupListing, HeartbeatRequest, JoinGroupRequest,
-    LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, OffsetSpec,
+    FetchPartition, FindCoordinatorRequest, FindCoordinatorResponse, GroupAssignment, GroupListing,
+    GroupResult, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, OffsetSpec,
     TopicPartitions,
 };
 use weir_proto::reader::RecordBatch;
 
+use crate::consumer::ConsumerBackend;
 use crate::{Client, ClientError, Result};
 
 /// A partition: (topic, index).
@@ -31,6 +35,29 @@ fn group_error(group: &str, code: u16, message: Option<String>) -> ClientError {
         message: message.unwrap_or_else(|| code.description().to_string()),
     }
 }
+
+/// An answer of a group request: its error code.
+pub(crate) trait GroupAnswer {
+    fn error(&self) -> u16;
+}
+
+macro_rules! group_answers {
+    ($($t:ty),*) => {$(
+        impl GroupAnswer for $t {
+            fn error(&self) -> u16 {
+                self.error
+            }
+        }
+    )*};
+}
+
+group_answers!(
+    GroupAssignment,
+    GroupResult,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    DescribeGroupResponse
+);
 
 /// Partitions as the wire lists them (grouped by topic, sorted).
 pub fn to_wire(partitions: &[TopicPartition]) -> Vec<TopicPartitions> {
@@ -70,7 +97,7 @@ impl Client {
     /// [`crate::GroupConsumer`].
     pub async fn join_group(&self, req: JoinGroupRequest) -> Result<GroupAssignment> {
         let group = req.group.clone();
-        let a = self.request(&req).await?;
+        let a = self.group_call(&group, &req, Duration::ZERO).await?;
         if a.error != 0 {
             return Err(group_error(&group, a.error, a.message));
         }
@@ -82,11 +109,7 @@ impl Client {
     pub async fn heartbeat(&self, req: HeartbeatRequest) -> Result<GroupAssignment> {
         let group = req.group.clone();
         let wait = Duration::from_millis(req.wait_ms.into());
-        let a = self
-            .call(&req, &[], wait, true)
-            .await?
-            .expect("an answer was expected")
-            .body;
+        let a = self.group_call(&group, &req, wait).await?;
         if a.error != 0 {
             return Err(group_error(&group, a.error, a.message));
         }
@@ -95,12 +118,11 @@ impl Client {
 
     /// Leaves a group; its partitions are reassigned to the others.
     pub async fn leave_group(&self, group: &str, member_id: &str) -> Result<()> {
-        let r = self
-            .request(&LeaveGroupRequest {
-                group: group.to_string(),
-                member_id: member_id.to_string(),
-            })
-            .await?;
+        let req = LeaveGroupRequest {
+            group: group.to_string(),
+            member_id: member_id.to_string(),
+        };
+        let r = self.group_call(group, &req, Duration::ZERO).await?;
         if r.error != 0 {
             return Err(group_error(group, r.error, r.message));
         }
@@ -120,14 +142,13 @@ impl Client {
         generation: i32,
         offsets: Vec<CommitOffset>,
     ) -> Result<()> {
-        let r = self
-            .request(&OffsetCommitRequest {
-                group: group.to_string(),
-                member_id: member_id.to_string(),
-                generation,
-                offsets,
-            })
-            .await?;
+        let req = OffsetCommitRequest {
+            group: group.to_string(),
+            member_id: member_id.to_string(),
+            generation,
+            offsets,
+        };
+        let r = self.group_call(group, &req, Duration::ZERO).await?;
         if r.error != 0 {
             return Err(group_error(group, r.error, r.message));
         }
@@ -150,28 +171,22 @@ impl Client {
         group: &str,
         partitions: Option<&[TopicPartition]>,
     ) -> Result<Vec<CommittedOffset>> {
-        let r = self
-            .request(&OffsetFetchRequest {
-                group: group.to_string(),
-                partitions: partitions.map(to_wire),
-            })
-            .await?;
+        let req = OffsetFetchRequest {
+            group: group.to_string(),
+            partitions: partitions.map(to_wire),
+        };
+        let r = self.group_call(group, &req, Duration::ZERO).await?;
         if r.error != 0 {
             return Err(group_error(group, r.error, r.message));
         }
         Ok(r.offsets)
     }
 
-    /// Every group (id, state, member count, assignor), sorted by id.
-    pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
-        Ok(self.request(&ListGroupsRequest {}).await?.groups)
-    }
-
-    /// A group's state, generation, members (subscription, target
-    /// assignment, owned partitions) and committed offsets.
-    pub async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse> {
+    /// Where `group`'s coordinator is: its node, cluster-wide core index
+    /// and that core's address. Any node answers.
+    pub async fn find_coordinator(&self, group: &str) -> Result<FindCoordinatorResponse> {
         let r = self
-            .request(&DescribeGroupRequest {
+            .request(&FindCoordinatorRequest {
                 group: group.to_string(),
             })
             .await?;
@@ -181,13 +196,123 @@ impl Client {
         Ok(r)
     }
 
+    /// Sends a request of `group` to its coordinator: to the node this
+    /// client talks to until that node answers `NotCoordinator`, then to
+    /// the coordinator it names (found with `FindCoordinator` and
+    /// remembered; found again when it moves or its connection fails).
+    pub(crate) async fn group_call<R: Request>(
+        &self,
+        group: &str,
+        req: &R,
+        extra_wait: Duration,
+    ) -> Result<R::Response>
+    where
+        R::Response: GroupAnswer,
+    {
+        let cached = || {
+            self.coordinators
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(group)
+                .cloned()
+        };
+        let forget = || {
+            self.coordinators
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(group);
+        };
+        let mut via = cached();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let sent = match &via {
+                Some(c) => c.call(req, &[], extra_wait, true).await,
+                None => self.call(req, &[], extra_wait, true).await,
+            };
+            let answer = match sent {
+                Ok(a) => a.expect("an answer was expected").body,
+                Err(e) => {
+                    // The coordinator's node may be gone: ask afresh next time.
+                    if via.is_some() {
+                        forget();
+                    }
+                    return Err(e);
+                }
+            };
+            if answer.error() != ErrorCode::NotCoordinator.as_u16() || tries >= 3 {
+                return Ok(answer);
+            }
+            forget();
+            let found = match self.find_coordinator(group).await {
+                Ok(f) => f,
+                // No live coordinator right now: the caller retries.
+                Err(_) => return Ok(answer),
+            };
+            let addr = crate::resolve_advertised(&found.host, found.port, self.addr.ip()).await;
+            let client = Arc::new(Client::connect_lazy(addr, self.config.clone()));
+            self.coordinators
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(group.to_string(), client.clone());
+            via = Some(client);
+        }
+    }
+
+    /// Every group (id, state, member count, assignor), sorted by id: of
+    /// every node of the cluster that answers (each lists the groups it
+    /// coordinates).
+    pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
+        let mine = self.request(&ListGroupsRequest {}).await?.groups;
+        let Ok(cluster) = self.describe_cluster().await else {
+            return Ok(mine);
+        };
+        if cluster.nodes.len() < 2 {
+            return Ok(mine);
+        }
+        let mut all: BTreeMap<String, GroupListing> =
+            mine.into_iter().map(|g| (g.group.clone(), g)).collect();
+        for n in &cluster.nodes {
+            let Some((host, port)) = n.native.rsplit_once(':') else {
+                continue;
+            };
+            let Ok(port) = port.parse::<u16>() else {
+                continue;
+            };
+            let host = host.trim_matches(['[', ']']);
+            let addr = crate::resolve_advertised(host, port, self.addr.ip()).await;
+            if addr == self.addr {
+                continue;
+            }
+            let other = Client::connect_lazy(addr, self.config.clone());
+            if let Ok(r) = other.request(&ListGroupsRequest {}).await {
+                for g in r.groups {
+                    all.entry(g.group.clone()).or_insert(g);
+                }
+            }
+        }
+        Ok(all.into_values().collect())
+    }
+
+    /// A group's state, generation, members (subscription, target
+    /// assignment, owned partitions) and committed offsets.
+    pub async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse> {
+        let req = DescribeGroupRequest {
+            group: group.to_string(),
+        };
+        let r = self.group_call(group, &req, Duration::ZERO).await?;
+        if r.error != 0 {
+            return Err(group_error(group, r.error, r.message));
+        }
+        Ok(r)
+    }
+
     /// Deletes a group without active members, with its committed offsets.
     pub async fn delete_group(&self, group: &str) -> Result<()> {
-        let r = self
-            .request(&DeleteGroupRequest {
-                group: group.to_string(),
-            })
-            .await?;
+        let req = DeleteGroupRequest {
+            group: group.to_string(),
+        };
+        let r = self.group_call(group, &req, Duration::ZERO).await?;
         if r.error != 0 {
             return Err(group_error(group, r.error, r.message));
         }
@@ -226,37 +351,46 @@ impl Client {
                     .consumer = Some(m.member_id.clone());
             }
         }
+        // Each partition is asked of the node and core that holds it.
+        let router = crate::ShardRouter::new(Arc::new(self.reopen_lazy()));
         for ((t, p), row) in rows.iter_mut() {
-            row.log_end = self
+            row.log_end = router
                 .list_offsets(t, *p, OffsetSpec::Latest)
                 .await?
                 .unwrap_or(0);
             let from = match row.committed {
                 Some(c) => c,
-                None => self
+                None => router
                     .list_offsets(t, *p, OffsetSpec::Earliest)
                     .await?
                     .unwrap_or(0),
             };
             row.lag = row.log_end.saturating_sub(from);
             if row.lag > 0 {
-                if let Some(ts) = self.timestamp_at(t, *p, from).await? {
+                if let Some(ts) = timestamp_at(&router, t, *p, from).await? {
                     row.lag_seconds = ((now_ms - ts) as f64 / 1000.0).max(0.0);
                 }
             }
         }
         Ok(rows.into_values().collect())
     }
+}
 
-    /// The timestamp of the first record at or after `offset`, if any.
-    async fn timestamp_at(&self, topic: &str, partition: u32, offset: u64) -> Result<Option<i64>> {
-        let target = FetchPartition {
-            topic: topic.to_string(),
-            partition,
-            offset,
-            max_bytes: 1,
-        };
-        let fetched = match self.fetch_many(0, 1, vec![target]).await?.pop() {
+/// The timestamp of the first record at or after `offset`, if any.
+async fn timestamp_at(
+    from: &dyn ConsumerBackend,
+    topic: &str,
+    partition: u32,
+    offset: u64,
+) -> Result<Option<i64>> {
+    let target = FetchPartition {
+        topic: topic.to_string(),
+        partition,
+        offset,
+        max_bytes: 1,
+    };
+    {
+        let fetched = match from.fetch_many(0, 1, vec![target]).await?.pop() {
             Some(Ok(f)) => f,
             Some(Err(e)) if e.code() == Some(ErrorCode::OffsetOutOfRange) => return Ok(None),
             Some(Err(e)) => return Err(e),

@@ -121,7 +121,7 @@ pub mod stats;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -145,7 +145,7 @@ pub use group_consumer::{GroupAssignor, GroupConsumer, GroupConsumerConfig, Reba
 pub use groups::{PartitionLag, TopicPartition};
 pub use producer::{
     Compression, DeliveryCallback, DeliveryFuture, Partitioner, Producer, ProducerConfig,
-    ProducerRecord, RecordMetadata,
+    ProducerRecord, RecordMetadata, ShardRouter,
 };
 pub use properties::{Properties, PropertyError};
 pub use stats::{ConsumerStats, ProducerStats};
@@ -255,12 +255,34 @@ impl fmt::Display for Acks {
     }
 }
 
+/// A broker's advertised `host` and `port` as an address: an IP as it is
+/// (the unspecified address, a broker listening on every interface:
+/// `fallback`, the IP the client reached it at), a host name resolved to
+/// its first address (`fallback` if it resolves to nothing).
+pub(crate) async fn resolve_advertised(host: &str, port: u16, fallback: IpAddr) -> SocketAddr {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        let ip = if ip.is_unspecified() { fallback } else { ip };
+        return SocketAddr::new(ip, port);
+    }
+    if !host.is_empty() {
+        if let Ok(mut addrs) = tokio::net::lookup_host((host, port)).await {
+            if let Some(a) = addrs.next() {
+                return a;
+            }
+        }
+    }
+    SocketAddr::new(fallback, port)
+}
+
 /// A connection to a Weir broker, shared by concurrent calls (pipelined).
 /// See the [crate docs](crate) for the concurrency and failure model.
 pub struct Client {
     addr: SocketAddr,
     config: ClientConfig,
     conn: conn::Pipeline,
+    /// Groups coordinated by another node (learned from `NotCoordinator`
+    /// answers): group id → a connection to its coordinator's core.
+    coordinators: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Client>>>,
 }
 
 impl fmt::Debug for Client {
@@ -308,6 +330,7 @@ impl Client {
             addr,
             conn: conn::Pipeline::new(addr, &config),
             config,
+            coordinators: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 

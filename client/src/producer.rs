@@ -409,6 +409,32 @@ impl ShardRouter {
             .map_or(Route::Bootstrap, Route::Core)
     }
 
+    /// Forgets the layout of every topic with a partition answered
+    /// `NotLeader`, `NotOwner` or unknown (learned again on next use).
+    fn relearn<'a>(
+        &self,
+        partitions: &[weir_proto::messages::FetchPartition],
+        answers: impl Iterator<Item = (usize, &'a Result<crate::FetchedBatches>)>,
+    ) {
+        for (i, r) in answers {
+            if let Err(e) = r {
+                if matches!(
+                    e.code(),
+                    Some(
+                        ErrorCode::NotLeader
+                            | ErrorCode::NotOwner
+                            | ErrorCode::UnknownTopicOrPartition
+                    )
+                ) {
+                    self.layouts
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&partitions[i].topic);
+                }
+            }
+        }
+    }
+
     fn client_for(&self, route: Route) -> Arc<Client> {
         let Route::Core(c) = route else {
             return self.bootstrap.clone();
@@ -435,13 +461,16 @@ impl ShardRouter {
 }
 
 /// Reads each partition from the core (and node) that holds it: the
-/// partitions of one fetch are split by owner, fetched from each in
-/// parallel (each a long poll of `max_wait_ms`, each with `max_bytes`) and
-/// the answers put back in order. A partition answered `NotLeader`,
-/// `NotOwner` or unknown has its topic's layout learned again before the
-/// next fetch. For a cluster of several nodes; on one node the broker
-/// forwards between its cores, and a plain [`Client`] is the better
-/// backend (one long poll instead of one per core).
+/// partitions of one fetch are split by owner and fetched from each in
+/// parallel (each a long poll of `max_wait_ms`, each with `max_bytes`).
+/// The answer comes as soon as one owner returns records (or an error),
+/// with whatever the others answered by then; the partitions of owners
+/// still waiting come back empty (their long poll is abandoned), so data
+/// on one node is not held back by another node's empty long poll. A
+/// partition answered `NotLeader`, `NotOwner` or unknown has its topic's
+/// layout learned again before the next fetch. On one node the broker
+/// forwards between its cores, and a plain [`Client`] saves the per-core
+/// connections.
 impl crate::consumer::ConsumerBackend for ShardRouter {
     fn fetch_many(
         &self,
@@ -455,46 +484,62 @@ impl crate::consumer::ConsumerBackend for ShardRouter {
                 let route = self.route_of(&p.topic, p.partition).await;
                 groups.entry(route).or_default().push(i);
             }
-            let mut tasks = Vec::new();
+            if groups.len() == 1 {
+                let route = *groups.keys().next().expect("one route");
+                let answers = self
+                    .client_for(route)
+                    .fetch_many(max_wait_ms, max_bytes, partitions.clone())
+                    .await?;
+                self.relearn(&partitions, answers.iter().enumerate());
+                return Ok(answers);
+            }
+            let mut tasks = tokio::task::JoinSet::new();
             for (route, idx) in groups {
                 let client = self.client_for(route);
                 let parts: Vec<_> = idx.iter().map(|&i| partitions[i].clone()).collect();
-                tasks.push((
-                    idx,
-                    tokio::spawn(
-                        async move { client.fetch_many(max_wait_ms, max_bytes, parts).await },
-                    ),
-                ));
+                tasks.spawn(async move {
+                    let r = client.fetch_many(max_wait_ms, max_bytes, parts).await;
+                    (idx, r)
+                });
             }
             let mut out: Vec<Option<Result<crate::FetchedBatches>>> =
                 (0..partitions.len()).map(|_| None).collect();
-            for (idx, task) in tasks {
-                let answers = task
-                    .await
-                    .map_err(|e| ClientError::InvalidResponse(format!("fetch task: {e}")))??;
-                for (i, r) in idx.into_iter().zip(answers) {
-                    if let Err(e) = &r {
-                        if matches!(
-                            e.code(),
-                            Some(
-                                ErrorCode::NotLeader
-                                    | ErrorCode::NotOwner
-                                    | ErrorCode::UnknownTopicOrPartition
-                            )
-                        ) {
-                            self.layouts
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .remove(&partitions[i].topic);
-                        }
+            let mut take = |(idx, r): (Vec<usize>, Result<Vec<Result<crate::FetchedBatches>>>)| {
+                let answers = r?;
+                let mut worth = false;
+                for (i, a) in idx.into_iter().zip(answers) {
+                    worth |= a.as_ref().map_or(true, |f| !f.batches.is_empty());
+                    out[i] = Some(a);
+                }
+                Ok::<bool, ClientError>(worth)
+            };
+            while let Some(done) = tasks.join_next().await {
+                let done =
+                    done.map_err(|e| ClientError::InvalidResponse(format!("fetch task: {e}")))?;
+                if take(done)? {
+                    // Something to return: add what else has come back,
+                    // abandon the long polls still out.
+                    while let Some(Ok(done)) = tasks.try_join_next() {
+                        take(done)?;
                     }
-                    out[i] = Some(r);
+                    tasks.abort_all();
+                    break;
                 }
             }
-            Ok(out
+            let answers: Vec<_> = out
                 .into_iter()
-                .map(|r| r.unwrap_or_else(|| Err(ClientError::InvalidResponse("no answer".into()))))
-                .collect())
+                .map(|r| {
+                    r.unwrap_or_else(|| {
+                        Ok(crate::FetchedBatches {
+                            batches: Vec::new(),
+                            high_watermark: 0,
+                            log_start_offset: 0,
+                        })
+                    })
+                })
+                .collect();
+            self.relearn(&partitions, answers.iter().enumerate());
+            Ok(answers)
         })
     }
 
@@ -529,21 +574,19 @@ impl ProducerBackend for ShardRouter {
                 .metadata(Some(vec![topic.to_string()]))
                 .await?;
             let boot = self.bootstrap.addr();
+            let mut resolved = Vec::with_capacity(md.cores.len());
+            for c in &md.cores {
+                resolved.push((
+                    c.core,
+                    crate::resolve_advertised(&c.host, c.port, boot.ip()).await,
+                ));
+            }
             {
                 let mut addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
                 let mut cores = self.cores.lock().unwrap_or_else(|e| e.into_inner());
-                for c in &md.cores {
-                    // A broker listening on a wildcard address is reached at
-                    // the bootstrap address's IP.
-                    let ip = c
-                        .host
-                        .parse::<std::net::IpAddr>()
-                        .ok()
-                        .filter(|ip| !ip.is_unspecified())
-                        .unwrap_or(boot.ip());
-                    let addr = std::net::SocketAddr::new(ip, c.port);
-                    if addrs.insert(c.core, addr) != Some(addr) {
-                        cores.remove(&c.core);
+                for (core, addr) in resolved {
+                    if addrs.insert(core, addr) != Some(addr) {
+                        cores.remove(&core);
                     }
                 }
             }

@@ -242,6 +242,7 @@ pub(crate) fn apply_consumer(
                 .map_err(|_| invalid(name, value, "range, roundrobin or cooperative-sticky"))?
         }
         "weir.prefetch" => f.prefetch = boolean(name, value)?,
+        "weir.shard.aware" => f.shard_aware = boolean(name, value)?,
         "key.deserializer" | "value.deserializer" => {}
         _ => return Ok(false),
     }

@@ -545,7 +545,11 @@ async fn through_a_client() {
         }
     });
     let client = Client::connect(addr).await.unwrap();
-    let mut c = Consumer::new(client, config(OffsetReset::Earliest));
+    // Everything through the one connection (no metadata, no per-core
+    // connections).
+    let mut cfg = config(OffsetReset::Earliest);
+    cfg.shard_aware = false;
+    let mut c = Consumer::new(client, cfg);
     c.assign(vec![(T.into(), 0)]);
     let got = c.poll(WAIT).await.unwrap();
     assert_eq!(ids(&got), vec![(0, 5), (0, 6), (0, 7)]);

@@ -67,11 +67,14 @@ pub enum ApiKey {
     DescribeCluster = 20,
     /// Adds a node to the controller voters, or removes one.
     ChangeVoters = 21,
+    /// Where a consumer group's coordinator is: the node and core holding
+    /// its partition of `__consumer_offsets`.
+    FindCoordinator = 22,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 22] = [
+    pub const ALL: [ApiKey; 23] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -94,6 +97,7 @@ impl ApiKey {
         ApiKey::DeleteGroup,
         ApiKey::DescribeCluster,
         ApiKey::ChangeVoters,
+        ApiKey::FindCoordinator,
     ];
 
     /// The key on the wire.
@@ -127,6 +131,7 @@ impl ApiKey {
             19 => ApiKey::DeleteGroup,
             20 => ApiKey::DescribeCluster,
             21 => ApiKey::ChangeVoters,
+            22 => ApiKey::FindCoordinator,
             _ => return None,
         })
     }
@@ -156,6 +161,7 @@ impl ApiKey {
             ApiKey::DeleteGroup => "DeleteGroup",
             ApiKey::DescribeCluster => "DescribeCluster",
             ApiKey::ChangeVoters => "ChangeVoters",
+            ApiKey::FindCoordinator => "FindCoordinator",
         }
     }
 

@@ -106,11 +106,14 @@ pub enum ErrorCode {
     /// The partition is served by another node of the cluster (or by no
     /// live node right now): refresh the metadata and retry there.
     NotLeader = 41,
+    /// The consumer group is coordinated by another node of the cluster:
+    /// find its coordinator (`FindCoordinator`) and ask there.
+    NotCoordinator = 42,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 36] = [
+    pub const ALL: [ErrorCode; 37] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -147,6 +150,7 @@ impl ErrorCode {
         ErrorCode::RebalanceInProgress,
         ErrorCode::FencedInstanceId,
         ErrorCode::NotLeader,
+        ErrorCode::NotCoordinator,
     ];
 
     /// The number on the wire.
@@ -193,6 +197,7 @@ impl ErrorCode {
             39 => ErrorCode::RebalanceInProgress,
             40 => ErrorCode::FencedInstanceId,
             41 => ErrorCode::NotLeader,
+            42 => ErrorCode::NotCoordinator,
             _ => ErrorCode::Unknown,
         }
     }
@@ -210,6 +215,7 @@ impl ErrorCode {
             self,
             ErrorCode::NotOwner
                 | ErrorCode::NotLeader
+                | ErrorCode::NotCoordinator
                 | ErrorCode::RequestTimedOut
                 | ErrorCode::NotEnoughReplicas
                 | ErrorCode::Recovering
@@ -234,6 +240,7 @@ impl ErrorCode {
             ErrorCode::InvalidPartitions => "InvalidPartitions",
             ErrorCode::NotOwner => "NotOwner",
             ErrorCode::NotLeader => "NotLeader",
+            ErrorCode::NotCoordinator => "NotCoordinator",
             ErrorCode::RequestTimedOut => "RequestTimedOut",
             ErrorCode::StorageError => "StorageError",
             ErrorCode::NotEnoughReplicas => "NotEnoughReplicas",
@@ -276,6 +283,7 @@ impl ErrorCode {
             ErrorCode::InvalidPartitions => "invalid partition count",
             ErrorCode::NotOwner => "partition owned by another core",
             ErrorCode::NotLeader => "partition served by another node",
+            ErrorCode::NotCoordinator => "group coordinated by another node",
             ErrorCode::RequestTimedOut => "request timed out",
             ErrorCode::StorageError => "storage error",
             ErrorCode::NotEnoughReplicas => "not enough replicas",
@@ -333,6 +341,6 @@ mod tests {
         }
         // Reserved and unknown numbers read as Unknown.
         assert_eq!(ErrorCode::from_u16(24), ErrorCode::Unknown);
-        assert_eq!(ErrorCode::from_u16(42), ErrorCode::Unknown);
+        assert_eq!(ErrorCode::from_u16(43), ErrorCode::Unknown);
     }
 }

@@ -785,6 +785,35 @@ pub struct ChangeVotersRequest {
     pub replication: String,
 }
 
+/// Where `group`'s coordinator is: the node and core holding the group's
+/// partition of `__consumer_offsets`. Every node answers. Group requests
+/// sent to another node are refused with `NotCoordinator`; on the
+/// coordinator's node any core serves them (it forwards to the
+/// coordinator's core), the coordinator's own port saves that hop.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct FindCoordinatorRequest {
+    /// The group id.
+    pub group: String,
+}
+
+/// The answer to a [`FindCoordinatorRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct FindCoordinatorResponse {
+    /// Error code (0 = none; `InvalidGroupId`; `NotCoordinator`: the
+    /// group's partition has no live leader right now, retry).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// The coordinator's node.
+    pub node_id: u64,
+    /// Its cluster-wide core index (as in `Metadata`).
+    pub core: u32,
+    /// The host of that core's listener.
+    pub host: String,
+    /// That core's own port.
+    pub port: u16,
+}
+
 /// The outcome of a [`ChangeVotersRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
 pub struct ChangeVotersResponse {
@@ -947,6 +976,8 @@ impl_message!(
     DescribeClusterResponse,
     ChangeVotersRequest,
     ChangeVotersResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     DescribeGroupRequest,
     DescribeGroupResponse,
     DeleteGroupRequest,
@@ -1062,4 +1093,5 @@ requests! {
     DeleteGroup => DeleteGroupRequest, GroupResult;
     DescribeCluster => DescribeClusterRequest, DescribeClusterResponse;
     ChangeVoters => ChangeVotersRequest, ChangeVotersResponse;
+    FindCoordinator => FindCoordinatorRequest, FindCoordinatorResponse;
 }

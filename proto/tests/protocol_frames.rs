@@ -215,12 +215,12 @@ fn unsupported_api_and_version() {
     let (_, b, _) = decode_request(&body).unwrap();
 
     let unknown = RequestHeader {
-        api_key: 22,
+        api_key: 23,
         api_version: 0,
         correlation_id: 1,
     };
     let e = AnyRequest::decode(&unknown, b).unwrap_err();
-    assert_eq!(e, FrameError::UnsupportedApi { api_key: 22 });
+    assert_eq!(e, FrameError::UnsupportedApi { api_key: 23 });
     assert_eq!(e.error_code(), ErrorCode::UnsupportedApi);
     assert!(!e.is_fatal());
 
@@ -453,6 +453,7 @@ fn error_codes_are_pinned() {
         ("RebalanceInProgress", 39),
         ("FencedInstanceId", 40),
         ("NotLeader", 41),
+        ("NotCoordinator", 42),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -472,7 +473,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in (24..=29).chain(42..=u16::MAX) {
+    for n in (24..=29).chain(43..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -491,7 +492,8 @@ fn retriable_codes() {
             ErrorCode::RequestTimedOut,
             ErrorCode::NotEnoughReplicas,
             ErrorCode::Recovering,
-            ErrorCode::NotLeader
+            ErrorCode::NotLeader,
+            ErrorCode::NotCoordinator
         ]
     );
     assert_eq!(
@@ -525,6 +527,7 @@ fn api_keys_are_pinned() {
         ("DeleteGroup", 19),
         ("DescribeCluster", 20),
         ("ChangeVoters", 21),
+        ("FindCoordinator", 22),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -538,7 +541,7 @@ fn api_keys_are_pinned() {
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);
     }
-    for n in 22..=u16::MAX {
+    for n in 23..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

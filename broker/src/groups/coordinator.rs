@@ -485,8 +485,9 @@ fn from_wire(list: &[TopicPartitions]) -> BTreeSet<Tp> {
     TopicPartitions::pairs(list).collect()
 }
 
-/// The core that coordinates `group`, or why there is none.
-pub(crate) fn coordinator_of(core: &Core, group: &str) -> Result<usize, Refusal> {
+/// `group`'s partition of the internal offsets topic, or why there is
+/// none.
+pub(crate) fn offsets_partition(core: &Core, group: &str) -> Result<u32, Refusal> {
     if group.is_empty() || group.len() > GROUP_ID_BYTES_MAX {
         return Err(Refusal(
             ErrorCode::InvalidGroupId.as_u16(),
@@ -503,13 +504,63 @@ pub(crate) fn coordinator_of(core: &Core, group: &str) -> Result<usize, Refusal>
                 format!("the internal topic {OFFSETS_TOPIC} does not exist"),
             )
         })?;
-    let p = records::partition_for(group, n);
-    core.owner(OFFSETS_TOPIC, p).ok_or_else(|| {
+    Ok(records::partition_for(group, n))
+}
+
+/// The core of this node that coordinates `group`, or why there is none
+/// (`NotCoordinator`: its offsets partition is another node's).
+pub(crate) fn coordinator_of(core: &Core, group: &str) -> Result<usize, Refusal> {
+    let p = offsets_partition(core, group)?;
+    match core.locate(OFFSETS_TOPIC, p) {
+        Ok(c) => Ok(c),
+        Err(BrokerError::NotLeader { leader, .. }) => {
+            Err(Refusal(
+                ErrorCode::NotCoordinator.as_u16(),
+                if leader == 0 {
+                    format!("group {group}'s coordinator ({OFFSETS_TOPIC}-{p}) has no live node now: retry")
+                } else {
+                    format!(
+                    "group {group} is coordinated by node {leader} ({OFFSETS_TOPIC}-{p}): ask there \
+                     (FindCoordinator)"
+                )
+                },
+            ))
+        }
+        Err(e) => Err(Refusal(ErrorCode::StorageError.as_u16(), e.to_string())),
+    }
+}
+
+/// Where `group`'s coordinator is among `endpoints`: its node and the
+/// cluster-wide index of the core leading its offsets partition;
+/// `NotCoordinator` while that partition has no live leader.
+pub(crate) fn coordinator_at(
+    core: &Core,
+    endpoints: &crate::service::admin::ClusterEndpoints,
+    group: &str,
+) -> Result<(u64, u32), Refusal> {
+    let p = offsets_partition(core, group)?;
+    let view = core.metadata();
+    let meta = view.get(OFFSETS_TOPIC).ok_or_else(|| {
         Refusal(
             ErrorCode::StorageError.as_u16(),
-            format!("{OFFSETS_TOPIC}-{p} has no owner core"),
+            format!("the internal topic {OFFSETS_TOPIC} does not exist"),
         )
-    })
+    })?;
+    let node = match meta.core_of(p) {
+        Some(_) => core.shared.config.cluster.node_id,
+        None => meta.leaders.get(p as usize).copied().unwrap_or(0),
+    };
+    endpoints
+        .leader(OFFSETS_TOPIC, meta, p)
+        .map(|i| (node, i))
+        .ok_or_else(|| {
+            Refusal(
+                ErrorCode::NotCoordinator.as_u16(),
+                format!(
+                    "group {group}'s coordinator ({OFFSETS_TOPIC}-{p}) has no live node now: retry"
+                ),
+            )
+        })
 }
 
 /// Serves a group request from a connection on this core: forwards it to
@@ -948,17 +999,20 @@ async fn leave(core: &Rc<Core>, r: &LeaveGroupRequest) -> Result<GroupResult, Re
     Ok(GroupResult::default())
 }
 
-/// Log end offsets of partitions, asking each owner core once.
+/// Log end offsets of partitions, asking each owner core once. A
+/// partition of another node is not asked (`u64::MAX`: a commit to it is
+/// not checked against its log end, as Kafka never checks).
 async fn log_ends(core: &Rc<Core>, tps: &[Tp]) -> Vec<Result<u64, BrokerError>> {
     let mut by_core: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     let mut out: Vec<Result<u64, BrokerError>> = Vec::with_capacity(tps.len());
     for (i, (t, p)) in tps.iter().enumerate() {
-        match core.owner(t, *p) {
-            Some(c) => {
+        match core.locate(t, *p) {
+            Ok(c) => {
                 by_core.entry(c).or_default().push(i);
                 out.push(Ok(0));
             }
-            None => out.push(Err(BrokerError::unknown(t, *p))),
+            Err(BrokerError::NotLeader { .. }) => out.push(Ok(u64::MAX)),
+            Err(e) => out.push(Err(e)),
         }
     }
     let tasks: Vec<_> = by_core
@@ -1025,7 +1079,7 @@ async fn checked_log_ends(
         let mut answers = ask.into_iter().zip(answers);
         for slot in out.iter_mut().filter(|s| s.is_none()) {
             let (tp, end) = answers.next().expect("one answer per question");
-            if let Ok(e) = &end {
+            if let Some(e) = end.as_ref().ok().filter(|&&e| e != u64::MAX) {
                 let known = cache.entry(tp).or_insert(*e);
                 *known = (*known).max(*e);
             }

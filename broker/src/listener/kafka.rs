@@ -97,6 +97,8 @@ pub mod code {
     pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     /// COORDINATOR_NOT_AVAILABLE.
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    /// NOT_COORDINATOR.
+    pub const NOT_COORDINATOR: i16 = 16;
     /// INVALID_TOPIC_EXCEPTION.
     pub const INVALID_TOPIC: i16 = 17;
     /// NOT_ENOUGH_REPLICAS.
@@ -471,6 +473,7 @@ fn weir_code(c: u16) -> i16 {
         ErrorCode::InvalidRequest => code::INVALID_REQUEST,
         ErrorCode::Recovering => code::COORDINATOR_LOAD_IN_PROGRESS,
         ErrorCode::StorageError => code::COORDINATOR_NOT_AVAILABLE,
+        ErrorCode::NotCoordinator => code::NOT_COORDINATOR,
         ErrorCode::RequestTimedOut => code::REQUEST_TIMED_OUT,
         ErrorCode::PolicyViolation => code::POLICY_VIOLATION,
         ErrorCode::UnknownMemberId => code::UNKNOWN_MEMBER_ID,
@@ -539,22 +542,27 @@ fn brokers_of(core: &Core, endpoints: Option<&admin::ClusterEndpoints>) -> Vec<(
     }
 }
 
-/// `(node, host, port)` of the broker that coordinates `group` (its
-/// coordinator core's, with per-core Kafka ports).
-fn coordinator_broker(core: &Core, group: &str) -> (i32, String, i32) {
-    let endpoints = endpoints(core);
-    let c = coordinator::coordinator_of(core, group).unwrap_or(0);
-    let node = match &endpoints {
-        None => NODE_ID,
-        Some(e) => e.local(c as u32).map_or(-1, |i| i as i32),
+/// `(node, host, port)` of the broker that coordinates `group` (the
+/// core leading its offsets partition, on whichever node), or the Kafka
+/// error to answer: COORDINATOR_NOT_AVAILABLE while that partition has no
+/// live leader (clients retry).
+fn coordinator_broker(core: &Core, group: &str) -> Result<(i32, String, i32), i16> {
+    let Some(endpoints) = endpoints(core) else {
+        let (h, p) = advertised(core);
+        return Ok((NODE_ID, h, p));
     };
-    brokers_of(core, endpoints.as_ref())
-        .into_iter()
-        .find(|b| b.0 == node)
-        .unwrap_or_else(|| {
-            let (h, p) = advertised(core);
-            (NODE_ID, h, p)
-        })
+    let (_, i) =
+        coordinator::coordinator_at(core, &endpoints, group).map_err(
+            |r| match ErrorCode::from_u16(r.0) {
+                ErrorCode::NotCoordinator => code::COORDINATOR_NOT_AVAILABLE,
+                _ => weir_code(r.0),
+            },
+        )?;
+    let (host, port) = endpoints
+        .cores
+        .get(i as usize)
+        .ok_or(code::COORDINATOR_NOT_AVAILABLE)?;
+    Ok((i as i32, host.clone(), i32::from(*port)))
 }
 
 fn uuid_of(meta: &TopicMeta) -> uuid::Uuid {
@@ -713,37 +721,42 @@ fn find_coordinator(
             Some(s("transactions are not supported by Weir")),
         )
     };
+    let lookup = |key: &str| match error {
+        0 => coordinator_broker(core, key).map_err(|e| (e, None)),
+        e => Err((e, message.clone())),
+    };
     if version >= 4 {
         let coordinators = r
             .coordinator_keys
             .into_iter()
             .map(|key| {
-                let broker = (error == 0).then(|| coordinator_broker(core, key.as_str()));
-                let c = Coordinator::default()
-                    .with_key(key)
-                    .with_error_code(error)
-                    .with_error_message(message.clone());
-                if let Some((node, host, port)) = broker {
-                    c.with_node_id(BrokerId(node))
+                let c = Coordinator::default();
+                match lookup(key.as_str()) {
+                    Ok((node, host, port)) => c
+                        .with_node_id(BrokerId(node))
                         .with_host(s(host))
-                        .with_port(port)
-                } else {
-                    c.with_node_id(BrokerId(-1)).with_port(-1)
+                        .with_port(port),
+                    Err((e, m)) => c
+                        .with_error_code(e)
+                        .with_error_message(m)
+                        .with_node_id(BrokerId(-1))
+                        .with_port(-1),
                 }
+                .with_key(key)
             })
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    let resp = FindCoordinatorResponse::default()
-        .with_error_code(error)
-        .with_error_message(message);
-    if error == 0 {
-        let (node, host, port) = coordinator_broker(core, r.key.as_str());
-        resp.with_node_id(BrokerId(node))
+    match lookup(r.key.as_str()) {
+        Ok((node, host, port)) => FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(node))
             .with_host(s(host))
-            .with_port(port)
-    } else {
-        resp.with_node_id(BrokerId(-1)).with_port(-1)
+            .with_port(port),
+        Err((e, m)) => FindCoordinatorResponse::default()
+            .with_error_code(e)
+            .with_error_message(m)
+            .with_node_id(BrokerId(-1))
+            .with_port(-1),
     }
 }
 

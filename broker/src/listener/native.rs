@@ -265,6 +265,10 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
             let _ = body!(DescribeClusterRequest);
             ok(corr, &admin::describe_cluster(core))
         }
+        ApiKey::FindCoordinator => {
+            let req = body!(FindCoordinatorRequest);
+            ok(corr, &find_coordinator(core, &req.group))
+        }
         ApiKey::ChangeVoters => {
             let req = body!(ChangeVotersRequest);
             ok(corr, &admin::change_voters(core, req).await)
@@ -363,11 +367,7 @@ async fn init_producer_id(core: &Rc<Core>) -> InitProducerIdResponse {
 /// its core ids), and each partition named by the index of its leader's
 /// core. A partition without a live leader carries `NotLeader`.
 async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
-    let local = (
-        core.shared.config.listen.ip().to_string(),
-        admin::core_ports(core),
-    );
-    let endpoints = admin::ClusterEndpoints::new(core, false, local);
+    let endpoints = endpoints(core);
     let cores = endpoints
         .cores
         .iter()
@@ -408,6 +408,45 @@ async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
         })
         .collect();
     MetadataResponse { cores, topics }
+}
+
+/// The native endpoints of every core of the cluster (this node's own:
+/// its live listeners).
+fn endpoints(core: &Core) -> admin::ClusterEndpoints {
+    let local = (
+        core.shared.config.listen.ip().to_string(),
+        admin::core_ports(core),
+    );
+    admin::ClusterEndpoints::new(core, false, local)
+}
+
+/// Where a group's coordinator is (see [`FindCoordinatorRequest`]).
+fn find_coordinator(core: &Core, group: &str) -> FindCoordinatorResponse {
+    let endpoints = endpoints(core);
+    let found = coordinator::coordinator_at(core, &endpoints, group).and_then(|(node, i)| {
+        let (host, port) = endpoints.cores.get(i as usize).ok_or_else(|| {
+            coordinator::Refusal(
+                ErrorCode::NotCoordinator.as_u16(),
+                format!("group {group}'s coordinator core {i} has no known address: retry"),
+            )
+        })?;
+        Ok((node, i, host.clone(), *port))
+    });
+    match found {
+        Ok((node_id, core, host, port)) => FindCoordinatorResponse {
+            error: 0,
+            message: None,
+            node_id,
+            core,
+            host,
+            port,
+        },
+        Err(coordinator::Refusal(error, message)) => FindCoordinatorResponse {
+            error,
+            message: Some(message),
+            ..FindCoordinatorResponse::default()
+        },
+    }
 }
 
 fn produce_result(
