@@ -358,20 +358,40 @@ fn describe_text(
     for (k, v) in &t.configs {
         out.push_str(&format!("  {k:<width$}  {v}\n"));
     }
-    let mut head = ["PARTITION", "CORE", "LOG-START", "LOG-END", "BYTES"]
-        .map(String::from)
-        .to_vec();
+    let mut head = [
+        "PARTITION",
+        "LEADER",
+        "EPOCH",
+        "REPLICAS",
+        "ISR",
+        "CORE",
+        "LOG-START",
+        "LOG-END",
+        "BYTES",
+    ]
+    .map(String::from)
+    .to_vec();
+    let nodes = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
     if dirty.is_some() {
         head.push("DIRTY-RATIO".into());
     }
     let mut rows = vec![head];
     for p in &t.partitions {
+        let known = |v: u64| if p.here { v.to_string() } else { "-".into() };
         let mut row = vec![
             p.partition.to_string(),
+            if p.leader == 0 {
+                "none".into()
+            } else {
+                p.leader.to_string()
+            },
+            p.leader_epoch.to_string(),
+            nodes(&p.replicas),
+            nodes(&p.isr),
             p.core.to_string(),
-            p.log_start_offset.to_string(),
-            p.log_end_offset.to_string(),
-            p.size_bytes.to_string(),
+            known(p.log_start_offset),
+            known(p.log_end_offset),
+            known(p.size_bytes),
         ];
         if let Some(d) = dirty {
             row.push(

@@ -124,14 +124,17 @@ fn cli_round_trip() {
         .map(|l| l.split_whitespace().collect())
         .collect();
     assert_eq!(rows.len(), 4, "{so}");
-    let ends: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
+    // PARTITION LEADER EPOCH REPLICAS ISR CORE LOG-START LOG-END BYTES
+    let ends: u64 = rows.iter().map(|r| r[7].parse::<u64>().unwrap()).sum();
     assert_eq!(ends, N as u64, "{so}");
     for (i, r) in rows.iter().enumerate() {
         assert_eq!(r[0], i.to_string());
-        assert_eq!(r[3].parse::<usize>().unwrap(), offsets[&(i as u32)].len());
-        assert!(r[4].parse::<u64>().unwrap() > 0, "bytes on disk");
+        // One node (id 1): it leads, holds and is the ISR of everything.
+        assert_eq!(&r[1..5], ["1", "0", "1", "1"], "{so}");
+        assert_eq!(r[7].parse::<usize>().unwrap(), offsets[&(i as u32)].len());
+        assert!(r[8].parse::<u64>().unwrap() > 0, "bytes on disk");
     }
-    let cores: BTreeSet<&str> = rows.iter().map(|r| r[1]).collect();
+    let cores: BTreeSet<&str> = rows.iter().map(|r| r[5]).collect();
     assert_eq!(cores.len(), 2, "partitions on both cores: {so}");
 
     let (so, _) = ok(&b, &["topic", "list"], b"");

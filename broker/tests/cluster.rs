@@ -238,6 +238,17 @@ impl Cluster {
             .unwrap()
     }
 
+    /// [`Cluster::weir`] that must succeed: its stdout.
+    fn weir_ok(&self, via: u64, args: &[&str]) -> String {
+        let out = self.weir(via, args);
+        assert!(
+            out.status.success(),
+            "weir {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
     fn log(&self, id: u64) -> String {
         std::fs::read_to_string(&self.nodes[&id].log).unwrap_or_default()
     }
@@ -347,6 +358,30 @@ fn three_nodes_from_the_deploy_configs_form_a_cluster_and_spread_a_topic() {
     );
     assert!(text.contains("cluster weir-demo"), "{text}\n{}", c.log(3));
     assert_eq!(text.matches(" up ").count(), 3, "{text}");
+
+    // `weir topic describe` through one node: every partition with its
+    // leader, replicas and ISR (RF 1: the leader alone), 4 per node, and
+    // its offsets asked of the node that leads it.
+    let text = c.weir_ok(1, &["topic", "describe", "spread"]);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("PARTITION"))
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 12, "{text}");
+    let mut per_node = BTreeMap::new();
+    for r in &rows {
+        assert_eq!(r[1], r[3], "the only replica leads: {text}");
+        assert_eq!(r[1], r[4], "and is the ISR: {text}");
+        assert_eq!(r[7], "0", "offsets known for every partition: {text}");
+        *per_node.entry(r[1]).or_insert(0) += 1;
+    }
+    assert_eq!(
+        per_node.into_values().collect::<Vec<_>>(),
+        [4, 4, 4],
+        "{text}"
+    );
 }
 
 #[test]
@@ -883,24 +918,9 @@ fn consumer_groups_span_nodes_through_one_bootstrap_address() {
 
     // The CLI through node 1: the group is listed and described with its
     // offsets (lag 0 on every partition).
-    let out = c.weir(1, &["group", "list"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains(&group),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let out = c.weir(1, &["group", "describe", &group]);
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let listed = c.weir_ok(1, &["group", "list"]);
+    assert!(listed.contains(&group), "{listed}");
+    let text = c.weir_ok(1, &["group", "describe", &group]);
     let rows: Vec<Vec<&str>> = text
         .lines()
         .filter(|l| l.trim_start().starts_with("gt "))

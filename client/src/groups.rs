@@ -273,14 +273,9 @@ impl Client {
         let mut all: BTreeMap<String, GroupListing> =
             mine.into_iter().map(|g| (g.group.clone(), g)).collect();
         for n in &cluster.nodes {
-            let Some((host, port)) = n.native.rsplit_once(':') else {
+            let Some(addr) = crate::node_addr(&n.native, self.addr.ip()).await else {
                 continue;
             };
-            let Ok(port) = port.parse::<u16>() else {
-                continue;
-            };
-            let host = host.trim_matches(['[', ']']);
-            let addr = crate::resolve_advertised(host, port, self.addr.ip()).await;
             if addr == self.addr {
                 continue;
             }

@@ -274,6 +274,14 @@ pub(crate) async fn resolve_advertised(host: &str, port: u16, fallback: IpAddr) 
     SocketAddr::new(fallback, port)
 }
 
+/// A node's advertised `host:port` (as `DescribeCluster` lists it) as an
+/// address; `None` if it is not `host:port`.
+pub(crate) async fn node_addr(advertised: &str, fallback: IpAddr) -> Option<SocketAddr> {
+    let (host, port) = advertised.rsplit_once(':')?;
+    let port = port.parse::<u16>().ok()?;
+    Some(resolve_advertised(host.trim_matches(['[', ']']), port, fallback).await)
+}
+
 /// A connection to a Weir broker, shared by concurrent calls (pipelined).
 /// See the [crate docs](crate) for the concurrency and failure model.
 pub struct Client {
@@ -509,9 +517,43 @@ impl Client {
         topic_outcome(name, self.request(&req).await?.topics)
     }
 
-    /// A topic's effective configs and, per partition, its owning core,
-    /// offsets and size on disk.
+    /// A topic's effective configs and, per partition, its leader (node,
+    /// epoch, core), replicas, ISR, offsets and size on disk. In a cluster
+    /// the offsets and size of a partition are asked of the node leading
+    /// it (left zero, `here` false, if that node does not answer).
     pub async fn describe_topic(&self, name: &str) -> Result<TopicConfigs> {
+        let mut t = self.describe_topic_here(name).await?;
+        let elsewhere: std::collections::BTreeSet<u64> = t
+            .partitions
+            .iter()
+            .filter(|p| !p.here && p.leader != 0)
+            .map(|p| p.leader)
+            .collect();
+        if elsewhere.is_empty() {
+            return Ok(t);
+        }
+        let Ok(cluster) = self.describe_cluster().await else {
+            return Ok(t);
+        };
+        for n in cluster.nodes.iter().filter(|n| elsewhere.contains(&n.id)) {
+            let Some(addr) = node_addr(&n.native, self.addr.ip()).await else {
+                continue;
+            };
+            let other = Client::connect_lazy(addr, self.config.clone());
+            let Ok(theirs) = other.describe_topic_here(name).await else {
+                continue;
+            };
+            for p in theirs.partitions.into_iter().filter(|p| p.here) {
+                if let Some(mine) = t.partitions.iter_mut().find(|m| m.partition == p.partition) {
+                    *mine = p;
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// [`Client::describe_topic`] as the answering node alone knows it.
+    async fn describe_topic_here(&self, name: &str) -> Result<TopicConfigs> {
         let req = DescribeConfigsRequest {
             topics: vec![name.to_string()],
         };

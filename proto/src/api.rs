@@ -171,6 +171,8 @@ impl ApiKey {
             // v1: members with epochs and revoking partitions; the v0
             // body is no longer produced.
             ApiKey::DescribeGroup => 1,
+            // v1: leader, epoch, replicas and ISR per partition.
+            ApiKey::DescribeConfigs => 1,
             _ => 0,
         }
     }
@@ -178,7 +180,7 @@ impl ApiKey {
     /// Newest version of this API this build speaks.
     pub const fn max_version(self) -> u16 {
         match self {
-            ApiKey::DescribeGroup => 1,
+            ApiKey::DescribeGroup | ApiKey::DescribeConfigs => 1,
             _ => 0,
         }
     }

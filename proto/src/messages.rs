@@ -196,7 +196,7 @@ pub struct DescribeConfigsRequest {
 pub struct PartitionDescription {
     /// The partition's index.
     pub partition: u32,
-    /// The core that owns it.
+    /// The core that owns it (on its leader's node).
     pub core: u32,
     /// First offset still in the log.
     pub log_start_offset: u64,
@@ -204,6 +204,17 @@ pub struct PartitionDescription {
     pub log_end_offset: u64,
     /// Bytes on disk.
     pub size_bytes: u64,
+    /// The leading node (0: no live leader).
+    pub leader: u64,
+    /// The leader epoch (bumped at every leader change).
+    pub leader_epoch: u32,
+    /// The nodes holding a replica, the preferred leader first.
+    pub replicas: Vec<u64>,
+    /// The in-sync replicas.
+    pub isr: Vec<u64>,
+    /// Whether the answering node leads it: the offsets and size are only
+    /// known there (zero otherwise).
+    pub here: bool,
 }
 
 /// One topic's effective configs and partitions.

@@ -534,9 +534,13 @@ fn api_keys_are_pinned() {
         assert_eq!(key.name(), name);
         assert_eq!(key.as_u16(), n);
         assert_eq!(ApiKey::from_u16(n), Some(key));
-        // DescribeGroup's body changed shape (members with epochs): v1
-        // only; everything else is at v0.
-        let v = u16::from(key == ApiKey::DescribeGroup);
+        // DescribeGroup's body changed shape (members with epochs) and
+        // DescribeConfigs' (leader, replicas, ISR): v1 only; everything
+        // else is at v0.
+        let v = u16::from(matches!(
+            key,
+            ApiKey::DescribeGroup | ApiKey::DescribeConfigs
+        ));
         assert!(key.supports(v));
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);

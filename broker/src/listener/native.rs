@@ -710,6 +710,7 @@ async fn describe(core: &Rc<Core>, req: DescribeConfigsRequest) -> DescribeConfi
                     .partitions
                     .into_iter()
                     .map(|p| {
+                        let here = p.offsets.is_some();
                         let o = p.offsets.unwrap_or(service::OffsetsOk {
                             log_start_offset: 0,
                             high_watermark: 0,
@@ -722,6 +723,11 @@ async fn describe(core: &Rc<Core>, req: DescribeConfigsRequest) -> DescribeConfi
                             log_start_offset: o.log_start_offset,
                             log_end_offset: o.high_watermark,
                             size_bytes: o.size_bytes,
+                            leader: p.leader,
+                            leader_epoch: p.leader_epoch,
+                            replicas: p.replicas,
+                            isr: p.isr,
+                            here,
                         }
                     })
                     .collect(),

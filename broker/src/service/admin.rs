@@ -126,10 +126,19 @@ pub async fn init_producer_id(core: &Rc<Core>) -> Result<i64> {
 pub struct PartitionInfo {
     /// Partition.
     pub partition: u32,
-    /// Owner core.
+    /// Owner core (on the leader's node).
     pub core: usize,
-    /// Its offsets (`None` if they could not be read).
+    /// Its offsets (`None` if they could not be read, or another node
+    /// leads it).
     pub offsets: Option<OffsetsOk>,
+    /// Leader node as the cluster metadata says (0: none).
+    pub leader: u64,
+    /// Leader epoch.
+    pub leader_epoch: u32,
+    /// Replica nodes, the preferred leader first.
+    pub replicas: Vec<u64>,
+    /// In-sync replicas.
+    pub isr: Vec<u64>,
 }
 
 /// A topic's description: effective configs and every partition.
@@ -157,12 +166,29 @@ pub async fn describe(
             out.push((name, None));
             continue;
         };
+        let state = core.shared.controller.state();
+        let placed = state.topics.get(&name);
         let mut partitions = Vec::new();
         for p in 0..meta.partitions() {
+            let placed = placed.and_then(|t| t.partitions.get(p as usize));
+            let leader = placed.and_then(|s| s.leader).unwrap_or(0);
+            let here = meta.core_of(p);
             partitions.push(PartitionInfo {
                 partition: p,
-                core: meta.core_of(p).unwrap_or(0),
-                offsets: offsets::offsets(core, &name, p, None).await.ok(),
+                core: here.unwrap_or_else(|| {
+                    placed
+                        .and_then(|s| s.replicas.iter().find(|r| r.node == leader))
+                        .map_or(0, |r| r.core as usize)
+                }),
+                offsets: match here {
+                    Some(_) => offsets::offsets(core, &name, p, None).await.ok(),
+                    None => None,
+                },
+                leader,
+                leader_epoch: placed.map_or(0, |s| s.leader_epoch),
+                replicas: placed
+                    .map_or_else(Vec::new, |s| s.replicas.iter().map(|r| r.node).collect()),
+                isr: placed.map_or_else(Vec::new, |s| s.isr.clone()),
             });
         }
         out.push((

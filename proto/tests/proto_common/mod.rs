@@ -245,6 +245,11 @@ pub fn describe_configs_response() -> impl Strategy<Value = DescribeConfigsRespo
                         log_start_offset,
                         log_end_offset,
                         size_bytes,
+                        leader: u64::from(core) + 1,
+                        leader_epoch: partition,
+                        replicas: vec![1, 2, 3],
+                        isr: vec![1, 3],
+                        here: core % 2 == 0,
                     }
                 },
             ),
