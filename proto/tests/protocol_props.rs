@@ -145,7 +145,8 @@ fn any_request() -> impl Strategy<Value = (AnyRequest, Vec<u8>)> {
 }
 
 fn encode_any(req: &AnyRequest, correlation_id: u32, payload: &[u8]) -> Vec<u8> {
-    let h = RequestHeader::new(req.api_key(), 0, correlation_id);
+    let key = req.api_key();
+    let h = RequestHeader::new(key, key.max_version(), correlation_id);
     let p = [payload];
     let frame = match req {
         AnyRequest::ApiVersions(r) => encode_request_with_payload(&h, r, &p),
