@@ -30,8 +30,12 @@ pub struct NodeInfo {
     pub kafka: String,
     /// Per-core Kafka ports, in core order (empty when the node has none).
     pub kafka_core_ports: Vec<u16>,
-    /// Node-to-node (QUIC) address.
+    /// Node-to-node (QUIC) address (the controller's endpoint).
     pub replication: String,
+    /// Per-core replication (QUIC) ports, in core order: a follower's core
+    /// fetches from the leader's core at its node's replication host and
+    /// this port. Empty until the cores listen.
+    pub replication_core_ports: Vec<u16>,
     /// Metrics and admin HTTP address, empty when off.
     pub metrics: String,
 }
@@ -149,6 +153,22 @@ pub enum Command {
         at_least: i64,
         /// Ids in the block.
         count: i64,
+    },
+    /// A partition's leader changes its ISR (Kafka's AlterPartition):
+    /// applied only if `leader` still leads at `leader_epoch` (a deposed
+    /// leader cannot change it). Every member must be a replica; the
+    /// leader stays in it.
+    AlterPartition {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The proposing leader.
+        leader: u64,
+        /// Its leader epoch.
+        leader_epoch: u32,
+        /// The new ISR.
+        isr: Vec<u64>,
     },
     /// Adds partitions to a topic that still has `from` of them.
     AddPartitions {
@@ -281,6 +301,43 @@ impl ClusterState {
                     node.broker_epoch += 1;
                 }
                 self.move_leadership_off(*id);
+                Ok(())
+            }
+            Command::AlterPartition {
+                topic,
+                partition,
+                leader,
+                leader_epoch,
+                isr,
+            } => {
+                let p = self
+                    .topics
+                    .get_mut(topic)
+                    .and_then(|t| t.partitions.get_mut(*partition as usize))
+                    .ok_or_else(|| {
+                        refuse(Unknown, format!("unknown partition {topic}-{partition}"))
+                    })?;
+                if p.leader != Some(*leader) || p.leader_epoch != *leader_epoch {
+                    return Err(refuse(
+                        Conflict,
+                        format!(
+                            "{topic}-{partition} is led by {:?} at epoch {}, not by {leader} at {leader_epoch}",
+                            p.leader, p.leader_epoch
+                        ),
+                    ));
+                }
+                if !isr.contains(leader)
+                    || isr.iter().any(|n| !p.replicas.iter().any(|r| r.node == *n))
+                {
+                    return Err(refuse(
+                        Invalid,
+                        format!("ISR {isr:?} of {topic}-{partition} must hold its leader and only replicas"),
+                    ));
+                }
+                let mut isr = isr.clone();
+                isr.sort_unstable();
+                isr.dedup();
+                p.isr = isr;
                 Ok(())
             }
             Command::CreateTopic {
@@ -422,6 +479,11 @@ impl ClusterState {
         self.nodes.get(&id).is_some_and(|n| !n.fenced)
     }
 
+    /// A fenced node leaves every ISR it is in (unless it is the last
+    /// member: the last ISR is what a safe election waits for), and the
+    /// partitions it led get another live ISR member as leader — with
+    /// `unclean.leader.election.enable=true`, any live replica if no ISR
+    /// member is live — or none.
     fn move_leadership_off(&mut self, id: u64) {
         let live: Vec<u64> = self
             .nodes
@@ -430,9 +492,26 @@ impl ClusterState {
             .map(|(id, _)| *id)
             .collect();
         for topic in self.topics.values_mut() {
+            let unclean = topic
+                .configs
+                .get("unclean.leader.election.enable")
+                .is_some_and(|v| v == "true");
             for p in &mut topic.partitions {
+                if p.isr.len() > 1 {
+                    p.isr.retain(|n| *n != id);
+                }
                 if p.leader == Some(id) {
                     p.leader = p.isr.iter().copied().find(|n| *n != id && live.contains(n));
+                    if p.leader.is_none() && unclean {
+                        p.leader = p
+                            .replicas
+                            .iter()
+                            .map(|r| r.node)
+                            .find(|n| *n != id && live.contains(n));
+                        if let Some(l) = p.leader {
+                            p.isr = vec![l];
+                        }
+                    }
                     p.leader_epoch += 1;
                 }
             }
@@ -728,5 +807,110 @@ mod tests {
         assert!(out.error.unwrap().message.contains("has 2 cores"));
         assert_eq!(s.topics, before);
         assert_eq!(s.version, 50);
+    }
+
+    fn fence(s: &mut ClusterState, id: u64) -> Outcome {
+        let epoch = s.nodes[&id].broker_epoch;
+        let v = s.version + 1;
+        s.apply(v, &Command::FenceNode { id, epoch })
+    }
+
+    fn alter(s: &mut ClusterState, leader: u64, epoch: u32, isr: Vec<u64>) -> Outcome {
+        let v = s.version + 1;
+        s.apply(
+            v,
+            &Command::AlterPartition {
+                topic: "t".into(),
+                partition: 0,
+                leader,
+                leader_epoch: epoch,
+                isr,
+            },
+        )
+    }
+
+    #[test]
+    fn only_the_current_leader_at_its_epoch_changes_the_isr() {
+        let mut s = cluster(&[(1, "", 1), (2, "", 1), (3, "", 1)]);
+        assert_eq!(create(&mut s, "t", 1, 3).error, None);
+        let p = s.topics["t"].partitions[0].clone();
+        let leader = p.leader.unwrap();
+        let others: Vec<u64> = p.isr.iter().copied().filter(|n| *n != leader).collect();
+        // Shrink to the leader and one follower.
+        assert_eq!(
+            alter(&mut s, leader, 0, vec![leader, others[0]]).error,
+            None
+        );
+        assert_eq!(s.topics["t"].partitions[0].isr.len(), 2);
+        // A stale epoch, another node, a set without the leader or with a
+        // non-replica: refused, nothing changes.
+        let before = s.topics.clone();
+        let stale = alter(&mut s, leader, 7, vec![leader]).error.unwrap();
+        assert_eq!(stale.kind, RefusalKind::Conflict);
+        let usurper = alter(&mut s, others[0], 0, vec![others[0]]).error.unwrap();
+        assert_eq!(usurper.kind, RefusalKind::Conflict);
+        let headless = alter(&mut s, leader, 0, vec![others[0]]).error.unwrap();
+        assert_eq!(headless.kind, RefusalKind::Invalid);
+        let stranger = alter(&mut s, leader, 0, vec![leader, 9]).error.unwrap();
+        assert_eq!(stranger.kind, RefusalKind::Invalid);
+        assert_eq!(s.topics, before);
+    }
+
+    #[test]
+    fn fencing_a_leader_elects_from_the_isr_and_drops_it_from_every_isr() {
+        let mut s = cluster(&[(1, "", 1), (2, "", 1), (3, "", 1)]);
+        assert_eq!(create(&mut s, "t", 1, 3).error, None);
+        let leader = s.topics["t"].partitions[0].leader.unwrap();
+        let others: Vec<u64> = (1..=3).filter(|n| *n != leader).collect();
+        // Only one follower is in sync.
+        assert_eq!(
+            alter(&mut s, leader, 0, vec![leader, others[0]]).error,
+            None
+        );
+        assert_eq!(fence(&mut s, leader).error, None);
+        let p = &s.topics["t"].partitions[0];
+        assert_eq!(p.leader, Some(others[0]), "the in-sync follower leads");
+        assert_eq!(p.leader_epoch, 1);
+        assert_eq!(p.isr, vec![others[0]]);
+        // The new leader dies too: the last ISR member stays, nobody
+        // leads (the out-of-sync replica is not elected).
+        assert_eq!(fence(&mut s, others[0]).error, None);
+        let p = &s.topics["t"].partitions[0];
+        assert_eq!(p.leader, None);
+        assert_eq!(p.isr, vec![others[0]]);
+        assert_eq!(p.leader_epoch, 2);
+        // It comes back: it leads again.
+        let v = s.version + 1;
+        assert_eq!(s.apply(v, &node(others[0], "", 1)).error, None);
+        assert_eq!(s.topics["t"].partitions[0].leader, Some(others[0]));
+    }
+
+    #[test]
+    fn unclean_election_takes_any_live_replica_only_when_enabled() {
+        let mut s = cluster(&[(1, "", 1), (2, "", 1)]);
+        let placement = place(&s, 1, 2).unwrap();
+        let v = s.version + 1;
+        let configs = BTreeMap::from([(
+            "unclean.leader.election.enable".to_string(),
+            "true".to_string(),
+        )]);
+        let create = Command::CreateTopic {
+            name: "t".into(),
+            id: [2; 16],
+            configs,
+            placement,
+        };
+        assert_eq!(s.apply(v, &create).error, None);
+        let leader = s.topics["t"].partitions[0].leader.unwrap();
+        let other = 3 - leader;
+        assert_eq!(alter(&mut s, leader, 0, vec![leader]).error, None);
+        assert_eq!(fence(&mut s, leader).error, None);
+        let p = &s.topics["t"].partitions[0];
+        assert_eq!(
+            p.leader,
+            Some(other),
+            "unclean: the out-of-sync replica leads"
+        );
+        assert_eq!(p.isr, vec![other]);
     }
 }

@@ -88,10 +88,56 @@ pub struct LogStore {
     purged: Option<LogId<u64>>,
 }
 
+/// The format of the Raft directory (log records, vote, snapshot: the rkyv
+/// layout of `wire` and `meta`), in its `format` file. 1: the first
+/// cluster build (no file); 2: per-core replication ports and
+/// `AlterPartition`.
+pub const FORMAT: u32 = 2;
+
+/// Refuses a Raft directory of another format; marks a new one.
+fn check_format(dir: &Path) -> anyhow::Result<()> {
+    let marker = dir.join("format");
+    match read_optional(&marker)? {
+        Some(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let found: u32 = text.trim().parse().map_err(|_| {
+                anyhow::anyhow!("{}: not a format number: {text:?}", marker.display())
+            })?;
+            if found != FORMAT {
+                anyhow::bail!(
+                    "{} holds the controller's Raft log in format {found}; this build reads format \
+                     {FORMAT}: run the build that wrote it, or start this node from an empty data \
+                     directory",
+                    dir.display()
+                );
+            }
+            Ok(())
+        }
+        None => {
+            let used = ["log", "vote", "snapshot"]
+                .iter()
+                .any(|f| std::fs::metadata(dir.join(f)).is_ok_and(|m| m.len() > 0));
+            if used {
+                anyhow::bail!(
+                    "{} holds the controller's Raft log in format 1 (an earlier development \
+                     build); this build reads format {FORMAT}: run the build that wrote it, or \
+                     start this node from an empty data directory",
+                    dir.display()
+                );
+            }
+            weir_storage::checkpoint::write_atomic(dir, "format", FORMAT.to_string().as_bytes())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", marker.display()))
+        }
+    }
+}
+
 impl LogStore {
-    /// Opens (or creates) the log in `dir`, cutting a torn tail.
+    /// Opens (or creates) the log in `dir`, cutting a torn tail. A
+    /// directory written in another format is refused (its records would
+    /// not decode, and would be cut as a torn tail).
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
+        check_format(dir)?;
         let path = dir.join("log");
         let mut file = OpenOptions::new()
             .read(true)
@@ -615,6 +661,29 @@ mod tests {
             2,
             "reads see the entries kept"
         );
+    }
+
+    #[test]
+    fn a_raft_directory_of_another_format_is_refused_not_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        // A fresh directory is marked with this build's format.
+        drop(LogStore::open(dir.path()).unwrap());
+        let marker = dir.path().join("format");
+        assert_eq!(std::fs::read_to_string(&marker).unwrap(), FORMAT.to_string());
+        // An unmarked directory with a log: written by the first build.
+        let old = tempfile::tempdir().unwrap();
+        std::fs::write(old.path().join("log"), b"records of format 1").unwrap();
+        let e = LogStore::open(old.path()).err().unwrap().to_string();
+        assert!(e.contains("format 1"), "{e}");
+        assert_eq!(
+            std::fs::read(old.path().join("log")).unwrap(),
+            b"records of format 1",
+            "nothing cut"
+        );
+        // A newer format.
+        std::fs::write(&marker, b"99").unwrap();
+        let e = LogStore::open(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("format 99"), "{e}");
     }
 
     #[tokio::test]
