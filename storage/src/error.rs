@@ -49,6 +49,18 @@ pub enum StorageError {
         /// Length of the buffer.
         buf_len: usize,
     },
+    /// A replicated batch does not start at the follower's log end.
+    #[error(
+        "replicated batch for {partition} starts at offset {got}, not at the log end {expected}"
+    )]
+    ReplicaGap {
+        /// `topic-partition`.
+        partition: String,
+        /// The log end offset.
+        expected: u64,
+        /// The batch's base offset.
+        got: i64,
+    },
     /// The batch is larger than the topic's `max.message.bytes`.
     #[error("record batch of {size} bytes exceeds max.message.bytes ({max}) of {partition}")]
     BatchTooLarge {

@@ -82,6 +82,7 @@ use weir_proto::batch::{self, BatchError, BatchHeader};
 use crate::checkpoint::{self, Checkpoint};
 use crate::cleaner::CleanerCheckpoint;
 use crate::config::LogConfig;
+use crate::epochs::EpochCache;
 use crate::error::{Result, StorageError};
 use crate::producer_state::{ProducerStateTable, Verdict, PRODUCER_SNAPSHOT_INTERVAL_BYTES};
 use crate::segment::{self, FileKind, ScanSummary, Segment, SegmentState};
@@ -219,6 +220,11 @@ pub(crate) struct LogState {
     /// After close: the log's size and segment bases (the segments and
     /// their files are gone).
     closed_view: Option<(u64, Vec<u64>)>,
+    /// Leader epochs and where each starts (see [`crate::epochs`]).
+    epochs: EpochCache,
+    /// The epoch this replica leads at: stamped into every batch
+    /// [`PartitionLog::append`] takes (`None`: batches keep theirs).
+    leader_epoch: Option<u32>,
 }
 
 impl LogState {
@@ -458,6 +464,7 @@ impl PartitionLog {
                 || s.has_unreleased()
         });
         let dir_for_cleaner = dir.clone();
+        let epochs = EpochCache::load(&dir, next_offset)?;
         let inner = Rc::new(LogInner {
             id: sh.next_log_id(),
             name,
@@ -493,6 +500,8 @@ impl PartitionLog {
                 snapshot_writing: false,
                 cleaner: CleanerCheckpoint::load(&dir_for_cleaner),
                 closed_view: None,
+                epochs,
+                leader_epoch: None,
             }),
         });
         sh.register(&inner);
@@ -586,7 +595,46 @@ impl PartitionLog {
     /// After this returns the batch is in memory only; see
     /// [`PartitionLog::wait_acked`], [`PartitionLog::append_acked`] and
     /// [`PartitionLog::wait_durable`].
-    pub async fn append(&self, mut data: BytesMut) -> Result<AppendInfo> {
+    pub async fn append(&self, data: BytesMut) -> Result<AppendInfo> {
+        self.append_as(data, false).await
+    }
+
+    /// Appends a batch a follower fetched from its leader, byte for byte:
+    /// its base offset must be this log's end (else
+    /// [`StorageError::ReplicaGap`] and nothing changes), its CRC must
+    /// hold, and its leader epoch (stamped by the leader) starts a new
+    /// entry of the epoch cache if it is newer. The leader already checked
+    /// the producer's sequence; the producer state records the batch, so a
+    /// follower that becomes leader knows every producer.
+    pub async fn append_replica(&self, data: BytesMut) -> Result<AppendInfo> {
+        self.append_as(data, true).await
+    }
+
+    /// Makes this replica the leader at `epoch` (its appends are stamped
+    /// with it; the epoch starts at the next offset appended), or a
+    /// follower (`None`).
+    pub fn set_leader_epoch(&self, epoch: Option<u32>) {
+        self.inner.state.borrow_mut().leader_epoch = epoch;
+    }
+
+    /// The newest leader epoch in this log and where it starts.
+    pub fn latest_epoch(&self) -> Option<(u32, u64)> {
+        self.inner.state.borrow().epochs.latest()
+    }
+
+    /// Where `epoch` ends in this log (OffsetForLeaderEpoch, see
+    /// [`EpochCache::end_offset_for`]).
+    pub fn end_offset_for_epoch(&self, epoch: u32) -> Option<(u32, u64)> {
+        let st = self.inner.state.borrow();
+        st.epochs.end_offset_for(epoch, st.next_offset)
+    }
+
+    /// Every leader epoch of this log with its start offset, oldest first.
+    pub fn leader_epochs(&self) -> Vec<(u32, u64)> {
+        self.inner.state.borrow().epochs.entries().to_vec()
+    }
+
+    async fn append_as(&self, mut data: BytesMut, replica: bool) -> Result<AppendInfo> {
         let inner = &self.inner;
         let _order = inner
             .append_lock
@@ -614,7 +662,17 @@ impl PartitionLog {
                 st.config.cleanup_policy,
             )
         };
-        if data.len() as u64 > max {
+        if replica {
+            let end = inner.state.borrow().next_offset;
+            if h.base_offset != end as i64 {
+                return Err(StorageError::ReplicaGap {
+                    partition: inner.name.clone(),
+                    expected: end,
+                    got: h.base_offset,
+                });
+            }
+        }
+        if data.len() as u64 > max && !replica {
             return Err(StorageError::BatchTooLarge {
                 partition: inner.name.clone(),
                 size: data.len(),
@@ -627,10 +685,14 @@ impl PartitionLog {
                 source: BatchError::Records("a produced batch must hold at least one record"),
             });
         }
-        if policy.compacts() && !h.attributes.is_control() {
+        if policy.compacts() && !h.attributes.is_control() && !replica {
             check_keys(&inner.name, policy, &data)?;
         }
-        let verdict = inner.state.borrow().producers.check(&inner.name, &h)?;
+        let verdict = if replica {
+            Verdict::Append
+        } else {
+            inner.state.borrow().producers.check(&inner.name, &h)?
+        };
         if let Verdict::Duplicate(orig) = verdict {
             tracing::debug!(partition = %inner.name, producer_id = h.producer_id,
                 base_sequence = h.base_sequence, base_offset = orig.base_offset,
@@ -662,11 +724,39 @@ impl PartitionLog {
             st.segments.insert(base, seg);
             st.take_snapshot(base);
         }
+        // The batch's leader epoch: this leader's (stamped), or the one
+        // the leader stamped. A newer epoch is recorded durably before its
+        // first batch lands.
+        let epoch = {
+            let st = inner.state.borrow();
+            match (replica, st.leader_epoch) {
+                (false, Some(e)) => Some(e),
+                (false, None) => None,
+                (true, _) => u32::try_from(h.partition_leader_epoch).ok(),
+            }
+        };
+        if let Some(e) = epoch {
+            if !replica {
+                batch::set_partition_leader_epoch(&mut data, e as i32);
+            }
+            let newer = {
+                let st = inner.state.borrow();
+                let mut c = st.epochs.clone();
+                c.assign(e, st.next_offset).then_some(c)
+            };
+            if let Some(c) = newer {
+                c.store(&inner.dir).await?;
+                inner.state.borrow_mut().epochs = c;
+            }
+        }
         let mut st = inner.state.borrow_mut();
         let base_offset = st.next_offset;
-        batch::set_base_offset(&mut data, base_offset as i64);
+        if !replica {
+            batch::set_base_offset(&mut data, base_offset as i64);
+        }
         let h = BatchHeader {
             base_offset: base_offset as i64,
+            partition_leader_epoch: epoch.map_or(h.partition_leader_epoch, |e| e as i32),
             ..h
         };
         let bytes = data.freeze();
@@ -930,7 +1020,17 @@ impl PartitionLog {
             return Err(inner.out_of_range(offset));
         }
         inner.write_pending_locked().await?;
-        inner.truncate_locked(offset).await
+        let end = inner.truncate_locked(offset).await?;
+        let cut = {
+            let st = inner.state.borrow();
+            let mut c = st.epochs.clone();
+            c.truncate(end).then_some(c)
+        };
+        if let Some(c) = cut {
+            c.store(&inner.dir).await?;
+            inner.state.borrow_mut().epochs = c;
+        }
+        Ok(end)
     }
 
     /// Raises the log start offset to `offset` (DeleteRecords): records

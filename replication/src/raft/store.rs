@@ -669,7 +669,10 @@ mod tests {
         // A fresh directory is marked with this build's format.
         drop(LogStore::open(dir.path()).unwrap());
         let marker = dir.path().join("format");
-        assert_eq!(std::fs::read_to_string(&marker).unwrap(), FORMAT.to_string());
+        assert_eq!(
+            std::fs::read_to_string(&marker).unwrap(),
+            FORMAT.to_string()
+        );
         // An unmarked directory with a log: written by the first build.
         let old = tempfile::tempdir().unwrap();
         std::fs::write(old.path().join("log"), b"records of format 1").unwrap();

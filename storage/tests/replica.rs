@@ -1,0 +1,171 @@
+//! What replication needs of a log: a leader stamps its epoch into every
+//! batch and records where each epoch starts; a follower appends the
+//! leader's batches byte for byte (and refuses a gap); after a leader
+//! change a divergent tail is found through the epochs and truncated; all
+//! of it survives a reopen.
+
+mod common;
+
+use common::*;
+use weir_storage::{LogConfig, PartitionLog, ShardConfig, StorageError, StorageShard};
+
+async fn all_batches(log: &PartitionLog) -> Vec<bytes::Bytes> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    loop {
+        let r = log.read(at, 1 << 20).await.unwrap();
+        if r.batches.is_empty() {
+            return out;
+        }
+        out.extend(r.batches);
+        at = r.next_offset;
+    }
+}
+
+fn epoch_of(b: &[u8]) -> i32 {
+    weir_proto::batch::BatchHeader::peek(b)
+        .unwrap()
+        .partition_leader_epoch
+}
+
+#[test]
+fn a_follower_copies_the_leader_byte_for_byte_and_truncates_a_divergent_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lp, fp) = (
+        dir.path().join("leader/t-0"),
+        dir.path().join("follower/t-0"),
+    );
+    run(move || async move {
+        let shard = StorageShard::new(ShardConfig::default());
+        let (leader, _) = PartitionLog::open(&shard, &lp, LogConfig::default())
+            .await
+            .unwrap();
+        let (follower, _) = PartitionLog::open(&shard, &fp, LogConfig::default())
+            .await
+            .unwrap();
+        // Epoch 1 writes 3 batches of 2 records, then epoch 4 one more.
+        leader.set_leader_epoch(Some(1));
+        for i in 0..3 {
+            leader
+                .append_acked(batch(2, &payload(i, 50), 10))
+                .await
+                .unwrap();
+        }
+        leader.set_leader_epoch(Some(4));
+        leader
+            .append_acked(batch(2, &payload(9, 50), 10))
+            .await
+            .unwrap();
+        assert_eq!(leader.leader_epochs(), vec![(1, 0), (4, 6)]);
+        let batches = all_batches(&leader).await;
+        assert_eq!(
+            batches.iter().map(|b| epoch_of(b)).collect::<Vec<_>>(),
+            [1, 1, 1, 4]
+        );
+
+        // The follower takes them as they are; a gap is refused.
+        let e = follower
+            .append_replica(bytes::BytesMut::from(&batches[1][..]))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                StorageError::ReplicaGap {
+                    expected: 0,
+                    got: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        for b in &batches[..3] {
+            let info = follower
+                .append_replica(bytes::BytesMut::from(&b[..]))
+                .await
+                .unwrap();
+            follower.wait_acked(&info).await.unwrap();
+        }
+        assert_eq!(all_batches(&follower).await, batches[..3]);
+        assert_eq!(follower.leader_epochs(), vec![(1, 0)]);
+
+        // The follower is made leader at epoch 5 (a stale leadership: the
+        // leader above already wrote at 4) and takes two batches nobody
+        // copies. Its last epoch, 5, is unknown to the leader, whose
+        // largest epoch at or below 5 is 4, ending at 8; the follower's
+        // own log at epochs up to 4 ends where its epoch 5 starts (6). It
+        // truncates to the smaller: 6, then fetches from there.
+        follower.set_leader_epoch(Some(5));
+        follower.append_acked(batch(1, b"x", 10)).await.unwrap();
+        follower.append_acked(batch(1, b"y", 10)).await.unwrap();
+        assert_eq!(follower.leader_epochs(), vec![(1, 0), (5, 6)]);
+        follower.set_leader_epoch(None);
+        assert_eq!(leader.end_offset_for_epoch(5), Some((4, 8)));
+        assert_eq!(leader.end_offset_for_epoch(1), Some((1, 6)));
+        // The follower's truncation point: the leader's end of the
+        // follower's epoch at or below the leader's answer.
+        let (e, end) = leader.end_offset_for_epoch(5).unwrap();
+        let mine = follower.end_offset_for_epoch(e).unwrap();
+        let cut = end.min(mine.1);
+        assert_eq!(cut, 6);
+        assert_eq!(follower.truncate_to(cut).await.unwrap(), 6);
+        assert_eq!(follower.leader_epochs(), vec![(1, 0)]);
+        let info = follower
+            .append_replica(bytes::BytesMut::from(&batches[3][..]))
+            .await
+            .unwrap();
+        follower.wait_acked(&info).await.unwrap();
+        assert_eq!(all_batches(&follower).await, batches);
+        assert_eq!(follower.leader_epochs(), leader.leader_epochs());
+
+        // Everything survives a reopen.
+        follower.close().await.unwrap();
+        let (again, _) = PartitionLog::open(&shard, &fp, LogConfig::default())
+            .await
+            .unwrap();
+        assert_eq!(again.leader_epochs(), vec![(1, 0), (4, 6)]);
+        assert_eq!(all_batches(&again).await, batches);
+    });
+}
+
+#[test]
+fn a_follower_that_becomes_leader_knows_the_producers_and_drops_their_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lp, fp) = (
+        dir.path().join("leader/t-0"),
+        dir.path().join("follower/t-0"),
+    );
+    run(move || async move {
+        let shard = StorageShard::new(ShardConfig::default());
+        let (leader, _) = PartitionLog::open(&shard, &lp, LogConfig::default())
+            .await
+            .unwrap();
+        let (follower, _) = PartitionLog::open(&shard, &fp, LogConfig::default())
+            .await
+            .unwrap();
+        leader.set_leader_epoch(Some(0));
+        let mut b = batch(3, b"idempotent", 10);
+        let mut h = weir_proto::batch::BatchHeader::peek(&b).unwrap();
+        h.producer_id = 77;
+        h.producer_epoch = 0;
+        h.base_sequence = 0;
+        let mut head = [0u8; weir_proto::batch::HEADER_BYTES];
+        h.write(&mut head);
+        b[..weir_proto::batch::HEADER_BYTES].copy_from_slice(&head);
+        let crc = weir_proto::batch::compute_crc(&b);
+        weir_proto::batch::set_crc(&mut b, crc);
+        leader.append_acked(b.clone()).await.unwrap();
+        for x in all_batches(&leader).await {
+            follower
+                .append_replica(bytes::BytesMut::from(&x[..]))
+                .await
+                .unwrap();
+        }
+        follower.set_leader_epoch(Some(1));
+        // The producer retries the batch at the new leader: a duplicate.
+        let again = follower.append(b).await.unwrap();
+        assert!(again.duplicate);
+        assert_eq!((again.base_offset, again.last_offset), (0, 2));
+        assert_eq!(follower.log_end_offset(), 3);
+    });
+}
