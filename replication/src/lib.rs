@@ -11,6 +11,8 @@
 //!   on its own thread.
 
 pub mod controller;
+pub mod data;
+pub mod glommio_rt;
 pub mod link;
 pub mod meta;
 pub mod raft;

@@ -1,0 +1,233 @@
+//! The data plane between nodes: followers fetch from leaders, core to
+//! core, over QUIC (per-core endpoints on each core's executor, see
+//! [`crate::glommio_rt`]).
+//!
+//! A follower's core keeps one connection to each (node, core) it follows
+//! partitions of, opened with a [`DataRequest::Hello`] (mutual TLS against
+//! the cluster CA, as the controller's connections; another cluster id is
+//! refused). Each fetch is one bidirectional stream: the request frame
+//! (the 8-byte header of [`crate::wire`] and an rkyv body), then the
+//! answer frame followed by the fetched batches as raw bytes, partition
+//! after partition (`payload_len` each), appended by the follower byte for
+//! byte. One fetch is out per connection at a time and asks at most
+//! `max_bytes`, so a slow follower holds at most that much of its
+//! leader's memory.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context};
+use bytes::Bytes;
+use rkyv::{Archive, Deserialize, Serialize};
+
+use crate::tls::{node_server_name, NodeTls};
+use crate::wire::{decode, encode, read_frame, HEADER_LEN, MAGIC, VERSION};
+
+/// A request on a data connection.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone)]
+pub enum DataRequest {
+    /// The first message of a connection.
+    Hello {
+        /// The sender's cluster id.
+        cluster_id: String,
+        /// The sender's node id.
+        node_id: u64,
+    },
+    /// A follower fetches.
+    Fetch(ReplicaFetch),
+}
+
+/// A follower's fetch of the partitions it follows on one leader core.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Default)]
+pub struct ReplicaFetch {
+    /// The follower's node.
+    pub replica: u64,
+    /// Longest the leader waits for a new batch when it has none.
+    pub max_wait_ms: u32,
+    /// Most bytes of batches in the answer (at least one batch of the
+    /// first partition with data is sent).
+    pub max_bytes: u32,
+    /// The partitions.
+    pub partitions: Vec<FetchPart>,
+}
+
+/// One partition of a [`ReplicaFetch`].
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct FetchPart {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// The leader epoch the follower knows (from the metadata).
+    pub leader_epoch: u32,
+    /// The follower's log end: the next offset it needs.
+    pub fetch_offset: u64,
+    /// The epoch of the follower's last batch (`None`: empty log, or no
+    /// epochs known), for the divergence check.
+    pub last_fetched_epoch: Option<u32>,
+    /// Every batch below this is fdatasync'd on the follower.
+    pub durable_offset: u64,
+}
+
+/// The answer to a [`DataRequest`].
+#[derive(Archive, Serialize, Deserialize, Debug, Clone)]
+pub enum DataResponse {
+    /// Hello accepted.
+    HelloOk,
+    /// Refused (another cluster, a malformed request).
+    Refused(String),
+    /// Fetched batches follow the frame.
+    Fetched(Vec<FetchedPart>),
+}
+
+/// One partition's answer, in request order.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct FetchedPart {
+    /// Error code of the native protocol (0: none; `NotLeader`: this
+    /// core does not lead it at the follower's epoch).
+    pub error: u16,
+    /// Why, if it failed.
+    pub message: Option<String>,
+    /// The leader's epoch.
+    pub leader_epoch: u32,
+    /// The leader's high watermark.
+    pub high_watermark: u64,
+    /// The leader's log start offset.
+    pub log_start_offset: u64,
+    /// The leader's log end offset.
+    pub log_end_offset: u64,
+    /// The follower's log diverges: truncate to where this epoch ends
+    /// (`(epoch, end offset)`, the leader's answer for the follower's
+    /// last fetched epoch), then fetch again. No batches then.
+    pub diverging: Option<(u32, u64)>,
+    /// Bytes of batches of this partition after the frame.
+    pub payload_len: u32,
+}
+
+/// Writes one frame, then `payload` raw, and finishes the stream.
+pub async fn write_frame_with_payload(
+    send: &mut quinn::SendStream,
+    body: &[u8],
+    payload: &[Bytes],
+) -> anyhow::Result<()> {
+    let mut header = [0u8; HEADER_LEN];
+    header[0] = MAGIC;
+    header[1] = VERSION;
+    header[4..8].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    send.write_all(&header).await?;
+    send.write_all(body).await?;
+    for p in payload {
+        send.write_all(p).await?;
+    }
+    send.finish()?;
+    Ok(())
+}
+
+/// A follower core's connection to one leader core.
+#[derive(Debug, Clone)]
+pub struct DataLink {
+    conn: quinn::Connection,
+}
+
+impl DataLink {
+    /// Connects from `endpoint` to node `target`'s core endpoint at
+    /// `addr` and says hello.
+    pub async fn connect(
+        endpoint: &quinn::Endpoint,
+        target: u64,
+        addr: SocketAddr,
+        cluster_id: &str,
+        node_id: u64,
+    ) -> anyhow::Result<DataLink> {
+        let conn = endpoint
+            .connect(addr, &node_server_name(target))
+            .with_context(|| format!("connecting to node {target} at {addr}"))?
+            .await
+            .with_context(|| format!("TLS handshake with node {target} at {addr}"))?;
+        let hello = DataRequest::Hello {
+            cluster_id: cluster_id.to_string(),
+            node_id,
+        };
+        let (mut send, mut recv) = conn.open_bi().await?;
+        write_frame_with_payload(&mut send, &encode(&hello), &[]).await?;
+        match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(|e| anyhow!(e))? {
+            DataResponse::HelloOk => Ok(DataLink { conn }),
+            DataResponse::Refused(why) => {
+                conn.close(1u32.into(), b"refused");
+                bail!("node {target} at {addr} refused this node: {why}")
+            }
+            other => bail!("node {target} answered a hello with {other:?}"),
+        }
+    }
+
+    /// Whether the connection is closed.
+    pub fn is_closed(&self) -> bool {
+        self.conn.close_reason().is_some()
+    }
+
+    /// Sends a fetch; returns each partition's answer with its batches.
+    pub async fn fetch(&self, req: &ReplicaFetch) -> anyhow::Result<Vec<(FetchedPart, Bytes)>> {
+        let (mut send, mut recv) = self.conn.open_bi().await?;
+        write_frame_with_payload(&mut send, &encode(&DataRequest::Fetch(req.clone())), &[]).await?;
+        let parts =
+            match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(|e| anyhow!(e))? {
+                DataResponse::Fetched(parts) => parts,
+                DataResponse::Refused(why) => bail!("fetch refused: {why}"),
+                other => bail!("a fetch answered with {other:?}"),
+            };
+        let mut out = Vec::with_capacity(parts.len());
+        for p in parts {
+            let mut buf = vec![0u8; p.payload_len as usize];
+            recv.read_exact(&mut buf).await?;
+            out.push((p, Bytes::from(buf)));
+        }
+        Ok(out)
+    }
+}
+
+/// A core's replication endpoint on `addr`, on the calling glommio
+/// executor: serves [`DataRequest`]s (mutual TLS) and connects to other
+/// nodes' cores.
+pub fn core_endpoint(tls: &NodeTls, addr: SocketAddr) -> anyhow::Result<quinn::Endpoint> {
+    let socket = std::net::UdpSocket::bind(addr)
+        .with_context(|| format!("binding the replication endpoint on {addr}"))?;
+    let mut endpoint = quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(tls.server_config()?),
+        socket,
+        Arc::new(crate::glommio_rt::GlommioRuntime),
+    )
+    .context("starting the replication endpoint")?;
+    endpoint.set_default_client_config(tls.client_config()?);
+    Ok(endpoint)
+}
+
+/// Reads a data connection's hello: `Ok(node)` for a node of
+/// `cluster_id` (answered `HelloOk`), else refuses it and fails.
+pub async fn accept_hello(conn: &quinn::Connection, cluster_id: &str) -> anyhow::Result<u64> {
+    let (mut send, mut recv) = conn.accept_bi().await?;
+    let hello = decode::<DataRequest>(&read_frame(&mut recv).await?).map_err(|e| anyhow!(e))?;
+    match hello {
+        DataRequest::Hello {
+            cluster_id: theirs,
+            node_id,
+        } if theirs == cluster_id => {
+            write_frame_with_payload(&mut send, &encode(&DataResponse::HelloOk), &[]).await?;
+            Ok(node_id)
+        }
+        DataRequest::Hello {
+            cluster_id: theirs,
+            node_id,
+        } => {
+            let why = format!("cluster id `{theirs}` is not this cluster's (`{cluster_id}`)");
+            write_frame_with_payload(&mut send, &encode(&DataResponse::Refused(why)), &[]).await?;
+            let _ = send.stopped().await;
+            conn.close(1u32.into(), b"wrong cluster");
+            bail!("refused node {node_id} of cluster `{theirs}`")
+        }
+        DataRequest::Fetch(_) => {
+            conn.close(1u32.into(), b"hello first");
+            bail!("a data connection did not start with a hello")
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! quinn on a core's glommio executor: the per-core replication endpoints.
+//!
+//! quinn asks its runtime for three things: to spawn its drivers, timers,
+//! and UDP sockets that report readiness. glommio runs tasks but exposes no
+//! readiness for a foreign file descriptor, and its timers are not `Send`
+//! (quinn's must be); so the drivers run as tasks of the core's executor
+//! (every quinn future of a core's endpoint is polled on that core), and
+//! readiness and timers come from `async-io`'s reactor (one shared thread
+//! that only wakes the core's tasks). Datagrams are sent and received by
+//! the core itself, with quinn-udp (GSO/GRO where the kernel has them).
+//!
+//! Why not a thread per core running tokio: every fetched batch would
+//! cross a thread on its way to the log the core owns; here the bytes go
+//! from the socket to the core's log with no hop.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Instant;
+
+use async_io::{Async, Timer};
+use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
+use quinn::{AsyncTimer, AsyncUdpSocket, Runtime, UdpPoller};
+
+/// quinn's runtime on the calling thread's glommio executor. Must only be
+/// used (endpoints made, connections driven) on that executor's thread.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct GlommioRuntime;
+
+impl Runtime for GlommioRuntime {
+    fn new_timer(&self, at: Instant) -> Pin<Box<dyn AsyncTimer>> {
+        Box::pin(GlommioTimer(Timer::at(at)))
+    }
+
+    fn spawn(&self, future: Pin<Box<dyn Future<Output = ()> + Send>>) {
+        glommio::spawn_local(future).detach();
+    }
+
+    fn wrap_udp_socket(&self, sock: std::net::UdpSocket) -> io::Result<Arc<dyn AsyncUdpSocket>> {
+        Ok(Arc::new(UdpSocket {
+            state: UdpSocketState::new((&sock).into())?,
+            io: Async::new_nonblocking(sock)?,
+        }))
+    }
+}
+
+/// An `async-io` timer (quinn implements its timer trait for it only
+/// with quinn's own async-io runtimes).
+#[derive(Debug)]
+struct GlommioTimer(Timer);
+
+impl AsyncTimer for GlommioTimer {
+    fn reset(mut self: Pin<&mut Self>, at: Instant) {
+        self.0.set_at(at)
+    }
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context) -> Poll<()> {
+        Pin::new(&mut self.0).poll(cx).map(|_| ())
+    }
+}
+
+#[derive(Debug)]
+struct UdpSocket {
+    io: Async<std::net::UdpSocket>,
+    state: UdpSocketState,
+}
+
+/// Waits for the socket to be writable again after a full send buffer.
+#[derive(Debug)]
+struct Writable {
+    socket: Arc<UdpSocket>,
+}
+
+impl UdpPoller for Writable {
+    fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
+        self.socket.io.poll_writable(cx)
+    }
+}
+
+impl AsyncUdpSocket for UdpSocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        Box::pin(Writable { socket: self })
+    }
+
+    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+        self.state.send((&self.io).into(), transmit)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [io::IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.io.poll_readable(cx))?;
+            match self.state.recv((&self.io).into(), bufs, meta) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                // Spurious readiness: wait again.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.io.as_ref().local_addr()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.state.may_fragment()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.state.max_gso_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.state.gro_segments()
+    }
+}

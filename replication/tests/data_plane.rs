@@ -1,0 +1,130 @@
+//! The data plane's transport on glommio executors: a follower core's
+//! endpoint fetches raw batch bytes from a leader core's endpoint (mutual
+//! TLS, hello, one stream per fetch), and another cluster is refused.
+
+use std::net::SocketAddr;
+use std::sync::mpsc;
+
+use bytes::Bytes;
+use weir_replication::data::{
+    accept_hello, core_endpoint, write_frame_with_payload, DataLink, DataRequest, DataResponse,
+    FetchPart, FetchedPart, ReplicaFetch,
+};
+use weir_replication::tls::{generate_cluster, NodeTls};
+use weir_replication::wire::{decode, encode, read_frame};
+
+fn executor<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = T>>> + Send + 'static,
+) -> glommio::ExecutorJoinHandle<T> {
+    glommio::LocalExecutorBuilder::default()
+        .name(name)
+        .spawn(f)
+        .unwrap()
+}
+
+/// A leader core: answers one connection's fetches with `payload` for
+/// every partition asked, until the connection closes.
+fn leader(
+    tls: NodeTls,
+    cluster: &'static str,
+    addr_tx: mpsc::Sender<SocketAddr>,
+    payload: Bytes,
+) -> glommio::ExecutorJoinHandle<()> {
+    executor("leader", move || {
+        Box::pin(async move {
+            let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap()).unwrap();
+            addr_tx.send(endpoint.local_addr().unwrap()).unwrap();
+            while let Some(incoming) = endpoint.accept().await {
+                let Ok(conn) = incoming.await else { continue };
+                if accept_hello(&conn, cluster).await.is_err() {
+                    continue;
+                }
+                while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                    let body = read_frame(&mut recv).await.unwrap();
+                    let DataRequest::Fetch(f) = decode::<DataRequest>(&body).unwrap() else {
+                        panic!("not a fetch")
+                    };
+                    let parts: Vec<FetchedPart> = f
+                        .partitions
+                        .iter()
+                        .map(|p| FetchedPart {
+                            leader_epoch: p.leader_epoch,
+                            high_watermark: p.fetch_offset,
+                            payload_len: payload.len() as u32,
+                            ..FetchedPart::default()
+                        })
+                        .collect();
+                    let payloads = vec![payload.clone(); parts.len()];
+                    let answer = encode(&DataResponse::Fetched(parts));
+                    write_frame_with_payload(&mut send, &answer, &payloads)
+                        .await
+                        .unwrap();
+                }
+                return;
+            }
+        })
+    })
+}
+
+#[test]
+fn a_follower_core_fetches_raw_batches_from_a_leader_core() {
+    let dir = tempfile::tempdir().unwrap();
+    generate_cluster(dir.path(), 2).unwrap();
+    let payload = Bytes::from(
+        (0..300_000u32)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    let (tx, rx) = mpsc::channel();
+    let server = leader(
+        NodeTls::load(dir.path(), 1).unwrap(),
+        "c1",
+        tx,
+        payload.clone(),
+    );
+    let addr = rx.recv().unwrap();
+    let tls = NodeTls::load(dir.path(), 2).unwrap();
+    let want = payload.clone();
+    let client = executor("follower", move || {
+        Box::pin(async move {
+            let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap()).unwrap();
+            // Another cluster id is refused.
+            let e = DataLink::connect(&endpoint, 1, addr, "c2", 2)
+                .await
+                .unwrap_err();
+            assert!(format!("{e:#}").contains("refused"), "{e:#}");
+            let link = DataLink::connect(&endpoint, 1, addr, "c1", 2)
+                .await
+                .unwrap();
+            for round in 0..5u64 {
+                let req = ReplicaFetch {
+                    replica: 2,
+                    max_wait_ms: 0,
+                    max_bytes: 1 << 20,
+                    partitions: (0..3)
+                        .map(|p| FetchPart {
+                            topic: "t".into(),
+                            partition: p,
+                            leader_epoch: 7,
+                            fetch_offset: round,
+                            last_fetched_epoch: None,
+                            durable_offset: 0,
+                        })
+                        .collect(),
+                };
+                let got = link.fetch(&req).await.unwrap();
+                assert_eq!(got.len(), 3);
+                for (part, bytes) in got {
+                    assert_eq!(part.leader_epoch, 7);
+                    assert_eq!(part.high_watermark, round);
+                    assert_eq!(bytes, want);
+                }
+            }
+            endpoint.close(0u32.into(), b"done");
+            endpoint.wait_idle().await;
+        })
+    });
+    client.join().unwrap();
+    server.join().unwrap();
+}
