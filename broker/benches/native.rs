@@ -236,6 +236,7 @@ fn main() {
                     name: name.into(),
                     partitions: PARTITIONS,
                     configs: Vec::new(),
+                    replication_factor: 1,
                 }],
             },
             &[],

@@ -43,6 +43,10 @@ enum TopicCommand {
         /// Number of partitions.
         #[arg(long)]
         partitions: u32,
+        /// Replicas of each partition, on distinct nodes (at most the live
+        /// nodes).
+        #[arg(long, default_value_t = 1)]
+        replication_factor: u32,
         /// Config override (repeatable), e.g. `--config retention.ms=86400000`.
         #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config)]
         configs: Vec<(String, String)>,
@@ -210,12 +214,16 @@ pub fn topic(args: TopicArgs) -> Result<()> {
             TopicCommand::Create {
                 name,
                 partitions,
+                replication_factor,
                 configs,
                 conn,
             } => {
                 let c = connect(&conn).await?;
-                c.create_topic(&name, partitions, configs).await?;
-                println!("created topic {name} with {partitions} partitions");
+                c.create_replicated_topic(&name, partitions, replication_factor, configs)
+                    .await?;
+                println!(
+                    "created topic {name} with {partitions} partitions of {replication_factor} replica(s)"
+                );
             }
             TopicCommand::List { conn } => {
                 for name in connect(&conn).await?.list_topics().await? {

@@ -23,6 +23,7 @@ fn create(c: &mut Client, name: &str, partitions: u32, configs: &[(&str, &str)])
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
+                replication_factor: 1,
             }],
         },
         &[],

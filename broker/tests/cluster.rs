@@ -382,6 +382,59 @@ fn three_nodes_from_the_deploy_configs_form_a_cluster_and_spread_a_topic() {
         [4, 4, 4],
         "{text}"
     );
+
+    // Three replicas per partition: on all three nodes, leaders spread;
+    // four replicas on three nodes are refused with the reason.
+    c.weir_ok(
+        1,
+        &[
+            "topic",
+            "create",
+            "r3",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "3",
+        ],
+    );
+    let text = c.weir_ok(1, &["topic", "describe", "r3"]);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("PARTITION"))
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    let leaders: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[1]).collect();
+    assert_eq!(leaders.len(), 3, "one leader per node: {text}");
+    for r in &rows {
+        let mut replicas: Vec<&str> = r[3].split(',').collect();
+        replicas.sort_unstable();
+        assert_eq!(replicas, ["1", "2", "3"], "{text}");
+        assert_eq!(
+            r[3].split(',').next(),
+            Some(r[1]),
+            "the preferred replica leads: {text}"
+        );
+    }
+    let out = c.weir(
+        1,
+        &[
+            "topic",
+            "create",
+            "r4",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "4",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("replication factor 4 is larger than the 3 live node(s)"),
+        "{err}"
+    );
 }
 
 #[test]

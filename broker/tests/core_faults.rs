@@ -30,6 +30,7 @@ fn create(c: &mut Client, name: &str, partitions: u32) -> u16 {
                 name: name.into(),
                 partitions,
                 configs: Vec::new(),
+                replication_factor: 1,
             }],
         },
         &[],

@@ -492,11 +492,26 @@ impl Client {
         Ok(names)
     }
 
-    /// Creates a topic with `partitions` partitions and config overrides.
+    /// Creates a topic with `partitions` partitions (one replica each) and
+    /// config overrides.
     pub async fn create_topic(
         &self,
         name: &str,
         partitions: u32,
+        configs: Vec<ConfigEntry>,
+    ) -> Result<()> {
+        self.create_replicated_topic(name, partitions, 1, configs)
+            .await
+    }
+
+    /// Creates a topic with `partitions` partitions of
+    /// `replication_factor` replicas each (on distinct nodes; more than
+    /// the live nodes is refused with `InvalidReplicationFactor`).
+    pub async fn create_replicated_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: u32,
         configs: Vec<ConfigEntry>,
     ) -> Result<()> {
         let req = CreateTopicsRequest {
@@ -504,6 +519,7 @@ impl Client {
                 name: name.to_string(),
                 partitions,
                 configs,
+                replication_factor,
             }],
         };
         topic_outcome(name, self.request(&req).await?.topics)

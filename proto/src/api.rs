@@ -173,6 +173,8 @@ impl ApiKey {
             ApiKey::DescribeGroup => 1,
             // v1: leader, epoch, replicas and ISR per partition.
             ApiKey::DescribeConfigs => 1,
+            // v1: a replication factor per topic.
+            ApiKey::CreateTopics => 1,
             _ => 0,
         }
     }
@@ -180,7 +182,7 @@ impl ApiKey {
     /// Newest version of this API this build speaks.
     pub const fn max_version(self) -> u16 {
         match self {
-            ApiKey::DescribeGroup | ApiKey::DescribeConfigs => 1,
+            ApiKey::DescribeGroup | ApiKey::DescribeConfigs | ApiKey::CreateTopics => 1,
             _ => 0,
         }
     }

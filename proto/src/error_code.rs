@@ -109,11 +109,13 @@ pub enum ErrorCode {
     /// The consumer group is coordinated by another node of the cluster:
     /// find its coordinator (`FindCoordinator`) and ask there.
     NotCoordinator = 42,
+    /// A topic's replication factor is more than the live nodes, or 0.
+    InvalidReplicationFactor = 43,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 37] = [
+    pub const ALL: [ErrorCode; 38] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -151,6 +153,7 @@ impl ErrorCode {
         ErrorCode::FencedInstanceId,
         ErrorCode::NotLeader,
         ErrorCode::NotCoordinator,
+        ErrorCode::InvalidReplicationFactor,
     ];
 
     /// The number on the wire.
@@ -198,6 +201,7 @@ impl ErrorCode {
             40 => ErrorCode::FencedInstanceId,
             41 => ErrorCode::NotLeader,
             42 => ErrorCode::NotCoordinator,
+            43 => ErrorCode::InvalidReplicationFactor,
             _ => ErrorCode::Unknown,
         }
     }
@@ -241,6 +245,7 @@ impl ErrorCode {
             ErrorCode::NotOwner => "NotOwner",
             ErrorCode::NotLeader => "NotLeader",
             ErrorCode::NotCoordinator => "NotCoordinator",
+            ErrorCode::InvalidReplicationFactor => "InvalidReplicationFactor",
             ErrorCode::RequestTimedOut => "RequestTimedOut",
             ErrorCode::StorageError => "StorageError",
             ErrorCode::NotEnoughReplicas => "NotEnoughReplicas",
@@ -284,6 +289,7 @@ impl ErrorCode {
             ErrorCode::NotOwner => "partition owned by another core",
             ErrorCode::NotLeader => "partition served by another node",
             ErrorCode::NotCoordinator => "group coordinated by another node",
+            ErrorCode::InvalidReplicationFactor => "invalid replication factor",
             ErrorCode::RequestTimedOut => "request timed out",
             ErrorCode::StorageError => "storage error",
             ErrorCode::NotEnoughReplicas => "not enough replicas",
@@ -341,6 +347,6 @@ mod tests {
         }
         // Reserved and unknown numbers read as Unknown.
         assert_eq!(ErrorCode::from_u16(24), ErrorCode::Unknown);
-        assert_eq!(ErrorCode::from_u16(43), ErrorCode::Unknown);
+        assert_eq!(ErrorCode::from_u16(44), ErrorCode::Unknown);
     }
 }

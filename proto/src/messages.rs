@@ -150,6 +150,8 @@ pub struct NewTopic {
     pub partitions: u32,
     /// Config overrides.
     pub configs: Vec<ConfigEntry>,
+    /// Replicas of each partition, on distinct nodes (0: 1).
+    pub replication_factor: u32,
 }
 
 /// Creates topics.

@@ -42,6 +42,7 @@ fn huge_lengths_in_bodies_do_not_allocate() {
                 name: format!("a-rather-long-topic-name-{i}"),
                 partitions: 8,
                 configs: vec![("retention.ms".into(), "604800000".into())],
+                replication_factor: 3,
             })
             .collect(),
     };

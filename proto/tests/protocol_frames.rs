@@ -454,6 +454,7 @@ fn error_codes_are_pinned() {
         ("FencedInstanceId", 40),
         ("NotLeader", 41),
         ("NotCoordinator", 42),
+        ("InvalidReplicationFactor", 43),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -473,7 +474,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in (24..=29).chain(43..=u16::MAX) {
+    for n in (24..=29).chain(44..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -534,12 +535,12 @@ fn api_keys_are_pinned() {
         assert_eq!(key.name(), name);
         assert_eq!(key.as_u16(), n);
         assert_eq!(ApiKey::from_u16(n), Some(key));
-        // DescribeGroup's body changed shape (members with epochs) and
-        // DescribeConfigs' (leader, replicas, ISR): v1 only; everything
-        // else is at v0.
+        // DescribeGroup's body changed shape (members with epochs),
+        // DescribeConfigs' (leader, replicas, ISR) and CreateTopics'
+        // (replication factor): v1 only; everything else is at v0.
         let v = u16::from(matches!(
             key,
-            ApiKey::DescribeGroup | ApiKey::DescribeConfigs
+            ApiKey::DescribeGroup | ApiKey::DescribeConfigs | ApiKey::CreateTopics
         ));
         assert!(key.supports(v));
         assert!(!key.supports(v + 1));

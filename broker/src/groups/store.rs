@@ -178,10 +178,7 @@ pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
     let change = match existing {
         None => Change::Create(
             OFFSETS_TOPIC.to_string(),
-            TopicSpec {
-                partitions: core.shared.config.offsets_partitions,
-                configs,
-            },
+            TopicSpec::new(core.shared.config.offsets_partitions, configs),
         ),
         Some(t) if configs.iter().any(|(k, v)| t.configs.get(k) != Some(v)) => {
             Change::Alter(OFFSETS_TOPIC.to_string(), ConfigOp::sets(configs))

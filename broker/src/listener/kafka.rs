@@ -458,6 +458,7 @@ fn topic_error_code(e: &TopicError) -> i16 {
         TopicError::Exists(_) => code::TOPIC_ALREADY_EXISTS,
         TopicError::Unknown(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
         TopicError::Partitions { .. } => code::INVALID_PARTITIONS,
+        TopicError::ReplicationFactor { .. } => code::INVALID_REPLICATION_FACTOR,
         TopicError::Config(_) => code::INVALID_CONFIG,
         TopicError::InvalidName(_) => code::INVALID_TOPIC,
         TopicError::NotApplied(_) => code::UNKNOWN,
@@ -1057,35 +1058,26 @@ async fn create_topics(
         } else {
             t.num_partitions as u32
         };
+        // -1: the broker's default (one replica).
+        let rf = if t.replication_factor < 0 {
+            1
+        } else {
+            t.replication_factor as u32
+        };
         let mut result = CreatableTopicResult::default().with_name(t.name.clone());
         if version >= 5 {
             result = result
                 .with_num_partitions(partitions as i32)
-                .with_replication_factor(1);
-        }
-        if t.replication_factor > 1 {
-            out.push(
-                result
-                    .with_error_code(code::INVALID_REPLICATION_FACTOR)
-                    .with_error_message(Some(s(format!(
-                        "replication factor {}: this Weir node has no replicas (1 is the most)",
-                        t.replication_factor
-                    )))),
-            );
-            continue;
+                .with_replication_factor(rf as i16);
         }
         let configs = t
             .configs
             .into_iter()
             .filter_map(|c| c.value.map(|v| (c.name.to_string(), v.to_string())))
             .collect();
-        let change = Change::Create(
-            name.clone(),
-            TopicSpec {
-                partitions,
-                configs,
-            },
-        );
+        let mut spec = TopicSpec::new(partitions, configs);
+        spec.replication_factor = rf;
+        let change = Change::Create(name.clone(), spec);
         let done = if r.validate_only {
             admin::validate_change(core, change)
         } else {

@@ -91,6 +91,7 @@ fn topic_error_code(e: &TopicError) -> ErrorCode {
         TopicError::Exists(_) => ErrorCode::TopicAlreadyExists,
         TopicError::Unknown(_) => ErrorCode::UnknownTopicOrPartition,
         TopicError::Partitions { .. } => ErrorCode::InvalidPartitions,
+        TopicError::ReplicationFactor { .. } => ErrorCode::InvalidReplicationFactor,
         TopicError::Config(_) => ErrorCode::InvalidConfig,
         TopicError::NotApplied(_) => ErrorCode::StorageError,
     }
@@ -277,10 +278,8 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
             let req = body!(CreateTopicsRequest);
             let mut topics = Vec::new();
             for t in req.topics {
-                let spec = TopicSpec {
-                    partitions: t.partitions,
-                    configs: t.configs.into_iter().collect(),
-                };
+                let mut spec = TopicSpec::new(t.partitions, t.configs.into_iter().collect());
+                spec.replication_factor = t.replication_factor.max(1);
                 let r = admin::change_topic(core, Change::Create(t.name.clone(), spec)).await;
                 topics.push(topic_result(&t.name, r));
             }

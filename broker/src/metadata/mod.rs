@@ -46,6 +46,24 @@ pub struct TopicSpec {
     /// Topic configs by Kafka name (only those set explicitly).
     #[serde(default)]
     pub configs: BTreeMap<String, String>,
+    /// Replicas of each partition (on distinct nodes).
+    #[serde(default = "one")]
+    pub replication_factor: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl TopicSpec {
+    /// `partitions` partitions of one replica each, with `configs`.
+    pub fn new(partitions: u32, configs: BTreeMap<String, String>) -> TopicSpec {
+        TopicSpec {
+            partitions,
+            configs,
+            replication_factor: 1,
+        }
+    }
 }
 
 /// Why a topic operation was refused.
@@ -67,6 +85,14 @@ pub enum TopicError {
         topic: String,
         /// Requested count.
         count: u32,
+        /// Why.
+        reason: String,
+    },
+    /// A replication factor the cluster cannot place.
+    #[error("invalid replication factor for `{topic}`: {reason}")]
+    ReplicationFactor {
+        /// Topic.
+        topic: String,
         /// Why.
         reason: String,
     },
@@ -535,10 +561,7 @@ mod tests {
     use super::*;
 
     fn spec(partitions: u32) -> TopicSpec {
-        TopicSpec {
-            partitions,
-            configs: BTreeMap::new(),
-        }
+        TopicSpec::new(partitions, BTreeMap::new())
     }
 
     #[test]
@@ -605,15 +628,7 @@ mod tests {
         let mut v = MetadataView::default();
         let mut configs = BTreeMap::new();
         configs.insert("retention.ms".to_string(), "1000".to_string());
-        v.create(
-            "orders",
-            TopicSpec {
-                partitions: 4,
-                configs,
-            },
-            2,
-        )
-        .unwrap();
+        v.create("orders", TopicSpec::new(4, configs), 2).unwrap();
         assert!(matches!(
             v.create("orders", spec(1), 2),
             Err(TopicError::Exists(_))
@@ -622,14 +637,7 @@ mod tests {
         let mut bad = BTreeMap::new();
         bad.insert("segment.bytes".to_string(), "1".to_string());
         assert!(matches!(
-            v.create(
-                "x",
-                TopicSpec {
-                    partitions: 1,
-                    configs: bad
-                },
-                2
-            ),
+            v.create("x", TopicSpec::new(1, bad), 2),
             Err(TopicError::Config(_))
         ));
         v.version = 7;

@@ -211,6 +211,7 @@ fn apply_to(next: &mut MetadataView, change: Change, cores: usize) -> Result<(),
 /// requests): the writer's own checks, on a copy, nothing stored.
 pub fn check(core: &Core, change: Change) -> Result<(), TopicError> {
     let mut next = (*core.metadata()).clone();
+    command_for(&core.shared.controller.state(), &change)?;
     apply_to(&mut next, change, core.cores())
 }
 
@@ -222,11 +223,23 @@ fn command_for(state: &ClusterState, change: &Change) -> Result<Command, TopicEr
             .get(name)
             .ok_or_else(|| TopicError::Unknown(name.into()))
     };
-    let placed = |name: &str, count: u32| {
-        place(state, count, 1).map_err(|e| TopicError::Partitions {
-            topic: name.into(),
-            count,
-            reason: e.to_string(),
+    let placed = |name: &str, count: u32, rf: u32| {
+        place(state, count, rf).map_err(|e| match e {
+            weir_replication::meta::PlacementError::NotEnoughNodes { .. } => {
+                TopicError::ReplicationFactor {
+                    topic: name.into(),
+                    reason: e.to_string(),
+                }
+            }
+            _ if rf == 0 => TopicError::ReplicationFactor {
+                topic: name.into(),
+                reason: "must be at least 1".into(),
+            },
+            _ => TopicError::Partitions {
+                topic: name.into(),
+                count,
+                reason: e.to_string(),
+            },
         })
     };
     Ok(match change {
@@ -234,7 +247,7 @@ fn command_for(state: &ClusterState, change: &Change) -> Result<Command, TopicEr
             name: name.clone(),
             id: super::id_bytes(&super::new_topic_id(name)),
             configs: spec.configs.clone(),
-            placement: placed(name, spec.partitions)?,
+            placement: placed(name, spec.partitions, spec.replication_factor)?,
         },
         Change::Delete(name) => Command::DeleteTopic { name: name.clone() },
         Change::Alter(name, ops) => {
@@ -247,11 +260,14 @@ fn command_for(state: &ClusterState, change: &Change) -> Result<Command, TopicEr
             }
         }
         Change::AddPartitions(name, total) => {
-            let from = topic(name)?.partitions.len() as u32;
+            let t = topic(name)?;
+            let from = t.partitions.len() as u32;
+            // New partitions get as many replicas as the first one has.
+            let rf = t.partitions.first().map_or(1, |p| p.replicas.len() as u32);
             Command::AddPartitions {
                 name: name.clone(),
                 from,
-                placement: placed(name, total.saturating_sub(from))?,
+                placement: placed(name, total.saturating_sub(from), rf)?,
             }
         }
     })

@@ -52,10 +52,7 @@ pub async fn ensure_topic(core: &Rc<Core>, topic: &str) -> bool {
     if !core.shared.config.auto_create_topics {
         return false;
     }
-    let spec = TopicSpec {
-        partitions: core.shared.config.default_partitions,
-        configs: BTreeMap::new(),
-    };
+    let spec = TopicSpec::new(core.shared.config.default_partitions, BTreeMap::new());
     let r = writer::submit(core, Change::Create(topic.into(), spec)).await;
     r.is_ok() || matches!(r, Err(TopicError::Exists(_)))
 }

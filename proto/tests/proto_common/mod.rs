@@ -73,6 +73,7 @@ pub fn create_topics_request() -> impl Strategy<Value = CreateTopicsRequest> {
             name,
             partitions,
             configs,
+            replication_factor: partitions % 4,
         }),
         0..4,
     )
