@@ -52,7 +52,7 @@ fn cluster_id(config: &BrokerConfig) -> anyhow::Result<String> {
 
 /// This node's certificates: from `--certs-dir`, or created in
 /// `<data_dir>/certs` for a one-node cluster.
-fn node_tls(config: &BrokerConfig) -> anyhow::Result<NodeTls> {
+pub(crate) fn node_tls(config: &BrokerConfig) -> anyhow::Result<NodeTls> {
     let id = config.cluster.node_id;
     let dir = match &config.cluster.certs_dir {
         Some(d) => d.clone(),

@@ -24,6 +24,7 @@ pub mod groups;
 pub mod listener;
 pub mod metadata;
 pub mod metrics;
+pub mod replica;
 pub mod server;
 pub mod service;
 pub mod shard;

@@ -20,7 +20,7 @@ pub const STAGE_BUCKETS_US: [u64; 13] = [
     25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 250_000, 1_000_000,
 ];
 /// Produce stages timed on the owner core, per batch, in order.
-pub const PRODUCE_STAGES: [&str; 3] = ["append", "write", "sync"];
+pub const PRODUCE_STAGES: [&str; 4] = ["append", "write", "sync", "replicate"];
 /// Index of a stage in [`PRODUCE_STAGES`].
 #[derive(Debug, Clone, Copy)]
 pub enum Stage {
@@ -32,6 +32,9 @@ pub enum Stage {
     Write = 1,
     /// Written until the flush policy is met (the fdatasync, by default).
     Sync = 2,
+    /// `acks=all` to a replicated partition: durable here until durable on
+    /// every in-sync replica (the high watermark passes it).
+    Replicate = 3,
 }
 /// Number of API keys counted.
 pub const APIS: usize = ApiKey::ALL.len();
@@ -101,6 +104,10 @@ pub struct Metrics {
     pub frame_timeouts: Cell<u64>,
     /// Produce stages, per batch.
     stages: [CellHist<{ STAGE_BUCKETS_US.len() }>; PRODUCE_STAGES.len()],
+    /// Bytes of batches this core's followers fetched from leaders.
+    pub replication_in: Cell<u64>,
+    /// Bytes of batches this core sent to followers.
+    pub replication_out: Cell<u64>,
 }
 
 fn add(c: &Cell<u64>, n: u64) {
@@ -140,6 +147,29 @@ impl Metrics {
     pub fn add_out(&self, n: usize) {
         add(&self.bytes_out, n as u64);
     }
+
+    /// Adds bytes of batches fetched from leaders.
+    pub fn replication_in(&self, n: u64) {
+        add(&self.replication_in, n);
+    }
+
+    /// Adds bytes of batches sent to followers.
+    pub fn replication_out(&self, n: u64) {
+        add(&self.replication_out, n);
+    }
+}
+
+/// A replicated partition this core leads, for the metrics.
+#[derive(Debug, Clone)]
+struct LeaderStats {
+    topic: String,
+    partition: u32,
+    isr: usize,
+    replicas: usize,
+    min_isr: u32,
+    /// Per follower node: records behind the leader's log end (as of its
+    /// last fetch).
+    lag: Vec<(u64, u64)>,
 }
 
 /// A `Send` copy of one histogram: per-bucket counts (not cumulative),
@@ -190,6 +220,9 @@ pub struct Snapshot {
     partitions: Vec<(String, u32, u64, u64, u64)>,
     /// Compacted partitions' dirty ratios.
     dirty: Vec<(String, u32, f64)>,
+    replication_in: u64,
+    replication_out: u64,
+    leaders: Vec<LeaderStats>,
 }
 
 /// Takes this core's snapshot.
@@ -233,6 +266,36 @@ pub fn snapshot(core: &Core) -> Snapshot {
             .iter()
             .filter(|(_, l)| l.config().cleanup_policy.compacts())
             .map(|((t, p), l)| (t.clone(), *p, l.dirty_ratio()))
+            .collect(),
+        replication_in: m.replication_in.get(),
+        replication_out: m.replication_out.get(),
+        leaders: core
+            .replication
+            .all()
+            .iter()
+            .filter(|r| r.replicated() && r.role() == crate::replica::Role::Leader)
+            .map(|r| {
+                let st = r.state.borrow();
+                let leo = r.log.log_end_offset();
+                let me = core.shared.config.cluster.node_id;
+                LeaderStats {
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    isr: st.isr.len(),
+                    replicas: st.replicas.len(),
+                    min_isr: st.min_isr,
+                    lag: st
+                        .replicas
+                        .iter()
+                        .filter(|(n, _)| *n != me)
+                        .map(|(n, _)| {
+                            let behind = leo
+                                .saturating_sub(st.followers.get(n).map_or(0, |p| p.fetch_offset));
+                            (*n, behind)
+                        })
+                        .collect(),
+                }
+            })
             .collect(),
     }
 }
@@ -322,7 +385,19 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    let simple: [Simple; 23] = [
+    let simple: [Simple; 25] = [
+        (
+            "weir_replication_bytes_in_total",
+            "counter",
+            "Bytes of batches this core's followers fetched from leaders.",
+            |s| s.replication_in as f64,
+        ),
+        (
+            "weir_replication_bytes_out_total",
+            "counter",
+            "Bytes of batches this core sent to followers.",
+            |s| s.replication_out as f64,
+        ),
         (
             "weir_mesh_running_waits",
             "gauge",
@@ -521,6 +596,53 @@ pub fn render(snaps: &[Snapshot]) -> String {
                     o,
                     "{name}{{topic=\"{t}\",partition=\"{p}\",core=\"{}\"}} {v}",
                     s.core
+                );
+            }
+        }
+    }
+    for (name, help) in [
+        (
+            "weir_partition_isr_size",
+            "In-sync replicas of a replicated partition this core leads.",
+        ),
+        (
+            "weir_partition_under_replicated",
+            "1 if the partition's ISR is smaller than its replicas.",
+        ),
+        (
+            "weir_partition_under_min_isr",
+            "1 if the partition's ISR is smaller than min.insync.replicas (acks=all refused).",
+        ),
+    ] {
+        family(name, "gauge", help, &mut o);
+        for s in snaps {
+            for l in &s.leaders {
+                let v = match name {
+                    "weir_partition_isr_size" => l.isr as u64,
+                    "weir_partition_under_replicated" => u64::from(l.isr < l.replicas),
+                    _ => u64::from((l.isr as u32) < l.min_isr),
+                };
+                let _ = writeln!(
+                    o,
+                    "{name}{{topic=\"{}\",partition=\"{}\",core=\"{}\"}} {v}",
+                    l.topic, l.partition, s.core
+                );
+            }
+        }
+    }
+    family(
+        "weir_follower_lag_records",
+        "gauge",
+        "Records a follower is behind its leader's log end (as of its last fetch), by follower node.",
+        &mut o,
+    );
+    for s in snaps {
+        for l in &s.leaders {
+            for (node, behind) in &l.lag {
+                let _ = writeln!(
+                    o,
+                    "weir_follower_lag_records{{topic=\"{}\",partition=\"{}\",follower=\"{node}\",core=\"{}\"}} {behind}",
+                    l.topic, l.partition, s.core
                 );
             }
         }

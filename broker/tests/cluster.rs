@@ -26,6 +26,17 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// Session timeout the test nodes run with.
 const SESSION_MS: u64 = 2_000;
+/// `replica.lag.time.max.ms` of the test nodes.
+const LAG_MS: u64 = 1500;
+
+/// The tokio runtime the tests' SDK clients run on.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
 
 /// `weir cluster certs ARGS…`, which must succeed.
 fn certs_cmd(args: &[&str]) {
@@ -131,6 +142,11 @@ impl Cluster {
             "session_timeout_ms".into(),
             toml::Value::Integer(SESSION_MS as i64),
         );
+        t.insert("replication_core_port_base".into(), toml::Value::Integer(0));
+        t.insert(
+            "replica_lag_time_max_ms".into(),
+            toml::Value::Integer(LAG_MS as i64),
+        );
         let path = self.root.path().join(format!("node-{id}.toml"));
         std::fs::write(&path, toml::to_string(&t).unwrap()).unwrap();
         path
@@ -177,12 +193,18 @@ impl Cluster {
         }
     }
 
-    /// Three nodes, converged, with a 12-partition topic `topic` (RF 1)
-    /// created through node 1 and applied everywhere.
-    fn three_with_topic(topic: &str) -> Cluster {
+    /// Three nodes from the deploy configs, started together, converged.
+    fn three() -> Cluster {
         let mut c = Cluster::new(3);
         c.start_all();
         c.converged(&[1, 2, 3], Duration::from_secs(20));
+        c
+    }
+
+    /// Three nodes, converged, with a 12-partition topic `topic` (RF 1)
+    /// created through node 1 and applied everywhere.
+    fn three_with_topic(topic: &str) -> Cluster {
+        let c = Cluster::three();
         let out = c.weir(1, &["topic", "create", topic, "--partitions", "12"]);
         assert!(
             out.status.success(),
@@ -238,6 +260,31 @@ impl Cluster {
             .unwrap()
     }
 
+    /// Each partition's row of `weir topic describe topic` through node 1:
+    /// PARTITION LEADER EPOCH REPLICAS ISR CORE LOG-START LOG-END BYTES.
+    fn partition_rows(&self, topic: &str) -> Vec<Vec<String>> {
+        let via = *self.nodes.keys().next().unwrap();
+        self.weir_ok(via, &["topic", "describe", topic])
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("PARTITION"))
+            .skip(1)
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .collect()
+    }
+
+    /// Waits until every partition's ISR has `n` members.
+    fn isr_full(&self, topic: &str, n: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let rows = self.partition_rows(topic);
+            if rows.iter().all(|r| r[4].split(',').count() == n) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "ISR not full: {rows:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// [`Cluster::weir`] that must succeed: its stdout.
     fn weir_ok(&self, via: u64, args: &[&str]) -> String {
         let out = self.weir(via, args);
@@ -260,7 +307,10 @@ fn broker(config: &Path, log: &Path, cores: usize, stdout: Stdio) -> Child {
     Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["broker", "--config", config.to_str().unwrap()])
         .args(["--cores", &cores.to_string()])
-        .env("WEIR_LOG", "info,openraft=error")
+        .env(
+            "WEIR_LOG",
+            std::env::var("TEST_WEIR_LOG").unwrap_or_else(|_| "info,openraft=error".into()),
+        )
         .stdout(stdout)
         .stderr(stderr)
         .spawn()
@@ -331,9 +381,7 @@ fn partition_dirs(dir: &Path, topic: &str) -> usize {
 #[test]
 fn three_nodes_from_the_deploy_configs_form_a_cluster_and_spread_a_topic() {
     let _serial = serial();
-    let mut c = Cluster::new(3);
-    c.start_all();
-    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    let c = Cluster::three();
     let out = c.weir(2, &["topic", "create", "spread", "--partitions", "12"]);
     assert!(
         out.status.success(),
@@ -673,11 +721,7 @@ fn the_sdk_produces_and_consumes_a_spread_topic_through_one_bootstrap_address() 
     let c = Cluster::three_with_topic("sdk");
     let boot = c.nodes[&1].native;
     const PER_PARTITION: u64 = 50;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         let client = A::new(Client::connect(boot).await.unwrap());
         let producer = Producer::new(client.clone(), ProducerConfig::default());
@@ -752,9 +796,7 @@ fn the_sdk_produces_and_consumes_a_spread_topic_through_one_bootstrap_address() 
 #[test]
 fn a_voter_is_added_and_removed_with_the_cli() {
     let _serial = serial();
-    let mut c = Cluster::new(3);
-    c.start_all();
-    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    let mut c = Cluster::three();
     certs_cmd(&["--out", c.certs.to_str().unwrap(), "--add-node", "4"]);
     // Node 4 is not among the voters its config names: it waits to be added.
     let bind4 = free_udp();
@@ -913,11 +955,7 @@ fn consumer_groups_span_nodes_through_one_bootstrap_address() {
     let c = Cluster::three_with_topic("gt");
     let boot = c.nodes[&1].native;
     const TOTAL: u64 = 12 * 40;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let (group, coordinator) = rt.block_on(async {
         let client = A::new(Client::connect(boot).await.unwrap());
         let producer = Producer::new(client.clone(), ProducerConfig::default());
@@ -1028,4 +1066,146 @@ fn consumer_groups_span_nodes_through_one_bootstrap_address() {
             "{committed:?}"
         );
     });
+}
+
+/// The batches of a partition's segment files (`dir` is its directory),
+/// walked by their headers: `(log end offset, crc32c of every batch's
+/// bytes in order)`. Replicas that hold the same bytes agree on both.
+fn log_digest(dir: &Path) -> (u64, u32) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    let (mut end, mut crc) = (0u64, 0u32);
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap_or_default();
+        let mut at = 0usize;
+        while at + 12 <= bytes.len() {
+            let base = u64::from_be_bytes(bytes[at..at + 8].try_into().unwrap());
+            let len = u32::from_be_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+            if len == 0 || at + 12 + len > bytes.len() {
+                break;
+            }
+            let batch = &bytes[at..at + 12 + len];
+            let h = weir_proto::batch::BatchHeader::peek(batch).unwrap();
+            end = base + h.last_offset_delta as u64 + 1;
+            crc = crc32c::crc32c_append(crc, batch);
+            at += 12 + len;
+        }
+    }
+    (end, crc)
+}
+
+/// Waits until the replicas of `topic`'s `partitions` on every node of
+/// `nodes` hold byte-identical logs; returns each partition's log end.
+fn replicas_converge(
+    c: &Cluster,
+    topic: &str,
+    partitions: u32,
+    nodes: &[u64],
+    within: Duration,
+) -> Vec<u64> {
+    let deadline = Instant::now() + within;
+    loop {
+        let digests: Vec<Vec<(u64, u32)>> = (0..partitions)
+            .map(|p| {
+                nodes
+                    .iter()
+                    .map(|n| log_digest(&c.root.path().join(format!("node-{n}/{topic}-{p}"))))
+                    .collect()
+            })
+            .collect();
+        if digests.iter().all(|d| d.windows(2).all(|w| w[0] == w[1])) {
+            return digests.iter().map(|d| d[0].0).collect();
+        }
+        if Instant::now() >= deadline {
+            let logs: Vec<String> = nodes
+                .iter()
+                .map(|n| {
+                    let text = c.log(*n);
+                    let lines: Vec<&str> = text
+                        .lines()
+                        .filter(|l| l.contains(topic) || l.contains("replica"))
+                        .collect();
+                    format!(
+                        "node {n}:\n{}",
+                        lines[lines.len().saturating_sub(20)..].join("\n")
+                    )
+                })
+                .collect();
+            panic!("replicas differ: {digests:?}\n{}", logs.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// RF 3, acks=all through one node: every acknowledged batch is on all
+/// three nodes byte for byte; consumers read everything; the ISR is full.
+#[test]
+fn a_replicated_topic_holds_the_same_bytes_on_every_replica() {
+    use std::sync::Arc as A;
+    use weir_client::{Client, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
+
+    let _serial = serial();
+    let c = Cluster::three();
+    c.weir_ok(
+        1,
+        &[
+            "topic",
+            "create",
+            "rep",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+        ],
+    );
+    c.converged(&[1, 2, 3], Duration::from_secs(10));
+    const N: u64 = 600;
+    let rt = runtime();
+    rt.block_on(async {
+        let client = A::new(Client::connect(c.nodes[&1].native).await.unwrap());
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        let mut acks = Vec::new();
+        for i in 0..N {
+            let r = ProducerRecord::new("rep", format!("v{i}")).partition((i % 3) as u32);
+            acks.push(((i % 3) as usize, producer.send(r).await.unwrap()));
+        }
+        let mut next = [0u64; 3];
+        for (p, a) in acks {
+            let md = tokio::time::timeout(Duration::from_secs(30), a)
+                .await
+                .expect("acknowledged within 30 s")
+                .unwrap();
+            assert_eq!(md.offset, Some(next[p]));
+            next[p] += 1;
+        }
+        producer.close().await;
+        let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default());
+        consumer.assign((0..3).map(|p| ("rep".to_string(), p)).collect());
+        for p in 0..3 {
+            consumer.seek("rep", p, 0).unwrap();
+        }
+        let mut got = 0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got < N {
+            assert!(Instant::now() < deadline, "consumed {got} of {N}");
+            got += consumer
+                .poll(Duration::from_millis(500))
+                .await
+                .unwrap()
+                .len() as u64;
+        }
+    });
+    let ends = replicas_converge(&c, "rep", 3, &[1, 2, 3], Duration::from_secs(20));
+    assert_eq!(ends, [N / 3; 3]);
+    // Every follower is (back) in the ISR once caught up.
+    c.isr_full("rep", 3, Duration::from_secs(10));
 }

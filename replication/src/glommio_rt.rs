@@ -68,20 +68,42 @@ struct UdpSocket {
 }
 
 /// Waits for the socket to be writable again after a full send buffer.
-#[derive(Debug)]
+/// Every connection of an endpoint has one and they share the socket, so
+/// each waits on its own `writable()` future: async-io keeps a waker per
+/// such future, while `poll_writable` has a single slot that the pollers
+/// would keep taking from one another (measured: 75 ms per request round
+/// trip instead of 80 µs).
 struct Writable {
     socket: Arc<UdpSocket>,
+    wait: Option<Pin<Box<dyn Future<Output = io::Result<()>> + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for Writable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writable").finish_non_exhaustive()
+    }
 }
 
 impl UdpPoller for Writable {
-    fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
-        self.socket.io.poll_writable(cx)
+    fn poll_writable(mut self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
+        if self.wait.is_none() {
+            let socket = self.socket.clone();
+            self.wait = Some(Box::pin(async move { socket.io.writable().await }));
+        }
+        let r = self.wait.as_mut().expect("set above").as_mut().poll(cx);
+        if r.is_ready() {
+            self.wait = None;
+        }
+        r
     }
 }
 
 impl AsyncUdpSocket for UdpSocket {
     fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
-        Box::pin(Writable { socket: self })
+        Box::pin(Writable {
+            socket: self,
+            wait: None,
+        })
     }
 
     fn try_send(&self, transmit: &Transmit) -> io::Result<()> {

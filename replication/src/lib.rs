@@ -21,3 +21,4 @@ pub mod wire;
 
 pub use controller::{Controller, ControllerConfig, ControllerError};
 pub use meta::{ClusterState, Command, NodeInfo, Outcome};
+pub use quinn;

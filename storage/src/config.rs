@@ -120,6 +120,12 @@ pub struct LogConfig {
     pub min_compaction_lag_ms: i64,
     /// `delete.retention.ms`.
     pub delete_retention_ms: i64,
+    /// `min.insync.replicas`: with `acks=all`, fewer in-sync replicas than
+    /// this refuses the write (replication; the log itself ignores it).
+    pub min_insync_replicas: u32,
+    /// `unclean.leader.election.enable`: a replica out of the ISR may be
+    /// elected leader when no ISR member is live (losing what it missed).
+    pub unclean_leader_election: bool,
 }
 
 impl Default for LogConfig {
@@ -136,6 +142,8 @@ impl Default for LogConfig {
             cleanup_policy: CleanupPolicy::Delete,
             min_cleanable_dirty_ratio: MIN_CLEANABLE_DIRTY_RATIO_DEFAULT,
             min_compaction_lag_ms: 0,
+            min_insync_replicas: 1,
+            unclean_leader_election: false,
             delete_retention_ms: DELETE_RETENTION_MS_DEFAULT,
         }
     }
@@ -155,6 +163,8 @@ pub const KEYS: &[&str] = &[
     "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms",
     "delete.retention.ms",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
 ];
 
 impl LogConfig {
@@ -177,6 +187,14 @@ impl LogConfig {
             "cleanup.policy" => {
                 self.cleanup_policy = CleanupPolicy::parse(value)
                     .ok_or_else(|| bad("must be delete, compact or compact,delete"))?;
+                return Ok(());
+            }
+            "unclean.leader.election.enable" => {
+                self.unclean_leader_election = match value.trim() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(bad("must be true or false")),
+                };
                 return Ok(());
             }
             "min.cleanable.dirty.ratio" => {
@@ -223,6 +241,10 @@ impl LogConfig {
             }
             "min.compaction.lag.ms" => self.min_compaction_lag_ms = positive(0)?,
             "delete.retention.ms" => self.delete_retention_ms = positive(0)?,
+            "min.insync.replicas" => {
+                self.min_insync_replicas =
+                    u32::try_from(positive(1)?).map_err(|_| bad("must be at most 4294967295"))?
+            }
             _ => return Err(bad(&format!("unknown key (known: {})", KEYS.join(", ")))),
         }
         Ok(())
@@ -244,6 +266,8 @@ impl LogConfig {
             "min.cleanable.dirty.ratio" => self.min_cleanable_dirty_ratio.to_string(),
             "min.compaction.lag.ms" => self.min_compaction_lag_ms.to_string(),
             "delete.retention.ms" => self.delete_retention_ms.to_string(),
+            "min.insync.replicas" => self.min_insync_replicas.to_string(),
+            "unclean.leader.election.enable" => self.unclean_leader_election.to_string(),
             _ => return None,
         })
     }

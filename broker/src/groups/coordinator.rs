@@ -546,7 +546,7 @@ pub(crate) fn coordinator_at(
             format!("the internal topic {OFFSETS_TOPIC} does not exist"),
         )
     })?;
-    let node = match meta.core_of(p) {
+    let node = match meta.leading_core(p, core.shared.config.cluster.node_id) {
         Some(_) => core.shared.config.cluster.node_id,
         None => meta.leaders.get(p as usize).copied().unwrap_or(0),
     };

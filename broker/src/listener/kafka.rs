@@ -449,6 +449,7 @@ pub fn broker_error_code(e: &BrokerError) -> i16 {
         BrokerError::Policy(_) => code::POLICY_VIOLATION,
         BrokerError::InvalidRequest(_) => code::INVALID_REQUEST,
         BrokerError::TimedOut(_) => code::REQUEST_TIMED_OUT,
+        BrokerError::NotEnoughReplicas { .. } => code::NOT_ENOUGH_REPLICAS,
         _ => code::NOT_ENOUGH_REPLICAS,
     }
 }

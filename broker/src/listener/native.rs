@@ -76,6 +76,7 @@ pub fn error_code(e: &BrokerError) -> ErrorCode {
         BrokerError::Policy(_) => ErrorCode::PolicyViolation,
         BrokerError::InvalidRequest(_) => ErrorCode::InvalidRequest,
         BrokerError::TimedOut(_) => ErrorCode::RequestTimedOut,
+        BrokerError::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
         _ => ErrorCode::StorageError,
     }
 }

@@ -290,6 +290,21 @@ pub struct TopicMeta {
     /// cluster metadata; empty in views not built from it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leaders: Vec<u64>,
+    /// Each partition's replicas, leader epoch and ISR, from the cluster
+    /// metadata; empty in views not built from it.
+    #[serde(skip)]
+    pub placement: Vec<Placement>,
+}
+
+/// One partition's replication as the cluster metadata has it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Placement {
+    /// Replicas: (node, core), the preferred leader first.
+    pub replicas: Vec<(u64, u32)>,
+    /// Leader epoch.
+    pub leader_epoch: u32,
+    /// In-sync replicas.
+    pub isr: Vec<u64>,
 }
 
 impl TopicMeta {
@@ -298,7 +313,17 @@ impl TopicMeta {
         self.cores.len() as u32
     }
 
-    /// The core owning `partition` on this node, if it exists here.
+    /// The core holding this node's replica of `partition` if node `me`
+    /// leads it (or the view names no leaders: a view not built from the
+    /// cluster metadata).
+    pub fn leading_core(&self, partition: u32, me: u64) -> Option<usize> {
+        let leader = self.leaders.get(partition as usize).copied();
+        self.core_of(partition)
+            .filter(|_| leader.is_none_or(|l| l == me))
+    }
+
+    /// The core holding this node's replica of `partition` (leader or
+    /// follower), if it has one.
     pub fn core_of(&self, partition: u32) -> Option<usize> {
         self.cores
             .get(partition as usize)
@@ -327,6 +352,15 @@ pub fn view_for(state: &weir_replication::ClusterState, node: u64, cores: usize)
                 })
                 .collect();
             let leaders = t.partitions.iter().map(|p| p.leader.unwrap_or(0)).collect();
+            let placement = t
+                .partitions
+                .iter()
+                .map(|p| Placement {
+                    replicas: p.replicas.iter().map(|r| (r.node, r.core)).collect(),
+                    leader_epoch: p.leader_epoch,
+                    isr: p.isr.clone(),
+                })
+                .collect();
             (
                 name.clone(),
                 TopicMeta {
@@ -334,6 +368,7 @@ pub fn view_for(state: &weir_replication::ClusterState, node: u64, cores: usize)
                     cores: placed,
                     configs: t.configs.clone(),
                     leaders,
+                    placement,
                 },
             )
         })
@@ -439,6 +474,7 @@ impl MetadataView {
                     cores: placed,
                     configs: t.configs,
                     leaders: Vec::new(),
+                    placement: Vec::new(),
                 },
             );
         }
@@ -506,6 +542,7 @@ impl MetadataView {
                 cores: placed,
                 configs: spec.configs,
                 leaders: Vec::new(),
+                placement: Vec::new(),
             },
         );
         Ok(())

@@ -172,6 +172,16 @@ pub struct BrokerArgs {
     /// partitions' leadership moves), ms [default: 6000].
     #[arg(long, env = "WEIR_SESSION_TIMEOUT_MS")]
     pub session_timeout_ms: Option<u64>,
+    /// First port of the cores' replication (QUIC, udp) endpoints: core N
+    /// listens on BASE + N at the replication address's IP [default: the
+    /// replication port + 1; 0: free ports].
+    #[arg(long, env = "WEIR_REPLICATION_CORE_PORT_BASE")]
+    pub replication_core_port_base: Option<u16>,
+    /// A follower that has not caught up with its leader's log end for
+    /// this long leaves the ISR (Kafka's `replica.lag.time.max.ms`), ms
+    /// [default: 30000].
+    #[arg(long, env = "WEIR_REPLICA_LAG_TIME_MAX_MS")]
+    pub replica_lag_time_max_ms: Option<u64>,
     /// Test only: the core owning a partition of this topic panics when a
     /// batch is produced to it (to test crash-only behaviour).
     #[arg(long, hide = true)]
@@ -213,12 +223,16 @@ struct FileConfig {
     certs_dir: Option<PathBuf>,
     rack: Option<String>,
     session_timeout_ms: Option<u64>,
+    replica_lag_time_max_ms: Option<u64>,
+    replication_core_port_base: Option<u16>,
 }
 
 /// Default node-to-node (QUIC) port.
 pub const REPLICATION_PORT_DEFAULT: u16 = 9293;
 /// Default session timeout, ms (a node silent this long is fenced).
 pub const SESSION_TIMEOUT_MS_DEFAULT: u64 = 6000;
+/// Default `replica.lag.time.max.ms`.
+pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: u64 = 30_000;
 
 /// A node's place in the cluster.
 #[derive(Debug, Clone)]
@@ -242,6 +256,11 @@ pub struct ClusterConfig {
     pub rack: String,
     /// Session timeout, ms.
     pub session_timeout_ms: u64,
+    /// `replica.lag.time.max.ms`.
+    pub replica_lag_time_max_ms: u64,
+    /// First per-core replication port (`None`: replication port + 1;
+    /// `Some(0)`: free ports).
+    pub replication_core_port_base: Option<u16>,
 }
 
 impl ClusterConfig {
@@ -257,6 +276,8 @@ impl ClusterConfig {
             certs_dir: None,
             rack: String::new(),
             session_timeout_ms: SESSION_TIMEOUT_MS_DEFAULT,
+            replica_lag_time_max_ms: REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            replication_core_port_base: None,
         }
     }
 }
@@ -584,6 +605,14 @@ impl BrokerConfig {
                 .or(file.session_timeout_ms)
                 .unwrap_or(SESSION_TIMEOUT_MS_DEFAULT)
                 .max(100),
+            replica_lag_time_max_ms: args
+                .replica_lag_time_max_ms
+                .or(file.replica_lag_time_max_ms)
+                .unwrap_or(REPLICA_LAG_TIME_MAX_MS_DEFAULT)
+                .max(100),
+            replication_core_port_base: args
+                .replication_core_port_base
+                .or(file.replication_core_port_base),
         };
         if !config.cluster.voters.is_empty() {
             if config.cluster.cluster_id.is_none() {

@@ -136,7 +136,10 @@ pub fn run_with(
     ));
     let kafka_listen = kafka.as_ref().map(|(_, a)| *a);
     let n = config.cores;
+    let node_tls = crate::cluster::node_tls(&config)?;
     let shared = Arc::new(Shared {
+        node_tls,
+        replication_core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
         kafka_listen,
         config: BrokerConfig { listen, ..config },
         core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
@@ -243,6 +246,11 @@ pub fn run_with(
             .map(|p| p.load(Ordering::Acquire))
             .collect();
     }
+    node.replication_core_ports = shared
+        .replication_core_ports
+        .iter()
+        .map(|p| p.load(Ordering::Acquire))
+        .collect();
     controller.update_node(node);
     let mut result = Ok(());
     for (c, h) in handles.into_iter().enumerate() {
@@ -314,6 +322,24 @@ async fn core_main(
         glommio::spawn_local(crate::listener::http::serve_http(core.clone(), l)).detach();
     }
     glommio::spawn_local(retention_loop(core.clone())).detach();
+    {
+        // This core's replication endpoint: the replication address's IP,
+        // its port + 1 + core (free ports when that port is 0, or with
+        // --replication-core-port-base 0).
+        let r = shared.config.cluster.replication_listen;
+        let port = match shared.config.cluster.replication_core_port_base {
+            Some(0) => 0,
+            Some(base) => base.saturating_add(c as u16),
+            None if r.port() == 0 => 0,
+            None => r.port().saturating_add(1 + c as u16),
+        };
+        let addr = SocketAddr::new(r.ip(), port);
+        let bound = crate::replica::serve::start(&core, addr).with_context(|| {
+            format!("core {c} cannot listen for replication (QUIC) on {addr} (--replication-core-port-base)")
+        })?;
+        shared.replication_core_ports[c].store(bound, Ordering::Release);
+        glommio::spawn_local(crate::replica::isr_loop(core.clone())).detach();
+    }
     {
         let shared = shared.clone();
         core.storage

@@ -169,7 +169,7 @@ pub async fn describe(
         for p in 0..meta.partitions() {
             let placed = placed.and_then(|t| t.partitions.get(p as usize));
             let leader = placed.and_then(|s| s.leader).unwrap_or(0);
-            let here = meta.core_of(p);
+            let here = meta.leading_core(p, core.shared.config.cluster.node_id);
             partitions.push(PartitionInfo {
                 partition: p,
                 core: here.unwrap_or_else(|| {
@@ -382,7 +382,7 @@ impl ClusterEndpoints {
     /// `topic` (`meta` is this node's view of it); `None` without a live
     /// leader, or one whose endpoints are unknown.
     pub fn leader(&self, topic: &str, meta: &TopicMeta, p: u32) -> Option<u32> {
-        match meta.core_of(p) {
+        match meta.leading_core(p, self.me) {
             Some(c) => self.local(c as u32),
             None => {
                 let leader = meta.leaders.get(p as usize).copied().unwrap_or(0);

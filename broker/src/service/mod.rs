@@ -130,6 +130,22 @@ pub enum BrokerError {
     /// Not done within the request's timeout.
     #[error("{0}")]
     TimedOut(String),
+    /// `acks=all` to a partition with fewer in-sync replicas than its
+    /// `min.insync.replicas`: nothing was appended.
+    #[error(
+        "{topic}-{partition} has {isr} in-sync replica(s), fewer than min.insync.replicas={min}: \
+         nothing appended"
+    )]
+    NotEnoughReplicas {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// In-sync replicas now.
+        isr: usize,
+        /// The topic's `min.insync.replicas`.
+        min: u32,
+    },
     /// The core owning the partition (or the metadata writer) did not
     /// answer: it is overloaded, or stopping.
     #[error("core {core} did not answer: {reason}")]

@@ -146,13 +146,11 @@ async fn append_partition(
         let batch = data.slice(at..at + h.total_len());
         at += h.total_len();
         if owner == core.id {
-            let (log, info) = partition::append_local(core, topic, partition, batch).await?;
-            waits.push(Box::pin(partition::ack_local(
-                core.clone(),
-                log,
-                info,
-                acks,
-            )));
+            let (log, info) = partition::append_local(core, topic, partition, batch, acks).await?;
+            let (core, topic) = (core.clone(), topic.to_string());
+            waits.push(Box::pin(async move {
+                partition::ack_local(core, (&topic, partition), log, info, acks).await
+            }));
             continue;
         }
         // Two answers: appended (so the next batch and the connection's

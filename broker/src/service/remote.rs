@@ -21,13 +21,12 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             acks,
             appended,
             reply,
-        } => match append_local(core, &topic, partition, batch).await {
+        } => match append_local(core, &topic, partition, batch, acks).await {
             Err(e) => appended.send(core, Err(e)).await,
             Ok((log, info)) => {
                 appended.send(core, Ok(())).await;
-                reply
-                    .send(core, ack_local(core.clone(), log, info, acks).await)
-                    .await;
+                let acked = ack_local(core.clone(), (&topic, partition), log, info, acks).await;
+                reply.send(core, acked).await;
             }
         },
         CoreMsg::InitProducerId { reply } => {

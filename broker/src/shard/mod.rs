@@ -50,6 +50,10 @@ pub struct Shared {
     pub peer_of_core: Vec<std::sync::atomic::AtomicUsize>,
     /// This node's controller (its member of the metadata quorum).
     pub controller: Arc<weir_replication::Controller>,
+    /// This node's certificates (the cores' replication endpoints).
+    pub node_tls: weir_replication::tls::NodeTls,
+    /// Each core's replication (QUIC) port (0 until bound).
+    pub replication_core_ports: Vec<AtomicU16>,
 }
 
 impl Shared {
@@ -98,6 +102,8 @@ pub struct Core {
     pub groups: crate::groups::coordinator::Groups,
     /// The metadata writer's queue (core 0 only).
     pub(crate) metadata_writer: RefCell<Option<crate::metadata::writer::Writer>>,
+    /// The replicas this core holds: roles, followers, fetchers.
+    pub replication: crate::replica::Replication,
 }
 
 impl Core {
@@ -136,6 +142,7 @@ impl Core {
             producer_ids_reserving: glommio::sync::Semaphore::new(1),
             groups: Default::default(),
             metadata_writer: RefCell::new(None),
+            replication: Default::default(),
         });
         mesh::set_current(&core);
         core.apply_metadata(view, Vec::new()).await?;
@@ -157,9 +164,9 @@ impl Core {
         self.metadata.borrow().owner(topic, partition)
     }
 
-    /// The core owning a partition on this node; `NotLeader` for a
-    /// partition of another node, `UnknownPartition` for one that does
-    /// not exist.
+    /// The core leading a partition on this node; `NotLeader` for a
+    /// partition another node leads (this node may hold a follower
+    /// replica of it), `UnknownPartition` for one that does not exist.
     pub fn locate(
         &self,
         topic: &str,
@@ -169,7 +176,7 @@ impl Core {
         let Some(t) = view.get(topic).filter(|t| partition < t.partitions()) else {
             return Err(crate::service::BrokerError::unknown(topic, partition));
         };
-        t.core_of(partition)
+        t.leading_core(partition, self.shared.config.cluster.node_id)
             .ok_or_else(|| crate::service::BrokerError::NotLeader {
                 topic: topic.to_string(),
                 partition,
@@ -226,6 +233,7 @@ impl Core {
             }
         }
         *self.metadata.borrow_mut() = view;
+        crate::replica::reconcile(self);
         Ok(())
     }
 

@@ -39,11 +39,13 @@ pub async fn append_local(
     topic: &str,
     partition: u32,
     batch: Bytes,
+    acks: i8,
 ) -> Result<(PartitionLog, AppendInfo), BrokerError> {
     if core.shared.config.test_panic_on_produce_to.as_deref() == Some(topic) {
         panic!("test-only trigger: produce to `{topic}` (--test-panic-on-produce-to)");
     }
     let log = core.owned_log(topic, partition)?;
+    core.replication.check_append(topic, partition, acks)?;
     let started = Instant::now();
     let info = log
         .append(BytesMut::from(&batch[..]))
@@ -61,6 +63,7 @@ pub async fn append_local(
 /// core's produce stages (`weir_produce_stage_seconds`).
 pub async fn ack_local(
     core: Rc<Core>,
+    (topic, partition): (&str, u32),
     log: PartitionLog,
     info: AppendInfo,
     acks: i8,
@@ -83,6 +86,12 @@ pub async fn ack_local(
                 core.metrics.stage(Stage::Write, written - appended);
                 core.metrics.stage(Stage::Sync, written.elapsed());
             }
+            // Replicated: on disk on every in-sync replica.
+            if let Some(r) = core.replication.consumer_limit(topic, partition) {
+                let synced = Instant::now();
+                r.wait_hw(info.last_offset + 1).await?;
+                core.metrics.stage(Stage::Replicate, synced.elapsed());
+            }
         }
     }
     Ok(ProduceOk {
@@ -101,19 +110,37 @@ pub async fn fetch_local(
     wait_ms: u32,
 ) -> Result<FetchOk, BrokerError> {
     let log = core.owned_log(topic, partition)?;
+    // A replicated partition is read up to its high watermark (on disk on
+    // every in-sync replica), only where this node leads it; another is
+    // read up to what is written.
+    let replica = core.replication.get(topic, partition);
+    if let Some(r) = &replica {
+        r.check_leader()?;
+    }
+    let limit = replica.filter(|r| r.replicated());
+    let visible = || {
+        limit
+            .as_ref()
+            .map_or(log.high_watermark(), |r| r.high_watermark())
+    };
     if max_bytes == 0 {
         // Only the watermarks: the fetch's byte budget is spent.
         return Ok(FetchOk {
             batches: Vec::new(),
-            high_watermark: log.high_watermark(),
+            high_watermark: visible(),
             log_start_offset: log.log_start_offset(),
         });
     }
-    if wait_ms > 0 && offset == log.high_watermark() {
-        // Long poll: wake when a batch at `offset` is written, or time out.
+    if wait_ms > 0 && offset == visible() {
+        // Long poll: wake when a batch at `offset` is visible, or time out.
         let wait = std::time::Duration::from_millis(wait_ms as u64);
         let _ = futures_lite::future::or(
-            async { log.wait_written(offset + 1).await.is_ok() },
+            async {
+                match &limit {
+                    Some(r) => r.wait_hw(offset + 1).await.is_ok(),
+                    None => log.wait_written(offset + 1).await.is_ok(),
+                }
+            },
             async {
                 glommio::timer::sleep(wait).await;
                 false
@@ -121,13 +148,25 @@ pub async fn fetch_local(
         )
         .await;
     }
-    let r = log
+    let hw = visible();
+    let mut r = log
         .read(offset, max_bytes)
         .await
         .map_err(BrokerError::from)?;
+    if limit.is_some() {
+        // The high watermark falls between batches (followers report
+        // whole batches): keep those below it.
+        r.batches.retain(|b| {
+            weir_proto::batch::BatchHeader::peek(b).is_ok_and(|h| (h.base_offset as u64) < hw)
+        });
+    }
     Ok(FetchOk {
         batches: r.batches,
-        high_watermark: r.high_watermark,
+        high_watermark: if limit.is_some() {
+            hw
+        } else {
+            r.high_watermark
+        },
         log_start_offset: r.log_start_offset,
     })
 }
@@ -147,9 +186,13 @@ pub async fn offsets_local(
             .map_err(BrokerError::from)?,
         None => None,
     };
+    let high_watermark = match core.replication.consumer_limit(topic, partition) {
+        Some(r) => r.high_watermark(),
+        None => log.high_watermark(),
+    };
     Ok(OffsetsOk {
         log_start_offset: log.log_start_offset(),
-        high_watermark: log.high_watermark(),
+        high_watermark,
         size_bytes: log.size_bytes(),
         for_timestamp,
     })

@@ -1,0 +1,220 @@
+//! The follower's side: one fetcher per leader core this core follows
+//! partitions of. It fetches them together, appends what comes byte for
+//! byte, truncates a divergent tail when the leader says so, and reports
+//! in each fetch what it has fdatasync'd. A fetch long-polls at the leader
+//! only when everything fetched so far is durable here; otherwise it asks
+//! without waiting, or waits for its own fdatasync first, so the leader
+//! learns of each durable batch at once (that is what moves the high
+//! watermark and answers `acks=all`).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use weir_proto::batch::BatchHeader;
+use weir_proto::error_code::ErrorCode;
+use weir_replication::data::{DataLink, FetchPart, ReplicaFetch};
+use weir_storage::StorageError;
+
+use super::{Replica, Role};
+use crate::shard::Core;
+
+/// Longest a follower's fetch waits at the leader for new batches.
+const FETCH_WAIT_MS: u32 = 500;
+/// Most bytes of batches one fetch asks for.
+const FETCH_MAX_BYTES: u32 = 8 << 20;
+/// Wait before trying again after a failed connection or an error answer.
+const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Starts the fetcher for the leader core `target` unless it runs.
+pub fn ensure(core: &Rc<Core>, target: (u64, u32)) {
+    if core
+        .replication
+        .fetchers
+        .borrow_mut()
+        .insert(target, ())
+        .is_some()
+    {
+        return;
+    }
+    glommio::spawn_local(run(core.clone(), target)).detach();
+}
+
+/// Where node `node`'s core `core` listens for replication, if known.
+async fn leader_addr(core: &Core, node: u64, c: u32) -> Option<SocketAddr> {
+    let state = core.shared.controller.state();
+    let info = &state.nodes.get(&node)?.info;
+    let port = *info.replication_core_ports.get(c as usize)?;
+    let (host, _) = info.replication.rsplit_once(':')?;
+    let host = host.trim_matches(['[', ']']).to_string();
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Some(SocketAddr::new(ip, port));
+    }
+    // A host name: resolved off the core.
+    glommio::executor()
+        .spawn_blocking(move || {
+            use std::net::ToSocketAddrs;
+            (host.as_str(), port).to_socket_addrs().ok()?.next()
+        })
+        .await
+}
+
+async fn run(core: Rc<Core>, target: (u64, u32)) {
+    let (leader, leader_core) = target;
+    let me = core.shared.config.cluster.node_id;
+    let mut link: Option<DataLink> = None;
+    loop {
+        let parts = core.replication.following(target);
+        if parts.is_empty() || core.shared.stopping() {
+            core.replication.fetchers.borrow_mut().remove(&target);
+            return;
+        }
+        let l = match &link {
+            Some(l) if !l.is_closed() => l.clone(),
+            _ => {
+                let endpoint = core.replication.endpoint.borrow().clone();
+                let addr = leader_addr(&core, leader, leader_core).await;
+                let (Some(endpoint), Some(addr)) = (endpoint, addr) else {
+                    glommio::timer::sleep(RETRY_BACKOFF).await;
+                    continue;
+                };
+                let cluster_id = core.shared.controller.state().cluster_id.clone();
+                match DataLink::connect(&endpoint, leader, addr, &cluster_id, me).await {
+                    Ok(l) => {
+                        link = Some(l.clone());
+                        l
+                    }
+                    Err(e) => {
+                        tracing::debug!(leader, core = leader_core, error = %format!("{e:#}"), "cannot reach the leader");
+                        glommio::timer::sleep(RETRY_BACKOFF).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        let all_durable = parts
+            .iter()
+            .all(|r| r.log.durable_offset() >= r.log.log_end_offset());
+        let req = ReplicaFetch {
+            replica: me,
+            max_wait_ms: if all_durable { FETCH_WAIT_MS } else { 0 },
+            max_bytes: FETCH_MAX_BYTES,
+            partitions: parts
+                .iter()
+                .map(|r| FetchPart {
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    leader_epoch: r.state.borrow().epoch,
+                    fetch_offset: r.log.log_end_offset(),
+                    last_fetched_epoch: r.log.latest_epoch().map(|(e, _)| e),
+                    durable_offset: r.log.durable_offset(),
+                })
+                .collect(),
+        };
+        // A leader that died without closing the connection: give up after
+        // the long poll plus QUIC's own patience.
+        let limit = Duration::from_millis(u64::from(req.max_wait_ms)) + Duration::from_secs(5);
+        let answer = futures_lite::future::or(async { Some(l.fetch(&req).await) }, async {
+            glommio::timer::sleep(limit).await;
+            None
+        })
+        .await;
+        let answers = match answer {
+            Some(Ok(a)) => a,
+            Some(Err(e)) => {
+                tracing::debug!(leader, core = leader_core, error = %format!("{e:#}"), "fetch failed");
+                link = None;
+                glommio::timer::sleep(RETRY_BACKOFF).await;
+                continue;
+            }
+            None => {
+                link = None;
+                continue;
+            }
+        };
+        let mut got = 0u64;
+        let mut errors = 0usize;
+        for (r, (part, bytes)) in parts.iter().zip(answers) {
+            if r.role()
+                != (Role::Follower {
+                    node: leader,
+                    core: leader_core,
+                })
+            {
+                continue;
+            }
+            if part.error != 0 {
+                errors += 1;
+                tracing::debug!(partition = %format!("{}-{}", r.topic, r.partition),
+                    code = %ErrorCode::from_u16(part.error), message = ?part.message, "fetch refused");
+                continue;
+            }
+            if let Some((epoch, end)) = part.diverging {
+                truncate_divergent(r, epoch, end).await;
+                continue;
+            }
+            got += bytes.len() as u64;
+            if let Err(e) = append_all(r, bytes).await {
+                errors += 1;
+                tracing::warn!(partition = %format!("{}-{}", r.topic, r.partition), error = %e, "replicated batch not appended");
+            }
+            let mut st = r.state.borrow_mut();
+            st.hw = part.high_watermark.min(r.log.log_end_offset());
+        }
+        core.metrics.replication_in(got);
+        if errors == parts.len() {
+            glommio::timer::sleep(RETRY_BACKOFF).await;
+        } else if got == 0 && !all_durable {
+            // Nothing new: let the leader know as soon as what is here is
+            // durable.
+            for r in &parts {
+                let _ = r.log.wait_durable(r.log.log_end_offset()).await;
+            }
+        }
+    }
+}
+
+/// Appends the batches of one partition's answer (whole batches, as the
+/// leader sent them). A batch this log already holds is skipped.
+async fn append_all(r: &Replica, bytes: Bytes) -> Result<(), StorageError> {
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let h = BatchHeader::parse_framed(&bytes[at..]).map_err(|source| {
+            StorageError::InvalidBatch {
+                partition: format!("{}-{}", r.topic, r.partition),
+                source,
+            }
+        })?;
+        let len = h.total_len();
+        let batch = &bytes[at..at + len];
+        at += len;
+        if (h.last_offset() as u64) < r.log.log_end_offset() {
+            continue;
+        }
+        r.log.append_replica(BytesMut::from(batch)).await?;
+    }
+    Ok(())
+}
+
+/// The leader says this log diverges: its epoch at or below the
+/// follower's last one is `epoch`, ending at `end`. Cuts the log where
+/// both agree: the smaller of `end` and where this log's own epochs up to
+/// `epoch` end.
+async fn truncate_divergent(r: &Replica, epoch: u32, end: u64) {
+    let mine = match r.log.end_offset_for_epoch(epoch) {
+        Some((_, e)) => e,
+        // Every epoch here is newer: keep what precedes the first.
+        None => r.log.leader_epochs().first().map_or(0, |&(_, s)| s),
+    };
+    let cut = end.min(mine).max(r.log.log_start_offset());
+    let name = format!("{}-{}", r.topic, r.partition);
+    match r.log.truncate_to(cut).await {
+        Ok(new_end) => {
+            tracing::warn!(partition = %name, epoch, leader_end = end, new_end, "truncated a divergent tail (written under an earlier leader, never acknowledged)")
+        }
+        Err(e) => {
+            tracing::error!(partition = %name, error = %e, "truncating a divergent tail failed")
+        }
+    }
+}

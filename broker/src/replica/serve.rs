@@ -1,0 +1,281 @@
+//! The leader's side: each core's QUIC endpoint accepts follower
+//! connections and answers their fetches for the partitions this core
+//! leads.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use weir_proto::error_code::ErrorCode;
+use weir_replication::data::{
+    accept_hello, write_frame_with_payload, DataRequest, DataResponse, FetchPart, FetchedPart,
+    ReplicaFetch,
+};
+use weir_replication::wire::{decode, encode, read_frame};
+
+use super::{note_progress, propose_isr, Role};
+use crate::shard::Core;
+
+/// Longest a follower's fetch may wait at the leader.
+const FETCH_WAIT_MAX: Duration = Duration::from_secs(5);
+
+/// Binds this core's replication endpoint; returns its port.
+pub fn start(core: &Rc<Core>, addr: SocketAddr) -> anyhow::Result<u16> {
+    let endpoint = weir_replication::data::core_endpoint(&core.shared.node_tls, addr)?;
+    let port = endpoint.local_addr()?.port();
+    *core.replication.endpoint.borrow_mut() = Some(endpoint.clone());
+    glommio::spawn_local(accept_loop(core.clone(), endpoint)).detach();
+    Ok(port)
+}
+
+async fn accept_loop(core: Rc<Core>, endpoint: weir_replication::quinn::Endpoint) {
+    while let Some(incoming) = endpoint.accept().await {
+        let core = core.clone();
+        glommio::spawn_local(async move {
+            let remote = incoming.remote_address();
+            let conn = match incoming.await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(%remote, error = %e, "refused a replication connection (TLS handshake failed: certificate not from this cluster's CA?)");
+                    return;
+                }
+            };
+            let cluster_id = core.shared.controller.state().cluster_id.clone();
+            let peer = match accept_hello(&conn, &cluster_id).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(%remote, error = %e, "refused a replication connection");
+                    return;
+                }
+            };
+            while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                let core = core.clone();
+                glommio::spawn_local(async move {
+                    let (answer, payload) = match read_frame(&mut recv).await {
+                        Ok(body) => match decode::<DataRequest>(&body) {
+                            Ok(DataRequest::Fetch(f)) if f.replica == peer => {
+                                let (parts, payload) = fetch(&core, f).await;
+                                (DataResponse::Fetched(parts), payload)
+                            }
+                            Ok(DataRequest::Fetch(f)) => (
+                                DataResponse::Refused(format!(
+                                    "node {peer} fetches as node {}",
+                                    f.replica
+                                )),
+                                Vec::new(),
+                            ),
+                            Ok(DataRequest::Hello { .. }) => {
+                                (DataResponse::Refused("hello twice".into()), Vec::new())
+                            }
+                            Err(e) => (DataResponse::Refused(e), Vec::new()),
+                        },
+                        Err(_) => return,
+                    };
+                    let sent = payload.iter().map(|b| b.len() as u64).sum::<u64>();
+                    if write_frame_with_payload(&mut send, &encode(&answer), &payload)
+                        .await
+                        .is_ok()
+                    {
+                        core.metrics.replication_out(sent);
+                    }
+                })
+                .detach();
+            }
+        })
+        .detach();
+    }
+}
+
+/// Answers a follower's fetch: per partition, a divergence, an error, or
+/// the batches from its fetch offset (all partitions together at most
+/// `max_bytes`, at least one batch); waits up to `max_wait_ms` for a new
+/// batch when there is none.
+pub async fn fetch(core: &Rc<Core>, req: ReplicaFetch) -> (Vec<FetchedPart>, Vec<Bytes>) {
+    let (mut parts, mut payload) = fetch_once(core, &req).await;
+    let idle = parts
+        .iter()
+        .all(|p| p.error == 0 && p.diverging.is_none() && p.payload_len == 0);
+    if idle && req.max_wait_ms > 0 {
+        let wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(FETCH_WAIT_MAX);
+        wait_any_written(core, &req.partitions, wait).await;
+        (parts, payload) = fetch_once(core, &req).await;
+    }
+    (parts, payload)
+}
+
+/// Waits until a batch past any partition's fetch offset is written, or
+/// `wait` passes.
+async fn wait_any_written(core: &Rc<Core>, parts: &[FetchPart], wait: Duration) {
+    let (tx, rx) = futures_channel::oneshot::channel::<()>();
+    let tx = Rc::new(RefCell::new(Some(tx)));
+    let tasks: Vec<glommio::Task<()>> = parts
+        .iter()
+        .filter_map(|p| {
+            let log = core.log(&p.topic, p.partition)?;
+            let (tx, at) = (tx.clone(), p.fetch_offset);
+            Some(glommio::spawn_local(async move {
+                if log.wait_written(at + 1).await.is_ok() {
+                    if let Some(tx) = tx.borrow_mut().take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }))
+        })
+        .collect();
+    futures_lite::future::or(
+        async {
+            let _ = rx.await;
+        },
+        glommio::timer::sleep(wait),
+    )
+    .await;
+    // Dropping the tasks cancels the waits still pending.
+    drop(tasks);
+}
+
+async fn fetch_once(core: &Rc<Core>, req: &ReplicaFetch) -> (Vec<FetchedPart>, Vec<Bytes>) {
+    let me = core.shared.config.cluster.node_id;
+    let mut budget = u64::from(req.max_bytes.max(1));
+    let mut parts = Vec::with_capacity(req.partitions.len());
+    let mut payload = Vec::new();
+    for fp in &req.partitions {
+        let (part, batches) = fetch_part(core, me, req.replica, fp, &mut budget).await;
+        parts.push(part);
+        payload.extend(batches);
+    }
+    (parts, payload)
+}
+
+fn refused(code: ErrorCode, message: String) -> (FetchedPart, Vec<Bytes>) {
+    (
+        FetchedPart {
+            error: code.as_u16(),
+            message: Some(message),
+            ..FetchedPart::default()
+        },
+        Vec::new(),
+    )
+}
+
+async fn fetch_part(
+    core: &Rc<Core>,
+    me: u64,
+    replica: u64,
+    fp: &FetchPart,
+    budget: &mut u64,
+) -> (FetchedPart, Vec<Bytes>) {
+    let name = format!("{}-{}", fp.topic, fp.partition);
+    let Some(r) = core.replication.get(&fp.topic, fp.partition) else {
+        return refused(
+            ErrorCode::NotLeader,
+            format!("{name} has no replica on this core"),
+        );
+    };
+    let log = &r.log;
+    let (epoch, leo) = {
+        let st = r.state.borrow();
+        if st.role != Role::Leader || st.epoch != fp.leader_epoch {
+            return refused(
+                ErrorCode::NotLeader,
+                format!(
+                    "{name}: this node {} at epoch {}, the follower asked at epoch {}",
+                    if st.role == Role::Leader {
+                        "leads"
+                    } else {
+                        "does not lead"
+                    },
+                    st.epoch,
+                    fp.leader_epoch
+                ),
+            );
+        }
+        if !st.replicas.iter().any(|(n, _)| *n == replica) {
+            return refused(
+                ErrorCode::InvalidRequest,
+                format!("node {replica} holds no replica of {name}"),
+            );
+        }
+        (st.epoch, log.log_end_offset())
+    };
+    let answer = |diverging: Option<(u32, u64)>, payload_len: u32| FetchedPart {
+        error: 0,
+        message: None,
+        leader_epoch: epoch,
+        high_watermark: r.high_watermark(),
+        log_start_offset: log.log_start_offset(),
+        log_end_offset: log.log_end_offset(),
+        diverging,
+        payload_len,
+    };
+    // Does the follower's log still match this one? Its last epoch must
+    // end here no earlier than its log end.
+    let diverging = match fp.last_fetched_epoch {
+        Some(e) => match log.end_offset_for_epoch(e) {
+            Some((found, end)) if found == e && end >= fp.fetch_offset => None,
+            Some((found, end)) => Some((found, end)),
+            None => match log.leader_epochs().first() {
+                // The follower's epochs all predate this log's: keep what
+                // precedes this log's first epoch.
+                Some(&(first, start)) => Some((first, start)),
+                None => (fp.fetch_offset > leo).then_some((epoch, leo)),
+            },
+        },
+        None => (fp.fetch_offset > leo).then_some((epoch, leo)),
+    };
+    if diverging.is_some() {
+        return (answer(diverging, 0), Vec::new());
+    }
+    // Progress, the high watermark, and a return to the ISR.
+    let now = Instant::now();
+    let join = {
+        let mut st = r.state.borrow_mut();
+        note_progress(
+            &mut st,
+            replica,
+            fp.fetch_offset,
+            fp.durable_offset,
+            leo,
+            now,
+        );
+        let epoch_start = log.latest_epoch().map_or(0, |(_, s)| s);
+        let back = !st.isr.contains(&replica)
+            && !st.isr_pending
+            && fp.fetch_offset >= st.hw.max(epoch_start)
+            && fp.durable_offset >= st.hw;
+        back.then(|| {
+            let mut isr = st.isr.clone();
+            isr.push(replica);
+            isr.sort_unstable();
+            isr
+        })
+    };
+    r.recompute_hw(me);
+    if let Some(isr) = join {
+        tracing::info!(partition = %name, node = replica, "a follower caught up: back into the ISR");
+        propose_isr(core, &r, epoch, isr);
+    }
+    if fp.fetch_offset < log.log_start_offset() {
+        return refused(
+            ErrorCode::OffsetOutOfRange,
+            format!(
+                "{name}: offset {} is below the leader's log start {}",
+                fp.fetch_offset,
+                log.log_start_offset()
+            ),
+        );
+    }
+    if fp.fetch_offset >= leo || *budget == 0 {
+        return (answer(None, 0), Vec::new());
+    }
+    match log.read(fp.fetch_offset, *budget).await {
+        Ok(read) => {
+            // The batches as the cache or the disk hold them (no copy).
+            let len: u64 = read.batches.iter().map(|b| b.len() as u64).sum();
+            *budget = budget.saturating_sub(len);
+            (answer(None, len as u32), read.batches)
+        }
+        Err(e) => refused(ErrorCode::StorageError, format!("{name}: {e}")),
+    }
+}
