@@ -52,11 +52,29 @@ fn certs_cmd(args: &[&str]) {
     );
 }
 
+/// Cores of each test node.
+const CORES: u16 = 2;
+
+/// A loopback UDP address whose port and the `CORES` ports after it are
+/// free now: a node's replication port, and its cores' (port + 1 + core).
 fn free_udp() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    loop {
+        let first = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = first.local_addr().unwrap();
+        let rest: Vec<_> = (1..=CORES)
+            .map(|i| UdpSocket::bind(("127.0.0.1", addr.port().wrapping_add(i))))
+            .collect();
+        if addr.port() < u16::MAX - CORES && rest.iter().all(Result::is_ok) {
+            return addr;
+        }
+    }
+}
+
+/// A node's core replication endpoints, given its replication address.
+fn core_addrs(replication: SocketAddr) -> Vec<SocketAddr> {
+    (1..=CORES)
+        .map(|i| SocketAddr::new(replication.ip(), replication.port() + i))
+        .collect()
 }
 
 /// A node process.
@@ -142,7 +160,6 @@ impl Cluster {
             "session_timeout_ms".into(),
             toml::Value::Integer(SESSION_MS as i64),
         );
-        t.insert("replication_core_port_base".into(), toml::Value::Integer(0));
         t.insert(
             "replica_lag_time_max_ms".into(),
             toml::Value::Integer(LAG_MS as i64),
@@ -199,6 +216,36 @@ impl Cluster {
         c.start_all();
         c.converged(&[1, 2, 3], Duration::from_secs(20));
         c
+    }
+
+    /// [`Cluster::three`] with a UDP proxy in front of every replication
+    /// endpoint (the controller's and each core's).
+    fn three_behind_proxies() -> (Cluster, Proxies) {
+        let mut c = Cluster::new(3);
+        let proxies = Proxies::install(&mut c);
+        c.start_all();
+        c.converged(&[1, 2, 3], Duration::from_secs(20));
+        (c, proxies)
+    }
+
+    /// Creates `topic`: one partition, three replicas,
+    /// min.insync.replicas=2; waits until its ISR is full.
+    fn replicated_topic(&self, topic: &str) {
+        self.weir_ok(
+            1,
+            &[
+                "topic",
+                "create",
+                topic,
+                "--partitions",
+                "1",
+                "--replication-factor",
+                "3",
+                "--config",
+                "min.insync.replicas=2",
+            ],
+        );
+        self.isr_full(topic, 3, Duration::from_secs(10));
     }
 
     /// Three nodes, converged, with a 12-partition topic `topic` (RF 1)
@@ -318,7 +365,7 @@ fn broker(config: &Path, log: &Path, cores: usize, stdout: Stdio) -> Child {
 }
 
 fn spawn(id: u64, config: &Path, log: &Path) -> Node {
-    let mut child = broker(config, log, 2, Stdio::piped());
+    let mut child = broker(config, log, CORES as usize, Stdio::piped());
     let out = child.stdout.take().unwrap();
     let mut lines = BufReader::new(out).lines();
     let line = loop {
@@ -531,31 +578,38 @@ fn killing_the_controller_leader_elects_another_and_metadata_never_diverges() {
 /// node N's advertised address are forwarded to its endpoint, and the
 /// answers back; a node "cut off" has every datagram to or from it dropped.
 struct Proxies {
-    cut: Arc<Mutex<Option<SocketAddr>>>,
+    cut: Arc<Mutex<Vec<SocketAddr>>>,
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Proxies {
-    /// Puts a proxy in front of each endpoint of `c` (before it starts).
+    /// Puts a proxy in front of each endpoint of `c` (before it starts):
+    /// the controller's and each core's replication endpoint.
     fn install(c: &mut Cluster) -> Self {
-        let cut: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+        let cut: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         for (id, target) in c.bind.clone() {
-            let front = UdpSocket::bind("127.0.0.1:0").unwrap();
-            front
-                .set_read_timeout(Some(Duration::from_millis(50)))
-                .unwrap();
-            c.advertised.insert(id, front.local_addr().unwrap());
-            let (cut, stop) = (cut.clone(), stop.clone());
-            threads.push(std::thread::spawn(move || proxy(front, target, cut, stop)));
+            let front_addr = free_udp();
+            c.advertised.insert(id, front_addr);
+            let fronts = std::iter::once(front_addr).chain(core_addrs(front_addr));
+            let targets = std::iter::once(target).chain(core_addrs(target));
+            for (front, target) in fronts.zip(targets) {
+                let front = UdpSocket::bind(front).unwrap();
+                front
+                    .set_read_timeout(Some(Duration::from_millis(50)))
+                    .unwrap();
+                let (cut, stop) = (cut.clone(), stop.clone());
+                threads.push(std::thread::spawn(move || proxy(front, target, cut, stop)));
+            }
         }
         Proxies { cut, stop, threads }
     }
 
-    fn cut(&self, endpoint: Option<SocketAddr>) {
-        *self.cut.lock().unwrap() = endpoint;
+    /// Drops every datagram from or to these endpoints (none: heal).
+    fn cut(&self, endpoints: Vec<SocketAddr>) {
+        *self.cut.lock().unwrap() = endpoints;
     }
 }
 
@@ -573,7 +627,7 @@ impl Drop for Proxies {
 fn proxy(
     front: UdpSocket,
     target: SocketAddr,
-    cut: Arc<Mutex<Option<SocketAddr>>>,
+    cut: Arc<Mutex<Vec<SocketAddr>>>,
     stop: Arc<AtomicBool>,
 ) {
     let mut backs: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
@@ -583,8 +637,8 @@ fn proxy(
         let Ok((n, from)) = front.recv_from(&mut buf) else {
             continue;
         };
-        let dropped = *cut.lock().unwrap();
-        if dropped == Some(target) || dropped == Some(from) {
+        let dropped = cut.lock().unwrap().clone();
+        if dropped.contains(&target) || dropped.contains(&from) {
             continue;
         }
         let back = backs.entry(from).or_insert_with(|| {
@@ -599,8 +653,8 @@ fn proxy(
                     let Ok((n, _)) = back2.recv_from(&mut buf) else {
                         continue;
                     };
-                    let dropped = *cut2.lock().unwrap();
-                    if dropped == Some(target) || dropped == Some(from) {
+                    let dropped = cut2.lock().unwrap().clone();
+                    if dropped.contains(&target) || dropped.contains(&from) {
                         continue;
                     }
                     let _ = front2.send_to(&buf[..n], from);
@@ -621,7 +675,7 @@ fn a_node_cut_off_by_a_udp_proxy_is_fenced_and_rejoins() {
     let view = c.converged(&[1, 2, 3], Duration::from_secs(20));
     let victim = (1..=3).find(|id| *id != view.controller_leader).unwrap();
     let others: Vec<u64> = (1..=3).filter(|id| *id != victim).collect();
-    proxies.cut(Some(c.bind[&victim]));
+    proxies.cut(vec![c.bind[&victim]]);
     let cut = Instant::now();
     // The others fence it within the session timeout (plus a heartbeat
     // and a commit).
@@ -648,7 +702,7 @@ fn a_node_cut_off_by_a_udp_proxy_is_fenced_and_rejoins() {
     let out = c.weir(others[0], &["cluster", "status"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("fenced"), "{text}");
-    proxies.cut(None);
+    proxies.cut(Vec::new());
     c.converged(&[1, 2, 3], Duration::from_secs(20));
 }
 
@@ -1208,4 +1262,361 @@ fn a_replicated_topic_holds_the_same_bytes_on_every_replica() {
     assert_eq!(ends, [N / 3; 3]);
     // Every follower is (back) in the ISR once caught up.
     c.isr_full("rep", 3, Duration::from_secs(10));
+}
+
+/// Kills of a replicated partition's leader under an idempotent `acks=all`
+/// producer (the acceptance's history check): `HISTORY_ROUNDS` rounds
+/// (env `WEIR_HISTORY_ROUNDS`, default 50) of SIGKILL the leader's node,
+/// wait for another leader and a successful produce, restart the node,
+/// wait until it is back in the ISR. Then every acknowledged record is at
+/// the offset it was acknowledged with, no value appears twice, offsets
+/// are contiguous, and all three replicas hold byte-identical logs.
+#[test]
+fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
+    use std::sync::atomic::AtomicU64;
+    use weir_client::{Client, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
+
+    let rounds: usize = std::env::var("WEIR_HISTORY_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let _serial = serial();
+    let mut c = Cluster::three();
+    c.replicated_topic("hist");
+    let rt = runtime();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked_count = Arc::new(AtomicU64::new(0));
+    let boot: Vec<SocketAddr> = c.nodes.values().map(|n| n.native).collect();
+    // The producer: values 0, 1, 2, … until stopped; (value, offset) of
+    // every acknowledged record, and the values whose delivery failed.
+    let producer = {
+        let (stop, acked_count) = (stop.clone(), acked_count.clone());
+        rt.spawn(async move {
+            let client = Arc::new(Client::connect(boot[0]).await.unwrap());
+            let mut cfg = ProducerConfig::default();
+            cfg.linger_ms = 1;
+            let producer = Producer::new(client, cfg);
+            let mut pending = std::collections::VecDeque::new();
+            let (mut acked, mut failed) = (Vec::new(), Vec::new());
+            let mut i = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                let r = ProducerRecord::new("hist", i.to_string()).partition(0);
+                pending.push_back((i, producer.send(r).await.unwrap()));
+                i += 1;
+                // Take the outcomes known; at most 200 records in flight.
+                while let Some((v, f)) = pending.front_mut() {
+                    let known = f.try_offset().map(|r| (*v, r));
+                    let (v, r) = match known {
+                        Some(k) => {
+                            pending.pop_front();
+                            k
+                        }
+                        None if pending.len() > 200 => {
+                            let (v, f) = pending.pop_front().unwrap();
+                            (v, f.await.map(|md| md.offset))
+                        }
+                        None => break,
+                    };
+                    match r {
+                        Ok(offset) => {
+                            acked.push((v, offset.unwrap()));
+                            acked_count.fetch_add(1, Ordering::AcqRel);
+                        }
+                        Err(_) => failed.push(v),
+                    }
+                }
+            }
+            for (v, f) in pending {
+                match f.await {
+                    Ok(md) => acked.push((v, md.offset.unwrap())),
+                    Err(_) => failed.push(v),
+                }
+            }
+            producer.close().await;
+            (acked, failed)
+        })
+    };
+    let progress = |from: u64, within: Duration| {
+        let deadline = Instant::now() + within;
+        while acked_count.load(Ordering::Acquire) <= from {
+            assert!(
+                Instant::now() < deadline,
+                "no record acknowledged within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    progress(0, Duration::from_secs(20));
+    let mut failovers = Vec::new();
+    for round in 0..rounds {
+        let leader: u64 = c.partition_rows("hist")[0][1].parse().expect("a leader");
+        let before = acked_count.load(Ordering::Acquire);
+        let killed_at = Instant::now();
+        c.nodes.remove(&leader).unwrap().kill();
+        // Another leader takes over and a produce succeeds.
+        progress(before, Duration::from_secs(20));
+        failovers.push(killed_at.elapsed());
+        c.start(leader);
+        // Caught up with the metadata (its own view is the one asked
+        // next), then back in the ISR.
+        c.converged(&[1, 2, 3], Duration::from_secs(20));
+        c.isr_full("hist", 3, Duration::from_secs(30));
+        eprintln!(
+            "round {round}: killed node {leader}, produce again after {:?}",
+            failovers.last().unwrap()
+        );
+    }
+    stop.store(true, Ordering::Release);
+    let (acked, failed) = rt.block_on(producer).unwrap();
+    failovers.sort();
+    eprintln!(
+        "{} acknowledged, {} failed; failover p50 {:?}, max {:?}",
+        acked.len(),
+        failed.len(),
+        failovers.get(failovers.len() / 2),
+        failovers.last()
+    );
+    // Everything the final leader holds, from offset 0.
+    let ends = replicas_converge(&c, "hist", 1, &[1, 2, 3], Duration::from_secs(30));
+    let log: Vec<(u64, u64)> = rt.block_on(async {
+        let client = Arc::new(Client::connect(c.nodes[&1].native).await.unwrap());
+        let mut consumer = Consumer::new(client, ConsumerConfig::default());
+        consumer.assign(vec![("hist".to_string(), 0)]);
+        consumer.seek("hist", 0, 0).unwrap();
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while (out.len() as u64) < ends[0] {
+            assert!(
+                Instant::now() < deadline,
+                "read {} of {}",
+                out.len(),
+                ends[0]
+            );
+            for r in consumer.poll(Duration::from_millis(500)).await.unwrap() {
+                let v: u64 = String::from_utf8_lossy(r.value.as_deref().unwrap())
+                    .parse()
+                    .unwrap();
+                out.push((r.offset, v));
+            }
+        }
+        out
+    });
+    // Contiguous offsets, no value twice.
+    for (i, (offset, _)) in log.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "offsets are contiguous");
+    }
+    let mut values: Vec<u64> = log.iter().map(|(_, v)| *v).collect();
+    values.sort_unstable();
+    let before = values.len();
+    values.dedup();
+    assert_eq!(values.len(), before, "a value appears twice");
+    // Every acknowledged record at its acknowledged offset.
+    let at: HashMap<u64, u64> = log.iter().map(|(o, v)| (*v, *o)).collect();
+    for (v, offset) in &acked {
+        assert_eq!(
+            at.get(v),
+            Some(offset),
+            "acknowledged value {v} at offset {offset}"
+        );
+    }
+    assert!(
+        acked.len() > rounds,
+        "the producer made progress every round"
+    );
+}
+
+/// One batch of `values` for `Client::produce`.
+fn batch_of(values: &[String]) -> bytes::Bytes {
+    let mut b =
+        weir_proto::builder::BatchBuilder::new(weir_proto::batch::Compression::None).unwrap();
+    for v in values {
+        b.push(&weir_proto::record::RecordData {
+            key: None,
+            value: Some(bytes::Bytes::from(v.clone())),
+            headers: Vec::new(),
+            timestamp: 0,
+        })
+        .unwrap();
+    }
+    b.build().unwrap().freeze()
+}
+
+/// The nodes a partition's row names: (leader, the others).
+fn leader_and_followers(row: &[String]) -> (u64, Vec<u64>) {
+    let leader: u64 = row[1].parse().expect("a leader");
+    let followers = row[3]
+        .split(',')
+        .map(|n| n.parse::<u64>().unwrap())
+        .filter(|n| *n != leader)
+        .collect();
+    (leader, followers)
+}
+
+/// A follower cut off (its data traffic dropped by the UDP proxies) leaves
+/// the ISR within replica.lag.time.max.ms and produce goes on; with the
+/// second one cut off too, acks=all is refused with NotEnoughReplicas and
+/// the log does not move; healed, both rejoin.
+#[test]
+fn cut_off_followers_leave_the_isr_and_acks_all_needs_min_insync_replicas() {
+    use weir_client::{Acks, Client, ErrorCode};
+
+    let _serial = serial();
+    let (c, proxies) = Cluster::three_behind_proxies();
+    c.replicated_topic("isr");
+    let (leader, followers) = leader_and_followers(&c.partition_rows("isr")[0]);
+    let rt = runtime();
+    let client = rt
+        .block_on(Client::connect(c.nodes[&leader].native))
+        .unwrap();
+    let produce = |tag: &str, acks: Acks| {
+        rt.block_on(client.produce("isr", 0, batch_of(&[tag.to_string()]), acks))
+    };
+    produce("before", Acks::All).unwrap();
+    let isr_of = || c.partition_rows("isr")[0][4].clone();
+    let wait_isr = |want: &str, within: Duration| {
+        let deadline = Instant::now() + within;
+        loop {
+            let isr = isr_of();
+            if isr == want {
+                return;
+            }
+            assert!(Instant::now() < deadline, "ISR {isr}, want {want}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let sorted = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+    };
+    // One follower cut off: out of the ISR within the lag time (plus the
+    // check's tick and a commit).
+    proxies.cut(core_addrs(c.bind[&followers[0]]));
+    let cut = Instant::now();
+    wait_isr(
+        &sorted(vec![leader, followers[1]]),
+        Duration::from_millis(LAG_MS * 2),
+    );
+    eprintln!(
+        "follower {} left the ISR {:?} after it was cut off",
+        followers[0],
+        cut.elapsed()
+    );
+    produce("one-cut", Acks::All).unwrap();
+    // Both cut off: the ISR is the leader alone, below min.insync.replicas.
+    let both: Vec<SocketAddr> = followers
+        .iter()
+        .flat_map(|f| core_addrs(c.bind[f]))
+        .collect();
+    proxies.cut(both);
+    wait_isr(&leader.to_string(), Duration::from_millis(LAG_MS * 2));
+    let end = |c: &Cluster| -> String { c.partition_rows("isr")[0][7].clone() };
+    let before = end(&c);
+    let err = produce("refused", Acks::All).unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NotEnoughReplicas), "{err}");
+    assert_eq!(end(&c), before, "nothing appended");
+    // Healed: both come back.
+    proxies.cut(Vec::new());
+    c.isr_full("isr", 3, Duration::from_secs(20));
+    produce("after", Acks::All).unwrap();
+    let ends = replicas_converge(&c, "isr", 1, &[1, 2, 3], Duration::from_secs(20));
+    assert_eq!(ends, [3]);
+}
+
+/// A leader that took writes nobody copied (acks=1, its followers cut
+/// off) and died: a follower leads, takes more; the old leader comes back
+/// as a follower, truncates its divergent tail and ends identical.
+#[test]
+fn a_deposed_leader_truncates_its_divergent_tail() {
+    use weir_client::{Acks, Client};
+
+    let _serial = serial();
+    let (mut c, proxies) = Cluster::three_behind_proxies();
+    c.replicated_topic("div");
+    let (old, followers) = leader_and_followers(&c.partition_rows("div")[0]);
+    let rt = runtime();
+    let to_old = rt.block_on(Client::connect(c.nodes[&old].native)).unwrap();
+    rt.block_on(to_old.produce("div", 0, batch_of(&["kept".into()]), Acks::All))
+        .unwrap();
+    replicas_converge(&c, "div", 1, &[1, 2, 3], Duration::from_secs(10));
+    // The followers stop hearing from the leader; it takes two batches
+    // (acks=1: on its disk only) and dies before anyone copies them.
+    let both: Vec<SocketAddr> = followers
+        .iter()
+        .flat_map(|f| core_addrs(c.bind[f]))
+        .collect();
+    proxies.cut(both);
+    for v in ["lost-1", "lost-2"] {
+        rt.block_on(to_old.produce("div", 0, batch_of(&[v.into()]), Acks::Leader))
+            .unwrap();
+    }
+    drop(to_old);
+    c.nodes.remove(&old).unwrap().kill();
+    proxies.cut(Vec::new());
+    // A follower leads (after the session timeout) and takes a write.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let new = loop {
+        let row = c.partition_rows("div")[0].clone();
+        if row[1] != old.to_string() && row[1] != "none" {
+            break row[1].parse::<u64>().unwrap();
+        }
+        assert!(Instant::now() < deadline, "no new leader: {row:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let to_new = rt.block_on(Client::connect(c.nodes[&new].native)).unwrap();
+    let offset = rt
+        .block_on(to_new.produce("div", 0, batch_of(&["new".into()]), Acks::All))
+        .unwrap();
+    assert_eq!(offset, Some(1), "the new leader never had the lost batches");
+    // The old leader returns: it truncates and matches.
+    c.start(old);
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    c.isr_full("div", 3, Duration::from_secs(20));
+    let ends = replicas_converge(&c, "div", 1, &[1, 2, 3], Duration::from_secs(20));
+    assert_eq!(ends, [2]);
+    assert!(
+        c.log(old).contains("truncated a divergent tail"),
+        "{}",
+        c.log(old)
+    );
+}
+
+/// A follower whose data directory was wiped copies everything again.
+#[test]
+fn a_wiped_follower_replicates_from_scratch() {
+    use weir_client::{Acks, Client};
+
+    let _serial = serial();
+    let mut c = Cluster::three();
+    c.weir_ok(
+        1,
+        &[
+            "topic",
+            "create",
+            "wipe",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+        ],
+    );
+    c.isr_full("wipe", 3, Duration::from_secs(10));
+    let (leader, followers) = leader_and_followers(&c.partition_rows("wipe")[0]);
+    let rt = runtime();
+    let client = rt
+        .block_on(Client::connect(c.nodes[&leader].native))
+        .unwrap();
+    for i in 0..50 {
+        rt.block_on(client.produce("wipe", 0, batch_of(&[format!("r{i}")]), Acks::All))
+            .unwrap();
+    }
+    let victim = followers[0];
+    c.nodes.remove(&victim).unwrap().kill();
+    // Its whole data directory: logs, Raft log, everything.
+    let dir = c.root.path().join(format!("node-{victim}"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    c.start(victim);
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    c.isr_full("wipe", 3, Duration::from_secs(20));
+    let ends = replicas_converge(&c, "wipe", 1, &[1, 2, 3], Duration::from_secs(20));
+    assert_eq!(ends, [50]);
 }

@@ -409,6 +409,39 @@ impl ShardRouter {
             .map_or(Route::Bootstrap, Route::Core)
     }
 
+    /// `topic`'s metadata from the bootstrap node or, if that fails (the
+    /// node is down), from any other node this router has learned of.
+    async fn metadata_anywhere(
+        &self,
+        topic: &str,
+    ) -> Result<weir_proto::messages::MetadataResponse> {
+        let ask = Some(vec![topic.to_string()]);
+        let first = match self.bootstrap.metadata(ask.clone()).await {
+            Ok(md) => return Ok(md),
+            Err(e) => e,
+        };
+        let boot = self.bootstrap.addr();
+        let others: Vec<u32> = {
+            let addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
+            let mut seen = std::collections::HashSet::new();
+            let mut cores: Vec<(u32, std::net::SocketAddr)> =
+                addrs.iter().map(|(c, a)| (*c, *a)).collect();
+            cores.sort_unstable();
+            cores
+                .into_iter()
+                .filter(|(_, a)| a.ip() != boot.ip() || a.port() != boot.port())
+                .filter(|(_, a)| seen.insert(*a))
+                .map(|(c, _)| c)
+                .collect()
+        };
+        for c in others {
+            if let Ok(md) = self.client_for(Route::Core(c)).metadata(ask.clone()).await {
+                return Ok(md);
+            }
+        }
+        Err(first)
+    }
+
     /// Forgets the layout of every topic with a partition answered
     /// `NotLeader`, `NotOwner` or unknown (learned again on next use).
     fn relearn<'a>(
@@ -569,10 +602,7 @@ impl ProducerBackend for ShardRouter {
 
     fn layout<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<TopicLayout>> {
         Box::pin(async move {
-            let md = self
-                .bootstrap
-                .metadata(Some(vec![topic.to_string()]))
-                .await?;
+            let md = self.metadata_anywhere(topic).await?;
             let boot = self.bootstrap.addr();
             let mut resolved = Vec::with_capacity(md.cores.len());
             for c in &md.cores {

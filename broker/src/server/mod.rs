@@ -246,11 +246,7 @@ pub fn run_with(
             .map(|p| p.load(Ordering::Acquire))
             .collect();
     }
-    node.replication_core_ports = shared
-        .replication_core_ports
-        .iter()
-        .map(|p| p.load(Ordering::Acquire))
-        .collect();
+    node.replication_core_ports = advertised_replication_ports(&shared);
     controller.update_node(node);
     let mut result = Ok(());
     for (c, h) in handles.into_iter().enumerate() {
@@ -264,6 +260,30 @@ pub fn run_with(
         tracing::info!("broker stopped cleanly");
     }
     result
+}
+
+/// The per-core replication ports other nodes are told: the advertised
+/// replication port plus 1 + core when the cores bind the replication
+/// port plus 1 + core (the default; so a proxy or NAT in front of the node
+/// maps them the same way as the controller's port), else the bound ports.
+fn advertised_replication_ports(shared: &Shared) -> Vec<u16> {
+    let bound: Vec<u16> = shared
+        .replication_core_ports
+        .iter()
+        .map(|p| p.load(Ordering::Acquire))
+        .collect();
+    let c = &shared.config.cluster;
+    let advertised = c
+        .replication_advertised
+        .as_deref()
+        .and_then(|a| a.rsplit_once(':'))
+        .and_then(|(_, p)| p.parse::<u16>().ok());
+    match (c.replication_core_port_base, advertised) {
+        (None, Some(port)) if c.replication_listen.port() != 0 => (0..bound.len())
+            .map(|i| port.saturating_add(1 + i as u16))
+            .collect(),
+        _ => bound,
+    }
 }
 
 async fn core_main(
