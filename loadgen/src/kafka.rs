@@ -8,7 +8,7 @@
 //! `enable.idempotence` (with `acks: all` only, as the Weir SDK does),
 //! `max.in.flight.requests.per.connection`, and `bufferMemory` as
 //! `queue.buffering.max.kbytes`. Topics are made with the Kafka admin API
-//! (CreateTopics, replication factor 1) with the workload's topic configs.
+//! (CreateTopics, `--replication-factor`) with the workload's topic configs.
 //! Producers are `ThreadedProducer`s whose delivery reports go to a
 //! callback (no future per record). Consumers are group members
 //! (`enable.auto.commit` every second, `auto.offset.reset=earliest`,
@@ -170,12 +170,13 @@ fn apply(c: &mut ClientConfig, extra: &[(String, String)]) {
     }
 }
 
-/// Creates the topics through the Kafka admin API (replication factor 1),
-/// with the workload's topic configs.
+/// Creates the topics through the Kafka admin API, with the workload's
+/// topic configs.
 pub async fn create_topics(
     bootstrap: &str,
     topics: &[String],
     partitions: u32,
+    replication_factor: u32,
     configs: &[(String, String)],
     extra: &[(String, String)],
 ) -> anyhow::Result<()> {
@@ -189,7 +190,11 @@ pub async fn create_topics(
         .iter()
         .map(|t| {
             configs.iter().fold(
-                NewTopic::new(t, partitions as i32, TopicReplication::Fixed(1)),
+                NewTopic::new(
+                    t,
+                    partitions as i32,
+                    TopicReplication::Fixed(replication_factor as i32),
+                ),
                 |n, (k, v)| n.set(k, v),
             )
         })

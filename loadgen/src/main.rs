@@ -93,6 +93,10 @@ struct Args {
     /// listener (driver kafka: Weir's, Apache Kafka's, Redpanda's).
     #[arg(long, value_name = "HOST:PORT")]
     bootstrap: Option<String>,
+    /// Replicas of each partition of the topics the run creates (on
+    /// distinct nodes of the cluster at --bootstrap).
+    #[arg(long, default_value_t = 1)]
+    replication_factor: u32,
     /// The client library: weir (the Weir SDK, native protocol) or kafka
     /// (librdkafka, Kafka protocol; with --embedded, the embedded broker's
     /// Kafka listener).
@@ -289,6 +293,7 @@ fn real_main() -> anyhow::Result<()> {
     };
     let opts = RunOptions {
         broker_metrics,
+        replication_factor: args.replication_factor,
         mode,
         driver: args.driver,
         bootstrap,

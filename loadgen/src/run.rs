@@ -118,6 +118,8 @@ pub struct RunOptions {
     /// The broker's metrics endpoint (`GET /metrics`): its produce stages
     /// over the measured phase go into the report.
     pub broker_metrics: Option<SocketAddr>,
+    /// Replicas of each partition of the topics the run creates.
+    pub replication_factor: u32,
 }
 
 /// Microseconds since the Unix epoch.
@@ -728,7 +730,12 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                 .with_context(|| format!("connecting to {}", opts.bootstrap))?;
             for t in &topics {
                 admin
-                    .create_topic(t, w.partitions_per_topic, configs.clone())
+                    .create_replicated_topic(
+                        t,
+                        w.partitions_per_topic,
+                        opts.replication_factor,
+                        configs.clone(),
+                    )
                     .await
                     .with_context(|| format!("creating topic {t}"))?;
             }
@@ -738,6 +745,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                 &opts.bootstrap.to_string(),
                 &topics,
                 w.partitions_per_topic,
+                opts.replication_factor,
                 &configs,
                 &opts.kafka_config,
             )

@@ -37,6 +37,7 @@ fn options(mode: Mode, bootstrap: std::net::SocketAddr, id: &str) -> RunOptions 
         run_id: id.into(),
         workload_dir: std::env::temp_dir(),
         broker_metrics: None,
+        replication_factor: 1,
     }
 }
 

@@ -242,6 +242,11 @@ fn transport() -> Arc<quinn::TransportConfig> {
     transport.max_idle_timeout(Some(
         quinn::IdleTimeout::try_from(std::time::Duration::from_secs(3)).expect("3 s fits"),
     ));
+    // A follower's fetch asks up to 8 MiB on one stream: windows that
+    // hold a whole answer, so it is not paced by window updates.
+    transport.stream_receive_window(quinn::VarInt::from_u32(16 << 20));
+    transport.receive_window(quinn::VarInt::from_u32(32 << 20));
+    transport.send_window(32 << 20);
     Arc::new(transport)
 }
 

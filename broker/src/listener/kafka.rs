@@ -662,12 +662,22 @@ async fn metadata(core: &Rc<Core>, r: MetadataRequest, version: i16) -> Metadata
                     .with_partitions(
                         (0..m.partitions())
                             .map(|p| {
+                                let ids = |v: Vec<u32>| {
+                                    v.into_iter().map(|i| BrokerId(i as i32)).collect()
+                                };
+                                let (replicas, isr) = match &cluster {
+                                    Some(e) if m.placement.len() > p as usize => {
+                                        let (r, i) = e.replicas(&m, p);
+                                        (ids(r), ids(i))
+                                    }
+                                    _ => (vec![BrokerId(leader(p))], vec![BrokerId(leader(p))]),
+                                };
                                 MetadataResponsePartition::default()
                                     .with_partition_index(p as i32)
                                     .with_leader_id(BrokerId(leader(p)))
                                     .with_leader_epoch(-1)
-                                    .with_replica_nodes(vec![BrokerId(leader(p))])
-                                    .with_isr_nodes(vec![BrokerId(leader(p))])
+                                    .with_replica_nodes(replicas)
+                                    .with_isr_nodes(isr)
                             })
                             .collect(),
                     )

@@ -373,6 +373,26 @@ impl ClusterEndpoints {
         }
     }
 
+    /// The cluster-wide indexes of partition `p`'s replicas (`meta` is
+    /// this node's view of it) and of those in its ISR, in the metadata's
+    /// order; replicas whose endpoints are unknown are left out.
+    pub fn replicas(&self, meta: &TopicMeta, p: u32) -> (Vec<u32>, Vec<u32>) {
+        let Some(placed) = meta.placement.get(p as usize) else {
+            return (Vec::new(), Vec::new());
+        };
+        let at = |node: u64| {
+            placed
+                .replicas
+                .iter()
+                .find(|(n, _)| *n == node)
+                .and_then(|(n, c)| self.index.get(&(*n, *c)).copied())
+        };
+        (
+            placed.replicas.iter().filter_map(|(n, _)| at(*n)).collect(),
+            placed.isr.iter().filter_map(|n| at(*n)).collect(),
+        )
+    }
+
     /// The cluster-wide index of this node's core `c`.
     pub fn local(&self, c: u32) -> Option<u32> {
         self.index.get(&(self.me, c)).copied()
