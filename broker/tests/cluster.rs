@@ -228,9 +228,9 @@ impl Cluster {
         (c, proxies)
     }
 
-    /// Creates `topic`: one partition, three replicas,
-    /// min.insync.replicas=2; waits until its ISR is full.
-    fn replicated_topic(&self, topic: &str) {
+    /// Creates `topic`: `partitions` partitions of three replicas,
+    /// min.insync.replicas=2; waits until their ISR is full.
+    fn replicated_topic(&self, topic: &str, partitions: u32) {
         self.weir_ok(
             1,
             &[
@@ -238,7 +238,7 @@ impl Cluster {
                 "create",
                 topic,
                 "--partitions",
-                "1",
+                &partitions.to_string(),
                 "--replication-factor",
                 "3",
                 "--config",
@@ -1282,7 +1282,7 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
         .unwrap_or(50);
     let _serial = serial();
     let mut c = Cluster::three();
-    c.replicated_topic("hist");
+    c.replicated_topic("hist", 1);
     let rt = runtime();
     let stop = Arc::new(AtomicBool::new(false));
     let acked_count = Arc::new(AtomicU64::new(0));
@@ -1462,7 +1462,7 @@ fn cut_off_followers_leave_the_isr_and_acks_all_needs_min_insync_replicas() {
 
     let _serial = serial();
     let (c, proxies) = Cluster::three_behind_proxies();
-    c.replicated_topic("isr");
+    c.replicated_topic("isr", 1);
     let (leader, followers) = leader_and_followers(&c.partition_rows("isr")[0]);
     let rt = runtime();
     let client = rt
@@ -1531,7 +1531,7 @@ fn a_deposed_leader_truncates_its_divergent_tail() {
 
     let _serial = serial();
     let (mut c, proxies) = Cluster::three_behind_proxies();
-    c.replicated_topic("div");
+    c.replicated_topic("div", 1);
     let (old, followers) = leader_and_followers(&c.partition_rows("div")[0]);
     let rt = runtime();
     let to_old = rt.block_on(Client::connect(c.nodes[&old].native)).unwrap();
@@ -1619,4 +1619,96 @@ fn a_wiped_follower_replicates_from_scratch() {
     c.isr_full("wipe", 3, Duration::from_secs(20));
     let ends = replicas_converge(&c, "wipe", 1, &[1, 2, 3], Duration::from_secs(20));
     assert_eq!(ends, [50]);
+}
+
+/// `__consumer_offsets` is replicated: when the node coordinating a group
+/// dies, another replica of its partition takes the group over with its
+/// committed offsets, and the group's members go on through the same
+/// bootstrap node.
+#[test]
+fn a_group_coordinator_moves_with_its_offsets_when_its_node_dies() {
+    use std::collections::BTreeSet;
+    use weir_client::{Client, GroupConsumer, GroupConsumerConfig, OffsetReset};
+    use weir_client::{Producer, ProducerConfig, ProducerRecord};
+
+    let _serial = serial();
+    let mut c = Cluster::three();
+    c.replicated_topic("gf", 3);
+    c.isr_full("__consumer_offsets", 3, Duration::from_secs(10));
+    let boot = c.nodes[&1].native;
+    let rt = runtime();
+    let client = Arc::new(rt.block_on(Client::connect(boot)).unwrap());
+    let (group, coordinator) = rt.block_on(group_coordinated_elsewhere(&client, "movers", 1));
+    let produce = |from: u64| {
+        rt.block_on(async {
+            let producer = Producer::new(client.clone(), ProducerConfig::default());
+            let mut acks = Vec::new();
+            for i in from..from + 300 {
+                let r = ProducerRecord::new("gf", i.to_string()).partition((i % 3) as u32);
+                acks.push(producer.send(r).await.unwrap());
+            }
+            for a in acks {
+                a.await.unwrap();
+            }
+            producer.close().await;
+        })
+    };
+    let mut cfg = GroupConsumerConfig::new(group.clone());
+    cfg.consumer.auto_offset_reset = OffsetReset::Earliest;
+    cfg.enable_auto_commit = false;
+    let mut member = GroupConsumer::new(client.clone(), cfg);
+    let read = |member: &mut GroupConsumer, want: u64| {
+        rt.block_on(async {
+            let mut seen = BTreeSet::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while (seen.len() as u64) < want {
+                assert!(Instant::now() < deadline, "read {} of {want}", seen.len());
+                if let Ok(records) = member.poll(Duration::from_millis(200)).await {
+                    for r in records {
+                        seen.insert((r.partition, r.offset));
+                    }
+                }
+            }
+            while member.commit_sync().await.is_err() {
+                assert!(Instant::now() < deadline, "no commit");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            seen.len() as u64
+        })
+    };
+    rt.block_on(member.subscribe(&["gf"])).unwrap();
+    produce(0);
+    assert_eq!(read(&mut member, 300), 300);
+    // The coordinator's node dies; another replica of the group's
+    // offsets partition coordinates it, with the commits.
+    c.nodes.remove(&coordinator).unwrap().kill();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let moved_to = loop {
+        if let Ok(f) = rt.block_on(client.find_coordinator(&group)) {
+            if f.node_id != coordinator {
+                break f.node_id;
+            }
+        }
+        assert!(Instant::now() < deadline, "the coordinator did not move");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let committed = loop {
+        match rt.block_on(client.committed_offsets(&group, None)) {
+            Ok(c) => break c,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "offsets not served: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    assert_eq!(
+        committed.iter().map(|o| o.offset).sum::<u64>(),
+        300,
+        "the commits moved with the group to node {moved_to}: {committed:?}"
+    );
+    // The member goes on: new records, read once, committed.
+    produce(300);
+    assert_eq!(read(&mut member, 300), 300);
+    let committed = rt.block_on(client.committed_offsets(&group, None)).unwrap();
+    assert_eq!(committed.iter().map(|o| o.offset).sum::<u64>(), 600);
 }

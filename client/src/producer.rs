@@ -442,6 +442,18 @@ impl ShardRouter {
         Err(first)
     }
 
+    /// Forgets the layouts of these partitions' topics (learned again on
+    /// next use).
+    fn forget_topics<'a>(
+        &self,
+        partitions: impl Iterator<Item = &'a weir_proto::messages::FetchPartition>,
+    ) {
+        let mut layouts = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
+        for p in partitions {
+            layouts.remove(&p.topic);
+        }
+    }
+
     /// Forgets the layout of every topic with a partition answered
     /// `NotLeader`, `NotOwner` or unknown (learned again on next use).
     fn relearn<'a>(
@@ -522,7 +534,8 @@ impl crate::consumer::ConsumerBackend for ShardRouter {
                 let answers = self
                     .client_for(route)
                     .fetch_many(max_wait_ms, max_bytes, partitions.clone())
-                    .await?;
+                    .await
+                    .inspect_err(|_| self.forget_topics(partitions.iter()))?;
                 self.relearn(&partitions, answers.iter().enumerate());
                 return Ok(answers);
             }
@@ -538,7 +551,10 @@ impl crate::consumer::ConsumerBackend for ShardRouter {
             let mut out: Vec<Option<Result<crate::FetchedBatches>>> =
                 (0..partitions.len()).map(|_| None).collect();
             let mut take = |(idx, r): (Vec<usize>, Result<Vec<Result<crate::FetchedBatches>>>)| {
-                let answers = r?;
+                // The node may be down: its partitions' leaders are learned
+                // again before the next fetch.
+                let answers =
+                    r.inspect_err(|_| self.forget_topics(idx.iter().map(|&i| &partitions[i])))?;
                 let mut worth = false;
                 for (i, a) in idx.into_iter().zip(answers) {
                     worth |= a.as_ref().map_or(true, |f| !f.batches.is_empty());

@@ -167,6 +167,9 @@ pub enum Command {
         leader: u64,
         /// Its leader epoch.
         leader_epoch: u32,
+        /// The ISR the change was computed from (another change meanwhile,
+        /// e.g. a fencing, makes it a conflict).
+        from: Vec<u64>,
         /// The new ISR.
         isr: Vec<u64>,
     },
@@ -308,8 +311,10 @@ impl ClusterState {
                 partition,
                 leader,
                 leader_epoch,
+                from,
                 isr,
             } => {
+                let fenced: Vec<u64> = isr.iter().copied().filter(|n| !self.is_live(*n)).collect();
                 let p = self
                     .topics
                     .get_mut(topic)
@@ -324,6 +329,25 @@ impl ClusterState {
                             "{topic}-{partition} is led by {:?} at epoch {}, not by {leader} at {leader_epoch}",
                             p.leader, p.leader_epoch
                         ),
+                    ));
+                }
+                let mut was = from.clone();
+                was.sort_unstable();
+                let mut now = p.isr.clone();
+                now.sort_unstable();
+                if was != now {
+                    return Err(refuse(
+                        Conflict,
+                        format!(
+                            "the ISR of {topic}-{partition} is {:?} now, not {from:?}",
+                            p.isr
+                        ),
+                    ));
+                }
+                if !fenced.is_empty() {
+                    return Err(refuse(
+                        Invalid,
+                        format!("nodes {fenced:?} are fenced: not added to the ISR of {topic}-{partition}"),
                     ));
                 }
                 if !isr.contains(leader)
@@ -817,6 +841,7 @@ mod tests {
 
     fn alter(s: &mut ClusterState, leader: u64, epoch: u32, isr: Vec<u64>) -> Outcome {
         let v = s.version + 1;
+        let from = s.topics["t"].partitions[0].isr.clone();
         s.apply(
             v,
             &Command::AlterPartition {
@@ -824,6 +849,7 @@ mod tests {
                 partition: 0,
                 leader,
                 leader_epoch: epoch,
+                from,
                 isr,
             },
         )
@@ -853,6 +879,28 @@ mod tests {
         assert_eq!(headless.kind, RefusalKind::Invalid);
         let stranger = alter(&mut s, leader, 0, vec![leader, 9]).error.unwrap();
         assert_eq!(stranger.kind, RefusalKind::Invalid);
+        // Computed from an ISR that changed meanwhile: a conflict.
+        let v = s.version + 1;
+        let stale_isr = s.apply(
+            v,
+            &Command::AlterPartition {
+                topic: "t".into(),
+                partition: 0,
+                leader,
+                leader_epoch: 0,
+                from: vec![1, 2, 3],
+                isr: vec![1, 2, 3],
+            },
+        );
+        assert_eq!(stale_isr.error.unwrap().kind, RefusalKind::Conflict);
+        assert_eq!(s.topics, before);
+        // A fenced node is not added back.
+        assert_eq!(fence(&mut s, others[1]).error, None);
+        let before = s.topics.clone();
+        let fenced = alter(&mut s, leader, 0, vec![leader, others[0], others[1]])
+            .error
+            .unwrap();
+        assert_eq!(fenced.kind, RefusalKind::Invalid);
         assert_eq!(s.topics, before);
     }
 

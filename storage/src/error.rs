@@ -49,6 +49,15 @@ pub enum StorageError {
         /// Length of the buffer.
         buf_len: usize,
     },
+    /// A replicated batch for a log that leads (it became the leader while
+    /// the batch was on its way).
+    #[error("{partition} leads at epoch {epoch}: a replicated batch is not appended")]
+    Leading {
+        /// `topic-partition`.
+        partition: String,
+        /// Its leader epoch.
+        epoch: u32,
+    },
     /// A replicated batch does not start at the follower's log end.
     #[error(
         "replicated batch for {partition} starts at offset {got}, not at the log end {expected}"

@@ -663,7 +663,18 @@ impl PartitionLog {
             )
         };
         if replica {
-            let end = inner.state.borrow().next_offset;
+            let (end, leading) = {
+                let st = inner.state.borrow();
+                (st.next_offset, st.leader_epoch)
+            };
+            if let Some(epoch) = leading {
+                // Made leader while the fetch was in flight: the old
+                // leader's batches must not land in the new leader's log.
+                return Err(StorageError::Leading {
+                    partition: inner.name.clone(),
+                    epoch,
+                });
+            }
             if h.base_offset != end as i64 {
                 return Err(StorageError::ReplicaGap {
                     partition: inner.name.clone(),

@@ -323,6 +323,10 @@ pub struct Groups {
     /// Set once this core replayed its `__consumer_offsets` partitions;
     /// until then group requests are answered `Recovering` (retriable).
     loaded: Cell<bool>,
+    /// `__consumer_offsets` partitions this core leads but has not
+    /// replayed yet (it just became their leader): their groups are
+    /// answered `Recovering` meanwhile.
+    pub(crate) loading: RefCell<std::collections::HashSet<u32>>,
     /// Log end offsets learnt from partition owners, for commit checks.
     log_ends: RefCell<HashMap<Tp, u64>>,
     /// One request at a time per group that changes it (joins,
@@ -460,10 +464,39 @@ impl Groups {
         }
     }
 
+    /// Whether the start-up replay is done.
+    pub(crate) fn is_loaded(&self) -> bool {
+        self.loaded.get()
+    }
+
+    /// Forgets the groups of `__consumer_offsets` partition `p` of `n`
+    /// (this core stopped leading it: another node coordinates them now).
+    pub(crate) fn forget_partition(&self, p: u32, n: u32) {
+        self.groups
+            .borrow_mut()
+            .retain(|g, _| records::partition_for(g, n) != p);
+    }
+
+    /// The groups of partition `p` of `n` are replayed: their members get
+    /// a fresh session from now.
+    pub(crate) fn set_partition_loaded(&self, p: u32, n: u32, now_ms: u64) {
+        self.fresh_sessions(now_ms, |name| records::partition_for(name, n) == p);
+        self.loading.borrow_mut().remove(&p);
+    }
+
     /// The groups are loaded: members replayed get a fresh session from
     /// now, and requests are served from now on.
     pub(crate) fn set_loaded(&self, now_ms: u64) {
-        for g in self.groups.borrow_mut().values_mut() {
+        self.fresh_sessions(now_ms, |_| true);
+        self.loaded.set(true);
+    }
+
+    /// Members of the groups `which` picks get a session from `now_ms`.
+    fn fresh_sessions(&self, now_ms: u64, which: impl Fn(&str) -> bool) {
+        for (name, g) in self.groups.borrow_mut().iter_mut() {
+            if !which(name) {
+                continue;
+            }
             let c = std::mem::take(&mut g.consumer);
             g.consumer = ConsumerGroup::restore(
                 c.group_epoch,
@@ -473,7 +506,6 @@ impl Groups {
                 now_ms,
             );
         }
-        self.loaded.set(true);
     }
 }
 
@@ -621,7 +653,12 @@ async fn on_core(core: &Rc<Core>, c: usize, req: GroupRequest) -> GroupResponse 
 
 /// Handles a group request on the coordinator's core.
 pub async fn handle(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
-    if !core.groups.loaded.get() {
+    let still_loading = {
+        let loading = core.groups.loading.borrow();
+        !loading.is_empty()
+            && offsets_partition(core, req.group()).is_ok_and(|p| loading.contains(&p))
+    };
+    if !core.groups.loaded.get() || still_loading {
         let e = Refusal(
             ErrorCode::Recovering.as_u16(),
             format!(

@@ -69,40 +69,12 @@ pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
     };
     let mut records = 0u64;
     for p in 0..n {
-        let Some(log) = core.log(OFFSETS_TOPIC, p) else {
+        // Only partitions this core leads: a follower's replica is
+        // replayed if it becomes the leader (`replay_led`).
+        if !core.locate(OFFSETS_TOPIC, p).is_ok_and(|c| c == core.id) {
             continue;
-        };
-        let mut at = log.log_start_offset();
-        // Only what is durable: a record written but not fdatasync'd was
-        // never answered.
-        let end = log.durable_offset();
-        while at < end {
-            let r = log
-                .read(at, REPLAY_READ_BYTES)
-                .await
-                .map_err(|e| anyhow::anyhow!("replaying {OFFSETS_TOPIC}-{p} at {at}: {e}"))?;
-            let before = at;
-            for b in &r.batches {
-                let rb = RecordBatch::parse(b)
-                    .map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
-                let last = rb.header().last_offset() as u64;
-                let decoded = rb
-                    .records()
-                    .map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
-                for rec in decoded.iter() {
-                    let rec = rec.map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
-                    if (rec.offset as u64) < at {
-                        continue;
-                    }
-                    records += 1;
-                    apply(core, rec.record.key, rec.record.value, p);
-                }
-                at = at.max(last + 1);
-            }
-            if at == before {
-                break;
-            }
         }
+        records += replay_partition(core, p).await?;
     }
     if records > 0 {
         tracing::info!(core = core.id, records, "consumer groups loaded");
@@ -110,6 +82,70 @@ pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
     core.groups
         .set_loaded(crate::groups::coordinator::mono_ms());
     Ok(())
+}
+
+/// This core became the leader of `__consumer_offsets` partition `p`
+/// (failover): replays its groups, served from then on.
+pub async fn replay_led(core: Rc<Core>, p: u32) {
+    let Some(n) = core.metadata().get(OFFSETS_TOPIC).map(|t| t.partitions()) else {
+        return;
+    };
+    core.groups.forget_partition(p, n);
+    match replay_partition(&core, p).await {
+        Ok(records) => {
+            tracing::info!(
+                partition = p,
+                records,
+                "now coordinating the groups of {OFFSETS_TOPIC}-{p}"
+            );
+        }
+        Err(e) => {
+            tracing::error!(partition = p, error = %e, "replaying {OFFSETS_TOPIC}-{p} failed")
+        }
+    }
+    core.groups
+        .set_partition_loaded(p, n, crate::groups::coordinator::mono_ms());
+}
+
+/// Replays partition `p`'s records into the core's groups; returns how
+/// many.
+async fn replay_partition(core: &Rc<Core>, p: u32) -> anyhow::Result<u64> {
+    let mut records = 0u64;
+    let Some(log) = core.log(OFFSETS_TOPIC, p) else {
+        return Ok(0);
+    };
+    let mut at = log.log_start_offset();
+    // Only what is durable: a record written but not fdatasync'd was
+    // never answered.
+    let end = log.durable_offset();
+    while at < end {
+        let r = log
+            .read(at, REPLAY_READ_BYTES)
+            .await
+            .map_err(|e| anyhow::anyhow!("replaying {OFFSETS_TOPIC}-{p} at {at}: {e}"))?;
+        let before = at;
+        for b in &r.batches {
+            let rb =
+                RecordBatch::parse(b).map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
+            let last = rb.header().last_offset() as u64;
+            let decoded = rb
+                .records()
+                .map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
+            for rec in decoded.iter() {
+                let rec = rec.map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
+                if (rec.offset as u64) < at {
+                    continue;
+                }
+                records += 1;
+                apply(core, rec.record.key, rec.record.value, p);
+            }
+            at = at.max(last + 1);
+        }
+        if at == before {
+            break;
+        }
+    }
+    Ok(records)
 }
 
 /// Applies one replayed record (latest wins; a null value deletes).
@@ -170,16 +206,46 @@ pub fn offsets_topic_configs(segment_bytes: u64) -> BTreeMap<String, String> {
     ])
 }
 
+/// How many replicas `__consumer_offsets` gets: the configured factor,
+/// at most the live nodes. A new cluster's nodes start together: this
+/// waits (up to 10 s) for the initial voters to register first, so the
+/// topic is not created with fewer replicas than it could have.
+async fn offsets_replicas(core: &Core) -> u32 {
+    let want = core.shared.config.offsets_replication_factor;
+    let voters = core.shared.config.cluster.voters.len().max(1) as u32;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut watch = core.shared.controller.watch();
+    loop {
+        let live = {
+            let state = watch.borrow_and_update().clone();
+            state.nodes.keys().filter(|n| state.is_live(**n)).count() as u32
+        };
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if live >= want.min(voters) || left.is_zero() {
+            return want.min(live.max(1));
+        }
+        // The next metadata version (a registration), or the deadline.
+        futures_lite::future::or(
+            async {
+                let _ = watch.changed().await;
+            },
+            glommio::timer::sleep(left),
+        )
+        .await;
+    }
+}
+
 /// Creates `__consumer_offsets` if it does not exist, or gives an existing
 /// one the configs this build and the flags ask for (core 0, start-up).
 pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
     let existing = core.metadata().get(OFFSETS_TOPIC).cloned();
     let configs = offsets_topic_configs(core.shared.config.offsets_segment_bytes);
     let change = match existing {
-        None => Change::Create(
-            OFFSETS_TOPIC.to_string(),
-            TopicSpec::new(core.shared.config.offsets_partitions, configs),
-        ),
+        None => {
+            let mut spec = TopicSpec::new(core.shared.config.offsets_partitions, configs);
+            spec.replication_factor = offsets_replicas(core).await;
+            Change::Create(OFFSETS_TOPIC.to_string(), spec)
+        }
         Some(t) if configs.iter().any(|(k, v)| t.configs.get(k) != Some(v)) => {
             Change::Alter(OFFSETS_TOPIC.to_string(), ConfigOp::sets(configs))
         }

@@ -135,13 +135,15 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
         };
         let mut got = 0u64;
         let mut errors = 0usize;
-        for (r, (part, bytes)) in parts.iter().zip(answers) {
-            if r.role()
-                != (Role::Follower {
+        let follows = |r: &Replica| {
+            r.role()
+                == Role::Follower {
                     node: leader,
                     core: leader_core,
-                })
-            {
+                }
+        };
+        for (r, (part, bytes)) in parts.iter().zip(answers) {
+            if !follows(r) {
                 continue;
             }
             if part.error != 0 {
@@ -151,19 +153,27 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
                 continue;
             }
             if let Some((epoch, end)) = part.diverging {
-                truncate_divergent(r, epoch, end).await;
+                if follows(r) {
+                    truncate_divergent(r, epoch, end).await;
+                }
                 continue;
             }
             got += bytes.len() as u64;
-            if let Err(e) = append_all(r, bytes).await {
+            if let Err(e) = append_all(r, bytes, &follows).await {
                 errors += 1;
                 tracing::warn!(partition = %format!("{}-{}", r.topic, r.partition), error = %e, "replicated batch not appended");
             }
-            let mut st = r.state.borrow_mut();
-            st.hw = part.high_watermark.min(r.log.log_end_offset());
+            // Only while it still follows this leader (a new role may have
+            // come with the appends' waits).
+            if follows(r) {
+                let mut st = r.state.borrow_mut();
+                st.hw = part.high_watermark.min(r.log.log_end_offset());
+            }
         }
         core.metrics.replication_in(got);
-        if errors == parts.len() {
+        if got == 0 && errors > 0 {
+            // Refused partitions (an epoch not applied yet, a log start
+            // past ours): do not spin on them.
             glommio::timer::sleep(RETRY_BACKOFF).await;
         } else if got == 0 && !all_durable {
             // Nothing new: let the leader know as soon as what is here is
@@ -176,8 +186,14 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
 }
 
 /// Appends the batches of one partition's answer (whole batches, as the
-/// leader sent them). A batch this log already holds is skipped.
-async fn append_all(r: &Replica, bytes: Bytes) -> Result<(), StorageError> {
+/// leader sent them) while `follows` holds (checked before each: an
+/// append waits, and the replica may lead by then). A batch this log
+/// already holds is skipped.
+async fn append_all(
+    r: &Replica,
+    bytes: Bytes,
+    follows: &dyn Fn(&Replica) -> bool,
+) -> Result<(), StorageError> {
     let mut at = 0usize;
     while at < bytes.len() {
         let h = BatchHeader::parse_framed(&bytes[at..]).map_err(|source| {
@@ -191,6 +207,9 @@ async fn append_all(r: &Replica, bytes: Bytes) -> Result<(), StorageError> {
         at += len;
         if (h.last_offset() as u64) < r.log.log_end_offset() {
             continue;
+        }
+        if !follows(r) {
+            return Ok(());
         }
         r.log.append_replica(BytesMut::from(batch)).await?;
     }

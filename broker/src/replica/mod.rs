@@ -100,6 +100,10 @@ pub(crate) struct State {
     waiters: Vec<(u64, oneshot::Sender<Result<(), BrokerError>>)>,
     /// Leader: an ISR change is being proposed.
     pub(crate) isr_pending: bool,
+    /// Leader: a follower proposed back into the ISR; counted in the high
+    /// watermark from the proposal on (the controller may commit it before
+    /// this core hears of it).
+    pub(crate) joining: Option<u64>,
     /// Leader: the task that raises the high watermark as the local log
     /// becomes durable (dropped, so cancelled, on a role change).
     durable_task: Option<glommio::Task<()>>,
@@ -129,7 +133,7 @@ impl Replica {
             return;
         }
         let mut hw = self.log.durable_offset();
-        for n in st.isr.iter().filter(|n| **n != me) {
+        for n in st.isr.iter().chain(st.joining.iter()).filter(|n| **n != me) {
             hw = hw.min(st.followers.get(n).map_or(0, |p| p.durable));
         }
         if hw > st.hw {
@@ -143,6 +147,33 @@ impl Replica {
                 }
             }
         }
+    }
+
+    /// The leader epoch now.
+    pub fn epoch(&self) -> u32 {
+        self.state.borrow().epoch
+    }
+
+    /// `acks=all`: waits until the high watermark passes `upto` while this
+    /// replica leads at `epoch` (`NotLeader` if it stops leading or a
+    /// new epoch begins: the batch may be truncated), then checks that
+    /// the ISR is still at least `min.insync.replicas` (else
+    /// `NotEnoughReplicas`: appended, but on fewer replicas than asked).
+    pub async fn wait_acknowledged(&self, upto: u64, epoch: u32) -> Result<(), BrokerError> {
+        self.wait_hw(upto).await?;
+        let st = self.state.borrow();
+        if st.role != Role::Leader || st.epoch != epoch {
+            return Err(self.not_leader(&st));
+        }
+        if (st.isr.len() as u32) < st.min_isr {
+            return Err(BrokerError::NotEnoughReplicas {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                isr: st.isr.len(),
+                min: st.min_isr,
+            });
+        }
+        Ok(())
     }
 
     /// Waits until the high watermark is at least `upto` (fails with
@@ -302,7 +333,10 @@ pub fn reconcile(core: &Rc<Core>) {
             let existing = core.replication.get(topic, p);
             let replica = match existing {
                 Some(r) if r.log.dir() == log.dir() => r,
-                _ => {
+                other => {
+                    if let Some(old) = other {
+                        step_down(&old);
+                    }
                     let r = Rc::new(Replica {
                         topic: topic.clone(),
                         partition: p,
@@ -318,6 +352,7 @@ pub fn reconcile(core: &Rc<Core>) {
                             since: Instant::now(),
                             waiters: Vec::new(),
                             isr_pending: false,
+                            joining: None,
                             durable_task: None,
                         }),
                     });
@@ -333,6 +368,7 @@ pub fn reconcile(core: &Rc<Core>) {
                 let changed = st.role != role || st.epoch != placement.leader_epoch;
                 if st.isr != placement.isr {
                     st.isr_pending = false;
+                    st.joining = None;
                 }
                 st.isr = placement.isr.clone();
                 st.replicas = placement.replicas.clone();
@@ -340,7 +376,11 @@ pub fn reconcile(core: &Rc<Core>) {
                 changed
             };
             if changed {
+                let was_leader = replica.role() == Role::Leader;
                 become_role(core, &replica, role, placement.leader_epoch, me);
+                if topic == crate::metadata::OFFSETS_TOPIC && core.groups.is_loaded() {
+                    move_groups(core, p, meta.partitions(), was_leader, role == Role::Leader);
+                }
             }
             if let Role::Follower { node, core: c } = role {
                 targets.push((node, c));
@@ -369,6 +409,19 @@ pub fn reconcile(core: &Rc<Core>) {
     }
     for t in targets {
         fetcher::ensure(core, t);
+    }
+}
+
+/// A `__consumer_offsets` partition changed hands on this core: its
+/// groups are replayed when this core starts leading it (answered
+/// `Recovering` meanwhile), forgotten when it stops.
+fn move_groups(core: &Rc<Core>, p: u32, n: u32, was_leader: bool, leads: bool) {
+    if leads {
+        core.groups.loading.borrow_mut().insert(p);
+        glommio::spawn_local(crate::groups::store::replay_led(core.clone(), p)).detach();
+    } else if was_leader {
+        core.groups.forget_partition(p, n);
+        core.groups.loading.borrow_mut().remove(&p);
     }
 }
 
@@ -491,7 +544,11 @@ pub async fn isr_loop(core: Rc<Core>) {
 
 /// Proposes a new ISR for a partition this core leads at `epoch`.
 pub(crate) fn propose_isr(core: &Rc<Core>, r: &Rc<Replica>, epoch: u32, isr: Vec<u64>) {
-    r.state.borrow_mut().isr_pending = true;
+    let from = {
+        let mut st = r.state.borrow_mut();
+        st.isr_pending = true;
+        st.isr.clone()
+    };
     let (core, r) = (core.clone(), r.clone());
     glommio::spawn_local(async move {
         let cmd = weir_replication::Command::AlterPartition {
@@ -499,6 +556,7 @@ pub(crate) fn propose_isr(core: &Rc<Core>, r: &Rc<Replica>, epoch: u32, isr: Vec
             partition: r.partition,
             leader: core.shared.config.cluster.node_id,
             leader_epoch: epoch,
+            from,
             isr: isr.clone(),
         };
         match core.shared.controller.propose(cmd).await {
@@ -507,7 +565,9 @@ pub(crate) fn propose_isr(core: &Rc<Core>, r: &Rc<Replica>, epoch: u32, isr: Vec
             }
             Err(e) => {
                 tracing::info!(partition = %format!("{}-{}", r.topic, r.partition), error = %e, "ISR change not made");
-                r.state.borrow_mut().isr_pending = false;
+                let mut st = r.state.borrow_mut();
+                st.isr_pending = false;
+                st.joining = None;
             }
         }
     })

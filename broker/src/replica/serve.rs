@@ -94,9 +94,11 @@ async fn accept_loop(core: Rc<Core>, endpoint: weir_replication::quinn::Endpoint
 /// batch when there is none.
 pub async fn fetch(core: &Rc<Core>, req: ReplicaFetch) -> (Vec<FetchedPart>, Vec<Bytes>) {
     let (mut parts, mut payload) = fetch_once(core, &req).await;
+    // Partitions answered with an error do not cut the wait short (the
+    // follower backs off on them).
     let idle = parts
         .iter()
-        .all(|p| p.error == 0 && p.diverging.is_none() && p.payload_len == 0);
+        .all(|p| p.error != 0 || (p.diverging.is_none() && p.payload_len == 0));
     if idle && req.max_wait_ms > 0 {
         let wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(FETCH_WAIT_MAX);
         wait_any_written(core, &req.partitions, wait).await;
@@ -245,6 +247,7 @@ async fn fetch_part(
             && fp.fetch_offset >= st.hw.max(epoch_start)
             && fp.durable_offset >= st.hw;
         back.then(|| {
+            st.joining = Some(replica);
             let mut isr = st.isr.clone();
             isr.push(replica);
             isr.sort_unstable();

@@ -111,6 +111,11 @@ pub struct BrokerArgs {
     /// Partitions of the internal `__consumer_offsets` topic, used when it is created at the first start [default: 16].
     #[arg(long, env = "WEIR_OFFSETS_PARTITIONS")]
     pub offsets_partitions: Option<u32>,
+    /// Replicas of each `__consumer_offsets` partition when it is created
+    /// (at most the live nodes then; Kafka's
+    /// `offsets.topic.replication.factor`) [default: 3].
+    #[arg(long, env = "WEIR_OFFSETS_REPLICATION_FACTOR")]
+    pub offsets_replication_factor: Option<u32>,
     /// Segment size of `__consumer_offsets` (Kafka's
     /// `offsets.topic.segment.bytes`); applied at every start. Only closed
     /// segments are compacted [default: 104857600].
@@ -209,6 +214,7 @@ struct FileConfig {
     log_cleaner_io_max_bytes_per_second: Option<u64>,
     log_cleaner_io_busy_bytes_per_second: Option<u64>,
     offsets_partitions: Option<u32>,
+    offsets_replication_factor: Option<u32>,
     offsets_segment_bytes: Option<u64>,
     offsets_retention_ms: Option<u64>,
     group_initial_rebalance_delay_ms: Option<u64>,
@@ -345,6 +351,9 @@ pub struct BrokerConfig {
     pub log_cleaner_io_busy_bytes_per_second: Option<u64>,
     /// Partitions of `__consumer_offsets` when it is created.
     pub offsets_partitions: u32,
+    /// Replicas of each `__consumer_offsets` partition when it is created
+    /// (at most the live nodes).
+    pub offsets_replication_factor: u32,
     /// Segment size of `__consumer_offsets`.
     pub offsets_segment_bytes: u64,
     /// Retention of empty groups and their offsets, ms.
@@ -394,6 +403,7 @@ impl BrokerConfig {
                 weir_storage::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT,
             ),
             offsets_partitions: OFFSETS_PARTITIONS_DEFAULT,
+            offsets_replication_factor: 3,
             offsets_segment_bytes: OFFSETS_SEGMENT_BYTES_DEFAULT,
             offsets_retention_ms: OFFSETS_RETENTION_MS_DEFAULT,
             group_initial_rebalance_delay_ms: GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT,
@@ -528,6 +538,11 @@ impl BrokerConfig {
             )
             .filter(|&v| v > 0),
             offsets_partitions,
+            offsets_replication_factor: args
+                .offsets_replication_factor
+                .or(file.offsets_replication_factor)
+                .unwrap_or(3)
+                .max(1),
             offsets_segment_bytes: {
                 let v = args
                     .offsets_segment_bytes

@@ -69,6 +69,16 @@ pub async fn ack_local(
     acks: i8,
 ) -> Result<ProduceOk, BrokerError> {
     let appended = Instant::now();
+    // A replicated partition's leadership at the time of the append: a
+    // replica deposed meanwhile answers NotLeader, never a local-only ack.
+    let replicated = core
+        .replication
+        .get(topic, partition)
+        .filter(|r| r.replicated())
+        .map(|r| {
+            let e = r.epoch();
+            (r, e)
+        });
     match acks {
         0 => {}
         1 => {
@@ -86,10 +96,11 @@ pub async fn ack_local(
                 core.metrics.stage(Stage::Write, written - appended);
                 core.metrics.stage(Stage::Sync, written.elapsed());
             }
-            // Replicated: on disk on every in-sync replica.
-            if let Some(r) = core.replication.consumer_limit(topic, partition) {
+            // Replicated: on disk on every in-sync replica, while this
+            // replica still leads at the epoch it appended in.
+            if let Some((r, epoch)) = replicated {
                 let synced = Instant::now();
-                r.wait_hw(info.last_offset + 1).await?;
+                r.wait_acknowledged(info.last_offset + 1, epoch).await?;
                 core.metrics.stage(Stage::Replicate, synced.elapsed());
             }
         }
