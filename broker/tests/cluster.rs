@@ -319,6 +319,34 @@ impl Cluster {
             .collect()
     }
 
+    /// Partition 0's leader of `topic` once every running node names the
+    /// same one (a node that just restarted may still show an older
+    /// view).
+    fn agreed_leader(&self, topic: &str) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let seen: Vec<String> = self
+                .nodes
+                .keys()
+                .map(|n| {
+                    self.weir_ok(*n, &["topic", "describe", topic])
+                        .lines()
+                        .skip_while(|l| !l.trim_start().starts_with("PARTITION"))
+                        .nth(1)
+                        .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+                        .unwrap_or_default()
+                })
+                .collect();
+            if seen.windows(2).all(|w| w[0] == w[1]) {
+                if let Ok(l) = seen[0].parse() {
+                    return l;
+                }
+            }
+            assert!(Instant::now() < deadline, "no agreed leader: {seen:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Waits until every partition's ISR has `n` members.
     fn isr_full(&self, topic: &str, n: usize, within: Duration) {
         let deadline = Instant::now() + within;
@@ -1336,25 +1364,44 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
             (acked, failed)
         })
     };
-    let progress = |from: u64, within: Duration| {
+    let progress = |c: &Cluster, from: u64, within: Duration| {
         let deadline = Instant::now() + within;
         while acked_count.load(Ordering::Acquire) <= from {
-            assert!(
-                Instant::now() < deadline,
-                "no record acknowledged within {within:?}"
-            );
+            if Instant::now() >= deadline {
+                let logs: Vec<String> = c
+                    .nodes
+                    .keys()
+                    .map(|n| {
+                        let text = c.log(*n);
+                        let lines: Vec<&str> = text
+                            .lines()
+                            .filter(|l| {
+                                l.contains("hist") || l.contains("WARN") || l.contains("ERROR")
+                            })
+                            .collect();
+                        format!(
+                            "node {n}:\n{}",
+                            lines[lines.len().saturating_sub(25)..].join("\n")
+                        )
+                    })
+                    .collect();
+                panic!(
+                    "no record acknowledged within {within:?}\n{}",
+                    logs.join("\n")
+                );
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
     };
-    progress(0, Duration::from_secs(20));
+    progress(&c, 0, Duration::from_secs(20));
     let mut failovers = Vec::new();
     for round in 0..rounds {
-        let leader: u64 = c.partition_rows("hist")[0][1].parse().expect("a leader");
+        let leader = c.agreed_leader("hist");
         let before = acked_count.load(Ordering::Acquire);
         let killed_at = Instant::now();
         c.nodes.remove(&leader).unwrap().kill();
         // Another leader takes over and a produce succeeds.
-        progress(before, Duration::from_secs(20));
+        progress(&c, before, Duration::from_secs(45));
         failovers.push(killed_at.elapsed());
         c.start(leader);
         // Caught up with the metadata (its own view is the one asked

@@ -459,6 +459,7 @@ fn become_role(core: &Rc<Core>, r: &Rc<Replica>, role: Role, epoch: u32, me: u64
                 st.followers.clear();
                 st.since = now;
                 st.isr_pending = false;
+                st.joining = None;
                 // Never above what this replica holds.
                 st.hw = st.hw.min(r.log.log_end_offset());
             }
