@@ -308,6 +308,10 @@ type Simple = (
     fn(&Snapshot) -> f64,
 );
 
+/// A per-partition metric of the replicated partitions a core leads:
+/// name, help, value.
+type PerLeader = (&'static str, &'static str, fn(&LeaderStats) -> u64);
+
 /// Renders every core's snapshot as Prometheus text.
 pub fn render(snaps: &[Snapshot]) -> String {
     let mut o = String::new();
@@ -600,32 +604,34 @@ pub fn render(snaps: &[Snapshot]) -> String {
             }
         }
     }
-    for (name, help) in [
+    let per_leader: [PerLeader; 3] = [
         (
             "weir_partition_isr_size",
             "In-sync replicas of a replicated partition this core leads.",
+            |l| l.isr as u64,
         ),
         (
             "weir_partition_under_replicated",
             "1 if the partition's ISR is smaller than its replicas.",
+            |l| u64::from(l.isr < l.replicas),
         ),
         (
             "weir_partition_under_min_isr",
             "1 if the partition's ISR is smaller than min.insync.replicas (acks=all refused).",
+            |l| u64::from((l.isr as u32) < l.min_isr),
         ),
-    ] {
+    ];
+    for (name, help, value) in per_leader {
         family(name, "gauge", help, &mut o);
         for s in snaps {
             for l in &s.leaders {
-                let v = match name {
-                    "weir_partition_isr_size" => l.isr as u64,
-                    "weir_partition_under_replicated" => u64::from(l.isr < l.replicas),
-                    _ => u64::from((l.isr as u32) < l.min_isr),
-                };
                 let _ = writeln!(
                     o,
-                    "{name}{{topic=\"{}\",partition=\"{}\",core=\"{}\"}} {v}",
-                    l.topic, l.partition, s.core
+                    "{name}{{topic=\"{}\",partition=\"{}\",core=\"{}\"}} {}",
+                    l.topic,
+                    l.partition,
+                    s.core,
+                    value(l)
                 );
             }
         }

@@ -310,7 +310,11 @@ impl Cluster {
     /// Each partition's row of `weir topic describe topic` through node 1:
     /// PARTITION LEADER EPOCH REPLICAS ISR CORE LOG-START LOG-END BYTES.
     fn partition_rows(&self, topic: &str) -> Vec<Vec<String>> {
-        let via = *self.nodes.keys().next().unwrap();
+        self.partition_rows_via(*self.nodes.keys().next().unwrap(), topic)
+    }
+
+    /// [`Cluster::partition_rows`] as node `via` answers.
+    fn partition_rows_via(&self, via: u64, topic: &str) -> Vec<Vec<String>> {
         self.weir_ok(via, &["topic", "describe", topic])
             .lines()
             .skip_while(|l| !l.trim_start().starts_with("PARTITION"))
@@ -329,11 +333,9 @@ impl Cluster {
                 .nodes
                 .keys()
                 .map(|n| {
-                    self.weir_ok(*n, &["topic", "describe", topic])
-                        .lines()
-                        .skip_while(|l| !l.trim_start().starts_with("PARTITION"))
-                        .nth(1)
-                        .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+                    self.partition_rows_via(*n, topic)
+                        .first()
+                        .and_then(|r| r.get(1).cloned())
                         .unwrap_or_default()
                 })
                 .collect();
@@ -485,25 +487,19 @@ fn three_nodes_from_the_deploy_configs_form_a_cluster_and_spread_a_topic() {
     // `weir topic describe` through one node: every partition with its
     // leader, replicas and ISR (RF 1: the leader alone), 4 per node, and
     // its offsets asked of the node that leads it.
-    let text = c.weir_ok(1, &["topic", "describe", "spread"]);
-    let rows: Vec<Vec<&str>> = text
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("PARTITION"))
-        .skip(1)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(rows.len(), 12, "{text}");
+    let rows = c.partition_rows_via(1, "spread");
+    assert_eq!(rows.len(), 12, "{rows:?}");
     let mut per_node = BTreeMap::new();
     for r in &rows {
-        assert_eq!(r[1], r[3], "the only replica leads: {text}");
-        assert_eq!(r[1], r[4], "and is the ISR: {text}");
-        assert_eq!(r[7], "0", "offsets known for every partition: {text}");
-        *per_node.entry(r[1]).or_insert(0) += 1;
+        assert_eq!(r[1], r[3], "the only replica leads: {rows:?}");
+        assert_eq!(r[1], r[4], "and is the ISR: {rows:?}");
+        assert_eq!(r[7], "0", "offsets known for every partition: {rows:?}");
+        *per_node.entry(r[1].as_str()).or_insert(0) += 1;
     }
     assert_eq!(
         per_node.into_values().collect::<Vec<_>>(),
         [4, 4, 4],
-        "{text}"
+        "{rows:?}"
     );
 
     // Three replicas per partition: on all three nodes, leaders spread;
@@ -520,24 +516,18 @@ fn three_nodes_from_the_deploy_configs_form_a_cluster_and_spread_a_topic() {
             "3",
         ],
     );
-    let text = c.weir_ok(1, &["topic", "describe", "r3"]);
-    let rows: Vec<Vec<&str>> = text
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("PARTITION"))
-        .skip(1)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(rows.len(), 3, "{text}");
-    let leaders: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[1]).collect();
-    assert_eq!(leaders.len(), 3, "one leader per node: {text}");
+    let rows = c.partition_rows_via(1, "r3");
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let leaders: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[1].as_str()).collect();
+    assert_eq!(leaders.len(), 3, "one leader per node: {rows:?}");
     for r in &rows {
         let mut replicas: Vec<&str> = r[3].split(',').collect();
         replicas.sort_unstable();
-        assert_eq!(replicas, ["1", "2", "3"], "{text}");
+        assert_eq!(replicas, ["1", "2", "3"], "{rows:?}");
         assert_eq!(
             r[3].split(',').next(),
-            Some(r[1]),
-            "the preferred replica leads: {text}"
+            Some(r[1].as_str()),
+            "the preferred replica leads: {rows:?}"
         );
     }
     let out = c.weir(

@@ -21,7 +21,8 @@ use bytes::Bytes;
 use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::tls::{node_server_name, NodeTls};
-use crate::wire::{decode, encode, read_frame, HEADER_LEN, MAGIC, VERSION};
+pub use crate::wire::write_frame_with_payload;
+use crate::wire::{decode, encode, read_frame};
 
 /// A request on a data connection.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone)]
@@ -36,6 +37,9 @@ pub enum DataRequest {
     /// A follower fetches.
     Fetch(ReplicaFetch),
 }
+
+/// Most partitions one [`ReplicaFetch`] may name (a leader refuses more).
+pub const FETCH_PARTITIONS_MAX: usize = 10_000;
 
 /// A follower's fetch of the partitions it follows on one leader core.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, Default)]
@@ -102,25 +106,6 @@ pub struct FetchedPart {
     pub diverging: Option<(u32, u64)>,
     /// Bytes of batches of this partition after the frame.
     pub payload_len: u32,
-}
-
-/// Writes one frame, then `payload` raw, and finishes the stream.
-pub async fn write_frame_with_payload(
-    send: &mut quinn::SendStream,
-    body: &[u8],
-    payload: &[Bytes],
-) -> anyhow::Result<()> {
-    let mut header = [0u8; HEADER_LEN];
-    header[0] = MAGIC;
-    header[1] = VERSION;
-    header[4..8].copy_from_slice(&(body.len() as u32).to_le_bytes());
-    send.write_all(&header).await?;
-    send.write_all(body).await?;
-    for p in payload {
-        send.write_all(p).await?;
-    }
-    send.finish()?;
-    Ok(())
 }
 
 /// A follower core's connection to one leader core.

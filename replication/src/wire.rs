@@ -60,12 +60,25 @@ where
 
 /// Writes one frame to `send` and finishes the stream.
 pub async fn write_frame(send: &mut quinn::SendStream, body: &[u8]) -> anyhow::Result<()> {
+    write_frame_with_payload(send, body, &[]).await
+}
+
+/// Writes one frame, then `payload` raw (the data plane's batches), and
+/// finishes the stream.
+pub async fn write_frame_with_payload(
+    send: &mut quinn::SendStream,
+    body: &[u8],
+    payload: &[bytes::Bytes],
+) -> anyhow::Result<()> {
     let mut header = [0u8; HEADER_LEN];
     header[0] = MAGIC;
     header[1] = VERSION;
     header[4..8].copy_from_slice(&(body.len() as u32).to_le_bytes());
     send.write_all(&header).await?;
     send.write_all(body).await?;
+    for p in payload {
+        send.write_all(p).await?;
+    }
     send.finish()?;
     Ok(())
 }

@@ -22,6 +22,20 @@ async fn all_batches(log: &PartitionLog) -> Vec<bytes::Bytes> {
     }
 }
 
+/// A leader's and a follower's log of one partition, under `root`.
+async fn pair(shard: &StorageShard, root: &std::path::Path) -> (PartitionLog, PartitionLog) {
+    let open = |dir: std::path::PathBuf| async move {
+        PartitionLog::open(shard, &dir, LogConfig::default())
+            .await
+            .unwrap()
+            .0
+    };
+    (
+        open(root.join("leader/t-0")).await,
+        open(root.join("follower/t-0")).await,
+    )
+}
+
 fn epoch_of(b: &[u8]) -> i32 {
     weir_proto::batch::BatchHeader::peek(b)
         .unwrap()
@@ -31,18 +45,11 @@ fn epoch_of(b: &[u8]) -> i32 {
 #[test]
 fn a_follower_copies_the_leader_byte_for_byte_and_truncates_a_divergent_tail() {
     let dir = tempfile::tempdir().unwrap();
-    let (lp, fp) = (
-        dir.path().join("leader/t-0"),
-        dir.path().join("follower/t-0"),
-    );
+    let root = dir.path().to_path_buf();
     run(move || async move {
         let shard = StorageShard::new(ShardConfig::default());
-        let (leader, _) = PartitionLog::open(&shard, &lp, LogConfig::default())
-            .await
-            .unwrap();
-        let (follower, _) = PartitionLog::open(&shard, &fp, LogConfig::default())
-            .await
-            .unwrap();
+        let (leader, follower) = pair(&shard, &root).await;
+        let fp = root.join("follower/t-0");
         // Epoch 1 writes 3 batches of 2 records, then epoch 4 one more.
         leader.set_leader_epoch(Some(1));
         for i in 0..3 {
@@ -131,18 +138,10 @@ fn a_follower_copies_the_leader_byte_for_byte_and_truncates_a_divergent_tail() {
 #[test]
 fn a_follower_that_becomes_leader_knows_the_producers_and_drops_their_retries() {
     let dir = tempfile::tempdir().unwrap();
-    let (lp, fp) = (
-        dir.path().join("leader/t-0"),
-        dir.path().join("follower/t-0"),
-    );
+    let root = dir.path().to_path_buf();
     run(move || async move {
         let shard = StorageShard::new(ShardConfig::default());
-        let (leader, _) = PartitionLog::open(&shard, &lp, LogConfig::default())
-            .await
-            .unwrap();
-        let (follower, _) = PartitionLog::open(&shard, &fp, LogConfig::default())
-            .await
-            .unwrap();
+        let (leader, follower) = pair(&shard, &root).await;
         leader.set_leader_epoch(Some(0));
         let mut b = batch(3, b"idempotent", 10);
         let mut h = weir_proto::batch::BatchHeader::peek(&b).unwrap();

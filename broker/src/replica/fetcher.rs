@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use weir_proto::batch::BatchHeader;
 use weir_proto::error_code::ErrorCode;
-use weir_replication::data::{DataLink, FetchPart, ReplicaFetch};
+use weir_replication::data::{DataLink, FetchPart, ReplicaFetch, FETCH_PARTITIONS_MAX};
 use weir_storage::StorageError;
 
 use super::{Replica, Role};
@@ -64,11 +64,20 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
     let (leader, leader_core) = target;
     let me = core.shared.config.cluster.node_id;
     let mut link: Option<DataLink> = None;
+    // Where the next fetch starts when there are more partitions than one
+    // fetch may name (they take turns).
+    let mut turn = 0usize;
     loop {
-        let parts = core.replication.following(target);
+        let mut parts = core.replication.following(target);
         if parts.is_empty() || core.shared.stopping() {
             core.replication.fetchers.borrow_mut().remove(&target);
             return;
+        }
+        if parts.len() > FETCH_PARTITIONS_MAX {
+            turn %= parts.len();
+            parts.rotate_left(turn);
+            parts.truncate(FETCH_PARTITIONS_MAX);
+            turn += FETCH_PARTITIONS_MAX;
         }
         let l = match &link {
             Some(l) if !l.is_closed() => l.clone(),

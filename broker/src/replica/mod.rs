@@ -225,7 +225,9 @@ impl Replica {
 /// The replicas of one core.
 #[derive(Default)]
 pub struct Replication {
-    parts: RefCell<HashMap<(String, u32), Rc<Replica>>>,
+    /// By topic, then partition (looked up by `&str`: no key is built on
+    /// the produce and fetch paths).
+    parts: RefCell<HashMap<String, HashMap<u32, Rc<Replica>>>>,
     /// Fetchers running, by (leader node, leader core).
     pub(crate) fetchers: RefCell<HashMap<(u64, u32), ()>>,
     /// This core's QUIC endpoint (serves followers, connects to leaders).
@@ -235,22 +237,24 @@ pub struct Replication {
 impl Replication {
     /// The replica of a partition on this core, if any.
     pub fn get(&self, topic: &str, partition: u32) -> Option<Rc<Replica>> {
-        self.parts
-            .borrow()
-            .get(&(topic.to_string(), partition))
-            .cloned()
+        self.parts.borrow().get(topic)?.get(&partition).cloned()
     }
 
     /// Every replica on this core.
     pub fn all(&self) -> Vec<Rc<Replica>> {
-        self.parts.borrow().values().cloned().collect()
-    }
-
-    /// The replicas following the leader core `target`.
-    pub(crate) fn following(&self, target: (u64, u32)) -> Vec<Rc<Replica>> {
         self.parts
             .borrow()
             .values()
+            .flat_map(|t| t.values().cloned())
+            .collect()
+    }
+
+    /// The replicas following the leader core `target`.
+    /// In topic and partition order.
+    pub(crate) fn following(&self, target: (u64, u32)) -> Vec<Rc<Replica>> {
+        let mut out: Vec<Rc<Replica>> = self
+            .all()
+            .into_iter()
             .filter(|r| {
                 r.role()
                     == Role::Follower {
@@ -258,8 +262,9 @@ impl Replication {
                         core: target.1,
                     }
             })
-            .cloned()
-            .collect()
+            .collect();
+        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        out
     }
 
     /// The high watermark consumers read up to, for a replicated
@@ -359,7 +364,9 @@ pub fn reconcile(core: &Rc<Core>) {
                     core.replication
                         .parts
                         .borrow_mut()
-                        .insert((topic.clone(), p), r.clone());
+                        .entry(topic.clone())
+                        .or_default()
+                        .insert(p, r.clone());
                     r
                 }
             };
@@ -394,15 +401,18 @@ pub fn reconcile(core: &Rc<Core>) {
     // Replicas gone from this core (deleted, moved).
     let gone: Vec<Rc<Replica>> = {
         let mut parts = core.replication.parts.borrow_mut();
-        let gone_keys: Vec<(String, u32)> = parts
-            .keys()
-            .filter(|k| !keep.contains(*k))
-            .cloned()
-            .collect();
-        gone_keys
-            .into_iter()
-            .filter_map(|k| parts.remove(&k))
-            .collect()
+        let mut gone = Vec::new();
+        for (topic, ps) in parts.iter_mut() {
+            ps.retain(|p, r| {
+                let kept = keep.contains(&(topic.clone(), *p));
+                if !kept {
+                    gone.push(r.clone());
+                }
+                kept
+            });
+        }
+        parts.retain(|_, ps| !ps.is_empty());
+        gone
     };
     for r in gone {
         step_down(&r);

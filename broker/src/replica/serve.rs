@@ -55,6 +55,19 @@ async fn accept_loop(core: Rc<Core>, endpoint: weir_replication::quinn::Endpoint
                 glommio::spawn_local(async move {
                     let (answer, payload) = match read_frame(&mut recv).await {
                         Ok(body) => match decode::<DataRequest>(&body) {
+                            Ok(DataRequest::Fetch(f))
+                                if f.partitions.len()
+                                    > weir_replication::data::FETCH_PARTITIONS_MAX =>
+                            {
+                                (
+                                    DataResponse::Refused(format!(
+                                        "{} partitions in one fetch; at most {}",
+                                        f.partitions.len(),
+                                        weir_replication::data::FETCH_PARTITIONS_MAX
+                                    )),
+                                    Vec::new(),
+                                )
+                            }
                             Ok(DataRequest::Fetch(f)) if f.replica == peer => {
                                 let (parts, payload) = fetch(&core, f).await;
                                 (DataResponse::Fetched(parts), payload)
