@@ -466,13 +466,24 @@ fn three_nodes_from_the_deploy_configs_form_a_cluster_and_spread_a_topic() {
         String::from_utf8_lossy(&out.stderr)
     );
     c.converged(&[1, 2, 3], Duration::from_secs(10));
-    for id in 1..=3 {
-        let dir = c.root.path().join(format!("node-{id}"));
-        assert_eq!(
-            partition_dirs(&dir, "spread"),
-            4,
-            "node {id} holds 4 of the 12 partitions"
+    // A core opens its partitions' logs once it has applied the metadata,
+    // which may be just after the views agree.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let held: Vec<usize> = (1..=3)
+            .map(|id| partition_dirs(&c.root.path().join(format!("node-{id}")), "spread"))
+            .collect();
+        if held == [4, 4, 4] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nodes 1, 2, 3 hold {held:?} of the 12 partitions, not 4 each: {}",
+            c.weir(1, &["topic", "describe", "spread"])
+                .stdout
+                .escape_ascii()
         );
+        std::thread::sleep(Duration::from_millis(50));
     }
     let out = c.weir(3, &["cluster", "status"]);
     let text = String::from_utf8_lossy(&out.stdout);
