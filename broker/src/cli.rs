@@ -5,6 +5,7 @@
 //! `WEIR_BOOTSTRAP`) through `weir-client` on a tokio current-thread
 //! runtime, and returns an error (printed by `main` as one line) on failure.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::str::FromStr;
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
+use weir_broker::metadata::OFFSETS_TOPIC;
 use weir_client::producer::Compression as ProducerCompression;
 use weir_client::{
     Acks, Client, Consumer, ConsumerConfig, ConsumerRecord, DeliveryFuture, GroupAssignor,
@@ -87,6 +89,30 @@ enum TopicCommand {
     Compact {
         /// Topic name.
         name: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Move a partition's replicas to other nodes (`--partition P
+    /// --replicas 1,2,4`), or every replica off a node (`--drain-node N`,
+    /// of the topic named or of every topic). New replicas copy the log
+    /// and join the ISR; then the old ones leave and delete their copy; a
+    /// leader that leaves hands over to the first new in-sync replica.
+    Reassign {
+        /// Topic name (optional with --drain-node: every topic).
+        name: Option<String>,
+        /// The partition to move.
+        #[arg(long, requires = "replicas", conflicts_with = "drain_node")]
+        partition: Option<u32>,
+        /// Its new replicas' node ids, the preferred leader first.
+        #[arg(long, value_delimiter = ',', requires = "partition")]
+        replicas: Vec<u64>,
+        /// Move every replica on this node to the live node with the
+        /// fewest replicas that does not hold one of that partition.
+        #[arg(long, value_name = "NODE")]
+        drain_node: Option<u64>,
+        /// Wait until the moves complete, printing progress.
+        #[arg(long)]
+        wait: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -267,6 +293,72 @@ pub fn topic(args: TopicArgs) -> Result<()> {
                 connect(&conn).await?.delete_topic(&name).await?;
                 println!("deleted topic {name}");
             }
+            TopicCommand::Reassign {
+                name,
+                partition,
+                replicas,
+                drain_node,
+                wait,
+                conn,
+            } => {
+                let c = connect(&conn).await?;
+                let moves = match (drain_node, partition, name) {
+                    (Some(node), _, name) => {
+                        let names = match name {
+                            Some(n) => vec![n],
+                            None => {
+                                let mut all = c.list_topics().await?;
+                                all.push(OFFSETS_TOPIC.to_string());
+                                all
+                            }
+                        };
+                        let mut topics = Vec::new();
+                        for n in names {
+                            match c.describe_topic(&n).await {
+                                Ok(t) => topics.push(t),
+                                // A single node has no offsets topic.
+                                Err(_) if n == OFFSETS_TOPIC => {}
+                                Err(e) => return Err(e.into()),
+                            }
+                        }
+                        let live: Vec<u64> = c
+                            .describe_cluster()
+                            .await?
+                            .nodes
+                            .iter()
+                            .filter(|n| !n.fenced)
+                            .map(|n| n.id)
+                            .collect();
+                        drain_plan(&topics, &live, node)?
+                    }
+                    (None, Some(p), Some(name)) => vec![(name, p, replicas)],
+                    _ => anyhow::bail!(
+                        "name a topic with --partition P --replicas N,N,…, or give --drain-node N"
+                    ),
+                };
+                if moves.is_empty() {
+                    println!("nothing to move");
+                    return Ok(());
+                }
+                let results = c.reassign_partitions(moves.clone()).await?;
+                let mut failed = 0;
+                for ((t, p, to), r) in moves.iter().zip(&results) {
+                    let to = to.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+                    match r {
+                        Ok(()) => println!("moving {t}-{p} to nodes {to}"),
+                        Err(e) => {
+                            failed += 1;
+                            eprintln!("{t}-{p}: {e}");
+                        }
+                    }
+                }
+                if failed > 0 {
+                    anyhow::bail!("{failed} of {} moves refused", moves.len());
+                }
+                if wait {
+                    wait_moved(&c, &moves).await?;
+                }
+            }
             TopicCommand::AddPartitions { name, total, conn } => {
                 let c = connect(&conn).await?;
                 c.create_partitions(&name, total).await?;
@@ -275,6 +367,89 @@ pub fn topic(args: TopicArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// The moves that take every replica off `node`: each goes to the live
+/// node with the fewest replicas (counting the moves planned so far,
+/// lowest id first) that holds none of that partition, in its place in
+/// the replica order.
+fn drain_plan(
+    topics: &[weir_proto::messages::TopicConfigs],
+    live: &[u64],
+    node: u64,
+) -> Result<Vec<(String, u32, Vec<u64>)>> {
+    let mut load: BTreeMap<u64, usize> = live.iter().map(|n| (*n, 0)).collect();
+    for p in topics.iter().flat_map(|t| &t.partitions) {
+        for n in &p.replicas {
+            if let Some(c) = load.get_mut(n) {
+                *c += 1;
+            }
+        }
+    }
+    let mut moves = Vec::new();
+    for t in topics {
+        for p in &t.partitions {
+            // A move under way is replaced: plan from where it goes.
+            let now = if p.target.is_empty() {
+                &p.replicas
+            } else {
+                &p.target
+            };
+            if !now.contains(&node) {
+                continue;
+            }
+            let to = load
+                .iter()
+                .filter(|(n, _)| **n != node && !now.contains(n))
+                .min_by_key(|(n, c)| (**c, **n))
+                .map(|(n, _)| *n)
+                .with_context(|| {
+                    format!(
+                        "no live node left to take the replica of {}-{} (replicas {now:?}, live nodes {live:?})",
+                        t.name, p.partition
+                    )
+                })?;
+            *load.get_mut(&to).expect("a live node") += 1;
+            let replicas = now
+                .iter()
+                .map(|n| if *n == node { to } else { *n })
+                .collect();
+            moves.push((t.name.clone(), p.partition, replicas));
+        }
+    }
+    Ok(moves)
+}
+
+/// Waits until every move is done (the partition's replicas are its
+/// target and no reassignment is under way), printing each as it ends.
+async fn wait_moved(c: &Client, moves: &[(String, u32, Vec<u64>)]) -> Result<()> {
+    let mut pending: Vec<&(String, u32, Vec<u64>)> = moves.iter().collect();
+    let started = Instant::now();
+    while !pending.is_empty() {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let mut still = Vec::new();
+        for m in pending {
+            let t = c.describe_topic(&m.0).await?;
+            let done = t
+                .partitions
+                .iter()
+                .find(|p| p.partition == m.1)
+                .is_some_and(|p| p.target.is_empty() && p.replicas == m.2);
+            if done {
+                println!(
+                    "{}-{} moved ({:.1} s)",
+                    m.0,
+                    m.1,
+                    started.elapsed().as_secs_f64()
+                );
+            } else {
+                still.push(m);
+            }
+        }
+        pending = still;
+    }
+    println!("all {} moves done", moves.len());
+    Ok(())
 }
 
 /// Right-aligned columns, two spaces apart.
@@ -383,6 +558,10 @@ fn describe_text(
     if dirty.is_some() {
         head.push("DIRTY-RATIO".into());
     }
+    let moving = t.partitions.iter().any(|p| !p.target.is_empty());
+    if moving {
+        head.push("MOVING-TO".into());
+    }
     let mut rows = vec![head];
     for p in &t.partitions {
         let known = |v: u64| if p.here { v.to_string() } else { "-".into() };
@@ -407,6 +586,13 @@ fn describe_text(
                     .find(|x| x.partition == p.partition && x.error == 0)
                     .map_or_else(|| "-".to_string(), |x| ratio(x.dirty_ratio_ppm)),
             );
+        }
+        if moving {
+            row.push(if p.target.is_empty() {
+                "-".into()
+            } else {
+                nodes(&p.target)
+            });
         }
         rows.push(row);
     }
@@ -1148,6 +1334,61 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn topic(name: &str, parts: &[(&[u64], &[u64])]) -> weir_proto::messages::TopicConfigs {
+        weir_proto::messages::TopicConfigs {
+            name: name.into(),
+            error: 0,
+            configs: Vec::new(),
+            partitions: parts
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, (replicas, target))| weir_proto::messages::PartitionDescription {
+                        partition: i as u32,
+                        core: 0,
+                        log_start_offset: 0,
+                        log_end_offset: 0,
+                        size_bytes: 0,
+                        leader: replicas[0],
+                        leader_epoch: 0,
+                        replicas: replicas.to_vec(),
+                        isr: replicas.to_vec(),
+                        target: target.to_vec(),
+                        here: false,
+                    },
+                )
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_drain_spreads_the_replicas_over_the_least_loaded_nodes_in_place() {
+        let t = topic(
+            "t",
+            &[
+                (&[3, 1], &[]),
+                (&[1, 3], &[]),
+                (&[1, 2], &[]),
+                (&[2, 3, 5], &[2, 3, 4]),
+            ],
+        );
+        let plan = drain_plan(&[t], &[1, 2, 3, 4], 3).unwrap();
+        // Loads: node 1 three, node 2 two, node 4 none.
+        assert_eq!(
+            plan,
+            vec![
+                ("t".to_string(), 0, vec![4, 1]),
+                // Node 4 has one now, still fewer than node 2.
+                ("t".to_string(), 1, vec![1, 4]),
+                // A move under way is planned from its target; only node
+                // 1 holds none of it.
+                ("t".to_string(), 3, vec![2, 1, 4]),
+            ]
+        );
+        let e = drain_plan(&[topic("u", &[(&[1, 2], &[])])], &[1, 2], 2).unwrap_err();
+        assert!(e.to_string().contains("no live node left"), "{e}");
+    }
 
     #[test]
     fn start_at_parses() {

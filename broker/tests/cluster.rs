@@ -164,6 +164,8 @@ impl Cluster {
             "replica_lag_time_max_ms".into(),
             toml::Value::Integer(LAG_MS as i64),
         );
+        // Retention acts within a test's time.
+        t.insert("retention_check_ms".into(), toml::Value::Integer(200));
         let path = self.root.path().join(format!("node-{id}.toml"));
         std::fs::write(&path, toml::to_string(&t).unwrap()).unwrap();
         path
@@ -228,23 +230,30 @@ impl Cluster {
         (c, proxies)
     }
 
+    /// Creates `topic` through node 1 with `weir topic create`:
+    /// `partitions` partitions of `rf` replicas, the `configs` given
+    /// (`key=value`).
+    fn create_topic(&self, topic: &str, partitions: u32, rf: u32, configs: &[&str]) {
+        let (partitions, rf) = (partitions.to_string(), rf.to_string());
+        let mut args = vec![
+            "topic",
+            "create",
+            topic,
+            "--partitions",
+            &partitions,
+            "--replication-factor",
+            &rf,
+        ];
+        for c in configs {
+            args.extend(["--config", c]);
+        }
+        self.weir_ok(1, &args);
+    }
+
     /// Creates `topic`: `partitions` partitions of three replicas,
     /// min.insync.replicas=2; waits until their ISR is full.
     fn replicated_topic(&self, topic: &str, partitions: u32) {
-        self.weir_ok(
-            1,
-            &[
-                "topic",
-                "create",
-                topic,
-                "--partitions",
-                &partitions.to_string(),
-                "--replication-factor",
-                "3",
-                "--config",
-                "min.insync.replicas=2",
-            ],
-        );
+        self.create_topic(topic, partitions, 3, &["min.insync.replicas=2"]);
         self.isr_full(topic, 3, Duration::from_secs(10));
     }
 
@@ -360,6 +369,34 @@ impl Cluster {
             assert!(Instant::now() < deadline, "ISR not full: {rows:?}");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// [`Cluster::weir_ok`] for a command that waits: killed (and the
+    /// test failed) if it has not ended within `limit`.
+    fn weir_within(&self, via: u64, args: &[&str], limit: Duration) -> String {
+        let addr = self.nodes[&via].native.to_string();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .args(["--bootstrap", &addr])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + limit;
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "weir {args:?} (at most {limit:?}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// [`Cluster::weir`] that must succeed: its stdout.
@@ -515,18 +552,7 @@ fn three_nodes_from_the_deploy_configs_form_a_cluster_and_spread_a_topic() {
 
     // Three replicas per partition: on all three nodes, leaders spread;
     // four replicas on three nodes are refused with the reason.
-    c.weir_ok(
-        1,
-        &[
-            "topic",
-            "create",
-            "r3",
-            "--partitions",
-            "3",
-            "--replication-factor",
-            "3",
-        ],
-    );
+    c.create_topic("r3", 3, 3, &[]);
     let rows = c.partition_rows_via(1, "r3");
     assert_eq!(rows.len(), 3, "{rows:?}");
     let leaders: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[1].as_str()).collect();
@@ -1236,20 +1262,7 @@ fn a_replicated_topic_holds_the_same_bytes_on_every_replica() {
 
     let _serial = serial();
     let c = Cluster::three();
-    c.weir_ok(
-        1,
-        &[
-            "topic",
-            "create",
-            "rep",
-            "--partitions",
-            "3",
-            "--replication-factor",
-            "3",
-            "--config",
-            "min.insync.replicas=2",
-        ],
-    );
+    c.create_topic("rep", 3, 3, &["min.insync.replicas=2"]);
     c.converged(&[1, 2, 3], Duration::from_secs(10));
     const N: u64 = 600;
     let rt = runtime();
@@ -1635,18 +1648,7 @@ fn a_wiped_follower_replicates_from_scratch() {
 
     let _serial = serial();
     let mut c = Cluster::three();
-    c.weir_ok(
-        1,
-        &[
-            "topic",
-            "create",
-            "wipe",
-            "--partitions",
-            "1",
-            "--replication-factor",
-            "3",
-        ],
-    );
+    c.create_topic("wipe", 1, 3, &[]);
     c.isr_full("wipe", 3, Duration::from_secs(10));
     let (leader, followers) = leader_and_followers(&c.partition_rows("wipe")[0]);
     let rt = runtime();
@@ -1759,4 +1761,204 @@ fn a_group_coordinator_moves_with_its_offsets_when_its_node_dies() {
     assert_eq!(read(&mut member, 300), 300);
     let committed = rt.block_on(client.committed_offsets(&group, None)).unwrap();
     assert_eq!(committed.iter().map(|o| o.offset).sum::<u64>(), 600);
+}
+
+/// `weir topic reassign --drain-node` moves every replica off a node while
+/// an idempotent producer writes: every write is acknowledged at its
+/// offset, the leaders move off the node, its copies are deleted, the new
+/// replicas hold the same bytes, and consumers read everything.
+#[test]
+fn a_node_is_drained_while_a_producer_writes_and_nothing_is_lost() {
+    use std::sync::Arc as A;
+    use weir_client::{Client, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
+
+    let _serial = serial();
+    let c = Cluster::three();
+    c.create_topic("drain", 3, 2, &[]);
+    c.isr_full("drain", 2, Duration::from_secs(10));
+    let on_3 = c
+        .partition_rows("drain")
+        .iter()
+        .filter(|r| r[3].split(',').any(|n| n == "3"))
+        .count();
+    assert_eq!(on_3, 2, "RF 2 over 3 nodes: two partitions on node 3");
+    let addr = c.nodes[&1].native.to_string();
+    let mut drain = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["topic", "reassign", "drain", "--drain-node", "3", "--wait"])
+        .args(["--bootstrap", &addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rt = runtime();
+    let acked: Vec<(u32, u64, String)> = rt.block_on(async {
+        let client = A::new(Client::connect(c.nodes[&1].native).await.unwrap());
+        let producer = Producer::new(client.clone(), ProducerConfig::default());
+        let mut acks = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut i = 0u64;
+        // Until the drain is done and a little after, at most 50 000.
+        let mut after = 0;
+        while after < 300 && i < 50_000 && Instant::now() < deadline {
+            let v = format!("v{i}");
+            let p = (i % 3) as u32;
+            let r = ProducerRecord::new("drain", v.clone()).partition(p);
+            acks.push((p, v, producer.send(r).await.unwrap()));
+            i += 1;
+            if i % 100 == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if after > 0 || drain.try_wait().unwrap().is_some() {
+                after += 1;
+            }
+        }
+        let mut out = Vec::new();
+        for (p, v, a) in acks {
+            let md = tokio::time::timeout(Duration::from_secs(30), a)
+                .await
+                .expect("acknowledged within 30 s")
+                .unwrap_or_else(|e| panic!("{v} to partition {p} failed: {e}"));
+            out.push((p, md.offset.unwrap(), v));
+        }
+        producer.close().await;
+        out
+    });
+    let out = drain.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("all 2 moves done"), "{said}");
+    // Nothing on node 3 any more: replicas, ISR, leaders; its copies go.
+    for r in c.partition_rows("drain") {
+        assert!(!r[3].split(',').any(|n| n == "3"), "{r:?}");
+        assert!(!r[4].split(',').any(|n| n == "3"), "{r:?}");
+        assert_ne!(r[1], "3", "{r:?}");
+        assert_eq!(r.len(), 9, "no move under way: {r:?}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while partition_dirs(&c.root.path().join("node-3"), "drain") > 0 {
+        assert!(Instant::now() < deadline, "node 3 kept its copies");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every acknowledged record is where it was acknowledged.
+    let mut want: BTreeMap<(u32, u64), String> = BTreeMap::new();
+    for (p, o, v) in &acked {
+        assert!(
+            want.insert((*p, *o), v.clone()).is_none(),
+            "offset {p}/{o} twice"
+        );
+    }
+    rt.block_on(async {
+        let client = A::new(Client::connect(c.nodes[&2].native).await.unwrap());
+        let mut consumer = Consumer::new(client, ConsumerConfig::default());
+        consumer.assign((0..3).map(|p| ("drain".to_string(), p)).collect());
+        for p in 0..3 {
+            consumer.seek("drain", p, 0).unwrap();
+        }
+        let mut got = BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got.len() < want.len() {
+            assert!(
+                Instant::now() < deadline,
+                "consumed {} of {}",
+                got.len(),
+                want.len()
+            );
+            for r in consumer.poll(Duration::from_millis(500)).await.unwrap() {
+                let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                got.insert((r.partition, r.offset), v);
+            }
+        }
+        assert_eq!(got, want);
+    });
+    replicas_converge(&c, "drain", 3, &[1, 2], Duration::from_secs(20));
+}
+
+/// A replica added to a partition whose log start retention raised copies
+/// from there (its log starts at the leader's log start), joins the ISR,
+/// and leads with the same records once the old replica leaves.
+#[test]
+fn a_new_replica_starts_at_the_leaders_log_start() {
+    use weir_client::{Acks, Client, Consumer, ConsumerConfig};
+
+    let _serial = serial();
+    let c = Cluster::three();
+    c.create_topic(
+        "trim",
+        1,
+        1,
+        &["segment.bytes=4096", "retention.bytes=8192"],
+    );
+    c.converged(&[1, 2, 3], Duration::from_secs(10));
+    let old: u64 = c.partition_rows("trim")[0][1].parse().unwrap();
+    let rt = runtime();
+    let client = rt.block_on(Client::connect(c.nodes[&old].native)).unwrap();
+    let values: Vec<String> = (0..400).map(|i| format!("{i:0>100}")).collect();
+    for chunk in values.chunks(10) {
+        rt.block_on(client.produce("trim", 0, batch_of(chunk), Acks::All))
+            .unwrap();
+    }
+    // Retention (every 200 ms here) raises the log start.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let start = loop {
+        let r = &c.partition_rows("trim")[0];
+        let start: u64 = r[6].parse().unwrap();
+        if start > 0 {
+            break start;
+        }
+        assert!(Instant::now() < deadline, "retention did not run: {r:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let new = (1..=3).find(|n| *n != old).unwrap();
+    let move_to = |nodes: &str| {
+        c.weir_within(
+            1,
+            &[
+                "topic",
+                "reassign",
+                "trim",
+                "--partition",
+                "0",
+                "--replicas",
+                nodes,
+                "--wait",
+            ],
+            Duration::from_secs(30),
+        )
+    };
+    let said = move_to(&format!("{old},{new}"));
+    assert!(said.contains("trim-0 moved"), "{said}");
+    assert!(
+        c.log(new).contains("starts again there"),
+        "node {new} began at the leader's log start {start}: {}\n{}",
+        c.log(new),
+        c.log(old)
+    );
+    // The old replica leaves: the new one leads with every record from
+    // its log start on.
+    move_to(&new.to_string());
+    let r = c.partition_rows("trim")[0].clone();
+    assert_eq!(r[1], new.to_string(), "{r:?}");
+    let from: u64 = r[6].parse().unwrap();
+    assert_eq!(r[7], "400", "{r:?}");
+    assert!(from >= start && from < 400, "{r:?}");
+    rt.block_on(async {
+        let client = std::sync::Arc::new(Client::connect(c.nodes[&new].native).await.unwrap());
+        let mut consumer = Consumer::new(client, ConsumerConfig::default());
+        consumer.assign(vec![("trim".to_string(), 0)]);
+        consumer.seek("trim", 0, from).unwrap();
+        let mut next = from;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while next < 400 {
+            assert!(Instant::now() < deadline, "read up to {next}");
+            for rec in consumer.poll(Duration::from_millis(500)).await.unwrap() {
+                assert_eq!(rec.offset, next);
+                assert_eq!(rec.value.unwrap(), values[next as usize].as_bytes());
+                next += 1;
+            }
+        }
+    });
 }

@@ -133,7 +133,8 @@ use weir_proto::messages::{
     AlterConfigsRequest, ApiVersionsRequest, CompactRequest, CreatePartitionsRequest,
     CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, ErrorBody, FetchRequest,
     InitProducerIdRequest, ListOffsetsPartition, ListOffsetsRequest, MetadataRequest, NewTopic,
-    ProducePartition, ProduceRequest, Request, TopicResult,
+    PartitionReassignment, ProducePartition, ProduceRequest, ReassignPartitionsRequest, Request,
+    TopicResult,
 };
 
 pub use batches::{split_batches, FetchedBatches};
@@ -617,6 +618,43 @@ impl Client {
             topics: vec![(name.to_string(), total)],
         };
         topic_outcome(name, self.request(&req).await?.topics)
+    }
+
+    /// Moves partitions' replicas to other nodes, each to the node ids
+    /// given (the preferred leader first): the new replicas copy the log
+    /// and join the ISR, then the old ones leave and delete their copy.
+    /// One result per partition, in order: `Ok` once the move has started
+    /// (watch it complete with [`Client::describe_topic`]: a partition's
+    /// `target` empties), or why it was refused
+    /// (`InvalidReplicaAssignment`: an unknown or down node, a node twice).
+    pub async fn reassign_partitions(
+        &self,
+        moves: Vec<(String, u32, Vec<u64>)>,
+    ) -> Result<Vec<Result<()>>> {
+        let req = ReassignPartitionsRequest {
+            partitions: moves
+                .into_iter()
+                .map(|(topic, partition, replicas)| PartitionReassignment {
+                    topic,
+                    partition,
+                    replicas,
+                })
+                .collect(),
+        };
+        Ok(self
+            .request(&req)
+            .await?
+            .partitions
+            .into_iter()
+            .map(|r| {
+                if r.error == 0 {
+                    Ok(())
+                } else {
+                    let name = format!("{}-{}", r.topic, r.partition);
+                    Err(ClientError::topic(&name, r.error, r.message))
+                }
+            })
+            .collect())
     }
 
     /// Appends one record batch to a partition. Returns the offset the

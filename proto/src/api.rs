@@ -70,11 +70,13 @@ pub enum ApiKey {
     /// Where a consumer group's coordinator is: the node and core holding
     /// its partition of `__consumer_offsets`.
     FindCoordinator = 22,
+    /// Moves partitions' replicas to other nodes.
+    ReassignPartitions = 23,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 23] = [
+    pub const ALL: [ApiKey; 24] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -98,6 +100,7 @@ impl ApiKey {
         ApiKey::DescribeCluster,
         ApiKey::ChangeVoters,
         ApiKey::FindCoordinator,
+        ApiKey::ReassignPartitions,
     ];
 
     /// The key on the wire.
@@ -132,6 +135,7 @@ impl ApiKey {
             20 => ApiKey::DescribeCluster,
             21 => ApiKey::ChangeVoters,
             22 => ApiKey::FindCoordinator,
+            23 => ApiKey::ReassignPartitions,
             _ => return None,
         })
     }
@@ -162,6 +166,7 @@ impl ApiKey {
             ApiKey::DescribeCluster => "DescribeCluster",
             ApiKey::ChangeVoters => "ChangeVoters",
             ApiKey::FindCoordinator => "FindCoordinator",
+            ApiKey::ReassignPartitions => "ReassignPartitions",
         }
     }
 
@@ -171,8 +176,9 @@ impl ApiKey {
             // v1: members with epochs and revoking partitions; the v0
             // body is no longer produced.
             ApiKey::DescribeGroup => 1,
-            // v1: leader, epoch, replicas and ISR per partition.
-            ApiKey::DescribeConfigs => 1,
+            // v1: leader, epoch, replicas and ISR per partition; v2: the
+            // target of a reassignment under way.
+            ApiKey::DescribeConfigs => 2,
             // v1: a replication factor per topic.
             ApiKey::CreateTopics => 1,
             _ => 0,
@@ -182,7 +188,8 @@ impl ApiKey {
     /// Newest version of this API this build speaks.
     pub const fn max_version(self) -> u16 {
         match self {
-            ApiKey::DescribeGroup | ApiKey::DescribeConfigs | ApiKey::CreateTopics => 1,
+            ApiKey::DescribeGroup | ApiKey::CreateTopics => 1,
+            ApiKey::DescribeConfigs => 2,
             _ => 0,
         }
     }

@@ -111,11 +111,14 @@ pub enum ErrorCode {
     NotCoordinator = 42,
     /// A topic's replication factor is more than the live nodes, or 0.
     InvalidReplicationFactor = 43,
+    /// A partition reassignment names replicas the cluster cannot take
+    /// (an unknown or down node, a node twice, none at all).
+    InvalidReplicaAssignment = 44,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 38] = [
+    pub const ALL: [ErrorCode; 39] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -154,6 +157,7 @@ impl ErrorCode {
         ErrorCode::NotLeader,
         ErrorCode::NotCoordinator,
         ErrorCode::InvalidReplicationFactor,
+        ErrorCode::InvalidReplicaAssignment,
     ];
 
     /// The number on the wire.
@@ -202,6 +206,7 @@ impl ErrorCode {
             41 => ErrorCode::NotLeader,
             42 => ErrorCode::NotCoordinator,
             43 => ErrorCode::InvalidReplicationFactor,
+            44 => ErrorCode::InvalidReplicaAssignment,
             _ => ErrorCode::Unknown,
         }
     }
@@ -246,6 +251,7 @@ impl ErrorCode {
             ErrorCode::NotLeader => "NotLeader",
             ErrorCode::NotCoordinator => "NotCoordinator",
             ErrorCode::InvalidReplicationFactor => "InvalidReplicationFactor",
+            ErrorCode::InvalidReplicaAssignment => "InvalidReplicaAssignment",
             ErrorCode::RequestTimedOut => "RequestTimedOut",
             ErrorCode::StorageError => "StorageError",
             ErrorCode::NotEnoughReplicas => "NotEnoughReplicas",
@@ -290,6 +296,7 @@ impl ErrorCode {
             ErrorCode::NotLeader => "partition served by another node",
             ErrorCode::NotCoordinator => "group coordinated by another node",
             ErrorCode::InvalidReplicationFactor => "invalid replication factor",
+            ErrorCode::InvalidReplicaAssignment => "invalid replica assignment",
             ErrorCode::RequestTimedOut => "request timed out",
             ErrorCode::StorageError => "storage error",
             ErrorCode::NotEnoughReplicas => "not enough replicas",

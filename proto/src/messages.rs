@@ -214,6 +214,10 @@ pub struct PartitionDescription {
     pub replicas: Vec<u64>,
     /// The in-sync replicas.
     pub isr: Vec<u64>,
+    /// The nodes a reassignment under way moves it to, the preferred
+    /// leader first (empty: none under way; `replicas` holds these and
+    /// the old in-sync ones meanwhile).
+    pub target: Vec<u64>,
     /// Whether the answering node leads it: the offsets and size are only
     /// known there (zero otherwise).
     pub here: bool,
@@ -931,6 +935,49 @@ pub struct DeleteGroupRequest {
     pub group: String,
 }
 
+// --- ReassignPartitions (23) ----------------------------------------------------------
+
+/// One partition to move.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct PartitionReassignment {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// The nodes to hold its replicas, the preferred leader first.
+    pub replicas: Vec<u64>,
+}
+
+/// Moves partitions' replicas to other nodes (Kafka's
+/// AlterPartitionReassignments): the new replicas copy the log, join the
+/// ISR, and then the old ones leave.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ReassignPartitionsRequest {
+    /// The partitions, each at most once.
+    pub partitions: Vec<PartitionReassignment>,
+}
+
+/// The outcome for one partition: the move started (or was refused).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ReassignmentResult {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// Error code (0 = started; `InvalidReplicaAssignment`,
+    /// `UnknownTopicOrPartition`).
+    pub error: u16,
+    /// Why it was refused.
+    pub message: Option<String>,
+}
+
+/// One result per partition asked for, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ReassignPartitionsResponse {
+    /// Per-partition outcome.
+    pub partitions: Vec<ReassignmentResult>,
+}
+
 // --- trait impls -------------------------------------------------------------------
 
 macro_rules! impl_message {
@@ -994,6 +1041,8 @@ impl_message!(
     DescribeGroupRequest,
     DescribeGroupResponse,
     DeleteGroupRequest,
+    ReassignPartitionsRequest,
+    ReassignPartitionsResponse,
 );
 
 /// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
@@ -1107,4 +1156,5 @@ requests! {
     DescribeCluster => DescribeClusterRequest, DescribeClusterResponse;
     ChangeVoters => ChangeVotersRequest, ChangeVotersResponse;
     FindCoordinator => FindCoordinatorRequest, FindCoordinatorResponse;
+    ReassignPartitions => ReassignPartitionsRequest, ReassignPartitionsResponse;
 }

@@ -72,6 +72,11 @@ pub struct PartitionState {
     pub leader_epoch: u32,
     /// In-sync replicas (node ids).
     pub isr: Vec<u64>,
+    /// The replicas a reassignment moves to, the preferred leader first
+    /// (empty: none under way). While one is, `replicas` holds these and
+    /// the old in-sync ones; it completes when every target node is in
+    /// the ISR (see [`Command::ReassignPartition`]).
+    pub target: Vec<Replica>,
 }
 
 /// One topic.
@@ -172,6 +177,25 @@ pub enum Command {
         from: Vec<u64>,
         /// The new ISR.
         isr: Vec<u64>,
+    },
+    /// Moves a partition to the replicas `to`, the preferred leader first
+    /// (Kafka's AlterPartitionReassignments), if its replicas are still
+    /// `from`. The partition's replicas become `to` plus the current ISR
+    /// members not in it (the new ones copy the leader's log and join the
+    /// ISR as followers do); once every node of `to` is in the ISR, the
+    /// replicas become `to`, the others leave, and if the leader is one of
+    /// them, the first in-sync replica of `to` leads at a new epoch. A
+    /// node already holding a replica keeps its core; new nodes must be
+    /// live. A new reassignment replaces one under way.
+    ReassignPartition {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The replicas the proposer saw.
+        from: Vec<Replica>,
+        /// The replicas to move to.
+        to: Vec<Replica>,
     },
     /// Adds partitions to a topic that still has `from` of them.
     AddPartitions {
@@ -362,6 +386,31 @@ impl ClusterState {
                 isr.sort_unstable();
                 isr.dedup();
                 p.isr = isr;
+                self.finish_reassignment(topic, *partition);
+                Ok(())
+            }
+            Command::ReassignPartition {
+                topic,
+                partition,
+                from,
+                to,
+            } => {
+                self.check_reassignment(topic, *partition, from, to)?;
+                let p = self
+                    .topics
+                    .get_mut(topic)
+                    .and_then(|t| t.partitions.get_mut(*partition as usize))
+                    .expect("checked");
+                let mut replicas = to.clone();
+                replicas.extend(
+                    p.replicas.iter().filter(|r| {
+                        p.isr.contains(&r.node) && !to.iter().any(|t| t.node == r.node)
+                    }),
+                );
+                p.replicas = replicas;
+                // Done at once if every node of `to` is in sync already.
+                p.target = to.clone();
+                self.finish_reassignment(topic, *partition);
                 Ok(())
             }
             Command::CreateTopic {
@@ -463,18 +512,7 @@ impl ClusterState {
                 ));
             }
             for r in replicas {
-                let node = self.nodes.get(&r.node).ok_or_else(|| {
-                    refuse(Invalid, format!("replica on unknown node {}", r.node))
-                })?;
-                if r.core >= node.info.cores {
-                    return Err(refuse(
-                        Invalid,
-                        format!(
-                            "replica on core {} of node {}, which has {} cores",
-                            r.core, r.node, node.info.cores
-                        ),
-                    ));
-                }
+                self.node_of(r)?;
             }
         }
         Ok(placement
@@ -487,6 +525,7 @@ impl ClusterState {
                     leader,
                     leader_epoch: 0,
                     isr,
+                    target: Vec::new(),
                 }
             })
             .collect())
@@ -496,6 +535,15 @@ impl ClusterState {
     /// the same version must agree on it.
     pub fn digest(&self) -> u32 {
         crc32c::crc32c(&crate::wire::encode(self))
+    }
+
+    /// The ids of the registered nodes not fenced.
+    fn live_nodes(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| !n.fenced)
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// Whether node `id` is registered and not fenced.
@@ -509,12 +557,7 @@ impl ClusterState {
     /// `unclean.leader.election.enable=true`, any live replica if no ISR
     /// member is live — or none.
     fn move_leadership_off(&mut self, id: u64) {
-        let live: Vec<u64> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| !n.fenced)
-            .map(|(id, _)| *id)
-            .collect();
+        let live = self.live_nodes();
         for topic in self.topics.values_mut() {
             let unclean = topic
                 .configs
@@ -539,6 +582,117 @@ impl ClusterState {
                     p.leader_epoch += 1;
                 }
             }
+        }
+    }
+
+    /// The node a replica is placed on: refused if the node is not in the
+    /// cluster or has no such core.
+    fn node_of(&self, r: &Replica) -> Result<&NodeState, Refusal> {
+        let node = self.nodes.get(&r.node).ok_or_else(|| {
+            refuse(
+                RefusalKind::Invalid,
+                format!("replica on node {}, which is not in the cluster", r.node),
+            )
+        })?;
+        if r.core >= node.info.cores {
+            return Err(refuse(
+                RefusalKind::Invalid,
+                format!(
+                    "replica on core {} of node {}, which has {} cores",
+                    r.core, r.node, node.info.cores
+                ),
+            ));
+        }
+        Ok(node)
+    }
+
+    /// Refuses a reassignment that cannot be made: an unknown partition,
+    /// replicas that changed since `from`, or a target with no replica,
+    /// a node twice, an unknown or fenced new node, a core the node does
+    /// not have, or a replica moved between cores of its node.
+    fn check_reassignment(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: &[Replica],
+        to: &[Replica],
+    ) -> Result<(), Refusal> {
+        use RefusalKind::*;
+        let name = format!("{topic}-{partition}");
+        let p = self
+            .topics
+            .get(topic)
+            .and_then(|t| t.partitions.get(partition as usize))
+            .ok_or_else(|| refuse(Unknown, format!("unknown partition {name}")))?;
+        if p.replicas != from {
+            return Err(refuse(
+                Conflict,
+                format!("the replicas of {name} are {:?} now", p.replicas),
+            ));
+        }
+        if to.is_empty() {
+            return Err(refuse(
+                Invalid,
+                format!("{name} needs at least one replica"),
+            ));
+        }
+        for (i, r) in to.iter().enumerate() {
+            if to[..i].iter().any(|o| o.node == r.node) {
+                return Err(refuse(
+                    Invalid,
+                    format!("node {} named twice for {name}", r.node),
+                ));
+            }
+            let node = self.node_of(r)?;
+            match p.replicas.iter().find(|o| o.node == r.node) {
+                Some(o) if o.core != r.core => {
+                    return Err(refuse(
+                        Invalid,
+                        format!(
+                            "the replica of {name} on node {} is on core {}: moving a replica between the cores of one node is not supported",
+                            r.node, o.core
+                        ),
+                    ))
+                }
+                Some(_) => {}
+                None if node.fenced => {
+                    return Err(refuse(
+                        Invalid,
+                        format!("node {} is fenced (down): it cannot take a new replica of {name}", r.node),
+                    ))
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Completes a partition's reassignment once every target node is in
+    /// the ISR: the replicas become the target, the others leave the ISR,
+    /// and a leader that left hands over to the first live in-sync target
+    /// replica at a new epoch.
+    fn finish_reassignment(&mut self, topic: &str, partition: u32) {
+        let live = self.live_nodes();
+        let Some(p) = self
+            .topics
+            .get_mut(topic)
+            .and_then(|t| t.partitions.get_mut(partition as usize))
+        else {
+            return;
+        };
+        if p.target.is_empty() || !p.target.iter().all(|r| p.isr.contains(&r.node)) {
+            return;
+        }
+        p.replicas = std::mem::take(&mut p.target);
+        let replicas = &p.replicas;
+        p.isr.retain(|n| replicas.iter().any(|r| r.node == *n));
+        if p.leader.is_some_and(|l| !p.isr.contains(&l)) {
+            p.leader = p
+                .replicas
+                .iter()
+                .map(|r| r.node)
+                .find(|n| p.isr.contains(n) && live.contains(n));
+            p.leader_epoch += 1;
         }
     }
 
@@ -613,24 +767,8 @@ pub fn place(
         }
         i += 1;
     }
-    // Replicas per (node, core) so far.
-    let mut load: BTreeMap<u64, Vec<u32>> = order
-        .iter()
-        .map(|n| (n.info.id, vec![0; n.info.cores.max(1) as usize]))
-        .collect();
-    let mut existing = 0usize;
-    for topic in state.topics.values() {
-        for p in &topic.partitions {
-            existing += 1;
-            for r in &p.replicas {
-                if let Some(cores) = load.get_mut(&r.node) {
-                    if let Some(c) = cores.get_mut(r.core as usize) {
-                        *c += 1;
-                    }
-                }
-            }
-        }
-    }
+    let mut load = replica_load(state, order.iter().map(|n| n.info.id));
+    let existing: usize = state.topics.values().map(|t| t.partitions.len()).sum();
     let n = order.len();
     let mut placement = Vec::with_capacity(partitions as usize);
     for p in 0..partitions as usize {
@@ -640,20 +778,52 @@ pub fn place(
             let cores = load
                 .get_mut(&node)
                 .expect("every live node has a load entry");
-            let (core, _) = cores
-                .iter()
-                .enumerate()
-                .min_by_key(|(c, count)| (**count, *c))
-                .expect("at least one core");
-            cores[core] += 1;
-            replicas.push(Replica {
-                node,
-                core: core as u32,
-            });
+            let core = least_loaded(cores);
+            cores[core as usize] += 1;
+            replicas.push(Replica { node, core });
         }
         placement.push(replicas);
     }
     Ok(placement)
+}
+
+/// Replicas per core of each of `nodes` (registered ones), over every
+/// topic of `state`.
+fn replica_load(state: &ClusterState, nodes: impl Iterator<Item = u64>) -> BTreeMap<u64, Vec<u32>> {
+    let mut load: BTreeMap<u64, Vec<u32>> = nodes
+        .filter_map(|id| {
+            let cores = state.nodes.get(&id)?.info.cores.max(1);
+            Some((id, vec![0; cores as usize]))
+        })
+        .collect();
+    for p in state.topics.values().flat_map(|t| &t.partitions) {
+        for r in &p.replicas {
+            if let Some(c) = load
+                .get_mut(&r.node)
+                .and_then(|cores| cores.get_mut(r.core as usize))
+            {
+                *c += 1;
+            }
+        }
+    }
+    load
+}
+
+/// The core with the fewest replicas, lowest first.
+fn least_loaded(cores: &[u32]) -> u32 {
+    cores
+        .iter()
+        .enumerate()
+        .min_by_key(|(c, count)| (**count, *c))
+        .map_or(0, |(c, _)| c as u32)
+}
+
+/// The core a new replica on node `node` takes: its core with the fewest
+/// replicas (0 for a node not registered; the command is refused then).
+pub fn core_for_new_replica(state: &ClusterState, node: u64) -> u32 {
+    replica_load(state, std::iter::once(node))
+        .get(&node)
+        .map_or(0, |cores| least_loaded(cores))
 }
 
 #[cfg(test)]
@@ -960,5 +1130,147 @@ mod tests {
             "unclean: the out-of-sync replica leads"
         );
         assert_eq!(p.isr, vec![other]);
+    }
+
+    fn reassign(s: &mut ClusterState, to: &[(u64, u32)]) -> Outcome {
+        let command = Command::ReassignPartition {
+            topic: "t".into(),
+            partition: 0,
+            from: s.topics["t"].partitions[0].replicas.clone(),
+            to: to
+                .iter()
+                .map(|&(node, core)| Replica { node, core })
+                .collect(),
+        };
+        s.apply(s.version + 1, &command)
+    }
+
+    #[test]
+    fn a_reassignment_adds_the_new_replicas_and_completes_when_they_are_in_sync() {
+        let mut s = cluster(&[(1, "", 2), (2, "", 2), (3, "", 2), (4, "", 2)]);
+        let v = s.version + 1;
+        let placement = vec![vec![
+            Replica { node: 1, core: 0 },
+            Replica { node: 2, core: 1 },
+            Replica { node: 3, core: 0 },
+        ]];
+        let create = Command::CreateTopic {
+            name: "t".into(),
+            id: [3; 16],
+            configs: BTreeMap::new(),
+            placement,
+        };
+        assert_eq!(s.apply(v, &create).error, None);
+        // Node 1 (the leader) moves to node 4.
+        assert_eq!(reassign(&mut s, &[(4, 1), (2, 1), (3, 0)]).error, None);
+        let p = &s.topics["t"].partitions[0];
+        let nodes: Vec<u64> = p.replicas.iter().map(|r| r.node).collect();
+        assert_eq!(nodes, [4, 2, 3, 1], "the target, then the old in-sync ones");
+        assert_eq!(p.target.len(), 3);
+        assert_eq!(
+            (p.leader, p.leader_epoch),
+            (Some(1), 0),
+            "the leader stays meanwhile"
+        );
+        // Node 4 caught up: the leader adds it to the ISR, which completes
+        // the move; the leader left, so node 4 (first in sync) leads.
+        assert_eq!(alter(&mut s, 1, 0, vec![1, 2, 3, 4]).error, None);
+        let p = &s.topics["t"].partitions[0];
+        let nodes: Vec<u64> = p.replicas.iter().map(|r| r.node).collect();
+        assert_eq!(nodes, [4, 2, 3]);
+        assert!(p.target.is_empty());
+        assert_eq!(p.isr, [2, 3, 4]);
+        assert_eq!((p.leader, p.leader_epoch), (Some(4), 1));
+    }
+
+    #[test]
+    fn a_replica_added_waits_until_it_is_in_sync() {
+        let mut s = cluster(&[(1, "", 1), (2, "", 1)]);
+        let v = s.version + 1;
+        let create = Command::CreateTopic {
+            name: "t".into(),
+            id: [4; 16],
+            configs: BTreeMap::new(),
+            placement: vec![vec![Replica { node: 1, core: 0 }]],
+        };
+        assert_eq!(s.apply(v, &create).error, None);
+        assert_eq!(reassign(&mut s, &[(1, 0), (2, 0)]).error, None);
+        let p = &s.topics["t"].partitions[0];
+        assert_eq!(p.replicas.len(), 2);
+        assert_eq!(p.isr, [1]);
+        assert_eq!(p.target.len(), 2, "under way until node 2 is in sync");
+        assert_eq!(alter(&mut s, 1, 0, vec![1, 2]).error, None);
+        assert!(s.topics["t"].partitions[0].target.is_empty());
+    }
+
+    #[test]
+    fn a_reassignment_is_checked_and_a_new_one_replaces_one_under_way() {
+        let mut s = cluster(&[(1, "", 2), (2, "", 2), (3, "", 2), (4, "", 2)]);
+        assert_eq!(create(&mut s, "t", 1, 2).error, None);
+        let p = s.topics["t"].partitions[0].clone();
+        let here: Vec<(u64, u32)> = p.replicas.iter().map(|r| (r.node, r.core)).collect();
+        let spare = (1..=4).find(|n| here.iter().all(|(h, _)| h != n)).unwrap();
+        let before = s.topics.clone();
+        for (to, kind, says) in [
+            (vec![], RefusalKind::Invalid, "at least one replica"),
+            (
+                vec![(spare, 0), (spare, 1)],
+                RefusalKind::Invalid,
+                "named twice",
+            ),
+            (vec![(9, 0)], RefusalKind::Invalid, "not in the cluster"),
+            (vec![(spare, 5)], RefusalKind::Invalid, "has 2 cores"),
+            (
+                vec![(here[0].0, 1 - here[0].1)],
+                RefusalKind::Invalid,
+                "between the cores",
+            ),
+        ] {
+            let e = reassign(&mut s, &to).error.expect("refused");
+            assert_eq!(e.kind, kind, "{to:?}: {}", e.message);
+            assert!(e.message.contains(says), "{to:?}: {}", e.message);
+        }
+        // Computed from other replicas: a conflict.
+        let v = s.version + 1;
+        let stale = s.apply(
+            v,
+            &Command::ReassignPartition {
+                topic: "t".into(),
+                partition: 0,
+                from: vec![Replica {
+                    node: spare,
+                    core: 0,
+                }],
+                to: vec![Replica {
+                    node: spare,
+                    core: 0,
+                }],
+            },
+        );
+        assert_eq!(stale.error.unwrap().kind, RefusalKind::Conflict);
+        // A fenced node takes no new replica.
+        assert_eq!(fence(&mut s, spare).error, None);
+        let e = reassign(&mut s, &[(spare, 0)]).error.unwrap();
+        assert!(e.message.contains("fenced"), "{}", e.message);
+        assert_eq!(s.topics, before);
+        // Registered again: the move starts; a second one replaces it,
+        // dropping the replica that had not caught up.
+        let v = s.version + 1;
+        assert_eq!(s.apply(v, &node(spare, "", 2)).error, None);
+        assert_eq!(reassign(&mut s, &[here[0], (spare, 0)]).error, None);
+        assert_eq!(s.topics["t"].partitions[0].replicas.len(), 3);
+        assert_eq!(reassign(&mut s, &[here[0], here[1]]).error, None);
+        let p = &s.topics["t"].partitions[0];
+        assert_eq!(p.replicas, before["t"].partitions[0].replicas);
+        assert!(p.target.is_empty(), "back where it was: nothing under way");
+        // Dropping an out-of-sync replica takes effect at once.
+        let leader = p.leader.unwrap();
+        assert_eq!(alter(&mut s, leader, 0, vec![leader]).error, None);
+        let keep = here.iter().copied().find(|(n, _)| *n == leader).unwrap();
+        assert_eq!(reassign(&mut s, &[keep]).error, None);
+        let p = &s.topics["t"].partitions[0];
+        assert_eq!(p.replicas.len(), 1);
+        assert!(p.target.is_empty());
+        assert_eq!(p.leader, Some(leader));
     }
 }

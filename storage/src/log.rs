@@ -1211,6 +1211,37 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Creates an empty log in `dir`, which must not exist, that starts at
+    /// `start`: a follower whose log ends below its leader's log start
+    /// (retention deleted what it would fetch next) starts again there
+    /// (Kafka's truncate-fully-and-start-at).
+    pub async fn create_at(
+        shard: &StorageShard,
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+        start: u64,
+    ) -> Result<PartitionLog> {
+        let dir: PathBuf = dir.into();
+        if dir.exists() {
+            return Err(StorageError::io(
+                "create directory",
+                &dir,
+                std::io::Error::new(std::io::ErrorKind::AlreadyExists, "it exists already"),
+            ));
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| StorageError::io("create directory", &dir, e))?;
+        let ckpt = Checkpoint {
+            log_start_offset: start,
+            recovery_point: start,
+        };
+        ckpt.store_async(&dir).await?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            checkpoint::sync_dir_async(parent).await?;
+        }
+        let (log, _) = Self::open(shard, dir, config).await?;
+        Ok(log)
+    }
+
     /// Closes the log and removes its directory (topic deletion).
     pub async fn delete(&self) -> Result<()> {
         let inner = &self.inner;

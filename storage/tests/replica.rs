@@ -11,7 +11,7 @@ use weir_storage::{LogConfig, PartitionLog, ShardConfig, StorageError, StorageSh
 
 async fn all_batches(log: &PartitionLog) -> Vec<bytes::Bytes> {
     let mut out = Vec::new();
-    let mut at = 0;
+    let mut at = log.log_start_offset();
     loop {
         let r = log.read(at, 1 << 20).await.unwrap();
         if r.batches.is_empty() {
@@ -166,5 +166,58 @@ fn a_follower_that_becomes_leader_knows_the_producers_and_drops_their_retries() 
         assert!(again.duplicate);
         assert_eq!((again.base_offset, again.last_offset), (0, 2));
         assert_eq!(follower.log_end_offset(), 3);
+    });
+}
+
+/// A follower behind its leader's log start starts an empty log at that
+/// offset and takes the leader's batches from there; the start survives
+/// a reopen, and an existing directory is not overwritten.
+#[test]
+fn a_log_created_at_an_offset_takes_the_leaders_batches_from_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let shard = StorageShard::new(ShardConfig::default());
+        let (leader, old) = pair(&shard, &root).await;
+        leader.set_leader_epoch(Some(2));
+        for i in 0..4 {
+            leader
+                .append_acked(batch(3, &payload(i, 40), 10))
+                .await
+                .unwrap();
+        }
+        // Retention took the first two batches at the leader.
+        assert_eq!(leader.delete_before(6).await.unwrap(), 6);
+        let fp = root.join("follower/t-0");
+        let e = PartitionLog::create_at(&shard, &fp, LogConfig::default(), 6)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("exists already"), "{e}");
+        old.delete().await.unwrap();
+        let follower = PartitionLog::create_at(&shard, &fp, LogConfig::default(), 6)
+            .await
+            .unwrap();
+        assert_eq!(
+            (follower.log_start_offset(), follower.log_end_offset()),
+            (6, 6)
+        );
+        let batches = all_batches(&leader).await;
+        for b in &batches {
+            if weir_proto::batch::BatchHeader::peek(b).unwrap().base_offset >= 6 {
+                follower
+                    .append_replica(bytes::BytesMut::from(&b[..]))
+                    .await
+                    .unwrap();
+            }
+        }
+        follower.flush().await.unwrap();
+        assert_eq!(follower.log_end_offset(), 12);
+        assert_eq!(follower.leader_epochs(), vec![(2, 6)]);
+        follower.close().await.unwrap();
+        let (again, _) = PartitionLog::open(&shard, &fp, LogConfig::default())
+            .await
+            .unwrap();
+        assert_eq!((again.log_start_offset(), again.log_end_offset()), (6, 12));
+        assert_eq!(all_batches(&again).await, all_batches(&leader).await);
     });
 }

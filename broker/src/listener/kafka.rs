@@ -121,6 +121,8 @@ pub mod code {
     pub const INVALID_PARTITIONS: i16 = 37;
     /// INVALID_REPLICATION_FACTOR.
     pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    /// INVALID_REPLICA_ASSIGNMENT.
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     /// INVALID_CONFIG.
     pub const INVALID_CONFIG: i16 = 40;
     /// INVALID_REQUEST.
@@ -463,6 +465,7 @@ fn topic_error_code(e: &TopicError) -> i16 {
         TopicError::Config(_) => code::INVALID_CONFIG,
         TopicError::InvalidName(_) => code::INVALID_TOPIC,
         TopicError::NotApplied(_) => code::UNKNOWN,
+        TopicError::Reassignment(_) => code::INVALID_REPLICA_ASSIGNMENT,
     }
 }
 

@@ -95,6 +95,7 @@ fn topic_error_code(e: &TopicError) -> ErrorCode {
         TopicError::ReplicationFactor { .. } => ErrorCode::InvalidReplicationFactor,
         TopicError::Config(_) => ErrorCode::InvalidConfig,
         TopicError::NotApplied(_) => ErrorCode::StorageError,
+        TopicError::Reassignment(_) => ErrorCode::InvalidReplicaAssignment,
     }
 }
 
@@ -313,6 +314,39 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
                 topics.push(topic_result(&name, r));
             }
             ok(corr, &CreatePartitionsResponse { topics })
+        }
+        ApiKey::ReassignPartitions => {
+            let req = body!(ReassignPartitionsRequest);
+            let mut partitions = Vec::with_capacity(req.partitions.len());
+            for (i, r) in req.partitions.iter().enumerate() {
+                let twice = req.partitions[..i]
+                    .iter()
+                    .any(|o| o.topic == r.topic && o.partition == r.partition);
+                let result = if twice {
+                    Err(TopicError::Reassignment(format!(
+                        "{}-{} named twice in one request",
+                        r.topic, r.partition
+                    )))
+                } else {
+                    let change = Change::Reassign {
+                        topic: r.topic.clone(),
+                        partition: r.partition,
+                        nodes: r.replicas.clone(),
+                    };
+                    admin::change_topic(core, change).await
+                };
+                let (error, message) = match result {
+                    Ok(()) => (0, None),
+                    Err(e) => (topic_error_code(&e).as_u16(), Some(e.to_string())),
+                };
+                partitions.push(ReassignmentResult {
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    error,
+                    message,
+                });
+            }
+            ok(corr, &ReassignPartitionsResponse { partitions })
         }
         ApiKey::Compact => {
             let req = body!(CompactRequest);
@@ -727,6 +761,7 @@ async fn describe(core: &Rc<Core>, req: DescribeConfigsRequest) -> DescribeConfi
                             leader_epoch: p.leader_epoch,
                             replicas: p.replicas,
                             isr: p.isr,
+                            target: p.target,
                             here,
                         }
                     })

@@ -102,6 +102,9 @@ pub enum TopicError {
     /// The change could not be stored, or not applied on every core.
     #[error("{0}")]
     NotApplied(String),
+    /// A reassignment the cluster cannot make.
+    #[error("invalid reassignment: {0}")]
+    Reassignment(String),
 }
 
 /// Checks a topic name like Kafka does.

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use weir_replication::meta::{place, RefusalKind};
+use weir_replication::meta::{core_for_new_replica, place, RefusalKind, Replica};
 use weir_replication::{ClusterState, Command, ControllerError};
 
 use super::{ConfigOp, MetadataView, TopicError, TopicSpec};
@@ -44,6 +44,17 @@ pub enum Change {
     Alter(String, Vec<super::ConfigOp>),
     /// Raise the partition count to this total.
     AddPartitions(String, u32),
+    /// Move a partition to replicas on these nodes, the preferred leader
+    /// first (a node already holding one keeps its core; a new one takes
+    /// its least loaded core).
+    Reassign {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Node ids.
+        nodes: Vec<u64>,
+    },
 }
 
 /// A change waiting for the writer, and where its outcome goes.
@@ -203,6 +214,9 @@ fn apply_to(next: &mut MetadataView, change: Change, cores: usize) -> Result<(),
         Change::AddPartitions(name, total) => {
             next.add_partitions(&name, total, cores)?;
         }
+        // Checked by the controller against the cluster state (nodes,
+        // cores, liveness); the view changes once it is applied.
+        Change::Reassign { .. } => {}
     }
     Ok(())
 }
@@ -270,6 +284,36 @@ fn command_for(state: &ClusterState, change: &Change) -> Result<Command, TopicEr
                 placement: placed(name, total.saturating_sub(from), rf)?,
             }
         }
+        Change::Reassign {
+            topic: name,
+            partition,
+            nodes,
+        } => {
+            let t = topic(name)?;
+            let p = t.partitions.get(*partition as usize).ok_or_else(|| {
+                TopicError::Reassignment(format!(
+                    "`{name}` has {} partitions: no partition {partition}",
+                    t.partitions.len()
+                ))
+            })?;
+            let to = nodes
+                .iter()
+                .map(|&node| Replica {
+                    node,
+                    core: p
+                        .replicas
+                        .iter()
+                        .find(|r| r.node == node)
+                        .map_or_else(|| core_for_new_replica(state, node), |r| r.core),
+                })
+                .collect();
+            Command::ReassignPartition {
+                topic: name.clone(),
+                partition: *partition,
+                from: p.replicas.clone(),
+                to,
+            }
+        }
     })
 }
 
@@ -278,7 +322,8 @@ fn topic_of(change: &Change) -> &str {
         Change::Create(n, _)
         | Change::Delete(n)
         | Change::Alter(n, _)
-        | Change::AddPartitions(n, _) => n,
+        | Change::AddPartitions(n, _)
+        | Change::Reassign { topic: n, .. } => n,
     }
 }
 
@@ -298,6 +343,9 @@ async fn apply(core: &Rc<Core>, applied: &Applied, change: Change) -> Result<u64
                 RefusalKind::Conflict if conflicts < 3 => conflicts += 1,
                 RefusalKind::Exists => return Err(TopicError::Exists(name)),
                 RefusalKind::Unknown => return Err(TopicError::Unknown(name)),
+                _ if matches!(change, Change::Reassign { .. }) => {
+                    return Err(TopicError::Reassignment(r.message))
+                }
                 _ => return Err(TopicError::NotApplied(r.message)),
             },
             Err(e) => {

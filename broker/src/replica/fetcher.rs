@@ -15,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use weir_proto::batch::BatchHeader;
 use weir_proto::error_code::ErrorCode;
 use weir_replication::data::{DataLink, FetchPart, ReplicaFetch, FETCH_PARTITIONS_MAX};
-use weir_storage::StorageError;
+use weir_storage::{PartitionLog, StorageError};
 
 use super::{Replica, Role};
 use crate::shard::Core;
@@ -155,6 +155,12 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
             if !follows(r) {
                 continue;
             }
+            if part.error == ErrorCode::OffsetOutOfRange.as_u16()
+                && part.log_start_offset > r.log.log_end_offset()
+            {
+                restart_at(&core, r, part.log_start_offset).await;
+                continue;
+            }
             if part.error != 0 {
                 errors += 1;
                 tracing::debug!(partition = %format!("{}-{}", r.topic, r.partition),
@@ -223,6 +229,39 @@ async fn append_all(
         r.log.append_replica(BytesMut::from(batch)).await?;
     }
     Ok(())
+}
+
+/// This follower's log ends below the leader's log start (retention
+/// deleted what it would fetch next; a new replica of an old
+/// partition): its log is replaced by an empty one starting there. Nothing
+/// is lost: a replica that far behind is not in the ISR.
+async fn restart_at(core: &Rc<Core>, r: &Rc<Replica>, start: u64) {
+    let name = format!("{}-{}", r.topic, r.partition);
+    let held = core
+        .log(&r.topic, r.partition)
+        .is_some_and(|l| l.dir() == r.log.dir());
+    if !held || matches!(r.role(), Role::Leader) {
+        return;
+    }
+    let (dir, config) = (r.log.dir().to_path_buf(), r.log.config());
+    let below = r.log.log_end_offset();
+    if let Err(e) = r.log.delete().await {
+        tracing::error!(partition = %name, error = %e, "could not delete the log to start at the leader's log start");
+        return;
+    }
+    match PartitionLog::create_at(&core.storage, &dir, config, start).await {
+        Ok(log) => {
+            tracing::warn!(partition = %name, log_end = below, start, "this replica ended below the leader's log start: it starts again there");
+            core.logs
+                .borrow_mut()
+                .insert((r.topic.clone(), r.partition), log);
+            core.replication.remove(&r.topic, r.partition);
+            super::reconcile(core);
+        }
+        Err(e) => {
+            tracing::error!(partition = %name, error = %e, "could not start the log at the leader's log start")
+        }
+    }
 }
 
 /// The leader says this log diverges: its epoch at or below the

@@ -240,6 +240,20 @@ impl Replication {
         self.parts.borrow().get(topic)?.get(&partition).cloned()
     }
 
+    /// Forgets the replica of a partition (its log was replaced; the next
+    /// [`reconcile`] makes a new one).
+    pub(crate) fn remove(&self, topic: &str, partition: u32) {
+        let mut parts = self.parts.borrow_mut();
+        if let Some(ps) = parts.get_mut(topic) {
+            if let Some(r) = ps.remove(&partition) {
+                step_down(&r);
+            }
+            if ps.is_empty() {
+                parts.remove(topic);
+            }
+        }
+    }
+
     /// Every replica on this core.
     pub fn all(&self) -> Vec<Rc<Replica>> {
         self.parts
@@ -393,6 +407,17 @@ pub fn reconcile(core: &Rc<Core>) {
                 targets.push((node, c));
             }
             if role == Role::Leader {
+                // A partition that gained or lost replicas (a
+                // reassignment) starts or stops tracking its own
+                // durability in the high watermark.
+                let replicated = replica.replicated();
+                let tracking = replica.state.borrow().durable_task.is_some();
+                if replicated && !tracking {
+                    let task = glommio::spawn_local(raise_hw_as_durable(replica.clone(), me));
+                    replica.state.borrow_mut().durable_task = Some(task);
+                } else if !replicated && tracking {
+                    replica.state.borrow_mut().durable_task = None;
+                }
                 // The ISR may have shrunk: the high watermark may move.
                 replica.recompute_hw(me);
             }
@@ -415,6 +440,16 @@ pub fn reconcile(core: &Rc<Core>) {
         gone
     };
     for r in gone {
+        if r.topic == crate::metadata::OFFSETS_TOPIC
+            && r.role() == Role::Leader
+            && core.groups.is_loaded()
+        {
+            // Its groups are coordinated where it moved.
+            let n = view
+                .get(crate::metadata::OFFSETS_TOPIC)
+                .map_or(0, |m| m.partitions());
+            move_groups(core, r.partition, n, true, false);
+        }
         step_down(&r);
     }
     for t in targets {

@@ -273,7 +273,8 @@ async fn fetch_part(
         propose_isr(core, &r, epoch, isr);
     }
     if fp.fetch_offset < log.log_start_offset() {
-        return refused(
+        // The follower starts again at the log start it is told.
+        let (mut part, _) = refused(
             ErrorCode::OffsetOutOfRange,
             format!(
                 "{name}: offset {} is below the leader's log start {}",
@@ -281,6 +282,9 @@ async fn fetch_part(
                 log.log_start_offset()
             ),
         );
+        part.log_start_offset = log.log_start_offset();
+        part.leader_epoch = epoch;
+        return (part, Vec::new());
     }
     if fp.fetch_offset >= leo || *budget == 0 {
         return (answer(None, 0), Vec::new());

@@ -136,6 +136,8 @@ pub struct PartitionInfo {
     pub replicas: Vec<u64>,
     /// In-sync replicas.
     pub isr: Vec<u64>,
+    /// The nodes a reassignment under way moves it to (empty: none).
+    pub target: Vec<u64>,
 }
 
 /// A topic's description: effective configs and every partition.
@@ -186,6 +188,7 @@ pub async fn describe(
                 replicas: placed
                     .map_or_else(Vec::new, |s| s.replicas.iter().map(|r| r.node).collect()),
                 isr: placed.map_or_else(Vec::new, |s| s.isr.clone()),
+                target: placed.map_or_else(Vec::new, |s| s.target.iter().map(|r| r.node).collect()),
             });
         }
         out.push((

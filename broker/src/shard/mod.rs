@@ -206,6 +206,25 @@ impl Core {
                     .with_context(|| format!("deleting {topic}-{partition}"))?;
             }
         }
+        // Replicas moved to other nodes (a reassignment completed): the
+        // metadata that says so is committed, so the local copy goes.
+        let moved: Vec<(String, u32)> = self
+            .logs
+            .borrow()
+            .keys()
+            .filter(|(t, p)| view.get(t).is_some_and(|m| m.core_of(*p).is_none()))
+            .cloned()
+            .collect();
+        self.groups.forget_log_ends(&moved);
+        for (topic, partition) in moved {
+            let log = self.logs.borrow_mut().remove(&(topic.clone(), partition));
+            if let Some(log) = log {
+                log.delete()
+                    .await
+                    .with_context(|| format!("deleting the moved replica {topic}-{partition}"))?;
+                tracing::info!(partition = %format!("{topic}-{partition}"), "the replica moved to other nodes: its log here is deleted");
+            }
+        }
         for (topic, meta) in view.topics() {
             let cfg = metadata::log_config(&meta.configs)
                 .map_err(|e| anyhow::anyhow!("topic {topic}: {e}"))?;

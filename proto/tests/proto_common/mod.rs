@@ -250,6 +250,11 @@ pub fn describe_configs_response() -> impl Strategy<Value = DescribeConfigsRespo
                         leader_epoch: partition,
                         replicas: vec![1, 2, 3],
                         isr: vec![1, 3],
+                        target: if partition % 3 == 0 {
+                            vec![2, 3]
+                        } else {
+                            vec![]
+                        },
                         here: core % 2 == 0,
                     }
                 },

@@ -91,8 +91,9 @@ pub struct LogStore {
 /// The format of the Raft directory (log records, vote, snapshot: the rkyv
 /// layout of `wire` and `meta`), in its `format` file. 1: the first
 /// cluster build (no file); 2: per-core replication ports and
-/// `AlterPartition`.
-pub const FORMAT: u32 = 2;
+/// `AlterPartition`; 3: partition reassignments (`ReassignPartition`, a
+/// partition's target replicas).
+pub const FORMAT: u32 = 3;
 
 /// Refuses a Raft directory of another format; marks a new one.
 fn check_format(dir: &Path) -> anyhow::Result<()> {
