@@ -167,9 +167,9 @@ struct LeaderStats {
     isr: usize,
     replicas: usize,
     min_isr: u32,
-    /// Per follower node: records behind the leader's log end (as of its
-    /// last fetch).
-    lag: Vec<(u64, u64)>,
+    /// Per follower node: records and bytes behind the leader's log end
+    /// (as of its last fetch).
+    lag: Vec<(u64, u64, u64)>,
 }
 
 /// A `Send` copy of one histogram: per-bucket counts (not cumulative),
@@ -289,9 +289,9 @@ pub fn snapshot(core: &Core) -> Snapshot {
                         .iter()
                         .filter(|(n, _)| *n != me)
                         .map(|(n, _)| {
-                            let behind = leo
-                                .saturating_sub(st.followers.get(n).map_or(0, |p| p.fetch_offset));
-                            (*n, behind)
+                            let at = st.followers.get(n).map_or(0, |p| p.fetch_offset);
+                            let from = at.max(r.log.log_start_offset());
+                            (*n, leo.saturating_sub(at), r.log.bytes_from(from))
                         })
                         .collect(),
                 }
@@ -636,20 +636,29 @@ pub fn render(snaps: &[Snapshot]) -> String {
             }
         }
     }
-    family(
-        "weir_follower_lag_records",
-        "gauge",
-        "Records a follower is behind its leader's log end (as of its last fetch), by follower node.",
-        &mut o,
-    );
-    for s in snaps {
-        for l in &s.leaders {
-            for (node, behind) in &l.lag {
-                let _ = writeln!(
-                    o,
-                    "weir_follower_lag_records{{topic=\"{}\",partition=\"{}\",follower=\"{node}\",core=\"{}\"}} {behind}",
-                    l.topic, l.partition, s.core
-                );
+    for (name, help, bytes) in [
+        (
+            "weir_follower_lag_records",
+            "Records a follower is behind its leader's log end (as of its last fetch), by follower node.",
+            false,
+        ),
+        (
+            "weir_follower_lag_bytes",
+            "Bytes of log a follower has still to fetch (as of its last fetch; from the index entry at or below its offset), by follower node.",
+            true,
+        ),
+    ] {
+        family(name, "gauge", help, &mut o);
+        for s in snaps {
+            for l in &s.leaders {
+                for (node, records, size) in &l.lag {
+                    let behind = if bytes { size } else { records };
+                    let _ = writeln!(
+                        o,
+                        "{name}{{topic=\"{}\",partition=\"{}\",follower=\"{node}\",core=\"{}\"}} {behind}",
+                        l.topic, l.partition, s.core
+                    );
+                }
             }
         }
     }

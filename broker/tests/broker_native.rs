@@ -154,7 +154,7 @@ fn produce_and_fetch_across_cores_survive_restart() {
 
     assert!(b.stop().success(), "SIGTERM exits 0");
     let b = Broker::start(dir.path(), 2);
-    let text = scrape(&b);
+    let text = common::scrape(b.metrics);
     for core in 0..2 {
         assert!(
             text.contains(&format!(
@@ -370,16 +370,6 @@ fn bad_input_gets_clear_errors_and_hurts_no_one() {
     assert_eq!(values(&data).len(), 2);
 }
 
-fn scrape(b: &Broker) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(b.metrics).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text
-}
-
 #[test]
 fn metrics_endpoint_serves_prometheus_text() {
     let dir = tempfile::tempdir().unwrap();
@@ -389,7 +379,7 @@ fn metrics_endpoint_serves_prometheus_text() {
     let batch = records_batch("m", 3, 1);
     produce(&mut c, "m", &[(0, &batch), (1, &batch)], -1);
     fetch(&mut c, "m", 0, 0, 0);
-    let text = scrape(&b);
+    let text = common::scrape(b.metrics);
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     for needle in [
         "weir_requests_total{api=\"Produce\"",

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use weir_proto::messages::DescribeClusterResponse;
 
+mod common;
+
 /// One cluster at a time: three nodes of two cores each already
 /// oversubscribe a two-core machine, and the timing assertions (a change
 /// within 2 s of a leader kill, fencing within the session timeout) are
@@ -83,6 +85,7 @@ struct Node {
     child: Child,
     native: SocketAddr,
     kafka: SocketAddr,
+    metrics: SocketAddr,
     log: PathBuf,
 }
 
@@ -457,6 +460,7 @@ fn spawn(id: u64, config: &Path, log: &Path) -> Node {
         child,
         native: field("listen="),
         kafka: field("kafka="),
+        metrics: field("metrics="),
         log: log.to_path_buf(),
     }
 }
@@ -1382,25 +1386,46 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
         let deadline = Instant::now() + within;
         while acked_count.load(Ordering::Acquire) <= from {
             if Instant::now() >= deadline {
-                let logs: Vec<String> = c
-                    .nodes
-                    .keys()
+                // Every node's log, the killed one's too (its file stays),
+                // without openraft's retries to the dead node.
+                let logs: Vec<String> = (1..=3u64)
                     .map(|n| {
-                        let text = c.log(*n);
+                        let path = c.root.path().join(format!("node-{n}.log"));
+                        let text = std::fs::read_to_string(path).unwrap_or_default();
                         let lines: Vec<&str> = text
                             .lines()
                             .filter(|l| {
-                                l.contains("hist") || l.contains("WARN") || l.contains("ERROR")
+                                (l.contains("hist")
+                                    || l.contains("fenc")
+                                    || l.contains("ISR")
+                                    || l.contains("WARN")
+                                    || l.contains("ERROR"))
+                                    && !l.contains("RPCError")
+                                    && !l.contains("unclean shutdown")
                             })
                             .collect();
                         format!(
                             "node {n}:\n{}",
-                            lines[lines.len().saturating_sub(25)..].join("\n")
+                            lines[lines.len().saturating_sub(40)..].join("\n")
+                        )
+                    })
+                    .collect();
+                let views: Vec<String> = c
+                    .nodes
+                    .keys()
+                    .map(|n| {
+                        let out = c.weir(*n, &["topic", "describe", "hist"]);
+                        let status = c.weir(*n, &["cluster", "status"]);
+                        format!(
+                            "as node {n} sees it:\n{}{}",
+                            String::from_utf8_lossy(&out.stdout),
+                            String::from_utf8_lossy(&status.stdout)
                         )
                     })
                     .collect();
                 panic!(
-                    "no record acknowledged within {within:?}\n{}",
+                    "no record acknowledged within {within:?}\n{}\n{}",
+                    views.join("\n"),
                     logs.join("\n")
                 );
             }
@@ -1563,6 +1588,23 @@ fn cut_off_followers_leave_the_isr_and_acks_all_needs_min_insync_replicas() {
         cut.elapsed()
     );
     produce("one-cut", Acks::All).unwrap();
+    // The leader's metrics: under-replicated, the cut-off follower behind
+    // by the records and bytes it has not fetched.
+    let metrics = common::scrape(c.nodes[&leader].metrics);
+    let sample = |name: &str, follower: Option<u64>| -> u64 {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{name}{{topic=\"isr\""))
+                    && follower.is_none_or(|f| l.contains(&format!("follower=\"{f}\"")))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} for isr in:\n{metrics}"))
+    };
+    assert_eq!(sample("weir_partition_under_replicated", None), 1);
+    assert_eq!(sample("weir_partition_isr_size", None), 2);
+    assert!(sample("weir_follower_lag_records", Some(followers[0])) >= 1);
+    assert!(sample("weir_follower_lag_bytes", Some(followers[0])) > 0);
     // Both cut off: the ISR is the leader alone, below min.insync.replicas.
     let both: Vec<SocketAddr> = followers
         .iter()

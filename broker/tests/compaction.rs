@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use common::{weir, Broker};
@@ -22,15 +21,6 @@ fn fails(b: &Broker, args: &[&str], stdin: &[u8]) -> String {
     let out = weir(b, args, stdin);
     assert!(!out.status.success(), "weir {args:?} succeeded");
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn metrics(b: &Broker) -> String {
-    let mut s = std::net::TcpStream::connect(b.metrics).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 /// The sum of a metric family's samples.
@@ -156,7 +146,7 @@ fn compacted_topics_through_the_broker_and_the_cli() {
             "latest value of user-{k} ({want}) missing"
         );
     }
-    let m = metrics(&b);
+    let m = common::scrape(b.metrics);
     assert!(metric_sum(&m, "weir_cleaner_passes_total") >= 1.0, "{m}");
     assert!(metric_sum(&m, "weir_cleaner_removed_records_total") >= 1000.0);
     assert!(
@@ -203,7 +193,7 @@ fn each_core_cleans_its_compacted_partitions_on_its_own() {
     // Both partitions' cleaners run without being asked.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let m = metrics(&b);
+        let m = common::scrape(b.metrics);
         let cores_cleaning = m
             .lines()
             .filter(|l| l.starts_with("weir_cleaner_passes_total{"))

@@ -45,11 +45,7 @@ fn topic_names(c: &mut Client) -> BTreeSet<String> {
 
 /// The sum over cores of one metric family's samples.
 fn metric(addr: SocketAddr, name: &str) -> f64 {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
+    let text = common::scrape(addr);
     let samples: Vec<f64> = text
         .lines()
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))

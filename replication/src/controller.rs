@@ -569,6 +569,13 @@ async fn serve_connection(shared: &Arc<Shared>, conn: quinn::Connection) -> anyh
             return Ok(());
         }
     };
+    if let Err(e) = crate::tls::check_peer_is(&conn, peer) {
+        warn!(%remote, node = peer, error = %format!("{e:#}"), "refused a node connection");
+        write_frame(&mut send, &encode(&Response::Refused(format!("{e:#}")))).await?;
+        let _ = send.stopped().await;
+        conn.close(1u32.into(), b"not that node");
+        return Ok(());
+    }
     write_frame(&mut send, &encode(&Response::HelloOk)).await?;
     loop {
         let (mut send, mut recv) = conn.accept_bi().await?;
@@ -576,6 +583,14 @@ async fn serve_connection(shared: &Arc<Shared>, conn: quinn::Connection) -> anyh
         tokio::spawn(async move {
             let answer = match read_frame(&mut recv).await {
                 Ok(body) => match decode::<Request>(&body) {
+                    // A node speaks for itself only (its certificate is
+                    // checked against its hello).
+                    Ok(Request::Heartbeat { node_id, .. })
+                    | Ok(Request::Propose(Command::RegisterNode(NodeInfo {
+                        id: node_id, ..
+                    }))) if node_id != peer => Response::Refused(format!(
+                        "node {peer} cannot register or heartbeat for node {node_id}"
+                    )),
                     Ok(request) => handle(&shared, request).await,
                     Err(e) => Response::Refused(e),
                 },

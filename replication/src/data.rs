@@ -197,6 +197,14 @@ pub async fn accept_hello(conn: &quinn::Connection, cluster_id: &str) -> anyhow:
             cluster_id: theirs,
             node_id,
         } if theirs == cluster_id => {
+            if let Err(e) = crate::tls::check_peer_is(conn, node_id) {
+                let why = format!("{e:#}");
+                write_frame_with_payload(&mut send, &encode(&DataResponse::Refused(why)), &[])
+                    .await?;
+                let _ = send.stopped().await;
+                conn.close(1u32.into(), b"not that node");
+                bail!("refused a node: {e:#}");
+            }
             write_frame_with_payload(&mut send, &encode(&DataResponse::HelloOk), &[]).await?;
             Ok(node_id)
         }

@@ -12,8 +12,10 @@
 //! ```
 //!
 //! A node certificate names `node-<id>.weir` (and `localhost`) as its DNS
-//! names; a node connecting to node `id` asks for `node-<id>.weir`, so a
-//! peer cannot answer for another node's id with its own certificate.
+//! names; a node connecting to node `id` asks for `node-<id>.weir`, and a
+//! node accepting a connection checks that the certificate presented names
+//! the node id its hello claims ([`check_peer_is`]) — so a peer can neither
+//! answer nor speak for another node's id with its own certificate.
 //! Certificates are ECDSA P-256, valid ten years; TLS 1.3 only (QUIC's).
 
 use std::path::{Path, PathBuf};
@@ -30,6 +32,28 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 /// The name the QUIC handshake asks for when it connects to node `id`.
 pub fn node_server_name(id: u64) -> String {
     format!("node-{id}.weir")
+}
+
+/// Checks that the peer of an accepted connection presented node `id`'s
+/// certificate (one naming `node-<id>.weir`; the handshake already
+/// checked it is from the cluster CA): a node's hello cannot claim
+/// another node's id.
+pub fn check_peer_is(conn: &quinn::Connection, id: u64) -> anyhow::Result<()> {
+    let certs = conn
+        .peer_identity()
+        .and_then(|i| i.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .context("the peer presented no certificate")?;
+    let leaf = certs.first().context("the peer presented no certificate")?;
+    let cert = webpki::EndEntityCert::try_from(leaf)
+        .map_err(|e| anyhow::anyhow!("the peer's certificate cannot be read: {e}"))?;
+    let name =
+        rustls::pki_types::ServerName::try_from(node_server_name(id)).context("a node name")?;
+    cert.verify_is_valid_for_subject_name(&name).map_err(|_| {
+        anyhow::anyhow!(
+            "it says it is node {id}, but its certificate is not node {id}'s (it does not name {})",
+            node_server_name(id)
+        )
+    })
 }
 
 /// The ALPN protocol of Weir's node-to-node connections.

@@ -1,6 +1,7 @@
 //! The data plane's transport on glommio executors: a follower core's
 //! endpoint fetches raw batch bytes from a leader core's endpoint (mutual
-//! TLS, hello, one stream per fetch), and another cluster is refused.
+//! TLS, hello, one stream per fetch); another cluster, and a node claiming
+//! another node's id, are refused.
 
 use std::net::SocketAddr;
 use std::sync::mpsc;
@@ -94,6 +95,14 @@ fn a_follower_core_fetches_raw_batches_from_a_leader_core() {
                 .await
                 .unwrap_err();
             assert!(format!("{e:#}").contains("refused"), "{e:#}");
+            // Node 2's certificate cannot speak for node 3.
+            let e = DataLink::connect(&endpoint, 1, addr, "c1", 3)
+                .await
+                .unwrap_err();
+            assert!(
+                format!("{e:#}").contains("its certificate is not node 3's"),
+                "{e:#}"
+            );
             let link = DataLink::connect(&endpoint, 1, addr, "c1", 2)
                 .await
                 .unwrap();

@@ -569,6 +569,28 @@ impl PartitionLog {
         }
     }
 
+    /// Bytes of log from `offset` to the log end (0 at or past it): from
+    /// the last index entry at or below `offset`, so over by at most
+    /// `index.interval.bytes`. What a follower at `offset` has to fetch.
+    pub fn bytes_from(&self, offset: u64) -> u64 {
+        let st = self.inner.state.borrow();
+        if offset >= st.next_offset {
+            return 0;
+        }
+        let first = st
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map_or(0, |(b, _)| *b);
+        st.segments
+            .range(first..)
+            .map(|(b, s)| {
+                let from = if *b == first { s.floor(offset).1 } else { 0 };
+                s.size().saturating_sub(from)
+            })
+            .sum()
+    }
+
     /// Number of segments.
     pub fn segment_count(&self) -> usize {
         self.segment_bases().len()

@@ -212,6 +212,11 @@ fn a_log_created_at_an_offset_takes_the_leaders_batches_from_there() {
         }
         follower.flush().await.unwrap();
         assert_eq!(follower.log_end_offset(), 12);
+        // What a follower at an offset still has to fetch.
+        assert_eq!(follower.bytes_from(12), 0);
+        assert_eq!(follower.bytes_from(6), follower.size_bytes());
+        let last = batches.last().unwrap().len() as u64;
+        assert!(follower.bytes_from(9) >= last && follower.bytes_from(9) < follower.size_bytes());
         assert_eq!(follower.leader_epochs(), vec![(2, 6)]);
         follower.close().await.unwrap();
         let (again, _) = PartitionLog::open(&shard, &fp, LogConfig::default())

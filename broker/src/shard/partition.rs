@@ -50,9 +50,23 @@ pub async fn append_local(
     let info = log
         .append(BytesMut::from(&batch[..]))
         .await
-        .map_err(BrokerError::from)?;
+        .map_err(|e| append_error(topic, partition, e))?;
     core.metrics.stage(Stage::Append, started.elapsed());
     Ok((log, info))
+}
+
+/// The error of an append or its wait: a log closed under it (its replica
+/// moved to other nodes, or the broker is stopping) is `NotLeader`, so
+/// the client asks the metadata again and retries there.
+fn append_error(topic: &str, partition: u32, e: weir_storage::StorageError) -> BrokerError {
+    match e {
+        weir_storage::StorageError::Closed { .. } => BrokerError::NotLeader {
+            topic: topic.to_string(),
+            partition,
+            leader: 0,
+        },
+        e => e.into(),
+    }
 }
 
 /// Waits until an appended batch may be acknowledged as `acks` says: 0
@@ -84,13 +98,15 @@ pub async fn ack_local(
         1 => {
             log.wait_written(info.last_offset + 1)
                 .await
-                .map_err(BrokerError::from)?;
+                .map_err(|e| append_error(topic, partition, e))?;
             core.metrics.stage(Stage::Write, appended.elapsed());
         }
         _ => {
             // One wait (a second waiter per batch costs the core a wake-up
             // and the log a round): the write's instant is looked up after.
-            log.wait_acked(&info).await.map_err(BrokerError::from)?;
+            log.wait_acked(&info)
+                .await
+                .map_err(|e| append_error(topic, partition, e))?;
             if let Some(written) = log.written_at(info.last_offset + 1) {
                 let written = written.max(appended);
                 core.metrics.stage(Stage::Write, written - appended);
