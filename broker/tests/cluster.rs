@@ -1382,9 +1382,21 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
             (acked, failed)
         })
     };
-    let progress = |c: &Cluster, from: u64, within: Duration| {
+    // Waits until a record past `from` is acknowledged: true. False if,
+    // with `killed` down, the partition has no leader and its ISR is
+    // `killed` alone (both followers had fallen out of it before the
+    // kill): it rightly waits for that node (no unclean election).
+    let progress = |c: &Cluster, from: u64, within: Duration, killed: Option<u64>| {
         let deadline = Instant::now() + within;
+        let mut next_look = Instant::now() + Duration::from_millis(SESSION_MS * 2);
         while acked_count.load(Ordering::Acquire) <= from {
+            if let Some(k) = killed.filter(|_| Instant::now() >= next_look) {
+                next_look = Instant::now() + Duration::from_secs(1);
+                let rows = c.partition_rows("hist");
+                if rows[0][1] == "none" && rows[0][4] == k.to_string() {
+                    return false;
+                }
+            }
             if Instant::now() >= deadline {
                 // Every node's log, the killed one's too (its file stays),
                 // without openraft's retries to the dead node.
@@ -1431,27 +1443,38 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        true
     };
-    progress(&c, 0, Duration::from_secs(20));
+    progress(&c, 0, Duration::from_secs(20), None);
     let mut failovers = Vec::new();
+    let mut waited = 0;
     for round in 0..rounds {
         let leader = c.agreed_leader("hist");
         let before = acked_count.load(Ordering::Acquire);
         let killed_at = Instant::now();
         c.nodes.remove(&leader).unwrap().kill();
         // Another leader takes over and a produce succeeds.
-        progress(&c, before, Duration::from_secs(45));
-        failovers.push(killed_at.elapsed());
-        c.start(leader);
+        let outcome = if progress(&c, before, Duration::from_secs(45), Some(leader)) {
+            failovers.push(killed_at.elapsed());
+            c.start(leader);
+            format!("produce again after {:?}", killed_at.elapsed())
+        } else {
+            waited += 1;
+            c.start(leader);
+            assert!(progress(&c, before, Duration::from_secs(45), None));
+            "it was the whole ISR: produce again once it was restarted".to_string()
+        };
         // Caught up with the metadata (its own view is the one asked
         // next), then back in the ISR.
         c.converged(&[1, 2, 3], Duration::from_secs(20));
         c.isr_full("hist", 3, Duration::from_secs(30));
-        eprintln!(
-            "round {round}: killed node {leader}, produce again after {:?}",
-            failovers.last().unwrap()
-        );
+        eprintln!("round {round}: killed node {leader}, {outcome}");
     }
+    // A failover, not a wait for the dead node, in (nearly) every round.
+    assert!(
+        waited * 5 <= rounds,
+        "{waited} of {rounds} rounds waited for the killed node"
+    );
     stop.store(true, Ordering::Release);
     let (acked, failed) = rt.block_on(producer).unwrap();
     failovers.sort();
@@ -1825,32 +1848,44 @@ fn a_node_is_drained_while_a_producer_writes_and_nothing_is_lost() {
         .count();
     assert_eq!(on_3, 2, "RF 2 over 3 nodes: two partitions on node 3");
     let addr = c.nodes[&1].native.to_string();
-    let mut drain = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["topic", "reassign", "drain", "--drain-node", "3", "--wait"])
-        .args(["--bootstrap", &addr])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let start_drain = || {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["topic", "reassign", "drain", "--drain-node", "3", "--wait"])
+            .args(["--bootstrap", &addr])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
     let rt = runtime();
+    let mut drain: Option<Child> = None;
     let acked: Vec<(u32, u64, String)> = rt.block_on(async {
         let client = A::new(Client::connect(c.nodes[&1].native).await.unwrap());
         let producer = Producer::new(client.clone(), ProducerConfig::default());
         let mut acks = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut i = 0u64;
-        // Until the drain is done and a little after, at most 50 000.
+        // 10 000 records (~10 MB) first, so the new replicas have a log
+        // to copy; then on while the drain runs and a little after, at
+        // most 60 000.
         let mut after = 0;
-        while after < 300 && i < 50_000 && Instant::now() < deadline {
-            let v = format!("v{i}");
+        while after < 300 && i < 60_000 && Instant::now() < deadline {
+            let v = format!("{i:0>1000}");
             let p = (i % 3) as u32;
             let r = ProducerRecord::new("drain", v.clone()).partition(p);
             acks.push((p, v, producer.send(r).await.unwrap()));
             i += 1;
             if i % 100 == 0 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            if after > 0 || drain.try_wait().unwrap().is_some() {
+            if i == 10_000 {
+                drain = Some(start_drain());
+            }
+            if after > 0
+                || drain
+                    .as_mut()
+                    .is_some_and(|d| d.try_wait().unwrap().is_some())
+            {
                 after += 1;
             }
         }
@@ -1859,12 +1894,19 @@ fn a_node_is_drained_while_a_producer_writes_and_nothing_is_lost() {
             let md = tokio::time::timeout(Duration::from_secs(30), a)
                 .await
                 .expect("acknowledged within 30 s")
-                .unwrap_or_else(|e| panic!("{v} to partition {p} failed: {e}"));
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "record {} to partition {p} failed: {e}",
+                        v.trim_start_matches('0')
+                    )
+                });
             out.push((p, md.offset.unwrap(), v));
         }
         producer.close().await;
         out
     });
+    eprintln!("{} records acknowledged around the drain", acked.len());
+    let drain = drain.expect("the drain started");
     let out = drain.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(

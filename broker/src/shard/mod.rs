@@ -256,10 +256,25 @@ impl Core {
         Ok(())
     }
 
-    /// A log this core owns, or the error for an unknown partition.
+    /// A log this core owns, or the error: `NotLeader` for a partition
+    /// the metadata has but this core does not hold (it moved away, or
+    /// is not open yet: the client asks the metadata again), unknown
+    /// otherwise.
     pub fn owned_log(&self, topic: &str, partition: u32) -> Result<PartitionLog, BrokerError> {
-        self.log(topic, partition)
-            .ok_or_else(|| BrokerError::unknown(topic, partition))
+        self.log(topic, partition).ok_or_else(|| {
+            match self
+                .metadata()
+                .get(topic)
+                .filter(|t| partition < t.partitions())
+            {
+                Some(t) => BrokerError::NotLeader {
+                    topic: topic.to_string(),
+                    partition,
+                    leader: t.leaders.get(partition as usize).copied().unwrap_or(0),
+                },
+                None => BrokerError::unknown(topic, partition),
+            }
+        })
     }
 
     /// A log this core owns.
