@@ -427,10 +427,16 @@ async fn wait_moved(c: &Client, moves: &[(String, u32, Vec<u64>)]) -> Result<()>
     let started = Instant::now();
     while !pending.is_empty() {
         tokio::time::sleep(Duration::from_millis(250)).await;
+        // Each topic described once per round.
+        let mut topics = BTreeMap::new();
+        for m in &pending {
+            if !topics.contains_key(&m.0) {
+                topics.insert(m.0.clone(), c.describe_topic(&m.0).await?);
+            }
+        }
         let mut still = Vec::new();
         for m in pending {
-            let t = c.describe_topic(&m.0).await?;
-            let done = t
+            let done = topics[&m.0]
                 .partitions
                 .iter()
                 .find(|p| p.partition == m.1)

@@ -125,6 +125,8 @@ pub fn start(
         ..NodeInfo::default()
     };
     cfg.session_timeout = Duration::from_millis(c.session_timeout_ms);
+    cfg.leader_rebalance_interval = (c.leader_rebalance_interval_ms > 0)
+        .then(|| Duration::from_millis(c.leader_rebalance_interval_ms));
     cfg.heartbeat_interval =
         (cfg.session_timeout / 6).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let controller = Controller::start(cfg).context("starting the controller")?;

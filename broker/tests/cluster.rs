@@ -113,6 +113,9 @@ struct Cluster {
     bind: BTreeMap<u64, SocketAddr>,
     advertised: BTreeMap<u64, SocketAddr>,
     nodes: BTreeMap<u64, Node>,
+    /// The nodes' `leader_rebalance_interval_ms` (0, off, unless a test
+    /// sets it: leaders stay where failovers put them).
+    rebalance_ms: u64,
 }
 
 impl Cluster {
@@ -128,6 +131,7 @@ impl Cluster {
             advertised: bind.clone(),
             bind,
             nodes: BTreeMap::new(),
+            rebalance_ms: 0,
         }
     }
 
@@ -169,6 +173,10 @@ impl Cluster {
         );
         // Retention acts within a test's time.
         t.insert("retention_check_ms".into(), toml::Value::Integer(200));
+        t.insert(
+            "leader_rebalance_interval_ms".into(),
+            toml::Value::Integer(self.rebalance_ms as i64),
+        );
         let path = self.root.path().join(format!("node-{id}.toml"));
         std::fs::write(&path, toml::to_string(&t).unwrap()).unwrap();
         path
@@ -2045,4 +2053,56 @@ fn a_new_replica_starts_at_the_leaders_log_start() {
             }
         }
     });
+}
+
+/// A partition's preferred replica leads again once its node is back and
+/// in sync (the controller's leader rebalance, every 500 ms here), at a
+/// new epoch, and records written meanwhile are all there.
+#[test]
+fn the_preferred_replica_leads_again_after_its_node_returns() {
+    use weir_client::{Acks, Client};
+
+    let _serial = serial();
+    let mut c = Cluster::new(3);
+    c.rebalance_ms = 500;
+    c.start_all();
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    c.replicated_topic("pref", 1);
+    let row = c.partition_rows("pref")[0].clone();
+    let preferred: u64 = row[3].split(',').next().unwrap().parse().unwrap();
+    assert_eq!(row[1], preferred.to_string(), "{row:?}");
+    c.nodes.remove(&preferred).unwrap().kill();
+    // Another replica leads; a write goes there.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let other = loop {
+        let row = c.partition_rows("pref")[0].clone();
+        if let Ok(l) = row[1].parse::<u64>() {
+            if l != preferred {
+                break l;
+            }
+        }
+        assert!(Instant::now() < deadline, "no failover: {row:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let rt = runtime();
+    let client = rt
+        .block_on(Client::connect(c.nodes[&other].native))
+        .unwrap();
+    rt.block_on(client.produce("pref", 0, batch_of(&["while away".to_string()]), Acks::All))
+        .unwrap();
+    c.start(preferred);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let row = c.partition_rows("pref")[0].clone();
+        if row[1] == preferred.to_string() && row[4].split(',').count() == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {preferred} does not lead again: {row:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ends = replicas_converge(&c, "pref", 1, &[1, 2, 3], Duration::from_secs(20));
+    assert_eq!(ends, [1]);
 }

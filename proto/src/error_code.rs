@@ -354,6 +354,6 @@ mod tests {
         }
         // Reserved and unknown numbers read as Unknown.
         assert_eq!(ErrorCode::from_u16(24), ErrorCode::Unknown);
-        assert_eq!(ErrorCode::from_u16(44), ErrorCode::Unknown);
+        assert_eq!(ErrorCode::from_u16(45), ErrorCode::Unknown);
     }
 }

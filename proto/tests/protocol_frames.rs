@@ -215,12 +215,12 @@ fn unsupported_api_and_version() {
     let (_, b, _) = decode_request(&body).unwrap();
 
     let unknown = RequestHeader {
-        api_key: 23,
+        api_key: 24,
         api_version: 0,
         correlation_id: 1,
     };
     let e = AnyRequest::decode(&unknown, b).unwrap_err();
-    assert_eq!(e, FrameError::UnsupportedApi { api_key: 23 });
+    assert_eq!(e, FrameError::UnsupportedApi { api_key: 24 });
     assert_eq!(e.error_code(), ErrorCode::UnsupportedApi);
     assert!(!e.is_fatal());
 
@@ -455,6 +455,7 @@ fn error_codes_are_pinned() {
         ("NotLeader", 41),
         ("NotCoordinator", 42),
         ("InvalidReplicationFactor", 43),
+        ("InvalidReplicaAssignment", 44),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -474,7 +475,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in (24..=29).chain(44..=u16::MAX) {
+    for n in (24..=29).chain(45..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -529,24 +530,27 @@ fn api_keys_are_pinned() {
         ("DescribeCluster", 20),
         ("ChangeVoters", 21),
         ("FindCoordinator", 22),
+        ("ReassignPartitions", 23),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
         assert_eq!(key.name(), name);
         assert_eq!(key.as_u16(), n);
         assert_eq!(ApiKey::from_u16(n), Some(key));
-        // DescribeGroup's body changed shape (members with epochs),
-        // DescribeConfigs' (leader, replicas, ISR) and CreateTopics'
-        // (replication factor): v1 only; everything else is at v0.
-        let v = u16::from(matches!(
-            key,
-            ApiKey::DescribeGroup | ApiKey::DescribeConfigs | ApiKey::CreateTopics
-        ));
+        // DescribeGroup's body changed shape (members with epochs) and
+        // CreateTopics' (replication factor): v1 only; DescribeConfigs'
+        // twice (leader, replicas, ISR; then a move's target): v2 only;
+        // everything else is at v0.
+        let v = match key {
+            ApiKey::DescribeGroup | ApiKey::CreateTopics => 1,
+            ApiKey::DescribeConfigs => 2,
+            _ => 0,
+        };
         assert!(key.supports(v));
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);
     }
-    for n in 23..=u16::MAX {
+    for n in 24..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

@@ -65,6 +65,10 @@ pub struct ControllerConfig {
     pub session_timeout: Duration,
     /// Raft election timeout, lower bound (the upper is twice it).
     pub election_timeout: Duration,
+    /// How often the leader moves leadership back to preferred replicas
+    /// that are live and in sync (Kafka's auto leader rebalance); `None`:
+    /// never.
+    pub leader_rebalance_interval: Option<Duration>,
 }
 
 impl ControllerConfig {
@@ -87,6 +91,7 @@ impl ControllerConfig {
             heartbeat_interval: Duration::from_millis(300),
             session_timeout: Duration::from_secs(3),
             election_timeout: Duration::from_millis(300),
+            leader_rebalance_interval: Some(Duration::from_secs(300)),
         }
     }
 }
@@ -835,6 +840,7 @@ async fn leader_loop(shared: Arc<Shared>) {
     let tick = (shared.cfg.heartbeat_interval / 2).max(Duration::from_millis(10));
     let mut metrics = shared.raft.metrics();
     let mut first = true;
+    let mut last_rebalance = Instant::now();
     loop {
         // Every tick, and at once when leadership changes.
         if !first {
@@ -889,6 +895,26 @@ async fn leader_loop(shared: Arc<Shared>) {
                 Ok(o) if o.error.is_none() => info!(node = id, version = o.version, "fenced"),
                 Ok(o) => tracing::debug!(node = id, error = ?o.error, "fence not applied"),
                 Err(e) => tracing::debug!(node = id, error = %e, "fence not committed"),
+            }
+        }
+        if let Some(every) = shared.cfg.leader_rebalance_interval {
+            if last_rebalance.elapsed() >= every {
+                last_rebalance = Instant::now();
+                for (topic, partition) in crate::meta::preferred_not_leading(&state) {
+                    let name = format!("{topic}-{partition}");
+                    let cmd = Command::ElectPreferredLeader { topic, partition };
+                    match propose(&shared, cmd, tick).await {
+                        Ok(o) if o.error.is_none() => {
+                            info!(partition = %name, "the preferred replica leads again")
+                        }
+                        Ok(o) => {
+                            tracing::debug!(partition = %name, error = ?o.error, "preferred leader not elected")
+                        }
+                        Err(e) => {
+                            tracing::debug!(partition = %name, error = %e, "preferred leader election not committed")
+                        }
+                    }
+                }
             }
         }
     }

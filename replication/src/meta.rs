@@ -197,6 +197,15 @@ pub enum Command {
         /// The replicas to move to.
         to: Vec<Replica>,
     },
+    /// The partition's preferred replica (its first) leads again at a new
+    /// epoch, if it is live and in the ISR (Kafka's preferred leader
+    /// election); nothing changes if it leads already.
+    ElectPreferredLeader {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+    },
     /// Adds partitions to a topic that still has `from` of them.
     AddPartitions {
         /// Name.
@@ -387,6 +396,32 @@ impl ClusterState {
                 isr.dedup();
                 p.isr = isr;
                 self.finish_reassignment(topic, *partition);
+                Ok(())
+            }
+            Command::ElectPreferredLeader { topic, partition } => {
+                let live = self.live_nodes();
+                let p = self
+                    .topics
+                    .get_mut(topic)
+                    .and_then(|t| t.partitions.get_mut(*partition as usize))
+                    .ok_or_else(|| {
+                        refuse(Unknown, format!("unknown partition {topic}-{partition}"))
+                    })?;
+                let preferred = p.replicas[0].node;
+                if p.leader == Some(preferred) {
+                    return Ok(());
+                }
+                if !live.contains(&preferred) || !p.isr.contains(&preferred) {
+                    return Err(refuse(
+                        Conflict,
+                        format!(
+                            "the preferred replica of {topic}-{partition}, node {preferred}, is not a live member of the ISR {:?}",
+                            p.isr
+                        ),
+                    ));
+                }
+                p.leader = Some(preferred);
+                p.leader_epoch += 1;
                 Ok(())
             }
             Command::ReassignPartition {
@@ -706,6 +741,22 @@ impl ClusterState {
             }
         }
     }
+}
+
+/// The partitions whose preferred replica (their first) is live and in
+/// the ISR but does not lead: what a preferred leader election moves.
+pub fn preferred_not_leading(state: &ClusterState) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for (name, t) in &state.topics {
+        for (i, p) in t.partitions.iter().enumerate() {
+            let preferred = p.replicas[0].node;
+            if p.leader != Some(preferred) && p.isr.contains(&preferred) && state.is_live(preferred)
+            {
+                out.push((name.clone(), i as u32));
+            }
+        }
+    }
+    out
 }
 
 /// Why a placement is impossible.
@@ -1272,5 +1323,38 @@ mod tests {
         assert_eq!(p.replicas.len(), 1);
         assert!(p.target.is_empty());
         assert_eq!(p.leader, Some(leader));
+    }
+
+    #[test]
+    fn the_preferred_replica_leads_again_once_it_is_back_in_sync() {
+        let mut s = cluster(&[(1, "", 1), (2, "", 1), (3, "", 1)]);
+        assert_eq!(create(&mut s, "t", 1, 3).error, None);
+        let preferred = s.topics["t"].partitions[0].replicas[0].node;
+        assert_eq!(s.topics["t"].partitions[0].leader, Some(preferred));
+        assert!(preferred_not_leading(&s).is_empty());
+        let elect = Command::ElectPreferredLeader {
+            topic: "t".into(),
+            partition: 0,
+        };
+        // It dies: another leads; while it is down (and out of the ISR)
+        // it cannot be elected.
+        assert_eq!(fence(&mut s, preferred).error, None);
+        let other = s.topics["t"].partitions[0].leader.unwrap();
+        assert_ne!(other, preferred);
+        let e = s.apply(s.version + 1, &elect).error.unwrap();
+        assert_eq!(e.kind, RefusalKind::Conflict, "{}", e.message);
+        assert!(preferred_not_leading(&s).is_empty());
+        // Back, and back in the ISR: elected at a new epoch.
+        assert_eq!(s.apply(s.version + 1, &node(preferred, "", 1)).error, None);
+        let isr = vec![1, 2, 3];
+        let epoch = s.topics["t"].partitions[0].leader_epoch;
+        assert_eq!(alter(&mut s, other, epoch, isr).error, None);
+        assert_eq!(preferred_not_leading(&s), [("t".to_string(), 0)]);
+        assert_eq!(s.apply(s.version + 1, &elect).error, None);
+        let p = &s.topics["t"].partitions[0];
+        assert_eq!((p.leader, p.leader_epoch), (Some(preferred), epoch + 1));
+        // Again: nothing changes.
+        assert_eq!(s.apply(s.version + 1, &elect).error, None);
+        assert_eq!(s.topics["t"].partitions[0].leader_epoch, epoch + 1);
     }
 }

@@ -187,6 +187,12 @@ pub struct BrokerArgs {
     /// [default: 30000].
     #[arg(long, env = "WEIR_REPLICA_LAG_TIME_MAX_MS")]
     pub replica_lag_time_max_ms: Option<u64>,
+    /// How often the controller leader moves leadership back to each
+    /// partition's preferred replica (its first) when that one is live and
+    /// in sync (Kafka's auto leader rebalance), ms; 0 turns it off
+    /// [default: 300000].
+    #[arg(long, env = "WEIR_LEADER_REBALANCE_INTERVAL_MS")]
+    pub leader_rebalance_interval_ms: Option<u64>,
     /// Test only: the core owning a partition of this topic panics when a
     /// batch is produced to it (to test crash-only behaviour).
     #[arg(long, hide = true)]
@@ -230,6 +236,7 @@ struct FileConfig {
     rack: Option<String>,
     session_timeout_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
+    leader_rebalance_interval_ms: Option<u64>,
     replication_core_port_base: Option<u16>,
 }
 
@@ -239,6 +246,9 @@ pub const REPLICATION_PORT_DEFAULT: u16 = 9293;
 pub const SESSION_TIMEOUT_MS_DEFAULT: u64 = 6000;
 /// Default `replica.lag.time.max.ms`.
 pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: u64 = 30_000;
+/// Default preferred-leader rebalance interval (Kafka's
+/// `leader.imbalance.check.interval.seconds`, 300).
+pub const LEADER_REBALANCE_INTERVAL_MS_DEFAULT: u64 = 300_000;
 
 /// A node's place in the cluster.
 #[derive(Debug, Clone)]
@@ -264,6 +274,8 @@ pub struct ClusterConfig {
     pub session_timeout_ms: u64,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: u64,
+    /// Preferred-leader rebalance interval, ms (0: off).
+    pub leader_rebalance_interval_ms: u64,
     /// First per-core replication port (`None`: replication port + 1;
     /// `Some(0)`: free ports).
     pub replication_core_port_base: Option<u16>,
@@ -283,6 +295,7 @@ impl ClusterConfig {
             rack: String::new(),
             session_timeout_ms: SESSION_TIMEOUT_MS_DEFAULT,
             replica_lag_time_max_ms: REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            leader_rebalance_interval_ms: LEADER_REBALANCE_INTERVAL_MS_DEFAULT,
             replication_core_port_base: None,
         }
     }
@@ -625,6 +638,10 @@ impl BrokerConfig {
                 .or(file.replica_lag_time_max_ms)
                 .unwrap_or(REPLICA_LAG_TIME_MAX_MS_DEFAULT)
                 .max(100),
+            leader_rebalance_interval_ms: args
+                .leader_rebalance_interval_ms
+                .or(file.leader_rebalance_interval_ms)
+                .unwrap_or(LEADER_REBALANCE_INTERVAL_MS_DEFAULT),
             replication_core_port_base: args
                 .replication_core_port_base
                 .or(file.replication_core_port_base),
