@@ -348,13 +348,7 @@ impl ClusterState {
                 isr,
             } => {
                 let fenced: Vec<u64> = isr.iter().copied().filter(|n| !self.is_live(*n)).collect();
-                let p = self
-                    .topics
-                    .get_mut(topic)
-                    .and_then(|t| t.partitions.get_mut(*partition as usize))
-                    .ok_or_else(|| {
-                        refuse(Unknown, format!("unknown partition {topic}-{partition}"))
-                    })?;
+                let p = self.partition_mut(topic, *partition)?;
                 if p.leader != Some(*leader) || p.leader_epoch != *leader_epoch {
                     return Err(refuse(
                         Conflict,
@@ -400,13 +394,7 @@ impl ClusterState {
             }
             Command::ElectPreferredLeader { topic, partition } => {
                 let live = self.live_nodes();
-                let p = self
-                    .topics
-                    .get_mut(topic)
-                    .and_then(|t| t.partitions.get_mut(*partition as usize))
-                    .ok_or_else(|| {
-                        refuse(Unknown, format!("unknown partition {topic}-{partition}"))
-                    })?;
+                let p = self.partition_mut(topic, *partition)?;
                 let preferred = p.replicas[0].node;
                 if p.leader == Some(preferred) {
                     return Ok(());
@@ -431,11 +419,7 @@ impl ClusterState {
                 to,
             } => {
                 self.check_reassignment(topic, *partition, from, to)?;
-                let p = self
-                    .topics
-                    .get_mut(topic)
-                    .and_then(|t| t.partitions.get_mut(*partition as usize))
-                    .expect("checked");
+                let p = self.partition_mut(topic, *partition)?;
                 let mut replicas = to.clone();
                 replicas.extend(
                     p.replicas.iter().filter(|r| {
@@ -570,6 +554,23 @@ impl ClusterState {
     /// the same version must agree on it.
     pub fn digest(&self) -> u32 {
         crc32c::crc32c(&crate::wire::encode(self))
+    }
+
+    /// A partition, or `Unknown`.
+    fn partition_mut(
+        &mut self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<&mut PartitionState, Refusal> {
+        self.topics
+            .get_mut(topic)
+            .and_then(|t| t.partitions.get_mut(partition as usize))
+            .ok_or_else(|| {
+                refuse(
+                    RefusalKind::Unknown,
+                    format!("unknown partition {topic}-{partition}"),
+                )
+            })
     }
 
     /// The ids of the registered nodes not fenced.
