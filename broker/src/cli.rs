@@ -436,11 +436,17 @@ async fn wait_moved(c: &Client, moves: &[(String, u32, Vec<u64>)]) -> Result<()>
         }
         let mut still = Vec::new();
         for m in pending {
-            let done = topics[&m.0]
-                .partitions
-                .iter()
-                .find(|p| p.partition == m.1)
-                .is_some_and(|p| p.target.is_empty() && p.replicas == m.2);
+            let now = topics[&m.0].partitions.iter().find(|p| p.partition == m.1);
+            let done = now.is_some_and(|p| p.target.is_empty() && p.replicas == m.2);
+            let replaced = now.is_some_and(|p| !p.target.is_empty() && p.target != m.2);
+            if replaced {
+                anyhow::bail!(
+                    "{}-{}: another move replaced this one (now to nodes {:?})",
+                    m.0,
+                    m.1,
+                    now.map(|p| p.target.clone()).unwrap_or_default()
+                );
+            }
             if done {
                 println!(
                     "{}-{} moved ({:.1} s)",

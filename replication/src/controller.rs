@@ -835,7 +835,11 @@ async fn member_loop(shared: Arc<Shared>) {
     }
 }
 
-/// The leader's duties: name the cluster, fence nodes whose heartbeats lapsed.
+/// Preferred-leader elections the leader proposes per tick at most.
+const ELECTIONS_PER_TICK: usize = 16;
+
+/// The leader's duties: name the cluster, fence nodes whose heartbeats
+/// lapsed, hand leadership back to preferred replicas.
 async fn leader_loop(shared: Arc<Shared>) {
     let tick = (shared.cfg.heartbeat_interval / 2).max(Duration::from_millis(10));
     let mut metrics = shared.raft.metrics();
@@ -899,8 +903,13 @@ async fn leader_loop(shared: Arc<Shared>) {
         }
         if let Some(every) = shared.cfg.leader_rebalance_interval {
             if last_rebalance.elapsed() >= every {
-                last_rebalance = Instant::now();
-                for (topic, partition) in crate::meta::preferred_not_leading(&state) {
+                // A bounded number per tick, so fencing is never held up
+                // long; the rest in the next ticks.
+                let due = crate::meta::preferred_not_leading(&state);
+                if due.len() <= ELECTIONS_PER_TICK {
+                    last_rebalance = Instant::now();
+                }
+                for (topic, partition) in due.into_iter().take(ELECTIONS_PER_TICK) {
                     let name = format!("{topic}-{partition}");
                     let cmd = Command::ElectPreferredLeader { topic, partition };
                     match propose(&shared, cmd, tick).await {

@@ -395,7 +395,12 @@ impl ClusterState {
             Command::ElectPreferredLeader { topic, partition } => {
                 let live = self.live_nodes();
                 let p = self.partition_mut(topic, *partition)?;
-                let preferred = p.replicas[0].node;
+                let Some(preferred) = p.replicas.first().map(|r| r.node) else {
+                    return Err(refuse(
+                        Invalid,
+                        format!("{topic}-{partition} has no replica"),
+                    ));
+                };
                 if p.leader == Some(preferred) {
                     return Ok(());
                 }
@@ -750,7 +755,9 @@ pub fn preferred_not_leading(state: &ClusterState) -> Vec<(String, u32)> {
     let mut out = Vec::new();
     for (name, t) in &state.topics {
         for (i, p) in t.partitions.iter().enumerate() {
-            let preferred = p.replicas[0].node;
+            let Some(preferred) = p.replicas.first().map(|r| r.node) else {
+                continue;
+            };
             if p.leader != Some(preferred) && p.isr.contains(&preferred) && state.is_live(preferred)
             {
                 out.push((name.clone(), i as u32));

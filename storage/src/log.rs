@@ -202,6 +202,9 @@ pub(crate) struct LogState {
     recovery_point: u64,
     waiters: Vec<Waiter>,
     mode: Mode,
+    /// `delete` ran (or runs): a second one does nothing (the directory
+    /// may hold a new log by then).
+    deleted: bool,
     /// Idempotent-producer state of the batches below `next_offset`.
     producers: ProducerStateTable,
     /// Bytes appended since the last snapshot was taken.
@@ -492,6 +495,7 @@ impl PartitionLog {
                 recovery_point,
                 waiters: Vec::new(),
                 mode: Mode::Open,
+                deleted: false,
                 producers: ProducerStateTable::new(),
                 snapshot_bytes: 0,
                 snapshot_pending: None,
@@ -1264,9 +1268,19 @@ impl PartitionLog {
         Ok(log)
     }
 
-    /// Closes the log and removes its directory (topic deletion).
+    /// Whether `other` is a handle to this same open log (not another
+    /// log opened later in the same directory).
+    pub fn same(&self, other: &PartitionLog) -> bool {
+        Rc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Closes the log and removes its directory (topic deletion). Once:
+    /// a second call on the same log does nothing.
     pub async fn delete(&self) -> Result<()> {
         let inner = &self.inner;
+        if std::mem::replace(&mut inner.state.borrow_mut().deleted, true) {
+            return Ok(());
+        }
         let _a = inner.lock(&inner.append_lock).await?;
         let _files = inner.lock_files().await?;
         let _snap = inner.lock(&inner.snapshot_lock).await?;

@@ -194,7 +194,14 @@ fn a_log_created_at_an_offset_takes_the_leaders_batches_from_there() {
             .unwrap_err();
         assert!(e.to_string().contains("exists already"), "{e}");
         old.delete().await.unwrap();
-        let follower = PartitionLog::create_at(&shard, &fp, LogConfig::default(), 6)
+        // Deleting twice does nothing (the directory may hold a new log).
+        old.delete().await.unwrap();
+        // An index entry per batch, so `bytes_from` is exact below.
+        let dense = LogConfig {
+            index_interval_bytes: 1,
+            ..LogConfig::default()
+        };
+        let follower = PartitionLog::create_at(&shard, &fp, dense, 6)
             .await
             .unwrap();
         assert_eq!(
@@ -215,8 +222,12 @@ fn a_log_created_at_an_offset_takes_the_leaders_batches_from_there() {
         // What a follower at an offset still has to fetch.
         assert_eq!(follower.bytes_from(12), 0);
         assert_eq!(follower.bytes_from(6), follower.size_bytes());
-        let last = batches.last().unwrap().len() as u64;
-        assert!(follower.bytes_from(9) >= last && follower.bytes_from(9) < follower.size_bytes());
+        // The leader serves two batches from its log start (6..9, 9..12):
+        // from 9 on, the second one's bytes.
+        assert_eq!(batches.len(), 2);
+        let tail = batches[1].len() as u64;
+        assert_eq!(follower.bytes_from(9), tail);
+        assert_eq!(follower.bytes_from(10), tail, "from its batch's start");
         assert_eq!(follower.leader_epochs(), vec![(2, 6)]);
         follower.close().await.unwrap();
         let (again, _) = PartitionLog::open(&shard, &fp, LogConfig::default())

@@ -237,31 +237,50 @@ async fn append_all(
 /// is lost: a replica that far behind is not in the ISR.
 async fn restart_at(core: &Rc<Core>, r: &Rc<Replica>, start: u64) {
     let name = format!("{}-{}", r.topic, r.partition);
-    let held = core
-        .log(&r.topic, r.partition)
-        .is_some_and(|l| l.dir() == r.log.dir());
-    if !held || matches!(r.role(), Role::Leader) {
-        return;
+    // The log this core holds now, one restart at a time, never a leader's.
+    let held = |core: &Core| {
+        core.log(&r.topic, r.partition)
+            .is_some_and(|l| l.same(&r.log))
+    };
+    {
+        let mut st = r.state.borrow_mut();
+        if !held(core) || st.restarting || st.role == Role::Leader {
+            return;
+        }
+        st.restarting = true;
     }
+    let failed = |what: &str, e: &dyn std::fmt::Display| {
+        tracing::error!(partition = %name, error = %e, "{what}");
+        r.state.borrow_mut().restarting = false;
+    };
     let (dir, config) = (r.log.dir().to_path_buf(), r.log.config());
     let below = r.log.log_end_offset();
     if let Err(e) = r.log.delete().await {
-        tracing::error!(partition = %name, error = %e, "could not delete the log to start at the leader's log start");
+        return failed(
+            "could not delete the log to start at the leader's log start",
+            &e,
+        );
+    }
+    let log = match PartitionLog::create_at(&core.storage, &dir, config, start).await {
+        Ok(log) => log,
+        Err(e) => return failed("could not start the log at the leader's log start", &e),
+    };
+    // A move or a deletion applied meanwhile: the new log is not wanted.
+    let placed = core
+        .metadata()
+        .get(&r.topic)
+        .and_then(|t| t.core_of(r.partition))
+        == Some(core.id);
+    if !held(core) || !placed {
+        let _ = log.delete().await;
         return;
     }
-    match PartitionLog::create_at(&core.storage, &dir, config, start).await {
-        Ok(log) => {
-            tracing::warn!(partition = %name, log_end = below, start, "this replica ended below the leader's log start: it starts again there");
-            core.logs
-                .borrow_mut()
-                .insert((r.topic.clone(), r.partition), log);
-            core.replication.remove(&r.topic, r.partition);
-            super::reconcile(core);
-        }
-        Err(e) => {
-            tracing::error!(partition = %name, error = %e, "could not start the log at the leader's log start")
-        }
-    }
+    tracing::warn!(partition = %name, log_end = below, start, "this replica ended below the leader's log start: it starts again there");
+    core.logs
+        .borrow_mut()
+        .insert((r.topic.clone(), r.partition), log);
+    core.replication.remove(&r.topic, r.partition);
+    super::reconcile(core);
 }
 
 /// The leader says this log diverges: its epoch at or below the

@@ -104,6 +104,13 @@ pub(crate) struct State {
     /// watermark from the proposal on (the controller may commit it before
     /// this core hears of it).
     pub(crate) joining: Option<u64>,
+    /// Leader: a follower joins the ISR only once it holds (durably)
+    /// everything below this — the log end when the partition gained
+    /// replicas: what a single replica acknowledged on its own flush until
+    /// then may be above the high watermark.
+    pub(crate) join_floor: u64,
+    /// Follower: its log is being replaced (see `fetcher::restart_at`).
+    pub(crate) restarting: bool,
     /// Leader: the task that raises the high watermark as the local log
     /// becomes durable (dropped, so cancelled, on a role change).
     durable_task: Option<glommio::Task<()>>,
@@ -351,7 +358,7 @@ pub fn reconcile(core: &Rc<Core>) {
             };
             let existing = core.replication.get(topic, p);
             let replica = match existing {
-                Some(r) if r.log.dir() == log.dir() => r,
+                Some(r) if r.log.same(&log) => r,
                 other => {
                     if let Some(old) = other {
                         step_down(&old);
@@ -372,6 +379,8 @@ pub fn reconcile(core: &Rc<Core>) {
                             waiters: Vec::new(),
                             isr_pending: false,
                             joining: None,
+                            join_floor: 0,
+                            restarting: false,
                             durable_task: None,
                         }),
                     });
@@ -407,16 +416,17 @@ pub fn reconcile(core: &Rc<Core>) {
                 targets.push((node, c));
             }
             if role == Role::Leader {
-                // A partition that gained or lost replicas (a
-                // reassignment) starts or stops tracking its own
-                // durability in the high watermark.
-                let replicated = replica.replicated();
+                // A partition that gained replicas (a reassignment) starts
+                // tracking its own durability in the high watermark, and
+                // takes a follower into the ISR only once it holds all
+                // this replica wrote alone. One that lost them keeps the
+                // task: it answers the acks=all waits still pending.
                 let tracking = replica.state.borrow().durable_task.is_some();
-                if replicated && !tracking {
+                if replica.replicated() && !tracking {
                     let task = glommio::spawn_local(raise_hw_as_durable(replica.clone(), me));
-                    replica.state.borrow_mut().durable_task = Some(task);
-                } else if !replicated && tracking {
-                    replica.state.borrow_mut().durable_task = None;
+                    let mut st = replica.state.borrow_mut();
+                    st.durable_task = Some(task);
+                    st.join_floor = replica.log.log_end_offset();
                 }
                 // The ISR may have shrunk: the high watermark may move.
                 replica.recompute_hw(me);

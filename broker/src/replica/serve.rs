@@ -255,10 +255,11 @@ async fn fetch_part(
             now,
         );
         let epoch_start = log.latest_epoch().map_or(0, |(_, s)| s);
+        let floor = st.hw.max(st.join_floor);
         let back = !st.isr.contains(&replica)
             && !st.isr_pending
-            && fp.fetch_offset >= st.hw.max(epoch_start)
-            && fp.durable_offset >= st.hw;
+            && fp.fetch_offset >= floor.max(epoch_start)
+            && fp.durable_offset >= floor;
         back.then(|| {
             st.joining = Some(replica);
             let mut isr = st.isr.clone();
@@ -272,24 +273,35 @@ async fn fetch_part(
         tracing::info!(partition = %name, node = replica, "a follower caught up: back into the ISR");
         propose_isr(core, &r, epoch, isr);
     }
-    if fp.fetch_offset < log.log_start_offset() {
-        // The follower starts again at the log start it is told.
-        let (mut part, _) = refused(
-            ErrorCode::OffsetOutOfRange,
-            format!(
-                "{name}: offset {} is below the leader's log start {}",
-                fp.fetch_offset,
-                log.log_start_offset()
-            ),
-        );
-        part.log_start_offset = log.log_start_offset();
-        part.leader_epoch = epoch;
-        return (part, Vec::new());
+    // Below the log start: the follower starts again at the base of the
+    // batch holding it (DeleteRecords may cut inside a batch; a follower
+    // takes whole batches) and is served from that batch on.
+    let log_start = log.log_start_offset();
+    let mut from = fp.fetch_offset;
+    if from < log_start {
+        let base = match log.read(log_start, 1).await {
+            Ok(r) => r
+                .batches
+                .first()
+                .and_then(|b| weir_proto::batch::BatchHeader::peek(b).ok())
+                .map_or(log_start, |h| (h.base_offset as u64).min(log_start)),
+            Err(_) => log_start,
+        };
+        if from < base {
+            let (mut part, _) = refused(
+                ErrorCode::OffsetOutOfRange,
+                format!("{name}: offset {from} is below the leader's log start {log_start}"),
+            );
+            part.log_start_offset = base;
+            part.leader_epoch = epoch;
+            return (part, Vec::new());
+        }
+        from = log_start;
     }
-    if fp.fetch_offset >= leo || *budget == 0 {
+    if from >= leo || *budget == 0 {
         return (answer(None, 0), Vec::new());
     }
-    match log.read(fp.fetch_offset, *budget).await {
+    match log.read(from, *budget).await {
         Ok(read) => {
             // The batches as the cache or the disk hold them (no copy).
             let len: u64 = read.batches.iter().map(|b| b.len() as u64).sum();
