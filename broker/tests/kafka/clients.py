@@ -217,7 +217,13 @@ class KafkaPython:
 
         class M:
             def poll(self):
-                return [(m.key, m.value, m.partition, m.offset) for ms in c.poll(200).values() for m in ms]
+                # Long enough for a whole rebalance inside one poll:
+                # kafka-python 3.0.12 loses the assignment of a join that
+                # completes after its poll returned early (the next poll
+                # sees no rejoin needed and never completes the join: no
+                # assignment, heartbeats off, evicted after the session
+                # timeout).
+                return [(m.key, m.value, m.partition, m.offset) for ms in c.poll(3000).values() for m in ms]
 
             def assignment(self):
                 return {tp.partition for tp in c.assignment()}
@@ -638,6 +644,20 @@ def admin(bootstrap, prefix):
 
 
 def main():
+    # WEIR_KAFKA_DEBUG=logger[,logger]: those client loggers at DEBUG on
+    # stderr (e.g. kafka.coordinator), to see a group's joins and syncs.
+    import os
+
+    debug = os.environ.get("WEIR_KAFKA_DEBUG")
+    if debug:
+        import logging
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(name)s %(message)s"))
+        for name in debug.split(","):
+            log = logging.getLogger(name)
+            log.setLevel(logging.DEBUG)
+            log.addHandler(handler)
     if sys.argv[1] == "compression":
         return compression(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "admin":
