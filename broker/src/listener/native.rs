@@ -18,6 +18,7 @@ use super::connection::{Answer, Pending, Protocol};
 use crate::groups::coordinator::{self, GroupRequest, GroupResponse};
 use crate::metadata::writer::Change;
 use crate::metadata::{ConfigOp, TopicError, TopicSpec};
+use crate::server::limits::REQUEST_PARTITIONS_MAX;
 use crate::service::fetch::{FetchParams, FetchPart};
 use crate::service::offsets::OffsetQuery;
 use crate::service::produce::ProducePart;
@@ -317,36 +318,14 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
         }
         ApiKey::ReassignPartitions => {
             let req = body!(ReassignPartitionsRequest);
-            let mut partitions = Vec::with_capacity(req.partitions.len());
-            for (i, r) in req.partitions.iter().enumerate() {
-                let twice = req.partitions[..i]
-                    .iter()
-                    .any(|o| o.topic == r.topic && o.partition == r.partition);
-                let result = if twice {
-                    Err(TopicError::Reassignment(format!(
-                        "{}-{} named twice in one request",
-                        r.topic, r.partition
-                    )))
-                } else {
-                    let change = Change::Reassign {
-                        topic: r.topic.clone(),
-                        partition: r.partition,
-                        nodes: r.replicas.clone(),
-                    };
-                    admin::change_topic(core, change).await
-                };
-                let (error, message) = match result {
-                    Ok(()) => (0, None),
-                    Err(e) => (topic_error_code(&e).as_u16(), Some(e.to_string())),
-                };
-                partitions.push(ReassignmentResult {
-                    topic: r.topic.clone(),
-                    partition: r.partition,
-                    error,
-                    message,
-                });
+            if req.partitions.len() > REQUEST_PARTITIONS_MAX {
+                let why = format!(
+                    "the request names {} partitions; at most {REQUEST_PARTITIONS_MAX} per request",
+                    req.partitions.len()
+                );
+                return Answer::error(corr, ErrorCode::InvalidRequest, &why, false);
             }
-            ok(corr, &ReassignPartitionsResponse { partitions })
+            ok(corr, &reassign(core, req).await)
         }
         ApiKey::Compact => {
             let req = body!(CompactRequest);
@@ -723,6 +702,39 @@ async fn compact(core: &Rc<Core>, req: CompactRequest) -> CompactResponse {
         message: None,
         partitions,
     }
+}
+
+/// Moves each partition in turn (one metadata change each); a partition
+/// named twice is refused the second time.
+async fn reassign(core: &Rc<Core>, req: ReassignPartitionsRequest) -> ReassignPartitionsResponse {
+    let mut seen = std::collections::HashSet::new();
+    let mut partitions = Vec::with_capacity(req.partitions.len());
+    for r in req.partitions {
+        let result = if !seen.insert((r.topic.clone(), r.partition)) {
+            Err(TopicError::Reassignment(format!(
+                "{}-{} named twice in one request",
+                r.topic, r.partition
+            )))
+        } else {
+            let change = Change::Reassign {
+                topic: r.topic.clone(),
+                partition: r.partition,
+                nodes: r.replicas,
+            };
+            admin::change_topic(core, change).await
+        };
+        let (error, message) = match result {
+            Ok(()) => (0, None),
+            Err(e) => (topic_error_code(&e).as_u16(), Some(e.to_string())),
+        };
+        partitions.push(ReassignmentResult {
+            topic: r.topic,
+            partition: r.partition,
+            error,
+            message,
+        });
+    }
+    ReassignPartitionsResponse { partitions }
 }
 
 async fn describe(core: &Rc<Core>, req: DescribeConfigsRequest) -> DescribeConfigsResponse {

@@ -198,14 +198,7 @@ impl Core {
         let data_dir = self.shared.config.data_dir.clone();
         self.groups.forget_log_ends(&deleted);
         crate::groups::coordinator::purge_deleted(self, &deleted);
-        for (topic, partition) in deleted {
-            let log = self.logs.borrow_mut().remove(&(topic.clone(), partition));
-            if let Some(log) = log {
-                log.delete()
-                    .await
-                    .with_context(|| format!("deleting {topic}-{partition}"))?;
-            }
-        }
+        self.delete_logs(deleted, "deleted").await?;
         // Replicas moved to other nodes (a reassignment completed): the
         // metadata that says so is committed, so the local copy goes.
         let moved: Vec<(String, u32)> = self
@@ -216,15 +209,7 @@ impl Core {
             .cloned()
             .collect();
         self.groups.forget_log_ends(&moved);
-        for (topic, partition) in moved {
-            let log = self.logs.borrow_mut().remove(&(topic.clone(), partition));
-            if let Some(log) = log {
-                log.delete()
-                    .await
-                    .with_context(|| format!("deleting the moved replica {topic}-{partition}"))?;
-                tracing::info!(partition = %format!("{topic}-{partition}"), "the replica moved to other nodes: its log here is deleted");
-            }
-        }
+        self.delete_logs(moved, "moved to other nodes").await?;
         for (topic, meta) in view.topics() {
             let cfg = metadata::log_config(&meta.configs)
                 .map_err(|e| anyhow::anyhow!("topic {topic}: {e}"))?;
@@ -256,25 +241,46 @@ impl Core {
         Ok(())
     }
 
+    /// Closes and removes the logs of `parts` this core holds (`why`: the
+    /// partitions were deleted, or moved to other nodes).
+    async fn delete_logs(&self, parts: Vec<(String, u32)>, why: &str) -> anyhow::Result<()> {
+        for (topic, partition) in parts {
+            let log = self.logs.borrow_mut().remove(&(topic.clone(), partition));
+            if let Some(log) = log {
+                log.delete()
+                    .await
+                    .with_context(|| format!("deleting {topic}-{partition} ({why})"))?;
+                tracing::info!(partition = %format!("{topic}-{partition}"), "{why}: its log here is deleted");
+            }
+        }
+        Ok(())
+    }
+
     /// A log this core owns, or the error: `NotLeader` for a partition
     /// the metadata has but this core does not hold (it moved away, or
     /// is not open yet: the client asks the metadata again), unknown
     /// otherwise.
     pub fn owned_log(&self, topic: &str, partition: u32) -> Result<PartitionLog, BrokerError> {
-        self.log(topic, partition).ok_or_else(|| {
-            match self
-                .metadata()
-                .get(topic)
-                .filter(|t| partition < t.partitions())
-            {
-                Some(t) => BrokerError::NotLeader {
-                    topic: topic.to_string(),
-                    partition,
-                    leader: t.leaders.get(partition as usize).copied().unwrap_or(0),
-                },
-                None => BrokerError::unknown(topic, partition),
-            }
-        })
+        self.log(topic, partition)
+            .ok_or_else(|| self.not_held(topic, partition))
+    }
+
+    /// The error for a partition this core does not hold (any more):
+    /// `NotLeader` naming the leader the metadata has, if it has the
+    /// partition, unknown otherwise.
+    pub fn not_held(&self, topic: &str, partition: u32) -> BrokerError {
+        match self
+            .metadata()
+            .get(topic)
+            .filter(|t| partition < t.partitions())
+        {
+            Some(t) => BrokerError::NotLeader {
+                topic: topic.to_string(),
+                partition,
+                leader: t.leaders.get(partition as usize).copied().unwrap_or(0),
+            },
+            None => BrokerError::unknown(topic, partition),
+        }
     }
 
     /// A log this core owns.

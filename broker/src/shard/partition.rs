@@ -50,20 +50,29 @@ pub async fn append_local(
     let info = log
         .append(BytesMut::from(&batch[..]))
         .await
-        .map_err(|e| append_error(topic, partition, e))?;
+        .map_err(|e| append_error(core, topic, partition, e))?;
     core.metrics.stage(Stage::Append, started.elapsed());
     Ok((log, info))
 }
 
 /// The error of an append or its wait: a log closed under it (its replica
-/// moved to other nodes, or the broker is stopping) is `NotLeader`, so
-/// the client asks the metadata again and retries there.
-fn append_error(topic: &str, partition: u32, e: weir_storage::StorageError) -> BrokerError {
+/// moved to other nodes, or the broker is stopping) is answered as a
+/// partition this core does not hold (`NotLeader`), so the client asks
+/// the metadata again and retries there.
+fn append_error(
+    core: &Core,
+    topic: &str,
+    partition: u32,
+    e: weir_storage::StorageError,
+) -> BrokerError {
     match e {
-        weir_storage::StorageError::Closed { .. } => BrokerError::NotLeader {
-            topic: topic.to_string(),
-            partition,
-            leader: 0,
+        weir_storage::StorageError::Closed { .. } => match core.not_held(topic, partition) {
+            e @ BrokerError::NotLeader { .. } => e,
+            _ => BrokerError::NotLeader {
+                topic: topic.to_string(),
+                partition,
+                leader: 0,
+            },
         },
         e => e.into(),
     }
@@ -98,7 +107,7 @@ pub async fn ack_local(
         1 => {
             log.wait_written(info.last_offset + 1)
                 .await
-                .map_err(|e| append_error(topic, partition, e))?;
+                .map_err(|e| append_error(&core, topic, partition, e))?;
             core.metrics.stage(Stage::Write, appended.elapsed());
         }
         _ => {
@@ -106,7 +115,7 @@ pub async fn ack_local(
             // and the log a round): the write's instant is looked up after.
             log.wait_acked(&info)
                 .await
-                .map_err(|e| append_error(topic, partition, e))?;
+                .map_err(|e| append_error(&core, topic, partition, e))?;
             if let Some(written) = log.written_at(info.last_offset + 1) {
                 let written = written.max(appended);
                 core.metrics.stage(Stage::Write, written - appended);
