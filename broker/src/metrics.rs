@@ -389,7 +389,7 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    let simple: [Simple; 25] = [
+    let simple: [Simple; 26] = [
         (
             "weir_replication_bytes_in_total",
             "counter",
@@ -467,6 +467,12 @@ pub fn render(snaps: &[Snapshot]) -> String {
             "counter",
             "Time spent in cleaner passes.",
             |s| s.storage.cleaner_micros as f64 / 1e6,
+        ),
+        (
+            "weir_read_ahead_bytes_total",
+            "counter",
+            "Bytes read from disk ahead of sequential readers (into the batch cache).",
+            |s| s.storage.read_ahead_bytes as f64,
         ),
         (
             "weir_recovery_scanned_segments_total",

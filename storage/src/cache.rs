@@ -114,12 +114,17 @@ impl BatchCache {
     /// The batch that contains `offset`, counting a hit or a miss.
     pub fn get(&mut self, log: u64, offset: u64) -> Option<CachedBatch> {
         let found = self.peek(log, offset);
-        if found.is_some() {
+        self.count(found.is_some());
+        found
+    }
+
+    /// Counts a read answered from the cache (`hit`) or from disk.
+    pub fn count(&mut self, hit: bool) {
+        if hit {
             self.hits += 1;
         } else {
             self.misses += 1;
         }
-        found
     }
 
     /// The batch that contains `offset`, without counting.

@@ -61,7 +61,7 @@ use weir_proto::record::Record;
 use crate::checkpoint;
 use crate::error::{Result, StorageError};
 use crate::log::{LogInner, PartitionLog};
-use crate::segment::{self, Segment, SegmentCursor, SegmentState};
+use crate::segment::{self, Segment, SegmentCursor, SegmentState, SegmentStream};
 use crate::shard::{bump, ShardInner, StorageShard};
 
 /// Default `log.cleaner.dedupe.buffer.size` per core.
@@ -736,8 +736,9 @@ impl PartitionLog {
             let mut stream = SegmentStream::new(
                 src.cursor.at(src.floor_first_dirty),
                 inner.shard.config.cleaner_read_chunk_bytes,
+                "cleaner",
             );
-            while let Some(batches) = stream.next(&inner.shard).await? {
+            while let Some(batches) = next_batches(&mut stream, &inner.shard).await? {
                 let read: u64 = batches.iter().map(|(_, b)| b.len() as u64).sum();
                 report.bytes_read += read;
                 pace(&inner.shard, read).await;
@@ -914,12 +915,13 @@ impl PartitionLog {
             let mut stream = SegmentStream::new(
                 src.cursor.at((src.base, 0)),
                 self.inner.shard.config.cleaner_read_chunk_bytes,
+                "cleaner",
             );
-            let mut next = stream.next(&self.inner.shard).await?;
+            let mut next = next_batches(&mut stream, &self.inner.shard).await?;
             while let Some(batches) = next.take() {
                 // The next chunk is known before this one is written out:
                 // the last batch of the segment is the last of the last chunk.
-                next = stream.next(&self.inner.shard).await?;
+                next = next_batches(&mut stream, &self.inner.shard).await?;
                 let done = next.is_none();
                 let read: u64 = batches.iter().map(|(_, b)| b.len() as u64).sum();
                 report.bytes_read += read;
@@ -1006,151 +1008,22 @@ fn records_of<'a>(
     Ok((codec, weir_proto::reader::DecodedRecords::new(*h, data)?))
 }
 
-/// Reads a segment's batches front to back with [`READ_DEPTH`] reads of
-/// `chunk` bytes in flight (tasks of the current task queue, so the
-/// disk stays busy while batches are processed), validating each batch as
-/// a scan does. A batch cut by a chunk boundary is stitched (only its own
-/// bytes are copied).
-struct SegmentStream {
-    cur: SegmentCursor,
-    chunk: u64,
-    next_read: u64,
-    inflight: std::collections::VecDeque<glommio::Task<Result<Bytes>>>,
-    /// Bytes of a batch begun in the previous chunk.
-    carry: BytesMut,
-    expect_min: u64,
-    /// Bytes read so far.
-    read: u64,
-}
-
 /// Reads of one [`SegmentStream`] in flight.
 const READ_DEPTH: usize = 3;
 /// While the core appends: one read in flight, of at most this many bytes,
 /// so the appends' writes and fdatasyncs do not queue behind the cleaner's.
 const BUSY_READ_BYTES_MAX: u64 = 1 << 20;
 
-impl SegmentStream {
-    fn new(cur: SegmentCursor, chunk: u64) -> SegmentStream {
-        SegmentStream {
-            chunk: chunk.max(1),
-            next_read: cur.pos,
-            expect_min: cur.offset,
-            cur,
-            inflight: Default::default(),
-            carry: BytesMut::new(),
-            read: 0,
-        }
-    }
-
-    fn corrupt(&self, reason: String) -> StorageError {
-        StorageError::Corrupt {
-            path: self.cur.path.clone(),
-            reason: format!("cleaner: {reason}"),
-        }
-    }
-
-    /// The batches of the next chunk(s) that complete any; `None` at the
-    /// end of the segment.
-    async fn next(&mut self, shard: &ShardInner) -> Result<Option<Vec<(BatchHeader, Bytes)>>> {
-        loop {
-            match self.next_chunk(shard).await? {
-                Some(b) if b.is_empty() => continue,
-                other => return Ok(other),
-            }
-        }
-    }
-
-    /// The batches completed by the next chunk (maybe none); `None` at the
-    /// end of the segment.
-    async fn next_chunk(
-        &mut self,
-        shard: &ShardInner,
-    ) -> Result<Option<Vec<(BatchHeader, Bytes)>>> {
-        let (depth, chunk) = if busy(shard) {
-            (1, self.chunk.min(BUSY_READ_BYTES_MAX))
-        } else {
-            (READ_DEPTH, self.chunk)
-        };
-        while self.inflight.len() < depth && self.next_read < self.cur.limit {
-            let len = chunk.min(self.cur.limit - self.next_read);
-            let (file, path, align, pos) = (
-                self.cur.file.clone(),
-                self.cur.path.clone(),
-                self.cur.align,
-                self.next_read,
-            );
-            let tq = glommio::executor().current_task_queue();
-            let task = glommio::spawn_local_into(
-                async move { segment::read_range(&file, &path, align, pos, len).await },
-                tq,
-            )
-            .map_err(|e| self.corrupt(format!("cannot spawn a read: {e}")))?;
-            self.inflight.push_back(task);
-            self.next_read += len;
-        }
-        let Some(task) = self.inflight.pop_front() else {
-            if !self.carry.is_empty() {
-                return Err(self.corrupt(format!(
-                    "{} bytes at the end of the segment are not a whole batch",
-                    self.carry.len()
-                )));
-            }
-            return Ok(None);
-        };
-        let chunk = task.await?;
-        self.read += chunk.len() as u64;
-        let mut out = Vec::new();
-        let mut rest = chunk;
-        if !self.carry.is_empty() {
-            // Complete the batch begun in the previous chunk: its header
-            // first, then the rest of its bytes.
-            if self.carry.len() < HEADER_BYTES {
-                let take = (HEADER_BYTES - self.carry.len()).min(rest.len());
-                self.carry.extend_from_slice(&rest[..take]);
-                rest = rest.slice(take..);
-                if self.carry.len() < HEADER_BYTES {
-                    return Ok(Some(out));
-                }
-            }
-            let h = BatchHeader::peek(&self.carry).map_err(|e| self.corrupt(e.to_string()))?;
-            let total = h.total_len();
-            if h.batch_length < (HEADER_BYTES - LOG_OVERHEAD) as i32
-                || total as u64 > self.cur.limit
-            {
-                return Err(self.corrupt(format!("bad batch length {}", h.batch_length)));
-            }
-            let take = (total - self.carry.len()).min(rest.len());
-            self.carry.extend_from_slice(&rest[..take]);
-            rest = rest.slice(take..);
-            if self.carry.len() < total {
-                return Ok(Some(out));
-            }
-            let one = self.carry.split().freeze();
-            let h = segment::check(&one, self.cur.base, self.expect_min)
-                .map_err(|e| self.corrupt(e.to_string()))?;
-            self.expect_min = h.last_offset() as u64 + 1;
-            out.push((h, one));
-        }
-        while !rest.is_empty() {
-            match BatchHeader::parse_framed(&rest) {
-                Ok(h) => {
-                    let one = rest.slice(..h.total_len());
-                    let h = segment::check(&one, self.cur.base, self.expect_min)
-                        .map_err(|e| self.corrupt(e.to_string()))?;
-                    self.expect_min = h.last_offset() as u64 + 1;
-                    rest = rest.slice(h.total_len()..);
-                    out.push((h, one));
-                }
-                Err(BatchError::ShortHeader { .. } | BatchError::LengthPastEnd { .. })
-                    if self.next_read < self.cur.limit || !self.inflight.is_empty() =>
-                {
-                    self.carry.extend_from_slice(&rest);
-                    break;
-                }
-                Err(e) => return Err(self.corrupt(e.to_string())),
-            }
-        }
-        Ok(Some(out))
+/// The cleaner's next batches of `stream`: [`READ_DEPTH`] reads in flight,
+/// one of at most [`BUSY_READ_BYTES_MAX`] while the core appends.
+async fn next_batches(
+    stream: &mut SegmentStream,
+    shard: &ShardInner,
+) -> Result<Option<Vec<(BatchHeader, Bytes)>>> {
+    if busy(shard) {
+        stream.next(1, BUSY_READ_BYTES_MAX).await
+    } else {
+        stream.next(READ_DEPTH, u64::MAX).await
     }
 }
 
@@ -1341,10 +1214,7 @@ impl LogInner {
             }
             st.segments.insert(base, seg);
         }
-        self.shard
-            .cache
-            .borrow_mut()
-            .remove_range(self.id, base, end);
+        self.uncache(|c, id| c.remove_range(id, base, end));
         Ok(true)
     }
 }

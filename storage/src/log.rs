@@ -99,6 +99,15 @@ pub const ROUND_LOG_BYTES_MAX: u64 = 8 << 20;
 pub const WRITTEN_MARKS_MAX: usize = 64;
 /// Largest single cold read.
 pub const READ_BYTES_MAX: u64 = 16 << 20;
+/// A sequential reader is kept this many bytes ahead: once fewer of the
+/// bytes after its read are cached, the next this many are read in the
+/// background (at most 1/16 of the core's cache; one read-ahead per log at
+/// a time).
+pub const READ_AHEAD_WINDOW_BYTES: u64 = 8 << 20;
+/// A read-ahead reads in chunks of this size ...
+pub const READ_AHEAD_CHUNK_BYTES: u64 = 1 << 20;
+/// ... with this many in flight, so that the device has a queue to work on.
+pub const READ_AHEAD_DEPTH: usize = 4;
 
 /// Offsets assigned to an appended batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,7 +262,27 @@ pub(crate) struct LogInner {
     /// One cleaner pass at a time.
     pub(crate) clean_lock: Semaphore,
     pub(crate) in_dirty: Cell<bool>,
+    /// Bumped whenever batches of this log leave the cache because the
+    /// log changed under them (truncation, retention, compaction, close):
+    /// a read that started before must not put what it read back.
+    cache_gen: Cell<u64>,
+    /// A read-ahead in flight: where it started and the reads waiting for
+    /// it (see [`PartitionLog::read`]).
+    read_ahead: RefCell<Option<ReadAheadRun>>,
+    /// Read-aheads started (numbers them).
+    read_ahead_runs: Cell<u64>,
+    /// Where the last read ended: a read starting there is sequential.
+    last_read_end: Cell<u64>,
     pub(crate) state: RefCell<LogState>,
+}
+
+/// A read-ahead in flight (see [`PartitionLog::read`]).
+struct ReadAheadRun {
+    id: u64,
+    /// Where it started.
+    from: u64,
+    /// Reads waiting for it: woken at each batch it caches, and when it ends.
+    waiters: Vec<oneshot::Sender<()>>,
 }
 
 /// One partition's log, owned by one core. Cheap to clone (a reference).
@@ -479,6 +508,10 @@ impl PartitionLog {
             snapshot_lock: Semaphore::new(1),
             clean_lock: Semaphore::new(1),
             in_dirty: Cell::new(false),
+            cache_gen: Cell::new(0),
+            read_ahead: RefCell::new(None),
+            read_ahead_runs: Cell::new(0),
+            last_read_end: Cell::new(u64::MAX),
             state: RefCell::new(LogState {
                 config,
                 segments,
@@ -888,46 +921,181 @@ impl PartitionLog {
     /// what is read ahead is cached.
     pub async fn read(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
         let inner = &self.inner;
-        let (start, hw) = {
-            let st = inner.state.borrow();
-            (st.log_start, st.written)
-        };
-        if offset < start || offset > hw {
-            return Err(inner.out_of_range(offset));
-        }
-        let mut out = ReadResult {
-            batches: Vec::new(),
-            next_offset: offset,
-            high_watermark: hw,
-            log_start_offset: start,
-        };
-        let mut bytes = 0u64;
-        // Cache first: a tailing consumer is served from memory.
-        {
-            let mut cache = inner.shard.cache.borrow_mut();
-            while out.next_offset < hw {
-                let hit = if out.batches.is_empty() {
-                    cache.get(inner.id, out.next_offset)
-                } else {
-                    cache.get_exact(inner.id, out.next_offset)
-                };
-                let Some(b) = hit else { break };
-                if b.base_offset >= hw
-                    || (!out.batches.is_empty() && bytes + b.data.len() as u64 > max_bytes)
-                {
-                    break;
+        // The read-ahead this read waits for, if any.
+        let mut waited_for = None;
+        let out = loop {
+            if let Some(out) = self.read_cached(offset, max_bytes)? {
+                if !out.batches.is_empty() {
+                    inner.shard.cache.borrow_mut().count(true);
                 }
-                bytes += b.data.len() as u64;
-                out.next_offset = b.last_offset + 1;
-                out.batches.push(b.data);
+                break out;
+            }
+            // A miss where a read-ahead is bringing the data in: wait for
+            // it to get there (or end) rather than read the same bytes
+            // twice. Only the first read-ahead seen is waited for.
+            let wait = match &mut *inner.read_ahead.borrow_mut() {
+                Some(run) if run.from <= offset && waited_for.is_none_or(|id| id == run.id) => {
+                    waited_for = Some(run.id);
+                    let (tx, rx) = oneshot::channel();
+                    run.waiters.push(tx);
+                    Some(rx)
+                }
+                _ => None,
+            };
+            match wait {
+                Some(rx) => {
+                    let _ = rx.await;
+                }
+                None => {
+                    inner.shard.cache.borrow_mut().count(false);
+                    break self.read_cold(offset, max_bytes).await?;
+                }
+            }
+        };
+        let sequential = inner.last_read_end.replace(out.next_offset) == offset;
+        if sequential && !out.batches.is_empty() {
+            self.read_ahead_after(out.next_offset);
+        }
+        Ok(out)
+    }
+
+    /// Starts a read-ahead after a sequential read that ended at `from`,
+    /// unless one is in flight or enough after `from` is cached already
+    /// (a tailing reader's data is: appends are cached).
+    fn read_ahead_after(&self, from: u64) {
+        let inner = &self.inner;
+        if inner.read_ahead.borrow().is_some() || inner.check_mode().is_err() {
+            return;
+        }
+        let window = READ_AHEAD_WINDOW_BYTES.min(inner.shard.cache.borrow().stats().budget / 16);
+        if window < READ_AHEAD_CHUNK_BYTES {
+            return;
+        }
+        let hw = inner.state.borrow().written;
+        let (mut at, mut ahead) = (from, 0u64);
+        {
+            let cache = inner.shard.cache.borrow();
+            while at < hw && ahead < window {
+                let Some(b) = cache.peek(inner.id, at) else {
+                    break;
+                };
+                ahead += b.data.len() as u64;
+                at = b.last_offset + 1;
             }
         }
-        if !out.batches.is_empty() || offset == hw {
-            return Ok(out);
+        if at >= hw || ahead >= window {
+            return;
         }
-        // Cold read from the segment holding `offset` (or the next one, if
-        // `offset` falls in a gap).
+        let id = inner.read_ahead_runs.get() + 1;
+        inner.read_ahead_runs.set(id);
+        *inner.read_ahead.borrow_mut() = Some(ReadAheadRun {
+            id,
+            from: at,
+            waiters: Vec::new(),
+        });
+        let log = self.clone();
+        glommio::spawn_local(async move {
+            if let Err(e) = log.read_ahead(at, window).await {
+                tracing::debug!(partition = %log.inner.name, offset = at, error = %e, "read-ahead failed");
+            }
+            // Dropping the waiters' senders wakes them.
+            log.inner.read_ahead.borrow_mut().take();
+        })
+        .detach();
+    }
+
+    /// Reads about `window` bytes of the segment holding `at` from `at` on
+    /// into the cache, waking waiting reads as batches arrive.
+    async fn read_ahead(&self, at: u64, window: u64) -> Result<()> {
+        let inner = &self.inner;
+        let gen = inner.cache_gen.get();
+        let (cur, hw) = {
+            let st = inner.state.borrow();
+            let cur = st
+                .segments
+                .range(..=at)
+                .next_back()
+                .filter(|(_, s)| s.next_offset > at)
+                .map(|(_, s)| s.cursor(s.floor(at)));
+            (cur, st.written)
+        };
+        let Some(cur) = cur else {
+            return Ok(());
+        };
+        let mut stream =
+            crate::segment::SegmentStream::new(cur, READ_AHEAD_CHUNK_BYTES, "read-ahead");
+        let mut read = 0u64;
+        'chunks: while read < window {
+            let Some(batches) = stream.next(READ_AHEAD_DEPTH, u64::MAX).await? else {
+                break;
+            };
+            for (h, b) in batches {
+                let (base, last) = (h.base_offset as u64, h.last_offset() as u64);
+                if base >= hw || inner.cache_gen.get() != gen || inner.check_mode().is_err() {
+                    break 'chunks;
+                }
+                if last < at {
+                    continue;
+                }
+                read += b.len() as u64;
+                inner
+                    .shard
+                    .cache
+                    .borrow_mut()
+                    .insert(inner.id, base, last, b);
+            }
+            // Wake the reads waiting for what this chunk brought in.
+            if let Some(run) = &mut *inner.read_ahead.borrow_mut() {
+                for w in run.waiters.drain(..) {
+                    let _ = w.send(());
+                }
+            }
+        }
+        bump(&inner.shard.counters.read_ahead_bytes, read);
+        Ok(())
+    }
+
+    /// What the cache holds from `offset` on (`None`: a miss at `offset`).
+    fn read_cached(&self, offset: u64, max_bytes: u64) -> Result<Option<ReadResult>> {
+        let inner = &self.inner;
+        let mut out = inner.nothing_read(offset);
+        let hw = out.high_watermark;
+        if offset < out.log_start_offset || offset > hw {
+            return Err(inner.out_of_range(offset));
+        }
+        let mut bytes = 0u64;
+        // Cache first: a tailing consumer is served from memory.
+        let cache = inner.shard.cache.borrow();
+        while out.next_offset < hw {
+            let hit = if out.batches.is_empty() {
+                cache.peek(inner.id, out.next_offset)
+            } else {
+                cache.get_exact(inner.id, out.next_offset)
+            };
+            let Some(b) = hit else { break };
+            if b.base_offset >= hw
+                || (!out.batches.is_empty() && bytes + b.data.len() as u64 > max_bytes)
+            {
+                break;
+            }
+            bytes += b.data.len() as u64;
+            out.next_offset = b.last_offset + 1;
+            out.batches.push(b.data);
+        }
+        Ok((!out.batches.is_empty() || offset == hw).then_some(out))
+    }
+
+    /// Reads from disk: the segment holding `offset` (or the next one, if
+    /// `offset` falls in a gap), caching what is read.
+    async fn read_cold(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+        let inner = &self.inner;
+        let mut out = inner.nothing_read(offset);
+        let hw = out.high_watermark;
+        let mut bytes = 0u64;
+        let gen = inner.cache_gen.get();
         let mut want = offset;
+        // Where a batch ends that was too long for the previous read.
+        let mut whole_to = 0;
         while out.batches.is_empty() && want < hw {
             let Some(cur) = ({
                 let st = inner.state.borrow();
@@ -942,7 +1110,8 @@ impl PartitionLog {
             };
             let (seg_base, limit) = (cur.base, cur.limit);
             let read_len = max_bytes.clamp(READ_AHEAD_BYTES, READ_BYTES_MAX);
-            let scan_limit = limit.min(cur.pos + read_len);
+            let scan_limit = limit.min((cur.pos + read_len).max(whole_to));
+            whole_to = 0;
             let mut cached = Vec::new();
             let target = want;
             let summary = cur
@@ -952,12 +1121,17 @@ impl PartitionLog {
                 })
                 .await?;
             {
+                // The log changed under the read (truncated, compacted,
+                // closed): what was read is not cached.
+                let keep = inner.cache_gen.get() == gen;
                 let mut cache = inner.shard.cache.borrow_mut();
                 for (base, last, b) in &cached {
                     if *base >= hw {
                         break;
                     }
-                    cache.insert(inner.id, *base, *last, b.clone());
+                    if keep {
+                        cache.insert(inner.id, *base, *last, b.clone());
+                    }
                     if *last < target {
                         continue;
                     }
@@ -970,6 +1144,14 @@ impl PartitionLog {
                 }
             }
             if out.batches.is_empty() {
+                // A batch longer than the read: read again, all of it.
+                if let Some(BatchError::LengthPastEnd { needed, .. }) = &summary.stopped {
+                    let end = summary.end_pos + *needed as u64;
+                    if end > scan_limit && end <= limit {
+                        whole_to = end;
+                        continue;
+                    }
+                }
                 // Nothing at or after `want` in what was read: continue after it.
                 if let (Some(e), true) = (&summary.stopped, summary.end_pos < limit) {
                     bump(&inner.shard.counters.io_errors, 1);
@@ -1104,11 +1286,7 @@ impl PartitionLog {
             }
             doomed
         };
-        inner
-            .shard
-            .cache
-            .borrow_mut()
-            .remove_below(inner.id, offset);
+        inner.uncache(|c, id| c.remove_below(id, offset));
         inner.store_checkpoint().await?;
         remove_segments_durably(&inner.dir, &doomed).await?;
         Ok(offset)
@@ -1170,11 +1348,7 @@ impl PartitionLog {
         if doomed.is_empty() {
             return Ok(report);
         }
-        inner
-            .shard
-            .cache
-            .borrow_mut()
-            .remove_below(inner.id, report.log_start_offset);
+        inner.uncache(|c, id| c.remove_below(id, report.log_start_offset));
         inner.store_checkpoint().await?;
         remove_segments_durably(&inner.dir, &doomed).await?;
         tracing::info!(partition = %inner.name, segments = doomed.len(), bytes = report.bytes_deleted,
@@ -1231,7 +1405,7 @@ impl PartitionLog {
         };
         inner.store_checkpoint().await?;
         checkpoint::store_clean_marker_async(&inner.dir, leo).await?;
-        inner.shard.cache.borrow_mut().remove_log(inner.id);
+        inner.uncache(|c, id| c.remove_log(id));
         inner.fail_waiters(&inner.closed());
         inner.close_files().await;
         Ok(())
@@ -1291,7 +1465,7 @@ impl PartitionLog {
             st.snapshot_pending = None;
         }
         inner.close_files().await;
-        inner.shard.cache.borrow_mut().remove_log(inner.id);
+        inner.uncache(|c, id| c.remove_log(id));
         inner.fail_waiters(&inner.closed());
         let dir = inner.dir.clone();
         checkpoint::run_blocking(move || {
@@ -1506,6 +1680,25 @@ async fn recover_segment(
 }
 
 impl LogInner {
+    /// Drops batches of this log from the core's cache (`drop` is given
+    /// the cache and the log's id) and tells reads in flight not to put
+    /// back what they read before.
+    pub(crate) fn uncache(&self, drop: impl FnOnce(&mut crate::cache::BatchCache, u64)) {
+        self.cache_gen.set(self.cache_gen.get() + 1);
+        drop(&mut self.shard.cache.borrow_mut(), self.id);
+    }
+
+    /// An empty read at `offset`, with the log's bounds now.
+    fn nothing_read(&self, offset: u64) -> ReadResult {
+        let st = self.state.borrow();
+        ReadResult {
+            batches: Vec::new(),
+            next_offset: offset,
+            high_watermark: st.written,
+            log_start_offset: st.log_start,
+        }
+    }
+
     /// Takes one of the log's locks.
     pub(crate) async fn lock<'a>(
         &'a self,
@@ -2131,7 +2324,7 @@ impl LogInner {
             st.log_start = st.log_start.min(st.next_offset);
             doomed
         };
-        self.shard.cache.borrow_mut().remove_from(self.id, new_end);
+        self.uncache(|c, id| c.remove_from(id, new_end));
         // The lowered recovery point must be durable before the cut segment
         // is written again.
         self.store_checkpoint().await?;

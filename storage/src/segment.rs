@@ -16,7 +16,7 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use glommio::io::{DmaFile, OpenOptions};
-use weir_proto::batch::{self, BatchError, BatchHeader, HEADER_BYTES};
+use weir_proto::batch::{self, BatchError, BatchHeader, HEADER_BYTES, LOG_OVERHEAD};
 
 use crate::error::{Result, StorageError};
 use crate::offset_index::{self, OffsetIndex};
@@ -513,6 +513,162 @@ impl SegmentCursor {
             pos,
             ..self.clone()
         }
+    }
+}
+
+/// Reads a segment's batches front to back from a cursor with several
+/// reads in flight (tasks of the current task queue, so the disk stays
+/// busy while batches are processed), validating each batch as a scan
+/// does. A batch cut by a chunk boundary is stitched (only its own bytes
+/// are copied). Used by the cleaner and by sequential readers' read-ahead;
+/// reads still in flight when the stream is dropped are cancelled.
+#[derive(Debug)]
+pub struct SegmentStream {
+    cur: SegmentCursor,
+    chunk: u64,
+    next_read: u64,
+    inflight: std::collections::VecDeque<glommio::Task<Result<Bytes>>>,
+    /// Bytes of a batch begun in the previous chunk.
+    carry: BytesMut,
+    expect_min: u64,
+    /// Bytes read so far.
+    read: u64,
+    /// Who reads, for errors ("cleaner", "read-ahead").
+    reader: &'static str,
+}
+
+impl SegmentStream {
+    /// A stream of `cur`'s segment from the cursor to its limit, in reads
+    /// of `chunk` bytes.
+    pub fn new(cur: SegmentCursor, chunk: u64, reader: &'static str) -> SegmentStream {
+        SegmentStream {
+            chunk: chunk.max(1),
+            next_read: cur.pos,
+            expect_min: cur.offset,
+            cur,
+            inflight: Default::default(),
+            carry: BytesMut::new(),
+            read: 0,
+            reader,
+        }
+    }
+
+    /// Bytes read so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.read
+    }
+
+    fn corrupt(&self, reason: String) -> StorageError {
+        StorageError::Corrupt {
+            path: self.cur.path.clone(),
+            reason: format!("{}: {reason}", self.reader),
+        }
+    }
+
+    /// The batches of the next chunk(s) that complete any; `None` at the
+    /// end of the segment. Keeps up to `depth` reads of at most
+    /// `chunk_max` bytes (and the stream's chunk) in flight.
+    pub async fn next(
+        &mut self,
+        depth: usize,
+        chunk_max: u64,
+    ) -> Result<Option<Vec<(BatchHeader, Bytes)>>> {
+        loop {
+            match self.next_chunk(depth, chunk_max).await? {
+                Some(b) if b.is_empty() => continue,
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// The batches completed by the next chunk (maybe none); `None` at the
+    /// end of the segment.
+    async fn next_chunk(
+        &mut self,
+        depth: usize,
+        chunk_max: u64,
+    ) -> Result<Option<Vec<(BatchHeader, Bytes)>>> {
+        let chunk = self.chunk.min(chunk_max.max(1));
+        while self.inflight.len() < depth.max(1) && self.next_read < self.cur.limit {
+            let len = chunk.min(self.cur.limit - self.next_read);
+            let (file, path, align, pos) = (
+                self.cur.file.clone(),
+                self.cur.path.clone(),
+                self.cur.align,
+                self.next_read,
+            );
+            let tq = glommio::executor().current_task_queue();
+            let task = glommio::spawn_local_into(
+                async move { read_range(&file, &path, align, pos, len).await },
+                tq,
+            )
+            .map_err(|e| self.corrupt(format!("cannot spawn a read: {e}")))?;
+            self.inflight.push_back(task);
+            self.next_read += len;
+        }
+        let Some(task) = self.inflight.pop_front() else {
+            if !self.carry.is_empty() {
+                return Err(self.corrupt(format!(
+                    "{} bytes at the end of the segment are not a whole batch",
+                    self.carry.len()
+                )));
+            }
+            return Ok(None);
+        };
+        let chunk = task.await?;
+        self.read += chunk.len() as u64;
+        let mut out = Vec::new();
+        let mut rest = chunk;
+        if !self.carry.is_empty() {
+            // Complete the batch begun in the previous chunk: its header
+            // first, then the rest of its bytes.
+            if self.carry.len() < HEADER_BYTES {
+                let take = (HEADER_BYTES - self.carry.len()).min(rest.len());
+                self.carry.extend_from_slice(&rest[..take]);
+                rest = rest.slice(take..);
+                if self.carry.len() < HEADER_BYTES {
+                    return Ok(Some(out));
+                }
+            }
+            let h = BatchHeader::peek(&self.carry).map_err(|e| self.corrupt(e.to_string()))?;
+            let total = h.total_len();
+            if h.batch_length < (HEADER_BYTES - LOG_OVERHEAD) as i32
+                || total as u64 > self.cur.limit
+            {
+                return Err(self.corrupt(format!("bad batch length {}", h.batch_length)));
+            }
+            let take = (total - self.carry.len()).min(rest.len());
+            self.carry.extend_from_slice(&rest[..take]);
+            rest = rest.slice(take..);
+            if self.carry.len() < total {
+                return Ok(Some(out));
+            }
+            let one = self.carry.split().freeze();
+            let h = check(&one, self.cur.base, self.expect_min)
+                .map_err(|e| self.corrupt(e.to_string()))?;
+            self.expect_min = h.last_offset() as u64 + 1;
+            out.push((h, one));
+        }
+        while !rest.is_empty() {
+            match BatchHeader::parse_framed(&rest) {
+                Ok(h) => {
+                    let one = rest.slice(..h.total_len());
+                    let h = check(&one, self.cur.base, self.expect_min)
+                        .map_err(|e| self.corrupt(e.to_string()))?;
+                    self.expect_min = h.last_offset() as u64 + 1;
+                    rest = rest.slice(h.total_len()..);
+                    out.push((h, one));
+                }
+                Err(BatchError::ShortHeader { .. } | BatchError::LengthPastEnd { .. })
+                    if self.next_read < self.cur.limit || !self.inflight.is_empty() =>
+                {
+                    self.carry.extend_from_slice(&rest);
+                    break;
+                }
+                Err(e) => return Err(self.corrupt(e.to_string())),
+            }
+        }
+        Ok(Some(out))
     }
 }
 

@@ -104,6 +104,8 @@ pub struct ShardStats {
     pub cleaner_records_removed: u64,
     /// Time spent in cleaner passes, µs.
     pub cleaner_micros: u64,
+    /// Bytes read ahead of sequential readers into the cache.
+    pub read_ahead_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -123,6 +125,7 @@ pub(crate) struct Counters {
     pub cleaner_bytes_written: Cell<u64>,
     pub cleaner_records_removed: Cell<u64>,
     pub cleaner_micros: Cell<u64>,
+    pub read_ahead_bytes: Cell<u64>,
 }
 
 pub(crate) fn bump(c: &Cell<u64>, by: u64) {
@@ -210,6 +213,7 @@ impl StorageShard {
             cleaner_bytes_written: c.cleaner_bytes_written.get(),
             cleaner_records_removed: c.cleaner_records_removed.get(),
             cleaner_micros: c.cleaner_micros.get(),
+            read_ahead_bytes: c.read_ahead_bytes.get(),
         }
     }
 
