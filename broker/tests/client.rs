@@ -191,3 +191,73 @@ fn client_against_a_broker() {
         assert!(c.list_topics().await.unwrap().is_empty());
     });
 }
+
+/// Several batches of one partition in one request are appended together:
+/// with other clients appending to the partition at the same time, each
+/// batch sits at the offset its request's answer implies (the first
+/// batch's offset plus the records before it) — on the core the client is
+/// connected to, and through the mesh on the other.
+#[test]
+fn a_requests_batches_of_a_partition_land_together_under_concurrent_producers() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let admin = Client::connect(b.addr).await.unwrap();
+        admin.create_topic("m", 2, vec![]).await.unwrap();
+        for p in 0..2u32 {
+            let producers: Vec<_> = (0..4)
+                .map(|c| {
+                    let addr = b.addr;
+                    tokio::spawn(async move {
+                        let client = Client::connect(addr).await.unwrap();
+                        let mut placed = Vec::new();
+                        for r in 0..25 {
+                            let names: Vec<String> =
+                                (0..4).map(|i| format!("c{c}r{r}b{i}")).collect();
+                            let batches = names
+                                .iter()
+                                .enumerate()
+                                .map(|(i, n)| ("m".to_string(), p, batch(n, 1 + i, 1_000)))
+                                .collect();
+                            let res = client.produce_many(Acks::All, batches).await.unwrap();
+                            for ((i, n), o) in names.into_iter().enumerate().zip(res) {
+                                placed.push((o.unwrap().unwrap(), n, 1 + i as u64));
+                            }
+                        }
+                        placed
+                    })
+                })
+                .collect();
+            let mut placed = Vec::new();
+            for t in producers {
+                placed.extend(t.await.unwrap());
+            }
+            let mut stored = std::collections::HashMap::new();
+            let mut at = 0;
+            loop {
+                let f = admin.fetch("m", p, at, 1 << 20, 0).await.unwrap();
+                if f.batches.is_empty() {
+                    break;
+                }
+                stored.extend(values_from(&f.batches, at));
+                at = f.next_offset().unwrap();
+            }
+            assert_eq!(stored.len(), 4 * 25 * (1 + 2 + 3 + 4), "partition {p}");
+            for (offset, name, records) in placed {
+                for j in 0..records {
+                    assert_eq!(
+                        stored.get(&(offset + j)).map(String::as_str),
+                        Some(format!("{name}-{j}").as_str()),
+                        "partition {p}: record {j} of batch {name}, answered at offset {offset}"
+                    );
+                }
+            }
+        }
+    });
+    b.stop();
+}

@@ -10,7 +10,8 @@
 //! [`ProducerConfig::linger_ms`] passed since its first record (and its
 //! partition has no closed batch still waiting to be sent), or on
 //! [`Producer::flush`] / [`Producer::close`], and sends closed batches in
-//! produce requests (at most one batch per partition per request), up to
+//! produce requests (a partition's waiting batches together, up to
+//! [`PARTITION_REQUEST_BYTES_MAX`] of them per request), up to
 //! [`ProducerConfig::max_in_flight`] requests per connection at once.
 //!
 //! Routing: with [`ProducerConfig::shard_aware`] (the default) the
@@ -1711,7 +1712,9 @@ impl Sender {
             let front = lane.queue.front().expect("not empty");
             // A batch sent again waits until nothing of its lane is in
             // flight, so that the lane's batches reach the broker in order.
-            if front.attempts > 0 && lane.in_flight_count > 0 {
+            if (front.attempts > 0 && lane.in_flight_count > 0)
+                || lane.in_flight_count >= self.lane_in_flight_max()
+            {
                 continue;
             }
             let route = self.route(&key.0, key.1).await;
@@ -1725,7 +1728,7 @@ impl Sender {
             // one per pass of the sender.
             let mut keys: VecDeque<Key> = keys.into();
             while !keys.is_empty() && self.in_flight.get(&route).copied().unwrap_or(0) < max {
-                // One request: at most one batch per partition, up to
+                // One request: each partition's waiting batches, up to
                 // REQUEST_BYTES_MAX.
                 let mut batches = Vec::new();
                 let mut bytes = 0usize;
@@ -1735,14 +1738,27 @@ impl Sender {
                         break;
                     }
                     keys.pop_front();
-                    let Some(o) = self.take_for_send(&key) else {
-                        continue;
-                    };
-                    bytes += o.bytes.as_ref().map_or(0, Bytes::len);
-                    if self.sendable(&key, now) {
-                        more.push(key.clone());
+                    // The partition's next batch, and more of its batches
+                    // not sent before, in order, up to
+                    // PARTITION_REQUEST_BYTES_MAX (a batch sent again goes
+                    // alone).
+                    let mut part = 0usize;
+                    while part == 0 || self.joins_request(&key, part, bytes, now) {
+                        let Some(o) = self.take_for_send(&key) else {
+                            break;
+                        };
+                        let n = o.bytes.as_ref().map_or(0, Bytes::len);
+                        let again = o.attempts > 1;
+                        bytes += n;
+                        part += n.max(1);
+                        batches.push((key.clone(), o));
+                        if again {
+                            break;
+                        }
                     }
-                    batches.push((key, o));
+                    if self.sendable(&key, now) {
+                        more.push(key);
+                    }
                 }
                 keys.extend(more);
                 if batches.is_empty() {
@@ -1796,8 +1812,9 @@ impl Sender {
     }
 
     /// Whether a partition's next queued batch may be sent now: not waiting
-    /// for a retry backoff, and not a retry while others of its partition
-    /// are in flight (so they reach the broker in order).
+    /// for a retry backoff, not a retry while others of its partition are
+    /// in flight (so they reach the broker in order), and fewer of its
+    /// batches in flight than [`Sender::lane_in_flight_max`].
     fn sendable(&self, key: &Key, now: Instant) -> bool {
         let Some(lane) = self.lanes.get(key) else {
             return false;
@@ -1807,6 +1824,38 @@ impl Sender {
         };
         lane.not_before.is_none_or(|t| t <= now)
             && !(front.attempts > 0 && lane.in_flight_count > 0)
+            && lane.in_flight_count < self.lane_in_flight_max()
+    }
+
+    /// Whether a partition's next queued batch joins the request being
+    /// formed, after `part` bytes of the partition's batches (`bytes` in
+    /// all): a batch not sent before, the partition below its in-flight
+    /// limit, within [`PARTITION_REQUEST_BYTES_MAX`] and
+    /// [`REQUEST_BYTES_MAX`].
+    fn joins_request(&self, key: &Key, part: usize, bytes: usize, now: Instant) -> bool {
+        let Some(lane) = self.lanes.get(key) else {
+            return false;
+        };
+        let Some(front) = lane.queue.front() else {
+            return false;
+        };
+        let size = front.batch.builder.estimated_size();
+        front.attempts == 0
+            && lane.not_before.is_none_or(|t| t <= now)
+            && lane.in_flight_count < self.lane_in_flight_max()
+            && part + size <= PARTITION_REQUEST_BYTES_MAX
+            && bytes + size <= REQUEST_BYTES_MAX
+    }
+
+    /// Batches of one partition in flight at most: with idempotence, as
+    /// many as the broker remembers per producer to recognise a retried
+    /// one ([`LANE_BATCHES_IN_FLIGHT_IDEMPOTENT`]).
+    fn lane_in_flight_max(&self) -> usize {
+        if self.shared.idempotent() {
+            LANE_BATCHES_IN_FLIGHT_IDEMPOTENT
+        } else {
+            usize::MAX
+        }
     }
 
     /// Where a partition's batches go.
@@ -2003,14 +2052,25 @@ async fn sleep_until_opt(t: Option<Instant>) {
     }
 }
 
-/// Produce requests carry at most this many bytes of batches (one batch
-/// per partition; a single larger batch is sent alone).
+/// Produce requests carry at most this many bytes of batches (a single
+/// larger batch is sent alone).
 pub const REQUEST_BYTES_MAX: usize = 4 << 20;
 
+/// One partition's batches in one request: at most this many bytes (at
+/// least one batch). A partition with several batches waiting sends them
+/// together, so one busy partition has more than one batch per request
+/// in flight.
+pub const PARTITION_REQUEST_BYTES_MAX: usize = 1 << 20;
+
 /// With idempotence, at most this many requests per connection are in
-/// flight (as Kafka: the broker remembers the last five batches of each
-/// producer per partition).
+/// flight (as Kafka).
 pub const MAX_IN_FLIGHT_IDEMPOTENT: usize = 5;
+
+/// With idempotence, at most this many batches of one partition are in
+/// flight: the batches a Weir broker remembers per producer and partition
+/// to answer a retried one with its original offsets
+/// (`weir_storage::producer_state::PRODUCER_BATCHES_RETAINED`).
+pub const LANE_BATCHES_IN_FLIGHT_IDEMPOTENT: usize = 16;
 
 #[cfg(test)]
 mod tests {

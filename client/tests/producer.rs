@@ -1004,14 +1004,14 @@ async fn linger_zero_batches_what_arrives_while_requests_are_in_flight() {
     p.close().await;
 }
 
-/// Batches queued for one partition fill every request slot of its
-/// connection at once (one batch per request), not one per pass of the
-/// sender: a single busy partition keeps `max_in_flight` requests out.
-/// Before, a pass sent one request per partition, so after a stall a lone
-/// partition drained its queue one batch per answer (about two requests
-/// in flight instead of five).
+/// A partition with several batches waiting sends them together: one
+/// request carries them all (up to PARTITION_REQUEST_BYTES_MAX), at most
+/// LANE_BATCHES_IN_FLIGHT_IDEMPOTENT of them in flight with idempotence,
+/// and the rest follows as answers come — in order, each record on its
+/// offset. Before, a request carried one batch per partition, so a lone
+/// partition had at most max_in_flight batches in flight.
 #[tokio::test(start_paused = true)]
-async fn one_partitions_queued_batches_fill_every_request_slot() {
+async fn one_partitions_queued_batches_go_out_together_up_to_its_in_flight_limit() {
     let fake = Arc::new(Fake {
         partitions: 1,
         gate: Some(tokio::sync::Semaphore::new(0)),
@@ -1020,10 +1020,11 @@ async fn one_partitions_queued_batches_fill_every_request_slot() {
     // A batch per record, sent by a sender task of this runtime: it runs
     // only when the test yields.
     let c = config(0, 1);
-    let max_in_flight = c.max_in_flight;
+    assert!(c.enable_idempotence);
+    let cap = weir_client::producer::LANE_BATCHES_IN_FLIGHT_IDEMPOTENT;
     let p = producer(&fake, c);
     let mut deliveries = Vec::new();
-    for i in 0..20 {
+    for i in 0..cap + 4 {
         deliveries.push(
             p.send(ProducerRecord::new("t", value(i, 100)).partition(0))
                 .await
@@ -1032,18 +1033,17 @@ async fn one_partitions_queued_batches_fill_every_request_slot() {
     }
     // Let the sender run until it waits for answers.
     tokio::time::sleep(Duration::from_millis(10)).await;
+    let in_flight: Vec<usize> = fake.requests().iter().map(Vec::len).collect();
     assert_eq!(
-        fake.requests().len(),
-        max_in_flight,
-        "requests in flight for one partition with 20 batches queued"
+        in_flight,
+        vec![cap],
+        "one request with as many batches as may be in flight"
     );
     fake.gate.as_ref().unwrap().add_permits(1 << 20);
     for (i, d) in deliveries.into_iter().enumerate() {
         assert_eq!(d.await.unwrap().offset, Some(i as u64), "record {i}");
     }
-    assert!(
-        fake.requests().iter().all(|r| r.len() == 1),
-        "one batch per request"
-    );
+    let sent: Vec<usize> = fake.requests().iter().map(Vec::len).collect();
+    assert_eq!(sent, vec![cap, 4], "the rest once the first answer came");
     p.close().await;
 }

@@ -693,13 +693,41 @@ impl PartitionLog {
         self.inner.state.borrow().epochs.entries().to_vec()
     }
 
-    async fn append_as(&self, mut data: BytesMut, replica: bool) -> Result<AppendInfo> {
+    /// Appends several batches of one request in order, with no other
+    /// append between them, so that their offsets are contiguous (unless
+    /// one is a duplicate of a retried batch). Stops at the first refused
+    /// batch: the offsets of those appended before it, and its error.
+    pub async fn append_many(
+        &self,
+        batches: Vec<BytesMut>,
+    ) -> (Vec<AppendInfo>, Option<StorageError>) {
+        let inner = &self.inner;
+        let mut done = Vec::with_capacity(batches.len());
+        let Ok(_order) = inner.append_lock.acquire_permit(1).await else {
+            return (done, Some(inner.closed()));
+        };
+        for data in batches {
+            match self.append_locked(data, false).await {
+                Ok(info) => done.push(info),
+                Err(e) => return (done, Some(e)),
+            }
+        }
+        (done, None)
+    }
+
+    async fn append_as(&self, data: BytesMut, replica: bool) -> Result<AppendInfo> {
         let inner = &self.inner;
         let _order = inner
             .append_lock
             .acquire_permit(1)
             .await
             .map_err(|_| inner.closed())?;
+        self.append_locked(data, replica).await
+    }
+
+    /// [`PartitionLog::append_as`] under the append lock.
+    async fn append_locked(&self, mut data: BytesMut, replica: bool) -> Result<AppendInfo> {
+        let inner = &self.inner;
         inner.check_mode()?;
         let h = batch::validate(&data).map_err(|source| StorageError::InvalidBatch {
             partition: inner.name.clone(),

@@ -58,9 +58,11 @@ use crate::error::{Result, StorageError};
 /// Most producers remembered per partition; beyond it the one with the
 /// oldest last append is evicted.
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 100_000;
-/// Batches remembered per producer for duplicate detection (Kafka's 5
-/// in-flight requests per connection).
-pub const PRODUCER_BATCHES_RETAINED: usize = 5;
+/// Batches remembered per producer for duplicate detection: Kafka
+/// remembers 5 (its clients' in-flight requests per connection); the Weir
+/// SDK sends several batches of a partition per request and keeps up to
+/// this many in flight (`LANE_BATCHES_IN_FLIGHT_IDEMPOTENT`).
+pub const PRODUCER_BATCHES_RETAINED: usize = 16;
 /// A snapshot of the table is taken after this many appended bytes (and at
 /// every segment roll).
 pub const PRODUCER_SNAPSHOT_INTERVAL_BYTES: u64 = 64 << 20;

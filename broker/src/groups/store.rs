@@ -54,8 +54,10 @@ pub async fn write_records(
         .map_err(storage)?;
     }
     let batch = b.build().map_err(storage)?.freeze();
-    let (log, info) = partition::append_local(core, OFFSETS_TOPIC, p, batch, -1).await?;
-    partition::ack_local(core.clone(), (OFFSETS_TOPIC, p), log, info, -1).await?;
+    let (log, infos) = partition::append_local(core, OFFSETS_TOPIC, p, batch, -1).await?;
+    for info in infos {
+        partition::ack_local(core.clone(), (OFFSETS_TOPIC, p), log.clone(), info, -1).await?;
+    }
     Ok(())
 }
 

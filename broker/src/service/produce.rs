@@ -12,7 +12,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use weir_proto::batch::BatchHeader;
+use weir_storage::{AppendInfo, PartitionLog};
 
 use super::{admin, BrokerError, Ctx, ProduceOk, Result};
 use crate::metadata::OFFSETS_TOPIC;
@@ -36,7 +36,7 @@ pub struct ProducePart {
 pub type ProduceOutcome = (String, u32, Result<ProduceOk>);
 
 /// Waits for the acknowledgement of one appended batch.
-type AckWait = Pin<Box<dyn Future<Output = Result<ProduceOk>>>>;
+pub(crate) type AckWait = Pin<Box<dyn Future<Output = Result<ProduceOk>>>>;
 
 /// Appends every batch of every part (parts concurrently, the batches of
 /// one part in order); returns once all are queued, with the future that
@@ -102,7 +102,7 @@ pub async fn produce(
 }
 
 /// The first batch's acknowledgement, or the first failure.
-async fn all_acked(waits: Vec<AckWait>) -> Result<ProduceOk> {
+pub(crate) async fn all_acked(waits: Vec<AckWait>) -> Result<ProduceOk> {
     let mut first = None;
     for w in waits {
         let r = w.await?;
@@ -111,9 +111,29 @@ async fn all_acked(waits: Vec<AckWait>) -> Result<ProduceOk> {
     first.ok_or_else(|| BrokerError::Corrupt("empty record set".into()))
 }
 
-/// Appends every batch of one partition's payload, in order, on the owner
-/// core; returns once they are queued, with the waits for their
-/// acknowledgements. The first refused batch ends the partition's part.
+/// The waits for the acknowledgements of batches appended on this core.
+pub(crate) fn ack_waits(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    log: PartitionLog,
+    infos: Vec<AppendInfo>,
+    acks: i8,
+) -> Vec<AckWait> {
+    infos
+        .into_iter()
+        .map(|info| {
+            let (core, topic, log) = (core.clone(), topic.to_string(), log.clone());
+            Box::pin(async move {
+                partition::ack_local(core, (&topic, partition), log, info, acks).await
+            }) as AckWait
+        })
+        .collect()
+}
+
+/// Appends every batch of one partition's payload, in order and together,
+/// on the owner core; returns once they are queued, with the waits for
+/// their acknowledgements.
 async fn append_partition(
     core: &Rc<Core>,
     topic: &str,
@@ -135,39 +155,25 @@ async fn append_partition(
     if data.is_empty() {
         return Err(BrokerError::Corrupt("empty record set".into()));
     }
-    let mut waits: Vec<AckWait> = Vec::new();
-    let mut at = 0usize;
-    while at < data.len() {
-        let h = BatchHeader::parse_framed(&data[at..]).map_err(|e| {
-            BrokerError::Corrupt(format!(
-                "record batch at byte {at} of the partition's payload: {e}"
-            ))
-        })?;
-        let batch = data.slice(at..at + h.total_len());
-        at += h.total_len();
-        if owner == core.id {
-            let (log, info) = partition::append_local(core, topic, partition, batch, acks).await?;
-            let (core, topic) = (core.clone(), topic.to_string());
-            waits.push(Box::pin(async move {
-                partition::ack_local(core, (&topic, partition), log, info, acks).await
-            }));
-            continue;
-        }
-        // Two answers: appended (so the next batch and the connection's
-        // next request follow it), then acknowledged.
-        let (appended_tx, appended_rx) = core.expect_reply(owner).await?;
-        let (reply_tx, reply_rx) = core.expect_reply(owner).await?;
-        let msg = CoreMsg::Produce {
-            topic: topic.to_string(),
-            partition,
-            batch,
-            acks,
-            appended: appended_tx,
-            reply: reply_tx,
-        };
-        core.send_to(owner, msg).await?;
-        mesh::within(owner, Duration::ZERO, appended_rx).await??;
-        waits.push(Box::pin(async move { reply_rx.await.and_then(|r| r) }));
+    if owner == core.id {
+        let (log, infos) = partition::append_local(core, topic, partition, data, acks).await?;
+        return Ok(ack_waits(core, topic, partition, log, infos, acks));
     }
-    Ok(waits)
+    // Two answers: appended (so the connection's next request follows
+    // it), then acknowledged.
+    let (appended_tx, appended_rx) = core.expect_reply(owner).await?;
+    let (reply_tx, reply_rx) = core.expect_reply(owner).await?;
+    let msg = CoreMsg::Produce {
+        topic: topic.to_string(),
+        partition,
+        batches: data,
+        acks,
+        appended: appended_tx,
+        reply: reply_tx,
+    };
+    core.send_to(owner, msg).await?;
+    mesh::within(owner, Duration::ZERO, appended_rx).await??;
+    Ok(vec![Box::pin(
+        async move { reply_rx.await.and_then(|r| r) },
+    )])
 }

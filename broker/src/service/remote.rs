@@ -4,10 +4,11 @@
 
 use std::rc::Rc;
 
+use super::produce::{ack_waits, all_acked};
 use crate::shard::mesh::CoreMsg;
 use crate::shard::partition::{
-    ack_local, append_local, compact_local, delete_records_local, fetch_local,
-    init_producer_id_local, log_ends_local, offsets_local,
+    append_local, compact_local, delete_records_local, fetch_local, init_producer_id_local,
+    log_ends_local, offsets_local,
 };
 use crate::shard::Core;
 
@@ -17,16 +18,16 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
         CoreMsg::Produce {
             topic,
             partition,
-            batch,
+            batches,
             acks,
             appended,
             reply,
-        } => match append_local(core, &topic, partition, batch, acks).await {
+        } => match append_local(core, &topic, partition, batches, acks).await {
             Err(e) => appended.send(core, Err(e)).await,
-            Ok((log, info)) => {
+            Ok((log, infos)) => {
                 appended.send(core, Ok(())).await;
-                let acked = ack_local(core.clone(), (&topic, partition), log, info, acks).await;
-                reply.send(core, acked).await;
+                let waits = ack_waits(core, &topic, partition, log, infos, acks);
+                reply.send(core, all_acked(waits).await).await;
             }
         },
         CoreMsg::InitProducerId { reply } => {

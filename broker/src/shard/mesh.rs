@@ -50,16 +50,16 @@ use crate::service::{BrokerError, FetchOk, OffsetsOk, ProduceOk};
 /// batches travel as `Bytes` (a reference count, not a copy).
 #[derive(Debug)]
 pub enum CoreMsg {
-    /// Append one batch to a partition this core owns: answer `appended`
-    /// once it is queued (or refused), then `reply` once it may be
-    /// acknowledged as `acks` says.
+    /// Append a request's batches to a partition this core owns (in
+    /// order, together): answer `appended` once they are queued (or
+    /// refused), then `reply` once they may be acknowledged as `acks` says.
     Produce {
         /// Topic.
         topic: String,
         /// Partition.
         partition: u32,
-        /// One record batch.
-        batch: Bytes,
+        /// One or more whole record batches.
+        batches: Bytes,
         /// 0, 1 or -1 (all).
         acks: i8,
         /// Whether the batch was queued.

@@ -7,6 +7,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use weir_proto::batch::BatchHeader;
 use weir_storage::{AppendInfo, CleanReport, PartitionLog};
 
 use super::Core;
@@ -30,29 +31,45 @@ pub fn log_ends_local(core: &Core, partitions: &[(String, u32)]) -> Vec<Result<u
         .collect()
 }
 
-/// Appends one batch to a partition this core owns (validated, offsets
-/// assigned, producer sequence checked; a duplicate of an idempotent
-/// producer's batch is not appended again and reports the original
-/// offsets). Returns as soon as the batch is queued: see [`ack_local`].
+/// Appends the record batches of one request's part (one or more, whole)
+/// to a partition this core owns, in order and with no other append
+/// between them (validated, offsets assigned, producer sequences checked;
+/// a duplicate of an idempotent producer's batch is not appended again and
+/// reports the original offsets). Returns as soon as they are queued: see
+/// [`ack_local`]. Framing is checked first: a part that does not split
+/// into whole batches appends nothing; otherwise the first refused batch
+/// fails the part (those before it stay appended).
 pub async fn append_local(
     core: &Core,
     topic: &str,
     partition: u32,
-    batch: Bytes,
+    data: Bytes,
     acks: i8,
-) -> Result<(PartitionLog, AppendInfo), BrokerError> {
+) -> Result<(PartitionLog, Vec<AppendInfo>), BrokerError> {
     if core.shared.config.test_panic_on_produce_to.as_deref() == Some(topic) {
         panic!("test-only trigger: produce to `{topic}` (--test-panic-on-produce-to)");
     }
     let log = core.owned_log(topic, partition)?;
     core.replication.check_append(topic, partition, acks)?;
+    let mut batches = Vec::new();
+    let mut at = 0usize;
+    while at < data.len() {
+        let h = BatchHeader::parse_framed(&data[at..]).map_err(|e| {
+            BrokerError::Corrupt(format!(
+                "record batch at byte {at} of the partition's payload: {e}"
+            ))
+        })?;
+        // Copied: the log stamps offsets and the leader epoch into it.
+        batches.push(BytesMut::from(&data[at..at + h.total_len()]));
+        at += h.total_len();
+    }
     let started = Instant::now();
-    let info = log
-        .append(BytesMut::from(&batch[..]))
-        .await
-        .map_err(|e| append_error(core, topic, partition, e))?;
+    let (infos, refused) = log.append_many(batches).await;
+    if let Some(e) = refused {
+        return Err(append_error(core, topic, partition, e));
+    }
     core.metrics.stage(Stage::Append, started.elapsed());
-    Ok((log, info))
+    Ok((log, infos))
 }
 
 /// The error of an append or its wait: a log closed under it (its replica
