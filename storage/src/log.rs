@@ -108,6 +108,9 @@ pub const READ_AHEAD_WINDOW_BYTES: u64 = 8 << 20;
 pub const READ_AHEAD_CHUNK_BYTES: u64 = 1 << 20;
 /// ... with this many in flight, so that the device has a queue to work on.
 pub const READ_AHEAD_DEPTH: usize = 4;
+/// A reader with this many batches cached ahead of it needs no read-ahead
+/// yet, whatever their size (bounds the cache walk of every read).
+const READ_AHEAD_BATCHES_ENOUGH: usize = 256;
 
 /// Offsets assigned to an appended batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1000,18 +1003,21 @@ impl PartitionLog {
             return;
         }
         let hw = inner.state.borrow().written;
-        let (mut at, mut ahead) = (from, 0u64);
+        // What is cached after `from`: `window` bytes, or (small batches)
+        // READ_AHEAD_BATCHES_ENOUGH batches, are enough for now.
+        let (mut at, mut ahead, mut batches) = (from, 0u64, 0usize);
         {
             let cache = inner.shard.cache.borrow();
-            while at < hw && ahead < window {
+            while at < hw && ahead < window && batches < READ_AHEAD_BATCHES_ENOUGH {
                 let Some(b) = cache.peek(inner.id, at) else {
                     break;
                 };
                 ahead += b.data.len() as u64;
                 at = b.last_offset + 1;
+                batches += 1;
             }
         }
-        if at >= hw || ahead >= window {
+        if at >= hw || ahead >= window || batches >= READ_AHEAD_BATCHES_ENOUGH {
             return;
         }
         let id = inner.read_ahead_runs.get() + 1;
