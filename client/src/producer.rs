@@ -1721,7 +1721,11 @@ impl Sender {
             by_route.entry(route).or_default().push(key);
         }
         let max = self.max_in_flight();
-        for (route, keys) in by_route {
+        for (route, mut keys) in by_route {
+            // The partition whose next batch is oldest goes first, so that
+            // busy partitions (up to PARTITION_REQUEST_BYTES_MAX each in a
+            // request) do not keep the others waiting.
+            keys.sort_by_key(|k| self.lanes[k].queue.front().map(|o| o.batch.created));
             // Partitions take turns; one with more batches queued goes to
             // the back and is in a later request, so a single busy
             // partition fills every request slot of its connection, not

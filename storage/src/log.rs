@@ -698,19 +698,31 @@ impl PartitionLog {
 
     /// Appends several batches of one request in order, with no other
     /// append between them, so that their offsets are contiguous (unless
-    /// one is a duplicate of a retried batch). Stops at the first refused
-    /// batch: the offsets of those appended before it, and its error.
+    /// one is a duplicate of a retried batch). A batch refused for itself
+    /// (framing, CRC, size, no records, keys of a compacted topic) refuses
+    /// them all before any is appended; otherwise it stops at the first
+    /// refused batch (producer sequence, I/O): the offsets of those
+    /// appended before it, and its error.
     pub async fn append_many(
         &self,
         batches: Vec<BytesMut>,
     ) -> (Vec<AppendInfo>, Option<StorageError>) {
         let inner = &self.inner;
         let mut done = Vec::with_capacity(batches.len());
+        // What can be refused without the log's state is checked for every
+        // batch first: such a refusal appends none of them.
+        let mut headers = Vec::with_capacity(batches.len());
+        for data in &batches {
+            match self.check_produced(data) {
+                Ok(h) => headers.push(h),
+                Err(e) => return (done, Some(e)),
+            }
+        }
         let Ok(_order) = inner.append_lock.acquire_permit(1).await else {
             return (done, Some(inner.closed()));
         };
-        for data in batches {
-            match self.append_locked(data, false).await {
+        for (data, h) in batches.into_iter().zip(headers) {
+            match self.append_locked(data, false, Some(h)).await {
                 Ok(info) => done.push(info),
                 Err(e) => return (done, Some(e)),
             }
@@ -725,14 +737,15 @@ impl PartitionLog {
             .acquire_permit(1)
             .await
             .map_err(|_| inner.closed())?;
-        self.append_locked(data, replica).await
+        self.append_locked(data, replica, None).await
     }
 
-    /// [`PartitionLog::append_as`] under the append lock.
-    async fn append_locked(&self, mut data: BytesMut, replica: bool) -> Result<AppendInfo> {
+    /// The checks of a produced batch that do not depend on the log's
+    /// state: framing and CRC, nothing after it, `max.message.bytes`, at
+    /// least one record, keys on a compacted topic.
+    fn check_produced(&self, data: &[u8]) -> Result<BatchHeader> {
         let inner = &self.inner;
-        inner.check_mode()?;
-        let h = batch::validate(&data).map_err(|source| StorageError::InvalidBatch {
+        let h = batch::validate(data).map_err(|source| StorageError::InvalidBatch {
             partition: inner.name.clone(),
             source,
         })?;
@@ -743,14 +756,68 @@ impl PartitionLog {
                 buf_len: data.len(),
             });
         }
-        let (max, seg_bytes, seg_ms, policy) = {
+        let (max, policy) = {
             let st = inner.state.borrow();
-            (
-                st.config.max_message_bytes,
-                st.config.segment_bytes,
-                st.config.segment_ms,
-                st.config.cleanup_policy,
-            )
+            (st.config.max_message_bytes, st.config.cleanup_policy)
+        };
+        if data.len() as u64 > max {
+            return Err(StorageError::BatchTooLarge {
+                partition: inner.name.clone(),
+                size: data.len(),
+                max,
+            });
+        }
+        if h.records_count == 0 && !h.attributes.is_control() {
+            return Err(StorageError::InvalidBatch {
+                partition: inner.name.clone(),
+                source: BatchError::Records("a produced batch must hold at least one record"),
+            });
+        }
+        if policy.compacts() && !h.attributes.is_control() {
+            check_keys(&inner.name, policy, data)?;
+        }
+        Ok(h)
+    }
+
+    /// [`PartitionLog::append_as`] under the append lock; `checked`: the
+    /// header [`PartitionLog::check_produced`] returned for it, if called.
+    async fn append_locked(
+        &self,
+        mut data: BytesMut,
+        replica: bool,
+        checked: Option<BatchHeader>,
+    ) -> Result<AppendInfo> {
+        let inner = &self.inner;
+        inner.check_mode()?;
+        let h = match checked {
+            Some(h) => h,
+            None if !replica => self.check_produced(&data)?,
+            None => {
+                let h = batch::validate(&data).map_err(|source| StorageError::InvalidBatch {
+                    partition: inner.name.clone(),
+                    source,
+                })?;
+                if h.total_len() != data.len() {
+                    return Err(StorageError::TrailingBytes {
+                        partition: inner.name.clone(),
+                        batch_len: h.total_len(),
+                        buf_len: data.len(),
+                    });
+                }
+                if h.records_count == 0 && !h.attributes.is_control() {
+                    return Err(StorageError::InvalidBatch {
+                        partition: inner.name.clone(),
+                        source: BatchError::Records(
+                            "a replicated batch must hold at least one record",
+                        ),
+                    });
+                }
+                h
+            }
+        };
+        let (seg_bytes, seg_ms) = {
+            let st = inner.state.borrow();
+            (st.config.segment_bytes, st.config.segment_ms)
         };
         if replica {
             let (end, leading) = {
@@ -772,22 +839,6 @@ impl PartitionLog {
                     got: h.base_offset,
                 });
             }
-        }
-        if data.len() as u64 > max && !replica {
-            return Err(StorageError::BatchTooLarge {
-                partition: inner.name.clone(),
-                size: data.len(),
-                max,
-            });
-        }
-        if h.records_count == 0 && !h.attributes.is_control() {
-            return Err(StorageError::InvalidBatch {
-                partition: inner.name.clone(),
-                source: BatchError::Records("a produced batch must hold at least one record"),
-            });
-        }
-        if policy.compacts() && !h.attributes.is_control() && !replica {
-            check_keys(&inner.name, policy, &data)?;
         }
         let verdict = if replica {
             Verdict::Append
@@ -954,6 +1005,7 @@ impl PartitionLog {
         let inner = &self.inner;
         // The read-ahead this read waits for, if any.
         let mut waited_for = None;
+        let mut cold_again = 3;
         let out = loop {
             if let Some(out) = self.read_cached(offset, max_bytes)? {
                 if !out.batches.is_empty() {
@@ -979,7 +1031,16 @@ impl PartitionLog {
                 }
                 None => {
                     inner.shard.cache.borrow_mut().count(false);
-                    break self.read_cold(offset, max_bytes).await?;
+                    let gen = inner.cache_gen.get();
+                    let out = self.read_cold(offset, max_bytes).await?;
+                    // The log changed under the read (truncated and maybe
+                    // written again at the same positions): read again,
+                    // a few times at most.
+                    if inner.cache_gen.get() != gen && cold_again > 0 {
+                        cold_again -= 1;
+                        continue;
+                    }
+                    break out;
                 }
             }
         };

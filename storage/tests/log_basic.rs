@@ -109,6 +109,43 @@ fn unclean_reopen_recovers_only_the_tail() {
     });
 }
 
+/// A request's batches appended together: contiguous offsets, and one
+/// batch refused for itself (here too large) refuses them all before any
+/// is appended, so none is appended yet reported failed.
+#[test]
+fn append_many_is_all_or_nothing_for_a_bad_batch_and_contiguous_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-9");
+    run(move || async move {
+        let shard = StorageShard::new(ShardConfig::default());
+        let mut config = LogConfig::default();
+        config.set("max.message.bytes", "4096").unwrap();
+        let (log, _) = PartitionLog::open(&shard, &path, config).await.unwrap();
+        let (done, refused) = log
+            .append_many(vec![
+                batch(2, &payload(0, 100), 1),
+                batch(1, &payload(1, 10_000), 2),
+            ])
+            .await;
+        assert!(done.is_empty());
+        assert!(
+            matches!(refused, Some(StorageError::BatchTooLarge { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(log.log_end_offset(), 0);
+        let (done, refused) = log
+            .append_many(vec![
+                batch(2, &payload(2, 100), 3),
+                batch(3, &payload(3, 100), 4),
+            ])
+            .await;
+        assert!(refused.is_none(), "{refused:?}");
+        let bases: Vec<u64> = done.iter().map(|i| i.base_offset).collect();
+        assert_eq!(bases, vec![0, 2]);
+        log.close().await.unwrap();
+    });
+}
+
 #[test]
 fn bad_batches_are_rejected_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
