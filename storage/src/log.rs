@@ -740,10 +740,8 @@ impl PartitionLog {
         self.append_locked(data, replica, None).await
     }
 
-    /// The checks of a produced batch that do not depend on the log's
-    /// state: framing and CRC, nothing after it, `max.message.bytes`, at
-    /// least one record, keys on a compacted topic.
-    fn check_produced(&self, data: &[u8]) -> Result<BatchHeader> {
+    /// One whole, valid batch (framing, CRC) and nothing after it.
+    fn check_whole(&self, data: &[u8]) -> Result<BatchHeader> {
         let inner = &self.inner;
         let h = batch::validate(data).map_err(|source| StorageError::InvalidBatch {
             partition: inner.name.clone(),
@@ -756,6 +754,15 @@ impl PartitionLog {
                 buf_len: data.len(),
             });
         }
+        Ok(h)
+    }
+
+    /// The checks of a produced batch that do not depend on the log's
+    /// state: framing and CRC, nothing after it, `max.message.bytes`, at
+    /// least one record, keys on a compacted topic.
+    fn check_produced(&self, data: &[u8]) -> Result<BatchHeader> {
+        let inner = &self.inner;
+        let h = self.check_whole(data)?;
         let (max, policy) = {
             let st = inner.state.borrow();
             (st.config.max_message_bytes, st.config.cleanup_policy)
@@ -793,17 +800,7 @@ impl PartitionLog {
             Some(h) => h,
             None if !replica => self.check_produced(&data)?,
             None => {
-                let h = batch::validate(&data).map_err(|source| StorageError::InvalidBatch {
-                    partition: inner.name.clone(),
-                    source,
-                })?;
-                if h.total_len() != data.len() {
-                    return Err(StorageError::TrailingBytes {
-                        partition: inner.name.clone(),
-                        batch_len: h.total_len(),
-                        buf_len: data.len(),
-                    });
-                }
+                let h = self.check_whole(&data)?;
                 if h.records_count == 0 && !h.attributes.is_control() {
                     return Err(StorageError::InvalidBatch {
                         partition: inner.name.clone(),
