@@ -1812,6 +1812,12 @@ impl Sender {
                 }
             }
         }
+        // A batch failed for good meanwhile and dropped the identity: the
+        // next pass (at once) fetches a new one for the batches left.
+        if idempotent && self.identity.is_none() && self.lanes.values().any(|l| !l.queue.is_empty())
+        {
+            next_retry = Some(next_retry.map_or(now, |t| t.min(now)));
+        }
         next_retry
     }
 
@@ -1884,10 +1890,15 @@ impl Sender {
         let generation = self.generation;
         let idempotent = self.shared.idempotent();
         let lane = self.lanes.get_mut(key)?;
+        // A batch failed for good in this pass dropped the identity: the
+        // next batches wait in the queue for a new one (the next pass).
+        if idempotent && identity.is_none() && lane.queue.front()?.bytes.is_none() {
+            return None;
+        }
         let mut o = lane.queue.pop_front()?;
         if o.bytes.is_none() {
             if idempotent {
-                let (pid, epoch) = identity.expect("fetched before sending");
+                let (pid, epoch) = identity.expect("checked above");
                 if lane.generation != generation {
                     lane.generation = generation;
                     lane.next_seq = 0;
