@@ -243,6 +243,21 @@ pub(crate) struct LogState {
 }
 
 impl LogState {
+    /// A cursor at `offset` in the segment holding it; with `or_next`, in
+    /// the next segment if `offset` falls in a gap.
+    fn cursor_at(&self, offset: u64, or_next: bool) -> Option<crate::segment::SegmentCursor> {
+        self.segments
+            .range(..=offset)
+            .next_back()
+            .filter(|(_, s)| s.next_offset > offset)
+            .or_else(|| {
+                or_next
+                    .then(|| self.segments.range(offset..).next())
+                    .flatten()
+            })
+            .map(|(_, s)| s.cursor(s.floor(offset)))
+    }
+
     /// Takes a snapshot of the producer state as of `offset` (the log end)
     /// unless one is already waiting to be written.
     fn take_snapshot(&mut self, offset: u64) {
@@ -740,7 +755,8 @@ impl PartitionLog {
         self.append_locked(data, replica, None).await
     }
 
-    /// One whole, valid batch (framing, CRC) and nothing after it.
+    /// One whole, valid batch (framing, CRC) of at least one record (or a
+    /// control batch) and nothing after it.
     fn check_whole(&self, data: &[u8]) -> Result<BatchHeader> {
         let inner = &self.inner;
         let h = batch::validate(data).map_err(|source| StorageError::InvalidBatch {
@@ -754,12 +770,18 @@ impl PartitionLog {
                 buf_len: data.len(),
             });
         }
+        if h.records_count == 0 && !h.attributes.is_control() {
+            return Err(StorageError::InvalidBatch {
+                partition: inner.name.clone(),
+                source: BatchError::Records("a produced batch must hold at least one record"),
+            });
+        }
         Ok(h)
     }
 
     /// The checks of a produced batch that do not depend on the log's
-    /// state: framing and CRC, nothing after it, `max.message.bytes`, at
-    /// least one record, keys on a compacted topic.
+    /// state: [`PartitionLog::check_whole`], `max.message.bytes`, keys on a
+    /// compacted topic.
     fn check_produced(&self, data: &[u8]) -> Result<BatchHeader> {
         let inner = &self.inner;
         let h = self.check_whole(data)?;
@@ -772,12 +794,6 @@ impl PartitionLog {
                 partition: inner.name.clone(),
                 size: data.len(),
                 max,
-            });
-        }
-        if h.records_count == 0 && !h.attributes.is_control() {
-            return Err(StorageError::InvalidBatch {
-                partition: inner.name.clone(),
-                source: BatchError::Records("a produced batch must hold at least one record"),
             });
         }
         if policy.compacts() && !h.attributes.is_control() {
@@ -799,18 +815,7 @@ impl PartitionLog {
         let h = match checked {
             Some(h) => h,
             None if !replica => self.check_produced(&data)?,
-            None => {
-                let h = self.check_whole(&data)?;
-                if h.records_count == 0 && !h.attributes.is_control() {
-                    return Err(StorageError::InvalidBatch {
-                        partition: inner.name.clone(),
-                        source: BatchError::Records(
-                            "a replicated batch must hold at least one record",
-                        ),
-                    });
-                }
-                h
-            }
+            None => self.check_whole(&data)?,
         };
         let (seg_bytes, seg_ms) = {
             let st = inner.state.borrow();
@@ -1029,7 +1034,7 @@ impl PartitionLog {
                 None => {
                     inner.shard.cache.borrow_mut().count(false);
                     let gen = inner.cache_gen.get();
-                    let out = self.read_cold(offset, max_bytes).await?;
+                    let out = self.read_cold(offset, max_bytes, gen).await?;
                     // The log changed under the read (truncated and maybe
                     // written again at the same positions): read again,
                     // a few times at most.
@@ -1103,13 +1108,7 @@ impl PartitionLog {
         let gen = inner.cache_gen.get();
         let (cur, hw) = {
             let st = inner.state.borrow();
-            let cur = st
-                .segments
-                .range(..=at)
-                .next_back()
-                .filter(|(_, s)| s.next_offset > at)
-                .map(|(_, s)| s.cursor(s.floor(at)));
-            (cur, st.written)
+            (st.cursor_at(at, false), st.written)
         };
         let Some(cur) = cur else {
             return Ok(());
@@ -1178,26 +1177,18 @@ impl PartitionLog {
     }
 
     /// Reads from disk: the segment holding `offset` (or the next one, if
-    /// `offset` falls in a gap), caching what is read.
-    async fn read_cold(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+    /// `offset` falls in a gap), caching what is read unless the log's
+    /// cache generation moved from `gen` meanwhile.
+    async fn read_cold(&self, offset: u64, max_bytes: u64, gen: u64) -> Result<ReadResult> {
         let inner = &self.inner;
         let mut out = inner.nothing_read(offset);
         let hw = out.high_watermark;
         let mut bytes = 0u64;
-        let gen = inner.cache_gen.get();
         let mut want = offset;
         // Where a batch ends that was too long for the previous read.
         let mut whole_to = 0;
         while out.batches.is_empty() && want < hw {
-            let Some(cur) = ({
-                let st = inner.state.borrow();
-                st.segments
-                    .range(..=want)
-                    .next_back()
-                    .filter(|(_, s)| s.next_offset > want)
-                    .or_else(|| st.segments.range(want..).next())
-                    .map(|(_, s)| s.cursor(s.floor(want)))
-            }) else {
+            let Some(cur) = inner.state.borrow().cursor_at(want, true) else {
                 break;
             };
             let (seg_base, limit) = (cur.base, cur.limit);
