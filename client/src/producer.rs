@@ -1839,20 +1839,16 @@ impl Sender {
 
     /// Whether a partition's next queued batch joins the request being
     /// formed, after `part` bytes of the partition's batches (`bytes` in
-    /// all): a batch not sent before, the partition below its in-flight
-    /// limit, within [`PARTITION_REQUEST_BYTES_MAX`] and
+    /// all): a batch not sent before, of a partition that may send
+    /// ([`Sender::sendable`]), within [`PARTITION_REQUEST_BYTES_MAX`] and
     /// [`REQUEST_BYTES_MAX`].
     fn joins_request(&self, key: &Key, part: usize, bytes: usize, now: Instant) -> bool {
-        let Some(lane) = self.lanes.get(key) else {
-            return false;
-        };
-        let Some(front) = lane.queue.front() else {
+        let Some(front) = self.lanes.get(key).and_then(|l| l.queue.front()) else {
             return false;
         };
         let size = front.batch.builder.estimated_size();
         front.attempts == 0
-            && lane.not_before.is_none_or(|t| t <= now)
-            && lane.in_flight_count < self.lane_in_flight_max()
+            && self.sendable(key, now)
             && part + size <= PARTITION_REQUEST_BYTES_MAX
             && bytes + size <= REQUEST_BYTES_MAX
     }
