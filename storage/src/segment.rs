@@ -531,8 +531,6 @@ pub struct SegmentStream {
     /// Bytes of a batch begun in the previous chunk.
     carry: BytesMut,
     expect_min: u64,
-    /// Bytes read so far.
-    read: u64,
     /// Who reads, for errors ("cleaner", "read-ahead").
     reader: &'static str,
 }
@@ -548,14 +546,8 @@ impl SegmentStream {
             cur,
             inflight: Default::default(),
             carry: BytesMut::new(),
-            read: 0,
             reader,
         }
-    }
-
-    /// Bytes read so far.
-    pub fn bytes_read(&self) -> u64 {
-        self.read
     }
 
     fn corrupt(&self, reason: String) -> StorageError {
@@ -616,7 +608,6 @@ impl SegmentStream {
             return Ok(None);
         };
         let chunk = task.await?;
-        self.read += chunk.len() as u64;
         let mut out = Vec::new();
         let mut rest = chunk;
         if !self.carry.is_empty() {
