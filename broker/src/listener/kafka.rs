@@ -946,6 +946,7 @@ async fn fetch(core: &Rc<Core>, h: codec::RequestHeaderInfo, r: FetchRequest, ct
             return answer(&h, KafkaResponse::Fetch(resp));
         }
     };
+    let mut batches = codec::FetchBatches::default();
     let responses = shape
         .into_iter()
         .map(|(name, id, ps)| {
@@ -968,12 +969,9 @@ async fn fetch(core: &Rc<Core>, h: codec::RequestHeaderInfo, r: FetchRequest, ct
                             .with_log_start_offset(-1),
                         Some(Ok(ok)) => {
                             // Never null: clients read an empty record set
-                            // as size 0, and librdkafka refuses -1.
-                            let records = match ok.batches.len() {
-                                0 => Bytes::new(),
-                                1 => ok.batches[0].clone(),
-                                _ => ok.batches.concat().into(),
-                            };
+                            // as size 0, and librdkafka refuses -1. Several
+                            // batches go out as they are, not concatenated.
+                            let records = batches.records(&ok.batches);
                             d.with_high_watermark(ok.high_watermark as i64)
                                 .with_last_stable_offset(ok.high_watermark as i64)
                                 .with_log_start_offset(ok.log_start_offset as i64)
@@ -989,7 +987,7 @@ async fn fetch(core: &Rc<Core>, h: codec::RequestHeaderInfo, r: FetchRequest, ct
         })
         .collect();
     let resp = FetchResponse::default().with_responses(responses);
-    match codec::encode_fetch_response(&h, &resp) {
+    match codec::encode_fetch_response(&h, &resp, batches) {
         Ok(seg) => Answer {
             head: seg.head,
             payload: seg.payload,

@@ -860,13 +860,59 @@ impl ResponseSegments {
     }
 }
 
+/// Bytes a partition's several batches may add up to and still be answered
+/// without a copy ([`FetchBatches::records`]); a larger record set is
+/// concatenated.
+pub const FETCH_STAND_IN_MAX_BYTES: usize = 64 << 20;
+
+/// What the encoder is given in place of several batches: zeros it never
+/// reads (they stay untouched `.bss` pages, costing no memory), only their
+/// address and length, by which [`encode_fetch_response`] recognizes them.
+static FETCH_STAND_IN: [u8; FETCH_STAND_IN_MAX_BYTES] = [0; FETCH_STAND_IN_MAX_BYTES];
+
+/// A Fetch answer's partitions that carry several record batches, in the
+/// order the encoder writes them, so that they are sent as they are: one
+/// segment per batch, never concatenated into a copy.
+#[derive(Debug, Default)]
+pub struct FetchBatches {
+    spans: Vec<Vec<Bytes>>,
+}
+
+impl FetchBatches {
+    /// What to put in a partition's `records` for these batches: nothing,
+    /// the one batch itself, or for several a stand-in of their added length
+    /// (remembered here; the batches take its place when
+    /// [`encode_fetch_response`] meets it). Called in the order the
+    /// partitions appear in the response.
+    pub fn records(&mut self, batches: &[Bytes]) -> Bytes {
+        match batches {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let len: usize = many.iter().map(Bytes::len).sum();
+                if len > FETCH_STAND_IN_MAX_BYTES {
+                    return many.concat().into();
+                }
+                self.spans.push(many.to_vec());
+                Bytes::from_static(&FETCH_STAND_IN[..len])
+            }
+        }
+    }
+}
+
+fn is_stand_in(records: &Bytes) -> bool {
+    records.as_ptr() == FETCH_STAND_IN.as_ptr()
+}
+
 /// Encodes a Fetch response without copying its record batches: each
 /// partition's non-empty `records` becomes a segment of its own, the same
 /// `Bytes` (same memory) as given, behind the length prefix of that version
-/// (`i32` before v12, unsigned varint of length + 1 from v12).
+/// (`i32` before v12, unsigned varint of length + 1 from v12); a stand-in of
+/// `batches` becomes those batches, a segment each.
 pub fn encode_fetch_response(
     header: &RequestHeaderInfo,
     response: &FetchResponse,
+    batches: FetchBatches,
 ) -> Result<ResponseSegments, EncodeError> {
     if header.api_key != ApiKey::Fetch as i16 {
         return Err(EncodeError::ApiMismatch {
@@ -875,14 +921,35 @@ pub fn encode_fetch_response(
         });
     }
     let version = header.api_version;
-    let records: Vec<Bytes> = response
+    let mut spans = batches.spans.into_iter();
+    let mut records: Vec<(Bytes, Vec<Bytes>)> = Vec::new();
+    for r in response
         .responses
         .iter()
         .flat_map(|t| t.partitions.iter())
-        .filter_map(|p| p.records.clone())
+        .filter_map(|p| p.records.as_ref())
         .filter(|r| !r.is_empty())
-        .collect();
-    let records_len: usize = records.iter().map(Bytes::len).sum();
+    {
+        let sent = if is_stand_in(r) {
+            match spans.next() {
+                Some(span) if span.iter().map(Bytes::len).sum::<usize>() == r.len() => span,
+                _ => {
+                    return Err(EncodeError::Invalid {
+                        reason: "a partition's stand-in records match no batches".into(),
+                    })
+                }
+            }
+        } else {
+            vec![r.clone()]
+        };
+        records.push((r.clone(), sent));
+    }
+    if spans.next().is_some() {
+        return Err(EncodeError::Invalid {
+            reason: "batches given for no partition's records".into(),
+        });
+    }
+    let records_len: usize = records.iter().map(|(r, _)| r.len()).sum();
     let size = response
         .compute_size(version)
         .map_err(|e| EncodeError::Invalid {
@@ -915,6 +982,12 @@ pub fn encode_fetch_response(
     if w.broken {
         return Err(EncodeError::Invalid {
             reason: "the encoder moved back across a record batch".into(),
+        });
+    }
+    if w.next != w.records.len() {
+        // A stand-in not diverted would have been copied as zeros.
+        return Err(EncodeError::Invalid {
+            reason: "the encoder wrote a partition's records other than as given".into(),
         });
     }
     let total = w.offset();
@@ -1047,8 +1120,9 @@ struct SegmentWriter {
     tail: Option<BytesMut>,
     payload: Vec<Bytes>,
     payload_len: usize,
-    /// The batches to divert, in the order the encoder writes them.
-    records: Vec<Bytes>,
+    /// The records to divert, in the order the encoder writes them, each
+    /// with the batches sent in its place (itself, or a stand-in's batches).
+    records: Vec<(Bytes, Vec<Bytes>)>,
     next: usize,
     /// What `range` returns for a range it cannot serve (never, for the
     /// messages encoded here), so that no caller panics.
@@ -1071,7 +1145,7 @@ impl SegmentWriter {
         }
     }
 
-    fn divert(&mut self, batch: Bytes) {
+    fn divert(&mut self, batches: Vec<Bytes>) {
         match &mut self.tail {
             Some(tail) => {
                 if !tail.is_empty() {
@@ -1085,8 +1159,10 @@ impl SegmentWriter {
                 self.tail = Some(self.head.split_off(len));
             }
         }
-        self.payload_len += batch.len();
-        self.payload.push(batch);
+        for batch in batches {
+            self.payload_len += batch.len();
+            self.payload.push(batch);
+        }
     }
 }
 
@@ -1109,11 +1185,11 @@ unsafe impl BufMut for SegmentWriter {
     }
 
     fn put_slice(&mut self, src: &[u8]) {
-        if let Some(batch) = self.records.get(self.next) {
-            if !src.is_empty() && src.as_ptr() == batch.as_ptr() && src.len() == batch.len() {
-                let batch = batch.clone();
+        if let Some((given, sent)) = self.records.get(self.next) {
+            if !src.is_empty() && src.as_ptr() == given.as_ptr() && src.len() == given.len() {
+                let sent = sent.clone();
                 self.next += 1;
-                self.divert(batch);
+                self.divert(sent);
                 return;
             }
         }
@@ -1897,7 +1973,11 @@ mod tests {
             Err(EncodeError::Invalid { .. })
         ));
         assert!(matches!(
-            encode_fetch_response(&header(12, 4, 1), &FetchResponse::default()),
+            encode_fetch_response(
+                &header(12, 4, 1),
+                &FetchResponse::default(),
+                FetchBatches::default()
+            ),
             Err(EncodeError::ApiMismatch { .. })
         ));
         // Fields a version lacks are left out, not refused (kafka-protocol
@@ -2009,7 +2089,7 @@ mod tests {
         for v in 4..=18 {
             let response = sample_fetch_response(v);
             let h = header(1, v, 99);
-            let segments = encode_fetch_response(&h, &response).unwrap();
+            let segments = encode_fetch_response(&h, &response, FetchBatches::default()).unwrap();
             // The two non-empty batches are segments of their own, the
             // caller's memory.
             let given: Vec<&Bytes> = response
@@ -2045,12 +2125,76 @@ mod tests {
         // Large batches keep their length prefix right (varint of 3 bytes).
         let mut r = sample_fetch_response(16);
         r.responses[0].partitions[0].records = Some(records(3, 3 << 20));
-        let segments = encode_fetch_response(&header(1, 16, 1), &r).unwrap();
+        let segments =
+            encode_fetch_response(&header(1, 16, 1), &r, FetchBatches::default()).unwrap();
         let (_, body) = parse_response(&concat(&segments), 1, 16);
         assert_eq!(body, KafkaResponse::Fetch(r));
         // No batches: one segment.
-        let segments = encode_fetch_response(&header(1, 18, 1), &FetchResponse::default()).unwrap();
+        let segments = encode_fetch_response(
+            &header(1, 18, 1),
+            &FetchResponse::default(),
+            FetchBatches::default(),
+        )
+        .unwrap();
         assert!(segments.payload.is_empty());
+    }
+
+    #[test]
+    fn several_batches_of_a_partition_are_sent_as_they_are_not_copied() {
+        let (a, b, c, d) = (
+            records(1, 500),
+            records(2, 700),
+            records(3, 90),
+            records(4, 2000),
+        );
+        for v in 4..=18 {
+            let h = header(1, v, 7);
+            let mut response = sample_fetch_response(v);
+            let mut batches = FetchBatches::default();
+            let single = response.responses[0].partitions[0].records.clone().unwrap();
+            response.responses[0].partitions[0].records =
+                Some(batches.records(&[a.clone(), b.clone(), c.clone()]));
+            response.responses[1].partitions[0].records =
+                Some(batches.records(&[d.clone(), single.clone()]));
+            let segments = encode_fetch_response(&h, &response, batches).unwrap();
+            // Every batch is a segment of its own, the caller's memory.
+            for batch in [&a, &b, &c, &d, &single] {
+                assert!(
+                    segments
+                        .payload
+                        .iter()
+                        .any(|seg| seg.as_ptr() == batch.as_ptr() && seg.len() == batch.len()),
+                    "v{v}: a batch was copied"
+                );
+            }
+            // The bytes are those of the same answer with the batches
+            // concatenated, and decode back to it.
+            let mut joined = response.clone();
+            joined.responses[0].partitions[0].records =
+                Some([a.clone(), b.clone(), c.clone()].concat().into());
+            joined.responses[1].partitions[0].records =
+                Some([d.clone(), single.clone()].concat().into());
+            let copied = encode_response(&h, &joined.clone().into()).unwrap();
+            let all = concat(&segments);
+            assert_eq!(&all[..], &copied[..], "v{v}");
+            let (_, body) = parse_response(&all, 1, v);
+            assert_eq!(body, KafkaResponse::Fetch(joined), "v{v}");
+        }
+        // A stand-in whose batches are missing, or batches for no
+        // partition, are refused: never zeros on the wire.
+        let h = header(1, 16, 7);
+        let mut response = sample_fetch_response(16);
+        let mut batches = FetchBatches::default();
+        response.responses[0].partitions[0].records =
+            Some(batches.records(&[a.clone(), b.clone()]));
+        assert!(encode_fetch_response(&h, &response, FetchBatches::default()).is_err());
+        let mut other = FetchBatches::default();
+        other.records(&[a.clone(), c.clone()]);
+        assert!(encode_fetch_response(&h, &response, other).is_err());
+        let mut extra = FetchBatches::default();
+        extra.records(&[c.clone(), d.clone()]);
+        assert!(encode_fetch_response(&h, &sample_fetch_response(16), extra).is_err());
+        assert!(encode_fetch_response(&h, &response, batches).is_ok());
     }
 
     // -- hostile input --------------------------------------------------------
