@@ -646,6 +646,13 @@ fn sent_us(value: &[u8], timestamp_ms: i64) -> u64 {
 /// totals (librdkafka hands records over one at a time).
 const KAFKA_CONSUME_BATCH: u64 = 1000;
 
+/// Records a librdkafka consumer takes between two reads of the clock.
+const KAFKA_CLOCK_RECORDS: u32 = 64;
+
+/// A librdkafka consumer's counts reach the shared totals at least this
+/// often (µs) while records come.
+const KAFKA_FLUSH_US: u64 = 20_000;
+
 /// How long a run waits for librdkafka consumers to join before it starts
 /// the producers anyway.
 const KAFKA_JOIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -680,25 +687,31 @@ fn consume_kafka_blocking(
         crate::kafka::group_consumer(&bootstrap.to_string(), group, topic, kafka_config)?;
     let mut local = Hist::new();
     let (mut n, mut bytes) = (0u64, 0u64);
-    let mut last_flush = Instant::now();
+    let mut last_flush = now_us();
     let mut joined = false;
+    // The clock is read once per KAFKA_CLOCK_RECORDS records (and after
+    // every empty poll), as the Weir driver reads it once per polled batch:
+    // two clock reads per record were a tenth of this thread's time.
+    let (mut now, mut since_clock) = (now_us(), 0u32);
     while !shared.stop_consuming.load(Ordering::Relaxed) {
         let got = consumer.poll(Duration::from_millis(100));
         if !joined && consumer.context().joined() {
             joined = true;
             shared.consumers_joined.fetch_add(1, Ordering::Relaxed);
         }
+        since_clock += 1;
+        if got.is_none() || since_clock >= KAFKA_CLOCK_RECORDS {
+            (now, since_clock) = (now_us(), 0);
+        }
         if let Some(m) = got {
             let m = m.with_context(|| format!("consuming {topic} in group {group}"))?;
             let v = m.payload().unwrap_or_default();
             let ts = m.timestamp().to_millis().unwrap_or(0);
-            let now = now_us();
             local.record(now.saturating_sub(sent_us(v, ts)), shared.measured());
             n += 1;
             bytes += v.len() as u64;
         }
-        if n >= KAFKA_CONSUME_BATCH || (n > 0 && last_flush.elapsed() >= Duration::from_millis(20))
-        {
+        if n >= KAFKA_CONSUME_BATCH || (n > 0 && now.saturating_sub(last_flush) >= KAFKA_FLUSH_US) {
             local.merge_into(&shared.e2e);
             shared.consumed.fetch_add(n, Ordering::Relaxed);
             shared.consumed_bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -706,7 +719,7 @@ fn consume_kafka_blocking(
                 .last_consume_us
                 .fetch_max(now_us(), Ordering::Relaxed);
             (n, bytes) = (0, 0);
-            last_flush = Instant::now();
+            last_flush = now;
         }
     }
     Ok(())
