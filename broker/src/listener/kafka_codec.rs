@@ -866,9 +866,11 @@ impl ResponseSegments {
 pub const FETCH_STAND_IN_MAX_BYTES: usize = 64 << 20;
 
 /// What the encoder is given in place of several batches: zeros it never
-/// reads (they stay untouched `.bss` pages, costing no memory), only their
-/// address and length, by which [`encode_fetch_response`] recognizes them.
-static FETCH_STAND_IN: [u8; FETCH_STAND_IN_MAX_BYTES] = [0; FETCH_STAND_IN_MAX_BYTES];
+/// reads, only their address and length, by which [`encode_fetch_response`]
+/// recognizes them. Allocated once, zeroed by the allocator's fresh mapping
+/// (untouched pages cost no memory); not a `static` array, which would put
+/// 64 MiB of zeros into the binary's read-only data.
+static FETCH_STAND_IN: std::sync::OnceLock<&'static [u8]> = std::sync::OnceLock::new();
 
 /// A Fetch answer's partitions that carry several record batches, in the
 /// order the encoder writes them, so that they are sent as they are: one
@@ -894,14 +896,19 @@ impl FetchBatches {
                     return many.concat().into();
                 }
                 self.spans.push(many.to_vec());
-                Bytes::from_static(&FETCH_STAND_IN[..len])
+                let zeros: &'static [u8] = FETCH_STAND_IN.get_or_init(|| {
+                    Box::leak(vec![0u8; FETCH_STAND_IN_MAX_BYTES].into_boxed_slice())
+                });
+                Bytes::from_static(&zeros[..len])
             }
         }
     }
 }
 
 fn is_stand_in(records: &Bytes) -> bool {
-    records.as_ptr() == FETCH_STAND_IN.as_ptr()
+    FETCH_STAND_IN
+        .get()
+        .is_some_and(|zeros| records.as_ptr() == zeros.as_ptr())
 }
 
 /// Encodes a Fetch response without copying its record batches: each
