@@ -874,7 +874,9 @@ static FETCH_STAND_IN: std::sync::OnceLock<&'static [u8]> = std::sync::OnceLock:
 
 /// A Fetch answer's partitions that carry several record batches, in the
 /// order the encoder writes them, so that they are sent as they are: one
-/// segment per batch, never concatenated into a copy.
+/// segment per batch (runs of short batches joined,
+/// [`segments`](crate::listener::connection::segments)), not concatenated
+/// into a copy.
 #[derive(Debug, Default)]
 pub struct FetchBatches {
     spans: Vec<Vec<Bytes>>,
@@ -882,26 +884,23 @@ pub struct FetchBatches {
 
 impl FetchBatches {
     /// What to put in a partition's `records` for these batches: nothing,
-    /// the one batch itself, or for several a stand-in of their added length
-    /// (remembered here; the batches take its place when
+    /// one segment itself, or for several segments a stand-in of their
+    /// added length (remembered here; the segments take its place when
     /// [`encode_fetch_response`] meets it). Called in the order the
     /// partitions appear in the response.
     pub fn records(&mut self, batches: &[Bytes]) -> Bytes {
-        match batches {
-            [] => Bytes::new(),
-            [one] => one.clone(),
-            many => {
-                let len: usize = many.iter().map(Bytes::len).sum();
-                if len > FETCH_STAND_IN_MAX_BYTES {
-                    return many.concat().into();
-                }
-                self.spans.push(many.to_vec());
-                let zeros: &'static [u8] = FETCH_STAND_IN.get_or_init(|| {
-                    Box::leak(vec![0u8; FETCH_STAND_IN_MAX_BYTES].into_boxed_slice())
-                });
-                Bytes::from_static(&zeros[..len])
-            }
+        let len: usize = batches.iter().map(Bytes::len).sum();
+        if len > FETCH_STAND_IN_MAX_BYTES {
+            return batches.concat().into();
         }
+        let mut segments = crate::listener::connection::segments(batches);
+        if segments.len() <= 1 {
+            return segments.pop().unwrap_or_default();
+        }
+        self.spans.push(segments);
+        let zeros: &'static [u8] = FETCH_STAND_IN
+            .get_or_init(|| Box::leak(vec![0u8; FETCH_STAND_IN_MAX_BYTES].into_boxed_slice()));
+        Bytes::from_static(&zeros[..len])
     }
 }
 
@@ -1192,9 +1191,9 @@ unsafe impl BufMut for SegmentWriter {
     }
 
     fn put_slice(&mut self, src: &[u8]) {
-        if let Some((given, sent)) = self.records.get(self.next) {
+        if let Some((given, _)) = self.records.get(self.next) {
             if !src.is_empty() && src.as_ptr() == given.as_ptr() && src.len() == given.len() {
-                let sent = sent.clone();
+                let sent = std::mem::take(&mut self.records[self.next].1);
                 self.next += 1;
                 self.divert(sent);
                 return;
@@ -1287,6 +1286,12 @@ mod tests {
             note(layout.size());
             // SAFETY: same contract as ours.
             unsafe { System.alloc(layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            note(layout.size());
+            // SAFETY: same contract as ours (the system's zeroed pages, not
+            // the default's alloc-then-write).
+            unsafe { System.alloc_zeroed(layout) }
         }
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
             // SAFETY: same contract as ours.
@@ -2148,45 +2153,68 @@ mod tests {
 
     #[test]
     fn several_batches_of_a_partition_are_sent_as_they_are_not_copied() {
+        let big = crate::listener::connection::SEGMENT_MIN_BYTES;
         let (a, b, c, d) = (
-            records(1, 500),
-            records(2, 700),
-            records(3, 90),
-            records(4, 2000),
+            records(1, big),
+            records(2, big + 7000),
+            records(3, 3 * big),
+            records(4, big + 1),
         );
+        let (s1, s2) = (records(5, 500), records(6, 90));
         for v in 4..=18 {
             let h = header(1, v, 7);
             let mut response = sample_fetch_response(v);
             let mut batches = FetchBatches::default();
+            // A short batch alone between long ones (`single`, 5000 bytes),
+            // and two short ones together.
             let single = response.responses[0].partitions[0].records.clone().unwrap();
-            response.responses[0].partitions[0].records =
-                Some(batches.records(&[a.clone(), b.clone(), c.clone()]));
-            response.responses[1].partitions[0].records =
-                Some(batches.records(&[d.clone(), single.clone()]));
+            let first = [a.clone(), s1.clone(), s2.clone(), b.clone(), c.clone()];
+            let second = [d.clone(), single.clone()];
+            response.responses[0].partitions[0].records = Some(batches.records(&first));
+            response.responses[1].partitions[0].records = Some(batches.records(&second));
             let segments = encode_fetch_response(&h, &response, batches).unwrap();
-            // Every batch is a segment of its own, the caller's memory.
+            // Every long batch, and the short one alone, is a segment of
+            // its own, the caller's memory; the two short neighbours are one
+            // segment.
+            let is_segment = |batch: &Bytes| {
+                segments
+                    .payload
+                    .iter()
+                    .any(|seg| seg.as_ptr() == batch.as_ptr() && seg.len() == batch.len())
+            };
             for batch in [&a, &b, &c, &d, &single] {
-                assert!(
-                    segments
-                        .payload
-                        .iter()
-                        .any(|seg| seg.as_ptr() == batch.as_ptr() && seg.len() == batch.len()),
-                    "v{v}: a batch was copied"
-                );
+                assert!(is_segment(batch), "v{v}: a batch was copied");
             }
+            assert!(!is_segment(&s1) && !is_segment(&s2), "v{v}");
+            let joined_short = [s1.clone(), s2.clone()].concat();
+            assert!(
+                segments
+                    .payload
+                    .iter()
+                    .any(|seg| seg[..] == joined_short[..]),
+                "v{v}: short neighbours not one segment"
+            );
             // The bytes are those of the same answer with the batches
             // concatenated, and decode back to it.
             let mut joined = response.clone();
-            joined.responses[0].partitions[0].records =
-                Some([a.clone(), b.clone(), c.clone()].concat().into());
-            joined.responses[1].partitions[0].records =
-                Some([d.clone(), single.clone()].concat().into());
+            joined.responses[0].partitions[0].records = Some(first.concat().into());
+            joined.responses[1].partitions[0].records = Some(second.concat().into());
             let copied = encode_response(&h, &joined.clone().into()).unwrap();
             let all = concat(&segments);
             assert_eq!(&all[..], &copied[..], "v{v}");
             let (_, body) = parse_response(&all, 1, v);
             assert_eq!(body, KafkaResponse::Fetch(joined), "v{v}");
         }
+        // Only short batches: one joined copy, no stand-in; nothing (or only
+        // empty batches): empty records.
+        let mut batches = FetchBatches::default();
+        assert_eq!(
+            batches.records(&[s1.clone(), s2.clone()])[..],
+            [s1.clone(), s2.clone()].concat()[..]
+        );
+        assert!(batches.records(&[Bytes::new(), Bytes::new()]).is_empty());
+        assert!(batches.records(&[]).is_empty());
+        assert!(batches.spans.is_empty());
         // A stand-in whose batches are missing, or batches for no
         // partition, are refused: never zeros on the wire.
         let h = header(1, 16, 7);

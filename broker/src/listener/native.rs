@@ -589,7 +589,7 @@ async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest, ctx: Ctx) -> Answe
     match frame::encode_response(&ResponseHeader::ok(corr), &body, at as usize) {
         Ok(head) => Answer {
             head,
-            payload: pieces,
+            payload: super::connection::segments(&pieces),
             close: false,
         },
         Err(e) => Answer::error(corr, e.error_code(), &e.to_string(), false),
