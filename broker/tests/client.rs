@@ -201,12 +201,7 @@ fn client_against_a_broker() {
 fn a_requests_batches_of_a_partition_land_together_under_concurrent_producers() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    common::runtime().block_on(async {
         let admin = Client::connect(b.addr).await.unwrap();
         admin.create_topic("m", 2, vec![]).await.unwrap();
         for p in 0..2u32 {

@@ -1709,12 +1709,9 @@ impl Sender {
                     continue;
                 }
             }
-            let front = lane.queue.front().expect("not empty");
-            // A batch sent again waits until nothing of its lane is in
-            // flight, so that the lane's batches reach the broker in order.
-            if (front.attempts > 0 && lane.in_flight_count > 0)
-                || lane.in_flight_count >= self.lane_in_flight_max()
-            {
+            // Past its backoff, the lane may still have to wait (a retry
+            // behind batches in flight, or its in-flight limit).
+            if !self.sendable(&key, now) {
                 continue;
             }
             let route = self.route(&key.0, key.1).await;

@@ -18,6 +18,7 @@ use weir_proto::record::RecordData;
 use crate::groups::records::{self, GroupValue, OffsetValue, RecordKey, OFFSETS_TOPIC};
 use crate::metadata::writer::{self, Change};
 use crate::metadata::{ConfigOp, TopicSpec};
+use crate::service::produce::{ack_waits, all_acked};
 use crate::service::BrokerError;
 use crate::shard::partition;
 use crate::shard::Core;
@@ -55,9 +56,7 @@ pub async fn write_records(
     }
     let batch = b.build().map_err(storage)?.freeze();
     let (log, infos) = partition::append_local(core, OFFSETS_TOPIC, p, batch, -1).await?;
-    for info in infos {
-        partition::ack_local(core.clone(), (OFFSETS_TOPIC, p), log.clone(), info, -1).await?;
-    }
+    all_acked(ack_waits(core, OFFSETS_TOPIC, p, log, infos, -1)).await?;
     Ok(())
 }
 
