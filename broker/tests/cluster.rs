@@ -1561,10 +1561,8 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
 /// retention pass then deletes it (replicas that differ for a reason the
 /// test is not about).
 fn batch_of(values: &[String]) -> bytes::Bytes {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    use weir_storage::Clock;
+    let now = weir_storage::SystemClock.now_ms();
     let mut b =
         weir_proto::builder::BatchBuilder::new(weir_proto::batch::Compression::None).unwrap();
     for v in values {
