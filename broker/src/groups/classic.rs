@@ -2313,6 +2313,12 @@ impl Snapshot {
         Ok(snapshot)
     }
 
+    /// The snapshot, if the relations documented on [`Snapshot`] hold.
+    pub fn checked(self) -> Result<Snapshot, SnapshotError> {
+        self.check()?;
+        Ok(self)
+    }
+
     /// Checks the relations documented on [`Snapshot`].
     fn check(&self) -> Result<(), SnapshotError> {
         let bad = |reason| Err(SnapshotError::Inconsistent { reason });

@@ -385,6 +385,46 @@ impl Groups {
         }
     }
 
+    /// Every record that describes `group` as it is now, in this build's
+    /// format (what a rewrite of records of an older layout writes).
+    pub(crate) fn current_records(&self, group: &str) -> Vec<(RecordKey, Option<Bytes>)> {
+        let groups = self.groups.borrow();
+        let Some(g) = groups.get(group) else {
+            return Vec::new();
+        };
+        let name = || group.to_string();
+        let mut out: Vec<(RecordKey, Option<Bytes>)> = Vec::new();
+        for ((topic, partition), v) in &g.offsets {
+            let key = RecordKey::Offset {
+                group: name(),
+                topic: topic.clone(),
+                partition: *partition,
+            };
+            out.push((key, Some(v.encode())));
+        }
+        let c = &g.consumer;
+        if c.group_epoch > 0 || !c.members.is_empty() {
+            let value = GroupValue {
+                group_epoch: c.group_epoch,
+                assignment_epoch: c.assignment_epoch,
+                assignor: c.assignor.clone(),
+            };
+            out.push((RecordKey::Group { group: name() }, Some(value.encode())));
+        }
+        for (id, m) in &c.members {
+            let key = RecordKey::Member {
+                group: name(),
+                member: id.clone(),
+            };
+            out.push((key, Some(records::encode_member(m))));
+        }
+        if let Some(classic) = &g.classic {
+            let value = records::encode_classic(&classic.snapshot());
+            out.push((RecordKey::Classic { group: name() }, Some(value)));
+        }
+        out
+    }
+
     /// Replays a group's metadata (`None`: the group was deleted).
     pub(crate) fn replay_group(&self, group: String, value: Option<GroupValue>) {
         let mut groups = self.groups.borrow_mut();
@@ -796,7 +836,12 @@ pub(crate) async fn persist(core: &Rc<Core>, name: &str) -> Result<(), Refusal> 
             let key = RecordKey::Classic {
                 group: name.to_string(),
             };
-            records.push((key, g.classic.as_ref().map(|c| c.snapshot().encode())));
+            records.push((
+                key,
+                g.classic
+                    .as_ref()
+                    .map(|c| records::encode_classic(&c.snapshot())),
+            ));
         }
         records
     };

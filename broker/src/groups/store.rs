@@ -15,7 +15,7 @@ use weir_proto::builder::BatchBuilder;
 use weir_proto::reader::RecordBatch;
 use weir_proto::record::RecordData;
 
-use crate::groups::records::{self, GroupValue, OffsetValue, RecordKey, OFFSETS_TOPIC};
+use crate::groups::records::{self, RecordKey, Value, OFFSETS_TOPIC};
 use crate::metadata::writer::{self, Change};
 use crate::metadata::{ConfigOp, TopicSpec};
 use crate::service::produce::{ack_waits, all_acked};
@@ -33,21 +33,32 @@ pub async fn write_records(
     group: &str,
     records: Vec<(RecordKey, Option<Bytes>)>,
 ) -> Result<(), BrokerError> {
-    let storage = |e: weir_proto::batch::BatchError| BrokerError::Storage {
-        kind: crate::service::StorageFailure::Io,
-        message: format!("encoding group records: {e}"),
-    };
     let n = core
         .metadata()
         .get(OFFSETS_TOPIC)
         .map(|t| t.partitions())
         .unwrap_or(1);
     let p = records::partition_for(group, n);
+    let raw = records.into_iter().map(|(k, v)| (k.encode(), v));
+    write_raw(core, p, raw).await
+}
+
+/// Appends records with encoded keys to `__consumer_offsets` partition
+/// `p` (on this core) as one batch and waits until it is durable.
+async fn write_raw(
+    core: &Rc<Core>,
+    p: u32,
+    records: impl Iterator<Item = (Bytes, Option<Bytes>)>,
+) -> Result<(), BrokerError> {
+    let storage = |e: weir_proto::batch::BatchError| BrokerError::Storage {
+        kind: crate::service::StorageFailure::Io,
+        message: format!("encoding group records: {e}"),
+    };
     let mut b = BatchBuilder::new(Compression::None).map_err(storage)?;
     let ts = core.storage.now_ms();
     for (key, value) in records {
         b.push(&RecordData {
-            key: Some(key.encode()),
+            key: Some(key),
             value,
             headers: Vec::new(),
             timestamp: ts,
@@ -55,6 +66,12 @@ pub async fn write_records(
         .map_err(storage)?;
     }
     let batch = b.build().map_err(storage)?.freeze();
+    append_durably(core, p, batch).await
+}
+
+/// Appends a batch to `__consumer_offsets` partition `p` (on this core) and
+/// waits until it is durable.
+async fn append_durably(core: &Rc<Core>, p: u32, batch: Bytes) -> Result<(), BrokerError> {
     let (log, infos) = partition::append_local(core, OFFSETS_TOPIC, p, batch, -1).await?;
     all_acked(ack_waits(core, OFFSETS_TOPIC, p, log, infos, -1)).await?;
     Ok(())
@@ -112,6 +129,8 @@ pub async fn replay_led(core: Rc<Core>, p: u32) {
 /// many.
 async fn replay_partition(core: &Rc<Core>, p: u32) -> anyhow::Result<u64> {
     let mut records = 0u64;
+    // Keys of records in Weir's first layout, rewritten once replayed.
+    let mut legacy: Vec<Bytes> = Vec::new();
     let Some(log) = core.log(OFFSETS_TOPIC, p) else {
         return Ok(0);
     };
@@ -138,7 +157,11 @@ async fn replay_partition(core: &Rc<Core>, p: u32) -> anyhow::Result<u64> {
                     continue;
                 }
                 records += 1;
-                apply(core, rec.record.key, rec.record.value, p);
+                if apply(core, rec.record.key, rec.record.value, p) {
+                    if let Some(k) = rec.record.key {
+                        legacy.push(Bytes::copy_from_slice(k));
+                    }
+                }
             }
             at = at.max(last + 1);
         }
@@ -146,54 +169,104 @@ async fn replay_partition(core: &Rc<Core>, p: u32) -> anyhow::Result<u64> {
             break;
         }
     }
+    if !legacy.is_empty() {
+        let core = core.clone();
+        glommio::spawn_local(async move { rewrite_legacy(&core, p, legacy).await }).detach();
+    }
     Ok(records)
 }
 
-/// Applies one replayed record (latest wins; a null value deletes).
-fn apply(core: &Core, key: Option<&[u8]>, value: Option<&[u8]>, p: u32) {
+/// Rewrites the groups of partition `p` that have records in Weir's first
+/// layout into Kafka's format: per group, under its lock, one batch of
+/// tombstones for the old keys (the old offset key is Kafka's legacy
+/// offset key, so a Kafka reader sees the offset deleted, then set again
+/// by the next record) and the group's current records. In the background
+/// after a replay: a failure is logged and the next replay rewrites again
+/// (old and new records describe the same state).
+async fn rewrite_legacy(core: &Rc<Core>, p: u32, mut keys: Vec<Bytes>) {
+    keys.sort();
+    keys.dedup();
+    let mut by_group: BTreeMap<String, Vec<Bytes>> = BTreeMap::new();
+    for k in keys {
+        if let Ok(r) = records::decode_record(&k, None) {
+            by_group
+                .entry(r.key.group().to_string())
+                .or_default()
+                .push(k);
+        }
+    }
+    let groups = by_group.len();
+    for (group, old) in by_group {
+        let _lock = core.groups.lock(&group).await;
+        let current = core.groups.current_records(&group);
+        let tombstones = old.into_iter().map(|k| (k, None));
+        let now = current.into_iter().map(|(k, v)| (k.encode(), v));
+        if let Err(e) = write_raw(core, p, tombstones.chain(now)).await {
+            tracing::warn!(partition = p, group, error = %e, "rewriting the group's records in Kafka's format failed: retried at the next load");
+            return;
+        }
+    }
+    tracing::info!(
+        partition = p,
+        groups,
+        "{OFFSETS_TOPIC}-{p}: records of Weir's first layout rewritten in Kafka's format"
+    );
+}
+
+/// Applies one replayed record (latest wins; a null value deletes); returns
+/// whether it was written in Weir's first layout.
+fn apply(core: &Core, key: Option<&[u8]>, value: Option<&[u8]>, p: u32) -> bool {
     let Some(key) = key else {
         tracing::warn!(
             partition = p,
             "record without key in {OFFSETS_TOPIC}: skipped"
         );
-        return;
+        return false;
     };
-    let decoded = RecordKey::decode(key).and_then(|key| match (key, value) {
-        (
-            RecordKey::Offset {
-                group,
-                topic,
-                partition,
-            },
-            v,
-        ) => {
-            let v = v.map(OffsetValue::decode).transpose()?;
+    let record = match records::decode_record(key, value) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(partition = p, error = %e, "skipped");
+            return false;
+        }
+    };
+    let value = record.value;
+    match record.key {
+        RecordKey::Offset {
+            group,
+            topic,
+            partition,
+        } => {
+            let v = value.and_then(|v| match v {
+                Value::Offset(v) => Some(v),
+                _ => None,
+            });
             core.groups.replay_offset(group, (topic, partition), v);
-            Ok(())
         }
-        (RecordKey::Group { group }, v) => {
-            let v = v.map(GroupValue::decode).transpose()?;
+        RecordKey::Group { group } => {
+            let v = value.and_then(|v| match v {
+                Value::Group(v) => Some(v),
+                _ => None,
+            });
             core.groups.replay_group(group, v);
-            Ok(())
         }
-        (RecordKey::Member { group, member }, v) => {
-            let v = v.map(records::decode_member).transpose()?;
+        RecordKey::Member { group, member } => {
+            let v = value.and_then(|v| match v {
+                Value::Member(v) => Some(*v),
+                _ => None,
+            });
             core.groups.replay_member(group, member, v);
-            Ok(())
         }
-        (RecordKey::Classic { group }, v) => {
-            let v = v
-                .map(crate::groups::classic::Snapshot::decode)
-                .transpose()
-                .map_err(|e| records::RecordError(format!("classic group `{group}`: {e}")))?;
+        RecordKey::Classic { group } => {
+            let v = value.and_then(|v| match v {
+                Value::Classic(v) => Some(v),
+                _ => None,
+            });
             let config = crate::groups::classic_service::config(core);
             core.groups.replay_classic(group, v, config);
-            Ok(())
         }
-    });
-    if let Err(e) = decoded {
-        tracing::warn!(partition = p, error = %e, "skipped");
     }
+    record.legacy
 }
 
 /// Configs of `__consumer_offsets`: compacted (the latest record per key

@@ -201,6 +201,14 @@ impl Protocol for Kafka {
         let frame = request.slice(codec::SIZE_PREFIX_BYTES..);
         match codec::decode_request(frame) {
             Ok(req) => serve(core, req, ctx).await,
+            Err(codec::DecodeError::Refused { header, answer }) => {
+                tracing::debug!(
+                    api = header.api_key,
+                    version = header.api_version,
+                    "Kafka request at a version not served: refused"
+                );
+                Pending::Ready(Answer::plain(BytesMut::from(&answer[..])))
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "Kafka request not decoded");
                 let error = match &e {
@@ -638,10 +646,10 @@ async fn metadata(core: &Rc<Core>, r: MetadataRequest, version: i16) -> Metadata
             .collect()
     });
     let found = if r.allow_auto_topic_creation || version < 4 {
-        admin::topics(core, names).await
+        admin::topics(core, names, true).await
     } else {
         names
-            .unwrap_or_else(|| admin::visible_topics(core))
+            .unwrap_or_else(|| admin::listed_topics(core, true))
             .into_iter()
             .map(|n| {
                 let m = core.metadata().get(&n).cloned();

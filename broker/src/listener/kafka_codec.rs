@@ -54,6 +54,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::buf::{ByteBuf, ByteBufMut};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 
+use super::kafka_legacy::{self as legacy, Legacy};
+
 // ---------------------------------------------------------------------------
 // Bounds
 // ---------------------------------------------------------------------------
@@ -98,9 +100,10 @@ const POISON_LENGTH: i32 = -2;
 /// Every API the listener serves, as `(api key, min version, max version)`:
 /// what ApiVersions advertises and what [`decode_request`] accepts.
 ///
-/// Floors are the lowest version a current client still sends; as Kafka 4
-/// dropped the pre-2.1 versions (KIP-896), they match `kafka-protocol`'s
-/// floors except Produce. Ceilings are the highest version a current client
+/// Floors are the lowest version a client in the field still sends: Kafka
+/// 4's floors (KIP-896 dropped the pre-2.1 versions, `kafka-protocol`'s
+/// floors), lower where an old version differs only in shape and old
+/// clients still send it (served through `kafka_legacy`). Ceilings are the highest version a current client
 /// negotiates: Kafka 4.1's stable latest (a Java 4.1 client uses it), capped
 /// where `kafka-protocol` (generated from 4.1.0, unstable versions included)
 /// goes past a stable version. Clients checked: librdkafka 2.0–2.15 (Debian
@@ -119,15 +122,17 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     // v3 is the first with record batch v2 (librdkafka's MSGVER2 needs
     // Produce 3+, its ZSTD feature 7+); kafka-python/aiokafka send v7,
     // librdkafka 2.0–2.3 up to 7, 2.6+ up to 10. v13 (Java 4.1+) names
-    // topics by id (KIP-516).
+    // topics by id (KIP-516). Advertised from v0 (KAFKA-18659, see
+    // `kafka_legacy`); v0–2 are refused partition by partition.
     (ApiKey::Produce as i16, 3, 13),
     // v4 is what kafka-python 2.0 and aiokafka 0.12 send (and Kafka 4's
     // floor); librdkafka 2.0–2.4 up to 11, 2.5+ up to 16 (v13+ by topic id);
     // v18 is Kafka 4.1's latest (Java 4.1).
     (ApiKey::Fetch as i16, 4, 18),
     // kafka-python/aiokafka send v1 (librdkafka's OFFSET_TIME needs 1+,
-    // it uses up to 7); v10 is Kafka 4.1's latest and kafka-protocol's.
-    (ApiKey::ListOffsets as i16, 1, 10),
+    // it uses up to 7); v10 is Kafka 4.1's latest and kafka-protocol's. v0
+    // (sarama before its V0_10_1_0) is served through `kafka_legacy`.
+    (ApiKey::ListOffsets as i16, 0, 10),
     // kafka-python 2.0 v0, aiokafka v0/v1, librdkafka up to 2; v4+ batches
     // keys, v6 (Java 4.x) adds share groups' key type.
     (ApiKey::FindCoordinator as i16, 0, 6),
@@ -144,10 +149,13 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     // kafka-python/aiokafka v2; librdkafka's KIP-848 consumer needs v9
     // (member epoch), Java 4.x uses 9. v10 (topic ids) is unstable in 4.1,
     // and kafka-protocol's v10 is that unstable schema: not advertised.
-    (ApiKey::OffsetCommit as i16, 2, 9),
+    // v0–1 (sarama sends v1 whatever its version setting) are served
+    // through `kafka_legacy`.
+    (ApiKey::OffsetCommit as i16, 0, 9),
     // kafka-python/aiokafka v1; v8 batches groups, v9 (KIP-848) is required
     // by librdkafka's new consumer. v10 unstable in 4.1, as OffsetCommit.
-    (ApiKey::OffsetFetch as i16, 1, 9),
+    // v0 is v1's shape, served through `kafka_legacy`.
+    (ApiKey::OffsetFetch as i16, 0, 9),
     // librdkafka's rd_kafka_list_groups() sends v0, its admin API up to 5.
     (ApiKey::ListGroups as i16, 0, 5),
     // librdkafka's rd_kafka_list_groups() sends v0; v6 (KIP-1043) is 4.x's.
@@ -205,7 +213,13 @@ pub fn is_supported(api_key: i16, api_version: i16) -> bool {
 pub fn api_versions_response() -> ApiVersionsResponse {
     let mut api_keys: Vec<ApiVersion> = SUPPORTED
         .iter()
-        .map(|&(key, min, max)| api_version_entry(key, min, max))
+        .map(|&(key, min, max)| {
+            let min = ApiKey::try_from(key)
+                .ok()
+                .and_then(legacy::advertised_min)
+                .unwrap_or(min);
+            api_version_entry(key, min, max)
+        })
         .collect();
     api_keys.sort_by_key(|a| a.api_key);
     let mut response = ApiVersionsResponse::default();
@@ -429,6 +443,14 @@ pub enum DecodeError {
         /// The frame's header.
         header: RequestHeaderInfo,
     },
+    /// A version not served whose body was read to refuse each of its
+    /// parts: `answer` is the whole response frame to send.
+    Refused {
+        /// The frame's header.
+        header: RequestHeaderInfo,
+        /// The refusal, size prefix included.
+        answer: Bytes,
+    },
     /// A frame too short, too long, or whose header or body does not parse.
     Malformed {
         /// The header, if the first 8 bytes were there.
@@ -442,9 +464,9 @@ impl DecodeError {
     /// The header, when it was readable.
     pub fn header(&self) -> Option<RequestHeaderInfo> {
         match self {
-            DecodeError::UnsupportedApi { header } | DecodeError::UnsupportedVersion { header } => {
-                Some(*header)
-            }
+            DecodeError::UnsupportedApi { header }
+            | DecodeError::UnsupportedVersion { header }
+            | DecodeError::Refused { header, .. } => Some(*header),
             DecodeError::Malformed { header, .. } => *header,
         }
     }
@@ -461,11 +483,13 @@ impl fmt::Display for DecodeError {
             DecodeError::UnsupportedApi { header } => {
                 write!(f, "unsupported api key {}", header.api_key)
             }
-            DecodeError::UnsupportedVersion { header } => write!(
-                f,
-                "unsupported version {} of api key {}",
-                header.api_version, header.api_key
-            ),
+            DecodeError::UnsupportedVersion { header } | DecodeError::Refused { header, .. } => {
+                write!(
+                    f,
+                    "unsupported version {} of api key {}",
+                    header.api_version, header.api_key
+                )
+            }
             DecodeError::Malformed { reason, .. } => write!(f, "malformed request: {reason}"),
         }
     }
@@ -606,28 +630,44 @@ pub fn decode_request(frame: Bytes) -> Result<RequestFrame, DecodeError> {
         Ok(api) if supported_versions(header.api_key).is_some() => api,
         _ => return Err(DecodeError::UnsupportedApi { header }),
     };
-    if !is_supported(header.api_key, header.api_version) {
-        return Err(DecodeError::UnsupportedVersion { header });
-    }
-    let header_version = api.request_header_version(header.api_version);
     let malformed = |reason: String| DecodeError::Malformed {
         header: Some(header),
         reason,
     };
+    let legacy = legacy::legacy(api, header.api_version);
+    if legacy.is_none() && !is_supported(header.api_key, header.api_version) {
+        return Err(DecodeError::UnsupportedVersion { header });
+    }
+    // A version below `kafka-protocol`'s floor: its body rewritten into the
+    // bytes of the version it is decoded at (see `kafka_legacy`).
+    let (frame, decode_version) = match legacy {
+        None => (frame, header.api_version),
+        Some(Legacy::Served { as_version } | Legacy::Refused { as_version }) => {
+            // Request header v1: the fixed 8 bytes and the client id.
+            let id_len = frame
+                .get(8..10)
+                .map(|b| i16::from_be_bytes([b[0], b[1]]).max(0) as usize)
+                .ok_or_else(|| malformed("no client id".into()))?;
+            let body_at = 10 + id_len;
+            let body = frame
+                .get(body_at..)
+                .ok_or_else(|| malformed("client id past the end".into()))?;
+            let body = legacy::rewrite_body(api, header.api_version, body).map_err(malformed)?;
+            let mut rewritten = BytesMut::with_capacity(body_at + body.len());
+            rewritten.put_slice(&frame[..body_at]);
+            rewritten.put_slice(&body);
+            (rewritten.freeze(), as_version)
+        }
+    };
+    let header_version = api.request_header_version(decode_version);
 
     // Pass 1: an `i32` that cannot be a length (more than the bytes left) is
     // handed over as -2, so if it was one the decode fails without
     // allocating; if it was a plain field (a timeout, `max_bytes`) the
     // decode goes on, having read a wrong value there.
     let mut trusted = vec![CORRELATION_ID_OFFSET];
-    let (first, suspects) = decode_guarded(
-        &frame,
-        api,
-        header.api_version,
-        header_version,
-        &trusted,
-        true,
-    );
+    let (first, suspects) =
+        decode_guarded(&frame, api, decode_version, header_version, &trusted, true);
     let Decoded { client_id, body } = match first {
         Err(reason) => return Err(malformed(reason)),
         Ok(decoded) if suspects.is_empty() => decoded,
@@ -637,18 +677,27 @@ pub fn decode_request(frame: Bytes) -> Result<RequestFrame, DecodeError> {
         Ok(_) => {
             trusted.extend(suspects);
             trusted.sort_unstable();
-            decode_guarded(
-                &frame,
-                api,
-                header.api_version,
-                header_version,
-                &trusted,
-                false,
-            )
-            .0
-            .map_err(malformed)?
+            decode_guarded(&frame, api, decode_version, header_version, &trusted, false)
+                .0
+                .map_err(malformed)?
         }
     };
+    if let (Some(Legacy::Refused { .. }), KafkaRequest::Produce(p)) = (legacy, &body) {
+        let topics: Vec<(String, Vec<i32>)> = p
+            .topic_data
+            .iter()
+            .map(|t| {
+                let parts = t.partition_data.iter().map(|d| d.index).collect();
+                (t.name.0.to_string(), parts)
+            })
+            .collect();
+        let answer = legacy::produce_refusal_body(header.api_version, &topics);
+        return Err(DecodeError::Refused {
+            header,
+            answer: frame_of(header.correlation_id, &answer)
+                .map_err(|e| malformed(e.to_string()))?,
+        });
+    }
     Ok(RequestFrame {
         api_key: header.api_key,
         api_version: header.api_version,
@@ -656,6 +705,18 @@ pub fn decode_request(frame: Bytes) -> Result<RequestFrame, DecodeError> {
         client_id,
         body,
     })
+}
+
+/// A response frame (size prefix, response header v0) around `body`.
+fn frame_of(correlation_id: i32, body: &[u8]) -> Result<Bytes, EncodeError> {
+    check_size(body.len())?;
+    let mut buf = BytesMut::with_capacity(SIZE_PREFIX_BYTES + 4 + body.len());
+    buf.put_i32(0);
+    put_response_header(&mut buf, correlation_id, 0);
+    buf.put_slice(body);
+    let total = buf.len();
+    patch_size_prefix(&mut buf, total)?;
+    Ok(buf.freeze())
 }
 
 /// A decoded client id and body.
@@ -817,7 +878,17 @@ pub fn encode_response(
     response: &KafkaResponse,
 ) -> Result<BytesMut, EncodeError> {
     check_api(header, response)?;
-    let version = header.api_version;
+    let mut version = header.api_version;
+    if let Ok(api) = ApiKey::try_from(header.api_key) {
+        match (legacy::legacy(api, version), response) {
+            (Some(_), KafkaResponse::ListOffsets(r)) => {
+                let body = legacy::list_offsets_v0_body(r);
+                return frame_of(header.correlation_id, &body).map(|b| BytesMut::from(&b[..]));
+            }
+            (Some(Legacy::Served { as_version }), _) => version = as_version,
+            _ => {}
+        }
+    }
     let header_version = response.header_version(version);
     let size = response
         .compute_size(version)
@@ -1344,6 +1415,12 @@ mod tests {
         StrBytes::from_string(v.to_string())
     }
 
+    /// The lowest served version `kafka-protocol` itself encodes (the ones
+    /// below are `kafka_legacy`'s, tested on their own).
+    fn crate_min(key: i16, min: i16) -> i16 {
+        min.max(api(key).valid_versions().min)
+    }
+
     fn header(key: i16, version: i16, correlation_id: i32) -> RequestHeaderInfo {
         RequestHeaderInfo {
             api_key: key,
@@ -1583,7 +1660,7 @@ mod tests {
     fn sample_frames() -> Vec<(i16, i16, Bytes)> {
         let mut frames = Vec::new();
         for &(key, min, max) in SUPPORTED {
-            for v in [min, max] {
+            for v in [crate_min(key, min), max] {
                 let default = KafkaRequest::default_of(api(key)).unwrap();
                 frames.push((key, v, request_frame(&default, v, 7)));
                 frames.push((key, v, request_frame(&sample_request(key, v), v, 8)));
@@ -1608,15 +1685,26 @@ mod tests {
         for &(key, min, max) in SUPPORTED {
             let range = api(key).valid_versions();
             assert!(
-                range.min <= min && min <= max && max <= range.max,
+                range.min <= crate_min(key, min) && min <= max && max <= range.max,
                 "{key}: {min}..={max} outside kafka-protocol's {range}"
             );
+            // Below the crate's floor only what `kafka_legacy` serves.
+            for v in min..range.min {
+                assert!(
+                    matches!(legacy::legacy(api(key), v), Some(Legacy::Served { .. })),
+                    "{key} v{v}"
+                );
+            }
         }
         // No transactional APIs.
         for key in 24..=28 {
             assert!(supported_versions(key).is_none(), "{key}");
         }
         assert_eq!(supported_versions(ApiKey::Produce as i16), Some((3, 13)));
+        // What old clients send (KIP-896 removed them from Kafka 4).
+        assert!(is_supported(ApiKey::OffsetCommit as i16, 1));
+        assert!(is_supported(ApiKey::OffsetFetch as i16, 0));
+        assert!(is_supported(ApiKey::ListOffsets as i16, 0));
         // What librdkafka's KIP-848 consumer checks for.
         assert!(is_supported(ApiKey::ConsumerGroupHeartbeat as i16, 1));
         assert!(is_supported(ApiKey::OffsetCommit as i16, 9));
@@ -1629,11 +1717,14 @@ mod tests {
         assert_eq!(r.api_keys.len(), SUPPORTED.len());
         assert!(r.api_keys.windows(2).all(|w| w[0].api_key < w[1].api_key));
         for a in &r.api_keys {
-            assert_eq!(
-                supported_versions(a.api_key),
-                Some((a.min_version, a.max_version))
-            );
+            let (min, max) = supported_versions(a.api_key).unwrap();
+            let min = legacy::advertised_min(api(a.api_key)).unwrap_or(min);
+            assert_eq!((min, max), (a.min_version, a.max_version));
         }
+        // KAFKA-18659: librdkafka up to 2.11 compresses with gzip, snappy
+        // and lz4 only if Produce v0 is advertised.
+        let produce = r.api_keys.iter().find(|a| a.api_key == 0).unwrap();
+        assert_eq!((produce.min_version, produce.max_version), (0, 13));
         for v in 0..=4 {
             let h = header(ApiKey::ApiVersions as i16, v, 11);
             let bytes = encode_response(&h, &r.clone().into()).unwrap();
@@ -1648,7 +1739,7 @@ mod tests {
     #[test]
     fn requests_round_trip_at_every_served_version() {
         for &(key, min, max) in SUPPORTED {
-            for v in min..=max {
+            for v in crate_min(key, min)..=max {
                 let bodies = [
                     KafkaRequest::default_of(api(key)).unwrap(),
                     sample_request(key, v),
@@ -1708,7 +1799,7 @@ mod tests {
     #[test]
     fn responses_round_trip_at_every_served_version() {
         for &(key, min, max) in SUPPORTED {
-            for v in min..=max {
+            for v in crate_min(key, min)..=max {
                 let bodies = [
                     KafkaResponse::default_of(api(key)).unwrap(),
                     sample_response(key, v),
@@ -1892,7 +1983,6 @@ mod tests {
             (24, 3, true),  // AddPartitionsToTxn: not served
             (17, 1, true),  // SaslHandshake: not served
             (999, 0, true), // unknown
-            (0, 2, false),  // Produce v2
             (0, 14, false), // Produce v14
             (8, 10, false), // OffsetCommit v10 (unstable in 4.1)
             (22, 6, false), // InitProducerId v6 (unstable in 4.1)
@@ -2475,6 +2565,157 @@ mod tests {
             }
             let _ = decode_request(Bytes::from(f));
         }
+    }
+
+    /// A frame with request header v1 (client id "old") and `body`.
+    fn legacy_frame(key: ApiKey, version: i16, body: &[u8]) -> Bytes {
+        let mut f = BytesMut::new();
+        f.put_i16(key as i16);
+        f.put_i16(version);
+        f.put_i32(31);
+        f.put_i16(3);
+        f.put_slice(b"old");
+        f.put_slice(body);
+        f.freeze()
+    }
+
+    fn put_str16(b: &mut BytesMut, v: &str) {
+        b.put_i16(v.len() as i16);
+        b.put_slice(v.as_bytes());
+    }
+
+    #[test]
+    fn old_versions_kafka_4_removed_are_served_in_their_own_shape() {
+        // OffsetCommit v1 as sarama 1.22 sends it.
+        let mut body = BytesMut::new();
+        put_str16(&mut body, "g");
+        body.put_i32(3); // generation
+        put_str16(&mut body, "m");
+        body.put_i32(1);
+        put_str16(&mut body, "t");
+        body.put_i32(1);
+        body.put_i32(2); // partition
+        body.put_i64(30); // offset
+        body.put_i64(-1); // commit timestamp
+        put_str16(&mut body, "meta");
+        let req = decode_request(legacy_frame(ApiKey::OffsetCommit, 1, &body)).unwrap();
+        assert_eq!(
+            (req.api_version, req.client_id.as_deref()),
+            (1, Some("old"))
+        );
+        let KafkaRequest::OffsetCommit(c) = &req.body else {
+            panic!("{req:?}")
+        };
+        assert_eq!(
+            (
+                c.group_id.0.as_str(),
+                c.generation_id_or_member_epoch,
+                c.member_id.as_str()
+            ),
+            ("g", 3, "m")
+        );
+        let p = &c.topics[0].partitions[0];
+        assert_eq!(c.topics[0].name.0.as_str(), "t");
+        assert_eq!(
+            (
+                p.partition_index,
+                p.committed_offset,
+                p.committed_metadata.as_deref()
+            ),
+            (2, 30, Some("meta"))
+        );
+        // The answer is v2's shape, which is v0's and v1's.
+        let answer = encode_response(
+            &req.header(),
+            &KafkaResponse::default_of(ApiKey::OffsetCommit).unwrap(),
+        )
+        .unwrap();
+        let (corr, _) = parse_response(&answer, 8, 2);
+        assert_eq!(corr, 31);
+
+        // ListOffsets v0: one offset in `old_style_offsets`.
+        let mut body = BytesMut::new();
+        body.put_i32(-1);
+        body.put_i32(1);
+        put_str16(&mut body, "t");
+        body.put_i32(1);
+        body.put_i32(0);
+        body.put_i64(-1); // latest
+        body.put_i32(1); // max offsets
+        let req = decode_request(legacy_frame(ApiKey::ListOffsets, 0, &body)).unwrap();
+        let KafkaRequest::ListOffsets(l) = &req.body else {
+            panic!("{req:?}")
+        };
+        assert_eq!(l.topics[0].partitions[0].timestamp, -1);
+        let mut part =
+            kafka_protocol::messages::list_offsets_response::ListOffsetsPartitionResponse::default(
+            );
+        part.partition_index = 0;
+        part.offset = 250;
+        let mut topic =
+            kafka_protocol::messages::list_offsets_response::ListOffsetsTopicResponse::default();
+        topic.name = TopicName(s("t"));
+        topic.partitions = vec![part];
+        let mut resp = ListOffsetsResponse::default();
+        resp.topics = vec![topic];
+        let answer = encode_response(&req.header(), &resp.into()).unwrap();
+        let mut want = BytesMut::new();
+        want.put_i32(0); // size, patched below
+        want.put_i32(31);
+        want.put_i32(1);
+        put_str16(&mut want, "t");
+        want.put_i32(1);
+        want.put_i32(0);
+        want.put_i16(0);
+        want.put_i32(1);
+        want.put_i64(250);
+        let len = (want.len() - 4) as i32;
+        want[..4].copy_from_slice(&len.to_be_bytes());
+        assert_eq!(&answer[..], &want[..]);
+    }
+
+    #[test]
+    fn produce_below_v3_is_refused_partition_by_partition() {
+        for version in 0..=2 {
+            let mut body = BytesMut::new();
+            body.put_i16(-1); // acks
+            body.put_i32(1000);
+            body.put_i32(1);
+            put_str16(&mut body, "t");
+            body.put_i32(2);
+            for p in [4, 5] {
+                body.put_i32(p);
+                body.put_i32(3);
+                body.put_slice(b"xyz"); // a message set: never read
+            }
+            let err = decode_request(legacy_frame(ApiKey::Produce, version, &body)).unwrap_err();
+            let DecodeError::Refused { answer, .. } = err else {
+                panic!("{err:?}")
+            };
+            let mut want = BytesMut::new();
+            want.put_i32(0);
+            want.put_i32(31);
+            want.put_i32(1);
+            put_str16(&mut want, "t");
+            want.put_i32(2);
+            for p in [4, 5] {
+                want.put_i32(p);
+                want.put_i16(UNSUPPORTED_VERSION);
+                want.put_i64(-1);
+                if version >= 2 {
+                    want.put_i64(-1);
+                }
+            }
+            if version >= 1 {
+                want.put_i32(0);
+            }
+            let len = (want.len() - 4) as i32;
+            want[..4].copy_from_slice(&len.to_be_bytes());
+            assert_eq!(&answer[..], &want[..], "v{version}");
+        }
+        // A body that does not parse is malformed, as at any version.
+        let err = decode_request(legacy_frame(ApiKey::Produce, 2, &[0, 1])).unwrap_err();
+        assert!(matches!(err, DecodeError::Malformed { .. }), "{err:?}");
     }
 
     #[test]

@@ -391,7 +391,7 @@ async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
             port: *port,
         })
         .collect();
-    let topics = admin::topics(core, req.topics)
+    let topics = admin::topics(core, req.topics, false)
         .await
         .into_iter()
         .map(|(name, meta)| match meta {

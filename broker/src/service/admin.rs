@@ -81,13 +81,18 @@ pub fn not_owner(core: &Core, topic: &str, partition: u32, owner: usize) -> Brok
 
 /// The named topics (auto-created if that is on), or every topic but the
 /// internal one (`None`): each with its metadata, or `None` if unknown.
+///
+/// `None` asks for every topic: `internal` says whether the internal
+/// `__consumer_offsets` is among them (Kafka's Metadata lists it, marked
+/// internal; the native listing leaves it out).
 pub async fn topics(
     core: &Rc<Core>,
     names: Option<Vec<String>>,
+    internal: bool,
 ) -> Vec<(String, Option<TopicMeta>)> {
     let names = match names {
         Some(n) => n,
-        None => visible_topics(core),
+        None => listed_topics(core, internal),
     };
     let mut out = Vec::with_capacity(names.len());
     for name in names {
@@ -101,10 +106,15 @@ pub async fn topics(
 /// Every topic but the internal `__consumer_offsets` (listed only when
 /// asked for by name).
 pub fn visible_topics(core: &Core) -> Vec<String> {
+    listed_topics(core, false)
+}
+
+/// Every topic, the internal ones only if `internal`.
+pub fn listed_topics(core: &Core, internal: bool) -> Vec<String> {
     core.metadata()
         .topics()
         .keys()
-        .filter(|t| t.as_str() != OFFSETS_TOPIC)
+        .filter(|t| internal || t.as_str() != OFFSETS_TOPIC)
         .cloned()
         .collect()
 }
