@@ -643,6 +643,162 @@ def admin(bootstrap, prefix):
                                                        "transactions": refused}, "ok": True}))
 
 
+# --- __consumer_offsets read as Kafka's ---------------------------------------
+# An independent decoder of Kafka's record schemas for __consumer_offsets,
+# written from Apache Kafka's JSON message definitions (group-coordinator:
+# OffsetCommitKey/Value, GroupMetadataKey/Value): int16 record type in front
+# of a key, int16 version in front of a value, int16-length strings (-1
+# null), int32-length bytes, big-endian integers. Not Weir's code.
+
+
+class Buf:
+    def __init__(self, b):
+        self.b, self.i = b, 0
+
+    def take(self, n):
+        check(self.i + n <= len(self.b), f"record ends early at {self.i}+{n} of {len(self.b)}")
+        v = self.b[self.i:self.i + n]
+        self.i += n
+        return v
+
+    def int(self, n):
+        return int.from_bytes(self.take(n), "big", signed=True)
+
+    def string(self, nullable=False):
+        n = self.int(2)
+        if n == -1:
+            check(nullable, "null in a non-nullable string")
+            return None
+        return self.take(n).decode()
+
+    def bytes_(self):
+        return self.take(self.int(4))
+
+    def done(self):
+        check(self.i == len(self.b), f"{len(self.b) - self.i} bytes after the record")
+
+
+def kafka_offsets_record(key, value):
+    """(type, decoded key, decoded value or None) as Kafka's loader reads it;
+    types Kafka does not define are returned undecoded (Kafka skips them)."""
+    k = Buf(key)
+    t = k.int(2)
+    if t in (0, 1):
+        dk = {"group": k.string(), "topic": k.string(), "partition": k.int(4)}
+        k.done()
+        if value is None:
+            return t, dk, None
+        v = Buf(value)
+        ver = v.int(2)
+        check(0 <= ver <= 3, f"OffsetCommitValue version {ver}")
+        dv = {"offset": v.int(8)}
+        if ver >= 3:
+            dv["leader_epoch"] = v.int(4)
+        dv["metadata"] = v.string()
+        dv["commit_timestamp"] = v.int(8)
+        if ver == 1:
+            dv["expire_timestamp"] = v.int(8)
+        v.done()
+        return t, dk, dv
+    if t == 2:
+        dk = {"group": k.string()}
+        k.done()
+        if value is None:
+            return t, dk, None
+        v = Buf(value)
+        ver = v.int(2)
+        check(0 <= ver <= 3, f"GroupMetadataValue version {ver}")
+        dv = {"protocol_type": v.string(), "generation": v.int(4),
+              "protocol": v.string(True), "leader": v.string(True)}
+        if ver >= 2:
+            dv["current_state_timestamp"] = v.int(8)
+        members = []
+        for _ in range(v.int(4)):
+            m = {"member_id": v.string()}
+            if ver >= 3:
+                m["group_instance_id"] = v.string(True)
+            m["client_id"] = v.string()
+            m["client_host"] = v.string()
+            if ver >= 1:
+                m["rebalance_timeout"] = v.int(4)
+            m["session_timeout"] = v.int(4)
+            m["subscription"] = len(v.bytes_())
+            m["assignment"] = len(v.bytes_())
+            members.append(m)
+        dv["members"] = members
+        v.done()
+        return t, dk, dv
+    check(not (3 <= t <= 23), f"record type {t} is Kafka's, in a layout Kafka would misread")
+    return t, None, None
+
+
+def offsets_topic(bootstrap, prefix):
+    """Commits offsets with metadata in a classic group, then reads every
+    record of __consumer_offsets and decodes it with Kafka's schemas."""
+    import confluent_kafka as ck
+
+    topic, group = f"{prefix}-t", f"{prefix}-g"
+    c = Confluent(bootstrap, False)
+    c.create(topic)
+    p = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(100):
+        p.produce(topic, value=str(i), partition=i % PARTITIONS)
+    check(p.flush(DEADLINE_S) == 0, "records not delivered")
+    t0 = int(time.time() * 1000)
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                            "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    seen, deadline = {}, time.time() + DEADLINE_S
+    while sum(seen.values()) < 100 and time.time() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            seen[m.partition()] = seen.get(m.partition(), 0) + 1
+    check(sum(seen.values()) == 100, f"read {seen}")
+    commits = [ck.TopicPartition(topic, part, n, f"meta-{part}") for part, n in seen.items()]
+    consumer.commit(offsets=commits, asynchronous=False)
+    consumer.close()
+    t1 = int(time.time() * 1000)
+
+    meta = c.admin.list_topics(timeout=30)
+    check("__consumer_offsets" in meta.topics, f"Metadata lists no __consumer_offsets: {list(meta.topics)}")
+    parts = list(meta.topics["__consumer_offsets"].partitions)
+    reader = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}-reader",
+                          "enable.partition.eof": True, "enable.auto.commit": False})
+    reader.assign([ck.TopicPartition("__consumer_offsets", q, ck.OFFSET_BEGINNING) for q in parts])
+    eof, types, offsets, groups = set(), set(), {}, {}
+    deadline = time.time() + DEADLINE_S
+    while len(eof) < len(parts) and time.time() < deadline:
+        m = reader.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            check(m.error().code() == ck.KafkaError._PARTITION_EOF, str(m.error()))
+            eof.add(m.partition())
+            continue
+        t, dk, dv = kafka_offsets_record(m.key(), m.value())
+        types.add(t)
+        if t in (0, 1) and dk["group"] == group:
+            offsets[f"{dk['topic']}:{dk['partition']}"] = dv
+        elif t == 2 and dk["group"] == group:
+            groups[dk["group"]] = dv
+    reader.close()
+    check(len(eof) == len(parts), "__consumer_offsets not read to its end")
+    for q, n in seen.items():
+        got = offsets.get(f"{topic}:{q}")
+        check(got is not None, f"no offset record of {topic}-{q}: {offsets}")
+        # confluent-kafka sends the metadata with C's terminating NUL; it is
+        # stored as sent, as Kafka stores it.
+        check((got["offset"], got["metadata"].rstrip("\x00")) == (n, f"meta-{q}"),
+              f"{topic}-{q}: {got}, committed {n}")
+        check(t0 - 1000 <= got["commit_timestamp"] <= t1 + 1000, f"{topic}-{q}: timestamp {got} not in [{t0}, {t1}]")
+    g = groups.get(group)
+    check(g is not None and g["protocol_type"] == "consumer", f"group record of {group}: {g}")
+    check(types <= {1, 2, 0x5701, 0x5702}, f"record types {types}")
+    print(json.dumps({"types": sorted(types), "offsets": offsets, "groups": groups,
+                      "committed": {f"{topic}:{q}": n for q, n in seen.items()},
+                      "t0": t0, "t1": t1, "ok": True}))
+
+
 def main():
     # WEIR_KAFKA_DEBUG=logger[,logger]: those client loggers at DEBUG on
     # stderr (e.g. kafka.coordinator), to see a group's joins and syncs.
@@ -662,6 +818,8 @@ def main():
         return compression(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "admin":
         return admin(sys.argv[2], sys.argv[3])
+    if sys.argv[1] == "offsets-topic":
+        return offsets_topic(sys.argv[2], sys.argv[3])
     name, bootstrap, prefix, idem = sys.argv[1:5]
     client = CLIENTS[name](bootstrap, idem == "on")
     topic = f"{prefix}-records"
