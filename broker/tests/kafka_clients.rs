@@ -324,11 +324,11 @@ fn old_librdkafka_compresses_with_gzip_snappy_and_lz4() {
     let (_dir, b) = start();
     // confluent-kafka (librdkafka 2.16) writes `cc-<codec>`: key k<i>,
     // value v<i> ten times, i < 1000.
-    run_ok(Command::new(python()).arg(script()).args([
-        "compression",
-        &b.kafka.to_string(),
-        "cc",
-    ]));
+    run_ok(
+        Command::new(python())
+            .arg(script())
+            .args(["compression", &b.kafka.to_string(), "cc"]),
+    );
     let lines: String = (0..1000)
         .map(|i| format!("k{i}:{}\n", format!("v{i}").repeat(10)))
         .collect();
@@ -342,7 +342,11 @@ fn old_librdkafka_compresses_with_gzip_snappy_and_lz4() {
             let c = Client::connect(b.addr).await.unwrap();
             c.create_topic(&topic, 4, vec![]).await.unwrap();
         });
-        kcat(&b, &["-t", &topic, "-P", "-K:", "-z", codec], lines.as_bytes());
+        kcat(
+            &b,
+            &["-t", &topic, "-P", "-K:", "-z", codec],
+            lines.as_bytes(),
+        );
         let (codecs, bytes) = stored_batches(&b, &topic, 4);
         assert!(!codecs.is_empty(), "{codec}: nothing stored");
         assert!(

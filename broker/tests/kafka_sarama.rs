@@ -80,11 +80,14 @@ fn build() -> PathBuf {
     bin
 }
 
-/// The value of `"key":` in a flat JSON object: its text up to the next
-/// `,"` or the closing brace.
+/// The value of `"key":` in the program's flat JSON object: a number (up to
+/// the next comma or the closing brace) or an array of numbers.
 fn field<'a>(json: &'a str, key: &str) -> &'a str {
     let tag = format!("\"{key}\":");
-    let i = json.find(&tag).unwrap_or_else(|| panic!("no {key}: {json}")) + tag.len();
+    let i = json
+        .find(&tag)
+        .unwrap_or_else(|| panic!("no {key}: {json}"))
+        + tag.len();
     let rest = &json[i..];
     let end = if rest.starts_with('[') {
         rest.find(']').unwrap() + 1
@@ -113,8 +116,8 @@ fn sarama_1_22_produces_consumes_in_a_group_resumes_from_v1_commits_and_lists_of
     let bin = sarama_client();
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start_with(dir.path(), 2, &["--group-initial-rebalance-delay-ms", "0"]);
-    // sarama 1.22 creates topics with CreateTopics v0, which Weir does not
-    // serve; the native protocol creates it.
+    // The native protocol creates the topic (sarama's ClusterAdmin sends
+    // CreateTopics v0 below its V0_11_0_0, which Weir does not serve).
     runtime().block_on(async {
         let c = Client::connect(b.addr).await.unwrap();
         c.create_topic("sarama-records", 4, vec![]).await.unwrap();
