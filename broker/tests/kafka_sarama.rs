@@ -8,8 +8,8 @@
 //! sarama 1.22.1 predates ApiVersions negotiation: it picks each request's
 //! version from its configured `Version` alone, and some not at all. It
 //! commits group offsets with OffsetCommit v1 whatever `Version` says, and
-//! at its default `Version` (0.8.2) lists offsets with ListOffsets v0 and
-//! finds coordinators with FindCoordinator v0 — versions Kafka 4 removed.
+//! at its default `Version` (0.8.2) lists offsets with ListOffsets v0 —
+//! both versions Kafka 4 removed (KIP-896).
 //! The program produces 2000 keyed records (Produce v3, acks=all), reads
 //! half of each partition in a consumer group and closes it (commits with
 //! OffsetCommit v1), reads the rest in a second session that must start at

@@ -129,8 +129,9 @@ pub async fn replay_led(core: Rc<Core>, p: u32) {
 /// many.
 async fn replay_partition(core: &Rc<Core>, p: u32) -> anyhow::Result<u64> {
     let mut records = 0u64;
-    // Keys of records in Weir's first layout, rewritten once replayed.
-    let mut legacy: Vec<Bytes> = Vec::new();
+    // Keys of records in Weir's first layout, and whether the latest one
+    // of each is live (not yet rewritten and tombstoned).
+    let mut legacy: BTreeMap<Bytes, bool> = BTreeMap::new();
     let Some(log) = core.log(OFFSETS_TOPIC, p) else {
         return Ok(0);
     };
@@ -159,7 +160,8 @@ async fn replay_partition(core: &Rc<Core>, p: u32) -> anyhow::Result<u64> {
                 records += 1;
                 if apply(core, rec.record.key, rec.record.value, p) {
                     if let Some(k) = rec.record.key {
-                        legacy.push(Bytes::copy_from_slice(k));
+                        let live = rec.record.value.is_some();
+                        legacy.insert(Bytes::copy_from_slice(k), live);
                     }
                 }
             }
@@ -169,6 +171,10 @@ async fn replay_partition(core: &Rc<Core>, p: u32) -> anyhow::Result<u64> {
             break;
         }
     }
+    let legacy: Vec<Bytes> = legacy
+        .into_iter()
+        .filter_map(|(k, live)| live.then_some(k))
+        .collect();
     if !legacy.is_empty() {
         let core = core.clone();
         glommio::spawn_local(async move { rewrite_legacy(&core, p, legacy).await }).detach();
@@ -183,9 +189,7 @@ async fn replay_partition(core: &Rc<Core>, p: u32) -> anyhow::Result<u64> {
 /// by the next record) and the group's current records. In the background
 /// after a replay: a failure is logged and the next replay rewrites again
 /// (old and new records describe the same state).
-async fn rewrite_legacy(core: &Rc<Core>, p: u32, mut keys: Vec<Bytes>) {
-    keys.sort();
-    keys.dedup();
+async fn rewrite_legacy(core: &Rc<Core>, p: u32, keys: Vec<Bytes>) {
     let mut by_group: BTreeMap<String, Vec<Bytes>> = BTreeMap::new();
     for k in keys {
         if let Ok(r) = records::decode_record(&k, None) {
