@@ -12,12 +12,17 @@
 //! (Replication's data traffic, next, wants per-core endpoints instead.)
 //!
 //! **Liveness.** Every node (the leader too) registers with the quorum
-//! ([`Command::RegisterNode`], which bumps its broker epoch) and then sends
-//! a heartbeat to the controller leader every `heartbeat_interval`. The
-//! leader fences ([`Command::FenceNode`]) a registered node whose last
-//! heartbeat is older than `session_timeout`; a new leader first grants
-//! every node a full session. A fenced node learns so from its next
-//! heartbeat's answer and registers again.
+//! ([`Command::RegisterNode`] once per run, which bumps its broker epoch
+//! and fences the previous run; [`Command::UpdateNode`] for new addresses)
+//! and then sends a heartbeat to the controller leader every
+//! `heartbeat_interval`, and to the other voters too. The leader fences
+//! ([`Command::FenceNode`]) a registered node whose last heartbeat, or
+//! registration, is older than `session_timeout`. Since every voter hears
+//! the heartbeats, a new leader knows who was alive: a node that died
+//! before the election is fenced a session after it died, not a session
+//! after the election (a node a new leader never heard of gets a full
+//! session). A fenced node learns so from its next heartbeat's answer and
+//! registers again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -117,6 +122,9 @@ pub enum ControllerError {
 #[derive(Default)]
 struct Liveness {
     seen: HashMap<u64, Instant>,
+    /// The broker epoch each node had when last looked at: a new one means
+    /// it registered (again), which counts as a heartbeat.
+    epochs: HashMap<u64, u64>,
     term: u64,
 }
 
@@ -262,17 +270,23 @@ impl Controller {
             let mut watch = shared.state.clone();
             let id = shared.cfg.node_id;
             loop {
+                // This run's registration applied here: the epoch it got,
+                // in this node's own state. (The state replayed from disk
+                // shows the previous run live, at its epoch; a view taken
+                // from it would lead what that run led.)
+                let registered = *shared.epoch.lock().expect("not poisoned");
                 let live = watch
                     .borrow_and_update()
                     .nodes
                     .get(&id)
-                    .is_some_and(|n| !n.fenced);
-                if live && *shared.epoch.lock().expect("not poisoned") > 0 {
+                    .is_some_and(|n| !n.fenced && n.broker_epoch >= registered);
+                if live && registered > 0 {
                     let _ = tx.send(());
                     return;
                 }
-                // The epoch is set just after the state shows the
-                // registration: look again soon even without a change.
+                // The epoch is set once the registration is committed,
+                // maybe before it is applied here: look again soon even
+                // without a change.
                 let _ = tokio::time::timeout(Duration::from_millis(20), watch.changed()).await;
             }
         });
@@ -591,9 +605,10 @@ async fn serve_connection(shared: &Arc<Shared>, conn: quinn::Connection) -> anyh
                     // A node speaks for itself only (its certificate is
                     // checked against its hello).
                     Ok(Request::Heartbeat { node_id, .. })
-                    | Ok(Request::Propose(Command::RegisterNode(NodeInfo {
-                        id: node_id, ..
-                    }))) if node_id != peer => Response::Refused(format!(
+                    | Ok(Request::Propose(
+                        Command::RegisterNode(NodeInfo { id: node_id, .. })
+                        | Command::UpdateNode(NodeInfo { id: node_id, .. }),
+                    )) if node_id != peer => Response::Refused(format!(
                         "node {peer} cannot register or heartbeat for node {node_id}"
                     )),
                     Ok(request) => handle(&shared, request).await,
@@ -669,6 +684,9 @@ async fn handle(shared: &Arc<Shared>, request: Request) -> Response {
         },
         Request::Heartbeat { node_id, .. } => {
             if raft.metrics().borrow().current_leader != Some(shared.cfg.node_id) {
+                // Kept all the same: if this voter is elected, it knows
+                // who was alive (see `leader_loop`).
+                record_heartbeat(shared, node_id);
                 return Response::NotLeader(raft.metrics().borrow().current_leader);
             }
             heartbeat_at_leader(shared, node_id)
@@ -676,13 +694,18 @@ async fn handle(shared: &Arc<Shared>, request: Request) -> Response {
     }
 }
 
-fn heartbeat_at_leader(shared: &Shared, node_id: u64) -> Response {
+/// Notes a heartbeat of `node_id` in this voter's liveness table.
+fn record_heartbeat(shared: &Shared, node_id: u64) {
     shared
         .liveness
         .lock()
         .expect("not poisoned")
         .seen
         .insert(node_id, Instant::now());
+}
+
+fn heartbeat_at_leader(shared: &Shared, node_id: u64) -> Response {
+    record_heartbeat(shared, node_id);
     let state = shared.state.borrow().clone();
     match state.nodes.get(&node_id) {
         Some(n) => Response::HeartbeatAck {
@@ -763,13 +786,25 @@ async fn wait_applied(
 /// when fenced.
 async fn member_loop(shared: Arc<Shared>) {
     let interval = shared.cfg.heartbeat_interval;
+    // This run of the node registered: later registrations (new addresses,
+    // or after a fencing) are updates, which keep what it leads.
+    let mut registered = false;
+    let mut beats = 0u64;
+    let in_flight: Arc<Mutex<std::collections::HashSet<u64>>> = Default::default();
     loop {
         let epoch = *shared.epoch.lock().expect("not poisoned");
         if epoch == 0 {
             let info = shared.node.lock().expect("not poisoned").clone();
-            let command = Command::RegisterNode(info.clone());
+            let command = if registered {
+                Command::UpdateNode(info.clone())
+            } else {
+                Command::RegisterNode(info.clone())
+            };
             match propose(&shared, command, interval * 3).await {
-                Ok(_) if *shared.node.lock().expect("not poisoned") != info => continue,
+                Ok(o) if *shared.node.lock().expect("not poisoned") != info => {
+                    registered |= o.error.is_none();
+                    continue;
+                }
                 Ok(o) if o.error.is_none() => {
                     info!(
                         node = shared.cfg.node_id,
@@ -778,6 +813,7 @@ async fn member_loop(shared: Arc<Shared>) {
                         "registered with the controller"
                     );
                     *shared.epoch.lock().expect("not poisoned") = o.broker_epoch;
+                    registered = true;
                     continue;
                 }
                 Ok(o) => warn!(node = shared.cfg.node_id, error = ?o.error, "registration refused"),
@@ -787,6 +823,40 @@ async fn member_loop(shared: Arc<Shared>) {
             }
         } else {
             let leader = shared.raft.metrics().borrow().current_leader;
+            // The other voters hear it too, unanswered: whichever is
+            // elected next knows who was alive, and fences a node that
+            // died a session after its death rather than a session after
+            // the election.
+            let voters: Vec<(u64, String)> = {
+                let m = shared.raft.metrics();
+                let m = m.borrow();
+                m.membership_config
+                    .membership()
+                    .voter_ids()
+                    .filter(|v| *v != shared.cfg.node_id && Some(*v) != leader)
+                    .filter_map(|v| {
+                        let node = m.membership_config.membership().get_node(&v)?;
+                        Some((v, node.addr.clone()))
+                    })
+                    .collect()
+            };
+            // Every other heartbeat (a third of a session: fresh enough),
+            // one call in flight per voter (a dead one is not piled on).
+            beats += 1;
+            for (v, addr) in voters.into_iter().filter(|_| beats % 2 == 0) {
+                if !in_flight.lock().expect("not poisoned").insert(v) {
+                    continue;
+                }
+                let (shared, in_flight) = (shared.clone(), in_flight.clone());
+                tokio::spawn(async move {
+                    let hb = Request::Heartbeat {
+                        node_id: shared.cfg.node_id,
+                        epoch,
+                    };
+                    let _ = shared.links.call(v, &addr, &hb).await;
+                    in_flight.lock().expect("not poisoned").remove(&v);
+                });
+            }
             let answer = match leader {
                 Some(l) if l == shared.cfg.node_id => Some(heartbeat_at_leader(&shared, l)),
                 Some(l) => {
@@ -816,6 +886,14 @@ async fn member_loop(shared: Arc<Shared>) {
                 }
                 None => None,
             };
+            if !matches!(answer, Some(Response::HeartbeatAck { .. })) {
+                tracing::debug!(
+                    node = shared.cfg.node_id,
+                    ?leader,
+                    ?answer,
+                    "heartbeat not acknowledged"
+                );
+            }
             if let Some(Response::HeartbeatAck {
                 epoch: known,
                 fenced,
@@ -875,16 +953,32 @@ async fn leader_loop(shared: Arc<Shared>) {
         let lapsed: Vec<(u64, u64)> = {
             let mut live = shared.liveness.lock().expect("not poisoned");
             if live.term != term {
-                // A new leader: every node gets a full session from now.
+                // A new leader. Nodes heartbeat every voter, so the table
+                // holds when each was last heard of: a node that died
+                // before the election is fenced a session after it died.
+                // One never heard of here (this voter just started) gets a
+                // full session from now.
                 live.term = term;
-                live.seen = state.nodes.keys().map(|id| (*id, now)).collect();
+                for id in state.nodes.keys() {
+                    live.seen.entry(*id).or_insert(now);
+                }
             }
+            let Liveness { seen, epochs, .. } = &mut *live;
             state
                 .nodes
                 .iter()
                 .filter(|(_, n)| !n.fenced)
-                .filter(|(id, _)| {
-                    let seen = *live.seen.entry(**id).or_insert(now);
+                .filter(|(id, n)| {
+                    // A registration is a sign of life: the session of a
+                    // node that registered since the last look starts now
+                    // (it has not had time to heartbeat yet). At a first
+                    // look (a new leader) the heartbeats heard as a voter
+                    // stand.
+                    let before = epochs.insert(**id, n.broker_epoch);
+                    if before.is_some_and(|e| e != n.broker_epoch) {
+                        seen.insert(**id, now);
+                    }
+                    let seen = *seen.entry(**id).or_insert(now);
                     now.duration_since(seen) > shared.cfg.session_timeout
                 })
                 .map(|(id, n)| (*id, n.broker_epoch))

@@ -52,7 +52,25 @@ impl Links {
         addr: &str,
         request: &Request,
     ) -> anyhow::Result<Response> {
-        match tokio::time::timeout(CALL_TIMEOUT, self.call_inner(target, addr, request)).await {
+        self.call_within(target, addr, request, CALL_TIMEOUT).await
+    }
+
+    /// [`Links::call`] with a time limit of the caller's (at most
+    /// [`CALL_TIMEOUT`]). A call that times out drops the connection
+    /// whatever the limit: a restarted peer's old connection would
+    /// otherwise be kept, and fail every call, until QUIC's idle timeout
+    /// (Raft's calls have limits shorter than `CALL_TIMEOUT`, and a
+    /// restarted node that hears no leader for an election timeout starts
+    /// elections).
+    pub async fn call_within(
+        &self,
+        target: u64,
+        addr: &str,
+        request: &Request,
+        limit: std::time::Duration,
+    ) -> anyhow::Result<Response> {
+        let limit = limit.min(CALL_TIMEOUT);
+        match tokio::time::timeout(limit, self.call_inner(target, addr, request)).await {
             Ok(r) => r,
             Err(_) => {
                 self.inner
@@ -60,7 +78,7 @@ impl Links {
                     .lock()
                     .expect("not poisoned")
                     .remove(&target);
-                bail!("node {target} at {addr} did not answer within {CALL_TIMEOUT:?}")
+                bail!("node {target} at {addr} did not answer within {limit:?}")
             }
         }
     }

@@ -9,7 +9,7 @@
 //! validates against the state and records, or refuses with an error that
 //! the proposer receives.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rkyv::{Archive, Deserialize, Serialize};
 
@@ -113,8 +113,10 @@ pub enum Command {
         /// The cluster id every node is configured with.
         cluster_id: String,
     },
-    /// A node (re)joins: stored, unfenced, its epoch bumped; partitions
-    /// without a live leader whose ISR holds it are led by it.
+    /// A node (re)joins — a new run of it: stored, unfenced, its epoch
+    /// bumped; a registration it had that was not fenced is fenced first
+    /// (its partitions led elsewhere, at a new epoch); partitions without
+    /// a live leader whose ISR holds it are led by it.
     RegisterNode(NodeInfo),
     /// A node's heartbeats lapsed: fenced (if its epoch is still `epoch`)
     /// and every partition it leads goes to another live ISR member, or
@@ -215,6 +217,13 @@ pub enum Command {
         /// Replicas of each new partition.
         placement: Vec<Vec<Replica>>,
     },
+    /// A registered node's addresses change within one run of it (its
+    /// cores' ports, once bound): stored, its epoch bumped, what it leads
+    /// kept. Unlike [`Command::RegisterNode`], which is a new run of the
+    /// node (a restart). From a node not registered, or fenced, the same
+    /// as a registration. (Last, so earlier variants keep their tags in
+    /// stored logs.)
+    UpdateNode(NodeInfo),
 }
 
 /// Why a command was refused.
@@ -301,11 +310,28 @@ impl ClusterState {
                     ))
                 }
             }
-            Command::RegisterNode(info) => {
+            Command::RegisterNode(info) | Command::UpdateNode(info) => {
                 if info.id == 0 {
                     return Err(refuse(Invalid, "node id 0 is not allowed"));
                 }
                 let epoch = self.nodes.get(&info.id).map_or(0, |n| n.broker_epoch) + 1;
+                // A node that registers again is a new incarnation (a
+                // restart, before the old one was fenced): the old one is
+                // fenced now, as Kafka's controller does, so that the new
+                // one never leads at an epoch the old one led at — its
+                // log may lack what the old one wrote last, and clients
+                // must see a new epoch. It leads again through an election
+                // (below, if it is a partition's only in-sync replica) or
+                // the preferred-leader rebalance once it has caught up.
+                let restart = matches!(command, Command::RegisterNode(_));
+                if let Some(old) = self
+                    .nodes
+                    .get_mut(&info.id)
+                    .filter(|n| restart && !n.fenced)
+                {
+                    old.fenced = true;
+                    self.move_leadership_off(info.id);
+                }
                 self.nodes.insert(
                     info.id,
                     NodeState {
@@ -597,29 +623,56 @@ impl ClusterState {
     /// partitions it led get another live ISR member as leader — with
     /// `unclean.leader.election.enable=true`, any live replica if no ISR
     /// member is live — or none.
+    ///
+    /// Of the eligible replicas, the one leading the fewest partitions of
+    /// the topic, then of the cluster, the first in assignment order among
+    /// equals: leadership stays spread over any sequence of failovers,
+    /// without waiting for the preferred-leader rebalance. (Kafka takes
+    /// the first in assignment order, which spreads one failover but piles
+    /// up over several; the lowest id piled every partition of a lost node
+    /// onto one survivor.)
     fn move_leadership_off(&mut self, id: u64) {
         let live = self.live_nodes();
+        let mut overall = leaders_count(self.topics.values().flat_map(|t| &t.partitions));
         for topic in self.topics.values_mut() {
             let unclean = topic
                 .configs
                 .get("unclean.leader.election.enable")
                 .is_some_and(|v| v == "true");
+            let mut in_topic = leaders_count(&topic.partitions);
             for p in &mut topic.partitions {
                 if p.isr.len() > 1 {
                     p.isr.retain(|n| *n != id);
                 }
                 if p.leader == Some(id) {
-                    p.leader = p.isr.iter().copied().find(|n| *n != id && live.contains(n));
-                    if p.leader.is_none() && unclean {
-                        p.leader = p
-                            .replicas
+                    let pick = |eligible: &dyn Fn(u64) -> bool| {
+                        p.replicas
                             .iter()
-                            .map(|r| r.node)
-                            .find(|n| *n != id && live.contains(n));
-                        if let Some(l) = p.leader {
+                            .enumerate()
+                            .filter(|(_, r)| r.node != id && eligible(r.node))
+                            .min_by_key(|(i, r)| {
+                                let count =
+                                    |m: &HashMap<u64, usize>| m.get(&r.node).copied().unwrap_or(0);
+                                (count(&in_topic), count(&overall), *i)
+                            })
+                            .map(|(_, r)| r.node)
+                    };
+                    let mut leader = pick(&|n| p.isr.contains(&n) && live.contains(&n));
+                    if leader.is_none() && unclean {
+                        leader = pick(&|n| live.contains(&n));
+                        if let Some(l) = leader {
                             p.isr = vec![l];
                         }
                     }
+                    for m in [&mut in_topic, &mut overall] {
+                        if let Some(c) = m.get_mut(&id) {
+                            *c = c.saturating_sub(1);
+                        }
+                        if let Some(l) = leader {
+                            *m.entry(l).or_default() += 1;
+                        }
+                    }
+                    p.leader = leader;
                     p.leader_epoch += 1;
                 }
             }
@@ -832,8 +885,19 @@ pub fn place(
     let mut placement = Vec::with_capacity(partitions as usize);
     for p in 0..partitions as usize {
         let mut replicas = Vec::with_capacity(rf as usize);
+        // The followers, a window after the leader in the rack-interleaved
+        // order (distinct racks), in reverse every other time round the
+        // nodes: the partitions a node leads then name different nodes
+        // next, and a failover shares them out (as Kafka's replica shift
+        // does) instead of handing them all to one node.
+        let round = (existing + p) / n;
+        let follower = |r: usize| match r {
+            0 => 0,
+            r if round % 2 == 1 => rf as usize - r,
+            r => r,
+        };
         for r in 0..rf as usize {
-            let node = order[(existing + p + r) % n].info.id;
+            let node = order[(existing + p + follower(r)) % n].info.id;
             let cores = load
                 .get_mut(&node)
                 .expect("every live node has a load entry");
@@ -866,6 +930,17 @@ fn replica_load(state: &ClusterState, nodes: impl Iterator<Item = u64>) -> BTree
         }
     }
     load
+}
+
+/// How many of `partitions` each node leads.
+fn leaders_count<'a>(
+    partitions: impl IntoIterator<Item = &'a PartitionState>,
+) -> HashMap<u64, usize> {
+    let mut m = HashMap::new();
+    for l in partitions.into_iter().filter_map(|p| p.leader) {
+        *m.entry(l).or_default() += 1;
+    }
+    m
 }
 
 /// The core with the fewest replicas, lowest first.
@@ -1131,6 +1206,148 @@ mod tests {
             .unwrap();
         assert_eq!(fenced.kind, RefusalKind::Invalid);
         assert_eq!(s.topics, before);
+    }
+
+    #[test]
+    fn a_restarted_node_leads_nothing_at_an_epoch_it_led_at_before() {
+        let mut s = cluster(&[(1, "", 1), (2, "", 1), (3, "", 1)]);
+        assert_eq!(create(&mut s, "t", 6, 3).error, None);
+        let led: Vec<(usize, u32)> = s.topics["t"]
+            .partitions
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.leader == Some(1))
+            .map(|(i, p)| (i, p.leader_epoch))
+            .collect();
+        assert!(!led.is_empty());
+        // Its addresses change within one run: it keeps leading.
+        let v = s.version + 1;
+        let o = s.apply(
+            v,
+            &Command::UpdateNode(NodeInfo {
+                id: 1,
+                cores: 1,
+                ..NodeInfo::default()
+            }),
+        );
+        assert_eq!(o.error, None);
+        for (i, e) in &led {
+            let p = &s.topics["t"].partitions[*i];
+            assert_eq!((p.leader, p.leader_epoch), (Some(1), *e));
+        }
+        // A new run (a restart before the old one was fenced): the old
+        // one's partitions are led by others at a new epoch, and it left
+        // their ISRs (it catches up first).
+        let v = s.version + 1;
+        let o = s.apply(v, &node(1, "", 1));
+        assert_eq!(o.error, None);
+        assert!(!s.nodes[&1].fenced);
+        for (i, e) in &led {
+            let p = &s.topics["t"].partitions[*i];
+            assert!(p.leader.is_some_and(|l| l != 1), "{p:?}");
+            assert!(p.leader_epoch > *e && !p.isr.contains(&1), "{p:?}");
+        }
+        // The only in-sync replica restarting leads again, at a new epoch.
+        let mut one = cluster(&[(1, "", 1)]);
+        assert_eq!(create(&mut one, "t", 1, 1).error, None);
+        let before = one.topics["t"].partitions[0].leader_epoch;
+        let v = one.version + 1;
+        assert_eq!(one.apply(v, &node(1, "", 1)).error, None);
+        let p = &one.topics["t"].partitions[0];
+        assert_eq!(p.leader, Some(1));
+        assert!(p.leader_epoch > before);
+    }
+
+    #[test]
+    fn leadership_stays_spread_over_twenty_kills_of_rotating_nodes() {
+        let mut s = cluster(&[(1, "", 1), (2, "", 1), (3, "", 1)]);
+        assert_eq!(create(&mut s, "t", 12, 3).error, None);
+        for round in 0..20u64 {
+            // Killed and restarted: fenced, registered again, then each
+            // leader takes it back into the ISR once it has caught up.
+            let victim = round % 3 + 1;
+            assert_eq!(fence(&mut s, victim).error, None);
+            let v = s.version + 1;
+            assert_eq!(s.apply(v, &node(victim, "", 1)).error, None);
+            for i in 0..12 {
+                let p = s.topics["t"].partitions[i].clone();
+                let mut isr = p.isr.clone();
+                isr.push(victim);
+                let v = s.version + 1;
+                let o = s.apply(
+                    v,
+                    &Command::AlterPartition {
+                        topic: "t".into(),
+                        partition: i as u32,
+                        leader: p.leader.unwrap(),
+                        leader_epoch: p.leader_epoch,
+                        from: p.isr,
+                        isr,
+                    },
+                );
+                assert_eq!(o.error, None);
+            }
+            let led = |s: &ClusterState| -> Vec<usize> {
+                (1..=3)
+                    .map(|n| {
+                        s.topics["t"]
+                            .partitions
+                            .iter()
+                            .filter(|p| p.leader == Some(n))
+                            .count()
+                    })
+                    .collect()
+            };
+            let after_kill = led(&s);
+            assert_eq!(after_kill.iter().sum::<usize>(), 12);
+            assert!(
+                after_kill.iter().all(|n| *n <= 6),
+                "after kill {round} of node {victim}, nodes 1..=3 lead {after_kill:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lost_leaders_partitions_are_shared_by_the_survivors() {
+        let mut s = cluster(&[(1, "", 1), (2, "", 1), (3, "", 1)]);
+        assert_eq!(create(&mut s, "t", 12, 3).error, None);
+        let led_by = |s: &ClusterState, n: u64| {
+            s.topics["t"]
+                .partitions
+                .iter()
+                .filter(|p| p.leader == Some(n))
+                .count()
+        };
+        let victim = 1;
+        let lost: Vec<usize> = s.topics["t"]
+            .partitions
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.leader == Some(victim))
+            .map(|(i, _)| i)
+            .collect();
+        assert!(!lost.is_empty());
+        let before = s.topics.clone();
+        assert_eq!(fence(&mut s, victim).error, None);
+        for i in lost {
+            let replicas: Vec<u64> = before["t"].partitions[i]
+                .replicas
+                .iter()
+                .map(|r| r.node)
+                .collect();
+            let l = s.topics["t"].partitions[i].leader;
+            assert!(
+                l.is_some_and(|l| l != victim && replicas.contains(&l)),
+                "{replicas:?}"
+            );
+        }
+        // The survivors share them.
+        assert!(
+            led_by(&s, 2) <= 6 && led_by(&s, 3) <= 6,
+            "{:?}",
+            s.topics["t"]
+        );
+        assert_eq!(led_by(&s, 2) + led_by(&s, 3), 12);
     }
 
     #[test]

@@ -219,11 +219,24 @@ fn three_nodes_agree_on_metadata_and_survive_the_leader_stopping() {
             |s| s.version >= v && s.topics.contains_key(&name),
         );
         // Same applied state everywhere at the same version.
-        let target = c.nodes.values().map(|n| n.state().version).max().unwrap();
-        c.wait_all("one version", Duration::from_secs(5), |s| {
-            s.version >= target
-        });
-        let states: Vec<Arc<ClusterState>> = c.nodes.values().map(|n| n.state()).collect();
+        // (The restarted node's registration moves leadership off its
+        // previous run: a change that may land while this looks, so
+        // states are compared once every node shows the same version.)
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let states = loop {
+            let states: Vec<Arc<ClusterState>> = c.nodes.values().map(|n| n.state()).collect();
+            if states.windows(2).all(|w| w[0].version == w[1].version) {
+                break states;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no common version"
+            );
+            let target = states.iter().map(|s| s.version).max().unwrap();
+            c.wait_all("one version", Duration::from_secs(5), |s| {
+                s.version >= target
+            });
+        };
         let topics: Vec<_> = states.iter().map(|s| &s.topics).collect();
         assert!(
             topics.windows(2).all(|w| w[0] == w[1]),
@@ -263,13 +276,42 @@ fn a_silent_node_is_fenced_and_rejoins_and_its_partitions_follow() {
         .unwrap_err()
         .to_string()
         .contains("larger than the 2 live"));
+    let fenced_at = c.any().state().nodes[&victim].broker_epoch;
     c.restart(victim);
+    // (Its own replayed state shows it unfenced at its old epoch at
+    // first: the new epoch is what shows it registered.)
     c.wait_all("the victim back", Duration::from_secs(10), |s| {
-        s.nodes.get(&victim).is_some_and(|n| !n.fenced)
+        s.nodes
+            .get(&victim)
+            .is_some_and(|n| !n.fenced && n.broker_epoch > fenced_at)
             && s.topics
                 .get("t")
                 .is_some_and(|t| t.partitions.iter().all(|p| p.leader.is_some()))
     });
+    // Its registration counts as a heartbeat: it is not fenced again for
+    // the session it has not had time to heartbeat in (it was, 1 ms after
+    // registering, when only heartbeats refreshed the leader's table). Its
+    // broker epoch is the one its one registration gave it (the fenced
+    // epoch + 1), for two sessions.
+    let mut watch = c.nodes[&leader].watch();
+    let until = Instant::now() + Duration::from_millis(2_000);
+    loop {
+        let s = watch.borrow_and_update().clone();
+        let n = &s.nodes[&victim];
+        assert!(
+            !n.fenced && n.broker_epoch == fenced_at + 1,
+            "fenced after registering: epoch {} (fenced at {fenced_at}, fenced now: {})",
+            n.broker_epoch,
+            n.fenced
+        );
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        block(async {
+            let _ = tokio::time::timeout(left, watch.changed()).await;
+        });
+    }
 }
 
 #[test]

@@ -126,10 +126,26 @@ impl EpochCache {
     /// latest). `None` if every epoch here is newer than `epoch`, or none
     /// is known.
     pub fn end_offset_for(&self, epoch: u32, log_end: u64) -> Option<(u32, u64)> {
-        let i = self.entries.iter().rposition(|&(e, _)| e <= epoch)?;
-        let end = self.entries.get(i + 1).map_or(log_end, |&(_, s)| s);
-        Some((self.entries[i].0, end))
+        end_offset_in(&self.entries, epoch, log_end)
     }
+}
+
+/// [`EpochCache::end_offset_for`] over a copy of a cache's entries
+/// (`(epoch, start offset)`, ascending), as another core holds them.
+pub fn end_offset_in(entries: &[(u32, u64)], epoch: u32, log_end: u64) -> Option<(u32, u64)> {
+    let i = entries.iter().rposition(|&(e, _)| e <= epoch)?;
+    let end = entries.get(i + 1).map_or(log_end, |&(_, s)| s);
+    Some((entries[i].0, end))
+}
+
+/// The epoch that wrote the batch holding `offset`: the newest among
+/// `entries` that starts at or before it (`None` before the first).
+pub fn epoch_at(entries: &[(u32, u64)], offset: u64) -> Option<u32> {
+    entries
+        .iter()
+        .rev()
+        .find(|&&(_, start)| start <= offset)
+        .map(|&(e, _)| e)
 }
 
 #[cfg(test)]
@@ -157,6 +173,11 @@ mod tests {
             entries: vec![(4, 0)],
         };
         assert_eq!(newer_only.end_offset_for(3, 5), None);
+        assert_eq!(epoch_at(&c.entries, 0), Some(0));
+        assert_eq!(epoch_at(&c.entries, 19), Some(3));
+        assert_eq!(epoch_at(&c.entries, 20), Some(5));
+        assert_eq!(epoch_at(&newer_only.entries, 0), Some(4));
+        assert_eq!(epoch_at(&[], 7), None);
 
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(FILE), c.encode()).unwrap();

@@ -75,7 +75,18 @@ pub enum Pending {
     Ready(Answer),
     /// Still running (a produce waiting for acknowledgements, a fetch).
     Later(glommio::Task<Answer>),
+    /// Computed when its turn to be written comes, after every earlier
+    /// answer of the connection: for answers that describe the cluster
+    /// (Metadata, FindCoordinator), which must be as of sending — one
+    /// computed on arrival and held behind a slow `acks=all` produce could
+    /// name a leader deposed meanwhile, and a client cannot tell it from a
+    /// fresh one. Kafka gets the same by serving a connection's requests
+    /// one at a time.
+    AtTurn(Box<dyn FnOnce() -> LocalBoxFuture<Answer>>),
 }
+
+/// A future on this core.
+pub type LocalBoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T>>>;
 
 impl Pending {
     /// The answer, once there is one.
@@ -83,6 +94,7 @@ impl Pending {
         match self {
             Pending::Ready(a) => a,
             Pending::Later(t) => t.await,
+            Pending::AtTurn(f) => f().await,
         }
     }
 }

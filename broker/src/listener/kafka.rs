@@ -69,7 +69,7 @@ use crate::metadata::writer::Change;
 use crate::metadata::{ConfigOp, TopicError, TopicMeta, TopicSpec, OFFSETS_TOPIC};
 use crate::server::limits::{KAFKA_NON_PRODUCE_FRAME_BYTES_MAX, REQUEST_PARTITIONS_MAX};
 use crate::service::fetch::{FetchParams, FetchPart};
-use crate::service::offsets::OffsetQuery;
+use crate::service::offsets::{Listed, OffsetQuery};
 use crate::service::produce::ProducePart;
 use crate::service::{self, admin, BrokerError, Ctx, StorageFailure};
 use crate::shard::Core;
@@ -89,6 +89,12 @@ pub mod code {
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     /// NOT_LEADER_OR_FOLLOWER.
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    /// FENCED_LEADER_EPOCH: the client's leader epoch is older than the
+    /// broker's (its metadata is stale).
+    pub const FENCED_LEADER_EPOCH: i16 = 74;
+    /// UNKNOWN_LEADER_EPOCH: the client's leader epoch is newer than the
+    /// broker's (the broker's view lags; retriable).
+    pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
     /// REQUEST_TIMED_OUT.
     pub const REQUEST_TIMED_OUT: i16 = 7;
     /// MESSAGE_TOO_LARGE.
@@ -289,6 +295,13 @@ fn later(f: impl std::future::Future<Output = Answer> + 'static) -> Pending {
     Pending::Later(glommio::spawn_local(f))
 }
 
+/// An answer that describes the cluster: computed only when every earlier
+/// answer of the connection is written (see [`Pending::AtTurn`]). `f` is
+/// polled only then.
+fn at_turn(f: impl std::future::Future<Output = Answer> + 'static) -> Pending {
+    Pending::AtTurn(Box::new(move || Box::pin(f)))
+}
+
 /// The ApiVersions answer: every API the codec decodes is served here (the
 /// `match` in [`serve`] is exhaustive over them).
 fn api_versions() -> ApiVersionsResponse {
@@ -305,7 +318,7 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
         KafkaRequest::ApiVersions(_) => {
             Pending::Ready(answer(&h, KafkaResponse::ApiVersions(api_versions())))
         }
-        KafkaRequest::Metadata(r) => later(async move {
+        KafkaRequest::Metadata(r) => at_turn(async move {
             let resp = metadata(&core, r, version).await;
             answer(&h, KafkaResponse::Metadata(resp))
         }),
@@ -316,10 +329,12 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
                 async move { answer(&h, KafkaResponse::ListOffsets(list_offsets(&core, r).await)) },
             )
         }
-        KafkaRequest::FindCoordinator(r) => Pending::Ready(answer(
-            &h,
-            KafkaResponse::FindCoordinator(find_coordinator(&core, r, version)),
-        )),
+        KafkaRequest::FindCoordinator(r) => at_turn(async move {
+            answer(
+                &h,
+                KafkaResponse::FindCoordinator(find_coordinator(&core, r, version)),
+            )
+        }),
         KafkaRequest::InitProducerId(r) => later(async move {
             answer(
                 &h,
@@ -407,10 +422,11 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
                 KafkaResponse::OffsetForLeaderEpoch(offset_for_leader_epoch(&core, r).await),
             )
         }),
-        KafkaRequest::DescribeCluster(_) => Pending::Ready(answer(
-            &h,
-            KafkaResponse::DescribeCluster(describe_cluster(&core)),
-        )),
+        KafkaRequest::DescribeCluster(_) => {
+            at_turn(
+                async move { answer(&h, KafkaResponse::DescribeCluster(describe_cluster(&core))) },
+            )
+        }
         KafkaRequest::ConsumerGroupHeartbeat(r) => later(async move {
             answer(
                 &h,
@@ -555,6 +571,80 @@ fn brokers_of(core: &Core, endpoints: Option<&admin::ClusterEndpoints>) -> Vec<(
     }
 }
 
+/// A partition's leader epoch as this node's metadata has it (-1 where it
+/// has none: a partition it does not know).
+fn leader_epoch_of(m: &TopicMeta, p: u32) -> i32 {
+    m.placement
+        .get(p as usize)
+        .map_or(-1, |pl| pl.leader_epoch as i32)
+}
+
+/// KIP-320: a request's `current_leader_epoch` against the partition's
+/// here. Older is FENCED_LEADER_EPOCH (the client's metadata is stale: it
+/// refreshes it), newer is UNKNOWN_LEADER_EPOCH (this node's view lags:
+/// the client retries). -1, or a partition this node knows no epoch of,
+/// is not checked. As in Kafka, checked before leadership.
+fn check_leader_epoch(core: &Core, topic: &str, p: i32, current: i32) -> Result<(), i16> {
+    if current < 0 || p < 0 {
+        return Ok(());
+    }
+    let view = core.metadata();
+    let ours = view.get(topic).map_or(-1, |m| leader_epoch_of(m, p as u32));
+    match current.cmp(&ours) {
+        _ if ours < 0 => Ok(()),
+        std::cmp::Ordering::Less => Err(code::FENCED_LEADER_EPOCH),
+        std::cmp::Ordering::Greater => Err(code::UNKNOWN_LEADER_EPOCH),
+        std::cmp::Ordering::Equal => Ok(()),
+    }
+}
+
+/// KIP-951: the leaders this node knows now of partitions a client was
+/// refused at (NOT_LEADER_OR_FOLLOWER, a fenced epoch), so that it moves
+/// without a Metadata round, and their endpoints for the answer.
+struct NewLeaders {
+    endpoints: Option<admin::ClusterEndpoints>,
+    named: std::collections::BTreeSet<i32>,
+}
+
+impl NewLeaders {
+    fn new(core: &Core) -> Self {
+        NewLeaders {
+            endpoints: endpoints(core),
+            named: Default::default(),
+        }
+    }
+
+    /// `(broker, leader epoch)` of `topic`-`p`'s leader, if it has one.
+    fn leader(&mut self, core: &Core, topic: &str, p: i32) -> Option<(i32, i32)> {
+        let view = core.metadata();
+        let m = view
+            .get(topic)
+            .filter(|m| p >= 0 && (p as u32) < m.partitions())?;
+        let broker = match &self.endpoints {
+            None => NODE_ID,
+            Some(e) => e.leader(topic, m, p as u32)? as i32,
+        };
+        self.named.insert(broker);
+        Some((broker, leader_epoch_of(m, p as u32)))
+    }
+
+    /// `(broker, host, port)` of every leader named.
+    fn endpoints(&self, core: &Core) -> Vec<(i32, String, i32)> {
+        brokers_of(core, self.endpoints.as_ref())
+            .into_iter()
+            .filter(|(b, _, _)| self.named.contains(b))
+            .collect()
+    }
+}
+
+/// Whether an error code sends a client to look for the leader.
+fn leader_moved(code: i16) -> bool {
+    matches!(
+        code,
+        code::NOT_LEADER_OR_FOLLOWER | code::FENCED_LEADER_EPOCH
+    )
+}
+
 /// `(node, host, port)` of the broker that coordinates `group` (the
 /// core leading its offsets partition, on whichever node), or the Kafka
 /// error to answer: COORDINATOR_NOT_AVAILABLE while that partition has no
@@ -686,7 +776,7 @@ async fn metadata(core: &Rc<Core>, r: MetadataRequest, version: i16) -> Metadata
                                 MetadataResponsePartition::default()
                                     .with_partition_index(p as i32)
                                     .with_leader_id(BrokerId(leader(p)))
-                                    .with_leader_epoch(-1)
+                                    .with_leader_epoch(leader_epoch_of(&m, p))
                                     .with_replica_nodes(replicas)
                                     .with_isr_nodes(isr)
                             })
@@ -845,18 +935,21 @@ async fn produce(
             .into_iter()
             .map(|p| (p.topic, p.partition, Err(e.clone())))
             .collect();
-        return Pending::Ready(produce_answer(&h, &names, outcomes));
+        return Pending::Ready(produce_answer(core, &h, &names, outcomes));
     }
     let timeout = Some(Duration::from_millis(r.timeout_ms.max(0) as u64));
     match service::produce::produce(core, parts, acks as i8, timeout, ctx).await {
-        Ok(acked) => later(async move {
-            let outcomes = acked.await;
-            if acks == 0 {
-                // acks=0: Kafka sends no answer at all.
-                return Answer::plain(BytesMut::new());
-            }
-            produce_answer(&h, &names, outcomes)
-        }),
+        Ok(acked) => {
+            let core = core.clone();
+            later(async move {
+                let outcomes = acked.await;
+                if acks == 0 {
+                    // acks=0: Kafka sends no answer at all.
+                    return Answer::plain(BytesMut::new());
+                }
+                produce_answer(&core, &h, &names, outcomes)
+            })
+        }
         Err(e) => {
             let mut outcomes = Vec::new();
             for (n, _, k) in &names {
@@ -864,35 +957,52 @@ async fn produce(
                     outcomes.push((n.to_string(), 0, Err(e.clone())));
                 }
             }
-            Pending::Ready(produce_answer(&h, &names, outcomes))
+            Pending::Ready(produce_answer(core, &h, &names, outcomes))
         }
     }
 }
 
+/// The Produce answer; a partition refused for leadership names its
+/// leader as this node knows it now (KIP-951, v10+).
 fn produce_answer(
+    core: &Core,
     h: &codec::RequestHeaderInfo,
     names: &[(TopicName, uuid::Uuid, usize)],
     outcomes: Vec<service::produce::ProduceOutcome>,
 ) -> Answer {
+    let mut leaders = NewLeaders::new(core);
     let mut it = outcomes.into_iter();
     let responses = names
         .iter()
         .map(|(name, id, n)| {
             let partitions = (0..*n)
                 .filter_map(|_| it.next())
-                .map(|(_, p, r)| match r {
+                .map(|(topic, p, r)| match r {
                     Ok(ok) => PartitionProduceResponse::default()
                         .with_index(p as i32)
                         .with_base_offset(ok.base_offset as i64)
                         .with_log_append_time_ms(-1)
                         .with_log_start_offset(ok.log_start_offset as i64),
-                    Err(e) => PartitionProduceResponse::default()
-                        .with_index(p as i32)
-                        .with_error_code(broker_error_code(&e))
-                        .with_error_message(Some(s(e.to_string())))
-                        .with_base_offset(-1)
-                        .with_log_append_time_ms(-1)
-                        .with_log_start_offset(-1),
+                    Err(e) => {
+                        let code = broker_error_code(&e);
+                        let mut d = PartitionProduceResponse::default()
+                            .with_index(p as i32)
+                            .with_error_code(code)
+                            .with_error_message(Some(s(e.to_string())))
+                            .with_base_offset(-1)
+                            .with_log_append_time_ms(-1)
+                            .with_log_start_offset(-1);
+                        if h.api_version >= 10 && leader_moved(code) {
+                            if let Some((b, epoch)) = leaders.leader(core, &topic, p as i32) {
+                                d = d.with_current_leader(
+                                    produce_response::LeaderIdAndEpoch::default()
+                                        .with_leader_id(BrokerId(b))
+                                        .with_leader_epoch(epoch),
+                                );
+                            }
+                        }
+                        d
+                    }
                 })
                 .collect();
             TopicProduceResponse::default()
@@ -901,15 +1011,29 @@ fn produce_answer(
                 .with_partition_responses(partitions)
         })
         .collect();
+    let endpoints = leaders
+        .endpoints(core)
+        .into_iter()
+        .map(|(b, host, port)| {
+            produce_response::NodeEndpoint::default()
+                .with_node_id(BrokerId(b))
+                .with_host(s(host))
+                .with_port(port)
+        })
+        .collect();
     answer(
         h,
-        KafkaResponse::Produce(ProduceResponse::default().with_responses(responses)),
+        KafkaResponse::Produce(
+            ProduceResponse::default()
+                .with_responses(responses)
+                .with_node_endpoints(endpoints),
+        ),
     )
 }
 
 /// A fetched topic as the request named it, and per partition its slot
-/// among the partitions read (`None`: answered with an error at once).
-type FetchShape = (TopicName, uuid::Uuid, Vec<(i32, Option<usize>)>);
+/// among the partitions read, or the error answered at once.
+type FetchShape = (TopicName, uuid::Uuid, Vec<(i32, Result<usize, i16>)>);
 
 async fn fetch(core: &Rc<Core>, h: codec::RequestHeaderInfo, r: FetchRequest, ctx: Ctx) -> Answer {
     // Topics, by name or id, and their partitions: what to read, and what
@@ -921,18 +1045,22 @@ async fn fetch(core: &Rc<Core>, h: codec::RequestHeaderInfo, r: FetchRequest, ct
         let topic = ids.resolve(&t.topic, t.topic_id);
         let mut ps = Vec::new();
         for p in t.partitions {
-            match (&topic, p.partition >= 0 && p.fetch_offset >= 0) {
+            let slot = match (&topic, p.partition >= 0 && p.fetch_offset >= 0) {
                 (Some(name), true) => {
-                    ps.push((p.partition, Some(parts.len())));
-                    parts.push(FetchPart {
-                        topic: name.clone(),
-                        partition: p.partition as u32,
-                        offset: p.fetch_offset as u64,
-                        max_bytes: p.partition_max_bytes.max(0) as u32,
-                    });
+                    check_leader_epoch(core, name, p.partition, p.current_leader_epoch).map(|()| {
+                        parts.push(FetchPart {
+                            topic: name.clone(),
+                            partition: p.partition as u32,
+                            offset: p.fetch_offset as u64,
+                            max_bytes: p.partition_max_bytes.max(0) as u32,
+                        });
+                        parts.len() - 1
+                    })
                 }
-                _ => ps.push((p.partition, None)),
-            }
+                _ if !t.topic_id.is_nil() && t.topic.is_empty() => Err(code::UNKNOWN_TOPIC_ID),
+                _ => Err(code::UNKNOWN_TOPIC_OR_PARTITION),
+            };
+            ps.push((p.partition, slot));
         }
         shape.push((t.topic.clone(), t.topic_id, ps));
     }
@@ -955,9 +1083,12 @@ async fn fetch(core: &Rc<Core>, h: codec::RequestHeaderInfo, r: FetchRequest, ct
         }
     };
     let mut batches = codec::FetchBatches::default();
+    // KIP-951 (v12+ name the leader, v16+ its endpoint).
+    let mut leaders = NewLeaders::new(core);
     let responses = shape
         .into_iter()
         .map(|(name, id, ps)| {
+            let topic = ids.resolve(&name, id).unwrap_or_default();
             let partitions = ps
                 .into_iter()
                 .map(|(index, slot)| {
@@ -965,17 +1096,31 @@ async fn fetch(core: &Rc<Core>, h: codec::RequestHeaderInfo, r: FetchRequest, ct
                         .with_partition_index(index)
                         .with_aborted_transactions(Some(Vec::new()))
                         .with_records(Some(Bytes::new()));
-                    match slot.map(|i| &results[i]) {
-                        None if !id.is_nil() && name.is_empty() => {
-                            d.with_error_code(code::UNKNOWN_TOPIC_ID)
-                        }
-                        None => d.with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION),
-                        Some(Err(e)) => d
-                            .with_error_code(broker_error_code(e))
+                    let mut refused = |d: PartitionData, code: i16| {
+                        let d = d
+                            .with_error_code(code)
                             .with_high_watermark(-1)
                             .with_last_stable_offset(-1)
-                            .with_log_start_offset(-1),
-                        Some(Ok(ok)) => {
+                            .with_log_start_offset(-1);
+                        if h.api_version < 12 || !leader_moved(code) {
+                            return d;
+                        }
+                        match leaders.leader(core, &topic, index) {
+                            Some((b, epoch)) => d.with_current_leader(
+                                fetch_response::LeaderIdAndEpoch::default()
+                                    .with_leader_id(BrokerId(b))
+                                    .with_leader_epoch(epoch),
+                            ),
+                            None => d,
+                        }
+                    };
+                    match slot.map(|i| &results[i]) {
+                        Err(c @ (code::UNKNOWN_TOPIC_ID | code::UNKNOWN_TOPIC_OR_PARTITION)) => {
+                            d.with_error_code(c)
+                        }
+                        Err(c) => refused(d, c),
+                        Ok(Err(e)) => refused(d, broker_error_code(e)),
+                        Ok(Ok(ok)) => {
                             // Never null: clients read an empty record set
                             // as size 0, and librdkafka refuses -1. Several
                             // batches go out as they are, not concatenated.
@@ -994,7 +1139,19 @@ async fn fetch(core: &Rc<Core>, h: codec::RequestHeaderInfo, r: FetchRequest, ct
                 .with_partitions(partitions)
         })
         .collect();
-    let resp = FetchResponse::default().with_responses(responses);
+    let endpoints = leaders
+        .endpoints(core)
+        .into_iter()
+        .map(|(b, host, port)| {
+            fetch_response::NodeEndpoint::default()
+                .with_node_id(BrokerId(b))
+                .with_host(s(host))
+                .with_port(port)
+        })
+        .collect();
+    let resp = FetchResponse::default()
+        .with_responses(responses)
+        .with_node_endpoints(endpoints);
     match codec::encode_fetch_response(&h, &resp, batches) {
         Ok(seg) => Answer {
             head: seg.head,
@@ -1020,13 +1177,17 @@ async fn list_offsets(core: &Rc<Core>, r: ListOffsetsRequest) -> ListOffsetsResp
                 ts if ts >= 0 => Some(OffsetQuery::Timestamp(ts)),
                 _ => None,
             };
-            match (q, p.partition_index >= 0) {
+            let slot = match (q, p.partition_index >= 0) {
                 (Some(q), true) => {
-                    ps.push((p.partition_index, p.timestamp, Some(queries.len())));
-                    queries.push((t.name.to_string(), p.partition_index as u32, q));
+                    check_leader_epoch(core, &t.name, p.partition_index, p.current_leader_epoch)
+                        .map(|()| {
+                            queries.push((t.name.to_string(), p.partition_index as u32, q));
+                            queries.len() - 1
+                        })
                 }
-                _ => ps.push((p.partition_index, p.timestamp, None)),
-            }
+                _ => Err(code::INVALID_REQUEST),
+            };
+            ps.push((p.partition_index, p.timestamp, slot));
         }
         shape.push((t.name, ps));
     }
@@ -1041,16 +1202,19 @@ async fn list_offsets(core: &Rc<Core>, r: ListOffsetsRequest) -> ListOffsetsResp
                         .with_partition_index(index)
                         .with_leader_epoch(-1);
                     let r = match (&results, slot) {
-                        (_, None) => Err(code::INVALID_REQUEST),
+                        (_, Err(c)) => Err(c),
                         (Err(e), _) => Err(broker_error_code(e)),
-                        (Ok(all), Some(i)) => all[i].as_ref().map_err(broker_error_code).copied(),
+                        (Ok(all), Ok(i)) => all[i].as_ref().map_err(broker_error_code).copied(),
                     };
                     match r {
-                        Ok(Some(o)) => {
-                            d.with_offset(o as i64)
-                                .with_timestamp(if ts >= 0 { ts } else { -1 })
-                        }
-                        Ok(None) => d.with_offset(-1).with_timestamp(-1),
+                        Ok(Listed {
+                            offset: Some(o),
+                            leader_epoch,
+                        }) => d
+                            .with_offset(o as i64)
+                            .with_timestamp(if ts >= 0 { ts } else { -1 })
+                            .with_leader_epoch(leader_epoch.map_or(-1, |e| e as i32)),
+                        Ok(Listed { offset: None, .. }) => d.with_offset(-1).with_timestamp(-1),
                         Err(c) => d.with_error_code(c).with_offset(-1).with_timestamp(-1),
                     }
                 })
@@ -1850,7 +2014,12 @@ async fn alter_configs(
     IncrementalAlterConfigsResponse::default().with_responses(out)
 }
 
-/// One leader epoch (0) per partition: its end is the log end.
+/// Where each asked leader epoch ends in the partition's log (KIP-320: a
+/// consumer that resumes at an offset with the epoch that wrote it learns
+/// whether the log it read from was truncated below it): the largest
+/// epoch at or below the one asked and the start of the next, capped at
+/// the high watermark (a consumer never reads past it); -1 and -1 when
+/// the log has no epoch that old.
 async fn offset_for_leader_epoch(
     core: &Rc<Core>,
     r: OffsetForLeaderEpochRequest,
@@ -1861,16 +2030,30 @@ async fn offset_for_leader_epoch(
         for p in t.partitions {
             let e = EpochEndOffset::default().with_partition(p.partition);
             let r = if p.partition < 0 {
-                Err(BrokerError::unknown(&t.topic, 0))
+                Err(code::UNKNOWN_TOPIC_OR_PARTITION)
             } else {
-                service::offsets::offsets(core, &t.topic, p.partition as u32, None).await
+                match check_leader_epoch(core, &t.topic, p.partition, p.current_leader_epoch) {
+                    Err(c) => Err(c),
+                    Ok(()) => service::offsets::offsets(core, &t.topic, p.partition as u32, None)
+                        .await
+                        .map_err(|e| broker_error_code(&e)),
+                }
             };
             partitions.push(match r {
-                Ok(o) => e
-                    .with_leader_epoch(0)
-                    .with_end_offset(o.high_watermark as i64),
-                Err(err) => e
-                    .with_error_code(broker_error_code(&err))
+                Ok(o) => {
+                    let hw = o.high_watermark;
+                    let asked = p.leader_epoch.max(0) as u32;
+                    match weir_storage::epochs::end_offset_in(&o.leader_epochs, asked, hw)
+                        .filter(|_| p.leader_epoch >= 0)
+                    {
+                        Some((epoch, end)) => e
+                            .with_leader_epoch(epoch as i32)
+                            .with_end_offset(end.min(hw) as i64),
+                        None => e.with_leader_epoch(-1).with_end_offset(-1),
+                    }
+                }
+                Err(c) => e
+                    .with_error_code(c)
                     .with_leader_epoch(-1)
                     .with_end_offset(-1),
             });

@@ -623,11 +623,11 @@ async fn list_offsets(
                 _ => None,
             };
             match r {
-                Ok(offset) => ListOffsetsResult {
+                Ok(listed) => ListOffsetsResult {
                     topic: p.topic,
                     partition: p.partition,
                     error: 0,
-                    offset,
+                    offset: listed.offset,
                     timestamp: ts,
                 },
                 Err(e) => ListOffsetsResult {
@@ -757,12 +757,7 @@ async fn describe(core: &Rc<Core>, req: DescribeConfigsRequest) -> DescribeConfi
                     .into_iter()
                     .map(|p| {
                         let here = p.offsets.is_some();
-                        let o = p.offsets.unwrap_or(service::OffsetsOk {
-                            log_start_offset: 0,
-                            high_watermark: 0,
-                            size_bytes: 0,
-                            for_timestamp: None,
-                        });
+                        let o = p.offsets.unwrap_or_default();
                         PartitionDescription {
                             partition: p.partition,
                             core: p.core as u32,

@@ -224,7 +224,7 @@ pub struct FetchOk {
 }
 
 /// Offsets of a partition.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 pub struct OffsetsOk {
     /// Log start offset.
     pub log_start_offset: u64,
@@ -234,6 +234,8 @@ pub struct OffsetsOk {
     pub size_bytes: u64,
     /// Result of the timestamp lookup.
     pub for_timestamp: Option<u64>,
+    /// The log's leader epochs with their start offsets, oldest first.
+    pub leader_epochs: Vec<(u32, u64)>,
 }
 
 /// Result of a partition operation.

@@ -5,6 +5,8 @@ use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
+use weir_storage::epochs::epoch_at;
+
 use super::{BrokerError, OffsetsOk, Result};
 use crate::metadata::OFFSETS_TOPIC;
 use crate::server::limits::REQUEST_PARTITIONS_MAX;
@@ -60,12 +62,21 @@ pub async fn offsets(
     .await
 }
 
-/// Answers each query in order: the offset (`None`: no record at or after
-/// the timestamp).
+/// What a list-offsets query found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listed {
+    /// The offset (`None`: no record at or after the timestamp).
+    pub offset: Option<u64>,
+    /// The leader epoch that wrote the record there, as Kafka answers it:
+    /// for the latest offset, the log's newest epoch.
+    pub leader_epoch: Option<u32>,
+}
+
+/// Answers each query in order.
 pub async fn list_offsets(
     core: &Rc<Core>,
     queries: &[(String, u32, OffsetQuery)],
-) -> Result<Vec<Result<Option<u64>>>> {
+) -> Result<Vec<Result<Listed>>> {
     if queries.len() > REQUEST_PARTITIONS_MAX {
         return Err(BrokerError::InvalidRequest(format!(
             "the request names {} partitions; at most {REQUEST_PARTITIONS_MAX} per request",
@@ -79,10 +90,23 @@ pub async fn list_offsets(
             _ => None,
         };
         let r = offsets(core, topic, *partition, ts).await;
-        out.push(r.map(|o| match q {
-            OffsetQuery::Earliest => Some(o.log_start_offset),
-            OffsetQuery::Latest => Some(o.high_watermark),
-            OffsetQuery::Timestamp(_) => o.for_timestamp,
+        out.push(r.map(|o| {
+            let epochs = &o.leader_epochs;
+            let (offset, leader_epoch) = match q {
+                OffsetQuery::Earliest => (
+                    Some(o.log_start_offset),
+                    epoch_at(epochs, o.log_start_offset),
+                ),
+                OffsetQuery::Latest => (Some(o.high_watermark), epochs.last().map(|e| e.0)),
+                OffsetQuery::Timestamp(_) => (
+                    o.for_timestamp,
+                    o.for_timestamp.and_then(|at| epoch_at(epochs, at)),
+                ),
+            };
+            Listed {
+                offset,
+                leader_epoch,
+            }
         }));
     }
     Ok(out)

@@ -248,6 +248,7 @@ pub async fn offsets_local(
         high_watermark,
         size_bytes: log.size_bytes(),
         for_timestamp,
+        leader_epochs: log.leader_epochs(),
     })
 }
 

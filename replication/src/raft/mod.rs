@@ -70,22 +70,15 @@ fn unreachable(e: impl std::fmt::Display) -> Unreachable {
 
 impl Peer {
     async fn call(&self, request: &Request, option: &RPCOption) -> Result<Response, Unreachable> {
-        match tokio::time::timeout(
-            option.hard_ttl(),
-            self.links.call(self.target, &self.addr, request),
-        )
-        .await
-        {
-            Ok(Ok(Response::Refused(why))) => {
+        let call = self
+            .links
+            .call_within(self.target, &self.addr, request, option.hard_ttl());
+        match call.await {
+            Ok(Response::Refused(why)) => {
                 Err(unreachable(format!("node {} refused: {why}", self.target)))
             }
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) => Err(unreachable(e)),
-            Err(_) => Err(unreachable(format!(
-                "node {} did not answer within {:?}",
-                self.target,
-                option.hard_ttl()
-            ))),
+            Ok(response) => Ok(response),
+            Err(e) => Err(unreachable(e)),
         }
     }
 }
