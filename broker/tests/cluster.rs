@@ -1085,7 +1085,7 @@ print("ok")
                 .unwrap();
             group_coordinated_elsewhere(&client, "kt-group", 1).await.0
         });
-    let out = Command::new(&python)
+    let out = common::client_program(&python)
         .args(["-c", script, &c.nodes[&1].kafka.to_string(), &group])
         .output()
         .unwrap();
@@ -1448,7 +1448,7 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
     // confluent-kafka, in its own process.
     let kafka_boot: Vec<String> = c.nodes.values().map(|n| n.kafka.to_string()).collect();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/failover_producer.py");
-    let mut kafka = Command::new(&python)
+    let mut kafka = common::client_program(&python)
         .arg(&script)
         .args([&kafka_boot.join(","), "hist", &PARTS.to_string()])
         .stdin(Stdio::piped())

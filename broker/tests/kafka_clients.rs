@@ -59,7 +59,7 @@ fn run_ok(cmd: &mut Command) -> Output {
 }
 
 fn client_run(b: &Broker, client: &str, prefix: &str, idempotence: &str) -> String {
-    let out = run_ok(Command::new(python()).arg(script()).args([
+    let out = run_ok(common::client_program(python()).arg(script()).args([
         client,
         &b.kafka.to_string(),
         prefix,
@@ -160,7 +160,7 @@ fn aiokafka_round_trips_groups_and_offsets() {
 #[test]
 fn librdkafka_compression_codecs_are_stored_and_served_as_they_are() {
     let (_dir, b) = start();
-    let out = run_ok(Command::new(python()).arg(script()).args([
+    let out = run_ok(common::client_program(python()).arg(script()).args([
         "compression",
         &b.kafka.to_string(),
         "cc",
@@ -185,12 +185,11 @@ fn librdkafka_compression_codecs_are_stored_and_served_as_they_are() {
 #[test]
 fn librdkafka_admin_deletes_records_describes_both_group_kinds_and_alters_configs() {
     let (_dir, b) = start();
-    let out =
-        run_ok(
-            Command::new(python())
-                .arg(script())
-                .args(["admin", &b.kafka.to_string(), "adm"]),
-        );
+    let out = run_ok(common::client_program(python()).arg(script()).args([
+        "admin",
+        &b.kafka.to_string(),
+        "adm",
+    ]));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("\"ok\": true"), "{stdout}");
     // What DeleteRecords did is what the native protocol sees.
@@ -207,7 +206,7 @@ fn librdkafka_admin_deletes_records_describes_both_group_kinds_and_alters_config
 }
 
 fn kcat(b: &Broker, args: &[&str], stdin: &[u8]) -> String {
-    let mut child = Command::new("kcat")
+    let mut child = common::client_program("kcat")
         .args(["-b", &b.kafka.to_string()])
         .args(args)
         .stdin(Stdio::piped())
@@ -324,11 +323,11 @@ fn old_librdkafka_compresses_with_gzip_snappy_and_lz4() {
     let (_dir, b) = start();
     // confluent-kafka (librdkafka 2.16) writes `cc-<codec>`: key k<i>,
     // value v<i> ten times, i < 1000.
-    run_ok(
-        Command::new(python())
-            .arg(script())
-            .args(["compression", &b.kafka.to_string(), "cc"]),
-    );
+    run_ok(common::client_program(python()).arg(script()).args([
+        "compression",
+        &b.kafka.to_string(),
+        "cc",
+    ]));
     let lines: String = (0..1000)
         .map(|i| format!("k{i}:{}\n", format!("v{i}").repeat(10)))
         .collect();
@@ -376,7 +375,7 @@ fn old_librdkafka_compresses_with_gzip_snappy_and_lz4() {
 #[test]
 fn consumer_offsets_reads_as_kafkas_format() {
     let (_dir, b) = start();
-    let out = run_ok(Command::new(python()).arg(script()).args([
+    let out = run_ok(common::client_program(python()).arg(script()).args([
         "offsets-topic",
         &b.kafka.to_string(),
         "ot",

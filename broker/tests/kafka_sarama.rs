@@ -40,7 +40,7 @@ fn sarama_client() -> PathBuf {
 fn build() -> PathBuf {
     let advice = "run `bash .ci/kafka-clients` (installs Debian's golang-go and \
                   golang-github-shopify-sarama-dev)";
-    let go = Command::new("go").arg("version").output();
+    let go = common::client_program("go").arg("version").output();
     assert!(
         go.as_ref().is_ok_and(|o| o.status.success()),
         "`go version`: {go:?}: {advice}"
@@ -58,7 +58,7 @@ fn build() -> PathBuf {
     // GOPATH mode, offline: sarama and its dependencies come from Debian's
     // packages only. A GOPATH-mode build names its package by directory, so
     // it runs in the program's directory.
-    let built = Command::new("go")
+    let built = common::client_program("go")
         .args(["build", "-o"])
         .arg(&bin)
         .arg(".")
@@ -124,7 +124,7 @@ fn sarama_1_22_produces_consumes_in_a_group_resumes_from_v1_commits_and_lists_of
     });
 
     let started = std::time::Instant::now();
-    let out = Command::new(&bin)
+    let out = common::client_program(&bin)
         .args(["all", &b.kafka.to_string(), "sarama"])
         .env("SARAMA_LOG", "1")
         .output()

@@ -324,11 +324,10 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
         }),
         KafkaRequest::Produce(r) => produce(&core, h, r, ctx).await,
         KafkaRequest::Fetch(r) => later(async move { fetch(&core, h, r, ctx).await }),
-        KafkaRequest::ListOffsets(r) => {
-            later(
-                async move { answer(&h, KafkaResponse::ListOffsets(list_offsets(&core, r).await)) },
-            )
-        }
+        KafkaRequest::ListOffsets(r) => later(async move {
+            let resp = list_offsets(&core, r, version).await;
+            answer(&h, KafkaResponse::ListOffsets(resp))
+        }),
         KafkaRequest::FindCoordinator(r) => at_turn(async move {
             answer(
                 &h,
@@ -1165,7 +1164,7 @@ async fn fetch(core: &Rc<Core>, h: codec::RequestHeaderInfo, r: FetchRequest, ct
     }
 }
 
-async fn list_offsets(core: &Rc<Core>, r: ListOffsetsRequest) -> ListOffsetsResponse {
+async fn list_offsets(core: &Rc<Core>, r: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let mut queries = Vec::new();
     let mut shape = Vec::new();
     for t in r.topics {
@@ -1213,7 +1212,11 @@ async fn list_offsets(core: &Rc<Core>, r: ListOffsetsRequest) -> ListOffsetsResp
                         }) => d
                             .with_offset(o as i64)
                             .with_timestamp(if ts >= 0 { ts } else { -1 })
-                            .with_leader_epoch(leader_epoch.map_or(-1, |e| e as i32)),
+                            // From v4 (older versions have no field).
+                            .with_leader_epoch(match leader_epoch {
+                                Some(e) if version >= 4 => e as i32,
+                                _ => -1,
+                            }),
                         Ok(Listed { offset: None, .. }) => d.with_offset(-1).with_timestamp(-1),
                         Err(c) => d.with_error_code(c).with_offset(-1).with_timestamp(-1),
                     }

@@ -558,11 +558,21 @@ async fn raise_hw_as_durable(r: Rc<Replica>, me: u64) {
     }
 }
 
-/// Leader, every quarter of `replica.lag.time.max.ms`: a follower of the
-/// ISR that has not caught up for that long is proposed out of it.
+/// How long a follower of the ISR that is behind may send no fetch at all
+/// before it leaves the ISR: three of its long polls. A live follower
+/// always has a fetch at its leader (a new one at least every
+/// `FETCH_WAIT_MS`), so one this silent is dead or cut off, and the
+/// `acks=all` produces waiting for it need not wait for its fencing (a
+/// session timeout) or for `replica.lag.time.max.ms` (Kafka's 30 s).
+const FOLLOWER_SILENCE: Duration = Duration::from_millis(1_500);
+
+/// Leader, every quarter of `replica.lag.time.max.ms` (at most every
+/// second, at most every half [`FOLLOWER_SILENCE`]): a follower of the ISR
+/// that has not caught up for that long, or is behind and has sent no
+/// fetch for [`FOLLOWER_SILENCE`], is proposed out of it.
 pub async fn isr_loop(core: Rc<Core>) {
     let lag = Duration::from_millis(core.shared.config.cluster.replica_lag_time_max_ms);
-    let tick = (lag / 4).clamp(Duration::from_millis(25), Duration::from_secs(1));
+    let tick = (lag / 4).clamp(Duration::from_millis(25), FOLLOWER_SILENCE / 2);
     let me = core.shared.config.cluster.node_id;
     while !core.shared.stopping() {
         glommio::timer::sleep(tick).await;
@@ -573,14 +583,20 @@ pub async fn isr_loop(core: Rc<Core>) {
                 if st.role != Role::Leader || st.isr_pending || st.replicas.len() < 2 {
                     continue;
                 }
+                let leo = r.log.log_end_offset();
                 let keep: Vec<u64> = st
                     .isr
                     .iter()
                     .copied()
                     .filter(|n| {
                         *n == me || {
-                            let caught = st.followers.get(n).map_or(st.since, |p| p.caught_up);
-                            now.duration_since(caught) < lag
+                            let p = st.followers.get(n);
+                            let caught = p.map_or(st.since, |p| p.caught_up);
+                            let silent = p.is_some_and(|p| {
+                                p.fetch_offset < leo
+                                    && now.duration_since(p.last_fetch_at) > FOLLOWER_SILENCE
+                            });
+                            now.duration_since(caught) < lag && !silent
                         }
                     })
                     .collect();
@@ -590,7 +606,7 @@ pub async fn isr_loop(core: Rc<Core>) {
                 tracing::warn!(
                     partition = %format!("{}-{}", r.topic, r.partition),
                     ?isr,
-                    "a follower fell behind replica.lag.time.max.ms: shrinking the ISR"
+                    "a follower fell behind replica.lag.time.max.ms, or went silent: shrinking the ISR"
                 );
                 propose_isr(&core, &r, epoch, isr);
             }

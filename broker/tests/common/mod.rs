@@ -278,3 +278,15 @@ pub fn scrape(addr: SocketAddr) -> String {
     s.read_to_string(&mut text).unwrap();
     text
 }
+
+/// A program that is not Weir's (a Kafka client: kcat, Python, Go), to be
+/// run without `LD_LIBRARY_PATH`: `cargo test --workspace` puts there the
+/// native library directories of every crate it built — among them the
+/// librdkafka `weir-bench` builds from source, without zlib — and a
+/// system client would load that one instead of its own ("zlib not
+/// available at build time").
+pub fn client_program(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(program);
+    c.env_remove("LD_LIBRARY_PATH");
+    c
+}
