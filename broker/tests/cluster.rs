@@ -139,6 +139,9 @@ struct Cluster {
     lag_ms: u64,
     /// Each node's Kafka listener port (its cores' follow it).
     kafka_ports: BTreeMap<u64, u16>,
+    /// The nodes' `replica_silence_max_ms` (the default unless a test sets
+    /// it).
+    silence_ms: Option<u64>,
 }
 
 impl Cluster {
@@ -157,6 +160,7 @@ impl Cluster {
             rebalance_ms: 0,
             lag_ms: LAG_MS,
             kafka_ports: (1..=n).map(|id| (id, free_tcp_run())).collect(),
+            silence_ms: None,
         }
     }
 
@@ -200,6 +204,12 @@ impl Cluster {
             "replica_lag_time_max_ms".into(),
             toml::Value::Integer(self.lag_ms as i64),
         );
+        if let Some(ms) = self.silence_ms {
+            t.insert(
+                "replica_silence_max_ms".into(),
+                toml::Value::Integer(ms as i64),
+            );
+        }
         // Retention acts within a test's time.
         t.insert("retention_check_ms".into(), toml::Value::Integer(200));
         t.insert(
@@ -2397,9 +2407,10 @@ fn a_metadata_answer_queued_behind_a_slow_produce_names_the_leader_as_of_sending
 
     let _serial = serial();
     let mut c = Cluster::new(3);
-    // Followers never leave the ISR for lag within the test: only the
-    // fencing of the paused node ends the produce's wait.
+    // Followers never leave the ISR for lag or silence within the test:
+    // only the fencing of the paused node ends the produce's wait.
     c.lag_ms = 60_000;
+    c.silence_ms = Some(0);
     c.start_all();
     c.converged(&[1, 2, 3], Duration::from_secs(20));
     c.replicated_topic("slow", 1);

@@ -558,21 +558,23 @@ async fn raise_hw_as_durable(r: Rc<Replica>, me: u64) {
     }
 }
 
-/// How long a follower of the ISR that is behind may send no fetch at all
-/// before it leaves the ISR: three of its long polls. A live follower
-/// always has a fetch at its leader (a new one at least every
-/// `FETCH_WAIT_MS`), so one this silent is dead or cut off, and the
+/// Leader, every quarter of `replica.lag.time.max.ms` (at most every
+/// second, at most every half `--replica-silence-max-ms`): a follower of
+/// the ISR that has not caught up for that long, or is behind and has sent
+/// no fetch for `--replica-silence-max-ms`, is proposed out of it. A live
+/// follower always has a fetch at its leader (a new one at least every
+/// `FETCH_WAIT_MS`), so one that silent is dead or cut off, and the
 /// `acks=all` produces waiting for it need not wait for its fencing (a
 /// session timeout) or for `replica.lag.time.max.ms` (Kafka's 30 s).
-const FOLLOWER_SILENCE: Duration = Duration::from_millis(1_500);
-
-/// Leader, every quarter of `replica.lag.time.max.ms` (at most every
-/// second, at most every half [`FOLLOWER_SILENCE`]): a follower of the ISR
-/// that has not caught up for that long, or is behind and has sent no
-/// fetch for [`FOLLOWER_SILENCE`], is proposed out of it.
 pub async fn isr_loop(core: Rc<Core>) {
     let lag = Duration::from_millis(core.shared.config.cluster.replica_lag_time_max_ms);
-    let tick = (lag / 4).clamp(Duration::from_millis(25), FOLLOWER_SILENCE / 2);
+    let silence = match core.shared.config.cluster.replica_silence_max_ms {
+        0 => None,
+        ms => Some(Duration::from_millis(ms)),
+    };
+    let tick = (lag / 4)
+        .min(silence.map_or(Duration::MAX, |s| s / 2))
+        .clamp(Duration::from_millis(25), Duration::from_secs(1));
     let me = core.shared.config.cluster.node_id;
     while !core.shared.stopping() {
         glommio::timer::sleep(tick).await;
@@ -592,9 +594,9 @@ pub async fn isr_loop(core: Rc<Core>) {
                         *n == me || {
                             let p = st.followers.get(n);
                             let caught = p.map_or(st.since, |p| p.caught_up);
-                            let silent = p.is_some_and(|p| {
+                            let silent = p.zip(silence).is_some_and(|(p, silence)| {
                                 p.fetch_offset < leo
-                                    && now.duration_since(p.last_fetch_at) > FOLLOWER_SILENCE
+                                    && now.duration_since(p.last_fetch_at) > silence
                             });
                             now.duration_since(caught) < lag && !silent
                         }

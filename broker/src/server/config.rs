@@ -187,6 +187,11 @@ pub struct BrokerArgs {
     /// [default: 30000].
     #[arg(long, env = "WEIR_REPLICA_LAG_TIME_MAX_MS")]
     pub replica_lag_time_max_ms: Option<u64>,
+    /// A follower of the ISR that is behind and has sent no fetch for this
+    /// long leaves the ISR at once (it is dead or cut off: a live one always
+    /// has a fetch at its leader), ms; 0 turns it off [default: 1500].
+    #[arg(long, env = "WEIR_REPLICA_SILENCE_MAX_MS")]
+    pub replica_silence_max_ms: Option<u64>,
     /// How often the controller leader moves leadership back to each
     /// partition's preferred replica (its first) when that one is live and
     /// in sync (Kafka's auto leader rebalance), ms; 0 turns it off
@@ -236,6 +241,7 @@ struct FileConfig {
     rack: Option<String>,
     session_timeout_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
+    replica_silence_max_ms: Option<u64>,
     leader_rebalance_interval_ms: Option<u64>,
     replication_core_port_base: Option<u16>,
 }
@@ -246,6 +252,8 @@ pub const REPLICATION_PORT_DEFAULT: u16 = 9293;
 pub const SESSION_TIMEOUT_MS_DEFAULT: u64 = 6000;
 /// Default `replica.lag.time.max.ms`.
 pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: u64 = 30_000;
+/// Default `--replica-silence-max-ms`: three of a follower's long polls.
+pub const REPLICA_SILENCE_MAX_MS_DEFAULT: u64 = 1_500;
 /// Default preferred-leader rebalance interval (Kafka's
 /// `leader.imbalance.check.interval.seconds`, 300).
 pub const LEADER_REBALANCE_INTERVAL_MS_DEFAULT: u64 = 300_000;
@@ -274,6 +282,8 @@ pub struct ClusterConfig {
     pub session_timeout_ms: u64,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: u64,
+    /// `--replica-silence-max-ms` (0: off).
+    pub replica_silence_max_ms: u64,
     /// Preferred-leader rebalance interval, ms (0: off).
     pub leader_rebalance_interval_ms: u64,
     /// First per-core replication port (`None`: replication port + 1;
@@ -295,6 +305,7 @@ impl ClusterConfig {
             rack: String::new(),
             session_timeout_ms: SESSION_TIMEOUT_MS_DEFAULT,
             replica_lag_time_max_ms: REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            replica_silence_max_ms: REPLICA_SILENCE_MAX_MS_DEFAULT,
             leader_rebalance_interval_ms: LEADER_REBALANCE_INTERVAL_MS_DEFAULT,
             replication_core_port_base: None,
         }
@@ -638,6 +649,10 @@ impl BrokerConfig {
                 .or(file.replica_lag_time_max_ms)
                 .unwrap_or(REPLICA_LAG_TIME_MAX_MS_DEFAULT)
                 .max(100),
+            replica_silence_max_ms: args
+                .replica_silence_max_ms
+                .or(file.replica_silence_max_ms)
+                .unwrap_or(REPLICA_SILENCE_MAX_MS_DEFAULT),
             leader_rebalance_interval_ms: args
                 .leader_rebalance_interval_ms
                 .or(file.leader_rebalance_interval_ms)
