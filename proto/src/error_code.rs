@@ -18,7 +18,6 @@ use std::fmt;
 /// Stable: a number keeps its meaning forever and is never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u16)]
-#[non_exhaustive]
 pub enum ErrorCode {
     /// No error.
     None = 0,

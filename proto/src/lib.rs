@@ -43,4 +43,5 @@ pub mod frame;
 pub mod messages;
 pub mod reader;
 pub mod record;
+pub mod segments;
 pub mod varint;

@@ -6,8 +6,6 @@
 pub mod connection;
 pub mod http;
 pub mod kafka;
-pub mod kafka_codec;
-pub mod kafka_legacy;
 pub mod native;
 
 use std::time::Duration;

@@ -55,7 +55,9 @@ impl Protocol for Native {
     }
 }
 
-/// The wire code of a service error.
+/// The wire code of a service error. Exhaustive, like the Kafka
+/// listener's `broker_error_code`: a new variant does not compile until both
+/// listeners say what it means.
 pub fn error_code(e: &BrokerError) -> ErrorCode {
     match e {
         BrokerError::UnknownPartition { .. } => ErrorCode::UnknownTopicOrPartition,
@@ -71,14 +73,15 @@ pub fn error_code(e: &BrokerError) -> ErrorCode {
             StorageFailure::InvalidProducerEpoch => ErrorCode::InvalidProducerEpoch,
             StorageFailure::UnknownProducerId => ErrorCode::UnknownProducerId,
             StorageFailure::InvalidRecord => ErrorCode::InvalidRecord,
-            _ => ErrorCode::StorageError,
+            StorageFailure::Io => ErrorCode::StorageError,
         },
         BrokerError::Corrupt(_) => ErrorCode::CorruptMessage,
         BrokerError::Policy(_) => ErrorCode::PolicyViolation,
         BrokerError::InvalidRequest(_) => ErrorCode::InvalidRequest,
         BrokerError::TimedOut(_) => ErrorCode::RequestTimedOut,
         BrokerError::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
-        _ => ErrorCode::StorageError,
+        // The owning core did not answer (overloaded or stopping): retriable.
+        BrokerError::CoreUnavailable { .. } => ErrorCode::StorageError,
     }
 }
 
@@ -589,7 +592,7 @@ async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest, ctx: Ctx) -> Answe
     match frame::encode_response(&ResponseHeader::ok(corr), &body, at as usize) {
         Ok(head) => Answer {
             head,
-            payload: super::connection::segments(&pieces),
+            payload: weir_proto::segments::segments(&pieces),
             close: false,
         },
         Err(e) => Answer::error(corr, e.error_code(), &e.to_string(), false),

@@ -36,7 +36,6 @@ pub struct Ctx {
 
 /// What kind of storage failure a [`BrokerError::Storage`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum StorageFailure {
     /// A batch failed validation (CRC, length, magic, trailing bytes).
     Corrupt,
@@ -61,7 +60,6 @@ pub enum StorageFailure {
 
 /// Why a request, or one partition of it, failed.
 #[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
 pub enum BrokerError {
     /// The topic or partition does not exist.
     #[error("unknown topic or partition {topic}-{partition}")]

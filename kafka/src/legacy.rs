@@ -30,7 +30,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ListOffsetsResponse};
 
 /// Kafka's UNSUPPORTED_VERSION error code.
-const UNSUPPORTED_VERSION: i16 = 35;
+const UNSUPPORTED_VERSION: i16 = kafka_protocol::ResponseError::UnsupportedVersion.code();
 
 /// How a version below the crate's floor is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

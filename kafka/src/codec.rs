@@ -1,4 +1,4 @@
-//! The Kafka listener's codec: request frames in, typed requests out; typed
+//! The Kafka codec: request frames in, typed requests out; typed
 //! responses in, frames out. Pure: no I/O, no async.
 //!
 //! Built on the `kafka-protocol` crate (schemas of Kafka 4.1, flexible
@@ -53,8 +53,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::buf::{ByteBuf, ByteBufMut};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+use kafka_protocol::ResponseError;
 
-use super::kafka_legacy::{self as legacy, Legacy};
+use crate::legacy::{self, Legacy};
 
 // ---------------------------------------------------------------------------
 // Bounds
@@ -82,9 +83,9 @@ pub const MIN_REQUEST_FRAME_BYTES: usize = 10;
 pub const VARINT_LENGTH_SLACK: usize = 1024;
 
 /// Kafka's UNSUPPORTED_VERSION error code.
-pub const UNSUPPORTED_VERSION: i16 = 35;
+pub const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
 /// Kafka's INVALID_REQUEST error code.
-pub const INVALID_REQUEST: i16 = 42;
+pub const INVALID_REQUEST: i16 = ResponseError::InvalidRequest.code();
 
 /// Offset of the correlation id in a request frame (a plain `i32`, never a
 /// length).
@@ -946,7 +947,7 @@ static FETCH_STAND_IN: std::sync::OnceLock<&'static [u8]> = std::sync::OnceLock:
 /// A Fetch answer's partitions that carry several record batches, in the
 /// order the encoder writes them, so that they are sent as they are: one
 /// segment per batch (runs of short batches joined,
-/// [`segments`](crate::listener::connection::segments)), not concatenated
+/// [`segments`](weir_proto::segments::segments)), not concatenated
 /// into a copy.
 #[derive(Debug, Default)]
 pub struct FetchBatches {
@@ -964,7 +965,7 @@ impl FetchBatches {
         if len > FETCH_STAND_IN_MAX_BYTES {
             return batches.concat().into();
         }
-        let mut segments = crate::listener::connection::segments(batches);
+        let mut segments = weir_proto::segments::segments(batches);
         if segments.len() <= 1 {
             return segments.pop().unwrap_or_default();
         }
@@ -2243,7 +2244,7 @@ mod tests {
 
     #[test]
     fn several_batches_of_a_partition_are_sent_as_they_are_not_copied() {
-        let big = crate::listener::connection::SEGMENT_MIN_BYTES;
+        let big = weir_proto::segments::SEGMENT_MIN_BYTES;
         let (a, b, c, d) = (
             records(1, big),
             records(2, big + 7000),

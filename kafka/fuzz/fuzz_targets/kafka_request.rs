@@ -12,8 +12,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
-use weir_broker::listener::kafka_codec::{
-    decode_request, error_response, peek_request_frame_len, KafkaRequest, SUPPORTED,
+use weir_kafka::codec::{
+    decode_request, error_response, peek_request_frame_len, KafkaRequest, MAX_REQUEST_FRAME_BYTES,
+    SUPPORTED,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -27,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
     frame.put_i16(key);
     frame.put_i16(version);
     frame.put_slice(rest);
-    let _ = peek_request_frame_len(&frame, 100 << 20);
+    let _ = peek_request_frame_len(&frame, MAX_REQUEST_FRAME_BYTES);
     let body = Bytes::from(frame).slice(4..);
     match decode_request(body) {
         Ok(req) => {

@@ -1,0 +1,53 @@
+//! One mapping from the service's errors to Kafka codes (exhaustive).
+
+use super::*;
+
+/// The Kafka code of a service error. Exhaustive, here and in
+/// [`topic_error_code`] (and in the native listener's mapping): a new
+/// variant does not compile until both listeners say what it means.
+pub fn broker_error_code(e: &BrokerError) -> i16 {
+    match e {
+        BrokerError::UnknownPartition { .. } => E::UnknownTopicOrPartition.code(),
+        BrokerError::NotOwner { .. } | BrokerError::NotLeader { .. } => {
+            E::NotLeaderOrFollower.code()
+        }
+        BrokerError::Topic(t) => topic_error_code(t),
+        BrokerError::Storage { kind, .. } => match kind {
+            StorageFailure::Corrupt => E::CorruptMessage.code(),
+            StorageFailure::TooLarge => E::MessageTooLarge.code(),
+            StorageFailure::OffsetOutOfRange => E::OffsetOutOfRange.code(),
+            StorageFailure::Recovering => E::NotLeaderOrFollower.code(),
+            StorageFailure::OutOfOrderSequence => E::OutOfOrderSequenceNumber.code(),
+            StorageFailure::InvalidProducerEpoch => E::InvalidProducerEpoch.code(),
+            StorageFailure::UnknownProducerId => E::UnknownProducerId.code(),
+            StorageFailure::InvalidRecord => E::InvalidRecord.code(),
+            StorageFailure::Io => E::UnknownServerError.code(),
+        },
+        BrokerError::Corrupt(_) => E::CorruptMessage.code(),
+        BrokerError::Policy(_) => E::PolicyViolation.code(),
+        BrokerError::InvalidRequest(_) => E::InvalidRequest.code(),
+        BrokerError::TimedOut(_) => E::RequestTimedOut.code(),
+        BrokerError::NotEnoughReplicas { .. } => E::NotEnoughReplicas.code(),
+        // The owning core did not answer (overloaded or stopping): a
+        // retriable code, so that a Kafka client retries rather than fails.
+        BrokerError::CoreUnavailable { .. } => E::NotEnoughReplicas.code(),
+    }
+}
+
+/// The Kafka code of a Weir error code in a group or commit answer.
+pub(super) fn group_code(c: u16) -> i16 {
+    coordinator_code(ErrorCode::from_u16(c))
+}
+
+pub(super) fn topic_error_code(e: &TopicError) -> i16 {
+    match e {
+        TopicError::Exists(_) => E::TopicAlreadyExists.code(),
+        TopicError::Unknown(_) => E::UnknownTopicOrPartition.code(),
+        TopicError::Partitions { .. } => E::InvalidPartitions.code(),
+        TopicError::ReplicationFactor { .. } => E::InvalidReplicationFactor.code(),
+        TopicError::Config(_) => E::InvalidConfig.code(),
+        TopicError::InvalidName(_) => E::InvalidTopicException.code(),
+        TopicError::NotApplied(_) => E::UnknownServerError.code(),
+        TopicError::Reassignment(_) => E::InvalidReplicaAssignment.code(),
+    }
+}
