@@ -62,7 +62,8 @@ use crate::legacy::{self, Legacy};
 // ---------------------------------------------------------------------------
 
 /// The largest request frame accepted (bytes after the size prefix): Kafka's
-/// `socket.request.max.bytes` default, and Weir's `MAX_FRAME_BYTES_DEFAULT`.
+/// `socket.request.max.bytes` default (not above the broker's
+/// `--max-frame-bytes` default: the broker's `server::limits` checks it).
 /// Everything a decode reserves is bounded by the frame's size.
 pub const MAX_REQUEST_FRAME_BYTES: usize = 100 << 20;
 /// The largest response frame (bytes after the size prefix): the prefix is

@@ -64,36 +64,17 @@ use std::fmt;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::groups::limits::{
+    ASSIGNMENT_BYTES_MAX, CLASSIC_MEMBER_ID_BYTES_MAX, FRESH_ID_BYTES_MAX, GROUP_MEMBERS_MAX,
+    LEAVE_MEMBERS_MAX, MEMBER_METADATA_BYTES_MAX, NAME_BYTES_MAX, PROTOCOLS_MAX,
+    REBALANCE_TIMEOUT_MS_MIN,
+};
+
 /// Names one held request (a JoinGroup or SyncGroup waiting for its answer).
 pub type Token = u64;
 
-/// Most protocols one JoinGroup may list.
-pub const PROTOCOLS_MAX: usize = 64;
-/// Most bytes of protocol metadata one member may send, all protocols together.
-pub const MEMBER_METADATA_BYTES_MAX: usize = 1 << 20;
-/// Most bytes of one member's assignment.
-pub const ASSIGNMENT_BYTES_MAX: usize = 1 << 20;
-/// Longest client id, client host, group instance id, protocol type or name.
-pub const NAME_BYTES_MAX: usize = 1024;
-/// Longest string a `fresh_id` function may return.
-pub const FRESH_ID_BYTES_MAX: usize = 64;
-/// Longest member id (`{client id or instance id}-{fresh id}`).
-pub const MEMBER_ID_BYTES_MAX: usize = NAME_BYTES_MAX + 1 + FRESH_ID_BYTES_MAX;
-/// Most members of one group ([`Config::max_size`] may only be lower).
-pub const GROUP_MEMBERS_MAX: usize = 10_000;
-/// Most members one LeaveGroup may name.
-pub const LEAVE_MEMBERS_MAX: usize = GROUP_MEMBERS_MAX;
-/// Shortest rebalance (and sync) timeout the group uses, whatever members ask.
-pub const REBALANCE_TIMEOUT_MS_MIN: u32 = 1;
 /// The snapshot layout version [`Snapshot::encode`] writes.
 pub const SNAPSHOT_VERSION: u8 = 1;
-
-const _: () = assert!(MEMBER_ID_BYTES_MAX <= u16::MAX as usize);
-const _: () = assert!(NAME_BYTES_MAX <= MEMBER_ID_BYTES_MAX);
-const _: () = assert!(MEMBER_METADATA_BYTES_MAX <= u32::MAX as usize);
-const _: () = assert!(ASSIGNMENT_BYTES_MAX <= u32::MAX as usize);
-const _: () = assert!(GROUP_MEMBERS_MAX <= u32::MAX as usize);
-const _: () = assert!(LEAVE_MEMBERS_MAX >= GROUP_MEMBERS_MAX);
 
 /// Group settings (Kafka's `group.*` broker configs).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -543,8 +524,8 @@ fn check_join(req: &JoinRequest) -> Result<(), ClassicError> {
     }
     check_len(
         &req.member_id,
-        MEMBER_ID_BYTES_MAX,
-        "member id over MEMBER_ID_BYTES_MAX",
+        CLASSIC_MEMBER_ID_BYTES_MAX,
+        "member id over CLASSIC_MEMBER_ID_BYTES_MAX",
     )?;
     let long_name = "a name over NAME_BYTES_MAX";
     check_len(&req.client_id, NAME_BYTES_MAX, long_name)?;
@@ -1676,8 +1657,8 @@ impl ClassicGroup {
     fn check_sync(&self, req: &SyncRequest) -> Result<(), ClassicError> {
         check_len(
             &req.member_id,
-            MEMBER_ID_BYTES_MAX,
-            "member id over MEMBER_ID_BYTES_MAX",
+            CLASSIC_MEMBER_ID_BYTES_MAX,
+            "member id over CLASSIC_MEMBER_ID_BYTES_MAX",
         )?;
         if req.assignments.len() > self.members.len() {
             return Err(ClassicError::InvalidRequest {
@@ -2273,7 +2254,7 @@ impl Snapshot {
         };
         let protocol_type = r.opt_str(NAME_BYTES_MAX, "protocol type")?;
         let protocol_name = r.opt_str(NAME_BYTES_MAX, "protocol name")?;
-        let leader = r.opt_str(MEMBER_ID_BYTES_MAX, "leader")?;
+        let leader = r.opt_str(CLASSIC_MEMBER_ID_BYTES_MAX, "leader")?;
         let count_at = r.pos;
         let count = r.u32("member count")? as usize;
         if count > GROUP_MEMBERS_MAX {
@@ -2286,7 +2267,7 @@ impl Snapshot {
         let mut members = Vec::with_capacity(count.min(room));
         for _ in 0..count {
             members.push(SnapshotMember {
-                member_id: r.str(MEMBER_ID_BYTES_MAX, "member id")?,
+                member_id: r.str(CLASSIC_MEMBER_ID_BYTES_MAX, "member id")?,
                 group_instance_id: r.opt_str(NAME_BYTES_MAX, "group instance id")?,
                 client_id: r.str(NAME_BYTES_MAX, "client id")?,
                 client_host: r.str(NAME_BYTES_MAX, "client host")?,
@@ -2351,7 +2332,7 @@ impl Snapshot {
                     return bad("repeated group instance id");
                 }
             }
-            if m.member_id.len() > MEMBER_ID_BYTES_MAX
+            if m.member_id.len() > CLASSIC_MEMBER_ID_BYTES_MAX
                 || m.group_instance_id
                     .as_ref()
                     .is_some_and(|i| i.len() > NAME_BYTES_MAX)

@@ -40,21 +40,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::groups::assignor::{Assignment, Assignor, Tp};
-
-/// Shortest session timeout a member may ask for.
-pub const SESSION_TIMEOUT_MS_MIN: u32 = 100;
-/// Longest session (and rebalance) timeout a member may ask for.
-pub const SESSION_TIMEOUT_MS_MAX: u32 = 30 * 60 * 1000;
-/// Most members of one group.
-pub const GROUP_MEMBERS_MAX: usize = 10_000;
-/// Most topics one member may subscribe to.
-pub const MEMBER_TOPICS_MAX: usize = 10_000;
-/// Longest member id, client id or instance id, bytes.
-pub const MEMBER_ID_BYTES_MAX: usize = 255;
-/// Most partitions a member may report owning in one heartbeat.
-pub const OWNED_PARTITIONS_MAX: usize = 100_000;
-/// Longest heartbeat interval answered.
-pub const HEARTBEAT_INTERVAL_MS_MAX: u32 = 3000;
+use crate::groups::limits::{
+    CONSUMER_MEMBER_ID_BYTES_MAX, GROUP_MEMBERS_MAX, HEARTBEAT_INTERVAL_MS_MAX, MEMBER_TOPICS_MAX,
+    OWNED_PARTITIONS_MAX, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN,
+};
 
 /// Member epoch of a join (KIP-848).
 pub const JOIN_EPOCH: i32 = 0;
@@ -420,9 +409,9 @@ impl ConsumerGroup {
             ("client id", Some(&hb.client_id)),
             ("instance id", hb.instance_id.as_ref()),
         ] {
-            if s.is_some_and(|s| s.len() > MEMBER_ID_BYTES_MAX) {
+            if s.is_some_and(|s| s.len() > CONSUMER_MEMBER_ID_BYTES_MAX) {
                 return Err(GroupError::InvalidRequest(format!(
-                    "{what} is over {MEMBER_ID_BYTES_MAX} bytes"
+                    "{what} is over {CONSUMER_MEMBER_ID_BYTES_MAX} bytes"
                 )));
             }
         }

@@ -40,8 +40,8 @@ use crate::groups::classic::{self, ClassicError, ClassicGroup};
 use crate::groups::classic_service;
 use crate::groups::consumer::{
     Answer, ConsumerGroup, GroupError, Heartbeat, Member, JOIN_EPOCH, LEAVE_EPOCH,
-    MEMBER_TOPICS_MAX,
 };
+use crate::groups::limits::MEMBER_TOPICS_MAX;
 // Requests and answers are the native protocol's group messages (plain
 // structs); the Kafka listener maps its own onto them.
 use crate::groups::records::{
@@ -62,7 +62,7 @@ pub const EXPIRY_CHECK_MS: u64 = 100;
 /// Most offsets in one commit.
 pub const COMMIT_OFFSETS_MAX: usize = 10_000;
 
-const _: () = assert!(EXPIRY_CHECK_MS < crate::groups::consumer::SESSION_TIMEOUT_MS_MIN as u64 * 2);
+const _: () = assert!(EXPIRY_CHECK_MS < crate::groups::limits::SESSION_TIMEOUT_MS_MIN as u64 * 2);
 
 /// A group request, forwarded to the coordinator's core.
 #[derive(Debug)]
@@ -671,7 +671,7 @@ async fn on_core(core: &Rc<Core>, c: usize, req: GroupRequest) -> GroupResponse 
                 + core.shared.config.group_initial_rebalance_delay_ms,
         ),
         GroupRequest::ClassicSync { .. } => {
-            Duration::from_millis(u64::from(crate::groups::consumer::SESSION_TIMEOUT_MS_MAX))
+            Duration::from_millis(u64::from(crate::groups::limits::SESSION_TIMEOUT_MS_MAX))
         }
         _ => Duration::ZERO,
     };

@@ -13,6 +13,7 @@ pub mod classic;
 pub mod classic_service;
 pub mod consumer;
 pub mod coordinator;
+pub mod limits;
 pub mod records;
 pub mod store;
 

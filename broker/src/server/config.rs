@@ -9,7 +9,8 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 
 use super::limits::{
-    CONNECTIONS_PER_CORE_MAX_DEFAULT, FRAME_READ_TIMEOUT_MS_DEFAULT, INFLIGHT_BYTES_PER_CORE,
+    CONNECTIONS_PER_CORE_MAX_DEFAULT, FRAME_BYTES_MAX_DEFAULT, FRAME_READ_TIMEOUT_MS_DEFAULT,
+    INFLIGHT_BYTES_PER_CORE,
 };
 
 /// Default native-protocol address.
@@ -26,8 +27,6 @@ pub const KAFKA_CORE_PORT_BASE_DEFAULT: u16 = 9500;
 pub const DATA_DIR_DEFAULT: &str = "./weir-data";
 /// Default retention interval (Kafka's `log.retention.check.interval.ms`).
 pub const RETENTION_CHECK_MS_DEFAULT: u64 = 300_000;
-/// Default largest request frame.
-pub const MAX_FRAME_BYTES_DEFAULT: u32 = 100 << 20;
 /// Default partition count of `__consumer_offsets` (used when the broker
 /// creates it; fixed afterwards).
 pub const OFFSETS_PARTITIONS_DEFAULT: u32 = 16;
@@ -415,7 +414,7 @@ impl BrokerConfig {
             kafka_listener: Some(loopback),
             kafka_advertised_listener: None,
             kafka_core_port_base: Some(0),
-            max_frame_bytes: MAX_FRAME_BYTES_DEFAULT,
+            max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
             auto_create_topics: false,
             default_partitions: 1,
             cache_bytes_per_core: weir_storage::CACHE_BYTES_PER_CORE_DEFAULT,
@@ -459,7 +458,7 @@ impl BrokerConfig {
         let max_frame_bytes = args
             .max_frame_bytes
             .or(file.max_frame_bytes)
-            .unwrap_or(MAX_FRAME_BYTES_DEFAULT);
+            .unwrap_or(FRAME_BYTES_MAX_DEFAULT);
         if (max_frame_bytes as usize) < weir_proto::batch::HEADER_BYTES + 64 {
             bail!("--max-frame-bytes {max_frame_bytes} is too small");
         }

@@ -3,6 +3,11 @@
 //! may want to change are flags (`weir broker --help`); their defaults are
 //! the `*_DEFAULT` constants below. `docs/architecture.md` lists them all.
 
+/// Largest native request frame unless `--max-frame-bytes` says otherwise
+/// (the native protocol's own default; the Kafka listener's bound is the
+/// smaller of the flag and [`weir_kafka::codec::MAX_REQUEST_FRAME_BYTES`]).
+pub const FRAME_BYTES_MAX_DEFAULT: u32 = weir_proto::frame::FRAME_BYTES_MAX_DEFAULT as u32;
+
 /// Largest Kafka request frame of an API other than Produce (those carry
 /// names and offsets, not record batches): a larger one closes the
 /// connection before it is buffered, and bounds what the Kafka decoder may
@@ -54,4 +59,16 @@ pub const STOP_POLL_MS: u64 = 50;
 pub const DRAIN_MS_MAX: u64 = 10_000;
 
 const _: () = assert!(READ_CHUNK_BYTES as u64 * 64 <= INFLIGHT_BYTES_PER_CORE);
+// Frames: a Kafka non-Produce frame ≤ a Kafka frame ≤ a native frame (by
+// default) ≤ what one core holds in flight, so that one frame of the
+// largest kind can always be read (`--max-frame-bytes` is checked against
+// the budget at start-up, `server::config`).
+const _: () =
+    assert!(KAFKA_NON_PRODUCE_FRAME_BYTES_MAX <= weir_kafka::codec::MAX_REQUEST_FRAME_BYTES);
+const _: () =
+    assert!(weir_kafka::codec::MAX_REQUEST_FRAME_BYTES <= FRAME_BYTES_MAX_DEFAULT as usize);
+const _: () = assert!(weir_proto::frame::FRAME_BYTES_MAX_DEFAULT <= u32::MAX as usize);
+const _: () = assert!(FRAME_BYTES_MAX_DEFAULT as u64 <= INFLIGHT_BYTES_PER_CORE);
+// A frame's reservation ahead is read in whole chunks.
+const _: () = assert!(READ_CHUNK_BYTES <= FRAME_RESERVE_AHEAD_BYTES);
 const _: () = assert!(MESH_CREDITS_PER_PEER >= MESH_CHANNEL_CAPACITY as u64);
