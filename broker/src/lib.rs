@@ -28,3 +28,6 @@ pub mod replica;
 pub mod server;
 pub mod service;
 pub mod shard;
+
+#[cfg(test)]
+mod layering_tests;

@@ -15,7 +15,8 @@ use crate::groups::classic::{
     self, ClassicError, ClassicGroup, JoinRequest, JoinResponse, Output, SyncRequest, SyncResponse,
     Token,
 };
-use crate::groups::coordinator::{mono_ms, persist, GroupResponse, Refusal};
+use crate::groups::clock::mono_ms;
+use crate::groups::coordinator::{persist, GroupResponse, Refusal};
 use crate::shard::Core;
 
 /// The classic state machine's settings from the broker's.

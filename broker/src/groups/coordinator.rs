@@ -38,6 +38,7 @@ use weir_proto::messages::*;
 use crate::groups::assignor::Tp;
 use crate::groups::classic::{self, ClassicError, ClassicGroup};
 use crate::groups::classic_service;
+pub use crate::groups::clock::mono_ms;
 use crate::groups::consumer::{
     Answer, ConsumerGroup, GroupError, Heartbeat, Member, JOIN_EPOCH, LEAVE_EPOCH,
 };
@@ -49,7 +50,6 @@ use crate::groups::records::{
     OFFSET_METADATA_BYTES_MAX,
 };
 use crate::groups::store;
-use crate::listener::native::wire_error;
 use crate::service::BrokerError;
 use crate::shard::mesh::CoreMsg;
 use crate::shard::partition;
@@ -762,13 +762,6 @@ fn unknown_member(group: &str, member: &str) -> Refusal {
     )
 }
 
-/// Milliseconds on a monotonic clock (sessions and timeouts; never the
-/// wall clock, which may jump).
-pub fn mono_ms() -> u64 {
-    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
 /// Partition counts as the group state machine asks for them.
 fn counts_of(core: &Core) -> impl Fn(&str) -> Option<u32> + '_ {
     let view = core.metadata();
@@ -790,7 +783,7 @@ fn refusal(e: GroupError) -> Refusal {
 }
 
 fn storage_refusal(e: &BrokerError) -> Refusal {
-    let (code, message) = wire_error(e);
+    let (code, message) = e.wire();
     Refusal(code, message)
 }
 
@@ -1269,7 +1262,7 @@ async fn commit_checked(
             continue;
         }
         match end {
-            Err(e) => errors[i] = Some(wire_error(&e)),
+            Err(e) => errors[i] = Some(e.wire()),
             Ok(end) if o.offset > end => {
                 errors[i] = Some((
                     ErrorCode::OffsetOutOfRange.as_u16(),
@@ -1306,7 +1299,7 @@ async fn commit_checked(
             }
             Err(e) => {
                 for (i, _) in accepted {
-                    errors[i] = Some(wire_error(&e));
+                    errors[i] = Some(e.wire());
                 }
             }
         }

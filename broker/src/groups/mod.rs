@@ -11,6 +11,7 @@
 pub mod assignor;
 pub mod classic;
 pub mod classic_service;
+pub mod clock;
 pub mod consumer;
 pub mod coordinator;
 pub mod limits;

@@ -81,8 +81,7 @@ async fn append_durably(core: &Rc<Core>, p: u32, batch: Bytes) -> Result<(), Bro
 /// owns from the log (start-up).
 pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
     let Some(n) = core.metadata().get(OFFSETS_TOPIC).map(|t| t.partitions()) else {
-        core.groups
-            .set_loaded(crate::groups::coordinator::mono_ms());
+        core.groups.set_loaded(crate::groups::clock::mono_ms());
         return Ok(());
     };
     let mut records = 0u64;
@@ -97,8 +96,7 @@ pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
     if records > 0 {
         tracing::info!(core = core.id, records, "consumer groups loaded");
     }
-    core.groups
-        .set_loaded(crate::groups::coordinator::mono_ms());
+    core.groups.set_loaded(crate::groups::clock::mono_ms());
     Ok(())
 }
 
@@ -122,7 +120,7 @@ pub async fn replay_led(core: Rc<Core>, p: u32) {
         }
     }
     core.groups
-        .set_partition_loaded(p, n, crate::groups::coordinator::mono_ms());
+        .set_partition_loaded(p, n, crate::groups::clock::mono_ms());
 }
 
 /// Replays partition `p`'s records into the core's groups; returns how

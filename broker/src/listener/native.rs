@@ -22,7 +22,7 @@ use crate::server::limits::REQUEST_PARTITIONS_MAX;
 use crate::service::fetch::{FetchParams, FetchPart};
 use crate::service::offsets::OffsetQuery;
 use crate::service::produce::ProducePart;
-use crate::service::{self, admin, BrokerError, Ctx, StorageFailure};
+use crate::service::{self, admin, topic_code, BrokerError, Ctx};
 use crate::shard::Core;
 
 /// The native protocol's codec.
@@ -55,54 +55,6 @@ impl Protocol for Native {
     }
 }
 
-/// The wire code of a service error. Exhaustive, like the Kafka
-/// listener's `broker_error_code`: a new variant does not compile until both
-/// listeners say what it means.
-pub fn error_code(e: &BrokerError) -> ErrorCode {
-    match e {
-        BrokerError::UnknownPartition { .. } => ErrorCode::UnknownTopicOrPartition,
-        BrokerError::NotOwner { .. } => ErrorCode::NotOwner,
-        BrokerError::NotLeader { .. } => ErrorCode::NotLeader,
-        BrokerError::Topic(t) => topic_error_code(t),
-        BrokerError::Storage { kind, .. } => match kind {
-            StorageFailure::Corrupt => ErrorCode::CorruptMessage,
-            StorageFailure::TooLarge => ErrorCode::MessageTooLarge,
-            StorageFailure::OffsetOutOfRange => ErrorCode::OffsetOutOfRange,
-            StorageFailure::Recovering => ErrorCode::Recovering,
-            StorageFailure::OutOfOrderSequence => ErrorCode::OutOfOrderSequence,
-            StorageFailure::InvalidProducerEpoch => ErrorCode::InvalidProducerEpoch,
-            StorageFailure::UnknownProducerId => ErrorCode::UnknownProducerId,
-            StorageFailure::InvalidRecord => ErrorCode::InvalidRecord,
-            StorageFailure::Io => ErrorCode::StorageError,
-        },
-        BrokerError::Corrupt(_) => ErrorCode::CorruptMessage,
-        BrokerError::Policy(_) => ErrorCode::PolicyViolation,
-        BrokerError::InvalidRequest(_) => ErrorCode::InvalidRequest,
-        BrokerError::TimedOut(_) => ErrorCode::RequestTimedOut,
-        BrokerError::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
-        // The owning core did not answer (overloaded or stopping): retriable.
-        BrokerError::CoreUnavailable { .. } => ErrorCode::StorageError,
-    }
-}
-
-/// The wire code and message of a service error.
-pub fn wire_error(e: &BrokerError) -> (u16, String) {
-    (error_code(e).as_u16(), e.to_string())
-}
-
-fn topic_error_code(e: &TopicError) -> ErrorCode {
-    match e {
-        TopicError::InvalidName(_) => ErrorCode::InvalidTopic,
-        TopicError::Exists(_) => ErrorCode::TopicAlreadyExists,
-        TopicError::Unknown(_) => ErrorCode::UnknownTopicOrPartition,
-        TopicError::Partitions { .. } => ErrorCode::InvalidPartitions,
-        TopicError::ReplicationFactor { .. } => ErrorCode::InvalidReplicationFactor,
-        TopicError::Config(_) => ErrorCode::InvalidConfig,
-        TopicError::NotApplied(_) => ErrorCode::StorageError,
-        TopicError::Reassignment(_) => ErrorCode::InvalidReplicaAssignment,
-    }
-}
-
 /// The correlation id of a (possibly partial) request frame, 0 if not there yet.
 pub fn correlation_id_of(buf: &[u8]) -> u32 {
     buf.get(8..12)
@@ -125,7 +77,7 @@ fn ok<T: Message>(correlation_id: u32, body: &T) -> Answer {
 /// A request-level refusal (over a limit) as a frame-level error that
 /// keeps the connection.
 fn refused(corr: u32, e: &BrokerError) -> Answer {
-    Answer::error(corr, error_code(e), &e.to_string(), false)
+    Answer::error(corr, e.code(), &e.to_string(), false)
 }
 
 fn topic_result(name: &str, r: Result<(), TopicError>) -> TopicResult {
@@ -137,7 +89,7 @@ fn topic_result(name: &str, r: Result<(), TopicError>) -> TopicResult {
         },
         Err(e) => TopicResult {
             name: name.into(),
-            error: topic_error_code(&e).as_u16(),
+            error: topic_code(&e).as_u16(),
             message: Some(e.to_string()),
         },
     }
@@ -367,7 +319,7 @@ async fn init_producer_id(core: &Rc<Core>) -> InitProducerIdResponse {
             producer_epoch: 0,
         },
         Err(e) => {
-            let (error, message) = wire_error(&e);
+            let (error, message) = e.wire();
             InitProducerIdResponse {
                 error,
                 message: Some(message),
@@ -480,7 +432,7 @@ fn produce_result(
             log_start_offset: ok.log_start_offset,
         },
         Err(e) => {
-            let (error, message) = wire_error(&e);
+            let (error, message) = e.wire();
             ProducePartitionResult {
                 topic,
                 partition,
@@ -574,7 +526,7 @@ async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest, ctx: Ctx) -> Answe
                 });
             }
             Err(e) => {
-                let (error, message) = wire_error(&e);
+                let (error, message) = e.wire();
                 partitions.push(FetchPartitionResult {
                     topic: p.topic,
                     partition: p.partition,
@@ -636,7 +588,7 @@ async fn list_offsets(
                 Err(e) => ListOffsetsResult {
                     topic: p.topic,
                     partition: p.partition,
-                    error: error_code(&e).as_u16(),
+                    error: e.code().as_u16(),
                     offset: None,
                     timestamp: ts,
                 },
@@ -655,7 +607,7 @@ async fn compact(core: &Rc<Core>, req: CompactRequest) -> CompactResponse {
     let results = match admin::compact(core, &req.topic, req.run).await {
         Ok(r) => r,
         Err(e) => {
-            let (error, message) = wire_error(&e);
+            let (error, message) = e.wire();
             return CompactResponse {
                 error,
                 message: Some(message),
@@ -689,7 +641,7 @@ async fn compact(core: &Rc<Core>, req: CompactRequest) -> CompactResponse {
                 }),
             },
             Err(e) => {
-                let (error, message) = wire_error(&e);
+                let (error, message) = e.wire();
                 CompactPartitionResult {
                     partition,
                     error,
@@ -728,7 +680,7 @@ async fn reassign(core: &Rc<Core>, req: ReassignPartitionsRequest) -> ReassignPa
         };
         let (error, message) = match result {
             Ok(()) => (0, None),
-            Err(e) => (topic_error_code(&e).as_u16(), Some(e.to_string())),
+            Err(e) => (topic_code(&e).as_u16(), Some(e.to_string())),
         };
         partitions.push(ReassignmentResult {
             topic: r.topic,

@@ -21,6 +21,7 @@ pub mod offsets;
 pub mod produce;
 pub mod remote;
 
+use weir_proto::error_code::ErrorCode;
 use weir_storage::StorageError;
 
 use crate::metadata::TopicError;
@@ -170,6 +171,58 @@ impl BrokerError {
             core,
             reason: reason.into(),
         }
+    }
+}
+
+impl BrokerError {
+    /// Weir's protocol-neutral code of this error: what the native protocol
+    /// sends, and what the group coordinator answers with. Exhaustive, like
+    /// the Kafka listener's `broker_error_code`: a new variant does not
+    /// compile until both listeners say what it means.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            BrokerError::UnknownPartition { .. } => ErrorCode::UnknownTopicOrPartition,
+            BrokerError::NotOwner { .. } => ErrorCode::NotOwner,
+            BrokerError::NotLeader { .. } => ErrorCode::NotLeader,
+            BrokerError::Topic(t) => topic_code(t),
+            BrokerError::Storage { kind, .. } => match kind {
+                StorageFailure::Corrupt => ErrorCode::CorruptMessage,
+                StorageFailure::TooLarge => ErrorCode::MessageTooLarge,
+                StorageFailure::OffsetOutOfRange => ErrorCode::OffsetOutOfRange,
+                StorageFailure::Recovering => ErrorCode::Recovering,
+                StorageFailure::OutOfOrderSequence => ErrorCode::OutOfOrderSequence,
+                StorageFailure::InvalidProducerEpoch => ErrorCode::InvalidProducerEpoch,
+                StorageFailure::UnknownProducerId => ErrorCode::UnknownProducerId,
+                StorageFailure::InvalidRecord => ErrorCode::InvalidRecord,
+                StorageFailure::Io => ErrorCode::StorageError,
+            },
+            BrokerError::Corrupt(_) => ErrorCode::CorruptMessage,
+            BrokerError::Policy(_) => ErrorCode::PolicyViolation,
+            BrokerError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            BrokerError::TimedOut(_) => ErrorCode::RequestTimedOut,
+            BrokerError::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
+            // The owning core did not answer (overloaded or stopping): retriable.
+            BrokerError::CoreUnavailable { .. } => ErrorCode::StorageError,
+        }
+    }
+
+    /// The native wire code and message of this error.
+    pub fn wire(&self) -> (u16, String) {
+        (self.code().as_u16(), self.to_string())
+    }
+}
+
+/// Weir's protocol-neutral code of a topic operation's refusal (exhaustive).
+pub fn topic_code(e: &TopicError) -> ErrorCode {
+    match e {
+        TopicError::InvalidName(_) => ErrorCode::InvalidTopic,
+        TopicError::Exists(_) => ErrorCode::TopicAlreadyExists,
+        TopicError::Unknown(_) => ErrorCode::UnknownTopicOrPartition,
+        TopicError::Partitions { .. } => ErrorCode::InvalidPartitions,
+        TopicError::ReplicationFactor { .. } => ErrorCode::InvalidReplicationFactor,
+        TopicError::Config(_) => ErrorCode::InvalidConfig,
+        TopicError::NotApplied(_) => ErrorCode::StorageError,
+        TopicError::Reassignment(_) => ErrorCode::InvalidReplicaAssignment,
     }
 }
 

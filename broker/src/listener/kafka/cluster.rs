@@ -1,7 +1,8 @@
 //! The cluster view: Metadata, FindCoordinator, DescribeCluster, InitProducerId,
 //! and the leader epochs and endpoints other answers carry.
 
-use super::*;
+use super::common::*;
+use super::errors::*;
 
 /// Host and port Kafka clients are told to connect to.
 pub(super) fn advertised(core: &Core) -> (String, i32) {

@@ -1,6 +1,8 @@
 //! The data path: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch.
 
-use super::*;
+use super::cluster::*;
+use super::common::*;
+use super::errors::*;
 
 pub(super) async fn produce(
     core: &Rc<Core>,

@@ -1,10 +1,11 @@
 //! One mapping from the service's errors to Kafka codes (exhaustive).
 
-use super::*;
+use super::common::*;
 
 /// The Kafka code of a service error. Exhaustive, here and in
-/// [`topic_error_code`] (and in the native listener's mapping): a new
-/// variant does not compile until both listeners say what it means.
+/// `topic_error_code` (as is `BrokerError::code`, what the native
+/// listener sends): a new variant does not compile until both listeners say
+/// what it means.
 pub fn broker_error_code(e: &BrokerError) -> i16 {
     match e {
         BrokerError::UnknownPartition { .. } => E::UnknownTopicOrPartition.code(),

@@ -1,6 +1,8 @@
 //! Consumer groups: the classic protocol, KIP-848, offsets.
 
-use super::*;
+use super::cluster::*;
+use super::common::*;
+use super::errors::*;
 
 pub(super) async fn group(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
     coordinator::serve(core, req).await

@@ -1,6 +1,8 @@
 //! Administration of topics: create, delete, partitions, records, configs.
 
-use super::*;
+use super::cluster::*;
+use super::common::*;
+use super::errors::*;
 
 pub(super) async fn create_topics(
     core: &Rc<Core>,

@@ -1,0 +1,251 @@
+//! The rooms of the broker, checked: no file of `broker/src` imports a
+//! module that imports it back. Read from the source text (`use` lines and
+//! paths written in code, test modules left out), so it needs no tool
+//! beyond the test suite: `cargo test -p weir-broker --lib layering`.
+//!
+//! The restructuring that removes the last mutual imports is under way
+//! (issue 29); [`KNOWN`] lists those still there. A new pair fails the test
+//! (with the lines that make it), and so does a listed pair that has gone —
+//! take it off the list, so the list only ever shrinks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Mutual imports still present, as `(a, b)` module paths (`a < b`).
+const KNOWN: &[(&str, &str)] = &[
+    ("groups/classic_service", "groups/coordinator"),
+    ("groups/coordinator", "shard"),
+    ("groups/coordinator", "shard/mesh"),
+    ("metadata/writer", "shard"),
+    ("metadata/writer", "shard/mesh"),
+    ("metrics", "shard"),
+    ("replica", "replica/fetcher"),
+    ("replica", "shard"),
+    ("shard", "shard/mesh"),
+];
+
+/// Module path (`a/b`) → file, for every file of the library.
+fn modules(src: &Path) -> BTreeMap<Vec<String>, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read src") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let rel = path.strip_prefix(src).expect("under src");
+            let rel = rel.to_string_lossy().replace('\\', "/");
+            let Some(stem) = rel.strip_suffix(".rs") else {
+                continue;
+            };
+            if rel == "main.rs" {
+                continue; // the binary: a crate of its own
+            }
+            let mut parts: Vec<String> = stem.split('/').map(str::to_string).collect();
+            if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+                parts.pop();
+            }
+            out.insert(parts, rel);
+        }
+    }
+    out
+}
+
+/// The code of a file without comments and without its test module.
+fn code(text: &str) -> String {
+    let text = text.split("#[cfg(test)]\nmod ").next().unwrap_or("");
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The flat paths of one `use` tree (`a::{b, c::{d, e}}` → `a::b`, …).
+fn flatten(tree: &str, out: &mut Vec<String>) {
+    // Without whitespace and renames (`x as y`: the path is `x`).
+    let mut tokens = tree.split_whitespace();
+    let mut flat = String::new();
+    while let Some(t) = tokens.next() {
+        if t == "as" {
+            let renamed = tokens.next().unwrap_or("");
+            flat.push_str(renamed.trim_start_matches(|c: char| c.is_alphanumeric() || c == '_'));
+        } else {
+            flat.push_str(t);
+        }
+    }
+    flatten_flat(&flat, out);
+}
+
+fn flatten_flat(tree: &str, out: &mut Vec<String>) {
+    let Some(open) = tree.find('{') else {
+        out.push(tree.to_string());
+        return;
+    };
+    let prefix = tree[..open].trim_end_matches("::");
+    let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+    let (mut depth, mut start) = (0, 0);
+    let mut items = Vec::new();
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[start..]);
+    for item in items.into_iter().filter(|i| !i.is_empty()) {
+        flatten_flat(&format!("{prefix}::{item}"), out);
+    }
+}
+
+/// Every path a file names: its `use` trees, and `a::b` paths in its code.
+fn paths(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for stmt in code.split(';') {
+        let s = stmt.trim_start();
+        let s = s.strip_prefix("pub(super) ").unwrap_or(s);
+        let s = s.strip_prefix("pub(crate) ").unwrap_or(s);
+        let s = s.strip_prefix("pub ").unwrap_or(s);
+        if let Some(tree) = s.strip_prefix("use ") {
+            flatten(tree, &mut out);
+        }
+    }
+    let bytes = code.as_bytes();
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut i = 0;
+    while i < bytes.len() {
+        if word(bytes[i]) && (i == 0 || !(word(bytes[i - 1]) || bytes[i - 1] == b':')) {
+            let mut j = i;
+            while j < bytes.len()
+                && (word(bytes[j]) || (bytes[j] == b':' && bytes.get(j + 1) == Some(&b':')))
+            {
+                j += if bytes[j] == b':' { 2 } else { 1 };
+            }
+            let path = &code[i..j];
+            if path.contains("::") {
+                out.push(path.trim_end_matches("::").to_string());
+            }
+            i = j.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The library's modules a file's paths resolve to (the longest module
+/// prefix of each path), without the file itself and the crate root.
+fn imports(
+    module: &[String],
+    code: &str,
+    files: &BTreeMap<Vec<String>, String>,
+) -> BTreeMap<Vec<String>, String> {
+    let mut out = BTreeMap::new();
+    for path in paths(code) {
+        let mut segs: Vec<&str> = path.split("::").filter(|s| *s != "*").collect();
+        let mut base: Vec<String> = match segs.first().copied() {
+            Some("crate") => {
+                segs.remove(0);
+                Vec::new()
+            }
+            Some("super") => {
+                let mut b = module.to_vec();
+                while segs.first() == Some(&"super") {
+                    segs.remove(0);
+                    b.pop();
+                }
+                b
+            }
+            Some("self") => {
+                segs.remove(0);
+                module.to_vec()
+            }
+            Some(first) => {
+                let mut child = module.to_vec();
+                child.push(first.to_string());
+                if !files.contains_key(&child) {
+                    continue;
+                }
+                module.to_vec()
+            }
+            None => continue,
+        };
+        base.extend(segs.iter().map(|s| s.to_string()));
+        let target = (0..=base.len())
+            .rev()
+            .map(|k| base[..k].to_vec())
+            .find(|m| files.contains_key(m));
+        if let Some(t) = target.filter(|t| !t.is_empty() && t.as_slice() != module) {
+            out.entry(t).or_insert(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn layering_no_file_imports_a_module_that_imports_it_back() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = modules(&src);
+    let mut edges = BTreeMap::new();
+    for (module, rel) in &files {
+        let text = std::fs::read_to_string(src.join(rel)).expect("read a source file");
+        edges.insert(module.clone(), imports(module, &code(&text), &files));
+    }
+    let name = |m: &Vec<String>| m.join("/");
+    let mut found = BTreeSet::new();
+    let mut why = Vec::new();
+    for (a, targets) in &edges {
+        for (b, path) in targets {
+            if a < b {
+                if let Some(back) = edges.get(b).and_then(|t| t.get(a)) {
+                    found.insert((name(a), name(b)));
+                    why.push(format!(
+                        "{} names `{path}`, {} names `{back}`",
+                        name(a),
+                        name(b)
+                    ));
+                }
+            }
+        }
+    }
+    let known: BTreeSet<(String, String)> = KNOWN
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    let new: Vec<_> = found.difference(&known).collect();
+    let gone: Vec<_> = known.difference(&found).collect();
+    assert!(
+        new.is_empty(),
+        "new mutual imports in broker/src: {new:?}\n{}",
+        why.join("\n")
+    );
+    assert!(
+        gone.is_empty(),
+        "mutual imports no longer there (take them off KNOWN in {}): {gone:?}",
+        file!()
+    );
+}
+
+#[test]
+fn layering_reads_use_trees_and_paths() {
+    let mut out = Vec::new();
+    flatten("crate::a::{b, c::{d, e as f}, g::*}", &mut out);
+    assert_eq!(
+        out,
+        [
+            "crate::a::b",
+            "crate::a::c::d",
+            "crate::a::c::e",
+            "crate::a::g::*"
+        ]
+    );
+    let p = paths("use super::x::Y;\nfn f() { crate::shard::mesh::send(); a.b::<u8>(); }");
+    assert!(p.contains(&"super::x::Y".to_string()), "{p:?}");
+    assert!(p.contains(&"crate::shard::mesh::send".to_string()), "{p:?}");
+}

@@ -1,0 +1,217 @@
+//! The Kafka protocol for the connection pipeline: frame lengths, and
+//! each request onto its API family.
+
+use super::cluster::*;
+use super::common::*;
+use super::data::*;
+use super::groups::*;
+use super::topics::*;
+
+/// The Kafka protocol (framing and dispatch) for [`crate::listener::connection`].
+#[derive(Debug, Clone, Copy)]
+pub struct Kafka;
+
+impl Protocol for Kafka {
+    fn frame_len(&self, buf: &[u8], max: usize) -> Result<Option<usize>, (u32, Answer)> {
+        let len = codec::peek_request_frame_len(buf, max).map_err(|e| {
+            tracing::warn!(error = %e, "closing Kafka connection: bad frame size");
+            (0, closing())
+        })?;
+        let key = buf.get(4..6).map(|b| i16::from_be_bytes([b[0], b[1]]));
+        if let (Some(n), Some(key)) = (len, key) {
+            let produce = key == kafka_protocol::messages::ApiKey::Produce as i16;
+            if !produce && n > KAFKA_NON_PRODUCE_FRAME_BYTES_MAX {
+                tracing::warn!(
+                    api = key,
+                    bytes = n,
+                    max = KAFKA_NON_PRODUCE_FRAME_BYTES_MAX,
+                    "closing Kafka connection: a request other than Produce over its size limit"
+                );
+                return Err((0, closing()));
+            }
+        }
+        Ok(len)
+    }
+
+    fn api_of(&self, frame: &[u8]) -> Option<NativeKey> {
+        let key = frame.get(4..6).map(|b| i16::from_be_bytes([b[0], b[1]]))?;
+        native_key(key)
+    }
+
+    fn is_error(&self, _answer: &Answer) -> bool {
+        false
+    }
+
+    async fn dispatch(&self, core: &Rc<Core>, request: Bytes, ctx: Ctx) -> Pending {
+        let frame = request.slice(codec::SIZE_PREFIX_BYTES..);
+        match codec::decode_request(frame) {
+            Ok(req) => serve(core, req, ctx).await,
+            Err(codec::DecodeError::Refused { header, answer }) => {
+                tracing::debug!(
+                    api = header.api_key,
+                    version = header.api_version,
+                    "Kafka request at a version not served: refused"
+                );
+                Pending::Ready(Answer::plain(BytesMut::from(&answer[..])))
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "Kafka request not decoded");
+                let error = match &e {
+                    codec::DecodeError::UnsupportedVersion { .. } => codec::UNSUPPORTED_VERSION,
+                    _ => E::InvalidRequest.code(),
+                };
+                // An error body where the API has one at that version (the
+                // ApiVersions fallback among them); else the connection is
+                // closed, as Kafka does.
+                let answer = e
+                    .header()
+                    .filter(|_| !matches!(e, codec::DecodeError::UnsupportedApi { .. }))
+                    .and_then(|h| codec::error_response(&h, error))
+                    .map(|b| Answer::plain(BytesMut::from(&b[..])))
+                    .unwrap_or_else(closing);
+                Pending::Ready(answer)
+            }
+        }
+    }
+}
+
+/// Starts serving one decoded request.
+async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
+    let h = req.header();
+    let version = req.api_version;
+    let client_id = req.client_id.clone().unwrap_or_default();
+    let core = core.clone();
+    match req.body {
+        KafkaRequest::ApiVersions(_) => {
+            Pending::Ready(answer(&h, KafkaResponse::ApiVersions(api_versions())))
+        }
+        KafkaRequest::Metadata(r) => at_turn(async move {
+            let resp = metadata(&core, r, version).await;
+            answer(&h, KafkaResponse::Metadata(resp))
+        }),
+        KafkaRequest::Produce(r) => produce(&core, h, r, ctx).await,
+        KafkaRequest::Fetch(r) => later(async move { fetch(&core, h, r, ctx).await }),
+        KafkaRequest::ListOffsets(r) => later(async move {
+            let resp = list_offsets(&core, r, version).await;
+            answer(&h, KafkaResponse::ListOffsets(resp))
+        }),
+        KafkaRequest::FindCoordinator(r) => at_turn(async move {
+            answer(
+                &h,
+                KafkaResponse::FindCoordinator(find_coordinator(&core, r, version)),
+            )
+        }),
+        KafkaRequest::InitProducerId(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::InitProducerId(init_producer_id(&core, r).await),
+            )
+        }),
+        KafkaRequest::CreateTopics(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::CreateTopics(create_topics(&core, r, version).await),
+            )
+        }),
+        KafkaRequest::DeleteTopics(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::DeleteTopics(delete_topics(&core, r).await),
+            )
+        }),
+        KafkaRequest::JoinGroup(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::JoinGroup(join_group(&core, r, version, client_id).await),
+            )
+        }),
+        KafkaRequest::SyncGroup(r) => {
+            later(async move { answer(&h, KafkaResponse::SyncGroup(sync_group(&core, r).await)) })
+        }
+        KafkaRequest::Heartbeat(r) => {
+            later(async move { answer(&h, KafkaResponse::Heartbeat(heartbeat(&core, r).await)) })
+        }
+        KafkaRequest::LeaveGroup(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::LeaveGroup(leave_group(&core, r, version).await),
+            )
+        }),
+        KafkaRequest::OffsetCommit(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::OffsetCommit(offset_commit(&core, r).await),
+            )
+        }),
+        KafkaRequest::OffsetFetch(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::OffsetFetch(offset_fetch(&core, r, version).await),
+            )
+        }),
+        KafkaRequest::ListGroups(r) => {
+            later(async move { answer(&h, KafkaResponse::ListGroups(list_groups(&core, r).await)) })
+        }
+        KafkaRequest::DescribeGroups(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::DescribeGroups(describe_groups(&core, r, version).await),
+            )
+        }),
+        KafkaRequest::DeleteGroups(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::DeleteGroups(delete_groups(&core, r).await),
+            )
+        }),
+        KafkaRequest::CreatePartitions(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::CreatePartitions(create_partitions(&core, r).await),
+            )
+        }),
+        KafkaRequest::DescribeConfigs(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::DescribeConfigs(describe_configs(&core, r).await),
+            )
+        }),
+        KafkaRequest::IncrementalAlterConfigs(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::IncrementalAlterConfigs(alter_configs(&core, r).await),
+            )
+        }),
+        KafkaRequest::OffsetForLeaderEpoch(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::OffsetForLeaderEpoch(offset_for_leader_epoch(&core, r).await),
+            )
+        }),
+        KafkaRequest::DescribeCluster(_) => {
+            at_turn(
+                async move { answer(&h, KafkaResponse::DescribeCluster(describe_cluster(&core))) },
+            )
+        }
+        KafkaRequest::ConsumerGroupHeartbeat(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::ConsumerGroupHeartbeat(
+                    consumer_group_heartbeat(&core, r, client_id).await,
+                ),
+            )
+        }),
+        KafkaRequest::DeleteRecords(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::DeleteRecords(delete_records(&core, r).await),
+            )
+        }),
+        KafkaRequest::ConsumerGroupDescribe(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::ConsumerGroupDescribe(consumer_group_describe(&core, r).await),
+            )
+        }),
+    }
+}
