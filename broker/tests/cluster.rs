@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::KafkaConn;
 use weir_proto::messages::DescribeClusterResponse;
 
 mod common;
@@ -2288,81 +2289,6 @@ fn the_preferred_replica_leads_again_after_its_node_returns() {
     }
     let ends = replicas_converge(&c, "pref", 1, &[1, 2, 3], Duration::from_secs(20));
     assert_eq!(ends, [1]);
-}
-
-/// A raw Kafka connection: the tests below need exact control of what
-/// shares a connection and of the versions sent.
-struct KafkaConn {
-    s: std::net::TcpStream,
-    corr: i32,
-}
-
-impl KafkaConn {
-    fn connect(addr: SocketAddr) -> KafkaConn {
-        let s = std::net::TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        KafkaConn { s, corr: 0 }
-    }
-
-    /// Sends a request without waiting for its answer.
-    fn send<R>(&mut self, key: kafka_protocol::messages::ApiKey, version: i16, req: &R)
-    where
-        R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion,
-    {
-        use kafka_protocol::protocol::Encodable;
-        self.corr += 1;
-        let header = kafka_protocol::messages::RequestHeader::default()
-            .with_request_api_key(key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.corr)
-            .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str(
-                "test",
-            )));
-        let mut body = bytes::BytesMut::new();
-        header
-            .encode(&mut body, R::header_version(version))
-            .unwrap();
-        req.encode(&mut body, version).unwrap();
-        self.s
-            .write_all(&(body.len() as i32).to_be_bytes())
-            .unwrap();
-        self.s.write_all(&body).unwrap();
-    }
-
-    /// The next answer, decoded as `R` at `version`.
-    fn read<R>(&mut self, version: i16) -> R
-    where
-        R: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::HeaderVersion,
-    {
-        use kafka_protocol::protocol::Decodable;
-        use std::io::Read;
-        let mut size = [0u8; 4];
-        self.s.read_exact(&mut size).unwrap();
-        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
-        self.s.read_exact(&mut frame).unwrap();
-        let mut b = bytes::Bytes::from(frame);
-        kafka_protocol::messages::ResponseHeader::decode(&mut b, R::header_version(version))
-            .unwrap();
-        R::decode(&mut b, version).unwrap()
-    }
-
-    /// Metadata v12 of `topic`: each partition's (leader broker, leader
-    /// epoch).
-    fn leaders(&mut self, topic: &str) -> Vec<(i32, i32)> {
-        use kafka_protocol::messages::{metadata_request::MetadataRequestTopic, *};
-        let req =
-            MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
-                .with_name(Some(TopicName(
-                    kafka_protocol::protocol::StrBytes::from_string(topic.into()),
-                )))]));
-        self.send(ApiKey::Metadata, 12, &req);
-        let r: MetadataResponse = self.read(12);
-        r.topics[0]
-            .partitions
-            .iter()
-            .map(|p| (p.leader_id.0, p.leader_epoch))
-            .collect()
-    }
 }
 
 /// A Produce request (v9) of one batch to `topic`-`partition`.

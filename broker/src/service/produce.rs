@@ -55,6 +55,11 @@ pub async fn produce(
             parts.len()
         )));
     }
+    if !(-1..=1).contains(&acks) {
+        return Err(BrokerError::InvalidRequest(format!(
+            "acks {acks}: use -1, 0 or 1"
+        )));
+    }
     let tasks: Vec<_> = parts
         .into_iter()
         .map(|p| {

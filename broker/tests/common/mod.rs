@@ -18,6 +18,8 @@ pub struct Broker {
     pub metrics: SocketAddr,
     /// The Kafka listener.
     pub kafka: SocketAddr,
+    /// Each core's own Kafka port (only its own partitions).
+    pub kafka_core_ports: Vec<u16>,
     pub dir: PathBuf,
 }
 
@@ -68,12 +70,16 @@ impl Broker {
         let addr: SocketAddr = field("listen=").parse().unwrap();
         let metrics: SocketAddr = field("metrics=").parse().unwrap();
         let kafka: SocketAddr = field("kafka=").parse().unwrap();
-        let i = line.find("core_ports=[").unwrap() + "core_ports=[".len();
-        let j = line[i..].find(']').unwrap() + i;
-        let core_ports = line[i..j]
-            .split(',')
-            .map(|s| s.trim().parse().unwrap())
-            .collect();
+        let ports = |k: &str| -> Vec<u16> {
+            let i = line.find(k).unwrap() + k.len();
+            let j = line[i..].find(']').unwrap() + i;
+            line[i..j]
+                .split(',')
+                .map(|s| s.trim().parse().unwrap())
+                .collect()
+        };
+        let core_ports = ports(" core_ports=[");
+        let kafka_core_ports = ports("kafka_core_ports=[");
         // Keep draining stdout so the broker never blocks on it.
         std::thread::spawn(move || for _ in lines {});
         Broker {
@@ -82,6 +88,7 @@ impl Broker {
             core_ports,
             metrics,
             kafka,
+            kafka_core_ports,
             dir: dir.to_path_buf(),
         }
     }
@@ -289,4 +296,79 @@ pub fn client_program(program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut c = Command::new(program);
     c.env_remove("LD_LIBRARY_PATH");
     c
+}
+
+/// A raw Kafka connection, for tests that need exact control of what
+/// shares a connection and of the versions sent.
+pub struct KafkaConn {
+    pub s: TcpStream,
+    pub corr: i32,
+}
+
+impl KafkaConn {
+    pub fn connect(addr: SocketAddr) -> KafkaConn {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        KafkaConn { s, corr: 0 }
+    }
+
+    /// Sends a request without waiting for its answer.
+    pub fn send<R>(&mut self, key: kafka_protocol::messages::ApiKey, version: i16, req: &R)
+    where
+        R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion,
+    {
+        use kafka_protocol::protocol::Encodable;
+        self.corr += 1;
+        let header = kafka_protocol::messages::RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.corr)
+            .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                "test",
+            )));
+        let mut body = bytes::BytesMut::new();
+        header
+            .encode(&mut body, R::header_version(version))
+            .unwrap();
+        req.encode(&mut body, version).unwrap();
+        self.s
+            .write_all(&(body.len() as i32).to_be_bytes())
+            .unwrap();
+        self.s.write_all(&body).unwrap();
+    }
+
+    /// The next answer, decoded as `R` at `version`.
+    pub fn read<R>(&mut self, version: i16) -> R
+    where
+        R: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::HeaderVersion,
+    {
+        use kafka_protocol::protocol::Decodable;
+        use std::io::Read;
+        let mut size = [0u8; 4];
+        self.s.read_exact(&mut size).unwrap();
+        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.s.read_exact(&mut frame).unwrap();
+        let mut b = bytes::Bytes::from(frame);
+        kafka_protocol::messages::ResponseHeader::decode(&mut b, R::header_version(version))
+            .unwrap();
+        R::decode(&mut b, version).unwrap()
+    }
+
+    /// Metadata v12 of `topic`: each partition's (leader broker, leader
+    /// epoch).
+    pub fn leaders(&mut self, topic: &str) -> Vec<(i32, i32)> {
+        use kafka_protocol::messages::{metadata_request::MetadataRequestTopic, *};
+        let req =
+            MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_name(Some(TopicName(
+                    kafka_protocol::protocol::StrBytes::from_string(topic.into()),
+                )))]));
+        self.send(ApiKey::Metadata, 12, &req);
+        let r: MetadataResponse = self.read(12);
+        r.topics[0]
+            .partitions
+            .iter()
+            .map(|p| (p.leader_id.0, p.leader_epoch))
+            .collect()
+    }
 }
