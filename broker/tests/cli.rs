@@ -271,3 +271,58 @@ fn cli_admin_and_unkeyed_produce() {
     assert_eq!(so, "");
     fails(&b, &["topic", "delete", "logs"]);
 }
+
+/// A core port that is taken: the broker exits at once, non-zero, saying
+/// which core could not listen where and what to change — it does not
+/// start without that core, and does not hang on the cores that started.
+#[test]
+fn a_taken_core_port_fails_the_start_with_a_clear_error() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let base = weir_testkit::ports::run(weir_testkit::ports::Proto::Tcp, 1);
+    // Core 1's own port is base + 1.
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", base + 1)).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "broker",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--cores",
+            "2",
+        ])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--core-port-base",
+            &base.to_string(),
+        ])
+        .args([
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--kafka-listener",
+            "127.0.0.1:0",
+        ])
+        .env("WEIR_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the broker neither started nor failed within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "exit status {status}: {err}");
+    assert!(
+        err.contains(&format!("{}", base + 1)) && err.contains("--core-port-base"),
+        "the error names the port and the flag: {err}"
+    );
+}

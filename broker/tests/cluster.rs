@@ -61,16 +61,8 @@ const CORES: u16 = 2;
 /// A loopback UDP address whose port and the `CORES` ports after it are
 /// free now: a node's replication port, and its cores' (port + 1 + core).
 fn free_udp() -> SocketAddr {
-    loop {
-        let first = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let addr = first.local_addr().unwrap();
-        let rest: Vec<_> = (1..=CORES)
-            .map(|i| UdpSocket::bind(("127.0.0.1", addr.port().wrapping_add(i))))
-            .collect();
-        if addr.port() < u16::MAX - CORES && rest.iter().all(Result::is_ok) {
-            return addr;
-        }
-    }
+    let port = weir_testkit::ports::run(weir_testkit::ports::Proto::Udp, CORES);
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 /// A loopback TCP port whose `CORES` successors are free too: a node's
@@ -79,16 +71,7 @@ fn free_udp() -> SocketAddr {
 /// brokers by address: one that moved on restart is one it backs off
 /// reconnecting to).
 fn free_tcp_run() -> u16 {
-    loop {
-        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = first.local_addr().unwrap().port();
-        let rest: Vec<_> = (1..=CORES)
-            .map(|i| std::net::TcpListener::bind(("127.0.0.1", port.wrapping_add(i))))
-            .collect();
-        if port < u16::MAX - CORES && rest.iter().all(Result::is_ok) {
-            return port;
-        }
-    }
+    weir_testkit::ports::run(weir_testkit::ports::Proto::Tcp, CORES)
 }
 
 /// A node's core replication endpoints, given its replication address.

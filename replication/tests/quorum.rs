@@ -3,7 +3,7 @@
 //! cluster tests, with SIGKILL, live with the broker).
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,11 +16,10 @@ use weir_replication::{Command, Controller, ControllerConfig, ControllerError, N
 
 const CLUSTER: &str = "test-cluster";
 
+/// A loopback UDP address for a node, below the ephemeral range (a
+/// port-0 socket of another node cannot take it before the node binds it).
 fn free_udp() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    weir_testkit::ports::addr(weir_testkit::ports::Proto::Udp)
 }
 
 struct Cluster {

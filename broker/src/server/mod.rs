@@ -209,8 +209,24 @@ pub fn run_with(
     drop(kafka);
     if let Some(e) = first_err {
         stopping.store(true, Ordering::Release);
-        for h in handles {
-            let _ = h.join();
+        // The other cores stop at their next check of `stopping`, but one
+        // may be inside a wait with a long deadline of its own (core 0
+        // waits up to a minute for every core to apply the offsets topic):
+        // report the failure after the drain limit rather than hang on it.
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            for h in handles {
+                let _ = h.join();
+            }
+            let _ = done_tx.send(());
+        });
+        if done_rx
+            .recv_timeout(Duration::from_millis(DRAIN_MS_MAX))
+            .is_err()
+        {
+            tracing::warn!(
+                "cores still running {DRAIN_MS_MAX} ms after a failed start; reporting it anyway"
+            );
         }
         return Err(e);
     }
