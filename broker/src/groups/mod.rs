@@ -1,22 +1,21 @@
-//! Consumer groups: the coordinator ([`coordinator`]: membership,
-//! assignment, commits, expiry), the assignors ([`assignor`]), and
-//! `__consumer_offsets` — its record formats ([`records`]) and its appends
-//! and replay ([`store`]).
+//! Consumer groups in the broker: the hosting of the state machines of
+//! `weir-groups` (sans-IO: KIP-848 and classic groups, assignors, the
+//! `__consumer_offsets` records, limits). [`coordinator`]: where a group
+//! lives, its lock, storing each step before answering, held heartbeats,
+//! commits, describe/list/delete, expiry; [`classic_service`]: the classic
+//! machine's held joins and syncs; [`store`]: appends to and replay of
+//! `__consumer_offsets`; [`clock`]: where the time the machines are given
+//! is read.
 //!
 //! The coordinator still speaks the native protocol's group messages
-//! (`weir_proto::messages`) at its boundary; the issue "Consumer groups
-//! that hold under faults" gives it a protocol-neutral model (epochs, the
-//! classic and KIP-848 protocols) shared by the native and Kafka listeners.
+//! (`weir_proto::messages`) at its boundary; the Kafka listener maps its
+//! own onto them.
 
-pub mod assignor;
-pub mod classic;
 pub mod classic_service;
 pub mod clock;
-pub mod consumer;
 pub mod coordinator;
-pub mod limits;
-pub mod records;
 pub mod store;
 
-#[cfg(test)]
-mod model_tests;
+// The state machines, assignors, record formats and limits are the
+// sans-IO crate `weir-groups`; these re-exports keep their paths.
+pub use weir_groups::{assignor, classic, consumer, limits, records};

@@ -31,8 +31,8 @@ use weir_storage::LogConfig;
 
 /// File name of the registry in the data directory.
 pub const REGISTRY_FILE: &str = "topics.toml";
-/// The internal topic.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// The internal topic of the groups' records (defined with its format).
+pub use weir_groups::records::OFFSETS_TOPIC;
 /// Longest topic name (Kafka's limit).
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Most partitions of one topic.

@@ -18,11 +18,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::groups::assignor::Tp;
-use crate::groups::consumer::{
-    Answer, ConsumerGroup, GroupError, Heartbeat, JOIN_EPOCH, LEAVE_EPOCH,
-};
-use crate::groups::records::{self, GroupValue};
+use crate::assignor::Tp;
+use crate::consumer::{Answer, ConsumerGroup, GroupError, Heartbeat, JOIN_EPOCH, LEAVE_EPOCH};
+use crate::records::{self, GroupValue};
 
 const TOPIC: &str = "t";
 const PARTITIONS: u32 = 6;

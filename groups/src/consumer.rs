@@ -1,6 +1,6 @@
 //! A consumer group as KIP-848 defines it, as a pure state machine: no
 //! I/O, no clock (time comes in as `now_ms`), no core. The coordinator
-//! ([`super::coordinator`]) runs it under the group's lock and stores what
+//! (the broker's `groups/coordinator.rs`) runs it under the group's lock and stores what
 //! it marks dirty before answering; the model test drives it directly.
 //!
 //! **Epochs.** The *group epoch* grows with every change of membership,
@@ -39,8 +39,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::groups::assignor::{Assignment, Assignor, Tp};
-use crate::groups::limits::{
+use crate::assignor::{Assignment, Assignor, Tp};
+use crate::limits::{
     CONSUMER_MEMBER_ID_BYTES_MAX, GROUP_MEMBERS_MAX, HEARTBEAT_INTERVAL_MS_MAX, MEMBER_TOPICS_MAX,
     OWNED_PARTITIONS_MAX, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN,
 };

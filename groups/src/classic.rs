@@ -64,7 +64,7 @@ use std::fmt;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::groups::limits::{
+use crate::limits::{
     ASSIGNMENT_BYTES_MAX, CLASSIC_MEMBER_ID_BYTES_MAX, FRESH_ID_BYTES_MAX, GROUP_MEMBERS_MAX,
     LEAVE_MEMBERS_MAX, MEMBER_METADATA_BYTES_MAX, NAME_BYTES_MAX, PROTOCOLS_MAX,
     REBALANCE_TIMEOUT_MS_MIN,

@@ -28,10 +28,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::groups::classic::{Snapshot, SnapshotMember, SnapshotState};
-use crate::groups::consumer::Member;
+use crate::classic::{Snapshot, SnapshotMember, SnapshotState};
+use crate::consumer::Member;
 
-pub use crate::metadata::OFFSETS_TOPIC;
+/// The internal topic the group records live in (Kafka's name).
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Longest group id, bytes.
 pub const GROUP_ID_BYTES_MAX: usize = 255;
 /// Longest metadata string stored with an offset, bytes.
@@ -439,7 +440,7 @@ fn put_tps<'a>(
 }
 
 /// A consumer-group member's record value: `[version i16 = 0]` and
-/// [`put_member_body`]'s layout.
+/// `put_member_body`'s layout.
 pub fn encode_member(m: &Member) -> Bytes {
     let mut out = BytesMut::new();
     out.put_i16(WEIR_VALUE_VERSION);
