@@ -18,7 +18,6 @@ const KNOWN: &[(&str, &str)] = &[
     ("groups/coordinator", "shard/mesh"),
     ("metadata/writer", "shard"),
     ("metadata/writer", "shard/mesh"),
-    ("metrics", "shard"),
     ("replica", "replica/fetcher"),
     ("replica", "shard"),
     ("shard", "shard/mesh"),

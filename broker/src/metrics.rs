@@ -1,14 +1,14 @@
-//! Metrics: per-core counters and their Prometheus text rendering. They
-//! are gathered from every core through the mesh and served at
-//! `GET /metrics` by core 0 (`crate::listener::http`).
+//! Metrics: per-core counters, the `Send` snapshot of them that crosses
+//! the mesh, and their Prometheus text rendering. A core takes its
+//! snapshot in `shard::stats`; core 0 gathers every core's and serves
+//! them at `GET /metrics` (`crate::listener::http`). Nothing here knows a
+//! core.
 
 use std::cell::Cell;
 use std::fmt::Write as _;
 
 use weir_proto::api::ApiKey;
 use weir_storage::ShardStats;
-
-use crate::shard::Core;
 
 /// Upper bounds of the request-latency histogram buckets, µs.
 pub const LATENCY_BUCKETS_US: [u64; 12] = [
@@ -45,14 +45,14 @@ pub const HTTP_HEAD_BYTES_MAX: usize = 8 << 10;
 /// histogram's count) and errors.
 #[derive(Debug, Default)]
 pub struct ApiCounters {
-    errors: Cell<u64>,
-    latency: CellHist<{ LATENCY_BUCKETS_US.len() }>,
+    pub(crate) errors: Cell<u64>,
+    pub(crate) latency: CellHist<{ LATENCY_BUCKETS_US.len() }>,
 }
 
 /// A latency histogram on one core: observations, their sum (µs) and
 /// per-bucket counts over upper bounds given when observing.
 #[derive(Debug)]
-struct CellHist<const N: usize> {
+pub(crate) struct CellHist<const N: usize> {
     count: Cell<u64>,
     sum_us: Cell<u64>,
     buckets: [Cell<u64>; N],
@@ -77,7 +77,7 @@ impl<const N: usize> CellHist<N> {
         }
     }
 
-    fn read(&self) -> Hist {
+    pub(crate) fn read(&self) -> Hist {
         Hist {
             count: self.count.get(),
             sum_us: self.sum_us.get(),
@@ -89,7 +89,8 @@ impl<const N: usize> CellHist<N> {
 /// One core's counters.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    apis: [ApiCounters; APIS],
+    /// Per API: errors and latency.
+    pub(crate) apis: [ApiCounters; APIS],
     /// Request bytes received.
     pub bytes_in: Cell<u64>,
     /// Response bytes sent.
@@ -103,7 +104,7 @@ pub struct Metrics {
     /// `--frame-read-timeout-ms`.
     pub frame_timeouts: Cell<u64>,
     /// Produce stages, per batch.
-    stages: [CellHist<{ STAGE_BUCKETS_US.len() }>; PRODUCE_STAGES.len()],
+    pub(crate) stages: [CellHist<{ STAGE_BUCKETS_US.len() }>; PRODUCE_STAGES.len()],
     /// Bytes of batches this core's followers fetched from leaders.
     pub replication_in: Cell<u64>,
     /// Bytes of batches this core sent to followers.
@@ -161,24 +162,24 @@ impl Metrics {
 
 /// A replicated partition this core leads, for the metrics.
 #[derive(Debug, Clone)]
-struct LeaderStats {
-    topic: String,
-    partition: u32,
-    isr: usize,
-    replicas: usize,
-    min_isr: u32,
+pub(crate) struct LeaderStats {
+    pub(crate) topic: String,
+    pub(crate) partition: u32,
+    pub(crate) isr: usize,
+    pub(crate) replicas: usize,
+    pub(crate) min_isr: u32,
     /// Per follower node: records and bytes behind the leader's log end
     /// (as of its last fetch).
-    lag: Vec<(u64, u64, u64)>,
+    pub(crate) lag: Vec<(u64, u64, u64)>,
 }
 
 /// A `Send` copy of one histogram: per-bucket counts (not cumulative),
 /// the count and the sum in µs.
 #[derive(Debug, Clone, Default)]
-struct Hist {
-    count: u64,
-    sum_us: u64,
-    buckets: Vec<u64>,
+pub(crate) struct Hist {
+    pub(crate) count: u64,
+    pub(crate) sum_us: u64,
+    pub(crate) buckets: Vec<u64>,
 }
 
 impl Hist {
@@ -204,100 +205,25 @@ pub struct Snapshot {
     /// The core.
     pub core: usize,
     /// Per API: (errors, latency).
-    apis: Vec<(u64, Hist)>,
+    pub(crate) apis: Vec<(u64, Hist)>,
     /// Per produce stage.
-    stages: Vec<Hist>,
-    bytes_in: u64,
-    bytes_out: u64,
-    connections: u64,
-    connections_refused: u64,
-    frame_timeouts: u64,
-    open_connections: u64,
-    pending_replies: u64,
-    running_waits: u64,
-    metadata_version: u64,
-    storage: ShardStats,
-    partitions: Vec<(String, u32, u64, u64, u64)>,
+    pub(crate) stages: Vec<Hist>,
+    pub(crate) bytes_in: u64,
+    pub(crate) bytes_out: u64,
+    pub(crate) connections: u64,
+    pub(crate) connections_refused: u64,
+    pub(crate) frame_timeouts: u64,
+    pub(crate) open_connections: u64,
+    pub(crate) pending_replies: u64,
+    pub(crate) running_waits: u64,
+    pub(crate) metadata_version: u64,
+    pub(crate) storage: ShardStats,
+    pub(crate) partitions: Vec<(String, u32, u64, u64, u64)>,
     /// Compacted partitions' dirty ratios.
-    dirty: Vec<(String, u32, f64)>,
-    replication_in: u64,
-    replication_out: u64,
-    leaders: Vec<LeaderStats>,
-}
-
-/// Takes this core's snapshot.
-pub fn snapshot(core: &Core) -> Snapshot {
-    let m = &core.metrics;
-    Snapshot {
-        core: core.id,
-        apis: m
-            .apis
-            .iter()
-            .map(|a| (a.errors.get(), a.latency.read()))
-            .collect(),
-        stages: m.stages.iter().map(CellHist::read).collect(),
-        bytes_in: m.bytes_in.get(),
-        bytes_out: m.bytes_out.get(),
-        connections: m.connections.get(),
-        connections_refused: m.connections_refused.get(),
-        frame_timeouts: m.frame_timeouts.get(),
-        open_connections: core.connections.get() as u64,
-        pending_replies: core.replies.len() as u64,
-        running_waits: core.running.len() as u64,
-        metadata_version: core.metadata().version,
-        storage: core.storage.stats(),
-        partitions: core
-            .logs
-            .borrow()
-            .iter()
-            .map(|((t, p), l)| {
-                (
-                    t.clone(),
-                    *p,
-                    l.log_end_offset(),
-                    l.log_start_offset(),
-                    l.size_bytes(),
-                )
-            })
-            .collect(),
-        dirty: core
-            .logs
-            .borrow()
-            .iter()
-            .filter(|(_, l)| l.config().cleanup_policy.compacts())
-            .map(|((t, p), l)| (t.clone(), *p, l.dirty_ratio()))
-            .collect(),
-        replication_in: m.replication_in.get(),
-        replication_out: m.replication_out.get(),
-        leaders: core
-            .replication
-            .all()
-            .iter()
-            .filter(|r| r.replicated() && r.role() == crate::replica::Role::Leader)
-            .map(|r| {
-                let st = r.state.borrow();
-                let leo = r.log.log_end_offset();
-                let me = core.shared.config.cluster.node_id;
-                LeaderStats {
-                    topic: r.topic.clone(),
-                    partition: r.partition,
-                    isr: st.isr.len(),
-                    replicas: st.replicas.len(),
-                    min_isr: st.min_isr,
-                    lag: st
-                        .replicas
-                        .iter()
-                        .filter(|(n, _)| *n != me)
-                        .map(|(n, _)| {
-                            let at = st.followers.get(n).map_or(0, |p| p.fetch_offset);
-                            let from = at.max(r.log.log_start_offset());
-                            (*n, leo.saturating_sub(at), r.log.bytes_from(from))
-                        })
-                        .collect(),
-                }
-            })
-            .collect(),
-    }
+    pub(crate) dirty: Vec<(String, u32, f64)>,
+    pub(crate) replication_in: u64,
+    pub(crate) replication_out: u64,
+    pub(crate) leaders: Vec<LeaderStats>,
 }
 
 /// A one-sample-per-core metric: name, type, help, value.

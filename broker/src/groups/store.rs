@@ -18,9 +18,9 @@ use weir_proto::record::RecordData;
 use crate::groups::records::{self, RecordKey, Value, OFFSETS_TOPIC};
 use crate::metadata::writer::{self, Change};
 use crate::metadata::{ConfigOp, TopicSpec};
-use crate::service::produce::{ack_waits, all_acked};
 use crate::service::BrokerError;
 use crate::shard::partition;
+use crate::shard::partition::{ack_waits, all_acked};
 use crate::shard::Core;
 
 /// Bytes of `__consumer_offsets` read at a time when replaying.

@@ -9,8 +9,9 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpListener;
 
 use super::accept_or_stop;
-use crate::metrics::{render, snapshot, Snapshot, HTTP_HEAD_BYTES_MAX};
+use crate::metrics::{render, Snapshot, HTTP_HEAD_BYTES_MAX};
 use crate::shard::mesh::CoreMsg;
+use crate::shard::stats::snapshot;
 use crate::shard::Core;
 
 /// Serves `GET /metrics` (core 0).

@@ -7,18 +7,17 @@
 //! the acknowledgements (bounded by the request's timeout).
 
 use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use weir_storage::{AppendInfo, PartitionLog};
 
 use super::{admin, BrokerError, Ctx, ProduceOk, Result};
 use crate::metadata::OFFSETS_TOPIC;
 use crate::server::limits::REQUEST_PARTITIONS_MAX;
 use crate::shard::mesh::{self, CoreMsg};
-use crate::shard::{partition, Core};
+use crate::shard::partition::{self, ack_waits, all_acked, AckWait};
+use crate::shard::Core;
 
 /// One partition's part of a produce request: its record batches as sent
 /// (or why the listener could not cut them out of the request).
@@ -34,9 +33,6 @@ pub struct ProducePart {
 
 /// The outcome for one partition: the first batch's offsets, or why not.
 pub type ProduceOutcome = (String, u32, Result<ProduceOk>);
-
-/// Waits for the acknowledgement of one appended batch.
-pub(crate) type AckWait = Pin<Box<dyn Future<Output = Result<ProduceOk>>>>;
 
 /// Appends every batch of every part (parts concurrently, the batches of
 /// one part in order); returns once all are queued, with the future that
@@ -104,36 +100,6 @@ pub async fn produce(
         }
         out
     })
-}
-
-/// The first batch's acknowledgement, or the first failure.
-pub(crate) async fn all_acked(waits: Vec<AckWait>) -> Result<ProduceOk> {
-    let mut first = None;
-    for w in waits {
-        let r = w.await?;
-        first.get_or_insert(r);
-    }
-    first.ok_or_else(|| BrokerError::Corrupt("empty record set".into()))
-}
-
-/// The waits for the acknowledgements of batches appended on this core.
-pub(crate) fn ack_waits(
-    core: &Rc<Core>,
-    topic: &str,
-    partition: u32,
-    log: PartitionLog,
-    infos: Vec<AppendInfo>,
-    acks: i8,
-) -> Vec<AckWait> {
-    infos
-        .into_iter()
-        .map(|info| {
-            let (core, topic, log) = (core.clone(), topic.to_string(), log.clone());
-            Box::pin(async move {
-                partition::ack_local(core, (&topic, partition), log, info, acks).await
-            }) as AckWait
-        })
-        .collect()
 }
 
 /// Appends every batch of one partition's payload, in order and together,

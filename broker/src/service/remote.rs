@@ -4,8 +4,8 @@
 
 use std::rc::Rc;
 
-use super::produce::{ack_waits, all_acked};
 use crate::shard::mesh::CoreMsg;
+use crate::shard::partition::{ack_waits, all_acked};
 use crate::shard::partition::{
     append_local, compact_local, delete_records_local, fetch_local, init_producer_id_local,
     log_ends_local, offsets_local,
@@ -72,7 +72,7 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             reply.send(core, r).await;
         }
         CoreMsg::Metrics { reply } => {
-            reply.send(core, crate::metrics::snapshot(core)).await;
+            reply.send(core, crate::shard::stats::snapshot(core)).await;
         }
         CoreMsg::Metadata { change, reply } => {
             let r = crate::metadata::writer::submit_local(core, change).await;

@@ -11,6 +11,7 @@
 pub mod mesh;
 pub mod partition;
 pub mod producer_ids;
+pub mod stats;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

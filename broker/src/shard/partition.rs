@@ -3,6 +3,8 @@
 //! Everything here runs on the owner core; requests from other cores reach
 //! it through `crate::service::remote`.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -151,6 +153,38 @@ pub async fn ack_local(
         base_offset: info.base_offset,
         log_start_offset: log.log_start_offset(),
     })
+}
+
+/// Waits for the acknowledgement of one appended batch.
+pub(crate) type AckWait = Pin<Box<dyn Future<Output = Result<ProduceOk, BrokerError>>>>;
+
+/// The first batch's acknowledgement, or the first failure.
+pub(crate) async fn all_acked(waits: Vec<AckWait>) -> Result<ProduceOk, BrokerError> {
+    let mut first = None;
+    for w in waits {
+        let r = w.await?;
+        first.get_or_insert(r);
+    }
+    first.ok_or_else(|| BrokerError::Corrupt("empty record set".into()))
+}
+
+/// The waits for the acknowledgements of batches appended on this core.
+pub(crate) fn ack_waits(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    log: PartitionLog,
+    infos: Vec<AppendInfo>,
+    acks: i8,
+) -> Vec<AckWait> {
+    infos
+        .into_iter()
+        .map(|info| {
+            let (core, topic, log) = (core.clone(), topic.to_string(), log.clone());
+            Box::pin(async move { ack_local(core, (&topic, partition), log, info, acks).await })
+                as AckWait
+        })
+        .collect()
 }
 
 /// Reads from a partition this core owns.

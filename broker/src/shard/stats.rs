@@ -1,0 +1,84 @@
+//! This core's metrics snapshot: its counters (`crate::metrics`) and what
+//! its logs, mesh and replicas hold now.
+
+use crate::metrics::{LeaderStats, Snapshot};
+use crate::shard::Core;
+
+/// Takes this core's snapshot.
+pub fn snapshot(core: &Core) -> Snapshot {
+    let m = &core.metrics;
+    Snapshot {
+        core: core.id,
+        apis: m
+            .apis
+            .iter()
+            .map(|a| (a.errors.get(), a.latency.read()))
+            .collect(),
+        stages: m
+            .stages
+            .iter()
+            .map(crate::metrics::CellHist::read)
+            .collect(),
+        bytes_in: m.bytes_in.get(),
+        bytes_out: m.bytes_out.get(),
+        connections: m.connections.get(),
+        connections_refused: m.connections_refused.get(),
+        frame_timeouts: m.frame_timeouts.get(),
+        open_connections: core.connections.get() as u64,
+        pending_replies: core.replies.len() as u64,
+        running_waits: core.running.len() as u64,
+        metadata_version: core.metadata().version,
+        storage: core.storage.stats(),
+        partitions: core
+            .logs
+            .borrow()
+            .iter()
+            .map(|((t, p), l)| {
+                (
+                    t.clone(),
+                    *p,
+                    l.log_end_offset(),
+                    l.log_start_offset(),
+                    l.size_bytes(),
+                )
+            })
+            .collect(),
+        dirty: core
+            .logs
+            .borrow()
+            .iter()
+            .filter(|(_, l)| l.config().cleanup_policy.compacts())
+            .map(|((t, p), l)| (t.clone(), *p, l.dirty_ratio()))
+            .collect(),
+        replication_in: m.replication_in.get(),
+        replication_out: m.replication_out.get(),
+        leaders: core
+            .replication
+            .all()
+            .iter()
+            .filter(|r| r.replicated() && r.role() == crate::replica::Role::Leader)
+            .map(|r| {
+                let st = r.state.borrow();
+                let leo = r.log.log_end_offset();
+                let me = core.shared.config.cluster.node_id;
+                LeaderStats {
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    isr: st.isr.len(),
+                    replicas: st.replicas.len(),
+                    min_isr: st.min_isr,
+                    lag: st
+                        .replicas
+                        .iter()
+                        .filter(|(n, _)| *n != me)
+                        .map(|(n, _)| {
+                            let at = st.followers.get(n).map_or(0, |p| p.fetch_offset);
+                            let from = at.max(r.log.log_start_offset());
+                            (*n, leo.saturating_sub(at), r.log.bytes_from(from))
+                        })
+                        .collect(),
+                }
+            })
+            .collect(),
+    }
+}
