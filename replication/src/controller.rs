@@ -30,13 +30,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use openraft::{BasicNode, Snapshot};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::error::{Error, Result};
 use crate::link::Links;
 use crate::meta::{ClusterState, Command, NodeInfo, Outcome};
 use crate::raft::store::{LogStore, StateMachine};
@@ -153,7 +153,7 @@ pub struct Controller {
 impl Controller {
     /// Starts the controller on its own thread and returns once its
     /// endpoint is bound and its Raft member is running.
-    pub fn start(cfg: ControllerConfig) -> anyhow::Result<Self> {
+    pub fn start(cfg: ControllerConfig) -> Result<Self> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -165,7 +165,10 @@ impl Controller {
                 {
                     Ok(r) => r,
                     Err(e) => {
-                        let _ = ready_tx.send(Err(anyhow!("starting the controller runtime: {e}")));
+                        let _ = ready_tx.send(Err(Error::Thread {
+                            action: "starting the controller runtime",
+                            source: e,
+                        }));
                         return;
                     }
                 };
@@ -175,11 +178,13 @@ impl Controller {
                             let local = endpoint.local_addr();
                             let handle = tokio::runtime::Handle::current();
                             let tasks = spawn_tasks(&shared, endpoint.clone());
-                            let _ = ready_tx.send(
-                                local
-                                    .map(|a| (shared.clone(), handle, a))
-                                    .map_err(Into::into),
-                            );
+                            let _ =
+                                ready_tx.send(local.map(|a| (shared.clone(), handle, a)).map_err(
+                                    |source| Error::Endpoint {
+                                        action: "reading the endpoint's local address".to_string(),
+                                        source,
+                                    },
+                                ));
                             let _ = stop_rx.await;
                             for t in tasks {
                                 t.abort();
@@ -193,10 +198,11 @@ impl Controller {
                     }
                 });
             })
-            .context("spawning the controller thread")?;
-        let (shared, runtime, local_addr) = ready_rx
-            .recv()
-            .map_err(|_| anyhow!("the controller thread ended before it started"))??;
+            .map_err(|source| Error::Thread {
+                action: "spawning the controller thread",
+                source,
+            })?;
+        let (shared, runtime, local_addr) = ready_rx.recv().map_err(|_| Error::ThreadEnded)??;
         Ok(Self {
             shared,
             runtime,
@@ -413,26 +419,40 @@ fn voters(raft: &Raft) -> std::collections::BTreeSet<u64> {
         .collect()
 }
 
-async fn boot(mut cfg: ControllerConfig) -> anyhow::Result<(Arc<Shared>, quinn::Endpoint)> {
+async fn boot(mut cfg: ControllerConfig) -> Result<(Arc<Shared>, quinn::Endpoint)> {
     if cfg.node_id == 0 {
-        anyhow::bail!("node id 0 is not allowed: use 1 or more");
+        return Err(Error::NodeIdZero);
     }
-    let mut endpoint = quinn::Endpoint::server(cfg.tls.server_config()?, cfg.listen)
-        .with_context(|| format!("binding the replication endpoint on {} (udp)", cfg.listen))?;
+    let mut endpoint =
+        quinn::Endpoint::server(cfg.tls.server_config()?, cfg.listen).map_err(|source| {
+            Error::Endpoint {
+                action: format!("binding the replication endpoint on {} (udp)", cfg.listen),
+                source,
+            }
+        })?;
     endpoint.set_default_client_config(cfg.tls.client_config()?);
-    let local = endpoint.local_addr()?;
+    let local = endpoint.local_addr().map_err(|source| Error::Endpoint {
+        action: "reading the endpoint's local address".to_string(),
+        source,
+    })?;
     cfg.node.id = cfg.node_id;
     if cfg.node.replication.is_empty() {
         cfg.node.replication = local.to_string();
     }
     let raft_dir = cfg.data_dir.clone();
-    let log = LogStore::open(&raft_dir)
-        .with_context(|| format!("opening the Raft log in {}", raft_dir.display()))?;
+    let log = LogStore::open(&raft_dir).map_err(|e| Error::OpenRaft {
+        what: "log",
+        dir: raft_dir.clone(),
+        source: Box::new(e),
+    })?;
     // Never started: no vote, no entry, no snapshot.
     let fresh = log.is_empty() && !raft_dir.join("snapshot").exists();
     let (publish, state) = watch::channel(Arc::new(ClusterState::default()));
-    let sm = StateMachine::open(&raft_dir, publish)
-        .with_context(|| format!("opening the Raft snapshot in {}", raft_dir.display()))?;
+    let sm = StateMachine::open(&raft_dir, publish).map_err(|e| Error::OpenRaft {
+        what: "snapshot",
+        dir: raft_dir.clone(),
+        source: Box::new(e),
+    })?;
     let raft_config = openraft::Config {
         cluster_name: cfg.cluster_id.clone(),
         heartbeat_interval: (cfg.election_timeout.as_millis() as u64 / 3).max(10),
@@ -444,7 +464,9 @@ async fn boot(mut cfg: ControllerConfig) -> anyhow::Result<(Arc<Shared>, quinn::
         ..Default::default()
     }
     .validate()
-    .context("Raft configuration")?;
+    .map_err(|e| Error::RaftConfig {
+        source: Box::new(e),
+    })?;
     let links = Links::new(endpoint.clone(), cfg.cluster_id.clone(), cfg.node_id);
     let raft = Raft::new(
         cfg.node_id,
@@ -456,7 +478,9 @@ async fn boot(mut cfg: ControllerConfig) -> anyhow::Result<(Arc<Shared>, quinn::
         sm,
     )
     .await
-    .map_err(|e| anyhow!("starting Raft: {e}"))?;
+    .map_err(|e| Error::RaftStart {
+        source: Box::new(e),
+    })?;
     // A voter without an address is this node at its bound address.
     for addr in cfg.voters.values_mut() {
         if addr.is_empty() {
@@ -477,7 +501,11 @@ async fn boot(mut cfg: ControllerConfig) -> anyhow::Result<(Arc<Shared>, quinn::
                 info!(node = cfg.node_id, voters = ?cfg.voters.keys(), "initialized a new metadata quorum")
             }
             Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => {}
-            Err(e) => return Err(anyhow!("initializing the metadata quorum: {e}")),
+            Err(e) => {
+                return Err(Error::RaftInit {
+                    source: Box::new(e),
+                })
+            }
         }
     }
     // The only voter need not wait an election timeout after a restart.
@@ -539,7 +567,7 @@ async fn accept_loop(shared: Arc<Shared>, endpoint: quinn::Endpoint) {
                 }
             };
             if let Err(e) = serve_connection(&shared, conn).await {
-                tracing::debug!(%remote, error = %e, "node connection ended");
+                tracing::debug!(%remote, error = %e.chain(), "node connection ended");
             }
         });
     }
@@ -558,11 +586,16 @@ fn tls_refusal(e: &quinn::ConnectionError) -> bool {
     }
 }
 
-async fn serve_connection(shared: &Arc<Shared>, conn: quinn::Connection) -> anyhow::Result<()> {
+async fn serve_connection(shared: &Arc<Shared>, conn: quinn::Connection) -> Result<()> {
     let remote = conn.remote_address();
+    let accept_stream = |source| Error::Connection {
+        action: "accepting a stream",
+        source,
+    };
     // The hello.
-    let (mut send, mut recv) = conn.accept_bi().await?;
-    let hello: Request = decode(&read_frame(&mut recv).await?).map_err(|e| anyhow!(e))?;
+    let (mut send, mut recv) = conn.accept_bi().await.map_err(accept_stream)?;
+    let hello: Request =
+        decode(&read_frame(&mut recv).await?).map_err(|message| Error::Malformed { message })?;
     let peer = match hello {
         Request::Hello {
             cluster_id,
@@ -589,15 +622,16 @@ async fn serve_connection(shared: &Arc<Shared>, conn: quinn::Connection) -> anyh
         }
     };
     if let Err(e) = crate::tls::check_peer_is(&conn, peer) {
-        warn!(%remote, node = peer, error = %format!("{e:#}"), "refused a node connection");
-        write_frame(&mut send, &encode(&Response::Refused(format!("{e:#}")))).await?;
+        let why = e.chain().to_string();
+        warn!(%remote, node = peer, error = %why, "refused a node connection");
+        write_frame(&mut send, &encode(&Response::Refused(why))).await?;
         let _ = send.stopped().await;
         conn.close(1u32.into(), b"not that node");
         return Ok(());
     }
     write_frame(&mut send, &encode(&Response::HelloOk)).await?;
     loop {
-        let (mut send, mut recv) = conn.accept_bi().await?;
+        let (mut send, mut recv) = conn.accept_bi().await.map_err(accept_stream)?;
         let shared = shared.clone();
         tokio::spawn(async move {
             let answer = match read_frame(&mut recv).await {
@@ -615,12 +649,12 @@ async fn serve_connection(shared: &Arc<Shared>, conn: quinn::Connection) -> anyh
                     Err(e) => Response::Refused(e),
                 },
                 Err(e) => {
-                    tracing::debug!(peer, error = %e, "reading a request");
+                    tracing::debug!(peer, error = %e.chain(), "reading a request");
                     return;
                 }
             };
             if let Err(e) = write_frame(&mut send, &encode(&answer)).await {
-                tracing::debug!(peer, error = %e, "writing an answer");
+                tracing::debug!(peer, error = %e.chain(), "writing an answer");
             }
         });
     }
@@ -742,7 +776,7 @@ async fn propose(
                         answer = forward => match answer {
                             Ok(Response::Proposed(o)) => return Ok(o),
                             Ok(other) => last_error = format!("leader {id} answered {other:?}"),
-                            Err(e) => last_error = format!("leader {id}: {e:#}"),
+                            Err(e) => last_error = format!("leader {id}: {}", e.chain()),
                         },
                         _ = replaced => continue,
                     }

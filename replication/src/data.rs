@@ -16,10 +16,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use rkyv::{Archive, Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::tls::{node_server_name, NodeTls};
 pub use crate::wire::write_frame_with_payload;
 use crate::wire::{decode, encode, read_frame};
@@ -123,25 +123,39 @@ impl DataLink {
         addr: SocketAddr,
         cluster_id: &str,
         node_id: u64,
-    ) -> anyhow::Result<DataLink> {
+    ) -> Result<DataLink> {
         let conn = endpoint
             .connect(addr, &node_server_name(target))
-            .with_context(|| format!("connecting to node {target} at {addr}"))?
+            .map_err(|source| Error::Connect {
+                node: target,
+                addr: addr.to_string(),
+                source,
+            })?
             .await
-            .with_context(|| format!("TLS handshake with node {target} at {addr}"))?;
+            .map_err(|source| Error::Handshake {
+                node: target,
+                addr: addr.to_string(),
+                source,
+            })?;
         let hello = DataRequest::Hello {
             cluster_id: cluster_id.to_string(),
             node_id,
         };
-        let (mut send, mut recv) = conn.open_bi().await?;
+        let (mut send, mut recv) = conn.open_bi().await.map_err(open_stream)?;
         write_frame_with_payload(&mut send, &encode(&hello), &[]).await?;
-        match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(|e| anyhow!(e))? {
+        match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(malformed)? {
             DataResponse::HelloOk => Ok(DataLink { conn }),
             DataResponse::Refused(why) => {
                 conn.close(1u32.into(), b"refused");
-                bail!("node {target} at {addr} refused this node: {why}")
+                Err(Error::Refused {
+                    node: target,
+                    addr: addr.to_string(),
+                    reason: why,
+                })
             }
-            other => bail!("node {target} answered a hello with {other:?}"),
+            other => Err(Error::Unexpected {
+                message: format!("node {target} answered a hello with {other:?}"),
+            }),
         }
     }
 
@@ -151,19 +165,28 @@ impl DataLink {
     }
 
     /// Sends a fetch; returns each partition's answer with its batches.
-    pub async fn fetch(&self, req: &ReplicaFetch) -> anyhow::Result<Vec<(FetchedPart, Bytes)>> {
-        let (mut send, mut recv) = self.conn.open_bi().await?;
+    pub async fn fetch(&self, req: &ReplicaFetch) -> Result<Vec<(FetchedPart, Bytes)>> {
+        let (mut send, mut recv) = self.conn.open_bi().await.map_err(open_stream)?;
         write_frame_with_payload(&mut send, &encode(&DataRequest::Fetch(req.clone())), &[]).await?;
         let parts =
-            match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(|e| anyhow!(e))? {
+            match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(malformed)? {
                 DataResponse::Fetched(parts) => parts,
-                DataResponse::Refused(why) => bail!("fetch refused: {why}"),
-                other => bail!("a fetch answered with {other:?}"),
+                DataResponse::Refused(why) => return Err(Error::FetchRefused { reason: why }),
+                other => {
+                    return Err(Error::Unexpected {
+                        message: format!("a fetch answered with {other:?}"),
+                    })
+                }
             };
         let mut out = Vec::with_capacity(parts.len());
         for p in parts {
             let mut buf = vec![0u8; p.payload_len as usize];
-            recv.read_exact(&mut buf).await?;
+            recv.read_exact(&mut buf)
+                .await
+                .map_err(|source| Error::Read {
+                    action: "reading fetched batches",
+                    source,
+                })?;
             out.push((p, Bytes::from(buf)));
         }
         Ok(out)
@@ -173,37 +196,47 @@ impl DataLink {
 /// A core's replication endpoint on `addr`, on the calling glommio
 /// executor: serves [`DataRequest`]s (mutual TLS) and connects to other
 /// nodes' cores.
-pub fn core_endpoint(tls: &NodeTls, addr: SocketAddr) -> anyhow::Result<quinn::Endpoint> {
-    let socket = std::net::UdpSocket::bind(addr)
-        .with_context(|| format!("binding the replication endpoint on {addr}"))?;
+pub fn core_endpoint(tls: &NodeTls, addr: SocketAddr) -> Result<quinn::Endpoint> {
+    let socket = std::net::UdpSocket::bind(addr).map_err(|source| Error::Endpoint {
+        action: format!("binding the replication endpoint on {addr}"),
+        source,
+    })?;
     let mut endpoint = quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
         Some(tls.server_config()?),
         socket,
         Arc::new(crate::glommio_rt::GlommioRuntime),
     )
-    .context("starting the replication endpoint")?;
+    .map_err(|source| Error::Endpoint {
+        action: "starting the replication endpoint".to_string(),
+        source,
+    })?;
     endpoint.set_default_client_config(tls.client_config()?);
     Ok(endpoint)
 }
 
 /// Reads a data connection's hello: `Ok(node)` for a node of
 /// `cluster_id` (answered `HelloOk`), else refuses it and fails.
-pub async fn accept_hello(conn: &quinn::Connection, cluster_id: &str) -> anyhow::Result<u64> {
-    let (mut send, mut recv) = conn.accept_bi().await?;
-    let hello = decode::<DataRequest>(&read_frame(&mut recv).await?).map_err(|e| anyhow!(e))?;
+pub async fn accept_hello(conn: &quinn::Connection, cluster_id: &str) -> Result<u64> {
+    let (mut send, mut recv) = conn.accept_bi().await.map_err(|source| Error::Connection {
+        action: "accepting a stream",
+        source,
+    })?;
+    let hello = decode::<DataRequest>(&read_frame(&mut recv).await?).map_err(malformed)?;
     match hello {
         DataRequest::Hello {
             cluster_id: theirs,
             node_id,
         } if theirs == cluster_id => {
             if let Err(e) = crate::tls::check_peer_is(conn, node_id) {
-                let why = format!("{e:#}");
+                let why = e.chain().to_string();
                 write_frame_with_payload(&mut send, &encode(&DataResponse::Refused(why)), &[])
                     .await?;
                 let _ = send.stopped().await;
                 conn.close(1u32.into(), b"not that node");
-                bail!("refused a node: {e:#}");
+                return Err(Error::PeerRejected {
+                    source: Box::new(e),
+                });
             }
             write_frame_with_payload(&mut send, &encode(&DataResponse::HelloOk), &[]).await?;
             Ok(node_id)
@@ -216,11 +249,25 @@ pub async fn accept_hello(conn: &quinn::Connection, cluster_id: &str) -> anyhow:
             write_frame_with_payload(&mut send, &encode(&DataResponse::Refused(why)), &[]).await?;
             let _ = send.stopped().await;
             conn.close(1u32.into(), b"wrong cluster");
-            bail!("refused node {node_id} of cluster `{theirs}`")
+            Err(Error::WrongCluster {
+                node: node_id,
+                cluster_id: theirs,
+            })
         }
         DataRequest::Fetch(_) => {
             conn.close(1u32.into(), b"hello first");
-            bail!("a data connection did not start with a hello")
+            Err(Error::NoHello)
         }
     }
+}
+
+fn open_stream(source: quinn::ConnectionError) -> Error {
+    Error::Connection {
+        action: "opening a stream",
+        source,
+    }
+}
+
+fn malformed(message: String) -> Error {
+    Error::Malformed { message }
 }

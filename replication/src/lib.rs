@@ -9,9 +9,11 @@
 //! - [`raft`]: the metadata quorum on openraft, with its durable log.
 //! - [`controller`]: a node's controller (endpoint, Raft member, liveness)
 //!   on its own thread.
+//! - [`error`]: the crate's [`Error`].
 
 pub mod controller;
 pub mod data;
+pub mod error;
 pub mod glommio_rt;
 pub mod link;
 pub mod meta;
@@ -20,5 +22,6 @@ pub mod tls;
 pub mod wire;
 
 pub use controller::{Controller, ControllerConfig, ControllerError};
+pub use error::{Error, Result};
 pub use meta::{ClusterState, Command, NodeInfo, Outcome};
 pub use quinn;

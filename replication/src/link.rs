@@ -7,8 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{anyhow, bail, Context};
-
+use crate::error::{Error, Result};
 use crate::tls::node_server_name;
 use crate::wire::{decode, encode, read_frame, write_frame, Request, Response};
 
@@ -46,12 +45,7 @@ impl Links {
     /// or an error after [`CALL_TIMEOUT`] (a peer killed without closing
     /// its connections would otherwise hold the call for QUIC's idle
     /// timeout).
-    pub async fn call(
-        &self,
-        target: u64,
-        addr: &str,
-        request: &Request,
-    ) -> anyhow::Result<Response> {
+    pub async fn call(&self, target: u64, addr: &str, request: &Request) -> Result<Response> {
         self.call_within(target, addr, request, CALL_TIMEOUT).await
     }
 
@@ -68,7 +62,7 @@ impl Links {
         addr: &str,
         request: &Request,
         limit: std::time::Duration,
-    ) -> anyhow::Result<Response> {
+    ) -> Result<Response> {
         let limit = limit.min(CALL_TIMEOUT);
         match tokio::time::timeout(limit, self.call_inner(target, addr, request)).await {
             Ok(r) => r,
@@ -78,17 +72,16 @@ impl Links {
                     .lock()
                     .expect("not poisoned")
                     .remove(&target);
-                bail!("node {target} at {addr} did not answer within {limit:?}")
+                Err(Error::Timeout {
+                    node: target,
+                    addr: addr.to_string(),
+                    limit,
+                })
             }
         }
     }
 
-    async fn call_inner(
-        &self,
-        target: u64,
-        addr: &str,
-        request: &Request,
-    ) -> anyhow::Result<Response> {
+    async fn call_inner(&self, target: u64, addr: &str, request: &Request) -> Result<Response> {
         let conn = self.connection(target, addr).await?;
         match exchange(&conn, request).await {
             Ok(r) => Ok(r),
@@ -109,7 +102,7 @@ impl Links {
         }
     }
 
-    async fn connection(&self, target: u64, addr: &str) -> anyhow::Result<quinn::Connection> {
+    async fn connection(&self, target: u64, addr: &str) -> Result<quinn::Connection> {
         if let Some(c) = self.inner.conns.lock().expect("not poisoned").get(&target) {
             if c.close_reason().is_none() {
                 return Ok(c.clone());
@@ -117,16 +110,31 @@ impl Links {
         }
         let sock: SocketAddr = tokio::net::lookup_host(addr)
             .await
-            .with_context(|| format!("resolving node {target}'s address `{addr}`"))?
+            .map_err(|source| Error::Resolve {
+                node: target,
+                addr: addr.to_string(),
+                source,
+            })?
             .next()
-            .ok_or_else(|| anyhow!("node {target}'s address `{addr}` resolves to nothing"))?;
+            .ok_or_else(|| Error::Unresolved {
+                node: target,
+                addr: addr.to_string(),
+            })?;
         let conn = self
             .inner
             .endpoint
             .connect(sock, &node_server_name(target))
-            .with_context(|| format!("connecting to node {target} at {addr}"))?
+            .map_err(|source| Error::Connect {
+                node: target,
+                addr: addr.to_string(),
+                source,
+            })?
             .await
-            .with_context(|| format!("TLS handshake with node {target} at {addr}"))?;
+            .map_err(|source| Error::Handshake {
+                node: target,
+                addr: addr.to_string(),
+                source,
+            })?;
         let hello = Request::Hello {
             cluster_id: self.inner.cluster_id.clone(),
             node_id: self.inner.node_id,
@@ -135,9 +143,17 @@ impl Links {
             Response::HelloOk => {}
             Response::Refused(why) => {
                 conn.close(1u32.into(), b"refused");
-                bail!("node {target} at {addr} refused this node: {why}");
+                return Err(Error::Refused {
+                    node: target,
+                    addr: addr.to_string(),
+                    reason: why,
+                });
             }
-            other => bail!("node {target} answered a hello with {other:?}"),
+            other => {
+                return Err(Error::Unexpected {
+                    message: format!("node {target} answered a hello with {other:?}"),
+                })
+            }
         }
         self.inner
             .conns
@@ -149,9 +165,14 @@ impl Links {
 }
 
 /// One request and its answer on a new stream of `conn`.
-pub async fn exchange(conn: &quinn::Connection, request: &Request) -> anyhow::Result<Response> {
-    let (mut send, mut recv) = conn.open_bi().await?;
+pub async fn exchange(conn: &quinn::Connection, request: &Request) -> Result<Response> {
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|source| Error::Connection {
+        action: "opening a stream",
+        source,
+    })?;
     write_frame(&mut send, &encode(request)).await?;
     let body = read_frame(&mut recv).await?;
-    decode(&body).map_err(|e| anyhow!("answer from {}: {e}", conn.remote_address()))
+    decode(&body).map_err(|e| Error::Malformed {
+        message: format!("answer from {}: {e}", conn.remote_address()),
+    })
 }

@@ -21,13 +21,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::error::{Error, Result};
 
 /// The name the QUIC handshake asks for when it connects to node `id`.
 pub fn node_server_name(id: u64) -> String {
@@ -38,22 +39,22 @@ pub fn node_server_name(id: u64) -> String {
 /// certificate (one naming `node-<id>.weir`; the handshake already
 /// checked it is from the cluster CA): a node's hello cannot claim
 /// another node's id.
-pub fn check_peer_is(conn: &quinn::Connection, id: u64) -> anyhow::Result<()> {
+pub fn check_peer_is(conn: &quinn::Connection, id: u64) -> Result<()> {
     let certs = conn
         .peer_identity()
         .and_then(|i| i.downcast::<Vec<CertificateDer<'static>>>().ok())
-        .context("the peer presented no certificate")?;
-    let leaf = certs.first().context("the peer presented no certificate")?;
+        .ok_or(Error::NoPeerCertificate)?;
+    let leaf = certs.first().ok_or(Error::NoPeerCertificate)?;
     let cert = webpki::EndEntityCert::try_from(leaf)
-        .map_err(|e| anyhow::anyhow!("the peer's certificate cannot be read: {e}"))?;
-    let name =
-        rustls::pki_types::ServerName::try_from(node_server_name(id)).context("a node name")?;
-    cert.verify_is_valid_for_subject_name(&name).map_err(|_| {
-        anyhow::anyhow!(
-            "it says it is node {id}, but its certificate is not node {id}'s (it does not name {})",
-            node_server_name(id)
-        )
-    })
+        .map_err(|source| Error::PeerCertificate { source })?;
+    let name = rustls::pki_types::ServerName::try_from(node_server_name(id))
+        .map_err(|source| Error::NodeName { source })?;
+    // webpki's error says no more than the message does.
+    cert.verify_is_valid_for_subject_name(&name)
+        .map_err(|_| Error::NotThatNode {
+            node: id,
+            name: node_server_name(id),
+        })
 }
 
 /// The ALPN protocol of Weir's node-to-node connections.
@@ -91,23 +92,20 @@ fn ca_params() -> CertificateParams {
 
 /// Creates a cluster CA in `dir` (which must not hold one already) and a
 /// certificate for each of nodes `1..=nodes`. Returns the files written.
-pub fn generate_cluster(dir: &Path, nodes: u64) -> anyhow::Result<Vec<PathBuf>> {
+pub fn generate_cluster(dir: &Path, nodes: u64) -> Result<Vec<PathBuf>> {
     let (ca_pem, ca_key_path) = ca_paths(dir);
     if ca_pem.exists() || ca_key_path.exists() {
-        bail!(
-            "{} already holds a cluster CA; add nodes with --add-node instead of making a new CA \
-             (a new CA would lock every existing node out)",
-            dir.display()
-        );
+        return Err(Error::CaExists {
+            dir: dir.to_path_buf(),
+        });
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let ca_key = KeyPair::generate().context("generating the CA key")?;
+    std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+    let ca_key = KeyPair::generate().map_err(certificate("generating the CA key"))?;
     let ca_cert = ca_params()
         .self_signed(&ca_key)
-        .context("signing the CA certificate")?;
+        .map_err(certificate("signing the CA certificate"))?;
     write_private(&ca_key_path, &ca_key.serialize_pem())?;
-    std::fs::write(&ca_pem, ca_cert.pem())
-        .with_context(|| format!("writing {}", ca_pem.display()))?;
+    std::fs::write(&ca_pem, ca_cert.pem()).map_err(io("writing", &ca_pem))?;
     let mut written = vec![ca_pem, ca_key_path];
     for id in 1..=nodes {
         written.extend(add_node(dir, id)?);
@@ -117,28 +115,28 @@ pub fn generate_cluster(dir: &Path, nodes: u64) -> anyhow::Result<Vec<PathBuf>> 
 
 /// Signs a certificate for node `id` with the CA in `dir`. Refuses to
 /// overwrite an existing one.
-pub fn add_node(dir: &Path, id: u64) -> anyhow::Result<Vec<PathBuf>> {
+pub fn add_node(dir: &Path, id: u64) -> Result<Vec<PathBuf>> {
     let (_, ca_key_path) = ca_paths(dir);
-    let ca_key_pem = std::fs::read_to_string(&ca_key_path).with_context(|| {
-        format!(
-            "reading the cluster CA key {} (create a CA first with `weir cluster certs`)",
-            ca_key_path.display()
-        )
+    let ca_key_pem = std::fs::read_to_string(&ca_key_path).map_err(|source| Error::ReadCaKey {
+        path: ca_key_path.clone(),
+        source,
     })?;
-    let ca_key = KeyPair::from_pem(&ca_key_pem)
-        .with_context(|| format!("parsing {}", ca_key_path.display()))?;
+    let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|source| Error::ParseKey {
+        path: ca_key_path.clone(),
+        source,
+    })?;
     // The CA's subject and key identifier derive from ca_params() and its
     // key, so the issuer is rebuilt rather than parsed from ca.pem.
     let issuer = Issuer::new(ca_params(), ca_key);
     let (cert_path, key_path) = node_paths(dir, id);
     if cert_path.exists() {
-        bail!(
-            "{} exists; remove it first to issue a new certificate for node {id}",
-            cert_path.display()
-        );
+        return Err(Error::NodeCertExists {
+            path: cert_path,
+            node: id,
+        });
     }
     let mut params = CertificateParams::new(vec![node_server_name(id), "localhost".to_string()])
-        .context("node certificate names")?;
+        .map_err(certificate("node certificate names"))?;
     params
         .distinguished_name
         .push(DnType::CommonName, format!("weir node {id}"));
@@ -149,17 +147,36 @@ pub fn add_node(dir: &Path, id: u64) -> anyhow::Result<Vec<PathBuf>> {
     ];
     params.not_before = rcgen::date_time_ymd(2024, 1, 1);
     params.not_after = rcgen::date_time_ymd(2099, 1, 1);
-    let key = KeyPair::generate().context("generating a node key")?;
+    let key = KeyPair::generate().map_err(certificate("generating a node key"))?;
     let cert = params
         .signed_by(&key, &issuer)
-        .context("signing the node certificate")?;
+        .map_err(certificate("signing the node certificate"))?;
     write_private(&key_path, &key.serialize_pem())?;
-    std::fs::write(&cert_path, cert.pem())
-        .with_context(|| format!("writing {}", cert_path.display()))?;
+    std::fs::write(&cert_path, cert.pem()).map_err(io("writing", &cert_path))?;
     Ok(vec![cert_path, key_path])
 }
 
-fn write_private(path: &Path, pem: &str) -> anyhow::Result<()> {
+/// An [`Error::Io`] maker for `map_err`.
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// An [`Error::Certificate`] maker for `map_err`.
+fn certificate(action: &'static str) -> impl FnOnce(rcgen::Error) -> Error {
+    move |source| Error::Certificate { action, source }
+}
+
+/// An [`Error::Tls`] maker for `map_err`.
+fn tls_error(action: &'static str) -> impl FnOnce(rustls::Error) -> Error {
+    move |source| Error::Tls { action, source }
+}
+
+fn write_private(path: &Path, pem: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
@@ -167,9 +184,8 @@ fn write_private(path: &Path, pem: &str) -> anyhow::Result<()> {
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    file.write_all(pem.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))
+        .map_err(io("creating", path))?;
+    file.write_all(pem.as_bytes()).map_err(io("writing", path))
 }
 
 /// What a node needs for its QUIC endpoint: the CA to trust, its own
@@ -183,20 +199,26 @@ pub struct NodeTls {
 
 impl NodeTls {
     /// Loads the CA certificate and node `id`'s certificate and key from `dir`.
-    pub fn load(dir: &Path, id: u64) -> anyhow::Result<Self> {
+    pub fn load(dir: &Path, id: u64) -> Result<Self> {
         let (ca_pem, _) = ca_paths(dir);
         let (cert_path, key_path) = node_paths(dir, id);
         Self::from_files(&ca_pem, &cert_path, &key_path)
     }
 
     /// Loads the three PEM files named.
-    pub fn from_files(ca: &Path, cert: &Path, key: &Path) -> anyhow::Result<Self> {
+    pub fn from_files(ca: &Path, cert: &Path, key: &Path) -> Result<Self> {
         let read_cert = |path: &Path| {
-            CertificateDer::from_pem_file(path)
-                .map_err(|e| anyhow::anyhow!("reading a certificate from {}: {e}", path.display()))
+            CertificateDer::from_pem_file(path).map_err(|source| Error::ReadPem {
+                what: "a certificate",
+                path: path.to_path_buf(),
+                source,
+            })
         };
-        let key = PrivateKeyDer::from_pem_file(key)
-            .map_err(|e| anyhow::anyhow!("reading a private key from {}: {e}", key.display()))?;
+        let key = PrivateKeyDer::from_pem_file(key).map_err(|source| Error::ReadPem {
+            what: "a private key",
+            path: key.to_path_buf(),
+            source,
+        })?;
         Ok(Self {
             ca: read_cert(ca)?,
             cert: read_cert(cert)?,
@@ -208,32 +230,36 @@ impl NodeTls {
         Arc::new(rustls::crypto::ring::default_provider())
     }
 
-    fn roots(&self) -> anyhow::Result<Arc<rustls::RootCertStore>> {
+    fn roots(&self) -> Result<Arc<rustls::RootCertStore>> {
         let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(self.ca.clone())
-            .context("the cluster CA certificate is not a usable trust anchor")?;
+        roots.add(self.ca.clone()).map_err(tls_error(
+            "the cluster CA certificate is not a usable trust anchor",
+        ))?;
         Ok(Arc::new(roots))
     }
 
     /// The server side: presents this node's certificate and requires a
     /// client certificate signed by the cluster CA.
-    pub fn server_config(&self) -> anyhow::Result<quinn::ServerConfig> {
+    pub fn server_config(&self) -> Result<quinn::ServerConfig> {
         let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
             self.roots()?,
             Self::provider(),
         )
         .build()
-        .context("building the client certificate verifier")?;
+        .map_err(|source| Error::ClientVerifier { source })?;
         let mut tls = rustls::ServerConfig::builder_with_provider(Self::provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
-            .context("TLS 1.3")?
+            .map_err(tls_error("TLS 1.3"))?
             .with_client_cert_verifier(verifier)
             .with_single_cert(vec![self.cert.clone()], self.key.clone_key())
-            .context("this node's certificate and key do not match")?;
+            .map_err(tls_error("this node's certificate and key do not match"))?;
         tls.alpn_protocols = vec![ALPN.to_vec()];
-        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
-            .context("QUIC server TLS configuration")?;
+        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|source| {
+            Error::QuicTls {
+                side: "server",
+                source,
+            }
+        })?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         config.transport_config(transport());
         Ok(config)
@@ -241,16 +267,20 @@ impl NodeTls {
 
     /// The client side: presents this node's certificate and verifies the
     /// peer's against the cluster CA (and the node name asked for).
-    pub fn client_config(&self) -> anyhow::Result<quinn::ClientConfig> {
+    pub fn client_config(&self) -> Result<quinn::ClientConfig> {
         let mut tls = rustls::ClientConfig::builder_with_provider(Self::provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
-            .context("TLS 1.3")?
+            .map_err(tls_error("TLS 1.3"))?
             .with_root_certificates(self.roots()?)
             .with_client_auth_cert(vec![self.cert.clone()], self.key.clone_key())
-            .context("this node's certificate and key do not match")?;
+            .map_err(tls_error("this node's certificate and key do not match"))?;
         tls.alpn_protocols = vec![ALPN.to_vec()];
-        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
-            .context("QUIC client TLS configuration")?;
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|source| {
+            Error::QuicTls {
+                side: "client",
+                source,
+            }
+        })?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
         config.transport_config(transport());
         Ok(config)

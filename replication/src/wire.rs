@@ -24,6 +24,7 @@ use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
 use rkyv::{Archive, Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::meta::{Command, Outcome};
 use crate::raft::Entry;
 
@@ -59,7 +60,7 @@ where
 }
 
 /// Writes one frame to `send` and finishes the stream.
-pub async fn write_frame(send: &mut quinn::SendStream, body: &[u8]) -> anyhow::Result<()> {
+pub async fn write_frame(send: &mut quinn::SendStream, body: &[u8]) -> Result<()> {
     write_frame_with_payload(send, body, &[]).await
 }
 
@@ -69,37 +70,47 @@ pub async fn write_frame_with_payload(
     send: &mut quinn::SendStream,
     body: &[u8],
     payload: &[bytes::Bytes],
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let mut header = [0u8; HEADER_LEN];
     header[0] = MAGIC;
     header[1] = VERSION;
     header[4..8].copy_from_slice(&(body.len() as u32).to_le_bytes());
-    send.write_all(&header).await?;
-    send.write_all(body).await?;
+    let write = |source| Error::Write { source };
+    send.write_all(&header).await.map_err(write)?;
+    send.write_all(body).await.map_err(write)?;
     for p in payload {
-        send.write_all(p).await?;
+        send.write_all(p).await.map_err(write)?;
     }
-    send.finish()?;
+    send.finish().map_err(|source| Error::Finish { source })?;
     Ok(())
 }
 
 /// Reads one frame's body from `recv`.
-pub async fn read_frame(recv: &mut quinn::RecvStream) -> anyhow::Result<Vec<u8>> {
+pub async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Vec<u8>> {
     let mut header = [0u8; HEADER_LEN];
-    recv.read_exact(&mut header).await?;
+    recv.read_exact(&mut header)
+        .await
+        .map_err(|source| Error::Read {
+            action: "reading a frame header",
+            source,
+        })?;
     if header[0] != MAGIC || header[1] != VERSION {
-        anyhow::bail!(
-            "not a Weir node frame (magic {:#04x}, version {})",
-            header[0],
-            header[1]
-        );
+        return Err(Error::NotAFrame {
+            magic: header[0],
+            version: header[1],
+        });
     }
     let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
     if len > BODY_MAX {
-        anyhow::bail!("frame of {len} bytes is over the {BODY_MAX}-byte limit");
+        return Err(Error::FrameTooLarge { len });
     }
     let mut body = vec![0u8; len];
-    recv.read_exact(&mut body).await?;
+    recv.read_exact(&mut body)
+        .await
+        .map_err(|source| Error::Read {
+            action: "reading a frame body",
+            source,
+        })?;
     Ok(body)
 }
 

@@ -95,7 +95,7 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
                         l
                     }
                     Err(e) => {
-                        tracing::debug!(leader, core = leader_core, error = %format!("{e:#}"), "cannot reach the leader");
+                        tracing::debug!(leader, core = leader_core, error = %e.chain(), "cannot reach the leader");
                         glommio::timer::sleep(RETRY_BACKOFF).await;
                         continue;
                     }
@@ -132,7 +132,7 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
         let answers = match answer {
             Some(Ok(a)) => a,
             Some(Err(e)) => {
-                tracing::debug!(leader, core = leader_core, error = %format!("{e:#}"), "fetch failed");
+                tracing::debug!(leader, core = leader_core, error = %e.chain(), "fetch failed");
                 link = None;
                 glommio::timer::sleep(RETRY_BACKOFF).await;
                 continue;

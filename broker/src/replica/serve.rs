@@ -46,7 +46,7 @@ async fn accept_loop(core: Rc<Core>, endpoint: weir_replication::quinn::Endpoint
             let peer = match accept_hello(&conn, &cluster_id).await {
                 Ok(p) => p,
                 Err(e) => {
-                    tracing::warn!(%remote, error = %e, "refused a replication connection");
+                    tracing::warn!(%remote, error = %e.chain(), "refused a replication connection");
                     return;
                 }
             };

@@ -78,7 +78,7 @@ impl Peer {
                 Err(unreachable(format!("node {} refused: {why}", self.target)))
             }
             Ok(response) => Ok(response),
-            Err(e) => Err(unreachable(e)),
+            Err(e) => Err(unreachable(e.chain())),
         }
     }
 }

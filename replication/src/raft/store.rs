@@ -36,6 +36,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::{Entry, TypeConfig};
+use crate::error::Error;
 use crate::meta::{ClusterState, Outcome};
 use crate::wire::{decode, encode, WEntry, WLogId, WSnapshotMeta, WVote};
 
@@ -57,6 +58,22 @@ fn read_optional(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// An [`Error::Io`] maker for `map_err`.
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// An [`Error::Corrupt`] maker for `map_err`.
+fn corrupt(path: &Path) -> impl FnOnce(String) -> Error {
+    let path = path.to_path_buf();
+    move |message| Error::Corrupt { path, message }
 }
 
 const RECORD_HEADER: usize = 8;
@@ -96,21 +113,21 @@ pub struct LogStore {
 pub const FORMAT: u32 = 3;
 
 /// Refuses a Raft directory of another format; marks a new one.
-fn check_format(dir: &Path) -> anyhow::Result<()> {
+fn check_format(dir: &Path) -> crate::Result<()> {
     let marker = dir.join("format");
-    match read_optional(&marker)? {
+    match read_optional(&marker).map_err(io("reading", &marker))? {
         Some(bytes) => {
             let text = String::from_utf8_lossy(&bytes);
-            let found: u32 = text.trim().parse().map_err(|_| {
-                anyhow::anyhow!("{}: not a format number: {text:?}", marker.display())
+            // The parse error says no more than the message does.
+            let found: u32 = text.trim().parse().map_err(|_| Error::FormatMarker {
+                path: marker.clone(),
+                text: text.to_string(),
             })?;
             if found != FORMAT {
-                anyhow::bail!(
-                    "{} holds the controller's Raft log in format {found}; this build reads format \
-                     {FORMAT}: run the build that wrote it, or start this node from an empty data \
-                     directory",
-                    dir.display()
-                );
+                return Err(Error::RaftFormat {
+                    dir: dir.to_path_buf(),
+                    found,
+                });
             }
             Ok(())
         }
@@ -119,15 +136,15 @@ fn check_format(dir: &Path) -> anyhow::Result<()> {
                 .iter()
                 .any(|f| std::fs::metadata(dir.join(f)).is_ok_and(|m| m.len() > 0));
             if used {
-                anyhow::bail!(
-                    "{} holds the controller's Raft log in format 1 (an earlier development \
-                     build); this build reads format {FORMAT}: run the build that wrote it, or \
-                     start this node from an empty data directory",
-                    dir.display()
-                );
+                return Err(Error::RaftFormatUnmarked {
+                    dir: dir.to_path_buf(),
+                });
             }
             weir_storage::checkpoint::write_atomic(dir, "format", FORMAT.to_string().as_bytes())
-                .map_err(|e| anyhow::anyhow!("{}: {e}", marker.display()))
+                .map_err(|source| Error::Replace {
+                    path: marker,
+                    source,
+                })
         }
     }
 }
@@ -136,17 +153,18 @@ impl LogStore {
     /// Opens (or creates) the log in `dir`, cutting a torn tail. A
     /// directory written in another format is refused (its records would
     /// not decode, and would be cut as a torn tail).
-    pub fn open(dir: &Path) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+    pub fn open(dir: &Path) -> crate::Result<Self> {
+        std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
         check_format(dir)?;
         let path = dir.join("log");
         let mut file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
-            .open(&path)?;
+            .open(&path)
+            .map_err(io("opening", &path))?;
         let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)?;
+        file.read_to_end(&mut bytes).map_err(io("reading", &path))?;
         let mut entries = BTreeMap::new();
         let mut pos = 0usize;
         while pos + RECORD_HEADER <= bytes.len() {
@@ -174,17 +192,21 @@ impl LogStore {
                 cut = bytes.len() - pos,
                 "cutting a torn or corrupt tail off the Raft log"
             );
-            file.set_len(pos as u64)?;
-            file.sync_all()?;
+            file.set_len(pos as u64).map_err(io("truncating", &path))?;
+            file.sync_all().map_err(io("syncing", &path))?;
         }
-        let vote = read_optional(&dir.join("vote"))?
+        let vote_path = dir.join("vote");
+        let vote = read_optional(&vote_path)
+            .map_err(io("reading", &vote_path))?
             .map(|b| decode::<WVote>(&b).map(Into::into))
             .transpose()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("vote").display()))?;
-        let purged = read_optional(&dir.join("purged"))?
+            .map_err(corrupt(&vote_path))?;
+        let purged_path = dir.join("purged");
+        let purged = read_optional(&purged_path)
+            .map_err(io("reading", &purged_path))?
             .map(|b| decode::<Option<WLogId>>(&b))
             .transpose()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("purged").display()))?
+            .map_err(corrupt(&purged_path))?
             .flatten()
             .map(Into::into);
         let purged_index: Option<u64> = purged.map(|p: LogId<u64>| p.index);
@@ -427,8 +449,8 @@ pub struct StateMachine {
 
 impl StateMachine {
     /// Opens the state machine in `dir`: the last snapshot, if any.
-    pub fn open(dir: &Path, publish: watch::Sender<Arc<ClusterState>>) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+    pub fn open(dir: &Path, publish: watch::Sender<Arc<ClusterState>>) -> crate::Result<Self> {
+        std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
         let mut sm = Self {
             dir: dir.to_path_buf(),
             state: ClusterState::default(),
@@ -437,10 +459,11 @@ impl StateMachine {
             snapshot: Arc::default(),
             publish,
         };
-        if let Some(bytes) = read_optional(&dir.join("snapshot"))? {
-            let stored: StoredSnapshot = decode(&bytes)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("snapshot").display()))?;
-            sm.load(&stored).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let path = dir.join("snapshot");
+        if let Some(bytes) = read_optional(&path).map_err(io("reading", &path))? {
+            let stored: StoredSnapshot = decode(&bytes).map_err(corrupt(&path))?;
+            sm.load(&stored)
+                .map_err(|message| Error::Malformed { message })?;
             *sm.snapshot.lock().expect("not poisoned") = Some(stored);
         }
         Ok(sm)
