@@ -15,9 +15,7 @@ use std::path::Path;
 const KNOWN: &[(&str, &str)] = &[
     ("groups/classic_service", "groups/coordinator"),
     ("groups/coordinator", "shard"),
-    ("groups/coordinator", "shard/mesh"),
     ("metadata/writer", "shard"),
-    ("metadata/writer", "shard/mesh"),
     ("replica", "replica/fetcher"),
     ("replica", "shard"),
     ("shard", "shard/mesh"),

@@ -11,12 +11,13 @@ use std::rc::Rc;
 use futures_channel::oneshot;
 use weir_proto::error_code::ErrorCode;
 
+use crate::groups::api::{GroupResponse, Refusal};
 use crate::groups::classic::{
     self, ClassicError, ClassicGroup, JoinRequest, JoinResponse, Output, SyncRequest, SyncResponse,
     Token,
 };
 use crate::groups::clock::mono_ms;
-use crate::groups::coordinator::{persist, GroupResponse, Refusal};
+use crate::groups::coordinator::persist;
 use crate::shard::Core;
 
 /// The classic state machine's settings from the broker's.

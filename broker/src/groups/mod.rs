@@ -11,6 +11,7 @@
 //! (`weir_proto::messages`) at its boundary; the Kafka listener maps its
 //! own onto them.
 
+pub mod api;
 pub mod classic_service;
 pub mod clock;
 pub mod coordinator;

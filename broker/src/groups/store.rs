@@ -16,7 +16,8 @@ use weir_proto::reader::RecordBatch;
 use weir_proto::record::RecordData;
 
 use crate::groups::records::{self, RecordKey, Value, OFFSETS_TOPIC};
-use crate::metadata::writer::{self, Change};
+use crate::metadata::writer;
+use crate::metadata::Change;
 use crate::metadata::{ConfigOp, TopicSpec};
 use crate::service::BrokerError;
 use crate::shard::partition;

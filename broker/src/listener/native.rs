@@ -16,7 +16,7 @@ use weir_proto::messages::*;
 
 use super::connection::{Answer, Pending, Protocol};
 use crate::groups::coordinator::{self, GroupRequest, GroupResponse};
-use crate::metadata::writer::Change;
+use crate::metadata::Change;
 use crate::metadata::{ConfigOp, TopicError, TopicSpec};
 use crate::server::limits::REQUEST_PARTITIONS_MAX;
 use crate::service::fetch::{FetchParams, FetchPart};

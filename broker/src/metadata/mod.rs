@@ -27,6 +27,31 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub mod writer;
+
+/// A topic change (what the metadata writer is asked for; carried
+/// between cores by the mesh).
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Create a topic.
+    Create(String, TopicSpec),
+    /// Delete a topic.
+    Delete(String),
+    /// Change configs, in order.
+    Alter(String, Vec<ConfigOp>),
+    /// Raise the partition count to this total.
+    AddPartitions(String, u32),
+    /// Move a partition to replicas on these nodes, the preferred leader
+    /// first (a node already holding one keeps its core; a new one takes
+    /// its least loaded core).
+    Reassign {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Node ids.
+        nodes: Vec<u64>,
+    },
+}
 use weir_storage::LogConfig;
 
 /// File name of the registry in the data directory.

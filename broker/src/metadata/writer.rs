@@ -28,34 +28,10 @@ use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use weir_replication::meta::{core_for_new_replica, place, RefusalKind, Replica};
 use weir_replication::{ClusterState, Command, ControllerError};
 
-use super::{ConfigOp, MetadataView, TopicError, TopicSpec};
+use super::{Change, ConfigOp, MetadataView, TopicError};
 use crate::server::limits::{METADATA_APPLY_TIMEOUT_MS, METADATA_QUEUE_MAX};
 use crate::shard::mesh::CoreMsg;
 use crate::shard::Core;
-
-/// A topic change.
-#[derive(Debug, Clone)]
-pub enum Change {
-    /// Create a topic.
-    Create(String, TopicSpec),
-    /// Delete a topic.
-    Delete(String),
-    /// Change configs, in order.
-    Alter(String, Vec<super::ConfigOp>),
-    /// Raise the partition count to this total.
-    AddPartitions(String, u32),
-    /// Move a partition to replicas on these nodes, the preferred leader
-    /// first (a node already holding one keeps its core; a new one takes
-    /// its least loaded core).
-    Reassign {
-        /// Topic.
-        topic: String,
-        /// Partition.
-        partition: u32,
-        /// Node ids.
-        nodes: Vec<u64>,
-    },
-}
 
 /// A change waiting for the writer, and where its outcome goes.
 struct Job {

@@ -9,7 +9,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{offsets, BrokerError, OffsetsOk, Result};
-use crate::metadata::writer::{self, Change};
+use crate::metadata::writer;
+use crate::metadata::Change;
 use crate::metadata::OFFSETS_TOPIC;
 use crate::metadata::{self, TopicError, TopicMeta, TopicSpec};
 use crate::shard::mesh::CoreMsg;

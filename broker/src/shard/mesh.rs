@@ -40,8 +40,8 @@ use bytes::Bytes;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 
 use super::Core;
-use crate::groups::coordinator::{GroupRequest, GroupResponse};
-use crate::metadata::writer::Change;
+use crate::groups::api::{GroupRequest, GroupResponse};
+use crate::metadata::Change;
 use crate::metadata::{MetadataView, TopicError};
 use crate::server::limits::{MESH_CREDITS_PER_PEER, MESH_REPLY_TIMEOUT_MS};
 use crate::service::{BrokerError, FetchOk, OffsetsOk, ProduceOk};

@@ -60,7 +60,7 @@ pub(super) use crate::groups::consumer::{GroupError, Heartbeat};
 pub(super) use crate::groups::coordinator::{self, GroupRequest, GroupResponse};
 pub(super) use crate::listener::connection::{Answer, Pending, Protocol};
 
-pub(super) use crate::metadata::writer::Change;
+pub(super) use crate::metadata::Change;
 pub(super) use crate::metadata::{ConfigOp, TopicError, TopicMeta, TopicSpec, OFFSETS_TOPIC};
 pub(super) use crate::server::limits::{KAFKA_NON_PRODUCE_FRAME_BYTES_MAX, REQUEST_PARTITIONS_MAX};
 pub(super) use crate::service::fetch::{FetchParams, FetchPart};
