@@ -13,11 +13,6 @@ use std::path::Path;
 
 /// Mutual imports still present, as `(a, b)` module paths (`a < b`).
 const KNOWN: &[(&str, &str)] = &[
-    ("groups/classic_service", "groups/coordinator"),
-    ("groups/coordinator", "shard"),
-    ("metadata/writer", "shard"),
-    ("replica", "replica/fetcher"),
-    ("replica", "shard"),
     ("shard", "shard/mesh"),
 ];
 

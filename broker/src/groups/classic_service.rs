@@ -13,20 +13,11 @@ use weir_proto::error_code::ErrorCode;
 
 use crate::groups::api::{GroupResponse, Refusal};
 use crate::groups::classic::{
-    self, ClassicError, ClassicGroup, JoinRequest, JoinResponse, Output, SyncRequest, SyncResponse,
-    Token,
+    ClassicError, ClassicGroup, JoinRequest, JoinResponse, Output, SyncRequest, SyncResponse, Token,
 };
 use crate::groups::clock::mono_ms;
-use crate::groups::coordinator::persist;
+use crate::groups::store::{config, persist};
 use crate::shard::Core;
-
-/// The classic state machine's settings from the broker's.
-pub fn config(core: &Core) -> classic::Config {
-    classic::Config {
-        initial_rebalance_delay_ms: core.shared.config.group_initial_rebalance_delay_ms,
-        ..classic::Config::default()
-    }
-}
 
 /// Hands released answers to the requests waiting for them.
 pub fn dispatch(core: &Core, outputs: Vec<Output>) {

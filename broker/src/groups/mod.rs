@@ -15,6 +15,7 @@ pub mod api;
 pub mod classic_service;
 pub mod clock;
 pub mod coordinator;
+pub mod registry;
 pub mod store;
 
 // The state machines, assignors, record formats and limits are the

@@ -15,7 +15,8 @@ use weir_proto::builder::BatchBuilder;
 use weir_proto::reader::RecordBatch;
 use weir_proto::record::RecordData;
 
-use crate::groups::records::{self, RecordKey, Value, OFFSETS_TOPIC};
+use crate::groups::api::Refusal;
+use crate::groups::records::{self, GroupValue, RecordKey, Value, OFFSETS_TOPIC};
 use crate::metadata::writer;
 use crate::metadata::Change;
 use crate::metadata::{ConfigOp, TopicSpec};
@@ -265,7 +266,7 @@ fn apply(core: &Core, key: Option<&[u8]>, value: Option<&[u8]>, p: u32) -> bool 
                 Value::Classic(v) => Some(v),
                 _ => None,
             });
-            let config = crate::groups::classic_service::config(core);
+            let config = config(core);
             core.groups.replay_classic(group, v, config);
         }
     }
@@ -332,5 +333,70 @@ pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
         // Another node of the cluster created it first.
         Ok(_) | Err(crate::metadata::TopicError::Exists(_)) => Ok(()),
         Err(e) => Err(anyhow::anyhow!("setting up {OFFSETS_TOPIC}: {e}")),
+    }
+}
+
+/// Stores what the last step of a group changed (member records or their
+/// tombstones, the group record, a classic group's state) and waits until
+/// it is durable; wakes the group's held heartbeats. Called with the
+/// group's lock held.
+pub(crate) async fn persist(core: &Rc<Core>, name: &str) -> Result<(), Refusal> {
+    let records: Vec<(RecordKey, Option<Bytes>)> = {
+        let mut groups = core.groups.groups.borrow_mut();
+        let Some(g) = groups.get_mut(name) else {
+            return Ok(());
+        };
+        let dirty = g.consumer.take_dirty();
+        let classic_dirty = g.classic.as_mut().is_some_and(|c| c.take_dirty());
+        let dropped = std::mem::take(&mut g.classic_dropped);
+        if dirty.is_empty() && !classic_dirty && !dropped {
+            return Ok(());
+        }
+        g.wake_all();
+        let c = &g.consumer;
+        let mut records: Vec<(RecordKey, Option<Bytes>)> = Vec::new();
+        if dirty.group {
+            let value = GroupValue {
+                group_epoch: c.group_epoch,
+                assignment_epoch: c.assignment_epoch,
+                assignor: c.assignor.clone(),
+            };
+            let key = RecordKey::Group {
+                group: name.to_string(),
+            };
+            records.push((key, Some(value.encode())));
+        }
+        for id in dirty.members {
+            let value = c.members.get(&id).map(records::encode_member);
+            let key = RecordKey::Member {
+                group: name.to_string(),
+                member: id,
+            };
+            records.push((key, value));
+        }
+        if classic_dirty || dropped {
+            let key = RecordKey::Classic {
+                group: name.to_string(),
+            };
+            records.push((
+                key,
+                g.classic
+                    .as_ref()
+                    .map(|c| records::encode_classic(&c.snapshot())),
+            ));
+        }
+        records
+    };
+    write_records(core, name, records).await.map_err(|e| {
+        let (code, message) = e.wire();
+        Refusal(code, message)
+    })
+}
+
+/// The classic state machine's settings from the broker's.
+pub fn config(core: &Core) -> crate::groups::classic::Config {
+    crate::groups::classic::Config {
+        initial_rebalance_delay_ms: core.shared.config.group_initial_rebalance_delay_ms,
+        ..crate::groups::classic::Config::default()
     }
 }

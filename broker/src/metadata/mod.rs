@@ -28,6 +28,17 @@ use serde::{Deserialize, Serialize};
 
 pub mod writer;
 
+/// A change waiting for the writer, and where its outcome goes.
+pub(crate) struct Job {
+    pub(crate) change: Change,
+    pub(crate) done: glommio::channels::local_channel::LocalSender<Result<u64, TopicError>>,
+}
+
+/// The writer's queue (held by core 0; the writer is `writer.rs`).
+pub struct Writer {
+    pub(crate) queue: std::rc::Rc<glommio::channels::local_channel::LocalSender<Job>>,
+}
+
 /// A topic change (what the metadata writer is asked for; carried
 /// between cores by the mesh).
 #[derive(Debug, Clone)]

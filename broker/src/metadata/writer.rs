@@ -28,21 +28,10 @@ use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use weir_replication::meta::{core_for_new_replica, place, RefusalKind, Replica};
 use weir_replication::{ClusterState, Command, ControllerError};
 
-use super::{Change, ConfigOp, MetadataView, TopicError};
+use super::{Change, ConfigOp, Job, MetadataView, TopicError, Writer};
 use crate::server::limits::{METADATA_APPLY_TIMEOUT_MS, METADATA_QUEUE_MAX};
 use crate::shard::mesh::CoreMsg;
 use crate::shard::Core;
-
-/// A change waiting for the writer, and where its outcome goes.
-struct Job {
-    change: Change,
-    done: LocalSender<Result<u64, TopicError>>,
-}
-
-/// The writer's queue (held by core 0).
-pub struct Writer {
-    queue: Rc<LocalSender<Job>>,
-}
 
 /// Where a change waiting for a version hears how applying it went.
 type Waiter = LocalSender<Result<(), String>>;

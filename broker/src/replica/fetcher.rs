@@ -17,7 +17,7 @@ use weir_proto::error_code::ErrorCode;
 use weir_replication::data::{DataLink, FetchPart, ReplicaFetch, FETCH_PARTITIONS_MAX};
 use weir_storage::{PartitionLog, StorageError};
 
-use super::{Replica, Role};
+use super::state::{Replica, Role};
 use crate::shard::Core;
 
 /// Longest a follower's fetch waits at the leader for new batches.
@@ -280,7 +280,10 @@ async fn restart_at(core: &Rc<Core>, r: &Rc<Replica>, start: u64) {
         .borrow_mut()
         .insert((r.topic.clone(), r.partition), log);
     core.replication.remove(&r.topic, r.partition);
-    super::reconcile(core);
+    // A new replica over the new log, as after a metadata change (the
+    // hook reconciles this core's replicas with its view; nothing was
+    // deleted).
+    (core.shared.after_metadata)(core, &[]);
 }
 
 /// The leader says this log diverges: its epoch at or below the

@@ -149,6 +149,7 @@ pub fn run_with(
         metrics_port: AtomicU16::new(0),
         peer_of_core: (0..n).map(|_| AtomicUsize::new(usize::MAX)).collect(),
         controller: controller.clone(),
+        after_metadata: crate::service::remote::metadata_applied,
     });
     let mesh: Mesh<CoreMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
     let reply_mesh: Mesh<ReplyMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);

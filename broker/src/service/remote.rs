@@ -103,3 +103,12 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
         CoreMsg::Cancel { .. } => {}
     }
 }
+
+/// What follows a core's applying a metadata view (the core calls it
+/// through `Shared::after_metadata`): the groups drop the committed offsets
+/// of deleted partitions (tombstoned in `__consumer_offsets`), and the
+/// replicas on the core take the roles the view gives them.
+pub fn metadata_applied(core: &std::rc::Rc<crate::shard::Core>, deleted: &[(String, u32)]) {
+    crate::groups::coordinator::purge_deleted(core, deleted);
+    crate::replica::reconcile(core);
+}

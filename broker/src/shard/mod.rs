@@ -55,6 +55,11 @@ pub struct Shared {
     pub node_tls: weir_replication::tls::NodeTls,
     /// Each core's replication (QUIC) port (0 until bound).
     pub replication_core_ports: Vec<AtomicU16>,
+    /// What the rooms above a core do once it applied a metadata view,
+    /// with the partitions deleted (`service::remote::metadata_applied`: the
+    /// groups drop deleted topics' offsets, the replicas follow the view).
+    /// Handed in by the server, so that the core knows neither room.
+    pub after_metadata: fn(&Rc<Core>, &[(String, u32)]),
 }
 
 impl Shared {
@@ -100,11 +105,11 @@ pub struct Core {
     /// One producer-id block reservation at a time.
     pub producer_ids_reserving: glommio::sync::Semaphore,
     /// The consumer groups this core coordinates.
-    pub groups: crate::groups::coordinator::Groups,
+    pub groups: crate::groups::registry::Groups,
     /// The metadata writer's queue (core 0 only).
-    pub(crate) metadata_writer: RefCell<Option<crate::metadata::writer::Writer>>,
+    pub(crate) metadata_writer: RefCell<Option<crate::metadata::Writer>>,
     /// The replicas this core holds: roles, followers, fetchers.
-    pub replication: crate::replica::Replication,
+    pub replication: crate::replica::state::Replication,
 }
 
 impl Core {
@@ -198,7 +203,8 @@ impl Core {
         }
         let data_dir = self.shared.config.data_dir.clone();
         self.groups.forget_log_ends(&deleted);
-        crate::groups::coordinator::purge_deleted(self, &deleted);
+        let after = self.shared.after_metadata;
+        let deleted_parts = deleted.clone();
         self.delete_logs(deleted, "deleted").await?;
         // Replicas moved to other nodes (a reassignment completed): the
         // metadata that says so is committed, so the local copy goes.
@@ -238,7 +244,7 @@ impl Core {
             }
         }
         *self.metadata.borrow_mut() = view;
-        crate::replica::reconcile(self);
+        after(self, &deleted_parts);
         Ok(())
     }
 

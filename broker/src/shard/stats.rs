@@ -56,7 +56,7 @@ pub fn snapshot(core: &Core) -> Snapshot {
             .replication
             .all()
             .iter()
-            .filter(|r| r.replicated() && r.role() == crate::replica::Role::Leader)
+            .filter(|r| r.replicated() && r.role() == crate::replica::state::Role::Leader)
             .map(|r| {
                 let st = r.state.borrow();
                 let leo = r.log.log_end_offset();

@@ -1,0 +1,313 @@
+//! The replication state of one core, without the core: each replica's
+//! role, epoch, followers' progress, ISR and high watermark, and the
+//! fetchers running. The core holds a [`Replication`]; what acts on it
+//! (reconciling with the metadata, the ISR loop, fetchers, serving
+//! followers) is in the rest of `replica/`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Instant;
+
+use futures_channel::oneshot;
+use weir_storage::PartitionLog;
+
+use crate::service::BrokerError;
+
+/// What this node's replica of a partition is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// It leads.
+    Leader,
+    /// It follows `node`'s replica on that node's core `core`.
+    Follower {
+        /// Leader node.
+        node: u64,
+        /// The leader's core on its node.
+        core: u32,
+    },
+    /// No live leader.
+    NoLeader,
+}
+
+/// A follower's progress as its leader sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// The next offset it asked for (its log end).
+    pub fetch_offset: u64,
+    /// Below this, its log is fdatasync'd.
+    pub durable: u64,
+    /// When it last had everything the leader had.
+    pub caught_up: Instant,
+    /// The leader's log end at its previous fetch, and when.
+    pub(crate) last_fetch_leo: u64,
+    pub(crate) last_fetch_at: Instant,
+}
+
+/// One replica on this core and its replication state.
+pub struct Replica {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// Its log.
+    pub log: PartitionLog,
+    pub(crate) state: RefCell<State>,
+}
+
+pub(crate) struct State {
+    pub(crate) role: Role,
+    pub(crate) epoch: u32,
+    /// Replica nodes and their cores.
+    pub(crate) replicas: Vec<(u64, u32)>,
+    pub(crate) isr: Vec<u64>,
+    pub(crate) min_isr: u32,
+    /// The high watermark (leader: computed; follower: the leader's last
+    /// answer, at most the local log end).
+    pub(crate) hw: u64,
+    /// Leader: each follower's progress.
+    pub(crate) followers: HashMap<u64, Progress>,
+    /// Leader: when it took over (a follower that never fetched since is
+    /// measured from here).
+    pub(crate) since: Instant,
+    /// Leader: produce and fetch waits for the high watermark.
+    pub(crate) waiters: Vec<(u64, oneshot::Sender<Result<(), BrokerError>>)>,
+    /// Leader: an ISR change is being proposed.
+    pub(crate) isr_pending: bool,
+    /// Leader: a follower proposed back into the ISR; counted in the high
+    /// watermark from the proposal on (the controller may commit it before
+    /// this core hears of it).
+    pub(crate) joining: Option<u64>,
+    /// Leader: a follower joins the ISR only once it holds (durably)
+    /// everything below this — the log end when the partition gained
+    /// replicas: what a single replica acknowledged on its own flush until
+    /// then may be above the high watermark.
+    pub(crate) join_floor: u64,
+    /// Follower: its log is being replaced (see `fetcher::restart_at`).
+    pub(crate) restarting: bool,
+    /// Leader: the task that raises the high watermark as the local log
+    /// becomes durable (dropped, so cancelled, on a role change).
+    pub(crate) durable_task: Option<glommio::Task<()>>,
+}
+
+impl Replica {
+    /// Whether writes to it are replicated (more than one replica).
+    pub fn replicated(&self) -> bool {
+        self.state.borrow().replicas.len() > 1
+    }
+
+    /// The role now.
+    pub fn role(&self) -> Role {
+        self.state.borrow().role
+    }
+
+    /// The high watermark.
+    pub fn high_watermark(&self) -> u64 {
+        self.state.borrow().hw
+    }
+
+    /// Leader: raises the high watermark to the smallest fdatasync'd
+    /// offset over the ISR, and answers the waits it passes.
+    pub(crate) fn recompute_hw(&self, me: u64) {
+        let mut st = self.state.borrow_mut();
+        if st.role != Role::Leader {
+            return;
+        }
+        let mut hw = self.log.durable_offset();
+        for n in st.isr.iter().chain(st.joining.iter()).filter(|n| **n != me) {
+            hw = hw.min(st.followers.get(n).map_or(0, |p| p.durable));
+        }
+        if hw > st.hw {
+            st.hw = hw;
+            let waiters = std::mem::take(&mut st.waiters);
+            for (upto, tx) in waiters {
+                if upto <= hw {
+                    let _ = tx.send(Ok(()));
+                } else if !tx.is_canceled() {
+                    st.waiters.push((upto, tx));
+                }
+            }
+        }
+    }
+
+    /// The leader epoch now.
+    pub fn epoch(&self) -> u32 {
+        self.state.borrow().epoch
+    }
+
+    /// `acks=all`: waits until the high watermark passes `upto` while this
+    /// replica leads at `epoch` (`NotLeader` if it stops leading or a
+    /// new epoch begins: the batch may be truncated), then checks that
+    /// the ISR is still at least `min.insync.replicas` (else
+    /// `NotEnoughReplicas`: appended, but on fewer replicas than asked).
+    pub async fn wait_acknowledged(&self, upto: u64, epoch: u32) -> Result<(), BrokerError> {
+        self.wait_hw(upto).await?;
+        let st = self.state.borrow();
+        if st.role != Role::Leader || st.epoch != epoch {
+            return Err(self.not_leader(&st));
+        }
+        if (st.isr.len() as u32) < st.min_isr {
+            return Err(BrokerError::NotEnoughReplicas {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                isr: st.isr.len(),
+                min: st.min_isr,
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits until the high watermark is at least `upto` (fails with
+    /// `NotLeader` if this replica stops leading first).
+    pub async fn wait_hw(&self, upto: u64) -> Result<(), BrokerError> {
+        let rx = {
+            let mut st = self.state.borrow_mut();
+            if st.role != Role::Leader {
+                return Err(self.not_leader(&st));
+            }
+            if st.hw >= upto {
+                return Ok(());
+            }
+            let (tx, rx) = oneshot::channel();
+            st.waiters.retain(|(_, t)| !t.is_canceled());
+            st.waiters.push((upto, tx));
+            rx
+        };
+        rx.await.unwrap_or_else(|_| {
+            Err(BrokerError::NotLeader {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                leader: 0,
+            })
+        })
+    }
+
+    /// `NotLeader` unless this replica leads.
+    pub fn check_leader(&self) -> Result<(), BrokerError> {
+        let st = self.state.borrow();
+        match st.role {
+            Role::Leader => Ok(()),
+            _ => Err(self.not_leader(&st)),
+        }
+    }
+
+    fn not_leader(&self, st: &State) -> BrokerError {
+        BrokerError::NotLeader {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            leader: match st.role {
+                Role::Follower { node, .. } => node,
+                _ => 0,
+            },
+        }
+    }
+}
+
+/// The replicas of one core.
+#[derive(Default)]
+pub struct Replication {
+    /// By topic, then partition (looked up by `&str`: no key is built on
+    /// the produce and fetch paths).
+    pub(crate) parts: RefCell<HashMap<String, HashMap<u32, Rc<Replica>>>>,
+    /// Fetchers running, by (leader node, leader core).
+    pub(crate) fetchers: RefCell<HashMap<(u64, u32), ()>>,
+    /// This core's QUIC endpoint (serves followers, connects to leaders).
+    pub(crate) endpoint: RefCell<Option<weir_replication::quinn::Endpoint>>,
+}
+
+impl Replication {
+    /// The replica of a partition on this core, if any.
+    pub fn get(&self, topic: &str, partition: u32) -> Option<Rc<Replica>> {
+        self.parts.borrow().get(topic)?.get(&partition).cloned()
+    }
+
+    /// Forgets the replica of a partition (its log was replaced; the next
+    /// [`reconcile`] makes a new one).
+    pub(crate) fn remove(&self, topic: &str, partition: u32) {
+        let mut parts = self.parts.borrow_mut();
+        if let Some(ps) = parts.get_mut(topic) {
+            if let Some(r) = ps.remove(&partition) {
+                step_down(&r);
+            }
+            if ps.is_empty() {
+                parts.remove(topic);
+            }
+        }
+    }
+
+    /// Every replica on this core.
+    pub fn all(&self) -> Vec<Rc<Replica>> {
+        self.parts
+            .borrow()
+            .values()
+            .flat_map(|t| t.values().cloned())
+            .collect()
+    }
+
+    /// The replicas following the leader core `target`.
+    /// In topic and partition order.
+    pub(crate) fn following(&self, target: (u64, u32)) -> Vec<Rc<Replica>> {
+        let mut out: Vec<Rc<Replica>> = self
+            .all()
+            .into_iter()
+            .filter(|r| {
+                r.role()
+                    == Role::Follower {
+                        node: target.0,
+                        core: target.1,
+                    }
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        out
+    }
+
+    /// The high watermark consumers read up to, for a replicated
+    /// partition this core leads (`None`: not replicated, read what is
+    /// written).
+    pub fn consumer_limit(&self, topic: &str, partition: u32) -> Option<Rc<Replica>> {
+        self.get(topic, partition)
+            .filter(|r| r.replicated() && r.role() == Role::Leader)
+    }
+
+    /// Refuses a write to a replica that does not lead (`NotLeader`), and
+    /// an `acks=all` write to a replicated partition whose ISR is smaller
+    /// than its `min.insync.replicas` (`NotEnoughReplicas`).
+    pub fn check_append(&self, topic: &str, partition: u32, acks: i8) -> Result<(), BrokerError> {
+        let Some(r) = self.get(topic, partition) else {
+            return Ok(());
+        };
+        r.check_leader()?;
+        if acks != -1 {
+            return Ok(());
+        }
+        let st = r.state.borrow();
+        if st.replicas.len() > 1 && (st.isr.len() as u32) < st.min_isr {
+            return Err(BrokerError::NotEnoughReplicas {
+                topic: topic.to_string(),
+                partition,
+                isr: st.isr.len(),
+                min: st.min_isr,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Fails the high-watermark waits and stops the leader's task.
+pub(crate) fn step_down(r: &Replica) {
+    let mut st = r.state.borrow_mut();
+    st.durable_task = None;
+    let waiters = std::mem::take(&mut st.waiters);
+    let leader = match st.role {
+        Role::Follower { node, .. } => node,
+        _ => 0,
+    };
+    for (_, tx) in waiters {
+        let _ = tx.send(Err(BrokerError::NotLeader {
+            topic: r.topic.clone(),
+            partition: r.partition,
+            leader,
+        }));
+    }
+}
