@@ -305,12 +305,12 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic(TOPIC, PARTITIONS, vec![]).await.unwrap();
-        fill(b.addr).await;
-        let one = single(b.addr, secs).await;
-        let four = group_of_four(b.addr, secs).await;
-        let one_again = single(b.addr, secs).await;
+        fill(b.listen).await;
+        let one = single(b.listen, secs).await;
+        let four = group_of_four(b.listen, secs).await;
+        let one_again = single(b.listen, secs).await;
         println!("one consumer, cached 1 KiB records, {PARTITIONS} partitions:   {:>8.1} MB/s", one / 1e6);
         println!("group of 4 consumers, same data:                   {:>8.1} MB/s", four / 1e6);
         println!("one consumer again:                                {:>8.1} MB/s", one_again / 1e6);
@@ -318,7 +318,7 @@ fn main() {
             "group / single: {:.0} % (of the mean of the two single runs)",
             100.0 * four / ((one + one_again) / 2.0)
         );
-        let mut times = rebalances(b.addr, rounds).await;
+        let mut times = rebalances(b.listen, rounds).await;
         times.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!(
             "rebalance after a 4th member joins, join answered -> Stable ({} rounds): min {:.1} ms, median {:.1} ms, max {:.1} ms",
@@ -327,7 +327,7 @@ fn main() {
             times[times.len() / 2],
             times[times.len() - 1]
         );
-        let h = commits(b.addr, n_commits).await;
+        let h = commits(b.listen, n_commits).await;
         println!(
             "commit of {PARTITIONS} partitions ({} commits): p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs",
             h.len(),

@@ -68,7 +68,7 @@ fn produce_phase(
     let threads: Vec<_> = (0..conns)
         .map(|_| {
             let (addr, batch, bytes, records, topic) = (
-                b.addr,
+                b.listen,
                 batch.clone(),
                 bytes.clone(),
                 records.clone(),
@@ -118,7 +118,7 @@ fn fetch_phase(b: &Broker, topic: &str, conns: usize, secs: f64) -> f64 {
     let deadline = start + Duration::from_secs_f64(secs);
     let threads: Vec<_> = (0..conns)
         .map(|t| {
-            let (addr, bytes, topic) = (b.addr, bytes.clone(), topic.to_string());
+            let (addr, bytes, topic) = (b.listen, bytes.clone(), topic.to_string());
             std::thread::spawn(move || {
                 let mut c = Client::connect(addr);
                 // Start each partition at its last ~32 MiB: that part is in the cache.

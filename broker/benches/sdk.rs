@@ -206,35 +206,35 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         for t in ["r1k", "r1k-shared", "r100", "r1k-shared-again"] {
             admin.create_topic(t, PARTITIONS, vec![]).await.unwrap();
         }
         // The shard-aware 1 KiB run goes last, so that its tail is what the
         // batch caches hold when the consumer reads it back.
         if run("shared") {
-        let (bps, rps) = produce(b.addr, "r1k-shared", 1024, false, secs).await;
+        let (bps, rps) = produce(b.listen, "r1k-shared", 1024, false, secs).await;
         println!("producer 1 KiB records, {PARTITIONS} partitions, acks=all, shared port: {:>8.1} MB/s {:>10.0} records/s", bps / 1e6, rps);
         }
         if run("r100") {
-        let (bps, rps) = produce(b.addr, "r100", 100, true, secs).await;
+        let (bps, rps) = produce(b.listen, "r100", 100, true, secs).await;
         println!("producer 100 B records, {PARTITIONS} partitions, acks=all, shard-aware: {:>8.1} MB/s {:>10.0} records/s", bps / 1e6, rps);
         }
         if run("r1k") {
-        let (bps, rps) = produce(b.addr, "r1k", 1024, true, secs).await;
+        let (bps, rps) = produce(b.listen, "r1k", 1024, true, secs).await;
         println!("producer 1 KiB records, {PARTITIONS} partitions, acks=all, shard-aware: {:>8.1} MB/s {:>10.0} records/s", bps / 1e6, rps);
         }
         if run("consume") {
         // The last ~24 MiB of each partition (384 MiB in all) is cached.
-        let (bps, rps) = consume(b.addr, "r1k", 24 << 10, secs).await;
-        let raw = raw_fetch(b.addr, "r1k", 24 << 10, secs).await;
+        let (bps, rps) = consume(b.listen, "r1k", 24 << 10, secs).await;
+        let raw = raw_fetch(b.listen, "r1k", 24 << 10, secs).await;
         println!("raw fetch_many, one connection, same data:  {:>8.1} MB/s", raw / 1e6);
         println!("consumer poll, cached 1 KiB records, {PARTITIONS} partitions: {:>8.1} MB/s {:>10.0} records/s", bps / 1e6, rps);
         }
         // The shared port once more, after the shard-aware run, so that the
         // comparison is not only an artefact of the order (the disk fills).
         if run("again") {
-        let (bps, rps) = produce(b.addr, "r1k-shared-again", 1024, false, secs).await;
+        let (bps, rps) = produce(b.listen, "r1k-shared-again", 1024, false, secs).await;
         println!("producer 1 KiB records, {PARTITIONS} partitions, acks=all, shared port again: {:>8.1} MB/s {:>10.0} records/s", bps / 1e6, rps);
         }
     });

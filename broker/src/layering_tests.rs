@@ -12,9 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Mutual imports still present, as `(a, b)` module paths (`a < b`).
-const KNOWN: &[(&str, &str)] = &[
-    ("shard", "shard/mesh"),
-];
+const KNOWN: &[(&str, &str)] = &[("shard", "shard/mesh")];
 
 /// Module path (`a/b`) → file, for every file of the library.
 fn modules(src: &Path) -> BTreeMap<Vec<String>, String> {

@@ -142,7 +142,7 @@ fn produce_and_fetch_across_cores_survive_restart() {
     }
     // Through a core's own port too, for the partitions it owns; the
     // others are refused with NotOwner (no silent forwarding there).
-    let mut c1 = Client::connect(std::net::SocketAddr::new(b.addr.ip(), b.core_ports[1]));
+    let mut c1 = Client::connect(std::net::SocketAddr::new(b.listen.ip(), b.core_ports[1]));
     for p in &t.partitions {
         if p.core == 1 {
             assert_eq!(read_all(&mut c1, "orders", p.partition).len(), 15);
@@ -183,7 +183,7 @@ fn acked_records_survive_kill_9() {
     // A producer keeps producing (acks=all) while the broker is killed;
     // every acknowledgement it got is reported here first.
     let (tx, rx) = std::sync::mpsc::channel::<(u32, u64)>();
-    let addr = b.addr;
+    let addr = b.listen;
     let producer = std::thread::spawn(move || {
         let mut c = Client::connect(addr);
         for i in 0..100_000u32 {
@@ -239,7 +239,7 @@ fn long_poll_wakes_when_data_arrives_and_offsets_by_time() {
     let b = Broker::start(dir.path(), 2);
     let mut c = b.client();
     create(&mut c, "lp", 1, &[]);
-    let addr = b.addr;
+    let addr = b.listen;
     let t0 = Instant::now();
     let waiter = std::thread::spawn(move || {
         let mut c = Client::connect(addr);
@@ -400,7 +400,7 @@ fn long_poll_over_several_partitions_returns_when_one_gets_data() {
     let b = Broker::start(dir.path(), 2);
     let mut c = b.client();
     create(&mut c, "multi", 4, &[]);
-    let addr = b.addr;
+    let addr = b.listen;
     let t0 = Instant::now();
     let waiter = std::thread::spawn(move || {
         let mut c = Client::connect(addr);

@@ -32,7 +32,7 @@ fn fails(b: &Broker, args: &[&str]) -> String {
 fn cli_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
-    let bootstrap = b.addr.to_string();
+    let bootstrap = b.listen.to_string();
 
     let (so, _) = ok(
         &b,
@@ -277,49 +277,24 @@ fn cli_admin_and_unkeyed_produce() {
 /// start without that core, and does not hang on the cores that started.
 #[test]
 fn a_taken_core_port_fails_the_start_with_a_clear_error() {
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let base = weir_testkit::ports::run(weir_testkit::ports::Proto::Tcp, 1);
     // Core 1's own port is base + 1.
     let _taken = std::net::TcpListener::bind(("127.0.0.1", base + 1)).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args([
-            "broker",
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-            "--cores",
-            "2",
-        ])
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--core-port-base",
-            &base.to_string(),
-        ])
-        .args([
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--kafka-listener",
-            "127.0.0.1:0",
-        ])
-        .env("WEIR_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the broker neither started nor failed within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let log = dir.path().join("broker.log");
+    let failed = common::Node::builder(env!("CARGO_BIN_EXE_weir"))
+        .data_dir(dir.path().join("data"))
+        .cores(2)
+        .core_port_base(base)
+        .log_to(&log)
+        .try_start();
+    let Err(failed) = failed else {
+        panic!("the broker started with core 1's port taken");
     };
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let status = failed
+        .status
+        .unwrap_or_else(|| panic!("the broker neither started nor failed within 60 s: {failed}"));
+    let err = failed.log;
     assert!(!status.success(), "exit status {status}: {err}");
     assert!(
         err.contains(&format!("{}", base + 1)) && err.contains("--core-port-base"),

@@ -33,7 +33,7 @@ fn client_against_a_broker() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         assert!(!c.api_versions().await.unwrap().is_empty());
         c.create_topic("t", 4, vec![("retention.ms".into(), "600000".into())])
             .await
@@ -133,7 +133,7 @@ fn client_against_a_broker() {
         assert!(e.to_string().contains("nope"), "{e}");
 
         // Long poll: a fetch at the end wakes when another client appends.
-        let c2 = Client::connect(b.addr).await.unwrap();
+        let c2 = Client::connect(b.listen).await.unwrap();
         let t = Instant::now();
         let (polled, _) = tokio::join!(c.fetch("t", 2, 0, 1 << 20, 10_000), async {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -202,12 +202,12 @@ fn a_requests_batches_of_a_partition_land_together_under_concurrent_producers() 
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     common::runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("m", 2, vec![]).await.unwrap();
         for p in 0..2u32 {
             let producers: Vec<_> = (0..4)
                 .map(|c| {
-                    let addr = b.addr;
+                    let addr = b.listen;
                     tokio::spawn(async move {
                         let client = Client::connect(addr).await.unwrap();
                         let mut placed = Vec::new();

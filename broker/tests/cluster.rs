@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::KafkaConn;
+use common::{runtime, KafkaConn};
 use weir_proto::messages::DescribeClusterResponse;
+use weir_testkit::{poll_until, wait_until, Node, NodeBuilder, Process};
 
 mod common;
 
@@ -31,15 +32,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 const SESSION_MS: u64 = 2_000;
 /// `replica.lag.time.max.ms` of the test nodes.
 const LAG_MS: u64 = 1500;
-
-/// The tokio runtime the tests' SDK clients run on.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// `weir cluster certs ARGS…`, which must succeed.
 fn certs_cmd(args: &[&str]) {
@@ -79,31 +71,6 @@ fn core_addrs(replication: SocketAddr) -> Vec<SocketAddr> {
     (1..=CORES)
         .map(|i| SocketAddr::new(replication.ip(), replication.port() + i))
         .collect()
-}
-
-/// A node process.
-struct Node {
-    id: u64,
-    child: Child,
-    native: SocketAddr,
-    kafka: SocketAddr,
-    metrics: SocketAddr,
-    log: PathBuf,
-}
-
-impl Node {
-    fn kill(mut self) {
-        // SIGKILL by PID.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Where each node's replication endpoint binds, and the address the
@@ -207,12 +174,15 @@ impl Cluster {
 
     fn start(&mut self, id: u64) {
         let config = self.config(id, id.min(3), &self.certs.clone(), &self.cluster_id.clone());
-        let node = spawn(
-            id,
-            &config,
-            &self.root.path().join(format!("node-{id}.log")),
-        );
+        let node = node(&config, &self.log_path(id))
+            .name(format!("node {id}"))
+            .start();
         self.nodes.insert(id, node);
+    }
+
+    /// Where node `id` logs (its stderr).
+    fn log_path(&self, id: u64) -> PathBuf {
+        self.root.path().join(format!("node-{id}.log"))
     }
 
     fn start_all(&mut self) {
@@ -232,17 +202,15 @@ impl Cluster {
                 )
             })
             .collect();
-        let root = self.root.path().to_path_buf();
         let handles: Vec<_> = configs
             .into_iter()
             .map(|(id, config)| {
-                let log = root.join(format!("node-{id}.log"));
-                std::thread::spawn(move || spawn(id, &config, &log))
+                let node = node(&config, &self.log_path(id)).name(format!("node {id}"));
+                (id, std::thread::spawn(move || node.start()))
             })
             .collect();
-        for h in handles {
-            let node = h.join().unwrap();
-            self.nodes.insert(node.id, node);
+        for (id, h) in handles {
+            self.nodes.insert(id, h.join().unwrap());
         }
     }
 
@@ -306,14 +274,13 @@ impl Cluster {
     }
 
     fn describe(&self, id: u64) -> Option<DescribeClusterResponse> {
-        describe(self.nodes.get(&id)?.native)
+        describe(self.nodes.get(&id)?.listen)
     }
 
     /// Waits until every running node shows every node of `up` live, the
     /// others fenced, one leader, and the same version and digest.
     fn converged(&self, up: &[u64], within: Duration) -> DescribeClusterResponse {
-        let deadline = Instant::now() + within;
-        loop {
+        let views = poll_until(Instant::now() + within, || {
             let views: Vec<Option<DescribeClusterResponse>> =
                 self.nodes.keys().map(|id| self.describe(*id)).collect();
             let ok = views.iter().all(|v| v.is_some()) && {
@@ -331,42 +298,27 @@ impl Cluster {
                     && up.iter().all(|id| first.nodes.iter().any(|n| n.id == *id))
             };
             if ok {
-                return views.into_iter().next().unwrap().unwrap();
+                Ok(views.into_iter().next().unwrap().unwrap())
+            } else {
+                Err(views)
             }
-            if Instant::now() >= deadline {
-                let logs: Vec<String> = self
-                    .nodes
-                    .keys()
-                    .map(|n| {
-                        let text = self.log(*n);
-                        let lines: Vec<&str> = text
-                            .lines()
-                            .filter(|l| {
-                                l.contains("WARN")
-                                    || l.contains("ERROR")
-                                    || l.contains("registered")
-                                    || l.contains("fenc")
-                                    || l.contains("ready")
-                                    || l.contains("panicked")
-                            })
-                            .collect();
-                        format!(
-                            "node {n}:\n{}",
-                            lines[lines.len().saturating_sub(15)..].join("\n")
-                        )
-                    })
-                    .collect();
-                panic!(
-                    "not converged within {within:?} (up {up:?}): {views:#?}\n{}",
-                    logs.join("\n")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        });
+        views.unwrap_or_else(|views| {
+            let running: Vec<u64> = self.nodes.keys().copied().collect();
+            let logs = self.log_tails(&running, 15, |l| {
+                l.contains("WARN")
+                    || l.contains("ERROR")
+                    || l.contains("registered")
+                    || l.contains("fenc")
+                    || l.contains("ready")
+                    || l.contains("panicked")
+            });
+            panic!("not converged within {within:?} (up {up:?}): {views:#?}\n{logs}");
+        })
     }
 
     fn weir(&self, via: u64, args: &[&str]) -> std::process::Output {
-        let addr = self.nodes[&via].native.to_string();
+        let addr = self.nodes[&via].listen.to_string();
         Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(args)
             .args(["--bootstrap", &addr])
@@ -395,44 +347,45 @@ impl Cluster {
     /// view).
     fn agreed_leader(&self, topic: &str) -> u64 {
         let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let seen: Vec<String> = self
-                .nodes
-                .keys()
-                .map(|n| {
-                    self.partition_rows_via(*n, topic)
-                        .first()
-                        .and_then(|r| r.get(1).cloned())
-                        .unwrap_or_default()
-                })
-                .collect();
-            if seen.windows(2).all(|w| w[0] == w[1]) {
-                if let Ok(l) = seen[0].parse() {
-                    return l;
+        wait_until(
+            deadline,
+            format!("the nodes agree on {topic}-0's leader"),
+            || {
+                let seen: Vec<String> = self
+                    .nodes
+                    .keys()
+                    .map(|n| {
+                        self.partition_rows_via(*n, topic)
+                            .first()
+                            .and_then(|r| r.get(1).cloned())
+                            .unwrap_or_default()
+                    })
+                    .collect();
+                match seen[0].parse() {
+                    Ok(l) if seen.windows(2).all(|w| w[0] == w[1]) => Ok(l),
+                    _ => Err(format!("no agreed leader: {seen:?}")),
                 }
-            }
-            assert!(Instant::now() < deadline, "no agreed leader: {seen:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            },
+        )
     }
 
     /// Waits until every partition's ISR has `n` members.
     fn isr_full(&self, topic: &str, n: usize, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
+        let what = format!("every partition of {topic} has {n} replicas in its ISR");
+        wait_until(Instant::now() + within, what, || {
             let rows = self.partition_rows(topic);
             if rows.iter().all(|r| r[4].split(',').count() == n) {
-                return;
+                Ok(())
+            } else {
+                Err(format!("ISR not full: {rows:?}"))
             }
-            assert!(Instant::now() < deadline, "ISR not full: {rows:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        });
     }
 
     /// [`Cluster::weir_ok`] for a command that waits: killed (and the
     /// test failed) if it has not ended within `limit`.
     fn weir_within(&self, via: u64, args: &[&str], limit: Duration) -> String {
-        let addr = self.nodes[&via].native.to_string();
+        let addr = self.nodes[&via].listen.to_string();
         let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(args)
             .args(["--bootstrap", &addr])
@@ -440,12 +393,11 @@ impl Cluster {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + limit;
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let ended = poll_until(Instant::now() + limit, || {
+            child.try_wait().unwrap().ok_or(())
+        });
+        if ended.is_err() {
+            let _ = child.kill();
         }
         let out = child.wait_with_output().unwrap();
         assert!(
@@ -469,55 +421,38 @@ impl Cluster {
     }
 
     fn log(&self, id: u64) -> String {
-        std::fs::read_to_string(&self.nodes[&id].log).unwrap_or_default()
+        self.nodes[&id].log()
+    }
+
+    /// The last `n` lines each node of `ids` logged that `keep` keeps
+    /// (read from its file: a node killed since has one too), under a
+    /// `node ID:` heading.
+    fn log_tails(&self, ids: &[u64], n: usize, keep: impl Fn(&str) -> bool) -> String {
+        let tails: Vec<String> = ids
+            .iter()
+            .map(|id| {
+                let text = std::fs::read_to_string(self.log_path(*id)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().filter(|l| keep(l)).collect();
+                format!(
+                    "node {id}:\n{}",
+                    lines[lines.len().saturating_sub(n)..].join("\n")
+                )
+            })
+            .collect();
+        tails.join("\n")
     }
 }
 
-/// `weir broker --config CONFIG`, its log (stderr) to `log`.
-fn broker(config: &Path, log: &Path, cores: usize, stdout: Stdio) -> Child {
-    let stderr = std::fs::File::create(log).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["broker", "--config", config.to_str().unwrap()])
-        .args(["--cores", &cores.to_string()])
+/// `weir broker --config CONFIG --cores CORES`, its log (stderr) to `log`.
+fn node(config: &Path, log: &Path) -> NodeBuilder {
+    Node::builder(env!("CARGO_BIN_EXE_weir"))
+        .config(config)
+        .cores(CORES as usize)
         .env(
             "WEIR_LOG",
             std::env::var("TEST_WEIR_LOG").unwrap_or_else(|_| "info,openraft=error".into()),
         )
-        .stdout(stdout)
-        .stderr(stderr)
-        .spawn()
-        .unwrap()
-}
-
-fn spawn(id: u64, config: &Path, log: &Path) -> Node {
-    let mut child = broker(config, log, CORES as usize, Stdio::piped());
-    let out = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    let line = loop {
-        match lines.next() {
-            Some(Ok(l)) if l.starts_with("weir broker ready:") => break l,
-            Some(Ok(_)) => continue,
-            other => panic!(
-                "node {id} did not become ready ({other:?}): {}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            ),
-        }
-    };
-    let field = |name: &str| -> SocketAddr {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(name))
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    Node {
-        id,
-        child,
-        native: field("listen="),
-        kafka: field("kafka="),
-        metrics: field("metrics="),
-        log: log.to_path_buf(),
-    }
+        .log_to(log)
 }
 
 fn describe(addr: SocketAddr) -> Option<DescribeClusterResponse> {
@@ -564,22 +499,23 @@ fn three_nodes_from_the_deploy_configs_form_a_cluster_and_spread_a_topic() {
     c.converged(&[1, 2, 3], Duration::from_secs(10));
     // A core opens its partitions' logs once it has applied the metadata,
     // which may be just after the views agree.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let held = poll_until(Instant::now() + Duration::from_secs(10), || {
         let held: Vec<usize> = (1..=3)
             .map(|id| partition_dirs(&c.root.path().join(format!("node-{id}")), "spread"))
             .collect();
         if held == [4, 4, 4] {
-            break;
+            Ok(())
+        } else {
+            Err(held)
         }
-        assert!(
-            Instant::now() < deadline,
+    });
+    if let Err(held) = held {
+        panic!(
             "nodes 1, 2, 3 hold {held:?} of the 12 partitions, not 4 each: {}",
             c.weir(1, &["topic", "describe", "spread"])
                 .stdout
                 .escape_ascii()
         );
-        std::thread::sleep(Duration::from_millis(50));
     }
     let out = c.weir(3, &["cluster", "status"]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -794,21 +730,16 @@ fn a_node_cut_off_by_a_udp_proxy_is_fenced_and_rejoins() {
     // The others fence it within the session timeout (plus a heartbeat
     // and a commit).
     let deadline = cut + Duration::from_millis(SESSION_MS * 2);
-    loop {
-        let fenced = others.iter().all(|id| {
-            c.describe(*id)
-                .is_some_and(|d| d.nodes.iter().any(|n| n.id == victim && n.fenced))
-        });
-        if fenced {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node {victim} not fenced {:?} after it was cut off",
-            cut.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        deadline,
+        format!("the others fence node {victim}, cut off"),
+        || {
+            others.iter().all(|id| {
+                c.describe(*id)
+                    .is_some_and(|d| d.nodes.iter().any(|n| n.id == victim && n.fenced))
+            })
+        },
+    );
     let took = cut.elapsed();
     eprintln!(
         "node {victim} fenced {took:?} after it was cut off (session timeout {SESSION_MS} ms)"
@@ -857,16 +788,14 @@ fn nodes_of_another_ca_or_another_cluster_are_refused_and_nothing_changes() {
         c.bind.remove(&4);
         c.advertised.remove(&4);
         let dir = c.root.path().join("node-4");
-        let log = c.root.path().join("node-4.log");
         let _ = std::fs::remove_dir_all(&dir);
-        let mut intruder = broker(&config, &log, 1, Stdio::null());
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while !(1..=3).any(|id| c.log(id).contains(expect)) {
-            assert!(Instant::now() < deadline, "no node logged `{expect}`");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = intruder.kill();
-        let _ = intruder.wait();
+        let intruder: Process = node(&config, &c.log_path(4)).cores(1).spawn();
+        wait_until(
+            Instant::now() + Duration::from_secs(15),
+            format!("a node logs `{expect}`"),
+            || (1..=3).any(|id| c.log(id).contains(expect)),
+        );
+        intruder.kill();
         let after = c.converged(&[1, 2, 3], Duration::from_secs(10));
         assert_eq!(after.nodes.len(), 3, "the intruder is not in the metadata");
         assert_eq!(
@@ -887,7 +816,7 @@ fn the_sdk_produces_and_consumes_a_spread_topic_through_one_bootstrap_address() 
 
     let _serial = serial();
     let c = Cluster::three_with_topic("sdk");
-    let boot = c.nodes[&1].native;
+    let boot = c.nodes[&1].listen;
     const PER_PARTITION: u64 = 50;
     let rt = runtime();
     rt.block_on(async {
@@ -970,8 +899,8 @@ fn a_voter_is_added_and_removed_with_the_cli() {
     let bind4 = free_udp();
     c.bind.insert(4, bind4);
     let config = c.config(4, 1, &c.certs.clone(), &c.cluster_id.clone());
-    let log = c.root.path().join("node-4.log");
-    let joining = std::thread::spawn(move || spawn(4, &config, &log));
+    let joining = node(&config, &c.log_path(4)).name("node 4");
+    let joining = std::thread::spawn(move || joining.start());
     let out = c.weir(
         2,
         &[
@@ -1074,7 +1003,7 @@ print("ok")
         .build()
         .unwrap()
         .block_on(async {
-            let client = weir_client::Client::connect(c.nodes[&1].native)
+            let client = weir_client::Client::connect(c.nodes[&1].listen)
                 .await
                 .unwrap();
             group_coordinated_elsewhere(&client, "kt-group", 1).await.0
@@ -1121,7 +1050,7 @@ fn consumer_groups_span_nodes_through_one_bootstrap_address() {
 
     let _serial = serial();
     let c = Cluster::three_with_topic("gt");
-    let boot = c.nodes[&1].native;
+    let boot = c.nodes[&1].listen;
     const TOTAL: u64 = 12 * 40;
     let rt = runtime();
     let (group, coordinator) = rt.block_on(async {
@@ -1289,8 +1218,7 @@ fn replicas_converge(
     nodes: &[u64],
     within: Duration,
 ) -> Vec<u64> {
-    let deadline = Instant::now() + within;
-    loop {
+    let converged = poll_until(Instant::now() + within, || {
         let digests: Vec<Vec<(u64, u32)>> = (0..partitions)
             .map(|p| {
                 nodes
@@ -1300,27 +1228,15 @@ fn replicas_converge(
             })
             .collect();
         if digests.iter().all(|d| d.windows(2).all(|w| w[0] == w[1])) {
-            return digests.iter().map(|d| d[0].0).collect();
+            Ok(digests.iter().map(|d| d[0].0).collect())
+        } else {
+            Err(digests)
         }
-        if Instant::now() >= deadline {
-            let logs: Vec<String> = nodes
-                .iter()
-                .map(|n| {
-                    let text = c.log(*n);
-                    let lines: Vec<&str> = text
-                        .lines()
-                        .filter(|l| l.contains(topic) || l.contains("replica"))
-                        .collect();
-                    format!(
-                        "node {n}:\n{}",
-                        lines[lines.len().saturating_sub(20)..].join("\n")
-                    )
-                })
-                .collect();
-            panic!("replicas differ: {digests:?}\n{}", logs.join("\n"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    });
+    converged.unwrap_or_else(|digests| {
+        let logs = c.log_tails(nodes, 20, |l| l.contains(topic) || l.contains("replica"));
+        panic!("replicas differ: {digests:?}\n{logs}");
+    })
 }
 
 /// RF 3, acks=all through one node: every acknowledged batch is on all
@@ -1337,7 +1253,7 @@ fn a_replicated_topic_holds_the_same_bytes_on_every_replica() {
     const N: u64 = 600;
     let rt = runtime();
     rt.block_on(async {
-        let client = A::new(Client::connect(c.nodes[&1].native).await.unwrap());
+        let client = A::new(Client::connect(c.nodes[&1].listen).await.unwrap());
         let producer = Producer::new(client.clone(), ProducerConfig::default());
         let mut acks = Vec::new();
         for i in 0..N {
@@ -1470,7 +1386,7 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
     };
 
     // The SDK producer: values s<MARK>:<SEQ> round-robin until stopped.
-    let boot: Vec<SocketAddr> = c.nodes.values().map(|n| n.native).collect();
+    let boot: Vec<SocketAddr> = c.nodes.values().map(|n| n.listen).collect();
     let producer = {
         let (stop, mark, seen) = (stop.clone(), mark.clone(), seen.clone());
         rt.spawn(async move {
@@ -1527,61 +1443,47 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
     // rightly waits for that node (no unclean election).
     let all_acked = |c: &Cluster, m: u64, since: Instant, within: Duration, killed: Option<u64>| {
         let mut next_look = since + Duration::from_millis(SESSION_MS);
-        loop {
+        let outcome = poll_until(since + within, || {
             if seen.lock().unwrap().all_past(m, PARTS) {
-                return Some(since.elapsed());
+                return Ok(Some(since.elapsed()));
             }
             if let Some(k) = killed.filter(|_| Instant::now() >= next_look) {
                 next_look = Instant::now() + Duration::from_millis(500);
                 let rows = c.partition_rows("hist");
                 if rows.iter().any(|r| r[1] == "none" && r[4] == k.to_string()) {
-                    return None;
+                    return Ok(None);
                 }
             }
-            if since.elapsed() >= within {
-                let marks = seen.lock().unwrap().newest_mark.clone();
-                let views: Vec<String> = c
-                    .nodes
-                    .keys()
-                    .map(|n| {
-                        let out = c.weir(*n, &["topic", "describe", "hist"]);
-                        format!(
-                            "as node {n} sees it:\n{}",
-                            String::from_utf8_lossy(&out.stdout)
-                        )
-                    })
-                    .collect();
-                // What the controllers did, from every node's log.
-                let logs: Vec<String> = (1..=3u64)
-                    .map(|n| {
-                        let path = c.root.path().join(format!("node-{n}.log"));
-                        let text = std::fs::read_to_string(path).unwrap_or_default();
-                        let lines: Vec<&str> = text
-                            .lines()
-                            .filter(|l| {
-                                l.contains("fenc")
-                                    || l.contains("registered")
-                                    || l.contains("ready")
-                                    || l.contains("partition=hist")
-                            })
-                            .collect();
-                        format!(
-                            "node {n}:\n{}",
-                            lines[lines.len().saturating_sub(20)..].join("\n")
-                        )
-                    })
-                    .collect();
-                panic!(
-                    "after kill {m} at {:?} ago, not every partition acknowledged a record sent \
-                     after it within {within:?}: newest marks acknowledged (SDK, confluent-kafka): \
-                     {marks:?}\n{}\n{}",
-                    since.elapsed(),
-                    views.join("\n"),
-                    logs.join("\n")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+            Err(())
+        });
+        outcome.unwrap_or_else(|()| {
+            let marks = seen.lock().unwrap().newest_mark.clone();
+            let views: Vec<String> = c
+                .nodes
+                .keys()
+                .map(|n| {
+                    let out = c.weir(*n, &["topic", "describe", "hist"]);
+                    format!(
+                        "as node {n} sees it:\n{}",
+                        String::from_utf8_lossy(&out.stdout)
+                    )
+                })
+                .collect();
+            // What the controllers did, from every node's log.
+            let logs = c.log_tails(&[1, 2, 3], 20, |l| {
+                l.contains("fenc")
+                    || l.contains("registered")
+                    || l.contains("ready")
+                    || l.contains("partition=hist")
+            });
+            panic!(
+                "after kill {m} at {:?} ago, not every partition acknowledged a record sent \
+                 after it within {within:?}: newest marks acknowledged (SDK, confluent-kafka): \
+                 {marks:?}\n{}\n{logs}",
+                since.elapsed(),
+                views.join("\n"),
+            );
+        })
     };
     all_acked(&c, 0, Instant::now(), Duration::from_secs(30), None);
     let limit = Duration::from_millis(2 * SESSION_MS);
@@ -1657,7 +1559,7 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
     // Everything the final leaders hold, from offset 0.
     let ends = replicas_converge(&c, "hist", PARTS, &[1, 2, 3], Duration::from_secs(30));
     let log: Vec<(u32, u64, String)> = rt.block_on(async {
-        let client = Arc::new(Client::connect(c.nodes[&1].native).await.unwrap());
+        let client = Arc::new(Client::connect(c.nodes[&1].listen).await.unwrap());
         let mut consumer = Consumer::new(client, ConsumerConfig::default());
         consumer.assign((0..PARTS).map(|p| ("hist".to_string(), p)).collect());
         for p in 0..PARTS {
@@ -1750,7 +1652,7 @@ fn cut_off_followers_leave_the_isr_and_acks_all_needs_min_insync_replicas() {
     let (leader, followers) = leader_and_followers(&c.partition_rows("isr")[0]);
     let rt = runtime();
     let client = rt
-        .block_on(Client::connect(c.nodes[&leader].native))
+        .block_on(Client::connect(c.nodes[&leader].listen))
         .unwrap();
     let produce = |tag: &str, acks: Acks| {
         rt.block_on(client.produce("isr", 0, batch_of(&[tag.to_string()]), acks))
@@ -1758,15 +1660,18 @@ fn cut_off_followers_leave_the_isr_and_acks_all_needs_min_insync_replicas() {
     produce("before", Acks::All).unwrap();
     let isr_of = || c.partition_rows("isr")[0][4].clone();
     let wait_isr = |want: &str, within: Duration| {
-        let deadline = Instant::now() + within;
-        loop {
-            let isr = isr_of();
-            if isr == want {
-                return;
-            }
-            assert!(Instant::now() < deadline, "ISR {isr}, want {want}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(
+            Instant::now() + within,
+            format!("the ISR is {want}"),
+            || {
+                let isr = isr_of();
+                if isr == want {
+                    Ok(())
+                } else {
+                    Err(format!("ISR {isr}, want {want}"))
+                }
+            },
+        )
     };
     let sorted = |mut v: Vec<u64>| {
         v.sort_unstable();
@@ -1835,7 +1740,7 @@ fn a_deposed_leader_truncates_its_divergent_tail() {
     c.replicated_topic("div", 1);
     let (old, followers) = leader_and_followers(&c.partition_rows("div")[0]);
     let rt = runtime();
-    let to_old = rt.block_on(Client::connect(c.nodes[&old].native)).unwrap();
+    let to_old = rt.block_on(Client::connect(c.nodes[&old].listen)).unwrap();
     rt.block_on(to_old.produce("div", 0, batch_of(&["kept".into()]), Acks::All))
         .unwrap();
     replicas_converge(&c, "div", 1, &[1, 2, 3], Duration::from_secs(10));
@@ -1854,16 +1759,19 @@ fn a_deposed_leader_truncates_its_divergent_tail() {
     c.nodes.remove(&old).unwrap().kill();
     proxies.cut(Vec::new());
     // A follower leads (after the session timeout) and takes a write.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let new = loop {
-        let row = c.partition_rows("div")[0].clone();
-        if row[1] != old.to_string() && row[1] != "none" {
-            break row[1].parse::<u64>().unwrap();
-        }
-        assert!(Instant::now() < deadline, "no new leader: {row:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let to_new = rt.block_on(Client::connect(c.nodes[&new].native)).unwrap();
+    let new = wait_until(
+        Instant::now() + Duration::from_secs(15),
+        "a follower leads div-0",
+        || {
+            let row = c.partition_rows("div")[0].clone();
+            if row[1] != old.to_string() && row[1] != "none" {
+                Ok(row[1].parse::<u64>().unwrap())
+            } else {
+                Err(format!("no new leader: {row:?}"))
+            }
+        },
+    );
+    let to_new = rt.block_on(Client::connect(c.nodes[&new].listen)).unwrap();
     let offset = rt
         .block_on(to_new.produce("div", 0, batch_of(&["new".into()]), Acks::All))
         .unwrap();
@@ -1893,7 +1801,7 @@ fn a_wiped_follower_replicates_from_scratch() {
     let (leader, followers) = leader_and_followers(&c.partition_rows("wipe")[0]);
     let rt = runtime();
     let client = rt
-        .block_on(Client::connect(c.nodes[&leader].native))
+        .block_on(Client::connect(c.nodes[&leader].listen))
         .unwrap();
     for i in 0..50 {
         rt.block_on(client.produce("wipe", 0, batch_of(&[format!("r{i}")]), Acks::All))
@@ -1925,7 +1833,7 @@ fn a_group_coordinator_moves_with_its_offsets_when_its_node_dies() {
     let mut c = Cluster::three();
     c.replicated_topic("gf", 3);
     c.isr_full("__consumer_offsets", 3, Duration::from_secs(10));
-    let boot = c.nodes[&1].native;
+    let boot = c.nodes[&1].listen;
     let rt = runtime();
     let client = Arc::new(rt.block_on(Client::connect(boot)).unwrap());
     let (group, coordinator) = rt.block_on(group_coordinated_elsewhere(&client, "movers", 1));
@@ -1973,24 +1881,16 @@ fn a_group_coordinator_moves_with_its_offsets_when_its_node_dies() {
     // offsets partition coordinates it, with the commits.
     c.nodes.remove(&coordinator).unwrap().kill();
     let deadline = Instant::now() + Duration::from_secs(20);
-    let moved_to = loop {
-        if let Ok(f) = rt.block_on(client.find_coordinator(&group)) {
-            if f.node_id != coordinator {
-                break f.node_id;
-            }
-        }
-        assert!(Instant::now() < deadline, "the coordinator did not move");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let committed = loop {
-        match rt.block_on(client.committed_offsets(&group, None)) {
-            Ok(c) => break c,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "offsets not served: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    };
+    let moved_to = wait_until(deadline, "the coordinator moves", || {
+        rt.block_on(client.find_coordinator(&group))
+            .ok()
+            .map(|f| f.node_id)
+            .filter(|n| *n != coordinator)
+    });
+    let committed = wait_until(deadline, "the new coordinator serves the offsets", || {
+        rt.block_on(client.committed_offsets(&group, None))
+            .map_err(|e| format!("offsets not served: {e}"))
+    });
     assert_eq!(
         committed.iter().map(|o| o.offset).sum::<u64>(),
         300,
@@ -2022,7 +1922,7 @@ fn a_node_is_drained_while_a_producer_writes_and_nothing_is_lost() {
         .filter(|r| r[3].split(',').any(|n| n == "3"))
         .count();
     assert_eq!(on_3, 2, "RF 2 over 3 nodes: two partitions on node 3");
-    let addr = c.nodes[&1].native.to_string();
+    let addr = c.nodes[&1].listen.to_string();
     let start_drain = || {
         Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["topic", "reassign", "drain", "--drain-node", "3", "--wait"])
@@ -2035,7 +1935,7 @@ fn a_node_is_drained_while_a_producer_writes_and_nothing_is_lost() {
     let rt = runtime();
     let mut drain: Option<Child> = None;
     let acked: Vec<(u32, u64, String)> = rt.block_on(async {
-        let client = A::new(Client::connect(c.nodes[&1].native).await.unwrap());
+        let client = A::new(Client::connect(c.nodes[&1].listen).await.unwrap());
         let producer = Producer::new(client.clone(), ProducerConfig::default());
         let mut acks = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -2097,11 +1997,11 @@ fn a_node_is_drained_while_a_producer_writes_and_nothing_is_lost() {
         assert_ne!(r[1], "3", "{r:?}");
         assert_eq!(r.len(), 9, "no move under way: {r:?}");
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while partition_dirs(&c.root.path().join("node-3"), "drain") > 0 {
-        assert!(Instant::now() < deadline, "node 3 kept its copies");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        Instant::now() + Duration::from_secs(10),
+        "node 3 deletes its copies",
+        || partition_dirs(&c.root.path().join("node-3"), "drain") == 0,
+    );
     // Every acknowledged record is where it was acknowledged.
     let mut want: BTreeMap<(u32, u64), String> = BTreeMap::new();
     for (p, o, v) in &acked {
@@ -2111,7 +2011,7 @@ fn a_node_is_drained_while_a_producer_writes_and_nothing_is_lost() {
         );
     }
     rt.block_on(async {
-        let client = A::new(Client::connect(c.nodes[&2].native).await.unwrap());
+        let client = A::new(Client::connect(c.nodes[&2].listen).await.unwrap());
         let mut consumer = Consumer::new(client, ConsumerConfig::default());
         consumer.assign((0..3).map(|p| ("drain".to_string(), p)).collect());
         for p in 0..3 {
@@ -2154,23 +2054,26 @@ fn a_new_replica_starts_at_the_leaders_log_start() {
     c.converged(&[1, 2, 3], Duration::from_secs(10));
     let old: u64 = c.partition_rows("trim")[0][1].parse().unwrap();
     let rt = runtime();
-    let client = rt.block_on(Client::connect(c.nodes[&old].native)).unwrap();
+    let client = rt.block_on(Client::connect(c.nodes[&old].listen)).unwrap();
     let values: Vec<String> = (0..400).map(|i| format!("{i:0>100}")).collect();
     for chunk in values.chunks(10) {
         rt.block_on(client.produce("trim", 0, batch_of(chunk), Acks::All))
             .unwrap();
     }
     // Retention (every 200 ms here) raises the log start.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let start = loop {
-        let r = &c.partition_rows("trim")[0];
-        let start: u64 = r[6].parse().unwrap();
-        if start > 0 {
-            break start;
-        }
-        assert!(Instant::now() < deadline, "retention did not run: {r:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let start = wait_until(
+        Instant::now() + Duration::from_secs(20),
+        "retention raises trim-0's log start",
+        || {
+            let r = &c.partition_rows("trim")[0];
+            let start: u64 = r[6].parse().unwrap();
+            if start > 0 {
+                Ok(start)
+            } else {
+                Err(format!("retention did not run: {r:?}"))
+            }
+        },
+    );
     let new = (1..=3).find(|n| *n != old).unwrap();
     let move_to = |nodes: &str| {
         c.weir_within(
@@ -2205,7 +2108,7 @@ fn a_new_replica_starts_at_the_leaders_log_start() {
     assert_eq!(r[7], "400", "{r:?}");
     assert!(from >= start && from < 400, "{r:?}");
     rt.block_on(async {
-        let client = std::sync::Arc::new(Client::connect(c.nodes[&new].native).await.unwrap());
+        let client = std::sync::Arc::new(Client::connect(c.nodes[&new].listen).await.unwrap());
         let mut consumer = Consumer::new(client, ConsumerConfig::default());
         consumer.assign(vec![("trim".to_string(), 0)]);
         consumer.seek("trim", 0, from).unwrap();
@@ -2240,36 +2143,36 @@ fn the_preferred_replica_leads_again_after_its_node_returns() {
     assert_eq!(row[1], preferred.to_string(), "{row:?}");
     c.nodes.remove(&preferred).unwrap().kill();
     // Another replica leads; a write goes there.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let other = loop {
-        let row = c.partition_rows("pref")[0].clone();
-        if let Ok(l) = row[1].parse::<u64>() {
-            if l != preferred {
-                break l;
+    let other = wait_until(
+        Instant::now() + Duration::from_secs(20),
+        "another replica leads pref-0",
+        || {
+            let row = c.partition_rows("pref")[0].clone();
+            match row[1].parse::<u64>() {
+                Ok(l) if l != preferred => Ok(l),
+                _ => Err(format!("no failover: {row:?}")),
             }
-        }
-        assert!(Instant::now() < deadline, "no failover: {row:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        },
+    );
     let rt = runtime();
     let client = rt
-        .block_on(Client::connect(c.nodes[&other].native))
+        .block_on(Client::connect(c.nodes[&other].listen))
         .unwrap();
     rt.block_on(client.produce("pref", 0, batch_of(&["while away".to_string()]), Acks::All))
         .unwrap();
     c.start(preferred);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let row = c.partition_rows("pref")[0].clone();
-        if row[1] == preferred.to_string() && row[4].split(',').count() == 3 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node {preferred} does not lead again: {row:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        Instant::now() + Duration::from_secs(30),
+        format!("node {preferred} leads pref-0 again"),
+        || {
+            let row = c.partition_rows("pref")[0].clone();
+            if row[1] == preferred.to_string() && row[4].split(',').count() == 3 {
+                Ok(())
+            } else {
+                Err(format!("node {preferred} does not lead again: {row:?}"))
+            }
+        },
+    );
     let ends = replicas_converge(&c, "pref", 1, &[1, 2, 3], Duration::from_secs(20));
     assert_eq!(ends, [1]);
 }
@@ -2292,15 +2195,6 @@ fn kafka_produce(
             .with_partition_data(vec![PartitionProduceData::default()
                 .with_index(partition)
                 .with_records(Some(batch_of(&["one".to_string()])))])])
-}
-
-/// `kill -STOP` / `kill -CONT` of a node, by PID.
-fn signal(node: &Node, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &node.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success(), "kill {sig}");
 }
 
 /// A Metadata request pipelined behind an acks=all Produce that waits on
@@ -2338,7 +2232,7 @@ fn a_metadata_answer_queued_behind_a_slow_produce_names_the_leader_as_of_sending
         .expect("a follower of slow-0 leads a partition of `moved`");
     let mut conn = KafkaConn::connect(c.nodes[&a].kafka);
     let before = conn.leaders("moved")[q];
-    signal(&c.nodes[&b], "-STOP");
+    c.nodes[&b].pause();
     let sent = Instant::now();
     conn.send(ApiKey::Produce, 9, &kafka_produce("slow", 0, -1));
     let req = kafka_protocol::messages::MetadataRequest::default().with_topics(None);
@@ -2346,7 +2240,7 @@ fn a_metadata_answer_queued_behind_a_slow_produce_names_the_leader_as_of_sending
     let produced: ProduceResponse = conn.read(9);
     let waited = sent.elapsed();
     let meta: kafka_protocol::messages::MetadataResponse = conn.read(12);
-    signal(&c.nodes[&b], "-CONT");
+    c.nodes[&b].resume();
     assert_eq!(
         produced.responses[0].partition_responses[0].error_code, 0,
         "{produced:?}"

@@ -194,31 +194,31 @@ fn each_core_cleans_its_compacted_partitions_on_its_own() {
     // partition is dirty enough for another pass. (A pass can run while the
     // topic is still being filled: a core having cleaned once does not mean
     // it has cleaned what came after.)
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let m = common::scrape(b.metrics);
-        let value = |l: &str| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
-        let cores_cleaning = m
-            .lines()
-            .filter(|l| l.starts_with("weir_cleaner_passes_total{"))
-            .filter(|l| value(l) > Some(0.0))
-            .count();
-        let ratios: Vec<f64> = m
-            .lines()
-            .filter(|l| l.starts_with("weir_partition_dirty_ratio{topic=\"shadows\""))
-            .filter_map(value)
-            .collect();
-        // min.cleanable.dirty.ratio's default.
-        let settled = ratios.len() == 2 && ratios.iter().all(|r| *r < 0.5);
-        if cores_cleaning == 2 && settled {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the cleaners did not clean both partitions:\n{m}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::wait_until(
+        Instant::now() + Duration::from_secs(60),
+        "the cleaners cleaned both partitions",
+        || {
+            let m = common::scrape(b.metrics);
+            let value = |l: &str| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+            let cores_cleaning = m
+                .lines()
+                .filter(|l| l.starts_with("weir_cleaner_passes_total{"))
+                .filter(|l| value(l) > Some(0.0))
+                .count();
+            let ratios: Vec<f64> = m
+                .lines()
+                .filter(|l| l.starts_with("weir_partition_dirty_ratio{topic=\"shadows\""))
+                .filter_map(value)
+                .collect();
+            // min.cleanable.dirty.ratio's default.
+            let settled = ratios.len() == 2 && ratios.iter().all(|r| *r < 0.5);
+            if cores_cleaning == 2 && settled {
+                Ok(())
+            } else {
+                Err(m)
+            }
+        },
+    );
     let left = consume_all(&b, "shadows");
     assert!(left.len() < 1500, "{} records left", left.len());
     b.stop();

@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{records_batch, values, Broker, Client};
+use common::{records_batch, values, wait_until, Broker, Client};
 use weir_proto::error_code::ErrorCode;
 use weir_proto::messages::*;
 
@@ -55,15 +55,6 @@ fn metric(addr: SocketAddr, name: &str) -> f64 {
     samples.iter().sum()
 }
 
-/// Waits (bounded) until `f` holds.
-fn eventually(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < limit, "not within {limit:?}: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn produce_req(topic: &str, partition: u32, len: usize, acks: i8) -> ProduceRequest {
     ProduceRequest {
         acks,
@@ -91,7 +82,7 @@ fn concurrent_topic_creates_and_deletes_leave_exactly_the_acknowledged_set_after
     }
     // 8 connections create 6 topics each while 4 others delete the doomed
     // ones, all at once.
-    let addr = b.addr;
+    let addr = b.listen;
     let creators: Vec<_> = (0..8)
         .map(|w| {
             std::thread::spawn(move || {
@@ -187,7 +178,7 @@ fn stalled_large_frames_do_not_slow_other_clients_and_are_closed_after_the_deadl
     let t_stall = Instant::now();
     let mut stalled: Vec<TcpStream> = (0..50)
         .map(|_| {
-            let mut s = TcpStream::connect(b.addr).unwrap();
+            let mut s = TcpStream::connect(b.listen).unwrap();
             let mut head = ((100u32 << 20) - 16).to_be_bytes().to_vec();
             head.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 0]);
             s.write_all(&head).unwrap();
@@ -323,18 +314,18 @@ fn a_long_poll_is_cancelled_when_its_connection_closes() {
         polls.push(c);
     }
     // Each poll waits on the partition of the other core: a pending reply.
-    eventually(
+    wait_until(
+        Instant::now() + Duration::from_secs(10),
         "the long polls wait across the mesh",
-        Duration::from_secs(10),
         || metric(b.metrics, "weir_mesh_pending_replies") >= 8.0,
     );
     assert!(metric(b.metrics, "weir_mesh_running_waits") >= 8.0);
     drop(polls);
     // Both ends stop waiting long before the polls' 25 s: the asking core
     // forgets the requests, the owner cores end the waits.
-    eventually(
+    wait_until(
+        Instant::now() + Duration::from_secs(5),
         "closing the connections cancels their long polls",
-        Duration::from_secs(5),
         || {
             metric(b.metrics, "weir_mesh_pending_replies") == 0.0
                 && metric(b.metrics, "weir_mesh_running_waits") == 0.0
@@ -361,17 +352,11 @@ fn a_panic_in_a_core_ends_the_process_and_a_restart_recovers_every_acknowledged_
     let mut boom = b.client();
     let _ = boom.try_ok(&produce_req("boom", 0, batch.len(), -1), &[&batch]);
     // The whole process ends (aborted), not just the core.
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = b.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the broker did not exit after a core panicked"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_until(
+        Instant::now() + Duration::from_secs(20),
+        "the broker exits after a core panicked",
+        || b.try_wait(),
+    );
     assert!(!status.success(), "exit status {status:?}");
     drop(b);
     let b = Broker::start(dir.path(), 2);
@@ -406,43 +391,20 @@ fn a_panic_in_a_core_ends_the_process_and_a_restart_recovers_every_acknowledged_
     }
 }
 
-/// Runs `weir broker` with stderr captured until it is ready, stops it
+/// Runs `weir broker` with its log to a file until it is ready, stops it
 /// with SIGTERM and returns what it logged.
 fn broker_logs(dir: &std::path::Path, extra: &[&str]) -> String {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args([
-            "broker",
-            "--data-dir",
-            dir.to_str().unwrap(),
-            "--cores",
-            "1",
-        ])
-        .args(["--listen", "127.0.0.1:0", "--core-port-base", "0"])
-        .args(["--metrics-listen", "127.0.0.1:0"])
-        .args(["--kafka-listener", "127.0.0.1:0"])
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("broker.log");
+    let node = common::Node::builder(env!("CARGO_BIN_EXE_weir"))
+        .data_dir(dir)
+        .cores(1)
         .args(extra)
         .env("WEIR_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let ready = std::io::BufReader::new(out)
-        .lines()
-        .map(|l| l.unwrap())
-        .any(|l| l.starts_with("weir broker ready:"));
-    assert!(ready, "broker did not become ready");
-    let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stderr).unwrap()
+        .log_to(&log)
+        .start();
+    assert!(node.stop().success());
+    std::fs::read_to_string(&log).unwrap()
 }
 
 #[test]

@@ -152,13 +152,7 @@ impl RebalanceListener for Log {
 }
 
 fn weir(b: &Broker, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(args)
-        .env("WEIR_BOOTSTRAP", b.addr.to_string())
-        .env("WEIR_LOG", "warn")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run weir")
+    common::weir(b, args, b"")
 }
 
 fn weir_ok(b: &Broker, args: &[&str]) -> String {
@@ -173,14 +167,24 @@ fn two_groups_read_the_same_topic_independently() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("events", 4, vec![]).await.unwrap();
         produce(&admin, "events", 4, 100, now_ms()).await;
         let want = all_values("events", 4, 100);
         // "alerting": one member; "warehouse": two members.
-        let mut a = member(b.addr, config("alerting", GroupAssignor::Range), "events").await;
-        let mut w1 = member(b.addr, config("warehouse", GroupAssignor::Range), "events").await;
-        let mut w2 = member(b.addr, config("warehouse", GroupAssignor::Range), "events").await;
+        let mut a = member(b.listen, config("alerting", GroupAssignor::Range), "events").await;
+        let mut w1 = member(
+            b.listen,
+            config("warehouse", GroupAssignor::Range),
+            "events",
+        )
+        .await;
+        let mut w2 = member(
+            b.listen,
+            config("warehouse", GroupAssignor::Range),
+            "events",
+        )
+        .await;
         let got = poll_until(&mut [&mut a, &mut w1, &mut w2], |got, _| {
             got[0].len() >= 400 && got[1].len() + got[2].len() >= 400
         })
@@ -211,7 +215,7 @@ fn three_members_split_six_partitions() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("six", 6, vec![]).await.unwrap();
         for assignor in [
             GroupAssignor::Range,
@@ -221,7 +225,7 @@ fn three_members_split_six_partitions() {
             let group = format!("split-{}", assignor.name());
             let mut ms = Vec::new();
             for _ in 0..3 {
-                ms.push(member(b.addr, config(&group, assignor), "six").await);
+                ms.push(member(b.listen, config(&group, assignor), "six").await);
             }
             let [m1, m2, m3] = &mut ms[..] else {
                 unreachable!()
@@ -253,7 +257,7 @@ fn three_members_split_six_partitions() {
         admin.create_topic("three", 3, vec![]).await.unwrap();
         let mut ms = Vec::new();
         for _ in 0..4 {
-            ms.push(member(b.addr, config("idle", GroupAssignor::Range), "three").await);
+            ms.push(member(b.listen, config("idle", GroupAssignor::Range), "three").await);
         }
         let [a, b2, c, d] = &mut ms[..] else {
             unreachable!()
@@ -271,7 +275,7 @@ fn member_killed_with_sigkill_is_replaced_and_processing_continues_from_the_last
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     let rt = runtime();
-    let admin = rt.block_on(Client::connect(b.addr)).unwrap();
+    let admin = rt.block_on(Client::connect(b.listen)).unwrap();
     rt.block_on(admin.create_topic("jobs", 4, vec![])).unwrap();
     // The victim: `weir consume --group --commit` in its own process.
     let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -288,7 +292,7 @@ fn member_killed_with_sigkill_is_replaced_and_processing_continues_from_the_last
             "--session-timeout-ms",
             "1500",
             "--bootstrap",
-            &b.addr.to_string(),
+            &b.listen.to_string(),
         ])
         .env("WEIR_LOG", "warn")
         .stdout(Stdio::piped())
@@ -308,7 +312,7 @@ fn member_killed_with_sigkill_is_replaced_and_processing_continues_from_the_last
     });
     rt.block_on(async {
         let mut survivor = member(
-            b.addr,
+            b.listen,
             config("workers", GroupAssignor::CooperativeSticky),
             "jobs",
         )
@@ -407,14 +411,14 @@ fn member_that_stops_polling_is_expelled() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("slow", 4, vec![]).await.unwrap();
         let mut c = config("pollers", GroupAssignor::CooperativeSticky);
         c.max_poll_interval = Duration::from_millis(1000);
         let log = Log::default();
-        let mut lazy = member(b.addr, c.clone(), "slow").await;
+        let mut lazy = member(b.listen, c.clone(), "slow").await;
         lazy.set_rebalance_listener(log.clone());
-        let mut busy = member(b.addr, c.clone(), "slow").await;
+        let mut busy = member(b.listen, c.clone(), "slow").await;
         poll_until(&mut [&mut lazy, &mut busy], |_, ms| {
             ms.iter().all(|m| m.assignment().len() == 2)
         })
@@ -449,7 +453,7 @@ fn member_that_stops_polling_is_expelled() {
         }
         // The coordinator expels on its own too: a heartbeat reporting a
         // poll older than max_poll_interval.
-        let raw = Client::connect(b.addr).await.unwrap();
+        let raw = Client::connect(b.listen).await.unwrap();
         let j = raw
             .join_group(JoinGroupRequest {
                 group: "pollers".into(),
@@ -483,12 +487,12 @@ fn fenced_zombie_commit_is_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("fence", 2, vec![]).await.unwrap();
         produce(&admin, "fence", 2, 10, now_ms()).await;
         // A raw member that joins, takes both partitions, then goes silent
         // (a paused process: a zombie).
-        let zombie = Client::connect(b.addr).await.unwrap();
+        let zombie = Client::connect(b.listen).await.unwrap();
         let j = zombie
             .join_group(JoinGroupRequest {
                 group: "fenced".into(),
@@ -536,7 +540,7 @@ fn fenced_zombie_commit_is_rejected() {
             .unwrap_err();
         assert_eq!(e.code(), Some(ErrorCode::OffsetOutOfRange), "{e}");
         // The replacement takes over after the zombie's session expires.
-        let mut live = member(b.addr, config("fenced", GroupAssignor::Range), "fence").await;
+        let mut live = member(b.listen, config("fenced", GroupAssignor::Range), "fence").await;
         poll_until(&mut [&mut live], |_, ms| ms[0].assignment().len() == 2).await;
         let got = live.poll(Duration::from_millis(200)).await.unwrap();
         assert!(got.iter().all(|r| r.partition != 0 || r.offset >= 3));
@@ -598,13 +602,13 @@ fn cooperative_rebalancing_keeps_unaffected_partitions_assigned() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("coop", 4, vec![]).await.unwrap();
         let c = config("coop", GroupAssignor::CooperativeSticky);
         let (la, lb) = (Log::default(), Log::default());
-        let mut a = member(b.addr, c.clone(), "coop").await;
+        let mut a = member(b.listen, c.clone(), "coop").await;
         a.set_rebalance_listener(la.clone());
-        let mut bm = member(b.addr, c.clone(), "coop").await;
+        let mut bm = member(b.listen, c.clone(), "coop").await;
         bm.set_rebalance_listener(lb.clone());
         poll_until(&mut [&mut a, &mut bm], |_, ms| {
             ms.iter().all(|m| m.assignment().len() == 2)
@@ -612,7 +616,7 @@ fn cooperative_rebalancing_keeps_unaffected_partitions_assigned() {
         .await;
         let (before_a, before_b) = (a.assignment(), bm.assignment());
         let (revoked_a, revoked_b) = (la.events("revoked").len(), lb.events("revoked").len());
-        let mut cm = member(b.addr, c.clone(), "coop").await;
+        let mut cm = member(b.listen, c.clone(), "coop").await;
         poll_until(&mut [&mut a, &mut bm, &mut cm], |_, ms| {
             let sizes: Vec<usize> = ms.iter().map(|m| m.assignment().len()).collect();
             sizes.iter().sum::<usize>() == 4 && sizes.iter().all(|&n| n >= 1)
@@ -648,10 +652,10 @@ fn committed_offsets_survive_a_broker_restart() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     let generation = runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("durable", 3, vec![]).await.unwrap();
         produce(&admin, "durable", 3, 50, now_ms()).await;
-        let mut m = member(b.addr, config("keeper", GroupAssignor::Range), "durable").await;
+        let mut m = member(b.listen, config("keeper", GroupAssignor::Range), "durable").await;
         poll_until(&mut [&mut m], |_, ms| ms[0].assignment().len() == 3).await;
         let offsets = (0..3)
             .map(|p| CommitOffset {
@@ -669,7 +673,7 @@ fn committed_offsets_survive_a_broker_restart() {
     assert!(b.stop().success());
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         let c = admin.committed_offsets("keeper", None).await.unwrap();
         let got: Vec<(u32, u64, Option<&str>)> = c
             .iter()
@@ -699,7 +703,7 @@ fn committed_offsets_survive_a_broker_restart() {
             d.generation
         );
         // A new member resumes at the committed offsets.
-        let mut m = member(b.addr, config("keeper", GroupAssignor::Range), "durable").await;
+        let mut m = member(b.listen, config("keeper", GroupAssignor::Range), "durable").await;
         let got = poll_until(&mut [&mut m], |got, _| got[0].len() >= 40 + 39 + 38).await;
         for p in 0..3u32 {
             let first = got[0]
@@ -722,7 +726,7 @@ fn reset_to_datetime_replays_exactly_the_records_from_that_time() {
     let old_ts = now_ms() - 3 * hour;
     let new_ts = now_ms() - hour;
     rt.block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("replay", 2, vec![]).await.unwrap();
         for p in 0..2 {
             for (prefix, ts) in [("old", old_ts), ("new", new_ts)] {
@@ -731,7 +735,7 @@ fn reset_to_datetime_replays_exactly_the_records_from_that_time() {
             }
         }
         // The group consumed everything.
-        let mut m = member(b.addr, config("fixers", GroupAssignor::Range), "replay").await;
+        let mut m = member(b.listen, config("fixers", GroupAssignor::Range), "replay").await;
         poll_until(&mut [&mut m], |got, _| got[0].len() >= 80).await;
         m.commit_sync().await.unwrap();
         // Resetting needs the group to be empty.
@@ -777,7 +781,7 @@ fn reset_to_datetime_replays_exactly_the_records_from_that_time() {
         [["replay", "0", "40", "20"], ["replay", "1", "40", "20"]]
     );
     rt.block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         let c = admin.committed_offsets("fixers", None).await.unwrap();
         assert!(c.iter().all(|o| o.offset == 40), "dry run changed nothing");
     });
@@ -785,7 +789,7 @@ fn reset_to_datetime_replays_exactly_the_records_from_that_time() {
     exec.push("--execute");
     assert!(weir_ok(&b, &exec).contains("reset"));
     rt.block_on(async {
-        let mut m = member(b.addr, config("fixers", GroupAssignor::Range), "replay").await;
+        let mut m = member(b.listen, config("fixers", GroupAssignor::Range), "replay").await;
         let got = poll_until(&mut [&mut m], |got, _| got[0].len() >= 40).await;
         // Nothing more arrives.
         let more = m.poll(Duration::from_millis(300)).await.unwrap();
@@ -823,7 +827,7 @@ fn lag_figures_match_produced_minus_committed() {
     let b = Broker::start(dir.path(), 2);
     let ts = now_ms() - 60_000;
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("lagging", 2, vec![]).await.unwrap();
         let b0 = common::records_batch("p0", 50, ts).freeze();
         admin.produce("lagging", 0, b0, Acks::All).await.unwrap();
@@ -910,7 +914,7 @@ fn lag_figures_match_produced_minus_committed() {
     // A recreated topic starts empty: commits are checked against its new
     // log end, not the old one.
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         let at = |offset| {
             vec![CommitOffset {
                 topic: "lagging".into(),
@@ -936,7 +940,7 @@ fn a_held_heartbeat_replaced_by_a_newer_one_of_the_same_member_is_answered_at_on
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("held", 2, vec![]).await.unwrap();
         let j = admin
             .join_group(JoinGroupRequest {
@@ -952,7 +956,7 @@ fn a_held_heartbeat_replaced_by_a_newer_one_of_the_same_member_is_answered_at_on
             .unwrap();
         // Nothing will change: each heartbeat may be held up to 5 s.
         let heartbeat = || {
-            let (addr, member_id, owned) = (b.addr, j.member_id.clone(), j.assignment.clone());
+            let (addr, member_id, owned) = (b.listen, j.member_id.clone(), j.assignment.clone());
             let generation = j.generation;
             tokio::spawn(async move {
                 let c = Client::connect(addr).await.unwrap();
@@ -1006,10 +1010,10 @@ fn a_partition_handed_out_but_not_yet_reported_is_not_handed_out_again() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("abc", 4, vec![]).await.unwrap();
         produce(&admin, "abc", 4, 5, now_ms()).await;
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         let join = |id: &str| JoinGroupRequest {
             group: "abc-group".into(),
             member_id: String::new(),
@@ -1162,7 +1166,7 @@ fn bad_group_requests_leave_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         c.create_topic("bounded", 1, vec![]).await.unwrap();
         let e = c
             .join_group(JoinGroupRequest {
@@ -1234,7 +1238,7 @@ fn empty_groups_expire_and_offsets_of_deleted_topics_are_purged() {
     ];
     let b = Broker::start_with(dir.path(), 2, &args);
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         for t in ["kept", "gone"] {
             c.create_topic(t, 1, vec![]).await.unwrap();
             produce(&c, t, 1, 5, now_ms()).await;
@@ -1304,7 +1308,7 @@ fn empty_groups_expire_and_offsets_of_deleted_topics_are_purged() {
     assert_eq!(b.stop().code(), Some(0));
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         let groups = c.list_groups().await.unwrap();
         assert!(
             groups.iter().all(|g| !g.group.starts_with("g-")),
@@ -1390,13 +1394,13 @@ fn sigkill_mid_rebalance_keeps_acknowledged_commits_and_reuses_no_epoch() {
     let next: Arc<Vec<AtomicU64>> = Arc::new((0..PARTITIONS).map(|_| AtomicU64::new(0)).collect());
     let dead = Arc::new(AtomicBool::new(false));
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("mid", PARTITIONS, vec![]).await.unwrap();
         produce_from(&admin, "mid", PARTITIONS, 0, RECORDS as usize).await;
         let mut tasks = Vec::new();
         for i in 0..4usize {
             let (addr, acked, max_epoch, stayer, next, dead) = (
-                b.addr,
+                b.listen,
                 acked.clone(),
                 max_epoch.clone(),
                 stayer.clone(),
@@ -1480,7 +1484,7 @@ fn sigkill_mid_rebalance_keeps_acknowledged_commits_and_reuses_no_epoch() {
     let (stayer_id, stayer_epoch) = stayer.lock().unwrap().clone().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         let committed: BTreeMap<u32, u64> = admin
             .committed_offsets("mid", None)
             .await

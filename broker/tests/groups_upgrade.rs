@@ -121,7 +121,7 @@ fn offsets_of_the_first_layout_survive_the_upgrade_and_are_rewritten() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 1);
     let partitions = runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         c.create_topic("up", 2, vec![]).await.unwrap();
         for p in 0..2 {
             let batch = common::records_batch("r", 50, 1_700_000_000_000);
@@ -144,7 +144,7 @@ fn offsets_of_the_first_layout_survive_the_upgrade_and_are_rewritten() {
 
     let b = Broker::start(dir.path(), 1);
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         let mut got = c.committed_offsets(GROUP, None).await.unwrap();
         got.sort_by_key(|o| o.partition);
         let got: Vec<_> = got
@@ -182,7 +182,7 @@ fn offsets_of_the_first_layout_survive_the_upgrade_and_are_rewritten() {
     // Read back in the new format alone (the old keys are tombstones).
     let b = Broker::start(dir.path(), 1);
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         let mut got = c.committed_offsets(GROUP, None).await.unwrap();
         got.sort_by_key(|o| o.partition);
         let got: Vec<_> = got.iter().map(|o| (o.partition, o.offset)).collect();

@@ -324,7 +324,7 @@ fn every_service_error_reaches_both_listeners_with_its_code() {
         ]
     };
     for (what, topic, data, acks, native, _) in cases(1_000) {
-        let got = native_produce(b.addr, topic, &data, acks as i8);
+        let got = native_produce(b.listen, topic, &data, acks as i8);
         assert_eq!(N::from_u16(got), native, "native listener, {what}");
     }
     for (what, topic, data, acks, _, kafka) in cases(2_000) {
@@ -339,7 +339,7 @@ fn every_service_error_reaches_both_listeners_with_its_code() {
     let mut bad = batch(&["a"], false, None).to_vec();
     let last = bad.len() - 1;
     bad[last] ^= 0xff;
-    let got = native_produce(b.addr, "t", &bad, 1);
+    let got = native_produce(b.listen, "t", &bad, 1);
     assert_eq!(
         N::from_u16(got),
         N::CorruptMessage,

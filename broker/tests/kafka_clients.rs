@@ -78,7 +78,7 @@ fn sdk_read(
     expect: usize,
 ) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         let mut config = ConsumerConfig::default();
         config.auto_offset_reset = weir_client::OffsetReset::Earliest;
         let mut consumer = Consumer::new(c, config);
@@ -133,7 +133,7 @@ fn confluent_kafka_kip848_consumers_share_a_group_with_server_side_assignment() 
     let (_dir, b) = start();
     client_run(&b, "confluent-kip848", "k848", "on");
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         let d = c.describe_group("k848-records-group").await.unwrap();
         assert_eq!(d.kind, "consumer", "{d:?}");
         assert!(d.generation >= 2, "{d:?}");
@@ -194,7 +194,7 @@ fn librdkafka_admin_deletes_records_describes_both_group_kinds_and_alters_config
     assert!(stdout.contains("\"ok\": true"), "{stdout}");
     // What DeleteRecords did is what the native protocol sees.
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         let start = c.list_offsets("adm-deleted", 0, OffsetSpec::Earliest);
         let end = c.list_offsets("adm-deleted", 0, OffsetSpec::Latest);
         assert_eq!(
@@ -230,7 +230,7 @@ fn kcat(b: &Broker, args: &[&str], stdin: &[u8]) -> String {
 fn kcat_lists_produces_consumes_and_joins_a_group_and_reads_sdk_records() {
     let (_dir, b) = start();
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         c.create_topic("kc", 4, vec![]).await.unwrap();
         // Records from the Weir SDK, for kcat to read.
         let batch = common::records_batch("sdk", 50, 1_700_000_000_000);
@@ -278,7 +278,7 @@ fn kcat_lists_produces_consumes_and_joins_a_group_and_reads_sdk_records() {
     );
     assert_eq!(grouped.lines().count(), 250, "{grouped}");
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         let committed = c.committed_offsets("kc-group", None).await.unwrap();
         let total: u64 = committed.iter().map(|o| o.offset).sum();
         assert_eq!(total, 250, "{committed:?}");
@@ -292,7 +292,7 @@ fn kcat_lists_produces_consumes_and_joins_a_group_and_reads_sdk_records() {
 /// bytes (as fetched: as stored).
 fn stored_batches(b: &Broker, topic: &str, partitions: u32) -> (Vec<Compression>, usize) {
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         let (mut codecs, mut bytes) = (Vec::new(), 0);
         for p in 0..partitions {
             let mut at = 0;
@@ -338,7 +338,7 @@ fn old_librdkafka_compresses_with_gzip_snappy_and_lz4() {
     ] {
         let topic = format!("kz-{codec}");
         runtime().block_on(async {
-            let c = Client::connect(b.addr).await.unwrap();
+            let c = Client::connect(b.listen).await.unwrap();
             c.create_topic(&topic, 4, vec![]).await.unwrap();
         });
         kcat(

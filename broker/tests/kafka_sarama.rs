@@ -118,7 +118,7 @@ fn sarama_1_22_produces_consumes_in_a_group_resumes_from_v1_commits_and_lists_of
     // The native protocol creates the topic (sarama's ClusterAdmin sends
     // CreateTopics v0 below its V0_11_0_0, which Weir does not serve).
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         c.create_topic("sarama-records", 4, vec![]).await.unwrap();
     });
 
@@ -164,7 +164,7 @@ fn sarama_1_22_produces_consumes_in_a_group_resumes_from_v1_commits_and_lists_of
 
     // The native protocol sees the same commits and ends.
     runtime().block_on(async {
-        let c = Client::connect(b.addr).await.unwrap();
+        let c = Client::connect(b.listen).await.unwrap();
         let mut committed = c.committed_offsets("sarama-group", None).await.unwrap();
         committed.sort_by_key(|o| o.partition);
         let total: u64 = committed.iter().map(|o| o.offset).sum();

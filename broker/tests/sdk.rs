@@ -64,7 +64,7 @@ fn keyed_records_keep_per_key_order_and_compression_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         for (name, compression) in [
             ("plain", Compression::None),
             ("lz4", Compression::Lz4),
@@ -73,7 +73,7 @@ fn keyed_records_keep_per_key_order_and_compression_round_trips() {
             admin.create_topic(name, 6, vec![]).await.unwrap();
             let mut c = producer_config();
             c.compression = compression;
-            let p = Producer::new(Client::connect(b.addr).await.unwrap(), c);
+            let p = Producer::new(Client::connect(b.listen).await.unwrap(), c);
             assert!(p.is_idempotent());
             let mut futures = Vec::new();
             for i in 0..3000u32 {
@@ -91,7 +91,7 @@ fn keyed_records_keep_per_key_order_and_compression_round_trips() {
                 assert!(m.offset.is_some());
             }
             p.close().await;
-            let got = read_all(b.addr, all_partitions(name, 6), 3000).await;
+            let got = read_all(b.listen, all_partitions(name, 6), 3000).await;
             assert_eq!(got.len(), 3000, "{name}: every record exactly once");
             let mut last: HashMap<String, u32> = HashMap::new();
             for r in &got {
@@ -122,9 +122,9 @@ fn seek_by_time_and_out_of_range_resets() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start_with(dir.path(), 2, &["--retention-check-ms", "100"]);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("t", 1, vec![]).await.unwrap();
-        let p = Producer::new(Client::connect(b.addr).await.unwrap(), producer_config());
+        let p = Producer::new(Client::connect(b.listen).await.unwrap(), producer_config());
         let mut fs = Vec::new();
         for i in 0..100i64 {
             let r = ProducerRecord::new("t", format!("v{i}"))
@@ -139,7 +139,7 @@ fn seek_by_time_and_out_of_range_resets() {
 
         // Seek by time: the first record at or after the timestamp.
         let mut consumer = Consumer::new(
-            Client::connect(b.addr).await.unwrap(),
+            Client::connect(b.listen).await.unwrap(),
             ConsumerConfig::default(),
         );
         consumer.assign(vec![("t".into(), 0)]);
@@ -164,7 +164,7 @@ fn seek_by_time_and_out_of_range_resets() {
         ] {
             let mut c = ConsumerConfig::default();
             c.auto_offset_reset = reset;
-            let mut consumer = Consumer::new(Client::connect(b.addr).await.unwrap(), c);
+            let mut consumer = Consumer::new(Client::connect(b.listen).await.unwrap(), c);
             consumer.assign(vec![("t".into(), 0)]);
             consumer.seek("t", 0, 500).unwrap();
             let r = consumer.poll(Duration::from_millis(300)).await;
@@ -227,7 +227,7 @@ fn seek_by_time_and_out_of_range_resets() {
         };
         let mut c = ConsumerConfig::default();
         c.auto_offset_reset = OffsetReset::Earliest;
-        let mut consumer = Consumer::new(Client::connect(b.addr).await.unwrap(), c);
+        let mut consumer = Consumer::new(Client::connect(b.listen).await.unwrap(), c);
         consumer.assign(vec![("t".into(), 0)]);
         consumer.seek("t", 0, 0).unwrap();
         let got = consumer.poll(Duration::from_secs(5)).await.unwrap();
@@ -240,7 +240,7 @@ fn seek_by_time_and_out_of_range_resets() {
 
         let mut c = ConsumerConfig::default();
         c.auto_offset_reset = OffsetReset::None;
-        let mut consumer = Consumer::new(Client::connect(b.addr).await.unwrap(), c);
+        let mut consumer = Consumer::new(Client::connect(b.listen).await.unwrap(), c);
         consumer.assign(vec![("t".into(), 0)]);
         consumer.seek("t", 0, 0).unwrap();
         let e = consumer.poll(Duration::from_secs(5)).await.unwrap_err();
@@ -320,11 +320,11 @@ fn idempotent_retries_after_forced_disconnects_store_each_record_once_in_order()
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("t", 4, vec![]).await.unwrap();
         let cuts = Arc::new(AtomicU64::new(0));
         let via = proxy(
-            b.addr,
+            b.listen,
             300_000,
             Arc::new(AtomicBool::new(false)),
             cuts.clone(),
@@ -356,7 +356,7 @@ fn idempotent_retries_after_forced_disconnects_store_each_record_once_in_order()
             cuts.load(Ordering::SeqCst) >= 3,
             "the proxy cut connections mid-send"
         );
-        let got = read_all(b.addr, all_partitions("t", 4), N as usize).await;
+        let got = read_all(b.listen, all_partitions("t", 4), N as usize).await;
         assert_eq!(got.len(), N as usize, "each record exactly once");
         let mut last: HashMap<u32, i64> = HashMap::new();
         for r in &got {
@@ -381,11 +381,11 @@ fn a_full_buffer_blocks_send_then_fails_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 1);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("t", 1, vec![]).await.unwrap();
         // A broker that never answers: the proxy swallows every request.
         let via = proxy(
-            b.addr,
+            b.listen,
             1 << 30,
             Arc::new(AtomicBool::new(true)),
             Arc::default(),
@@ -421,7 +421,7 @@ fn shard_aware_producer_talks_to_owning_cores_and_core_ports_refuse_others() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     runtime().block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         admin.create_topic("t", 8, vec![]).await.unwrap();
         let md = admin.topic_metadata("t").await.unwrap();
         // A core's own port refuses partitions of the other core.
@@ -447,7 +447,7 @@ fn shard_aware_producer_talks_to_owning_cores_and_core_ports_refuse_others() {
             other => panic!("{other:?}"),
         }
         // The shard-aware producer sends everything to the right cores.
-        let p = Producer::new(Client::connect(b.addr).await.unwrap(), producer_config());
+        let p = Producer::new(Client::connect(b.listen).await.unwrap(), producer_config());
         let mut fs = Vec::new();
         for i in 0..800u32 {
             fs.push(
@@ -461,7 +461,7 @@ fn shard_aware_producer_talks_to_owning_cores_and_core_ports_refuse_others() {
             f.await.unwrap();
         }
         p.close().await;
-        let got = read_all(b.addr, all_partitions("t", 8), 800).await;
+        let got = read_all(b.listen, all_partitions("t", 8), 800).await;
         assert_eq!(got.len(), 800);
     });
 }

@@ -7,7 +7,7 @@
 //! cargo bench -p weir-client --bench runtime_flavours -- [--seconds S] [--bytes B] [--cores N] [--runs R]
 //! ```
 //!
-//! Starts the release `weir` binary (see `tests/common/broker.rs`; or
+//! Starts the release `weir` binary (see `weir_testkit::weir_bin`; or
 //! `WEIR_BIN`) with `--cores` cores (default 1) over a fresh data
 //! directory, then runs the same tight loop — `send_with` of `--bytes`-byte
 //! records (default 100) round-robin over 16 partitions, `acks=all`, a
@@ -116,8 +116,8 @@ fn main() {
     let bytes = arg(&args, "--bytes", 100.0) as usize;
     let cores = arg(&args, "--cores", 1.0) as usize;
     let dir = tempfile::tempdir().unwrap();
-    let b = broker::Broker::start(dir.path(), cores, 0);
-    let bootstrap = b.addr.to_string();
+    let b = broker::start_broker(dir.path(), cores, 0);
+    let bootstrap = b.listen.to_string();
     let setup = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -133,7 +133,7 @@ fn main() {
         })
         .collect();
     setup.block_on(async {
-        let admin = Client::connect(b.addr).await.unwrap();
+        let admin = Client::connect(b.listen).await.unwrap();
         for k in 0..flavours.len() {
             admin
                 .create_topic(&format!("flavour-{k}"), PARTITIONS, vec![])

@@ -1,7 +1,8 @@
 //! The SDK against a real `weir broker` process under faults: a restart
 //! under a producer that only knows a host name, and SIGKILL with the
 //! acknowledgements recorded by delivery callbacks (the oracle counts every
-//! acknowledged record). See `common/broker.rs` for how the binary is found.
+//! acknowledged record). See `weir_testkit::weir_bin` for how the binary is
+//! found.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::broker::{free_port, Broker};
+use common::broker::start_broker;
 use tokio::sync::Notify;
 use weir_client::{Client, Consumer, ConsumerRecord, Producer, ProducerRecord};
 
@@ -96,11 +97,12 @@ fn a_broker_restart_under_a_producer_built_from_a_host_name_reaches_no_caller_an
     const RECORDS: usize = 20_000;
     const PARTITIONS: u32 = 4;
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let broker = Broker::start(dir.path(), 2, port);
+    // Fixed: the broker comes back on it.
+    let port = weir_testkit::ports::run(weir_testkit::ports::Proto::Tcp, 0);
+    let broker = start_broker(dir.path(), 2, port);
     let bootstrap = format!("localhost:{port}");
     current_thread().block_on(async {
-        let admin = Client::connect(broker.addr).await.unwrap();
+        let admin = Client::connect(broker.listen).await.unwrap();
         admin
             .create_topic("restart", PARTITIONS, vec![])
             .await
@@ -146,7 +148,7 @@ fn a_broker_restart_under_a_producer_built_from_a_host_name_reaches_no_caller_an
         for i in RECORDS / 2..RECORDS {
             send(i).await.expect("send while the broker is down");
         }
-        let broker = Broker::start(dir.path(), 2, port);
+        let broker = start_broker(dir.path(), 2, port);
         producer.flush().await;
         let errors = acks.errors.lock().unwrap().clone();
         assert!(errors.is_empty(), "no error reaches the caller: {errors:?}");
@@ -189,8 +191,8 @@ fn a_broker_restart_under_a_producer_built_from_a_host_name_reaches_no_caller_an
 fn records_acknowledged_to_delivery_callbacks_survive_a_broker_sigkill() {
     const PARTITIONS: u32 = 2;
     let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start(dir.path(), 2, 0);
-    let bootstrap = broker.addr.to_string();
+    let broker = start_broker(dir.path(), 2, 0);
+    let bootstrap = broker.listen.to_string();
     // Every acknowledgement, as the callback got it: (record id, partition,
     // offset).
     let (tx, rx) = std::sync::mpsc::channel::<(usize, u32, u64)>();
@@ -257,9 +259,9 @@ fn records_acknowledged_to_delivery_callbacks_survive_a_broker_sigkill() {
             "offset {p}@{o} acknowledged twice"
         );
     }
-    let broker = Broker::start(dir.path(), 2, 0);
+    let broker = start_broker(dir.path(), 2, 0);
     current_thread().block_on(async {
-        let got = read_back(&broker.addr.to_string(), "durable", PARTITIONS).await;
+        let got = read_back(&broker.listen.to_string(), "durable", PARTITIONS).await;
         let stored: HashMap<(u32, u64), usize> = got
             .iter()
             .map(|r| ((r.partition, r.offset), id_of(r)))

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::broker::Broker;
+use common::broker::start_broker;
 use metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName};
 use metrics::{Metadata, Recorder, SharedString, Unit};
 use weir_client::{Client, Consumer, Producer, ProducerRecord};
@@ -97,14 +97,14 @@ fn producer_and_consumer_figures_reach_an_installed_recorder() {
     let store = Store::default();
     metrics::set_global_recorder(store.clone()).expect("the only recorder of this binary");
     let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start(dir.path(), 1, 0);
-    let bootstrap = broker.addr.to_string();
+    let broker = start_broker(dir.path(), 1, 0);
+    let bootstrap = broker.listen.to_string();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let admin = Client::connect(broker.addr).await.unwrap();
+        let admin = Client::connect(broker.listen).await.unwrap();
         admin.create_topic("facade", 2, vec![]).await.unwrap();
         let producer = Producer::builder()
             .bootstrap(bootstrap.as_str())

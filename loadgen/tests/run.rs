@@ -12,6 +12,7 @@ use weir_loadgen::embedded::Embedded;
 use weir_loadgen::report::Report;
 use weir_loadgen::run::{run, Driver, Mode, RunOptions};
 use weir_loadgen::workload::Workload;
+use weir_testkit::runtime;
 
 fn workload(yaml_overrides: &[(&str, &str)]) -> Workload {
     let mut w = Workload::from_yaml(
@@ -39,14 +40,6 @@ fn options(mode: Mode, bootstrap: std::net::SocketAddr, id: &str) -> RunOptions 
         broker_metrics: None,
         replication_factor: 1,
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[test]

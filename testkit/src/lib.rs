@@ -1,6 +1,45 @@
 //! What Weir's tests share, whatever crate they test (a dev-dependency
-//! only). Today: ports for nodes of a test cluster. The broker's process
-//! harness (`broker/tests/common`) and the quorum tests' are to move here.
+//! only):
+//!
+//! - [`Node`]: a `weir broker` process, started from a [`NodeBuilder`]
+//!   and known by the addresses of its ready line; stopped (SIGTERM),
+//!   killed (SIGKILL), paused (SIGSTOP) and resumed by PID, each wait
+//!   bounded ([`process`]);
+//! - [`wait_until`] / [`poll_until`]: waiting for a condition with a
+//!   deadline, the way tests synchronise ([`wait`]);
+//! - [`ports`]: ports fixed in advance, below the kernel's ephemeral range;
+//! - [`scrape`] (a node's `/metrics`), [`runtime`] (the SDK tests' tokio
+//!   runtime), [`weir_bin`] (the binary, for crates that do not build it).
 #![warn(missing_docs)]
 
+pub mod node;
 pub mod ports;
+pub mod process;
+pub mod wait;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+
+pub use node::{weir_bin, Node, NodeBuilder, StartError};
+pub use process::{Log, Process};
+pub use wait::{poll_until, wait_until};
+
+/// A tokio runtime for SDK clients in tests: 2 workers, like the machine.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `GET /metrics` from a node's metrics address: the whole HTTP answer.
+pub fn scrape(metrics: SocketAddr) -> String {
+    let mut s = TcpStream::connect(metrics)
+        .unwrap_or_else(|e| panic!("connecting to the metrics endpoint {metrics}: {e}"));
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}

@@ -1,27 +1,23 @@
 //! A broker process on loopback and a minimal blocking client, for tests.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use weir_proto::frame::{self, RequestHeader, ResponseHeader};
 use weir_proto::messages::Request;
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use weir_testkit::{runtime, scrape, wait_until, Node};
 
-/// A running `weir broker`.
-pub struct Broker {
-    pub child: Child,
-    pub addr: SocketAddr,
-    pub core_ports: Vec<u16>,
-    pub metrics: SocketAddr,
-    /// The Kafka listener.
-    pub kafka: SocketAddr,
-    /// Each core's own Kafka port (only its own partitions).
-    pub kafka_core_ports: Vec<u16>,
-    pub dir: PathBuf,
-}
+/// A running `weir broker`: the testkit's [`Node`] (its addresses, its
+/// process), started on loopback with every listener on a port the kernel
+/// picks.
+pub struct Broker(Node);
 
 impl Broker {
     /// Starts a broker on free loopback ports over `dir` and waits for its
@@ -30,101 +26,43 @@ impl Broker {
         Self::start_with(dir, cores, &[])
     }
 
+    /// [`Broker::start`] with more arguments of `weir broker`.
     pub fn start_with(dir: &Path, cores: usize, extra: &[&str]) -> Broker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args([
-                "broker",
-                "--data-dir",
-                dir.to_str().unwrap(),
-                "--cores",
-                &cores.to_string(),
-                "--listen",
-                "127.0.0.1:0",
-                "--core-port-base",
-                "0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--kafka-listener",
-                "127.0.0.1:0",
-            ])
-            .args(extra)
-            .env("WEIR_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start weir broker");
-        let out = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(out).lines();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let line = loop {
-            match lines.next() {
-                Some(Ok(l)) if l.starts_with("weir broker ready:") => break l,
-                Some(Ok(_)) if Instant::now() < deadline => continue,
-                other => panic!("broker did not become ready: {other:?}"),
-            }
-        };
-        // weir broker ready: listen=127.0.0.1:P cores=N core_ports=[a, b] data_dir=...
-        let field = |k: &str| {
-            let i = line.find(k).unwrap() + k.len();
-            line[i..].split_whitespace().next().unwrap().to_string()
-        };
-        let addr: SocketAddr = field("listen=").parse().unwrap();
-        let metrics: SocketAddr = field("metrics=").parse().unwrap();
-        let kafka: SocketAddr = field("kafka=").parse().unwrap();
-        let ports = |k: &str| -> Vec<u16> {
-            let i = line.find(k).unwrap() + k.len();
-            let j = line[i..].find(']').unwrap() + i;
-            line[i..j]
-                .split(',')
-                .map(|s| s.trim().parse().unwrap())
-                .collect()
-        };
-        let core_ports = ports(" core_ports=[");
-        let kafka_core_ports = ports("kafka_core_ports=[");
-        // Keep draining stdout so the broker never blocks on it.
-        std::thread::spawn(move || for _ in lines {});
-        Broker {
-            child,
-            addr,
-            core_ports,
-            metrics,
-            kafka,
-            kafka_core_ports,
-            dir: dir.to_path_buf(),
-        }
+        Broker(
+            Node::builder(env!("CARGO_BIN_EXE_weir"))
+                .data_dir(dir)
+                .cores(cores)
+                .args(extra)
+                .start(),
+        )
     }
 
     pub fn client(&self) -> Client {
-        Client::connect(self.addr)
+        Client::connect(self.listen)
     }
 
-    /// SIGTERM and wait; returns the exit status.
-    pub fn stop(mut self) -> std::process::ExitStatus {
-        unsafe {
-            libc_kill(self.child.id() as i32, 15);
-        }
-        let st = self.child.wait().unwrap();
-        std::mem::forget(self);
-        st
+    /// SIGTERM and a bounded wait; returns the exit status.
+    pub fn stop(self) -> std::process::ExitStatus {
+        self.0.stop()
     }
 
-    /// SIGKILL and wait.
-    pub fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-        std::mem::forget(self);
+    /// SIGKILL and a bounded wait.
+    pub fn kill(self) {
+        self.0.kill()
     }
 }
 
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl Deref for Broker {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        &self.0
     }
 }
 
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
+impl DerefMut for Broker {
+    fn deref_mut(&mut self) -> &mut Node {
+        &mut self.0
+    }
 }
 
 /// A blocking native-protocol client.
@@ -250,7 +188,7 @@ pub fn values(payload: &[u8]) -> Vec<(u64, String)> {
 pub fn weir(b: &Broker, args: &[&str], stdin: &[u8]) -> std::process::Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(args)
-        .env("WEIR_BOOTSTRAP", b.addr.to_string())
+        .env("WEIR_BOOTSTRAP", b.listen.to_string())
         .env("WEIR_LOG", "warn")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -265,25 +203,6 @@ pub fn weir(b: &Broker, args: &[&str], stdin: &[u8]) -> std::process::Output {
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
     out
-}
-
-/// A tokio runtime for SDK clients in tests: 2 workers, like the machine.
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// `GET /metrics` from a broker's metrics address: the whole HTTP answer.
-pub fn scrape(addr: SocketAddr) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text
 }
 
 /// A program that is not Weir's (a Kafka client: kcat, Python, Go), to be
