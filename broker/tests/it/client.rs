@@ -1,7 +1,7 @@
 //! `weir-client` (tokio) against a real broker: admin, produce, fetch,
 //! offsets, long poll and error mapping.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -18,7 +18,7 @@
 //! (OffsetFetch v1) at the default `Version`. The native protocol sees the
 //! same commits.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

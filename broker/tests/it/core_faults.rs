@@ -4,7 +4,7 @@
 //! a panicking core leaving a half-dead process, long polls outliving
 //! their connection).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

@@ -11,7 +11,7 @@
 //! hands over without loss, and looks offsets up by time. Records cross
 //! between the Weir SDK and Kafka clients both ways.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -17,7 +17,7 @@ use common::{runtime, KafkaConn};
 use weir_proto::messages::DescribeClusterResponse;
 use weir_testkit::{poll_until, wait_until, Node, NodeBuilder, Process};
 
-mod common;
+use crate::common;
 
 /// One cluster at a time: three nodes of two cores each already
 /// oversubscribe a two-core machine, and the timing assertions (a change

@@ -1,7 +1,7 @@
 //! A real broker on loopback: topics, produce/fetch across cores, offsets,
 //! long poll, bad input, SIGKILL and SIGTERM.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! topic compact`, the dirty ratio in `weir topic describe` and `/metrics`,
 //! and the per-core cleaner running on its own.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! The `weir` command-line tools against a real broker: topic admin,
 //! produce from stdin, consume with formats and seeks, and their errors.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};

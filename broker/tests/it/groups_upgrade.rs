@@ -2,7 +2,7 @@
 //! first layout (before Kafka's format) keeps its committed offsets across
 //! the upgrade, and its records are rewritten in Kafka's format.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

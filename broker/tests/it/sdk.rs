@@ -2,7 +2,7 @@
 //! keyed order, compression, seek by time, out-of-range resets, idempotent
 //! retries across forced disconnects, a full buffer, shard-aware routing.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! port gets: an error answer or a closed connection, never a crash, a
 //! stall of other clients, or an allocation on the input's word.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -4,7 +4,7 @@
 //! fenced zombies, cooperative rebalancing, restarts, resets by time and
 //! lag figures.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
