@@ -29,8 +29,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ListOffsetsResponse};
 
-/// Kafka's UNSUPPORTED_VERSION error code.
-const UNSUPPORTED_VERSION: i16 = kafka_protocol::ResponseError::UnsupportedVersion.code();
+use crate::codec::UNSUPPORTED_VERSION;
 
 /// How a version below the crate's floor is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -416,6 +416,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// An [`Error::Io`] maker for `map_err`: `action` on `path` failed.
+    pub(crate) fn io(
+        action: &'static str,
+        path: &std::path::Path,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.to_path_buf();
+        move |source| Error::Io {
+            action,
+            path,
+            source,
+        }
+    }
+
     /// Displays this error and its sources, each after a `: ` (what an
     /// error-reporting crate prints for `{:#}`).
     pub fn chain(&self) -> Chain<'_> {

@@ -99,13 +99,13 @@ pub fn generate_cluster(dir: &Path, nodes: u64) -> Result<Vec<PathBuf>> {
             dir: dir.to_path_buf(),
         });
     }
-    std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+    std::fs::create_dir_all(dir).map_err(Error::io("creating", dir))?;
     let ca_key = KeyPair::generate().map_err(certificate("generating the CA key"))?;
     let ca_cert = ca_params()
         .self_signed(&ca_key)
         .map_err(certificate("signing the CA certificate"))?;
     write_private(&ca_key_path, &ca_key.serialize_pem())?;
-    std::fs::write(&ca_pem, ca_cert.pem()).map_err(io("writing", &ca_pem))?;
+    std::fs::write(&ca_pem, ca_cert.pem()).map_err(Error::io("writing", &ca_pem))?;
     let mut written = vec![ca_pem, ca_key_path];
     for id in 1..=nodes {
         written.extend(add_node(dir, id)?);
@@ -152,18 +152,8 @@ pub fn add_node(dir: &Path, id: u64) -> Result<Vec<PathBuf>> {
         .signed_by(&key, &issuer)
         .map_err(certificate("signing the node certificate"))?;
     write_private(&key_path, &key.serialize_pem())?;
-    std::fs::write(&cert_path, cert.pem()).map_err(io("writing", &cert_path))?;
+    std::fs::write(&cert_path, cert.pem()).map_err(Error::io("writing", &cert_path))?;
     Ok(vec![cert_path, key_path])
-}
-
-/// An [`Error::Io`] maker for `map_err`.
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
-    let path = path.to_path_buf();
-    move |source| Error::Io {
-        action,
-        path,
-        source,
-    }
 }
 
 /// An [`Error::Certificate`] maker for `map_err`.
@@ -184,8 +174,9 @@ fn write_private(path: &Path, pem: &str) -> Result<()> {
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .map_err(io("creating", path))?;
-    file.write_all(pem.as_bytes()).map_err(io("writing", path))
+        .map_err(Error::io("creating", path))?;
+    file.write_all(pem.as_bytes())
+        .map_err(Error::io("writing", path))
 }
 
 /// What a node needs for its QUIC endpoint: the CA to trust, its own

@@ -203,9 +203,7 @@ impl Core {
         }
         let data_dir = self.shared.config.data_dir.clone();
         self.groups.forget_log_ends(&deleted);
-        let after = self.shared.after_metadata;
-        let deleted_parts = deleted.clone();
-        self.delete_logs(deleted, "deleted").await?;
+        self.delete_logs(&deleted, "deleted").await?;
         // Replicas moved to other nodes (a reassignment completed): the
         // metadata that says so is committed, so the local copy goes.
         let moved: Vec<(String, u32)> = self
@@ -216,7 +214,7 @@ impl Core {
             .cloned()
             .collect();
         self.groups.forget_log_ends(&moved);
-        self.delete_logs(moved, "moved to other nodes").await?;
+        self.delete_logs(&moved, "moved to other nodes").await?;
         for (topic, meta) in view.topics() {
             let cfg = metadata::log_config(&meta.configs)
                 .map_err(|e| anyhow::anyhow!("topic {topic}: {e}"))?;
@@ -244,15 +242,15 @@ impl Core {
             }
         }
         *self.metadata.borrow_mut() = view;
-        after(self, &deleted_parts);
+        (self.shared.after_metadata)(self, &deleted);
         Ok(())
     }
 
     /// Closes and removes the logs of `parts` this core holds (`why`: the
     /// partitions were deleted, or moved to other nodes).
-    async fn delete_logs(&self, parts: Vec<(String, u32)>, why: &str) -> anyhow::Result<()> {
+    async fn delete_logs(&self, parts: &[(String, u32)], why: &str) -> anyhow::Result<()> {
         for (topic, partition) in parts {
-            let log = self.logs.borrow_mut().remove(&(topic.clone(), partition));
+            let log = self.logs.borrow_mut().remove(&(topic.clone(), *partition));
             if let Some(log) = log {
                 log.delete()
                     .await

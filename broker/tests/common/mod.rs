@@ -140,6 +140,29 @@ impl Client {
         frame::decode_body::<R::Response>(body).map_err(|e| bad(e.to_string()))
     }
 
+    /// Creates topic `name` (replication factor 1) and returns its result
+    /// (`error` 0: created).
+    pub fn create_topic(
+        &mut self,
+        name: &str,
+        partitions: u32,
+        configs: &[(&str, &str)],
+    ) -> weir_proto::messages::TopicResult {
+        let req = weir_proto::messages::CreateTopicsRequest {
+            topics: vec![weir_proto::messages::NewTopic {
+                name: name.into(),
+                partitions,
+                configs: configs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                replication_factor: 1,
+            }],
+        };
+        let (r, _) = self.ok(&req, &[]);
+        r.topics.into_iter().next().expect("one topic result")
+    }
+
     /// Like `call`, expecting success.
     pub fn ok<R: Request>(&mut self, req: &R, payload: &[&[u8]]) -> (R::Response, Vec<u8>) {
         let (h, b, p) = self.call(req, payload);

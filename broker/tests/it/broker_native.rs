@@ -13,24 +13,6 @@ const UNKNOWN_TOPIC: u16 = 3;
 const OFFSET_OUT_OF_RANGE: u16 = 4;
 const CORRUPT: u16 = 2;
 
-fn create(c: &mut Client, name: &str, partitions: u32, configs: &[(&str, &str)]) -> TopicResult {
-    let (r, _) = c.ok(
-        &CreateTopicsRequest {
-            topics: vec![NewTopic {
-                name: name.into(),
-                partitions,
-                configs: configs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                replication_factor: 1,
-            }],
-        },
-        &[],
-    );
-    r.topics.into_iter().next().unwrap()
-}
-
 fn produce(c: &mut Client, topic: &str, parts: &[(u32, &[u8])], acks: i8) -> ProduceResponse {
     let mut at = 0u32;
     let mut partitions = Vec::new();
@@ -104,8 +86,8 @@ fn produce_and_fetch_across_cores_survive_restart() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     let mut c = b.client();
-    assert_eq!(create(&mut c, "orders", 4, &[]).error, 0);
-    assert_eq!(create(&mut c, "orders", 4, &[]).error, 10, "exists");
+    assert_eq!(c.create_topic("orders", 4, &[]).error, 0);
+    assert_eq!(c.create_topic("orders", 4, &[]).error, 10, "exists");
     let (md, _) = c.ok(&MetadataRequest { topics: None }, &[]);
     assert_eq!(md.cores.len(), 2);
     let t = &md.topics[0];
@@ -179,7 +161,7 @@ fn acked_records_survive_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     let mut c = b.client();
-    create(&mut c, "t", 2, &[]);
+    c.create_topic("t", 2, &[]);
     // A producer keeps producing (acks=all) while the broker is killed;
     // every acknowledgement it got is reported here first.
     let (tx, rx) = std::sync::mpsc::channel::<(u32, u64)>();
@@ -238,7 +220,7 @@ fn long_poll_wakes_when_data_arrives_and_offsets_by_time() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     let mut c = b.client();
-    create(&mut c, "lp", 1, &[]);
+    c.create_topic("lp", 1, &[]);
     let addr = b.listen;
     let t0 = Instant::now();
     let waiter = std::thread::spawn(move || {
@@ -298,7 +280,7 @@ fn bad_input_gets_clear_errors_and_hurts_no_one() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start_with(dir.path(), 2, &["--max-frame-bytes", "65536"]);
     let mut good = b.client();
-    create(&mut good, "ok", 2, &[]);
+    good.create_topic("ok", 2, &[]);
     let batch = records_batch("a", 2, 1);
     produce(&mut good, "ok", &[(0, &batch)], -1);
 
@@ -375,7 +357,7 @@ fn metrics_endpoint_serves_prometheus_text() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     let mut c = b.client();
-    create(&mut c, "m", 2, &[]);
+    c.create_topic("m", 2, &[]);
     let batch = records_batch("m", 3, 1);
     produce(&mut c, "m", &[(0, &batch), (1, &batch)], -1);
     fetch(&mut c, "m", 0, 0, 0);
@@ -399,7 +381,7 @@ fn long_poll_over_several_partitions_returns_when_one_gets_data() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
     let mut c = b.client();
-    create(&mut c, "multi", 4, &[]);
+    c.create_topic("multi", 4, &[]);
     let addr = b.listen;
     let t0 = Instant::now();
     let waiter = std::thread::spawn(move || {
@@ -442,7 +424,8 @@ fn a_topics_toml_registry_is_migrated_into_the_cluster_metadata_once() {
     let b = Broker::start(dir.path(), 2);
     let mut c = b.client();
     assert_eq!(
-        create(&mut c, "legacy", 2, &[("retention.ms", "86400000")]).error,
+        c.create_topic("legacy", 2, &[("retention.ms", "86400000")])
+            .error,
         0
     );
     for p in 0..2u32 {

@@ -23,21 +23,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn create(c: &mut Client, name: &str, partitions: u32) -> u16 {
-    let (r, _) = c.ok(
-        &CreateTopicsRequest {
-            topics: vec![NewTopic {
-                name: name.into(),
-                partitions,
-                configs: Vec::new(),
-                replication_factor: 1,
-            }],
-        },
-        &[],
-    );
-    r.topics[0].error
-}
-
 fn topic_names(c: &mut Client) -> BTreeSet<String> {
     let (r, _) = c.ok(&MetadataRequest { topics: None }, &[]);
     r.topics.into_iter().map(|t| t.name).collect()
@@ -77,7 +62,7 @@ fn concurrent_topic_creates_and_deletes_leave_exactly_the_acknowledged_set_after
     {
         let mut c = b.client();
         for t in &doomed {
-            assert_eq!(create(&mut c, t, 2), 0);
+            assert_eq!(c.create_topic(t, 2, &[]).error, 0);
         }
     }
     // 8 connections create 6 topics each while 4 others delete the doomed
@@ -90,7 +75,7 @@ fn concurrent_topic_creates_and_deletes_leave_exactly_the_acknowledged_set_after
                 let mut acked = Vec::new();
                 for i in 0..6 {
                     let name = format!("t-{w}-{i}");
-                    if create(&mut c, &name, 1 + (i % 3)) == 0 {
+                    if c.create_topic(&name, 1 + (i % 3), &[]).error == 0 {
                         acked.push(name);
                     }
                 }
@@ -147,7 +132,7 @@ fn stalled_large_frames_do_not_slow_other_clients_and_are_closed_after_the_deadl
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start_with(dir.path(), 2, &["--frame-read-timeout-ms", "3000"]);
     let mut c = b.client();
-    assert_eq!(create(&mut c, "lat", 1), 0);
+    assert_eq!(c.create_topic("lat", 1, &[]).error, 0);
     let batch = records_batch("v", 1, 1);
     let req = produce_req("lat", 0, batch.len(), 1);
     // The p99 of 400 produces, as the median of three such windows (one
@@ -224,7 +209,7 @@ fn bad_crc_batches_sent_across_cores_leave_no_reply_entries_behind() {
     let mut c = b.client();
     // Two partitions: one lives on each core, so whichever core this
     // connection is on, one of them is across the mesh.
-    assert_eq!(create(&mut c, "crc", 2), 0);
+    assert_eq!(c.create_topic("crc", 2, &[]).error, 0);
     let mut bad = records_batch("v", 3, 1);
     let n = bad.len();
     bad[n - 1] ^= 0xFF;
@@ -260,7 +245,7 @@ fn a_fetch_naming_100000_partitions_is_refused_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 1);
     let mut c = b.client();
-    assert_eq!(create(&mut c, "f", 1), 0);
+    assert_eq!(c.create_topic("f", 1, &[]).error, 0);
     let req = FetchRequest {
         max_wait_ms: 0,
         min_bytes: 0,
@@ -291,7 +276,7 @@ fn a_long_poll_is_cancelled_when_its_connection_closes() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
-    assert_eq!(create(&mut b.client(), "poll", 2), 0);
+    assert_eq!(b.client().create_topic("poll", 2, &[]).error, 0);
     let mut polls = Vec::new();
     for _ in 0..8 {
         let mut c = b.client();
@@ -339,8 +324,8 @@ fn a_panic_in_a_core_ends_the_process_and_a_restart_recovers_every_acknowledged_
     let dir = tempfile::tempdir().unwrap();
     let mut b = Broker::start_with(dir.path(), 2, &["--test-panic-on-produce-to", "boom"]);
     let mut c = b.client();
-    assert_eq!(create(&mut c, "data", 2), 0);
-    assert_eq!(create(&mut c, "boom", 1), 0);
+    assert_eq!(c.create_topic("data", 2, &[]).error, 0);
+    assert_eq!(c.create_topic("boom", 1, &[]).error, 0);
     let mut acked = Vec::new();
     for i in 0..100u32 {
         let batch = records_batch(&format!("r{i}"), 5, 1);

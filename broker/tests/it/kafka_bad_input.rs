@@ -203,7 +203,7 @@ fn kafka_produce(port: std::net::SocketAddr, topic: &str, data: bytes::Bytes, ac
 #[test]
 fn every_service_error_reaches_both_listeners_with_its_code() {
     use weir_proto::error_code::ErrorCode as N;
-    use weir_proto::messages::{CreateTopicsRequest, FetchPartition, FetchRequest, NewTopic};
+    use weir_proto::messages::{FetchPartition, FetchRequest};
 
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
@@ -214,25 +214,8 @@ fn every_service_error_reaches_both_listeners_with_its_code() {
         ("compact", vec![("cleanup.policy", "compact")]),
     ];
     for (name, configs) in &topics {
-        let (r, _) = c.ok(
-            &CreateTopicsRequest {
-                topics: vec![NewTopic {
-                    name: name.to_string(),
-                    partitions: 1,
-                    configs: configs
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                    replication_factor: 1,
-                }],
-            },
-            &[],
-        );
-        assert_eq!(
-            r.topics[0].error, 0,
-            "creating {name}: {:?}",
-            r.topics[0].message
-        );
+        let r = c.create_topic(name, 1, configs);
+        assert_eq!(r.error, 0, "creating {name}: {:?}", r.message);
     }
 
     // (what, topic, batch, acks, native code, Kafka code); each listener
@@ -411,19 +394,9 @@ fn every_service_error_reaches_both_listeners_with_its_code() {
     }
 
     // Topic (Exists): creating a topic that exists.
-    let (r, _) = c.ok(
-        &CreateTopicsRequest {
-            topics: vec![NewTopic {
-                name: "t".into(),
-                partitions: 1,
-                configs: Vec::new(),
-                replication_factor: 1,
-            }],
-        },
-        &[],
-    );
+    let r = c.create_topic("t", 1, &[]);
     assert_eq!(
-        N::from_u16(r.topics[0].error),
+        N::from_u16(r.error),
         N::TopicAlreadyExists,
         "native listener"
     );

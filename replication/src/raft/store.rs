@@ -60,16 +60,6 @@ fn read_optional(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     }
 }
 
-/// An [`Error::Io`] maker for `map_err`.
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
-    let path = path.to_path_buf();
-    move |source| Error::Io {
-        action,
-        path,
-        source,
-    }
-}
-
 /// An [`Error::Corrupt`] maker for `map_err`.
 fn corrupt(path: &Path) -> impl FnOnce(String) -> Error {
     let path = path.to_path_buf();
@@ -115,7 +105,7 @@ pub const FORMAT: u32 = 3;
 /// Refuses a Raft directory of another format; marks a new one.
 fn check_format(dir: &Path) -> crate::Result<()> {
     let marker = dir.join("format");
-    match read_optional(&marker).map_err(io("reading", &marker))? {
+    match read_optional(&marker).map_err(Error::io("reading", &marker))? {
         Some(bytes) => {
             let text = String::from_utf8_lossy(&bytes);
             // The parse error says no more than the message does.
@@ -154,7 +144,7 @@ impl LogStore {
     /// directory written in another format is refused (its records would
     /// not decode, and would be cut as a torn tail).
     pub fn open(dir: &Path) -> crate::Result<Self> {
-        std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+        std::fs::create_dir_all(dir).map_err(Error::io("creating", dir))?;
         check_format(dir)?;
         let path = dir.join("log");
         let mut file = OpenOptions::new()
@@ -162,9 +152,10 @@ impl LogStore {
             .append(true)
             .create(true)
             .open(&path)
-            .map_err(io("opening", &path))?;
+            .map_err(Error::io("opening", &path))?;
         let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(io("reading", &path))?;
+        file.read_to_end(&mut bytes)
+            .map_err(Error::io("reading", &path))?;
         let mut entries = BTreeMap::new();
         let mut pos = 0usize;
         while pos + RECORD_HEADER <= bytes.len() {
@@ -192,18 +183,19 @@ impl LogStore {
                 cut = bytes.len() - pos,
                 "cutting a torn or corrupt tail off the Raft log"
             );
-            file.set_len(pos as u64).map_err(io("truncating", &path))?;
-            file.sync_all().map_err(io("syncing", &path))?;
+            file.set_len(pos as u64)
+                .map_err(Error::io("truncating", &path))?;
+            file.sync_all().map_err(Error::io("syncing", &path))?;
         }
         let vote_path = dir.join("vote");
         let vote = read_optional(&vote_path)
-            .map_err(io("reading", &vote_path))?
+            .map_err(Error::io("reading", &vote_path))?
             .map(|b| decode::<WVote>(&b).map(Into::into))
             .transpose()
             .map_err(corrupt(&vote_path))?;
         let purged_path = dir.join("purged");
         let purged = read_optional(&purged_path)
-            .map_err(io("reading", &purged_path))?
+            .map_err(Error::io("reading", &purged_path))?
             .map(|b| decode::<Option<WLogId>>(&b))
             .transpose()
             .map_err(corrupt(&purged_path))?
@@ -450,7 +442,7 @@ pub struct StateMachine {
 impl StateMachine {
     /// Opens the state machine in `dir`: the last snapshot, if any.
     pub fn open(dir: &Path, publish: watch::Sender<Arc<ClusterState>>) -> crate::Result<Self> {
-        std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+        std::fs::create_dir_all(dir).map_err(Error::io("creating", dir))?;
         let mut sm = Self {
             dir: dir.to_path_buf(),
             state: ClusterState::default(),
@@ -460,7 +452,7 @@ impl StateMachine {
             publish,
         };
         let path = dir.join("snapshot");
-        if let Some(bytes) = read_optional(&path).map_err(io("reading", &path))? {
+        if let Some(bytes) = read_optional(&path).map_err(Error::io("reading", &path))? {
             let stored: StoredSnapshot = decode(&bytes).map_err(corrupt(&path))?;
             sm.load(&stored)
                 .map_err(|message| Error::Malformed { message })?;
