@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod coordinator;
 pub mod groups;
 pub mod listener;
 pub mod metadata;

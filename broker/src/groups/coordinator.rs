@@ -210,12 +210,12 @@ async fn on_core(core: &Rc<Core>, c: usize, req: GroupRequest) -> GroupResponse 
 
 /// Handles a group request on the coordinator's core.
 pub async fn handle(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
-    let still_loading = {
-        let loading = core.groups.loading.borrow();
-        !loading.is_empty()
-            && offsets_partition(core, req.group()).is_ok_and(|p| loading.contains(&p))
+    let hosting = &core.groups.hosting;
+    let ready = match offsets_partition(core, req.group()) {
+        Ok(p) => hosting.ready(p),
+        Err(_) => hosting.loaded(),
     };
-    if !core.groups.loaded.get() || still_loading {
+    if !ready {
         let e = Refusal(
             ErrorCode::Recovering.as_u16(),
             format!(

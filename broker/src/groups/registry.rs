@@ -60,13 +60,15 @@ pub struct Groups {
     pub(crate) held: RefCell<HashMap<classic::Token, oneshot::Sender<classic::Output>>>,
     pub(crate) next_token: Cell<u64>,
     pub(crate) next_member: Cell<u64>,
-    /// Set once this core replayed its `__consumer_offsets` partitions;
-    /// until then group requests are answered `Recovering` (retriable).
-    pub(crate) loaded: Cell<bool>,
-    /// `__consumer_offsets` partitions this core leads but has not
-    /// replayed yet (it just became their leader): their groups are
-    /// answered `Recovering` meanwhile.
-    pub(crate) loading: RefCell<std::collections::HashSet<u32>>,
+    /// Which `__consumer_offsets` partitions are replayed (the
+    /// coordinator runtime's): until the start-up replay is done, and while
+    /// a partition this core just started leading is replayed, its groups
+    /// are answered `Recovering` (retriable).
+    pub(crate) hosting: crate::coordinator::Hosting,
+    /// Keys of records in Weir's first layout met while replaying, by
+    /// partition, and whether the latest one of each is live (to be
+    /// rewritten in Kafka's format once the partition is replayed).
+    pub(crate) legacy: RefCell<BTreeMap<u32, BTreeMap<Bytes, bool>>>,
     /// Log end offsets learnt from partition owners, for commit checks.
     pub(crate) log_ends: RefCell<HashMap<Tp, u64>>,
     /// One request at a time per group that changes it (joins,
@@ -244,31 +246,12 @@ impl Groups {
         }
     }
 
-    /// Whether the start-up replay is done.
-    pub(crate) fn is_loaded(&self) -> bool {
-        self.loaded.get()
-    }
-
     /// Forgets the groups of `__consumer_offsets` partition `p` of `n`
     /// (this core stopped leading it: another node coordinates them now).
     pub(crate) fn forget_partition(&self, p: u32, n: u32) {
         self.groups
             .borrow_mut()
             .retain(|g, _| records::partition_for(g, n) != p);
-    }
-
-    /// The groups of partition `p` of `n` are replayed: their members get
-    /// a fresh session from now.
-    pub(crate) fn set_partition_loaded(&self, p: u32, n: u32, now_ms: u64) {
-        self.fresh_sessions(now_ms, |name| records::partition_for(name, n) == p);
-        self.loading.borrow_mut().remove(&p);
-    }
-
-    /// The groups are loaded: members replayed get a fresh session from
-    /// now, and requests are served from now on.
-    pub(crate) fn set_loaded(&self, now_ms: u64) {
-        self.fresh_sessions(now_ms, |_| true);
-        self.loaded.set(true);
     }
 
     /// Members of the groups `which` picks get a session from `now_ms`.

@@ -1,7 +1,9 @@
 //! Where consumer groups are stored: the records of `__consumer_offsets`
-//! (created by core 0 at start-up, compacted), appended by a group's
-//! coordinator to its own partition, and replayed by every core at
-//! start-up to rebuild the groups it coordinates.
+//! (compacted), appended by a group's coordinator to its own partition.
+//! The groups are a machine of the coordinator runtime
+//! ([`crate::coordinator`]): it creates the topic, replays the partitions a
+//! core leads into its [`Groups`] (through [`Machine::replay`] here) and
+//! writes their records durably.
 //!
 //! **Which core:** everything here runs on the core that owns the
 //! partition concerned (the group's coordinator).
@@ -10,23 +12,14 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use weir_proto::batch::Compression;
-use weir_proto::builder::BatchBuilder;
-use weir_proto::reader::RecordBatch;
-use weir_proto::record::RecordData;
 
+use crate::coordinator::{self, Hosting, Machine, TopicPlan};
 use crate::groups::api::Refusal;
+use crate::groups::clock::mono_ms;
 use crate::groups::records::{self, GroupValue, RecordKey, Value, OFFSETS_TOPIC};
-use crate::metadata::writer;
-use crate::metadata::Change;
-use crate::metadata::{ConfigOp, TopicSpec};
+use crate::groups::registry::Groups;
 use crate::service::BrokerError;
-use crate::shard::partition;
-use crate::shard::partition::{ack_waits, all_acked};
 use crate::shard::Core;
-
-/// Bytes of `__consumer_offsets` read at a time when replaying.
-pub const REPLAY_READ_BYTES: u64 = 1 << 20;
 
 /// Appends records to the group's `__consumer_offsets` partition (on this
 /// core) as one batch and waits until it is durable.
@@ -35,151 +28,81 @@ pub async fn write_records(
     group: &str,
     records: Vec<(RecordKey, Option<Bytes>)>,
 ) -> Result<(), BrokerError> {
-    let n = core
-        .metadata()
-        .get(OFFSETS_TOPIC)
-        .map(|t| t.partitions())
-        .unwrap_or(1);
-    let p = records::partition_for(group, n);
+    let p = coordinator::partition_of(core, OFFSETS_TOPIC, group).unwrap_or(0);
     let raw = records.into_iter().map(|(k, v)| (k.encode(), v));
-    write_raw(core, p, raw).await
+    coordinator::write(core, OFFSETS_TOPIC, p, raw).await
 }
 
-/// Appends records with encoded keys to `__consumer_offsets` partition
-/// `p` (on this core) as one batch and waits until it is durable.
-async fn write_raw(
-    core: &Rc<Core>,
-    p: u32,
-    records: impl Iterator<Item = (Bytes, Option<Bytes>)>,
-) -> Result<(), BrokerError> {
-    let storage = |e: weir_proto::batch::BatchError| BrokerError::Storage {
-        kind: crate::service::StorageFailure::Io,
-        message: format!("encoding group records: {e}"),
-    };
-    let mut b = BatchBuilder::new(Compression::None).map_err(storage)?;
-    let ts = core.storage.now_ms();
-    for (key, value) in records {
-        b.push(&RecordData {
-            key: Some(key),
-            value,
-            headers: Vec::new(),
-            timestamp: ts,
-        })
-        .map_err(storage)?;
+/// The consumer groups as a machine of the coordinator runtime: their
+/// state lives in `__consumer_offsets`.
+impl Machine for Groups {
+    fn topic(&self) -> &'static str {
+        OFFSETS_TOPIC
     }
-    let batch = b.build().map_err(storage)?.freeze();
-    append_durably(core, p, batch).await
-}
 
-/// Appends a batch to `__consumer_offsets` partition `p` (on this core) and
-/// waits until it is durable.
-async fn append_durably(core: &Rc<Core>, p: u32, batch: Bytes) -> Result<(), BrokerError> {
-    let (log, infos) = partition::append_local(core, OFFSETS_TOPIC, p, batch, -1).await?;
-    all_acked(ack_waits(core, OFFSETS_TOPIC, p, log, infos, -1)).await?;
-    Ok(())
-}
-
-/// Rebuilds the groups of every `__consumer_offsets` partition this core
-/// owns from the log (start-up).
-pub async fn load(core: &Rc<Core>) -> anyhow::Result<()> {
-    let Some(n) = core.metadata().get(OFFSETS_TOPIC).map(|t| t.partitions()) else {
-        core.groups.set_loaded(crate::groups::clock::mono_ms());
-        return Ok(());
-    };
-    let mut records = 0u64;
-    for p in 0..n {
-        // Only partitions this core leads: a follower's replica is
-        // replayed if it becomes the leader (`replay_led`).
-        if !core.locate(OFFSETS_TOPIC, p).is_ok_and(|c| c == core.id) {
-            continue;
-        }
-        records += replay_partition(core, p).await?;
+    fn hosting(&self) -> &Hosting {
+        &self.hosting
     }
-    if records > 0 {
-        tracing::info!(core = core.id, records, "consumer groups loaded");
-    }
-    core.groups.set_loaded(crate::groups::clock::mono_ms());
-    Ok(())
-}
 
-/// This core became the leader of `__consumer_offsets` partition `p`
-/// (failover): replays its groups, served from then on.
-pub async fn replay_led(core: Rc<Core>, p: u32) {
-    let Some(n) = core.metadata().get(OFFSETS_TOPIC).map(|t| t.partitions()) else {
-        return;
-    };
-    core.groups.forget_partition(p, n);
-    match replay_partition(&core, p).await {
-        Ok(records) => {
-            tracing::info!(
-                partition = p,
-                records,
-                "now coordinating the groups of {OFFSETS_TOPIC}-{p}"
-            );
-        }
-        Err(e) => {
-            tracing::error!(partition = p, error = %e, "replaying {OFFSETS_TOPIC}-{p} failed")
+    fn topic_plan(&self, core: &Core) -> TopicPlan {
+        let c = &core.shared.config;
+        TopicPlan {
+            partitions: c.offsets_partitions,
+            configs: offsets_topic_configs(c.offsets_segment_bytes),
+            replication_factor: c.offsets_replication_factor,
         }
     }
-    core.groups
-        .set_partition_loaded(p, n, crate::groups::clock::mono_ms());
-}
 
-/// Replays partition `p`'s records into the core's groups; returns how
-/// many.
-async fn replay_partition(core: &Rc<Core>, p: u32) -> anyhow::Result<u64> {
-    let mut records = 0u64;
-    // Keys of records in Weir's first layout, and whether the latest one
-    // of each is live (not yet rewritten and tombstoned).
-    let mut legacy: BTreeMap<Bytes, bool> = BTreeMap::new();
-    let Some(log) = core.log(OFFSETS_TOPIC, p) else {
-        return Ok(0);
-    };
-    let mut at = log.log_start_offset();
-    // Only what is durable: a record written but not fdatasync'd was
-    // never answered.
-    let end = log.durable_offset();
-    while at < end {
-        let r = log
-            .read(at, REPLAY_READ_BYTES)
-            .await
-            .map_err(|e| anyhow::anyhow!("replaying {OFFSETS_TOPIC}-{p} at {at}: {e}"))?;
-        let before = at;
-        for b in &r.batches {
-            let rb =
-                RecordBatch::parse(b).map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
-            let last = rb.header().last_offset() as u64;
-            let decoded = rb
-                .records()
-                .map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
-            for rec in decoded.iter() {
-                let rec = rec.map_err(|e| anyhow::anyhow!("{OFFSETS_TOPIC}-{p}: {e}"))?;
-                if (rec.offset as u64) < at {
-                    continue;
-                }
-                records += 1;
-                if apply(core, rec.record.key, rec.record.value, p) {
-                    if let Some(k) = rec.record.key {
-                        let live = rec.record.value.is_some();
-                        legacy.insert(Bytes::copy_from_slice(k), live);
-                    }
-                }
+    fn forget(&self, p: u32, n: u32) {
+        self.forget_partition(p, n);
+        self.legacy.borrow_mut().remove(&p);
+    }
+
+    fn replay(&self, core: &Core, p: u32, key: Option<&[u8]>, value: Option<&[u8]>) {
+        if apply(core, key, value, p) {
+            if let Some(k) = key {
+                let live = value.is_some();
+                let mut legacy = self.legacy.borrow_mut();
+                legacy
+                    .entry(p)
+                    .or_default()
+                    .insert(Bytes::copy_from_slice(k), live);
             }
-            at = at.max(last + 1);
-        }
-        if at == before {
-            break;
         }
     }
-    let legacy: Vec<Bytes> = legacy
-        .into_iter()
-        .filter_map(|(k, live)| live.then_some(k))
-        .collect();
-    if !legacy.is_empty() {
-        let core = core.clone();
-        glommio::spawn_local(async move { rewrite_legacy(&core, p, legacy).await }).detach();
+
+    fn replayed(&self, core: &Rc<Core>, p: Option<(u32, u32)>) {
+        // Members replayed get a fresh session from now.
+        let now = mono_ms();
+        match p {
+            Some((p, n)) => self.fresh_sessions(now, |name| records::partition_for(name, n) == p),
+            None => self.fresh_sessions(now, |_| true),
+        }
+        let legacy = match p {
+            Some((p, _)) => self
+                .legacy
+                .borrow_mut()
+                .remove(&p)
+                .into_iter()
+                .map(|l| (p, l))
+                .collect(),
+            None => std::mem::take(&mut *self.legacy.borrow_mut()),
+        };
+        for (p, keys) in legacy {
+            let keys: Vec<Bytes> = keys
+                .into_iter()
+                .filter_map(|(k, live)| live.then_some(k))
+                .collect();
+            if !keys.is_empty() {
+                let core = core.clone();
+                glommio::spawn_local(async move { rewrite_legacy(&core, p, keys).await }).detach();
+            }
+        }
     }
-    Ok(records)
+
+    fn started(&self, core: &Rc<Core>) {
+        glommio::spawn_local(crate::groups::coordinator::expiry_loop(core.clone())).detach();
+    }
 }
 
 /// Rewrites the groups of partition `p` that have records in Weir's first
@@ -205,7 +128,7 @@ async fn rewrite_legacy(core: &Rc<Core>, p: u32, keys: Vec<Bytes>) {
         let current = core.groups.current_records(&group);
         let tombstones = old.into_iter().map(|k| (k, None));
         let now = current.into_iter().map(|(k, v)| (k.encode(), v));
-        if let Err(e) = write_raw(core, p, tombstones.chain(now)).await {
+        if let Err(e) = coordinator::write(core, OFFSETS_TOPIC, p, tombstones.chain(now)).await {
             tracing::warn!(partition = p, group, error = %e, "rewriting the group's records in Kafka's format failed: retried at the next load");
             return;
         }
@@ -282,58 +205,6 @@ pub fn offsets_topic_configs(segment_bytes: u64) -> BTreeMap<String, String> {
         ("retention.ms".to_string(), "-1".to_string()),
         ("segment.bytes".to_string(), segment_bytes.to_string()),
     ])
-}
-
-/// How many replicas `__consumer_offsets` gets: the configured factor,
-/// at most the live nodes. A new cluster's nodes start together: this
-/// waits (up to 10 s) for the initial voters to register first, so the
-/// topic is not created with fewer replicas than it could have.
-async fn offsets_replicas(core: &Core) -> u32 {
-    let want = core.shared.config.offsets_replication_factor;
-    let voters = core.shared.config.cluster.voters.len().max(1) as u32;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let mut watch = core.shared.controller.watch();
-    loop {
-        let live = {
-            let state = watch.borrow_and_update().clone();
-            state.nodes.keys().filter(|n| state.is_live(**n)).count() as u32
-        };
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if live >= want.min(voters) || left.is_zero() {
-            return want.min(live.max(1));
-        }
-        // The next metadata version (a registration), or the deadline.
-        futures_lite::future::or(
-            async {
-                let _ = watch.changed().await;
-            },
-            glommio::timer::sleep(left),
-        )
-        .await;
-    }
-}
-
-/// Creates `__consumer_offsets` if it does not exist, or gives an existing
-/// one the configs this build and the flags ask for (core 0, start-up).
-pub async fn ensure_offsets_topic(core: &Rc<Core>) -> anyhow::Result<()> {
-    let existing = core.metadata().get(OFFSETS_TOPIC).cloned();
-    let configs = offsets_topic_configs(core.shared.config.offsets_segment_bytes);
-    let change = match existing {
-        None => {
-            let mut spec = TopicSpec::new(core.shared.config.offsets_partitions, configs);
-            spec.replication_factor = offsets_replicas(core).await;
-            Change::Create(OFFSETS_TOPIC.to_string(), spec)
-        }
-        Some(t) if configs.iter().any(|(k, v)| t.configs.get(k) != Some(v)) => {
-            Change::Alter(OFFSETS_TOPIC.to_string(), ConfigOp::sets(configs))
-        }
-        Some(_) => return Ok(()),
-    };
-    match writer::submit(core, change).await {
-        // Another node of the cluster created it first.
-        Ok(_) | Err(crate::metadata::TopicError::Exists(_)) => Ok(()),
-        Err(e) => Err(anyhow::anyhow!("setting up {OFFSETS_TOPIC}: {e}")),
-    }
 }
 
 /// Stores what the last step of a group changed (member records or their

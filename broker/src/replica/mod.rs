@@ -40,10 +40,29 @@ use std::time::{Duration, Instant};
 
 use crate::shard::Core;
 
+/// A replica on this core that started or stopped leading its partition
+/// (what [`reconcile`] reports: the coordinator runtime replays or forgets
+/// the partitions of its topics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leadership {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// The topic's partitions.
+    pub partitions: u32,
+    /// Whether this core led it before.
+    pub was_leader: bool,
+    /// Whether this core leads it now.
+    pub leads: bool,
+}
+
 /// Makes this core's replicas match its metadata view: roles, epochs,
 /// ISR; starts the fetchers of new followers and the high-watermark task of
-/// new leaders; fails the waits of replicas that stopped leading.
-pub fn reconcile(core: &Rc<Core>) {
+/// new leaders; fails the waits of replicas that stopped leading. Returns
+/// the replicas whose role changed (and those gone while leading).
+pub fn reconcile(core: &Rc<Core>) -> Vec<Leadership> {
+    let mut changes = Vec::new();
     let view = core.metadata();
     let me = core.shared.config.cluster.node_id;
     let mut keep = std::collections::HashSet::new();
@@ -128,9 +147,13 @@ pub fn reconcile(core: &Rc<Core>) {
             if changed {
                 let was_leader = replica.role() == Role::Leader;
                 become_role(core, &replica, role, placement.leader_epoch, me);
-                if topic == crate::metadata::OFFSETS_TOPIC && core.groups.is_loaded() {
-                    move_groups(core, p, meta.partitions(), was_leader, role == Role::Leader);
-                }
+                changes.push(Leadership {
+                    topic: topic.clone(),
+                    partition: p,
+                    partitions: meta.partitions(),
+                    was_leader,
+                    leads: role == Role::Leader,
+                });
             }
             if let Role::Follower { node, core: c } = role {
                 targets.push((node, c));
@@ -170,34 +193,22 @@ pub fn reconcile(core: &Rc<Core>) {
         gone
     };
     for r in gone {
-        if r.topic == crate::metadata::OFFSETS_TOPIC
-            && r.role() == Role::Leader
-            && core.groups.is_loaded()
-        {
-            // Its groups are coordinated where it moved.
-            let n = view
-                .get(crate::metadata::OFFSETS_TOPIC)
-                .map_or(0, |m| m.partitions());
-            move_groups(core, r.partition, n, true, false);
+        if r.role() == Role::Leader {
+            // What it held is served where it moved.
+            changes.push(Leadership {
+                topic: r.topic.clone(),
+                partition: r.partition,
+                partitions: view.get(&r.topic).map_or(0, |m| m.partitions()),
+                was_leader: true,
+                leads: false,
+            });
         }
         step_down(&r);
     }
     for t in targets {
         fetcher::ensure(core, t);
     }
-}
-
-/// A `__consumer_offsets` partition changed hands on this core: its
-/// groups are replayed when this core starts leading it (answered
-/// `Recovering` meanwhile), forgotten when it stops.
-fn move_groups(core: &Rc<Core>, p: u32, n: u32, was_leader: bool, leads: bool) {
-    if leads {
-        core.groups.loading.borrow_mut().insert(p);
-        glommio::spawn_local(crate::groups::store::replay_led(core.clone(), p)).detach();
-    } else if was_leader {
-        core.groups.forget_partition(p, n);
-        core.groups.loading.borrow_mut().remove(&p);
-    }
+    changes
 }
 
 fn become_role(core: &Rc<Core>, r: &Rc<Replica>, role: Role, epoch: u32, me: u64) {

@@ -147,7 +147,10 @@ pub fn run_with(
         port: AtomicU16::new(listen.port()),
         stopping: stopping.clone(),
         metrics_port: AtomicU16::new(0),
-        peer_of_core: (0..n).map(|_| AtomicUsize::new(usize::MAX)).collect(),
+        peer_of_core: (0..n)
+            .map(|_| AtomicUsize::new(usize::MAX))
+            .collect::<Vec<_>>()
+            .into(),
         controller: controller.clone(),
         after_metadata: crate::service::remote::metadata_applied,
     });
@@ -325,8 +328,10 @@ async fn core_main(
     shared.peer_of_core[c].store(senders.peer_id(), Ordering::Release);
     // Every core must know every other core's mesh id before routing.
     barrier.wait();
-    let core = Core::start(c, shared.clone(), view, senders, reply_senders).await?;
+    let core_mesh = mesh::Mesh::new(c, shared.peer_of_core.clone(), senders, reply_senders);
+    let core = Core::start(c, shared.clone(), view, core_mesh.clone()).await?;
     mesh::serve(
+        core_mesh,
         core.clone(),
         receivers,
         reply_receivers,
@@ -334,10 +339,8 @@ async fn core_main(
     );
     if c == 0 {
         crate::metadata::writer::start(&core);
-        crate::groups::store::ensure_offsets_topic(&core).await?;
     }
-    crate::groups::store::load(&core).await?;
-    glommio::spawn_local(crate::groups::coordinator::expiry_loop(core.clone())).detach();
+    crate::coordinator::start(&core).await?;
     let listen = shared.config.listen;
     let shared_l = TcpListener::bind(listen)
         .map_err(std::io::Error::from)

@@ -23,15 +23,17 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             appended,
             reply,
         } => match append_local(core, &topic, partition, batches, acks).await {
-            Err(e) => appended.send(core, Err(e)).await,
+            Err(e) => appended.send(&core.mesh, Err(e)).await,
             Ok((log, infos)) => {
-                appended.send(core, Ok(())).await;
+                appended.send(&core.mesh, Ok(())).await;
                 let waits = ack_waits(core, &topic, partition, log, infos, acks);
-                reply.send(core, all_acked(waits).await).await;
+                reply.send(&core.mesh, all_acked(waits).await).await;
             }
         },
         CoreMsg::InitProducerId { reply } => {
-            reply.send(core, init_producer_id_local(core).await).await;
+            reply
+                .send(&core.mesh, init_producer_id_local(core).await)
+                .await;
         }
         CoreMsg::Fetch {
             topic,
@@ -42,7 +44,7 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             reply,
         } => {
             let r = fetch_local(core, &topic, partition, offset, max_bytes, wait_ms).await;
-            reply.send(core, r).await;
+            reply.send(&core.mesh, r).await;
         }
         CoreMsg::Offsets {
             topic,
@@ -51,7 +53,7 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             reply,
         } => {
             let r = offsets_local(core, &topic, partition, timestamp).await;
-            reply.send(core, r).await;
+            reply.send(&core.mesh, r).await;
         }
         CoreMsg::DeleteRecords {
             topic,
@@ -60,7 +62,7 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             reply,
         } => {
             let r = delete_records_local(core, &topic, partition, before).await;
-            reply.send(core, r).await;
+            reply.send(&core.mesh, r).await;
         }
         CoreMsg::Compact {
             topic,
@@ -69,14 +71,16 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             reply,
         } => {
             let r = compact_local(core, &topic, partition, run).await;
-            reply.send(core, r).await;
+            reply.send(&core.mesh, r).await;
         }
         CoreMsg::Metrics { reply } => {
-            reply.send(core, crate::shard::stats::snapshot(core)).await;
+            reply
+                .send(&core.mesh, crate::shard::stats::snapshot(core))
+                .await;
         }
         CoreMsg::Metadata { change, reply } => {
             let r = crate::metadata::writer::submit_local(core, change).await;
-            reply.send(core, r).await;
+            reply.send(&core.mesh, r).await;
         }
         CoreMsg::ApplyMetadata {
             view,
@@ -90,14 +94,16 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             if let Err(e) = &r {
                 tracing::error!(core = core.id, error = %e, "applying a metadata change failed");
             }
-            reply.send(core, r).await;
+            reply.send(&core.mesh, r).await;
         }
         CoreMsg::Group { request, reply } => {
             let r = crate::groups::coordinator::handle(core, request).await;
-            reply.send(core, r).await;
+            reply.send(&core.mesh, r).await;
         }
         CoreMsg::LogEnds { partitions, reply } => {
-            reply.send(core, log_ends_local(core, &partitions)).await;
+            reply
+                .send(&core.mesh, log_ends_local(core, &partitions))
+                .await;
         }
         // Handled by the mesh receiver itself.
         CoreMsg::Cancel { .. } => {}
@@ -110,5 +116,6 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
 /// replicas on the core take the roles the view gives them.
 pub fn metadata_applied(core: &std::rc::Rc<crate::shard::Core>, deleted: &[(String, u32)]) {
     crate::groups::coordinator::purge_deleted(core, deleted);
-    crate::replica::reconcile(core);
+    let changes = crate::replica::reconcile(core);
+    crate::coordinator::leaderships(core, &changes);
 }

@@ -32,6 +32,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -39,7 +40,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 
-use super::Core;
 use crate::groups::api::{GroupRequest, GroupResponse};
 use crate::metadata::Change;
 use crate::metadata::{MetadataView, TopicError};
@@ -206,12 +206,7 @@ impl std::fmt::Debug for ReplyValue {
 thread_local! {
     /// The core running on this thread (set at its start): where a dropped
     /// [`ReplyTo`] sends its "dropped" answer from.
-    static CURRENT: RefCell<Weak<Core>> = const { RefCell::new(Weak::new()) };
-}
-
-/// Records the core of this thread (once, at start).
-pub(crate) fn set_current(core: &Rc<Core>) {
-    CURRENT.with(|c| *c.borrow_mut() = Rc::downgrade(core));
+    static CURRENT: RefCell<Weak<Mesh>> = const { RefCell::new(Weak::new()) };
 }
 
 /// Where the answer to a cross-core request goes: the asking core and the
@@ -232,14 +227,14 @@ impl<T> std::fmt::Debug for ReplyTo<T> {
 
 impl<T: Send + 'static> ReplyTo<T> {
     /// Sends the answer (from the core that handled the request).
-    pub async fn send(mut self, from: &Core, value: T) {
+    pub async fn send(mut self, from: &Mesh, value: T) {
         self.answered = true;
         let value = ReplyValue(Some(Box::new(value)));
         deliver_to(from, self.core, self.id, value).await;
     }
 }
 
-async fn deliver_to(from: &Core, core: usize, id: u64, value: ReplyValue) {
+async fn deliver_to(from: &Mesh, core: usize, id: u64, value: ReplyValue) {
     if core == from.id {
         from.deliver(id, value);
         return;
@@ -327,7 +322,7 @@ impl Drop for Credit {
 /// with [`BrokerError::CoreUnavailable`] if the handler dropped it.
 /// Not `Send`; dropping it forgets the request.
 pub struct ReplyWait<T> {
-    core: Weak<Core>,
+    core: Weak<Mesh>,
     target: usize,
     id: u64,
     slot: Rc<RefCell<Slot>>,
@@ -371,15 +366,59 @@ impl<T> Drop for ReplyWait<T> {
                 from: core.id,
                 id: self.id,
             };
-            let _ = core.mesh.try_send_to(core.peer(self.target), cancel);
+            let _ = core.requests.try_send_to(core.peer(self.target), cancel);
         }
     }
 }
 
-impl Core {
+/// One core's ends of the mesh: where its requests and answers go, the
+/// answers it waits for, the requests it serves that may wait long, and
+/// its credits at each peer.
+pub struct Mesh {
+    /// This core's number.
+    id: usize,
+    /// The mesh peer id of each core (filled in as cores join).
+    peers: Arc<[AtomicUsize]>,
+    /// Requests to other cores (by mesh peer id).
+    requests: Senders<CoreMsg>,
+    /// Answers to other cores.
+    replies_out: Senders<ReplyMsg>,
+    /// Requests this core sent and waits answers for.
+    pub replies: Replies,
+    /// Requests from other cores in a long wait, cancellable.
+    pub running: Running,
+    /// Credits for requests to each core.
+    credits: Vec<Rc<glommio::sync::Semaphore>>,
+}
+
+impl Mesh {
+    /// The mesh of core `id` (one per thread: answers dropped unanswered
+    /// on this thread are sent from it).
+    pub fn new(
+        id: usize,
+        peers: Arc<[AtomicUsize]>,
+        requests: Senders<CoreMsg>,
+        replies_out: Senders<ReplyMsg>,
+    ) -> Rc<Mesh> {
+        let credits = (0..peers.len())
+            .map(|_| Rc::new(glommio::sync::Semaphore::new(MESH_CREDITS_PER_PEER)))
+            .collect();
+        let mesh = Rc::new(Mesh {
+            id,
+            peers,
+            requests,
+            replies_out,
+            replies: Replies::default(),
+            running: Running::default(),
+            credits,
+        });
+        CURRENT.with(|c| *c.borrow_mut() = Rc::downgrade(&mesh));
+        mesh
+    }
+
     /// The mesh peer id of a core.
     fn peer(&self, core: usize) -> usize {
-        self.shared.peer_of_core[core].load(std::sync::atomic::Ordering::Acquire)
+        self.peers[core].load(Ordering::Acquire)
     }
 
     /// A reply address for a request to core `target`, and the wait for
@@ -442,7 +481,7 @@ impl Core {
 
     /// Sends a request to another core.
     pub async fn send_to(&self, core: usize, msg: CoreMsg) -> Result<(), BrokerError> {
-        self.mesh
+        self.requests
             .send_to(self.peer(core), msg)
             .await
             .map_err(|_| BrokerError::unavailable(core, "it is not accepting messages"))
@@ -493,13 +532,6 @@ pub struct MeshEnds {
     pub replies_in: Receivers<ReplyMsg>,
 }
 
-/// The credits of one core for each peer.
-pub fn credits(cores: usize) -> Vec<Rc<glommio::sync::Semaphore>> {
-    (0..cores)
-        .map(|_| Rc::new(glommio::sync::Semaphore::new(MESH_CREDITS_PER_PEER)))
-        .collect()
-}
-
 /// Requests from other cores that may wait long (long polls, held
 /// heartbeats), by (asking core, request number): dropping the sender
 /// ends the wait.
@@ -521,31 +553,33 @@ impl Running {
 }
 
 /// Receives requests and answers from every peer: answers are delivered at
-/// once; each request runs as its own task, `handle(core, msg)` (their
+/// once; each request runs as its own task, `handle(ctx, msg)` (their
 /// number is bounded by the senders' credits); a request that may wait
 /// long ends early when its asker sends [`CoreMsg::Cancel`]. The handler is the
-/// service's (`crate::service::remote::handle`): the shard only carries
-/// messages.
-pub fn serve<F, Fut>(
-    core: Rc<Core>,
+/// service's (`crate::service::remote::handle`, with the core as `ctx`):
+/// the mesh only carries messages.
+pub fn serve<C, F, Fut>(
+    mesh: Rc<Mesh>,
+    ctx: C,
     mut requests: Receivers<CoreMsg>,
     mut replies: Receivers<ReplyMsg>,
     handle: F,
 ) where
-    F: Fn(Rc<Core>, CoreMsg) -> Fut + Clone + 'static,
+    C: Clone + 'static,
+    F: Fn(C, CoreMsg) -> Fut + Clone + 'static,
     Fut: Future<Output = ()> + 'static,
 {
     for (_, rx) in replies.streams() {
-        let core = core.clone();
+        let mesh = mesh.clone();
         glommio::spawn_local(async move {
             while let Some(m) = rx.recv().await {
-                core.deliver(m.id, m.value);
+                mesh.deliver(m.id, m.value);
             }
         })
         .detach();
     }
     for (_, rx) in requests.streams() {
-        let (core, handle) = (core.clone(), handle.clone());
+        let (core, ctx, handle) = (mesh.clone(), ctx.clone(), handle.clone());
         glommio::spawn_local(async move {
             while let Some(msg) = rx.recv().await {
                 if let CoreMsg::Cancel { from, id } = msg {
@@ -554,12 +588,12 @@ pub fn serve<F, Fut>(
                     continue;
                 }
                 let Some(key) = msg.cancel_key() else {
-                    glommio::spawn_local(handle(core.clone(), msg)).detach();
+                    glommio::spawn_local(handle(ctx.clone(), msg)).detach();
                     continue;
                 };
                 let (stop_tx, stop_rx) = glommio::channels::local_channel::new_bounded::<()>(1);
                 core.running.stops.borrow_mut().insert(key, stop_tx);
-                let work = handle(core.clone(), msg);
+                let work = handle(ctx.clone(), msg);
                 let core = core.clone();
                 glommio::spawn_local(async move {
                     // The work, or until cancelled (its ReplyTo, dropped

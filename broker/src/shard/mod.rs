@@ -20,14 +20,13 @@ use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
-use glommio::channels::channel_mesh::Senders;
 use weir_storage::{PartitionLog, ShardConfig, StorageShard};
 
 use crate::metadata::{self, partition_dir, MetadataView};
 use crate::server::config::BrokerConfig;
 use crate::server::limits::INFLIGHT_BYTES_PER_CORE;
 use crate::service::BrokerError;
-use mesh::{CoreMsg, ReplyMsg};
+use mesh::{CoreMsg, ReplyTo, ReplyWait};
 
 /// Process-wide facts shared by every core.
 #[derive(Debug)]
@@ -48,7 +47,7 @@ pub struct Shared {
     /// Kafka brokers).
     pub kafka_core_ports: Vec<AtomicU16>,
     /// Mesh peer id of each core.
-    pub peer_of_core: Vec<std::sync::atomic::AtomicUsize>,
+    pub peer_of_core: Arc<[std::sync::atomic::AtomicUsize]>,
     /// This node's controller (its member of the metadata quorum).
     pub controller: Arc<weir_replication::Controller>,
     /// This node's certificates (the cores' replication endpoints).
@@ -81,16 +80,8 @@ pub struct Core {
     pub logs: RefCell<HashMap<(String, u32), PartitionLog>>,
     /// This core's copy of the metadata view.
     metadata: RefCell<Arc<MetadataView>>,
-    /// Requests to other cores (by mesh peer id).
-    pub mesh: Senders<CoreMsg>,
-    /// Answers to other cores.
-    replies_out: Senders<ReplyMsg>,
-    /// Requests this core sent and waits answers for.
-    pub replies: mesh::Replies,
-    /// Requests from other cores in a long wait, cancellable.
-    pub running: mesh::Running,
-    /// Credits for requests to each core (see [`mesh`]).
-    credits: Vec<Rc<glommio::sync::Semaphore>>,
+    /// This core's ends of the cross-core mesh.
+    pub mesh: Rc<mesh::Mesh>,
     /// This core's counters.
     pub metrics: crate::metrics::Metrics,
     /// Bytes of requests being read or handled on this core: a connection
@@ -118,8 +109,7 @@ impl Core {
         id: usize,
         shared: Arc<Shared>,
         view: Arc<MetadataView>,
-        requests: Senders<CoreMsg>,
-        replies: Senders<ReplyMsg>,
+        mesh: Rc<mesh::Mesh>,
     ) -> anyhow::Result<Rc<Core>> {
         let storage = StorageShard::new(ShardConfig {
             cache_bytes: shared.config.cache_bytes_per_core,
@@ -129,18 +119,13 @@ impl Core {
             ..ShardConfig::default()
         });
         let producer_ids = producer_ids::ProducerIds::load(&shared.config.data_dir)?;
-        let cores = shared.config.cores;
         let core = Rc::new(Core {
             id,
             shared,
             storage,
             logs: RefCell::new(HashMap::new()),
             metadata: RefCell::new(Arc::new(MetadataView::default())),
-            mesh: requests,
-            replies_out: replies,
-            replies: Default::default(),
-            running: Default::default(),
-            credits: mesh::credits(cores),
+            mesh,
             metrics: Default::default(),
             inflight: Rc::new(glommio::sync::Semaphore::new(INFLIGHT_BYTES_PER_CORE)),
             connections: Cell::new(0),
@@ -150,9 +135,33 @@ impl Core {
             metadata_writer: RefCell::new(None),
             replication: Default::default(),
         });
-        mesh::set_current(&core);
         core.apply_metadata(view, Vec::new()).await?;
         Ok(core)
+    }
+
+    /// A reply address for a request to core `target`, and the wait for
+    /// its answer ([`mesh::Mesh::expect_reply`]).
+    pub async fn expect_reply<T: 'static>(
+        &self,
+        target: usize,
+    ) -> Result<(ReplyTo<T>, ReplyWait<T>), BrokerError> {
+        self.mesh.expect_reply(target).await
+    }
+
+    /// Sends a request to another core ([`mesh::Mesh::send_to`]).
+    pub async fn send_to(&self, core: usize, msg: CoreMsg) -> Result<(), BrokerError> {
+        self.mesh.send_to(core, msg).await
+    }
+
+    /// Sends a request to core `target` and waits for its answer
+    /// ([`mesh::Mesh::call`]).
+    pub async fn call<T: Send + 'static>(
+        &self,
+        target: usize,
+        extra_wait: std::time::Duration,
+        msg: impl FnOnce(ReplyTo<T>) -> CoreMsg,
+    ) -> Result<T, BrokerError> {
+        self.mesh.call(target, extra_wait, msg).await
     }
 
     /// Number of cores.

@@ -25,8 +25,8 @@ pub fn snapshot(core: &Core) -> Snapshot {
         connections_refused: m.connections_refused.get(),
         frame_timeouts: m.frame_timeouts.get(),
         open_connections: core.connections.get() as u64,
-        pending_replies: core.replies.len() as u64,
-        running_waits: core.running.len() as u64,
+        pending_replies: core.mesh.replies.len() as u64,
+        running_waits: core.mesh.running.len() as u64,
         metadata_version: core.metadata().version,
         storage: core.storage.stats(),
         partitions: core

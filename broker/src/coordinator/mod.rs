@@ -1,0 +1,352 @@
+//! The coordinator runtime: hosts state machines that keep their state in
+//! an internal compacted topic, one instance per partition of it, on the
+//! core leading that partition (Kafka 4's group coordinator runs on the
+//! same kind of runtime). The consumer groups are its first machine
+//! (`__consumer_offsets`, [`crate::groups`]); the transaction coordinator
+//! (`__transaction_state`) and share-group state (`__share_group_state`)
+//! are to be machines on it, not new hosts.
+//!
+//! What the runtime does for every machine, so that no machine does it
+//! itself:
+//! - **Topic:** core 0 creates the machine's internal topic at start-up
+//!   (or gives an existing one the configs this build asks for), with as
+//!   many replicas as the cluster has live nodes, up to the wanted factor
+//!   ([`ensure_topic`]).
+//! - **Placement:** a key (a group id, a transactional id) belongs to
+//!   partition `crc32c(key) % partitions` of the topic ([`partition_of`]);
+//!   the core leading that partition hosts it. (Kafka hashes with Java's
+//!   `String.hashCode`; clients never compute it — they ask
+//!   FindCoordinator — and Weir's data directories already place groups
+//!   by crc32c.)
+//! - **Replay:** at start-up each core replays the durable records of the
+//!   partitions it leads ([`start`]); a core that starts leading a
+//!   partition later (failover, reassignment) replays it then and answers
+//!   its keys `Recovering` meanwhile; one that stops leading forgets the
+//!   partition's state ([`leaderships`]). Only what is durable is
+//!   replayed: a record written but not yet fdatasync'd was never answered.
+//! - **Writes:** a machine's change is appended to its partition as one
+//!   batch and answered only once durable — fdatasync'd here and, for a
+//!   replicated topic, by its ISR ([`write`]).
+//!
+//! A machine is the state and what acts on it: it implements [`Machine`]
+//! (replay a record, forget a partition, start serving one) and is listed
+//! in [`machines`]. Its requests reach its core through the service (the
+//! mesh carries them); it serializes its own changes per key.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashSet};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use weir_proto::batch::Compression;
+use weir_proto::builder::BatchBuilder;
+use weir_proto::reader::RecordBatch;
+use weir_proto::record::RecordData;
+
+use crate::metadata::writer;
+use crate::metadata::{Change, ConfigOp, TopicSpec};
+use crate::replica::Leadership;
+use crate::service::{BrokerError, StorageFailure};
+use crate::shard::partition::{self, ack_waits, all_acked};
+use crate::shard::Core;
+
+/// Bytes of an internal topic read at a time when replaying.
+pub const REPLAY_READ_BYTES: u64 = 1 << 20;
+
+/// A state machine hosted by the runtime: its state lives in the
+/// partitions of one internal compacted topic.
+pub trait Machine {
+    /// Its internal topic.
+    fn topic(&self) -> &'static str;
+
+    /// What the runtime keeps for it on this core.
+    fn hosting(&self) -> &Hosting;
+
+    /// How its topic is created: partitions, configs, wanted replicas.
+    fn topic_plan(&self, core: &Core) -> TopicPlan;
+
+    /// Drops the state of partition `p` (of `n`): this core stopped
+    /// leading it, or is about to replay it.
+    fn forget(&self, p: u32, n: u32);
+
+    /// Applies one durable record of partition `p`, oldest first (the
+    /// latest record of a key wins; a null value deletes).
+    fn replay(&self, core: &Core, p: u32, key: Option<&[u8]>, value: Option<&[u8]>);
+
+    /// Partition `p` (of `n`; `None`: every partition this core leads, at
+    /// start-up) is replayed: what it held is served from now.
+    fn replayed(&self, core: &Rc<Core>, p: Option<(u32, u32)>);
+
+    /// This core's replay at start-up is done: start the machine's own
+    /// work (timers, expiry).
+    fn started(&self, core: &Rc<Core>);
+}
+
+/// The machines of a core. A new machine is added here (and its state to
+/// [`Core`]).
+pub fn machines(core: &Core) -> [&dyn Machine; 1] {
+    [&core.groups]
+}
+
+/// The machine keeping its state in `topic`, if any.
+pub fn machine_of<'a>(core: &'a Core, topic: &str) -> Option<&'a dyn Machine> {
+    machines(core).into_iter().find(|m| m.topic() == topic)
+}
+
+/// How a machine's internal topic is created.
+#[derive(Debug, Clone)]
+pub struct TopicPlan {
+    /// Partitions of a new topic.
+    pub partitions: u32,
+    /// Its configs (set on an existing topic too).
+    pub configs: BTreeMap<String, String>,
+    /// Replicas wanted (at most the live nodes get them).
+    pub replication_factor: u32,
+}
+
+/// What the runtime keeps for one machine on one core: whether the
+/// start-up replay is done, and which partitions it leads but has not
+/// replayed yet.
+#[derive(Debug, Default)]
+pub struct Hosting {
+    loaded: Cell<bool>,
+    loading: RefCell<HashSet<u32>>,
+}
+
+impl Hosting {
+    /// Whether partition `p`'s state is served: the start-up replay is
+    /// done and `p` is not being replayed.
+    pub fn ready(&self, p: u32) -> bool {
+        self.loaded.get() && !self.loading.borrow().contains(&p)
+    }
+
+    /// Whether the start-up replay is done.
+    pub fn loaded(&self) -> bool {
+        self.loaded.get()
+    }
+}
+
+/// The partition of `key` among `partitions` (`crc32c(key) % partitions`).
+pub fn place(key: &str, partitions: u32) -> u32 {
+    weir_groups::records::partition_for(key, partitions)
+}
+
+/// The partition of `topic` that `key` belongs to; `None` while the topic
+/// does not exist.
+pub fn partition_of(core: &Core, topic: &str, key: &str) -> Option<u32> {
+    let n = core.metadata().get(topic).map(|t| t.partitions())?;
+    Some(place(key, n))
+}
+
+/// Core 0, at start-up: creates every machine's topic; then every core
+/// replays the partitions it leads and starts its machines.
+pub async fn start(core: &Rc<Core>) -> Result<(), BrokerError> {
+    if core.id == 0 {
+        for m in machines(core) {
+            let plan = m.topic_plan(core);
+            ensure_topic(core, m.topic(), plan).await?;
+        }
+    }
+    for m in machines(core) {
+        load(core, m).await?;
+    }
+    for m in machines(core) {
+        m.started(core);
+    }
+    Ok(())
+}
+
+/// Replays every partition of `m`'s topic this core leads (start-up).
+async fn load(core: &Rc<Core>, m: &dyn Machine) -> Result<(), BrokerError> {
+    let topic = m.topic();
+    let n = core.metadata().get(topic).map_or(0, |t| t.partitions());
+    let mut records = 0u64;
+    for p in 0..n {
+        // Only partitions this core leads: a follower's replica is
+        // replayed if it becomes the leader ([`leaderships`]).
+        if !core.locate(topic, p).is_ok_and(|c| c == core.id) {
+            continue;
+        }
+        records += replay(core, m, p).await?;
+    }
+    if records > 0 {
+        tracing::info!(core = core.id, records, "{topic} replayed");
+    }
+    m.replayed(core, None);
+    m.hosting().loaded.set(true);
+    Ok(())
+}
+
+/// What the replicas on this core did when it applied a metadata view:
+/// a partition of a machine's topic this core started leading is replayed
+/// (its keys are answered `Recovering` until then), one it stopped leading
+/// is forgotten. Before the start-up replay is done there is nothing to
+/// move: that replay reads what this core leads then.
+pub fn leaderships(core: &Rc<Core>, changes: &[Leadership]) {
+    for change in changes {
+        let Some(m) = machine_of(core, &change.topic) else {
+            continue;
+        };
+        if !m.hosting().loaded() {
+            continue;
+        }
+        let (p, n) = (change.partition, change.partitions);
+        if change.leads {
+            m.hosting().loading.borrow_mut().insert(p);
+            let (core, topic) = (core.clone(), m.topic());
+            glommio::spawn_local(async move { replay_led(&core, topic, p, n).await }).detach();
+        } else if change.was_leader {
+            m.forget(p, n);
+            m.hosting().loading.borrow_mut().remove(&p);
+        }
+    }
+}
+
+/// This core became the leader of partition `p` of a machine's topic:
+/// replays it, served from then on.
+async fn replay_led(core: &Rc<Core>, topic: &'static str, p: u32, n: u32) {
+    let Some(m) = machine_of(core, topic) else {
+        return;
+    };
+    m.forget(p, n);
+    match replay(core, m, p).await {
+        Ok(records) => tracing::info!(partition = p, records, "now serving {topic}-{p}"),
+        Err(e) => tracing::error!(partition = p, error = %e, "replaying {topic}-{p} failed"),
+    }
+    m.replayed(core, Some((p, n)));
+    m.hosting().loading.borrow_mut().remove(&p);
+}
+
+/// Feeds partition `p`'s durable records to `m`; returns how many.
+async fn replay(core: &Rc<Core>, m: &dyn Machine, p: u32) -> Result<u64, BrokerError> {
+    let topic = m.topic();
+    let Some(log) = core.log(topic, p) else {
+        return Ok(0);
+    };
+    let corrupt = |e: &dyn std::fmt::Display, at: u64| BrokerError::Storage {
+        kind: StorageFailure::Corrupt,
+        message: format!("replaying {topic}-{p} at {at}: {e}"),
+    };
+    let mut records = 0u64;
+    let mut at = log.log_start_offset();
+    // Only what is durable: a record written but not fdatasync'd was
+    // never answered.
+    let end = log.durable_offset();
+    while at < end {
+        let r = log
+            .read(at, REPLAY_READ_BYTES)
+            .await
+            .map_err(|e| BrokerError::Storage {
+                kind: StorageFailure::Io,
+                message: format!("replaying {topic}-{p} at {at}: {e}"),
+            })?;
+        let before = at;
+        for b in &r.batches {
+            let rb = RecordBatch::parse(b).map_err(|e| corrupt(&e, at))?;
+            let last = rb.header().last_offset() as u64;
+            let decoded = rb.records().map_err(|e| corrupt(&e, at))?;
+            for rec in decoded.iter() {
+                let rec = rec.map_err(|e| corrupt(&e, at))?;
+                if (rec.offset as u64) < at {
+                    continue;
+                }
+                records += 1;
+                m.replay(core, p, rec.record.key, rec.record.value);
+            }
+            at = at.max(last + 1);
+        }
+        if at == before {
+            break;
+        }
+    }
+    Ok(records)
+}
+
+/// Appends records (encoded keys, values or tombstones) to partition `p`
+/// of `topic` on this core as one batch, and waits until it is durable:
+/// fdatasync'd here and, for a replicated topic, by its ISR. What a
+/// machine answers after this is stored.
+pub async fn write(
+    core: &Rc<Core>,
+    topic: &str,
+    p: u32,
+    records: impl Iterator<Item = (Bytes, Option<Bytes>)>,
+) -> Result<(), BrokerError> {
+    let encoding = |e: weir_proto::batch::BatchError| BrokerError::Storage {
+        kind: StorageFailure::Io,
+        message: format!("encoding {topic} records: {e}"),
+    };
+    let mut b = BatchBuilder::new(Compression::None).map_err(encoding)?;
+    let ts = core.storage.now_ms();
+    for (key, value) in records {
+        b.push(&RecordData {
+            key: Some(key),
+            value,
+            headers: Vec::new(),
+            timestamp: ts,
+        })
+        .map_err(encoding)?;
+    }
+    let batch = b.build().map_err(encoding)?.freeze();
+    let (log, infos) = partition::append_local(core, topic, p, batch, -1).await?;
+    all_acked(ack_waits(core, topic, p, log, infos, -1)).await?;
+    Ok(())
+}
+
+/// How many replicas a new internal topic gets: the wanted factor, at most
+/// the live nodes. A new cluster's nodes start together: this waits (up to
+/// 10 s) for the initial voters to register first, so the topic is not
+/// created with fewer replicas than it could have.
+async fn replicas(core: &Core, want: u32) -> u32 {
+    let voters = core.shared.config.cluster.voters.len().max(1) as u32;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut watch = core.shared.controller.watch();
+    loop {
+        let live = {
+            let state = watch.borrow_and_update().clone();
+            state.nodes.keys().filter(|n| state.is_live(**n)).count() as u32
+        };
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if live >= want.min(voters) || left.is_zero() {
+            return want.min(live.max(1));
+        }
+        // The next metadata version (a registration), or the deadline.
+        futures_lite::future::or(
+            async {
+                let _ = watch.changed().await;
+            },
+            glommio::timer::sleep(left),
+        )
+        .await;
+    }
+}
+
+/// Creates `topic` if it does not exist, or gives an existing one the
+/// configs `plan` asks for (core 0, start-up).
+async fn ensure_topic(core: &Rc<Core>, topic: &str, plan: TopicPlan) -> Result<(), BrokerError> {
+    let existing = core.metadata().get(topic).cloned();
+    let change = match existing {
+        None => {
+            let mut spec = TopicSpec::new(plan.partitions, plan.configs);
+            spec.replication_factor = replicas(core, plan.replication_factor).await;
+            Change::Create(topic.to_string(), spec)
+        }
+        Some(t)
+            if plan
+                .configs
+                .iter()
+                .any(|(k, v)| t.configs.get(k) != Some(v)) =>
+        {
+            Change::Alter(topic.to_string(), ConfigOp::sets(plan.configs))
+        }
+        Some(_) => return Ok(()),
+    };
+    match writer::submit(core, change).await {
+        // Another node of the cluster created it first.
+        Ok(_) | Err(crate::metadata::TopicError::Exists(_)) => Ok(()),
+        Err(e) => Err(BrokerError::Storage {
+            kind: StorageFailure::Io,
+            message: format!("setting up {topic}: {e}"),
+        }),
+    }
+}
