@@ -12,7 +12,7 @@
 //! sync also carries the sequence number at which it was *issued*, as it
 //! only covers what completed before that. A test can then rebuild the
 //! directory as a power loss at any sequence number would leave it
-//! (`storage/tests/power_loss.rs`).
+//! (`storage/tests/it/power_loss.rs`).
 //!
 //! Recording is process-wide (the producer snapshot is written on glommio's
 //! blocking pool, another thread) and filtered by directory, so tests

@@ -207,11 +207,47 @@ pub async fn read_to_end(
     Ok(out)
 }
 
-/// A command running one test of this test binary in a child process.
+/// The name the test harness gives the test function `test` of the module
+/// whose [`module_path!`] is `module`: the path without the crate's name
+/// (`it::crash` and `crash_child` give `crash::crash_child`).
+pub fn test_name(module: &str, test: &str) -> String {
+    match module.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{test}"),
+        None => test.to_string(),
+    }
+}
+
+/// A command running one test of this test binary in a child process; the
+/// test is named by its full path (see [`test_name`]). Panics unless the
+/// binary has a test of exactly that name: `--exact` with a name of no test
+/// runs nothing and succeeds, and the parent would test nothing.
 pub fn child_test(name: &str) -> std::process::Command {
-    let mut c = std::process::Command::new(std::env::current_exe().expect("test binary path"));
+    let exe = std::env::current_exe().expect("test binary path");
+    let list = std::process::Command::new(&exe)
+        .args(["--list", "--exact", name])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("list this binary's tests");
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.status.success() && listed.lines().any(|l| l == format!("{name}: test")),
+        "{} has no test named {name}: {listed}",
+        exe.display()
+    );
+    let mut c = std::process::Command::new(exe);
     c.args(["--exact", name, "--nocapture", "--test-threads", "1"]);
     c
+}
+
+/// Where proptest keeps a module's failing cases: beside its file
+/// (`it/model.rs` → `it/model.proptest-regressions`). Proptest's default
+/// looks up for a `main.rs` and, finding `it/main.rs`, would use
+/// `tests/proptest-regressions/model.txt` instead.
+pub fn regressions_beside_source() -> Option<Box<dyn proptest::test_runner::FailurePersistence>> {
+    Some(Box::new(
+        proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+    ))
 }
 
 /// Parses a child's `ACK <i> <base>` line (only complete lines).

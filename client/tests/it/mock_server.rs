@@ -1,7 +1,7 @@
 //! The client against a scripted in-process server (no broker): framing,
 //! correlation, payload layout, error mapping, timeouts and reconnects.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

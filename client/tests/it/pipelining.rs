@@ -3,7 +3,7 @@
 //! once, the in-flight limit, the order of requests, failures, cancellation,
 //! lazy connections, InitProducerId.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::net::SocketAddr;

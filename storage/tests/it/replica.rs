@@ -4,7 +4,7 @@
 //! change a divergent tail is found through the epochs and truncated; all
 //! of it survives a reopen.
 
-mod common;
+use crate::common;
 
 use common::*;
 use weir_storage::{LogConfig, PartitionLog, ShardConfig, StorageError, StorageShard};

@@ -3,7 +3,7 @@
 //! batches larger than a chunk), it keeps a sequential reader off the disk,
 //! and it never puts back data the log dropped while it was reading.
 
-mod common;
+use crate::common;
 
 use common::*;
 use weir_storage::{LogConfig, PartitionLog, ShardConfig, StorageShard};

@@ -1,6 +1,6 @@
 //! Append, read, reopen, roll, retention, truncation and bad input.
 
-mod common;
+use crate::common;
 
 use std::rc::Rc;
 

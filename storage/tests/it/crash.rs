@@ -1,8 +1,8 @@
 //! Crash safety with a real process kill.
 //!
-//! A child process (this test binary, running only `crash_child`) appends
-//! numbered batches to a log with several concurrent appenders and prints
-//! `ACK <i> <base offset>` after each `append_acked` returns. The parent
+//! A child process (this test binary, running only `crash::crash_child`)
+//! appends numbered batches to a log with several concurrent appenders and
+//! prints `ACK <i> <base offset>` after each `append_acked` returns. The parent
 //! kills it with SIGKILL after a random number of acknowledgements, reopens
 //! the log and checks that every acknowledged batch is there, byte for
 //! byte, at its offset, that offsets are contiguous and that the whole log
@@ -14,7 +14,7 @@
 //! `WEIR_CRASH_ROUNDS=<n>`; keep the log for a post-mortem with
 //! `WEIR_CRASH_KEEP_DIR=<empty dir>`.
 
-mod common;
+use crate::common;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashSet};
@@ -82,7 +82,7 @@ fn crash_child() {
     };
     let dir = PathBuf::from(dir);
     let (seed, first, prealloc) = (env_u64(SEED_VAR), env_u64(FIRST_VAR), env_u64(PREALLOC_VAR));
-    // End the harness's "test crash_child ... " line.
+    // End the harness's "test crash::crash_child ... " line.
     println!();
     run(move || async move {
         let shard = StorageShard::new(shard_config(prealloc));
@@ -128,7 +128,7 @@ fn run_child(
     prealloc: u64,
     kill_after: u64,
 ) -> Vec<(u64, u64)> {
-    let mut child = child_test("crash_child")
+    let mut child = child_test(&test_name(module_path!(), "crash_child"))
         .env(DIR_VAR, path)
         .env(SEED_VAR, seed.to_string())
         .env(FIRST_VAR, first.to_string())

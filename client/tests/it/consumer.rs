@@ -2,7 +2,7 @@
 //! CRC checks, compression) and, once, a real `Client` against a scripted
 //! in-process server.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! Idempotent producers: duplicates, sequence gaps, fenced epochs, and the
 //! producer state across clean and unclean reopens and truncation.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! with `compact,delete`, unique keys, the map budget, reads during and after
 //! a pass, and crashes at random and chosen points of a pass).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -318,7 +318,11 @@ async fn run_model(ops: Vec<Op>, budget: u64, chunk: u64, dir: PathBuf) -> Resul
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 24,
+        failure_persistence: common::regressions_beside_source(),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn cleaner_matches_the_model(
@@ -688,26 +692,21 @@ fn compaction_crash_child() {
 /// fail point abort it).
 fn crash_child(dir: &Path, kill_after: Duration, fail_point: Option<&str>) {
     use std::io::BufRead;
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--exact",
-        "compaction_crash_child",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(CHILD_DIR_VAR, dir)
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::null());
+    let mut cmd = common::child_test(&common::test_name(module_path!(), "compaction_crash_child"));
+    cmd.env(CHILD_DIR_VAR, dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
     if let Some(fp) = fail_point {
         cmd.env("WEIR_CLEANER_FAIL_POINT", fp);
     }
     let mut child = cmd.spawn().unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     // Wait for the child to have the log open, then let it clean a while.
-    for l in lines.by_ref() {
-        if l.unwrap() == "OPEN" {
-            break;
-        }
+    let opened = lines.by_ref().any(|l| l.unwrap() == "OPEN");
+    if !opened {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the child ended without opening the log");
     }
     if fail_point.is_none() {
         std::thread::sleep(kill_after);

@@ -4,7 +4,7 @@
 //! acknowledged record). See `weir_testkit::weir_bin` for how the binary is
 //! found.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};

@@ -56,7 +56,7 @@
 //!   not drive them.
 //! * Lying devices (a sync that returns before the data is stable).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -656,7 +656,11 @@ fn cases() -> u32 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        failure_persistence: regressions_beside_source(),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn acknowledged_batches_survive_power_loss(case in case_strategy()) {

@@ -1,9 +1,13 @@
 //! The SDK's statistics reach the `metrics` facade: a recorder installed
 //! by the application (here a small one of the test's own) sees the
 //! producer's and the consumer's counters, gauges and histograms as they
-//! change. One test per binary: the recorder is process-global.
+//! change. The recorder is process-global and the SDK's producer reports
+//! from a thread of its own, so the test runs in a process of its own: it
+//! runs itself again, alone, in a child process of this test binary
+//! (otherwise, in one process with other tests of this binary, as under
+//! `cargo test`, the recorder would count their records too).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,8 +96,16 @@ impl Recorder for Store {
     }
 }
 
+/// Set in the child process that runs the test.
+const CHILD_VAR: &str = "WEIR_METRICS_FACADE_CHILD";
+/// The child's last line: the test ran in it, to its end.
+const CHECKED: &str = "METRICS FACADE CHECKED";
+
 #[test]
 fn producer_and_consumer_figures_reach_an_installed_recorder() {
+    if std::env::var_os(CHILD_VAR).is_none() {
+        return run_alone("producer_and_consumer_figures_reach_an_installed_recorder");
+    }
     let store = Store::default();
     metrics::set_global_recorder(store.clone()).expect("the only recorder of this binary");
     let dir = tempfile::tempdir().unwrap();
@@ -162,4 +174,27 @@ fn producer_and_consumer_figures_reach_an_installed_recorder() {
             c.fetch_bytes
         );
     });
+    // After the harness's "test … " (no newline), on a line of its own.
+    println!("\n{CHECKED}");
+}
+
+/// Runs the test `test` of this module in a child process (this test
+/// binary, that test only) and checks that it ran there and passed: an
+/// `--exact` name of no test would run nothing and succeed.
+fn run_alone(test: &str) {
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    let name = format!("{module}::{test}");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", &name, "--nocapture", "--test-threads", "1"])
+        .env(CHILD_VAR, "1")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("the child starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.lines().any(|l| l == CHECKED),
+        "{name} in a child process ({}): {stdout}",
+        out.status
+    );
 }

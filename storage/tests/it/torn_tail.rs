@@ -24,7 +24,7 @@
 //!   at the file's end); a flipped byte inside a cleanly closed segment is
 //!   not, by design, as in Kafka.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! `delete_before`, clean and unclean reopens, with segments small enough
 //! that every sequence rolls a few.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::rc::Rc;
@@ -450,6 +450,7 @@ proptest! {
             .and_then(|v| v.parse().ok())
             .unwrap_or(32),
         max_shrink_iters: 256,
+        failure_persistence: regressions_beside_source(),
         ..ProptestConfig::default()
     })]
 

@@ -12,7 +12,7 @@
 //! the watch works; with the segment roll's directory fsync or the swapped
 //! segment's index reads put back on the loop these tests fail.
 
-mod common;
+use crate::common;
 
 use common::*;
 use weir_storage::testing::{take_blocking_calls, watch_event_loop};

@@ -4,11 +4,11 @@
 //! The failure is made with `RLIMIT_FSIZE` (with `SIGXFSZ` ignored, writes
 //! and preallocations past the limit fail with `EFBIG`, or are cut short).
 //! The limit is per process, so a child process (this test binary, running
-//! only `io_errors_child`) sets it and appends; it prints `ACK <i> <base>`
-//! per acknowledged batch and `ERR <message>` for the first failure. The
-//! parent then reopens the log without the limit and checks it.
+//! only `io_errors::io_errors_child`) sets it and appends; it prints
+//! `ACK <i> <base>` per acknowledged batch and `ERR <message>` for the first
+//! failure. The parent then reopens the log without the limit and checks it.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -112,7 +112,7 @@ fn io_errors_child() {
     let dir = PathBuf::from(dir);
     let prealloc: u64 = std::env::var(PREALLOC_VAR).unwrap().parse().unwrap();
     limit_file_size(LIMIT);
-    // End the harness's "test io_errors_child ... " line.
+    // End the harness's "test io_errors::io_errors_child ... " line.
     println!();
     run(move || async move {
         let shard = shard(prealloc);
@@ -197,7 +197,7 @@ struct ChildRun {
 }
 
 fn run_child(dir: &Path, prealloc: u64) -> ChildRun {
-    let mut child = child_test("io_errors_child")
+    let mut child = child_test(&test_name(module_path!(), "io_errors_child"))
         .env(DIR_VAR, dir)
         .env(PREALLOC_VAR, prealloc.to_string())
         .stdin(Stdio::null())

@@ -2,7 +2,7 @@
 //! partitions, buffer limits, compression, retries) and, for keyed records,
 //! a real `Client` against a scripted in-process server.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
