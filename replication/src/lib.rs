@@ -4,6 +4,7 @@
 //! - [`wire`]: the node protocol (8-byte frame header, rkyv bodies) over
 //!   QUIC streams ([`quinn`]).
 //! - [`link`]: outgoing connections to peers.
+//! - [`isr`]: a leader's ISR and high watermark, sans-IO.
 //! - [`meta`]: the replicated cluster metadata and its commands, and
 //!   replica placement.
 //! - [`raft`]: the metadata quorum on openraft, with its durable log.
@@ -15,6 +16,7 @@ pub mod controller;
 pub mod data;
 pub mod error;
 pub mod glommio_rt;
+pub mod isr;
 pub mod link;
 pub mod meta;
 pub mod raft;

@@ -182,7 +182,8 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
             // come with the appends' waits).
             if follows(r) {
                 let mut st = r.state.borrow_mut();
-                st.hw = part.high_watermark.min(r.log.log_end_offset());
+                st.isr
+                    .follow_hw(part.high_watermark, r.log.log_end_offset());
             }
         }
         core.metrics.replication_in(got);

@@ -31,10 +31,11 @@ pub mod serve;
 pub mod state;
 
 use state::{step_down, State};
-pub use state::{Progress, Replica, Replication, Role};
+pub use state::{Replica, Replication, Role};
+pub use weir_replication::isr::Progress;
+use weir_replication::isr::{Isr, LagBounds, Proposal};
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -110,15 +111,8 @@ pub fn reconcile(core: &Rc<Core>) -> Vec<Leadership> {
                             role: Role::NoLeader,
                             epoch: 0,
                             replicas: Vec::new(),
-                            isr: Vec::new(),
-                            min_isr: 1,
-                            hw: 0,
-                            followers: HashMap::new(),
-                            since: Instant::now(),
+                            isr: Isr::new(me, Instant::now()),
                             waiters: Vec::new(),
-                            isr_pending: false,
-                            joining: None,
-                            join_floor: 0,
                             restarting: false,
                             durable_task: None,
                         }),
@@ -135,18 +129,13 @@ pub fn reconcile(core: &Rc<Core>) -> Vec<Leadership> {
             let changed = {
                 let mut st = replica.state.borrow_mut();
                 let changed = st.role != role || st.epoch != placement.leader_epoch;
-                if st.isr != placement.isr {
-                    st.isr_pending = false;
-                    st.joining = None;
-                }
-                st.isr = placement.isr.clone();
+                st.isr.set_isr(&placement.isr, min_isr);
                 st.replicas = placement.replicas.clone();
-                st.min_isr = min_isr;
                 changed
             };
             if changed {
                 let was_leader = replica.role() == Role::Leader;
-                become_role(core, &replica, role, placement.leader_epoch, me);
+                become_role(core, &replica, role, placement.leader_epoch);
                 changes.push(Leadership {
                     topic: topic.clone(),
                     partition: p,
@@ -166,13 +155,13 @@ pub fn reconcile(core: &Rc<Core>) -> Vec<Leadership> {
                 // task: it answers the acks=all waits still pending.
                 let tracking = replica.state.borrow().durable_task.is_some();
                 if replica.replicated() && !tracking {
-                    let task = glommio::spawn_local(raise_hw_as_durable(replica.clone(), me));
+                    let task = glommio::spawn_local(raise_hw_as_durable(replica.clone()));
                     let mut st = replica.state.borrow_mut();
                     st.durable_task = Some(task);
-                    st.join_floor = replica.log.log_end_offset();
+                    st.isr.set_join_floor(replica.log.log_end_offset());
                 }
                 // The ISR may have shrunk: the high watermark may move.
-                replica.recompute_hw(me);
+                replica.recompute_hw();
             }
         }
     }
@@ -211,7 +200,7 @@ pub fn reconcile(core: &Rc<Core>) -> Vec<Leadership> {
     changes
 }
 
-fn become_role(core: &Rc<Core>, r: &Rc<Replica>, role: Role, epoch: u32, me: u64) {
+fn become_role(core: &Rc<Core>, r: &Rc<Replica>, role: Role, epoch: u32) {
     {
         let mut st = r.state.borrow_mut();
         st.role = role;
@@ -222,19 +211,11 @@ fn become_role(core: &Rc<Core>, r: &Rc<Replica>, role: Role, epoch: u32, me: u64
         Role::Leader => {
             r.log.set_leader_epoch(Some(epoch));
             let now = Instant::now();
-            {
-                let mut st = r.state.borrow_mut();
-                st.followers.clear();
-                st.since = now;
-                st.isr_pending = false;
-                st.joining = None;
-                // Never above what this replica holds.
-                st.hw = st.hw.min(r.log.log_end_offset());
-            }
-            r.recompute_hw(me);
+            r.state.borrow_mut().isr.lead(now, r.log.log_end_offset());
+            r.recompute_hw();
             tracing::info!(partition = %format!("{}-{}", r.topic, r.partition), epoch, "leading");
             if r.replicated() {
-                let task = glommio::spawn_local(raise_hw_as_durable(r.clone(), me));
+                let task = glommio::spawn_local(raise_hw_as_durable(r.clone()));
                 r.state.borrow_mut().durable_task = Some(task);
             }
         }
@@ -251,7 +232,7 @@ fn become_role(core: &Rc<Core>, r: &Rc<Replica>, role: Role, epoch: u32, me: u64
 
 /// A replicated leader's high watermark follows its own log's
 /// fdatasync'd offset (the followers' part comes with their fetches).
-async fn raise_hw_as_durable(r: Rc<Replica>, me: u64) {
+async fn raise_hw_as_durable(r: Rc<Replica>) {
     loop {
         let next = r.high_watermark() + 1;
         if r.log.wait_durable(next).await.is_err() {
@@ -260,7 +241,7 @@ async fn raise_hw_as_durable(r: Rc<Replica>, me: u64) {
         if r.role() != Role::Leader {
             return;
         }
-        r.recompute_hw(me);
+        r.recompute_hw();
         if r.high_watermark() < next {
             // Waiting for a follower: its next fetch raises it.
             let wait = r.wait_hw(next);
@@ -288,56 +269,39 @@ pub async fn isr_loop(core: Rc<Core>) {
     let tick = (lag / 4)
         .min(silence.map_or(Duration::MAX, |s| s / 2))
         .clamp(Duration::from_millis(25), Duration::from_secs(1));
-    let me = core.shared.config.cluster.node_id;
+    let bounds = LagBounds { lag, silence };
     while !core.shared.stopping() {
         glommio::timer::sleep(tick).await;
         let now = Instant::now();
         for r in core.replication.all() {
             let shrunk = {
-                let st = r.state.borrow();
-                if st.role != Role::Leader || st.isr_pending || st.replicas.len() < 2 {
+                let mut st = r.state.borrow_mut();
+                if st.role != Role::Leader || st.replicas.len() < 2 {
                     continue;
                 }
                 let leo = r.log.log_end_offset();
-                let keep: Vec<u64> = st
-                    .isr
-                    .iter()
-                    .copied()
-                    .filter(|n| {
-                        *n == me || {
-                            let p = st.followers.get(n);
-                            let caught = p.map_or(st.since, |p| p.caught_up);
-                            let silent = p.zip(silence).is_some_and(|(p, silence)| {
-                                p.fetch_offset < leo
-                                    && now.duration_since(p.last_fetch_at) > silence
-                            });
-                            now.duration_since(caught) < lag && !silent
-                        }
-                    })
-                    .collect();
-                (keep.len() < st.isr.len()).then_some((keep, st.epoch))
+                let epoch = st.epoch;
+                st.isr.shrink(leo, now, bounds).map(|p| (p, epoch))
             };
-            if let Some((isr, epoch)) = shrunk {
+            if let Some((proposal, epoch)) = shrunk {
                 tracing::warn!(
                     partition = %format!("{}-{}", r.topic, r.partition),
-                    ?isr,
+                    isr = ?proposal.isr,
                     "a follower fell behind replica.lag.time.max.ms, or went silent: shrinking the ISR"
                 );
-                propose_isr(&core, &r, epoch, isr);
+                propose_isr(&core, &r, epoch, proposal);
             }
         }
     }
 }
 
-/// Proposes a new ISR for a partition this core leads at `epoch`.
-pub(crate) fn propose_isr(core: &Rc<Core>, r: &Rc<Replica>, epoch: u32, isr: Vec<u64>) {
-    let from = {
-        let mut st = r.state.borrow_mut();
-        st.isr_pending = true;
-        st.isr.clone()
-    };
+/// Proposes an ISR change for a partition this core leads at `epoch` (the
+/// proposal is pending in its state until the metadata commits it or the
+/// controller refuses it).
+pub(crate) fn propose_isr(core: &Rc<Core>, r: &Rc<Replica>, epoch: u32, proposal: Proposal) {
     let (core, r) = (core.clone(), r.clone());
     glommio::spawn_local(async move {
+        let Proposal { from, isr } = proposal;
         let cmd = weir_replication::Command::AlterPartition {
             topic: r.topic.clone(),
             partition: r.partition,
@@ -352,42 +316,9 @@ pub(crate) fn propose_isr(core: &Rc<Core>, r: &Rc<Replica>, epoch: u32, isr: Vec
             }
             Err(e) => {
                 tracing::info!(partition = %format!("{}-{}", r.topic, r.partition), error = %e, "ISR change not made");
-                let mut st = r.state.borrow_mut();
-                st.isr_pending = false;
-                st.joining = None;
+                r.state.borrow_mut().isr.proposal_failed();
             }
         }
     })
     .detach();
-}
-
-/// Updates a follower's progress after its fetch at `now` (the leader's
-/// log end is `leo`), Kafka's way: caught up now if it asked for the log
-/// end, or as of its previous fetch if it asked for what the log end was
-/// then.
-pub(crate) fn note_progress(
-    st: &mut State,
-    node: u64,
-    fetch_offset: u64,
-    durable: u64,
-    leo: u64,
-    now: Instant,
-) {
-    let since = st.since;
-    let p = st.followers.entry(node).or_insert(Progress {
-        fetch_offset,
-        durable,
-        caught_up: since,
-        last_fetch_leo: 0,
-        last_fetch_at: since,
-    });
-    if fetch_offset >= leo {
-        p.caught_up = now;
-    } else if fetch_offset >= p.last_fetch_leo {
-        p.caught_up = p.caught_up.max(p.last_fetch_at);
-    }
-    p.fetch_offset = fetch_offset;
-    p.durable = durable.min(fetch_offset);
-    p.last_fetch_leo = leo;
-    p.last_fetch_at = now;
 }

@@ -15,7 +15,7 @@ use weir_replication::data::{
 };
 use weir_replication::wire::{decode, encode, read_frame};
 
-use super::{note_progress, propose_isr, Role};
+use super::{propose_isr, Role};
 use crate::shard::Core;
 
 /// Longest a follower's fetch may wait at the leader.
@@ -151,12 +151,11 @@ async fn wait_any_written(core: &Rc<Core>, parts: &[FetchPart], wait: Duration) 
 }
 
 async fn fetch_once(core: &Rc<Core>, req: &ReplicaFetch) -> (Vec<FetchedPart>, Vec<Bytes>) {
-    let me = core.shared.config.cluster.node_id;
     let mut budget = u64::from(req.max_bytes.max(1));
     let mut parts = Vec::with_capacity(req.partitions.len());
     let mut payload = Vec::new();
     for fp in &req.partitions {
-        let (part, batches) = fetch_part(core, me, req.replica, fp, &mut budget).await;
+        let (part, batches) = fetch_part(core, req.replica, fp, &mut budget).await;
         parts.push(part);
         payload.extend(batches);
     }
@@ -176,7 +175,6 @@ fn refused(code: ErrorCode, message: String) -> (FetchedPart, Vec<Bytes>) {
 
 async fn fetch_part(
     core: &Rc<Core>,
-    me: u64,
     replica: u64,
     fp: &FetchPart,
     budget: &mut u64,
@@ -245,33 +243,21 @@ async fn fetch_part(
     // Progress, the high watermark, and a return to the ISR.
     let now = Instant::now();
     let join = {
+        let epoch_start = log.latest_epoch().map_or(0, |(_, s)| s);
         let mut st = r.state.borrow_mut();
-        note_progress(
-            &mut st,
+        st.isr.fetched(
             replica,
             fp.fetch_offset,
             fp.durable_offset,
             leo,
+            epoch_start,
             now,
-        );
-        let epoch_start = log.latest_epoch().map_or(0, |(_, s)| s);
-        let floor = st.hw.max(st.join_floor);
-        let back = !st.isr.contains(&replica)
-            && !st.isr_pending
-            && fp.fetch_offset >= floor.max(epoch_start)
-            && fp.durable_offset >= floor;
-        back.then(|| {
-            st.joining = Some(replica);
-            let mut isr = st.isr.clone();
-            isr.push(replica);
-            isr.sort_unstable();
-            isr
-        })
+        )
     };
-    r.recompute_hw(me);
-    if let Some(isr) = join {
+    r.recompute_hw();
+    if let Some(proposal) = join {
         tracing::info!(partition = %name, node = replica, "a follower caught up: back into the ISR");
-        propose_isr(core, &r, epoch, isr);
+        propose_isr(core, &r, epoch, proposal);
     }
     // Below the log start: the follower starts again at the base of the
     // batch holding it (DeleteRecords may cut inside a batch; a follower

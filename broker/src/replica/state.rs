@@ -4,12 +4,11 @@
 //! (reconciling with the metadata, the ISR loop, fetchers, serving
 //! followers) is in the rest of `replica/`.
 
+use futures_channel::oneshot;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::Instant;
-
-use futures_channel::oneshot;
+use weir_replication::isr::Isr;
 use weir_storage::PartitionLog;
 
 use crate::service::BrokerError;
@@ -30,20 +29,6 @@ pub enum Role {
     NoLeader,
 }
 
-/// A follower's progress as its leader sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct Progress {
-    /// The next offset it asked for (its log end).
-    pub fetch_offset: u64,
-    /// Below this, its log is fdatasync'd.
-    pub durable: u64,
-    /// When it last had everything the leader had.
-    pub caught_up: Instant,
-    /// The leader's log end at its previous fetch, and when.
-    pub(crate) last_fetch_leo: u64,
-    pub(crate) last_fetch_at: Instant,
-}
-
 /// One replica on this core and its replication state.
 pub struct Replica {
     /// Topic.
@@ -60,29 +45,11 @@ pub(crate) struct State {
     pub(crate) epoch: u32,
     /// Replica nodes and their cores.
     pub(crate) replicas: Vec<(u64, u32)>,
-    pub(crate) isr: Vec<u64>,
-    pub(crate) min_isr: u32,
-    /// The high watermark (leader: computed; follower: the leader's last
-    /// answer, at most the local log end).
-    pub(crate) hw: u64,
-    /// Leader: each follower's progress.
-    pub(crate) followers: HashMap<u64, Progress>,
-    /// Leader: when it took over (a follower that never fetched since is
-    /// measured from here).
-    pub(crate) since: Instant,
+    /// The ISR, followers' progress and the high watermark (sans-IO, in
+    /// `weir_replication::isr`).
+    pub(crate) isr: Isr,
     /// Leader: produce and fetch waits for the high watermark.
     pub(crate) waiters: Vec<(u64, oneshot::Sender<Result<(), BrokerError>>)>,
-    /// Leader: an ISR change is being proposed.
-    pub(crate) isr_pending: bool,
-    /// Leader: a follower proposed back into the ISR; counted in the high
-    /// watermark from the proposal on (the controller may commit it before
-    /// this core hears of it).
-    pub(crate) joining: Option<u64>,
-    /// Leader: a follower joins the ISR only once it holds (durably)
-    /// everything below this — the log end when the partition gained
-    /// replicas: what a single replica acknowledged on its own flush until
-    /// then may be above the high watermark.
-    pub(crate) join_floor: u64,
     /// Follower: its log is being replaced (see `fetcher::restart_at`).
     pub(crate) restarting: bool,
     /// Leader: the task that raises the high watermark as the local log
@@ -103,22 +70,17 @@ impl Replica {
 
     /// The high watermark.
     pub fn high_watermark(&self) -> u64 {
-        self.state.borrow().hw
+        self.state.borrow().isr.hw()
     }
 
     /// Leader: raises the high watermark to the smallest fdatasync'd
     /// offset over the ISR, and answers the waits it passes.
-    pub(crate) fn recompute_hw(&self, me: u64) {
+    pub(crate) fn recompute_hw(&self) {
         let mut st = self.state.borrow_mut();
         if st.role != Role::Leader {
             return;
         }
-        let mut hw = self.log.durable_offset();
-        for n in st.isr.iter().chain(st.joining.iter()).filter(|n| **n != me) {
-            hw = hw.min(st.followers.get(n).map_or(0, |p| p.durable));
-        }
-        if hw > st.hw {
-            st.hw = hw;
+        if let Some(hw) = st.isr.raise_hw(self.log.durable_offset()) {
             let waiters = std::mem::take(&mut st.waiters);
             for (upto, tx) in waiters {
                 if upto <= hw {
@@ -146,12 +108,12 @@ impl Replica {
         if st.role != Role::Leader || st.epoch != epoch {
             return Err(self.not_leader(&st));
         }
-        if (st.isr.len() as u32) < st.min_isr {
+        if !st.isr.enough() {
             return Err(BrokerError::NotEnoughReplicas {
                 topic: self.topic.clone(),
                 partition: self.partition,
-                isr: st.isr.len(),
-                min: st.min_isr,
+                isr: st.isr.isr().len(),
+                min: st.isr.min_isr(),
             });
         }
         Ok(())
@@ -165,7 +127,7 @@ impl Replica {
             if st.role != Role::Leader {
                 return Err(self.not_leader(&st));
             }
-            if st.hw >= upto {
+            if st.isr.hw() >= upto {
                 return Ok(());
             }
             let (tx, rx) = oneshot::channel();
@@ -282,12 +244,12 @@ impl Replication {
             return Ok(());
         }
         let st = r.state.borrow();
-        if st.replicas.len() > 1 && (st.isr.len() as u32) < st.min_isr {
+        if st.replicas.len() > 1 && !st.isr.enough() {
             return Err(BrokerError::NotEnoughReplicas {
                 topic: topic.to_string(),
                 partition,
-                isr: st.isr.len(),
-                min: st.min_isr,
+                isr: st.isr.isr().len(),
+                min: st.isr.min_isr(),
             });
         }
         Ok(())

@@ -64,15 +64,15 @@ pub fn snapshot(core: &Core) -> Snapshot {
                 LeaderStats {
                     topic: r.topic.clone(),
                     partition: r.partition,
-                    isr: st.isr.len(),
+                    isr: st.isr.isr().len(),
                     replicas: st.replicas.len(),
-                    min_isr: st.min_isr,
+                    min_isr: st.isr.min_isr(),
                     lag: st
                         .replicas
                         .iter()
                         .filter(|(n, _)| *n != me)
                         .map(|(n, _)| {
-                            let at = st.followers.get(n).map_or(0, |p| p.fetch_offset);
+                            let at = st.isr.follower(*n).map_or(0, |p| p.fetch_offset);
                             let from = at.max(r.log.log_start_offset());
                             (*n, leo.saturating_sub(at), r.log.bytes_from(from))
                         })
