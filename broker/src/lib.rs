@@ -21,6 +21,7 @@
 
 pub mod cluster;
 pub mod coordinator;
+pub mod error;
 pub mod groups;
 pub mod listener;
 pub mod metadata;

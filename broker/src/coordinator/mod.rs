@@ -11,7 +11,7 @@
 //! - **Topic:** core 0 creates the machine's internal topic at start-up
 //!   (or gives an existing one the configs this build asks for), with as
 //!   many replicas as the cluster has live nodes, up to the wanted factor
-//!   ([`ensure_topic`]).
+//!   (`ensure_topic`).
 //! - **Placement:** a key (a group id, a transactional id) belongs to
 //!   partition `crc32c(key) % partitions` of the topic ([`partition_of`]);
 //!   the core leading that partition hosts it. (Kafka hashes with Java's
@@ -33,8 +33,9 @@
 //! in [`machines`]. Its requests reach its core through the service (the
 //! mesh carries them); it serializes its own changes per key.
 
-use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashSet};
+pub mod hosting;
+
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -43,12 +44,13 @@ use weir_proto::builder::BatchBuilder;
 use weir_proto::reader::RecordBatch;
 use weir_proto::record::RecordData;
 
+use crate::error::{BrokerError, StorageFailure};
 use crate::metadata::writer;
 use crate::metadata::{Change, ConfigOp, TopicSpec};
 use crate::replica::Leadership;
-use crate::service::{BrokerError, StorageFailure};
 use crate::shard::partition::{self, ack_waits, all_acked};
 use crate::shard::Core;
+pub use hosting::Hosting;
 
 /// Bytes of an internal topic read at a time when replaying.
 pub const REPLAY_READ_BYTES: u64 = 1 << 20;
@@ -104,28 +106,6 @@ pub struct TopicPlan {
     pub replication_factor: u32,
 }
 
-/// What the runtime keeps for one machine on one core: whether the
-/// start-up replay is done, and which partitions it leads but has not
-/// replayed yet.
-#[derive(Debug, Default)]
-pub struct Hosting {
-    loaded: Cell<bool>,
-    loading: RefCell<HashSet<u32>>,
-}
-
-impl Hosting {
-    /// Whether partition `p`'s state is served: the start-up replay is
-    /// done and `p` is not being replayed.
-    pub fn ready(&self, p: u32) -> bool {
-        self.loaded.get() && !self.loading.borrow().contains(&p)
-    }
-
-    /// Whether the start-up replay is done.
-    pub fn loaded(&self) -> bool {
-        self.loaded.get()
-    }
-}
-
 /// The partition of `key` among `partitions` (`crc32c(key) % partitions`).
 pub fn place(key: &str, partitions: u32) -> u32 {
     weir_groups::records::partition_for(key, partitions)
@@ -173,7 +153,7 @@ async fn load(core: &Rc<Core>, m: &dyn Machine) -> Result<(), BrokerError> {
         tracing::info!(core = core.id, records, "{topic} replayed");
     }
     m.replayed(core, None);
-    m.hosting().loaded.set(true);
+    m.hosting().set_loaded();
     Ok(())
 }
 
@@ -192,12 +172,12 @@ pub fn leaderships(core: &Rc<Core>, changes: &[Leadership]) {
         }
         let (p, n) = (change.partition, change.partitions);
         if change.leads {
-            m.hosting().loading.borrow_mut().insert(p);
+            m.hosting().set_loading(p, true);
             let (core, topic) = (core.clone(), m.topic());
             glommio::spawn_local(async move { replay_led(&core, topic, p, n).await }).detach();
         } else if change.was_leader {
             m.forget(p, n);
-            m.hosting().loading.borrow_mut().remove(&p);
+            m.hosting().set_loading(p, false);
         }
     }
 }
@@ -214,7 +194,7 @@ async fn replay_led(core: &Rc<Core>, topic: &'static str, p: u32, n: u32) {
         Err(e) => tracing::error!(partition = p, error = %e, "replaying {topic}-{p} failed"),
     }
     m.replayed(core, Some((p, n)));
-    m.hosting().loading.borrow_mut().remove(&p);
+    m.hosting().set_loading(p, false);
 }
 
 /// Feeds partition `p`'s durable records to `m`; returns how many.

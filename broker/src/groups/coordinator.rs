@@ -9,7 +9,7 @@
 //! the same way; everything about a group (members, epochs, committed
 //! offsets, held heartbeats, expiry) is touched only on that core.
 //!
-//! **Membership** is [`ConsumerGroup`]'s (KIP-848 epochs; see
+//! **Membership** is [`ConsumerGroup`](crate::groups::consumer::ConsumerGroup)'s (KIP-848 epochs; see
 //! [`super::consumer`]): the native join is a heartbeat at epoch 0, the
 //! native heartbeat carries the member epoch (in its `generation` field)
 //! and the partitions the member owns; a heartbeat whose answer would not
@@ -47,12 +47,12 @@ pub use crate::groups::registry::Groups;
 pub(crate) use crate::groups::store::persist;
 // Requests and answers are the native protocol's group messages (plain
 // structs); the Kafka listener maps its own onto them.
+use crate::error::BrokerError;
 use crate::groups::records::{
     self as records, OffsetValue, RecordKey, GROUP_ID_BYTES_MAX, OFFSETS_TOPIC,
     OFFSET_METADATA_BYTES_MAX,
 };
 use crate::groups::store;
-use crate::service::BrokerError;
 use crate::shard::mesh::CoreMsg;
 use crate::shard::partition;
 use crate::shard::Core;
@@ -117,39 +117,6 @@ pub(crate) fn coordinator_of(core: &Core, group: &str) -> Result<usize, Refusal>
         }
         Err(e) => Err(Refusal(ErrorCode::StorageError.as_u16(), e.to_string())),
     }
-}
-
-/// Where `group`'s coordinator is among `endpoints`: its node and the
-/// cluster-wide index of the core leading its offsets partition;
-/// `NotCoordinator` while that partition has no live leader.
-pub(crate) fn coordinator_at(
-    core: &Core,
-    endpoints: &crate::service::admin::ClusterEndpoints,
-    group: &str,
-) -> Result<(u64, u32), Refusal> {
-    let p = offsets_partition(core, group)?;
-    let view = core.metadata();
-    let meta = view.get(OFFSETS_TOPIC).ok_or_else(|| {
-        Refusal(
-            ErrorCode::StorageError.as_u16(),
-            format!("the internal topic {OFFSETS_TOPIC} does not exist"),
-        )
-    })?;
-    let node = match meta.leading_core(p, core.shared.config.cluster.node_id) {
-        Some(_) => core.shared.config.cluster.node_id,
-        None => meta.leaders.get(p as usize).copied().unwrap_or(0),
-    };
-    endpoints
-        .leader(OFFSETS_TOPIC, meta, p)
-        .map(|i| (node, i))
-        .ok_or_else(|| {
-            Refusal(
-                ErrorCode::NotCoordinator.as_u16(),
-                format!(
-                    "group {group}'s coordinator ({OFFSETS_TOPIC}-{p}) has no live node now: retry"
-                ),
-            )
-        })
 }
 
 /// Serves a group request from a connection on this core: forwards it to

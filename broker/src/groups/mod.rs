@@ -3,9 +3,11 @@
 //! `__consumer_offsets` records, limits). [`coordinator`]: where a group
 //! lives, its lock, storing each step before answering, held heartbeats,
 //! commits, describe/list/delete, expiry; [`classic_service`]: the classic
-//! machine's held joins and syncs; [`store`]: appends to and replay of
-//! `__consumer_offsets`; [`clock`]: where the time the machines are given
-//! is read.
+//! machine's held joins and syncs; [`store`]: the records appended to
+//! `__consumer_offsets` and how a replayed one is applied; [`machine`]: the
+//! groups as a machine of the coordinator runtime ([`crate::coordinator`]:
+//! it creates the topic, replays, writes durably); [`clock`]: where the
+//! time the machines are given is read.
 //!
 //! The coordinator still speaks the native protocol's group messages
 //! (`weir_proto::messages`) at its boundary; the Kafka listener maps its
@@ -15,6 +17,7 @@ pub mod api;
 pub mod classic_service;
 pub mod clock;
 pub mod coordinator;
+pub mod machine;
 pub mod registry;
 pub mod store;
 

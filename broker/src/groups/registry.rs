@@ -64,7 +64,7 @@ pub struct Groups {
     /// coordinator runtime's): until the start-up replay is done, and while
     /// a partition this core just started leading is replayed, its groups
     /// are answered `Recovering` (retriable).
-    pub(crate) hosting: crate::coordinator::Hosting,
+    pub(crate) hosting: crate::coordinator::hosting::Hosting,
     /// Keys of records in Weir's first layout met while replaying, by
     /// partition, and whether the latest one of each is live (to be
     /// rewritten in Kafka's format once the partition is replayed).

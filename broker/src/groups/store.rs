@@ -1,9 +1,9 @@
 //! Where consumer groups are stored: the records of `__consumer_offsets`
 //! (compacted), appended by a group's coordinator to its own partition.
 //! The groups are a machine of the coordinator runtime
-//! ([`crate::coordinator`]): it creates the topic, replays the partitions a
-//! core leads into its [`Groups`] (through [`Machine::replay`] here) and
-//! writes their records durably.
+//! ([`crate::coordinator`], see `machine.rs`): it creates the topic,
+//! replays the partitions a core leads into its groups (through
+//! `apply` here) and writes their records durably.
 //!
 //! **Which core:** everything here runs on the core that owns the
 //! partition concerned (the group's coordinator).
@@ -13,12 +13,10 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-use crate::coordinator::{self, Hosting, Machine, TopicPlan};
+use crate::coordinator;
+use crate::error::BrokerError;
 use crate::groups::api::Refusal;
-use crate::groups::clock::mono_ms;
 use crate::groups::records::{self, GroupValue, RecordKey, Value, OFFSETS_TOPIC};
-use crate::groups::registry::Groups;
-use crate::service::BrokerError;
 use crate::shard::Core;
 
 /// Appends records to the group's `__consumer_offsets` partition (on this
@@ -33,78 +31,6 @@ pub async fn write_records(
     coordinator::write(core, OFFSETS_TOPIC, p, raw).await
 }
 
-/// The consumer groups as a machine of the coordinator runtime: their
-/// state lives in `__consumer_offsets`.
-impl Machine for Groups {
-    fn topic(&self) -> &'static str {
-        OFFSETS_TOPIC
-    }
-
-    fn hosting(&self) -> &Hosting {
-        &self.hosting
-    }
-
-    fn topic_plan(&self, core: &Core) -> TopicPlan {
-        let c = &core.shared.config;
-        TopicPlan {
-            partitions: c.offsets_partitions,
-            configs: offsets_topic_configs(c.offsets_segment_bytes),
-            replication_factor: c.offsets_replication_factor,
-        }
-    }
-
-    fn forget(&self, p: u32, n: u32) {
-        self.forget_partition(p, n);
-        self.legacy.borrow_mut().remove(&p);
-    }
-
-    fn replay(&self, core: &Core, p: u32, key: Option<&[u8]>, value: Option<&[u8]>) {
-        if apply(core, key, value, p) {
-            if let Some(k) = key {
-                let live = value.is_some();
-                let mut legacy = self.legacy.borrow_mut();
-                legacy
-                    .entry(p)
-                    .or_default()
-                    .insert(Bytes::copy_from_slice(k), live);
-            }
-        }
-    }
-
-    fn replayed(&self, core: &Rc<Core>, p: Option<(u32, u32)>) {
-        // Members replayed get a fresh session from now.
-        let now = mono_ms();
-        match p {
-            Some((p, n)) => self.fresh_sessions(now, |name| records::partition_for(name, n) == p),
-            None => self.fresh_sessions(now, |_| true),
-        }
-        let legacy = match p {
-            Some((p, _)) => self
-                .legacy
-                .borrow_mut()
-                .remove(&p)
-                .into_iter()
-                .map(|l| (p, l))
-                .collect(),
-            None => std::mem::take(&mut *self.legacy.borrow_mut()),
-        };
-        for (p, keys) in legacy {
-            let keys: Vec<Bytes> = keys
-                .into_iter()
-                .filter_map(|(k, live)| live.then_some(k))
-                .collect();
-            if !keys.is_empty() {
-                let core = core.clone();
-                glommio::spawn_local(async move { rewrite_legacy(&core, p, keys).await }).detach();
-            }
-        }
-    }
-
-    fn started(&self, core: &Rc<Core>) {
-        glommio::spawn_local(crate::groups::coordinator::expiry_loop(core.clone())).detach();
-    }
-}
-
 /// Rewrites the groups of partition `p` that have records in Weir's first
 /// layout into Kafka's format: per group, under its lock, one batch of
 /// tombstones for the old keys (the old offset key is Kafka's legacy
@@ -112,7 +38,7 @@ impl Machine for Groups {
 /// by the next record) and the group's current records. In the background
 /// after a replay: a failure is logged and the next replay rewrites again
 /// (old and new records describe the same state).
-async fn rewrite_legacy(core: &Rc<Core>, p: u32, keys: Vec<Bytes>) {
+pub(crate) async fn rewrite_legacy(core: &Rc<Core>, p: u32, keys: Vec<Bytes>) {
     let mut by_group: BTreeMap<String, Vec<Bytes>> = BTreeMap::new();
     for k in keys {
         if let Ok(r) = records::decode_record(&k, None) {
@@ -142,7 +68,7 @@ async fn rewrite_legacy(core: &Rc<Core>, p: u32, keys: Vec<Bytes>) {
 
 /// Applies one replayed record (latest wins; a null value deletes); returns
 /// whether it was written in Weir's first layout.
-fn apply(core: &Core, key: Option<&[u8]>, value: Option<&[u8]>, p: u32) -> bool {
+pub(crate) fn apply(core: &Core, key: Option<&[u8]>, value: Option<&[u8]>, p: u32) -> bool {
     let Some(key) = key else {
         tracing::warn!(
             partition = p,

@@ -391,15 +391,16 @@ fn endpoints(core: &Core) -> admin::ClusterEndpoints {
 /// Where a group's coordinator is (see [`FindCoordinatorRequest`]).
 fn find_coordinator(core: &Core, group: &str) -> FindCoordinatorResponse {
     let endpoints = endpoints(core);
-    let found = coordinator::coordinator_at(core, &endpoints, group).and_then(|(node, i)| {
-        let (host, port) = endpoints.cores.get(i as usize).ok_or_else(|| {
-            coordinator::Refusal(
-                ErrorCode::NotCoordinator.as_u16(),
-                format!("group {group}'s coordinator core {i} has no known address: retry"),
-            )
-        })?;
-        Ok((node, i, host.clone(), *port))
-    });
+    let found =
+        crate::service::admin::coordinator_at(core, &endpoints, group).and_then(|(node, i)| {
+            let (host, port) = endpoints.cores.get(i as usize).ok_or_else(|| {
+                coordinator::Refusal(
+                    ErrorCode::NotCoordinator.as_u16(),
+                    format!("group {group}'s coordinator core {i} has no known address: retry"),
+                )
+            })?;
+            Ok((node, i, host.clone(), *port))
+        });
     match found {
         Ok((node_id, core, host, port)) => FindCoordinatorResponse {
             error: 0,

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use weir_replication::isr::Isr;
 use weir_storage::PartitionLog;
 
-use crate::service::BrokerError;
+use crate::error::BrokerError;
 
 /// What this node's replica of a partition is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

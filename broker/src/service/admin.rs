@@ -9,6 +9,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{offsets, BrokerError, OffsetsOk, Result};
+use weir_proto::error_code::ErrorCode;
+
+use crate::groups::api::Refusal;
 use crate::metadata::writer;
 use crate::metadata::Change;
 use crate::metadata::OFFSETS_TOPIC;
@@ -433,4 +436,37 @@ impl ClusterEndpoints {
             }
         }
     }
+}
+
+/// Where `group`'s coordinator is among `endpoints` (FindCoordinator): its node and the
+/// cluster-wide index of the core leading its offsets partition;
+/// `NotCoordinator` while that partition has no live leader.
+pub(crate) fn coordinator_at(
+    core: &Core,
+    endpoints: &ClusterEndpoints,
+    group: &str,
+) -> std::result::Result<(u64, u32), Refusal> {
+    let p = crate::groups::coordinator::offsets_partition(core, group)?;
+    let view = core.metadata();
+    let meta = view.get(OFFSETS_TOPIC).ok_or_else(|| {
+        Refusal(
+            ErrorCode::StorageError.as_u16(),
+            format!("the internal topic {OFFSETS_TOPIC} does not exist"),
+        )
+    })?;
+    let node = match meta.leading_core(p, core.shared.config.cluster.node_id) {
+        Some(_) => core.shared.config.cluster.node_id,
+        None => meta.leaders.get(p as usize).copied().unwrap_or(0),
+    };
+    endpoints
+        .leader(OFFSETS_TOPIC, meta, p)
+        .map(|i| (node, i))
+        .ok_or_else(|| {
+            Refusal(
+                ErrorCode::NotCoordinator.as_u16(),
+                format!(
+                    "group {group}'s coordinator ({OFFSETS_TOPIC}-{p}) has no live node now: retry"
+                ),
+            )
+        })
 }

@@ -40,11 +40,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 
+use super::answers::{CompactOk, FetchOk, OffsetsOk, ProduceOk};
+use crate::error::BrokerError;
 use crate::groups::api::{GroupRequest, GroupResponse};
 use crate::metadata::Change;
 use crate::metadata::{MetadataView, TopicError};
 use crate::server::limits::{MESH_CREDITS_PER_PEER, MESH_REPLY_TIMEOUT_MS};
-use crate::service::{BrokerError, FetchOk, OffsetsOk, ProduceOk};
 
 /// Messages from one core to another. Everything in them is `Send`;
 /// batches travel as `Bytes` (a reference count, not a copy).
@@ -115,7 +116,7 @@ pub enum CoreMsg {
         /// Run a pass (true) or only report.
         run: bool,
         /// Where the answer goes.
-        reply: ReplyTo<Result<super::partition::CompactOk, BrokerError>>,
+        reply: ReplyTo<Result<CompactOk, BrokerError>>,
     },
     /// A topic change for the metadata writer (core 0).
     Metadata {

@@ -8,6 +8,7 @@
 //! partition; only that core opens its log. Core 0 also runs the metadata
 //! writer (`crate::metadata::writer`) and the producer-id allocator.
 
+pub mod answers;
 pub mod mesh;
 pub mod partition;
 pub mod producer_ids;
@@ -22,10 +23,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use weir_storage::{PartitionLog, ShardConfig, StorageShard};
 
+use crate::error::BrokerError;
 use crate::metadata::{self, partition_dir, MetadataView};
 use crate::server::config::BrokerConfig;
 use crate::server::limits::INFLIGHT_BYTES_PER_CORE;
-use crate::service::BrokerError;
 use mesh::{CoreMsg, ReplyTo, ReplyWait};
 
 /// Process-wide facts shared by every core.
@@ -182,17 +183,13 @@ impl Core {
     /// The core leading a partition on this node; `NotLeader` for a
     /// partition another node leads (this node may hold a follower
     /// replica of it), `UnknownPartition` for one that does not exist.
-    pub fn locate(
-        &self,
-        topic: &str,
-        partition: u32,
-    ) -> Result<usize, crate::service::BrokerError> {
+    pub fn locate(&self, topic: &str, partition: u32) -> Result<usize, crate::error::BrokerError> {
         let view = self.metadata.borrow();
         let Some(t) = view.get(topic).filter(|t| partition < t.partitions()) else {
-            return Err(crate::service::BrokerError::unknown(topic, partition));
+            return Err(crate::error::BrokerError::unknown(topic, partition));
         };
         t.leading_core(partition, self.shared.config.cluster.node_id)
-            .ok_or_else(|| crate::service::BrokerError::NotLeader {
+            .ok_or_else(|| crate::error::BrokerError::NotLeader {
                 topic: topic.to_string(),
                 partition,
                 leader: t.leaders.get(partition as usize).copied().unwrap_or(0),

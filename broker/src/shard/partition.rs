@@ -10,20 +10,13 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use weir_proto::batch::BatchHeader;
-use weir_storage::{AppendInfo, CleanReport, PartitionLog};
+use weir_storage::{AppendInfo, PartitionLog};
 
 use super::Core;
+use crate::error::{BrokerError, StorageFailure};
 use crate::metrics::Stage;
-use crate::service::{BrokerError, FetchOk, OffsetsOk, ProduceOk};
 
-/// The outcome of a compaction request on one partition.
-#[derive(Debug, Clone)]
-pub struct CompactOk {
-    /// The dirty ratio now, 0..=1.
-    pub dirty_ratio: f64,
-    /// The pass, if one ran.
-    pub pass: Option<CleanReport>,
-}
+pub use super::answers::{CompactOk, FetchOk, OffsetsOk, ProduceOk};
 
 /// Log end offsets (high watermarks) of partitions this core owns.
 pub fn log_ends_local(core: &Core, partitions: &[(String, u32)]) -> Vec<Result<u64, BrokerError>> {
@@ -302,7 +295,7 @@ pub async fn delete_records_local(
         -1 => hw,
         b if b < 0 || b as u64 > hw => {
             return Err(BrokerError::Storage {
-                kind: crate::service::StorageFailure::OffsetOutOfRange,
+                kind: StorageFailure::OffsetOutOfRange,
                 message: format!(
                     "cannot delete records of {topic}-{partition} before offset {b}: \
                      valid offsets are {}..={hw} (the high watermark), or -1 for the high watermark",
@@ -345,7 +338,7 @@ pub async fn init_producer_id_local(core: &Core) -> Result<i64, BrokerError> {
     )
     .await
     .map_err(|e| BrokerError::Storage {
-        kind: crate::service::StorageFailure::Io,
+        kind: StorageFailure::Io,
         message: format!("allocating a producer id failed: {e:#}"),
     })
 }

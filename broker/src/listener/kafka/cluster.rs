@@ -141,13 +141,12 @@ pub(super) fn coordinator_broker(core: &Core, group: &str) -> Result<(i32, Strin
         let (h, p) = advertised(core);
         return Ok((NODE_ID, h, p));
     };
-    let (_, i) =
-        coordinator::coordinator_at(core, &endpoints, group).map_err(
-            |r| match ErrorCode::from_u16(r.0) {
-                ErrorCode::NotCoordinator => E::CoordinatorNotAvailable.code(),
-                _ => group_code(r.0),
-            },
-        )?;
+    let (_, i) = crate::service::admin::coordinator_at(core, &endpoints, group).map_err(|r| {
+        match ErrorCode::from_u16(r.0) {
+            ErrorCode::NotCoordinator => E::CoordinatorNotAvailable.code(),
+            _ => group_code(r.0),
+        }
+    })?;
     let (host, port) = endpoints
         .cores
         .get(i as usize)
