@@ -103,6 +103,9 @@ pub struct Metrics {
     /// Connections closed because a frame did not arrive whole within
     /// `--frame-read-timeout-ms`.
     pub frame_timeouts: Cell<u64>,
+    /// Connections closed because their TLS handshake failed or did not
+    /// finish within `TLS_HANDSHAKE_TIMEOUT_MS`.
+    pub tls_handshake_failures: Cell<u64>,
     /// Produce stages, per batch.
     pub(crate) stages: [CellHist<{ STAGE_BUCKETS_US.len() }>; PRODUCE_STAGES.len()],
     /// Bytes of batches this core's followers fetched from leaders.
@@ -213,6 +216,7 @@ pub struct Snapshot {
     pub(crate) connections: u64,
     pub(crate) connections_refused: u64,
     pub(crate) frame_timeouts: u64,
+    pub(crate) tls_handshake_failures: u64,
     pub(crate) open_connections: u64,
     pub(crate) pending_replies: u64,
     pub(crate) running_waits: u64,
@@ -315,7 +319,7 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    let simple: [Simple; 26] = [
+    let simple: [Simple; 27] = [
         (
             "weir_replication_bytes_in_total",
             "counter",
@@ -345,6 +349,12 @@ pub fn render(snaps: &[Snapshot]) -> String {
             "counter",
             "Connections closed: a frame did not arrive whole within --frame-read-timeout-ms.",
             |s| s.frame_timeouts as f64,
+        ),
+        (
+            "weir_tls_handshake_failures_total",
+            "counter",
+            "Connections closed: their TLS handshake failed or did not finish in time.",
+            |s| s.tls_handshake_failures as f64,
         ),
         (
             "weir_connections_open",

@@ -93,6 +93,11 @@ impl Process {
         }
     }
 
+    /// Sends it SIGHUP (a broker reads its certificate files again).
+    pub fn hangup(&self) {
+        self.signal(libc::SIGHUP);
+    }
+
     /// Stops it where it is (SIGSTOP): it keeps its sockets and answers
     /// nothing until [`Process::resume`].
     pub fn pause(&self) {

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
-use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
 use weir_proto::api::ApiKey;
 use weir_proto::error_code::ErrorCode;
@@ -181,18 +180,16 @@ struct InFlight {
 /// appended before the next request is read); their answers are awaited
 /// concurrently, up to [`PIPELINE_MAX`] at a time, and written in request
 /// order by a writer task.
-pub async fn serve<P: Protocol>(
+pub async fn serve<P: Protocol, S>(
     core: Rc<Core>,
     proto: P,
-    stream: TcpStream,
+    stream: S,
+    peer: String,
     active: Rc<Cell<usize>>,
     ctx: Ctx,
-) {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| "?".into());
-    let _ = stream.set_nodelay(true);
+) where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
+{
     let (mut reader, writer) = futures_lite::io::split(stream);
     let (tx, rx) = local_channel::new_bounded::<InFlight>(PIPELINE_MAX);
     // Closed when the client's side ends: the writer then drops long polls.
@@ -315,10 +312,10 @@ pub async fn serve<P: Protocol>(
 /// Writes answers in request order until the reader is done or a write
 /// fails. Once the client's side is closed, a long poll still waiting is
 /// dropped (its waits cancelled) rather than waited for.
-async fn write_answers<P: Protocol>(
+async fn write_answers<P: Protocol, S: futures_lite::AsyncWrite + Unpin>(
     core: Rc<Core>,
     proto: P,
-    mut writer: futures_lite::io::WriteHalf<TcpStream>,
+    mut writer: futures_lite::io::WriteHalf<S>,
     rx: local_channel::LocalReceiver<InFlight>,
     active: Rc<Cell<usize>>,
     closed: Rc<Semaphore>,

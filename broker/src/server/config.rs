@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+
+use super::tls::{split_listener, ClientAuth, SecurityProtocol, SslSettings};
 use serde::Deserialize;
 
 use super::limits::{
@@ -49,7 +51,9 @@ pub struct BrokerArgs {
     /// Where partitions and the topic registry live [default: ./weir-data].
     #[arg(long, env = "WEIR_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Native protocol address shared by all cores (SO_REUSEPORT) [default: 127.0.0.1:9292].
+    /// Native protocol address shared by all cores (SO_REUSEPORT);
+    /// `SSL://host:port` for TLS, `host:port` or `PLAINTEXT://host:port`
+    /// without [default: 127.0.0.1:9292].
     #[arg(long, env = "WEIR_LISTEN")]
     pub listen: Option<String>,
     /// Core N also listens on this port + N; 0 picks free ports [default: 9300].
@@ -61,10 +65,23 @@ pub struct BrokerArgs {
     /// Metrics (Prometheus text at /metrics) address [default: 127.0.0.1:9644].
     #[arg(long, env = "WEIR_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
-    /// Kafka protocol address shared by all cores (SO_REUSEPORT); `off`
-    /// for none [default: 127.0.0.1:9092].
+    /// Kafka protocol address shared by all cores (SO_REUSEPORT);
+    /// `SSL://host:port` for TLS; `off` for none [default: 127.0.0.1:9092].
     #[arg(long, env = "WEIR_KAFKA_LISTENER")]
     pub kafka_listener: Option<String>,
+    /// PEM certificate chain (leaf first) of the SSL:// listeners.
+    #[arg(long, env = "WEIR_SSL_CERTIFICATE_FILE")]
+    pub ssl_certificate_file: Option<PathBuf>,
+    /// PEM private key of that certificate.
+    #[arg(long, env = "WEIR_SSL_KEY_FILE")]
+    pub ssl_key_file: Option<PathBuf>,
+    /// PEM certificates client certificates must chain to.
+    #[arg(long, env = "WEIR_SSL_CA_FILE")]
+    pub ssl_ca_file: Option<PathBuf>,
+    /// Client certificates on SSL:// listeners (Kafka's
+    /// `ssl.client.auth`): none, requested or required [default: none].
+    #[arg(long, env = "WEIR_SSL_CLIENT_AUTH")]
+    pub ssl_client_auth: Option<String>,
     /// The `host:port` Kafka clients are told to connect to (Metadata,
     /// FindCoordinator) [default: the Kafka listener's address].
     #[arg(long, env = "WEIR_KAFKA_ADVERTISED_LISTENER")]
@@ -212,6 +229,10 @@ struct FileConfig {
     cores: Option<usize>,
     metrics_listen: Option<String>,
     kafka_listener: Option<String>,
+    ssl_certificate_file: Option<PathBuf>,
+    ssl_key_file: Option<PathBuf>,
+    ssl_ca_file: Option<PathBuf>,
+    ssl_client_auth: Option<String>,
     kafka_advertised_listener: Option<String>,
     kafka_core_port_base: Option<String>,
     max_frame_bytes: Option<u32>,
@@ -340,6 +361,8 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     /// Shared native-protocol address.
     pub listen: SocketAddr,
+    /// The native listener's security protocol (its per-core ports too).
+    pub listen_protocol: SecurityProtocol,
     /// First per-core port (0: free ports).
     pub core_port_base: u16,
     /// Number of cores.
@@ -348,6 +371,10 @@ pub struct BrokerConfig {
     pub metrics_listen: SocketAddr,
     /// Kafka protocol address (`None`: no Kafka listener).
     pub kafka_listener: Option<SocketAddr>,
+    /// The Kafka listener's security protocol (its per-core ports too).
+    pub kafka_protocol: SecurityProtocol,
+    /// TLS of the SSL:// listeners (`None`: no certificate configured).
+    pub ssl: Option<SslSettings>,
     /// What Kafka clients are told to connect to (`None`: the listener's
     /// bound address).
     pub kafka_advertised_listener: Option<(String, u16)>,
@@ -408,10 +435,13 @@ impl BrokerConfig {
         BrokerConfig {
             data_dir,
             listen: loopback,
+            listen_protocol: SecurityProtocol::Plaintext,
             core_port_base: 0,
             cores: cores.max(1),
             metrics_listen: loopback,
             kafka_listener: Some(loopback),
+            kafka_protocol: SecurityProtocol::Plaintext,
+            ssl: None,
             kafka_advertised_listener: None,
             kafka_core_port_base: Some(0),
             max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
@@ -455,6 +485,48 @@ impl BrokerConfig {
             s.parse()
                 .with_context(|| format!("{what} `{s}` is not an address like 127.0.0.1:9292"))
         };
+        let (listen_protocol, listen) = split_listener(
+            "--listen",
+            &args
+                .listen
+                .clone()
+                .or(file.listen.clone())
+                .unwrap_or_else(|| LISTEN_DEFAULT.to_string()),
+        )?;
+        let (kafka_protocol, kafka_listener) =
+            match args.kafka_listener.clone().or(file.kafka_listener.clone()) {
+                Some(v) => {
+                    let (p, a) = split_listener("--kafka-listener", &v)?;
+                    (p, Some(a))
+                }
+                None => (SecurityProtocol::Plaintext, None),
+            };
+        let client_auth: ClientAuth = args
+            .ssl_client_auth
+            .clone()
+            .or(file.ssl_client_auth.clone())
+            .map(|v| v.parse())
+            .transpose()?
+            .unwrap_or_default();
+        let ssl = match (
+            args.ssl_certificate_file
+                .clone()
+                .or(file.ssl_certificate_file.clone()),
+            args.ssl_key_file.clone().or(file.ssl_key_file.clone()),
+        ) {
+            (Some(certificate), Some(key)) => Some(SslSettings {
+                certificate,
+                key,
+                ca: args.ssl_ca_file.clone().or(file.ssl_ca_file.clone()),
+                client_auth,
+            }),
+            (None, None) => None,
+            _ => bail!("--ssl-certificate-file and --ssl-key-file go together"),
+        };
+        let wants_ssl = [listen_protocol, kafka_protocol].contains(&SecurityProtocol::Ssl);
+        if wants_ssl && ssl.is_none() {
+            bail!("an SSL:// listener needs --ssl-certificate-file and --ssl-key-file (PEM files)");
+        }
         let max_frame_bytes = args
             .max_frame_bytes
             .or(file.max_frame_bytes)
@@ -492,11 +564,8 @@ impl BrokerConfig {
                 .clone()
                 .or(file.data_dir)
                 .unwrap_or_else(|| PathBuf::from(DATA_DIR_DEFAULT)),
-            listen: addr(
-                "--listen",
-                args.listen.clone().or(file.listen),
-                LISTEN_DEFAULT,
-            )?,
+            listen: addr("--listen", Some(listen), LISTEN_DEFAULT)?,
+            listen_protocol,
             core_port_base: args
                 .core_port_base
                 .or(file.core_port_base)
@@ -507,10 +576,12 @@ impl BrokerConfig {
                 args.metrics_listen.clone().or(file.metrics_listen),
                 METRICS_LISTEN_DEFAULT,
             )?,
-            kafka_listener: match args.kafka_listener.clone().or(file.kafka_listener) {
+            kafka_listener: match kafka_listener {
                 Some(v) if v == "off" || v.is_empty() => None,
                 v => Some(addr("--kafka-listener", v, KAFKA_LISTENER_DEFAULT)?),
             },
+            kafka_protocol,
+            ssl: ssl.clone(),
             kafka_advertised_listener: args
                 .kafka_advertised_listener
                 .clone()

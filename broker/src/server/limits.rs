@@ -31,6 +31,10 @@ pub const PIPELINE_MAX: usize = 32;
 /// Once the first byte of a frame has arrived, the whole frame must arrive
 /// within this long, or the connection is closed (`--frame-read-timeout-ms`).
 pub const FRAME_READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// A connection on an SSL:// listener must finish its TLS handshake within
+/// this long, or it is closed (a client that connects and sends nothing,
+/// or garbage, holds a connection slot no longer).
+pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 /// Open connections per core, both ports together; a connection beyond it
 /// is closed at once (`--max-connections-per-core`).
 pub const CONNECTIONS_PER_CORE_MAX_DEFAULT: usize = 10_000;

@@ -21,9 +21,10 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 pub mod config;
 pub mod limits;
+pub mod tls;
 
 use config::BrokerConfig;
-use limits::{DRAIN_MS_MAX, MESH_CHANNEL_CAPACITY, STOP_POLL_MS};
+use limits::{DRAIN_MS_MAX, MESH_CHANNEL_CAPACITY, STOP_POLL_MS, TLS_HANDSHAKE_TIMEOUT_MS};
 
 use crate::listener::kafka::Kafka;
 use crate::listener::native::Native;
@@ -90,6 +91,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stopping.clone()).context("installing signal handlers")?;
     }
+    // SIGHUP: read the listeners' certificate files again.
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, RELOAD_TLS.clone())
+        .context("installing signal handlers")?;
     run_with(config, stopping, |r| {
         println!(
             "weir broker ready: listen={} cores={} core_ports={:?} metrics={} kafka={} kafka_core_ports={:?} data_dir={}",
@@ -116,6 +120,13 @@ pub fn run_with(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+    say_listeners(&config);
+    let client_tls = config
+        .ssl
+        .clone()
+        .map(|s| tls::ServerTls::load(s).map(Arc::new))
+        .transpose()
+        .context("the client listeners' TLS (--ssl-*)")?;
     let (placeholder, listen) =
         reserve_port(config.listen).context("the native protocol address (--listen)")?;
     let kafka = config
@@ -153,6 +164,8 @@ pub fn run_with(
             .into(),
         controller: controller.clone(),
         after_metadata: crate::service::remote::metadata_applied,
+        client_tls,
+        reload_tls: RELOAD_TLS.clone(),
     });
     let mesh: Mesh<CoreMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
     let reply_mesh: Mesh<ReplyMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
@@ -389,11 +402,20 @@ async fn core_main(
             )
             .context("starting the cleaner")?;
     }
+    if c == 0 && shared.client_tls.is_some() {
+        glommio::spawn_local(tls_reload_loop(core.clone())).detach();
+    }
+    let tls_for = |p: tls::SecurityProtocol| {
+        (p == tls::SecurityProtocol::Ssl)
+            .then(|| shared.client_tls.clone())
+            .flatten()
+    };
     let active = Rc::new(std::cell::Cell::new(0usize));
     for (l, owner_only) in [(shared_l, false), (own_l, true)] {
         let (core, active) = (core.clone(), active.clone());
         let ctx = Ctx { owner_only };
-        glommio::spawn_local(accept_loop(core, l, active, ctx, Native)).detach();
+        let tls = tls_for(shared.config.listen_protocol);
+        glommio::spawn_local(accept_loop(core, l, active, ctx, Native, tls)).detach();
     }
     if let Some(addr) = shared.kafka_listen {
         let l = TcpListener::bind(addr)
@@ -404,11 +426,13 @@ async fn core_main(
         // shared port, and on a core's own port for a client whose
         // metadata is stale.
         let ctx = Ctx { owner_only: false };
-        glommio::spawn_local(accept_loop(core.clone(), l, active.clone(), ctx, Kafka)).detach();
+        let tls = tls_for(shared.config.kafka_protocol);
+        let accept = accept_loop(core.clone(), l, active.clone(), ctx, Kafka, tls.clone());
+        glommio::spawn_local(accept).detach();
         if let Some(base) = shared.config.kafka_core_port_base {
             let (l, port) = bind_core_port(addr.ip(), base, c, "--kafka-core-port-base")?;
             shared.kafka_core_ports[c].store(port, Ordering::Release);
-            glommio::spawn_local(accept_loop(core, l, active, ctx, Kafka)).detach();
+            glommio::spawn_local(accept_loop(core, l, active, ctx, Kafka, tls)).detach();
         }
     }
     let _ = ready.send(Ok(c));
@@ -480,6 +504,7 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
     active: Rc<std::cell::Cell<usize>>,
     ctx: Ctx,
     proto: P,
+    tls: Option<Arc<tls::ServerTls>>,
 ) {
     loop {
         let Some(r) = crate::listener::accept_or_stop(&core, &listener).await else {
@@ -503,9 +528,23 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
                 let m = &core.metrics.connections;
                 m.set(m.get() + 1);
                 let (core, active) = (core.clone(), active.clone());
+                let acceptor = tls.as_ref().map(|t| t.acceptor());
                 glommio::spawn_local(async move {
-                    crate::listener::connection::serve(core.clone(), proto, stream, active, ctx)
-                        .await;
+                    let peer = stream
+                        .peer_addr()
+                        .map(|a| a.to_string())
+                        .unwrap_or_else(|_| "?".into());
+                    let _ = stream.set_nodelay(true);
+                    use crate::listener::connection::serve;
+                    let c = core.clone();
+                    match acceptor {
+                        None => serve(c, proto, stream, peer, active, ctx).await,
+                        Some(tls) => {
+                            if let Some(stream) = handshake(&core, tls, stream, &peer).await {
+                                serve(c, proto, stream, peer, active, ctx).await
+                            }
+                        }
+                    }
                     core.connections.set(core.connections.get() - 1);
                 })
                 .detach();
@@ -515,5 +554,91 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }
+    }
+}
+
+/// Set by SIGHUP (`weir broker` only): read the certificate files again.
+static RELOAD_TLS: std::sync::LazyLock<Arc<AtomicBool>> =
+    std::sync::LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+
+/// The TLS handshake of a connection on an SSL:// listener, within
+/// [`TLS_HANDSHAKE_TIMEOUT_MS`]; `None` (counted, logged with the client's
+/// address, the connection closed) if it fails or does not finish.
+async fn handshake(
+    core: &Core,
+    acceptor: futures_rustls::TlsAcceptor,
+    stream: glommio::net::TcpStream,
+    peer: &str,
+) -> Option<futures_rustls::server::TlsStream<glommio::net::TcpStream>> {
+    let limit = Duration::from_millis(TLS_HANDSHAKE_TIMEOUT_MS);
+    let done = futures_lite::future::or(async { Some(acceptor.accept(stream).await) }, async {
+        glommio::timer::sleep(limit).await;
+        None
+    })
+    .await;
+    let failed = |why: String| {
+        let m = &core.metrics.tls_handshake_failures;
+        m.set(m.get() + 1);
+        tracing::warn!(%peer, "closing connection: TLS handshake {why}");
+    };
+    match done {
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => {
+            failed(format!("failed: {e}"));
+            None
+        }
+        None => {
+            failed(format!("not done within {TLS_HANDSHAKE_TIMEOUT_MS} ms"));
+            None
+        }
+    }
+}
+
+/// Core 0, with SSL:// listeners: reads the certificate files again on
+/// SIGHUP or when one changes; a failed reload keeps the configuration
+/// that works.
+async fn tls_reload_loop(core: Rc<Core>) {
+    let Some(t) = core.shared.client_tls.clone() else {
+        return;
+    };
+    while !core.shared.stopping() {
+        glommio::timer::sleep(Duration::from_millis(tls::RELOAD_CHECK_MS)).await;
+        let signalled = core.shared.reload_tls.swap(false, Ordering::AcqRel);
+        if !signalled && !t.changed() {
+            continue;
+        }
+        match t.reload() {
+            Ok(()) => tracing::info!(signalled, "client listeners' TLS certificate reloaded"),
+            Err(e) => tracing::error!(
+                error = format!("{e:#}"),
+                "client listeners' TLS certificate not reloaded: the previous one stays"
+            ),
+        }
+    }
+}
+
+/// The first log line: what listens where, in which security protocol.
+fn say_listeners(config: &BrokerConfig) {
+    let kafka = config.kafka_listener.map_or("off".to_string(), |a| {
+        format!("{}://{a}", config.kafka_protocol.name())
+    });
+    let plain_public = [
+        (config.listen_protocol, Some(config.listen)),
+        (config.kafka_protocol, config.kafka_listener),
+    ]
+    .into_iter()
+    .any(|(p, a)| {
+        p == tls::SecurityProtocol::Plaintext && a.is_some_and(|a| !a.ip().is_loopback())
+    });
+    tracing::info!(
+        native = format!("{}://{}", config.listen_protocol.name(), config.listen),
+        kafka,
+        "client listeners (no client authentication yet: SASL and ACLs are not built)"
+    );
+    if plain_public {
+        tracing::warn!(
+            "a PLAINTEXT listener is on a non-loopback address: anyone who reaches it can read \
+             and write every topic (SSL:// listeners: see docs/security.md)"
+        );
     }
 }

@@ -60,6 +60,10 @@ pub struct Shared {
     /// groups drop deleted topics' offsets, the replicas follow the view).
     /// Handed in by the server, so that the core knows neither room.
     pub after_metadata: fn(&Rc<Core>, &[(String, u32)]),
+    /// TLS of the client listeners (`None`: no certificate configured).
+    pub client_tls: Option<Arc<crate::server::tls::ServerTls>>,
+    /// Set on SIGHUP: read the certificate files again.
+    pub reload_tls: Arc<AtomicBool>,
 }
 
 impl Shared {

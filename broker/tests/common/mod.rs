@@ -65,9 +65,14 @@ impl DerefMut for Broker {
     }
 }
 
+/// What a [`Client`] talks over: a TCP stream, or TLS over one.
+pub trait Stream: Read + Write {}
+
+impl<T: Read + Write> Stream for T {}
+
 /// A blocking native-protocol client.
 pub struct Client {
-    pub stream: TcpStream,
+    pub stream: Box<dyn Stream>,
     corr: u32,
 }
 
@@ -77,6 +82,11 @@ impl Client {
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
+        Client::over(Box::new(stream))
+    }
+
+    /// A client over a connected stream (TLS, in the TLS tests).
+    pub fn over(stream: Box<dyn Stream>) -> Client {
         Client { stream, corr: 0 }
     }
 
@@ -313,4 +323,16 @@ impl KafkaConn {
             .map(|p| (p.leader_id.0, p.leader_epoch))
             .collect()
     }
+}
+
+/// The sum over cores of one metric family's samples (it must be there).
+pub fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let text = scrape(addr);
+    let samples: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .collect();
+    assert!(!samples.is_empty(), "no metric {name} in /metrics");
+    samples.iter().sum()
 }

@@ -8,10 +8,10 @@ use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{records_batch, values, wait_until, Broker, Client};
+use common::{metric, records_batch, values, wait_until, Broker, Client};
 use weir_proto::error_code::ErrorCode;
 use weir_proto::messages::*;
 
@@ -26,18 +26,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn topic_names(c: &mut Client) -> BTreeSet<String> {
     let (r, _) = c.ok(&MetadataRequest { topics: None }, &[]);
     r.topics.into_iter().map(|t| t.name).collect()
-}
-
-/// The sum over cores of one metric family's samples.
-fn metric(addr: SocketAddr, name: &str) -> f64 {
-    let text = common::scrape(addr);
-    let samples: Vec<f64> = text
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-        .collect();
-    assert!(!samples.is_empty(), "no metric {name} in /metrics");
-    samples.iter().sum()
 }
 
 fn produce_req(topic: &str, partition: u32, len: usize, acks: i8) -> ProduceRequest {

@@ -20,3 +20,4 @@ mod kafka_bad_input;
 mod kafka_clients;
 mod kafka_sarama;
 mod sdk;
+mod tls;

@@ -1,0 +1,353 @@
+//! TLS on the client listeners (`SSL://`): unchanged Kafka clients (kcat on
+//! Debian's librdkafka) and a native client over rustls produce and read;
+//! client certificates when the listener requires them; plaintext and
+//! garbage on a TLS port are closed and counted while other clients go on;
+//! a new certificate is taken on SIGHUP without a restart.
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use weir_testkit::{wait_until, Node};
+
+use crate::common::{self, Client};
+
+/// A CA and what it signed, as PEM files in a directory.
+struct Pki {
+    dir: PathBuf,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+fn ca_params(name: &str) -> CertificateParams {
+    let mut p = CertificateParams::default();
+    p.distinguished_name.push(DnType::CommonName, name);
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    p.not_before = rcgen::date_time_ymd(2024, 1, 1);
+    p.not_after = rcgen::date_time_ymd(2099, 1, 1);
+    p
+}
+
+impl Pki {
+    /// A new CA `name`, its certificate in `dir/<name>.pem`.
+    fn new(dir: &Path, name: &str) -> Pki {
+        std::fs::create_dir_all(dir).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = ca_params(name).self_signed(&key).unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+        Pki {
+            dir: dir.to_path_buf(),
+            issuer: Issuer::new(ca_params(name), key),
+        }
+    }
+
+    fn ca(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.pem"))
+    }
+
+    /// Signs a certificate: `server` for 127.0.0.1 and localhost, else a
+    /// client named `cn`. Writes `<file>.pem` and `<file>.key`.
+    fn sign(&self, file: &str, cn: &str, server: bool) -> (PathBuf, PathBuf) {
+        let mut p = CertificateParams::default();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.not_before = rcgen::date_time_ymd(2024, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2099, 1, 1);
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        if server {
+            p.subject_alt_names = vec![
+                SanType::DnsName("localhost".try_into().unwrap()),
+                SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            ];
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        } else {
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
+        let (c, k) = (
+            self.dir.join(format!("{file}.pem")),
+            self.dir.join(format!("{file}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+}
+
+/// A broker whose native and Kafka listeners are both `SSL://`, with
+/// `client_auth` and the CA at `ca`; its log goes to `log`.
+fn start(dir: &Path, cert: &Path, key: &Path, ca: &Path, client_auth: &str) -> Node {
+    let config = dir.join("weir.toml");
+    let text = format!(
+        "listen = \"SSL://127.0.0.1:0\"\ncore_port_base = 0\nmetrics_listen = \"127.0.0.1:0\"\n\
+         kafka_listener = \"SSL://127.0.0.1:0\"\nssl_certificate_file = {cert:?}\n\
+         ssl_key_file = {key:?}\nssl_ca_file = {ca:?}\nssl_client_auth = \"{client_auth}\"\n\
+         auto_create_topics = false\ngroup_initial_rebalance_delay_ms = 0\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    Node::builder(env!("CARGO_BIN_EXE_weir"))
+        .data_dir(dir.join("data"))
+        .cores(2)
+        .config(&config)
+        .env("WEIR_LOG", "info")
+        .log_to(dir.join("broker.log"))
+        .start()
+}
+
+/// A native client over TLS trusting `ca`, with a client certificate if
+/// given.
+fn native_tls(addr: SocketAddr, ca: &Path, client: Option<(&Path, &Path)>) -> Client {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(ca).unwrap())
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some((c, k)) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_file(c).unwrap()],
+                PrivateKeyDer::from_pem_file(k).unwrap(),
+            )
+            .unwrap(),
+    };
+    let name = ServerName::IpAddress(addr.ip().into());
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    Client::over(Box::new(rustls::StreamOwned::new(conn, tcp)))
+}
+
+/// kcat against the Kafka listener over TLS (`-X` settings added).
+fn kcat(node: &Node, settings: &[String], args: &[&str], stdin: &[u8]) -> Output {
+    let mut cmd = common::client_program("kcat");
+    cmd.args(["-b", &node.kafka.to_string()]);
+    for s in settings {
+        cmd.args(["-X", s]);
+    }
+    let mut child = cmd
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("kcat: {e}: run `bash .ci/kafka-clients` (installs kcat)"));
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn ssl(ca: &Path) -> Vec<String> {
+    vec![
+        "security.protocol=SSL".into(),
+        format!("ssl.ca.location={}", ca.display()),
+    ]
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "kcat failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn failures(node: &Node) -> f64 {
+    common::metric(node.metrics, "weir_tls_handshake_failures_total")
+}
+
+/// Waits until a failed handshake is counted beyond `before` (the count
+/// comes just after the connection is closed).
+fn counted(node: &Node, before: f64) {
+    wait_until(
+        Instant::now() + Duration::from_secs(10),
+        "a failed TLS handshake counted",
+        || {
+            let now = failures(node);
+            if now > before {
+                Ok(())
+            } else {
+                Err(format!("weir_tls_handshake_failures_total {now}"))
+            }
+        },
+    );
+}
+
+#[test]
+fn kafka_and_native_clients_produce_and_read_over_tls_and_plaintext_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    let node = start(dir.path(), &cert, &key, &pki.ca("ca"), "none");
+
+    // The native protocol over TLS: a topic made, a batch appended.
+    let mut native = native_tls(node.listen, &pki.ca("ca"), None);
+    assert_eq!(native.create_topic("secure", 2, &[]).error, 0);
+
+    // kcat over TLS: produce, then read everything back.
+    let lines: String = (0..100).map(|i| format!("k{i}:v{i}\n")).collect();
+    ok(kcat(
+        &node,
+        &ssl(&pki.ca("ca")),
+        &["-t", "secure", "-P", "-K:"],
+        lines.as_bytes(),
+    ));
+    let read = ok(kcat(
+        &node,
+        &ssl(&pki.ca("ca")),
+        &["-t", "secure", "-C", "-e", "-f", "%k:%s\n"],
+        b"",
+    ));
+    let mut got: Vec<&str> = read.lines().collect();
+    got.sort_unstable();
+    let mut want: Vec<String> = (0..100).map(|i| format!("k{i}:v{i}")).collect();
+    want.sort_unstable();
+    assert_eq!(got, want);
+
+    // Plaintext on a TLS port: refused, counted; TLS clients unaffected.
+    let before = failures(&node);
+    let plain = kcat(&node, &[], &["-L", "-m", "3"], b"");
+    assert!(!plain.status.success(), "a plaintext client got metadata");
+    counted(&node, before);
+    let meta = ok(kcat(
+        &node,
+        &ssl(&pki.ca("ca")),
+        &["-L", "-t", "secure"],
+        b"",
+    ));
+    assert!(
+        meta.contains("topic \"secure\" with 2 partitions"),
+        "{meta}"
+    );
+    let log = std::fs::read_to_string(dir.path().join("broker.log")).unwrap();
+    assert!(log.contains("TLS handshake failed"), "{log}");
+}
+
+#[test]
+fn a_required_client_certificate_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    let (ccert, ckey) = pki.sign("agent", "telemetry-agent", false);
+    let node = start(dir.path(), &cert, &key, &pki.ca("ca"), "required");
+    let mut with_cert = ssl(&pki.ca("ca"));
+    with_cert.push(format!("ssl.certificate.location={}", ccert.display()));
+    with_cert.push(format!("ssl.key.location={}", ckey.display()));
+    // With a certificate the CA signed: produce, and read in a group.
+    let mut native = native_tls(node.listen, &pki.ca("ca"), Some((&ccert, &ckey)));
+    assert_eq!(native.create_topic("certified", 2, &[]).error, 0);
+    let lines: String = (0..40).map(|i| format!("r{i}\n")).collect();
+    ok(kcat(
+        &node,
+        &with_cert,
+        &["-t", "certified", "-P"],
+        lines.as_bytes(),
+    ));
+    let grouped = ok(kcat(
+        &node,
+        &with_cert,
+        &[
+            "-G",
+            "agents",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%s\n",
+            "certified",
+        ],
+        b"",
+    ));
+    assert_eq!(grouped.lines().count(), 40, "{grouped}");
+    // Without one: refused, however the client retries.
+    let without = kcat(&node, &ssl(&pki.ca("ca")), &["-L", "-m", "3"], b"");
+    assert!(
+        !without.status.success(),
+        "served without a client certificate"
+    );
+    // One from another CA: refused too.
+    let other = Pki::new(&dir.path().join("other"), "other");
+    let (ocert, okey) = other.sign("intruder", "intruder", false);
+    let mut wrong = ssl(&pki.ca("ca"));
+    wrong.push(format!("ssl.certificate.location={}", ocert.display()));
+    wrong.push(format!("ssl.key.location={}", okey.display()));
+    let refused = kcat(&node, &wrong, &["-L", "-m", "3"], b"");
+    assert!(
+        !refused.status.success(),
+        "served a certificate of another CA"
+    );
+    // The native listener requires one as well.
+    let mut anonymous = native_tls(node.listen, &pki.ca("ca"), None);
+    let refused = anonymous.try_ok(&weir_proto::messages::MetadataRequest { topics: None }, &[]);
+    assert!(
+        refused.is_err(),
+        "the native listener served a client without a certificate"
+    );
+}
+
+#[test]
+fn garbage_on_a_tls_port_is_closed_and_others_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    let node = start(dir.path(), &cert, &key, &pki.ca("ca"), "none");
+    let before = failures(&node);
+    let mut garbage = TcpStream::connect(node.kafka).unwrap();
+    garbage
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    garbage.write_all(&[0x16, 0x03, 0x01, 0xff, 0xff]).unwrap();
+    garbage.write_all(&[0xab; 512]).unwrap();
+    // Whatever the server answers (an alert), the connection ends.
+    let mut rest = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut garbage, &mut rest);
+    counted(&node, before);
+    let mut native = native_tls(node.listen, &pki.ca("ca"), None);
+    assert_eq!(native.create_topic("after-garbage", 1, &[]).error, 0);
+}
+
+#[test]
+fn a_new_certificate_is_taken_on_sighup_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    let mut node = start(dir.path(), &cert, &key, &pki.ca("ca"), "none");
+    ok(kcat(&node, &ssl(&pki.ca("ca")), &["-L"], b""));
+    // A certificate of a new CA replaces the files; SIGHUP.
+    let next = Pki::new(&dir.path().join("next"), "next");
+    let (ncert, nkey) = next.sign("server", "weir", true);
+    std::fs::copy(&ncert, &cert).unwrap();
+    std::fs::copy(&nkey, &key).unwrap();
+    node.process().hangup();
+    wait_until(
+        Instant::now() + Duration::from_secs(15),
+        "clients trusting the new CA are served",
+        || {
+            let out = kcat(&node, &ssl(&next.ca("next")), &["-L", "-m", "2"], b"");
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).into_owned())
+            }
+        },
+    );
+    // Clients trusting only the old CA no longer are.
+    let old = kcat(&node, &ssl(&pki.ca("ca")), &["-L", "-m", "2"], b"");
+    assert!(!old.status.success(), "the old certificate is still served");
+    let log = std::fs::read_to_string(dir.path().join("broker.log")).unwrap();
+    assert!(log.contains("TLS certificate reloaded"), "{log}");
+}
