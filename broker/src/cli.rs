@@ -21,12 +21,33 @@ use weir_client::{
 };
 use weir_proto::messages::{CommitOffset, OffsetSpec};
 
-/// Where to find the broker.
+/// Where to find the broker, and how to talk to it.
 #[derive(Args, Debug, Clone)]
 pub struct Conn {
     /// Broker listener to connect to (HOST:PORT).
     #[arg(long, env = "WEIR_BOOTSTRAP", default_value = "127.0.0.1:9292")]
     pub bootstrap: String,
+    /// A Kafka-style properties file of connection settings
+    /// (`security.protocol=SSL`, `ssl.ca.location=…`,
+    /// `ssl.certificate.location=…`, `ssl.key.location=…`, timeouts), as
+    /// Kafka's tools take with `--command-config`.
+    #[arg(long, env = "WEIR_COMMAND_CONFIG", value_name = "FILE")]
+    pub command_config: Option<std::path::PathBuf>,
+}
+
+impl Conn {
+    /// The client settings `--command-config` names (defaults without it).
+    pub fn client_config(&self) -> Result<weir_client::ClientConfig> {
+        let Some(path) = &self.command_config else {
+            return Ok(weir_client::ClientConfig::default());
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --command-config {}", path.display()))?;
+        let props = weir_client::Properties::parse(&text)
+            .with_context(|| format!("--command-config {}", path.display()))?;
+        weir_client::ClientConfig::from_properties(props.iter())
+            .with_context(|| format!("--command-config {}", path.display()))
+    }
 }
 
 /// `weir topic …`.
@@ -227,7 +248,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub(crate) async fn connect(conn: &Conn) -> Result<Client> {
-    Client::connect(conn.bootstrap.as_str())
+    Client::connect_with(conn.bootstrap.as_str(), conn.client_config()?)
         .await
         .with_context(|| format!("connecting to {}", conn.bootstrap))
 }

@@ -128,7 +128,7 @@ async fn change_voters(conn: &Conn, id: u64, add: bool, replication: &str) -> Re
             .iter()
             .find(|n| n.id == r.leader)
             .with_context(|| format!("the leader, node {}, is not in the metadata", r.leader))?;
-        client = Client::connect(leader.native.as_str())
+        client = Client::connect_with(leader.native.as_str(), conn.client_config()?)
             .await
             .with_context(|| {
                 format!(
@@ -143,8 +143,8 @@ async fn change_voters(conn: &Conn, id: u64, add: bool, replication: &str) -> Re
 /// How long `weir cluster status` waits for each node.
 const NODE_TIMEOUT: Duration = Duration::from_secs(2);
 
-async fn describe(addr: &str) -> Result<DescribeClusterResponse> {
-    let c = Client::connect(addr).await?;
+async fn describe(conn: &Conn, addr: &str) -> Result<DescribeClusterResponse> {
+    let c = Client::connect_with(addr, conn.client_config()?).await?;
     c.describe_cluster().await.map_err(Into::into)
 }
 
@@ -174,7 +174,7 @@ async fn status(conn: &Conn) -> Result<String> {
         let own = if n.native.is_empty() {
             Err(anyhow::anyhow!("no address"))
         } else {
-            tokio::time::timeout(NODE_TIMEOUT, describe(&n.native))
+            tokio::time::timeout(NODE_TIMEOUT, describe(conn, &n.native))
                 .await
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("timed out")))
         };

@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+
+use crate::tls::{ReadHalf, SecurityProtocol, TlsSettings, WriteHalf};
 use tokio::sync::{oneshot, Mutex, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use weir_proto::frame::{self, FRAME_LEN_BYTES};
@@ -50,6 +51,11 @@ type Reply = Result<Bytes>;
 /// the next call after a failure.
 pub(crate) struct Pipeline {
     addr: SocketAddr,
+    /// TLS: its configuration (or why there is none), and its settings.
+    tls: Option<(
+        std::result::Result<Arc<rustls::ClientConfig>, String>,
+        TlsSettings,
+    )>,
     connect_timeout: Duration,
     max_frame_bytes: usize,
     max_in_flight: usize,
@@ -67,7 +73,7 @@ struct Slot {
 /// One open connection: its write half (used under the pipeline's lock)
 /// and what it shares with its reader task and its callers.
 struct Conn {
-    write: OwnedWriteHalf,
+    write: WriteHalf,
     shared: Arc<Shared>,
 }
 
@@ -248,8 +254,13 @@ impl Drop for Abandoned {
 impl Pipeline {
     /// A pipeline to `addr` that connects on first use.
     pub(crate) fn new(addr: SocketAddr, config: &ClientConfig) -> Pipeline {
+        let tls = (config.security_protocol == SecurityProtocol::Ssl).then(|| {
+            let built = crate::tls::client_config(&config.tls).map_err(|e| e.to_string());
+            (built, config.tls.clone())
+        });
         Pipeline {
             addr,
+            tls,
             connect_timeout: config.connect_timeout,
             max_frame_bytes: config.max_frame_bytes,
             max_in_flight: config.max_in_flight,
@@ -276,7 +287,17 @@ impl Pipeline {
             .await
             .map_err(|_| ClientError::Timeout(self.connect_timeout))??;
         stream.set_nodelay(true)?;
-        let (read, write) = stream.into_split();
+        let (read, write) = match &self.tls {
+            None => crate::tls::plain(stream),
+            Some((Err(why), _)) => return Err(ClientError::Tls(why.clone())),
+            Some((Ok(config), settings)) => {
+                let handshake =
+                    crate::tls::connect(config.clone(), settings, self.addr.ip(), stream);
+                tokio::time::timeout(self.connect_timeout, handshake)
+                    .await
+                    .map_err(|_| ClientError::Timeout(self.connect_timeout))??
+            }
+        };
         let shared = Arc::new(Shared::new(self.max_in_flight, next_corr));
         tokio::spawn(read_answers(
             BufReader::with_capacity(READ_BUFFER_BYTES, read),
@@ -384,7 +405,7 @@ impl Pipeline {
 /// A connection's reader: routes every answer to its waiter until the
 /// connection fails or is dropped, then closes it.
 async fn read_answers(
-    mut r: BufReader<OwnedReadHalf>,
+    mut r: BufReader<ReadHalf>,
     shared: Arc<Shared>,
     slot: Weak<Mutex<Slot>>,
     max_frame_bytes: usize,

@@ -30,6 +30,10 @@ pub enum ClientError {
     /// The request may or may not have been carried out.
     #[error("connection closed before the answer arrived")]
     Disconnected,
+    /// TLS could not be set up: its files, or the handshake (an untrusted
+    /// or misnamed broker certificate, a refused client certificate).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A frame or a body could not be encoded or decoded.
     #[error("protocol error: {0}")]
     Protocol(FrameError),
@@ -158,6 +162,7 @@ impl ClientError {
         match self {
             ClientError::Io(io) => ClientError::Io(std::io::Error::new(io.kind(), io.to_string())),
             ClientError::Disconnected => ClientError::Disconnected,
+            ClientError::Tls(m) => ClientError::Tls(m.clone()),
             ClientError::Protocol(f) => ClientError::Protocol(f.clone()),
             ClientError::InvalidResponse(m) => ClientError::InvalidResponse(m.clone()),
             ClientError::CorruptBatch(b) => ClientError::CorruptBatch(b.clone()),

@@ -118,6 +118,7 @@ pub mod partitioner;
 pub mod producer;
 pub mod properties;
 pub mod stats;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -150,6 +151,7 @@ pub use producer::{
 };
 pub use properties::{Properties, PropertyError};
 pub use stats::{ConsumerStats, ProducerStats};
+pub use tls::{SecurityProtocol, TlsSettings};
 
 /// The protocol crate the client speaks, for what this crate does not
 /// re-export by name (raw batch building and reading).
@@ -191,6 +193,30 @@ pub struct ClientConfig {
     /// [`Client::bootstrap`]: how long it keeps trying before it returns
     /// the last error. Default 60 s.
     pub bootstrap_timeout: Duration,
+    /// Plain TCP or TLS (`security.protocol`). Default plaintext.
+    pub security_protocol: SecurityProtocol,
+    /// The CA, client certificate and server name of TLS connections
+    /// (`ssl.*`; used with [`SecurityProtocol::Ssl`]).
+    pub tls: TlsSettings,
+}
+
+impl ClientConfig {
+    /// The connection settings among Kafka-style properties:
+    /// `security.protocol`, `ssl.ca.location`, `ssl.certificate.location`,
+    /// `ssl.key.location`, `request.timeout.ms`,
+    /// `socket.connection.setup.timeout.ms`, `reconnect.backoff(.max).ms`,
+    /// `weir.bootstrap.timeout.ms`. Other names are skipped (they are the
+    /// producer's or consumer's: see [`ProducerBuilder::from_config`]); a
+    /// bad value is an error.
+    pub fn from_properties<K: AsRef<str>, V: AsRef<str>>(
+        properties: impl IntoIterator<Item = (K, V)>,
+    ) -> std::result::Result<ClientConfig, PropertyError> {
+        let mut c = ClientConfig::default();
+        for (k, v) in properties {
+            properties::apply_client(&mut c, k.as_ref(), v.as_ref())?;
+        }
+        Ok(c)
+    }
 }
 
 impl Default for ClientConfig {
@@ -203,6 +229,8 @@ impl Default for ClientConfig {
             reconnect_backoff: Duration::from_millis(50),
             reconnect_backoff_max: Duration::from_secs(1),
             bootstrap_timeout: Duration::from_secs(60),
+            security_protocol: SecurityProtocol::Plaintext,
+            tls: TlsSettings::default(),
         }
     }
 }

@@ -153,6 +153,14 @@ pub(crate) fn apply_client(
         "reconnect.backoff.ms" => c.reconnect_backoff = ms(name, value)?,
         "reconnect.backoff.max.ms" => c.reconnect_backoff_max = ms(name, value)?,
         "weir.bootstrap.timeout.ms" => c.bootstrap_timeout = ms(name, value)?,
+        "security.protocol" => {
+            c.security_protocol = value
+                .parse()
+                .map_err(|_| invalid(name, value, "PLAINTEXT or SSL (SASL is not built yet)"))?
+        }
+        "ssl.ca.location" => c.tls.ca_file = Some(value.into()),
+        "ssl.certificate.location" => c.tls.certificate_file = Some(value.into()),
+        "ssl.key.location" => c.tls.key_file = Some(value.into()),
         _ => return Ok(false),
     }
     Ok(true)

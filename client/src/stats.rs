@@ -162,6 +162,7 @@ pub fn error_kind(e: &ClientError) -> &'static str {
     match e {
         ClientError::Io(_) => "io",
         ClientError::Disconnected => "disconnected",
+        ClientError::Tls(_) => "tls",
         ClientError::Timeout(_) => "timeout",
         ClientError::InvalidResponse(_) => "invalid_response",
         ClientError::CorruptBatch(_) => "corrupt_batch",

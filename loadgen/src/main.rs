@@ -106,6 +106,12 @@ struct Args {
     /// (e.g. --kafka-config message.max.bytes=8388608); repeatable.
     #[arg(long = "kafka-config", value_name = "NAME=VALUE")]
     kafka_config: Vec<String>,
+    /// A Kafka-style properties file of connection settings for either
+    /// driver (`security.protocol=SSL`, `ssl.ca.location=…`,
+    /// `ssl.certificate.location=…`, `ssl.key.location=…`): the Weir SDK
+    /// reads them, and librdkafka gets them as --kafka-config.
+    #[arg(long, value_name = "FILE")]
+    command_config: Option<PathBuf>,
     /// The broker's metrics endpoint (its --metrics-listen): its produce
     /// stages over the measured phase go into the report (automatic with
     /// --embedded).
@@ -286,12 +292,30 @@ fn real_main() -> anyhow::Result<()> {
     if !kafka_config.is_empty() && args.driver != Driver::Kafka {
         bail!("--kafka-config applies to --driver kafka only");
     }
+    let mut client = weir_client::ClientConfig::default();
+    if let Some(path) = &args.command_config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --command-config {}", path.display()))?;
+        let props = weir_client::Properties::parse(&text)
+            .with_context(|| format!("--command-config {}", path.display()))?;
+        client = weir_client::ClientConfig::from_properties(props.iter())
+            .with_context(|| format!("--command-config {}", path.display()))?;
+        // librdkafka takes the same names, before --kafka-config's.
+        let mut all: Vec<(String, String)> = props
+            .iter()
+            .filter(|(k, _)| !k.starts_with("weir."))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        all.append(&mut kafka_config);
+        kafka_config = all;
+    }
     let broker_metrics = match (&args.broker_metrics, &embedded) {
         (Some(m), _) => Some(resolve(m, "--broker-metrics")?),
         (None, Some(e)) => Some(e.metrics),
         (None, None) => None,
     };
     let opts = RunOptions {
+        client,
         broker_metrics,
         replication_factor: args.replication_factor,
         mode,

@@ -120,6 +120,9 @@ pub struct RunOptions {
     pub broker_metrics: Option<SocketAddr>,
     /// Replicas of each partition of the topics the run creates.
     pub replication_factor: u32,
+    /// Connection settings of the Weir SDK (driver weir): TLS
+    /// (`--command-config`).
+    pub client: weir_client::ClientConfig,
 }
 
 /// Microseconds since the Unix epoch.
@@ -175,6 +178,8 @@ type Counts = (u64, u64, u64, u64, u64);
 
 /// Everything the tasks update and the reporter reads.
 struct Shared {
+    /// Connection settings of the Weir SDK's clients.
+    client: weir_client::ClientConfig,
     published: AtomicU64,
     published_bytes: AtomicU64,
     publish_errors: AtomicU64,
@@ -319,7 +324,7 @@ impl Sender {
     ) -> anyhow::Result<Sender> {
         Ok(match driver {
             Driver::Weir => {
-                let client = Client::connect(bootstrap).await?;
+                let client = Client::connect_with(bootstrap, shared.client.clone()).await?;
                 let p = Arc::new(Producer::new(client, w.driver.producer_config()));
                 shared
                     .weir_producers
@@ -592,7 +597,7 @@ async fn consume(
     bootstrap: SocketAddr,
     shared: Arc<Shared>,
 ) -> anyhow::Result<()> {
-    let client = Client::connect(bootstrap).await?;
+    let client = Client::connect_with(bootstrap, shared.client.clone()).await?;
     let mut c = GroupConsumerConfig::new(group);
     c.client_id = "weir-bench".into();
     c.enable_auto_commit = true;
@@ -738,7 +743,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
     let payload_file = w.read_payload_file(&opts.workload_dir)?.map(Bytes::from);
     match opts.driver {
         Driver::Weir => {
-            let admin = Client::connect(opts.bootstrap)
+            let admin = Client::connect_with(opts.bootstrap, opts.client.clone())
                 .await
                 .with_context(|| format!("connecting to {}", opts.bootstrap))?;
             for t in &topics {
@@ -766,6 +771,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         }
     }
     let shared = Arc::new(Shared {
+        client: opts.client.clone(),
         published: AtomicU64::new(0),
         published_bytes: AtomicU64::new(0),
         publish_errors: AtomicU64::new(0),

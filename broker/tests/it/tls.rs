@@ -351,3 +351,127 @@ fn a_new_certificate_is_taken_on_sighup_without_a_restart() {
     let log = std::fs::read_to_string(dir.path().join("broker.log")).unwrap();
     assert!(log.contains("TLS certificate reloaded"), "{log}");
 }
+
+#[test]
+fn the_sdk_produces_and_reads_over_tls_with_a_client_certificate() {
+    use weir_client::{Acks, Client, ClientConfig, SecurityProtocol};
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    let (ccert, ckey) = pki.sign("agent", "telemetry-agent", false);
+    let node = start(dir.path(), &cert, &key, &pki.ca("ca"), "required");
+    let mut config = ClientConfig::default();
+    config.security_protocol = SecurityProtocol::Ssl;
+    config.tls.ca_file = Some(pki.ca("ca"));
+    config.tls.certificate_file = Some(ccert.clone());
+    config.tls.key_file = Some(ckey.clone());
+    common::runtime().block_on(async {
+        let c = Client::connect_with(node.listen, config.clone())
+            .await
+            .unwrap();
+        c.create_topic("sdk-tls", 1, vec![]).await.unwrap();
+        let batch = common::records_batch("tls", 20, 1_700_000_000_000);
+        c.produce("sdk-tls", 0, batch.freeze(), Acks::All)
+            .await
+            .unwrap();
+        let f = c.fetch("sdk-tls", 0, 0, 1 << 20, 0).await.unwrap();
+        assert!(f.high_watermark >= 20, "{}", f.high_watermark);
+        // Without the client certificate: a TLS error, not a hang.
+        let mut anonymous = config.clone();
+        anonymous.tls.certificate_file = None;
+        anonymous.tls.key_file = None;
+        let c = Client::connect_lazy(node.listen, anonymous);
+        let e = c.list_topics().await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                weir_client::ClientError::Tls(_)
+                    | weir_client::ClientError::Io(_)
+                    | weir_client::ClientError::Disconnected
+            ),
+            "{e}"
+        );
+        // Trusting another CA: the broker's certificate is refused.
+        let other = Pki::new(&dir.path().join("other"), "other");
+        let mut distrust = config.clone();
+        distrust.tls.ca_file = Some(other.ca("other"));
+        let e = Client::connect_with(node.listen, distrust)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, weir_client::ClientError::Tls(_)), "{e}");
+        assert!(e.to_string().contains("certificate"), "{e}");
+    });
+}
+
+#[test]
+fn the_cli_talks_tls_with_a_command_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    let (ccert, ckey) = pki.sign("operator", "operator", false);
+    let node = start(dir.path(), &cert, &key, &pki.ca("ca"), "required");
+    let props = dir.path().join("client.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "# Kafka tools' --command-config format\nsecurity.protocol=SSL\n\
+             ssl.ca.location={}\nssl.certificate.location={}\nssl.key.location={}\n",
+            pki.ca("ca").display(),
+            ccert.display(),
+            ckey.display()
+        ),
+    )
+    .unwrap();
+    let weir = |args: &[&str], stdin: &[u8]| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .env("WEIR_BOOTSTRAP", node.listen.to_string())
+            .env("WEIR_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let config = props.to_str().unwrap();
+    let create = weir(
+        &[
+            "topic",
+            "create",
+            "ops",
+            "--partitions",
+            "2",
+            "--command-config",
+            config,
+        ],
+        b"",
+    );
+    assert!(create.status.success(), "{create:?}");
+    let lines: String = (0..30).map(|i| format!("line-{i}\n")).collect();
+    let produce = weir(
+        &["produce", "ops", "--command-config", config],
+        lines.as_bytes(),
+    );
+    assert!(produce.status.success(), "{produce:?}");
+    let consume = weir(
+        &[
+            "consume",
+            "ops",
+            "--from",
+            "earliest",
+            "--max-records",
+            "30",
+            "--command-config",
+            config,
+        ],
+        b"",
+    );
+    assert!(consume.status.success(), "{consume:?}");
+    assert_eq!(String::from_utf8_lossy(&consume.stdout).lines().count(), 30);
+    // Without the file: the TLS port does not speak plaintext.
+    let plain = weir(&["topic", "list"], b"");
+    assert!(!plain.status.success(), "{plain:?}");
+}

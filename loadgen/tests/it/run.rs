@@ -28,6 +28,7 @@ fn workload(yaml_overrides: &[(&str, &str)]) -> Workload {
 
 fn options(mode: Mode, bootstrap: std::net::SocketAddr, id: &str) -> RunOptions {
     RunOptions {
+        client: weir_client::ClientConfig::default(),
         mode,
         driver: Driver::Weir,
         bootstrap,

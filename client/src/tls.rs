@@ -1,0 +1,216 @@
+//! TLS to a broker's `SSL://` listener (Kafka's `security.protocol=SSL`),
+//! with rustls (the `ring` provider) and tokio-rustls.
+//!
+//! Set through [`crate::ClientConfig::security_protocol`] and
+//! [`crate::ClientConfig::tls`], or the Kafka properties
+//! `security.protocol`, `ssl.ca.location`, `ssl.certificate.location`,
+//! `ssl.key.location` (PEM files) in `from_config`. The broker's
+//! certificate must chain to the CA file and name the address connected to
+//! (the IP address, unless [`TlsSettings::server_name`] names a host).
+
+use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use crate::error::ClientError;
+
+/// How the client talks to the broker (Kafka's `security.protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SecurityProtocol {
+    /// Plain TCP.
+    #[default]
+    Plaintext,
+    /// TLS.
+    Ssl,
+}
+
+impl std::str::FromStr for SecurityProtocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<SecurityProtocol, String> {
+        match s.to_ascii_uppercase().as_str() {
+            "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
+            "SSL" => Ok(SecurityProtocol::Ssl),
+            "SASL_PLAINTEXT" | "SASL_SSL" => Err(format!("`{s}`: SASL is not built yet")),
+            _ => Err(format!("`{s}`: PLAINTEXT or SSL")),
+        }
+    }
+}
+
+/// The files and name of a TLS connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TlsSettings {
+    /// PEM certificates the broker's must chain to (`ssl.ca.location`).
+    /// Required: the system's roots are not read.
+    pub ca_file: Option<PathBuf>,
+    /// PEM certificate chain of the client (`ssl.certificate.location`),
+    /// for listeners that ask for one.
+    pub certificate_file: Option<PathBuf>,
+    /// Its PEM private key (`ssl.key.location`).
+    pub key_file: Option<PathBuf>,
+    /// The name the broker's certificate must carry (default: the IP
+    /// address connected to).
+    pub server_name: Option<String>,
+}
+
+fn tls_error(what: String) -> ClientError {
+    ClientError::Tls(what)
+}
+
+/// The rustls configuration the settings describe.
+pub(crate) fn client_config(s: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, ClientError> {
+    let Some(ca) = &s.ca_file else {
+        return Err(tls_error(
+            "security.protocol=SSL needs ssl.ca.location (a PEM file): the system's roots are not \
+             read"
+                .into(),
+        ));
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    let cas = CertificateDer::pem_file_iter(ca)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| tls_error(format!("reading {}: {e}", ca.display())))?;
+    for c in cas {
+        roots
+            .add(c)
+            .map_err(|e| tls_error(format!("{}: {e}", ca.display())))?;
+    }
+    if roots.is_empty() {
+        return Err(tls_error(format!(
+            "{} holds no PEM certificate",
+            ca.display()
+        )));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error(e.to_string()))?
+        .with_root_certificates(roots);
+    let config = match (&s.certificate_file, &s.key_file) {
+        (None, None) => builder.with_no_client_auth(),
+        (Some(c), Some(k)) => {
+            let chain = CertificateDer::pem_file_iter(c)
+                .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| tls_error(format!("reading {}: {e}", c.display())))?;
+            let key = PrivateKeyDer::from_pem_file(k)
+                .map_err(|e| tls_error(format!("reading {}: {e}", k.display())))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| tls_error(format!("{} and {}: {e}", c.display(), k.display())))?
+        }
+        _ => {
+            return Err(tls_error(
+                "ssl.certificate.location and ssl.key.location go together".into(),
+            ))
+        }
+    };
+    Ok(Arc::new(config))
+}
+
+/// Connects TLS over `tcp` to the broker at `ip`.
+pub(crate) async fn connect(
+    config: Arc<rustls::ClientConfig>,
+    settings: &TlsSettings,
+    ip: std::net::IpAddr,
+    tcp: TcpStream,
+) -> Result<(ReadHalf, WriteHalf), ClientError> {
+    let name = match &settings.server_name {
+        Some(n) => ServerName::try_from(n.clone())
+            .map_err(|e| tls_error(format!("server name `{n}`: {e}")))?,
+        None => ServerName::IpAddress(ip.into()),
+    };
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| tls_error(format!("TLS handshake with {ip}: {e}")))?;
+    let (r, w) = tokio::io::split(tls);
+    Ok((ReadHalf::Tls(r), WriteHalf::Tls(w)))
+}
+
+/// The halves of a plain TCP connection.
+pub(crate) fn plain(tcp: TcpStream) -> (ReadHalf, WriteHalf) {
+    let (r, w) = tcp.into_split();
+    (ReadHalf::Plain(r), WriteHalf::Plain(w))
+}
+
+type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+
+/// A connection's read half, plain or TLS.
+pub(crate) enum ReadHalf {
+    Plain(OwnedReadHalf),
+    Tls(tokio::io::ReadHalf<Tls>),
+}
+
+/// A connection's write half, plain or TLS.
+pub(crate) enum WriteHalf {
+    Plain(OwnedWriteHalf),
+    Tls(tokio::io::WriteHalf<Tls>),
+}
+
+impl AsyncRead for ReadHalf {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ReadHalf::Plain(r) => Pin::new(r).poll_read(cx, buf),
+            ReadHalf::Tls(r) => Pin::new(r).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for WriteHalf {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            WriteHalf::Plain(w) => Pin::new(w).poll_write(cx, buf),
+            WriteHalf::Tls(w) => Pin::new(w).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            WriteHalf::Plain(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+            WriteHalf::Tls(w) => Pin::new(w).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            WriteHalf::Plain(w) => w.is_write_vectored(),
+            WriteHalf::Tls(w) => w.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            WriteHalf::Plain(w) => Pin::new(w).poll_flush(cx),
+            WriteHalf::Tls(w) => Pin::new(w).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            WriteHalf::Plain(w) => Pin::new(w).poll_shutdown(cx),
+            WriteHalf::Tls(w) => Pin::new(w).poll_shutdown(cx),
+        }
+    }
+}
