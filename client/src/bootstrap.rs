@@ -55,6 +55,9 @@ impl Bootstrap {
                     let client = Client::connect_lazy(addr, config.clone());
                     match client.conn.connect().await {
                         Ok(()) => return Ok(client),
+                        // A refused certificate or bad TLS settings do not
+                        // get better by trying again.
+                        Err(e @ ClientError::Tls(_)) => return Err(e),
                         Err(e) => last = Some(e),
                     }
                 }

@@ -161,6 +161,7 @@ pub(crate) fn apply_client(
         "ssl.ca.location" => c.tls.ca_file = Some(value.into()),
         "ssl.certificate.location" => c.tls.certificate_file = Some(value.into()),
         "ssl.key.location" => c.tls.key_file = Some(value.into()),
+        "weir.ssl.server.name" => c.tls.server_name = Some(value.into()),
         _ => return Ok(false),
     }
     Ok(true)

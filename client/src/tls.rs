@@ -132,7 +132,15 @@ pub(crate) async fn connect(
     let tls = tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await
-        .map_err(|e| tls_error(format!("TLS handshake with {ip}: {e}")))?;
+        .map_err(|e| {
+            // rustls' refusals (certificates, alerts) come as InvalidData;
+            // anything else is the connection failing (retriable).
+            if e.kind() == io::ErrorKind::InvalidData {
+                tls_error(format!("TLS handshake with {ip}: {e}"))
+            } else {
+                ClientError::Io(e)
+            }
+        })?;
     let (r, w) = tokio::io::split(tls);
     Ok((ReadHalf::Tls(r), WriteHalf::Tls(w)))
 }

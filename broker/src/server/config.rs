@@ -65,6 +65,10 @@ pub struct BrokerArgs {
     /// Metrics (Prometheus text at /metrics) address [default: 127.0.0.1:9644].
     #[arg(long, env = "WEIR_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// A file holding the token `GET /metrics` must carry
+    /// (`Authorization: Bearer TOKEN`) [default: none needed].
+    #[arg(long, env = "WEIR_METRICS_BEARER_TOKEN_FILE", value_name = "FILE")]
+    pub metrics_bearer_token_file: Option<PathBuf>,
     /// Kafka protocol address shared by all cores (SO_REUSEPORT);
     /// `SSL://host:port` for TLS; `off` for none [default: 127.0.0.1:9092].
     #[arg(long, env = "WEIR_KAFKA_LISTENER")]
@@ -228,6 +232,7 @@ struct FileConfig {
     core_port_base: Option<u16>,
     cores: Option<usize>,
     metrics_listen: Option<String>,
+    metrics_bearer_token_file: Option<PathBuf>,
     kafka_listener: Option<String>,
     ssl_certificate_file: Option<PathBuf>,
     ssl_key_file: Option<PathBuf>,
@@ -369,6 +374,10 @@ pub struct BrokerConfig {
     pub cores: usize,
     /// Metrics address.
     pub metrics_listen: SocketAddr,
+    /// The metrics endpoint's security protocol.
+    pub metrics_protocol: SecurityProtocol,
+    /// The token `GET /metrics` must carry, if any.
+    pub metrics_bearer_token: Option<String>,
     /// Kafka protocol address (`None`: no Kafka listener).
     pub kafka_listener: Option<SocketAddr>,
     /// The Kafka listener's security protocol (its per-core ports too).
@@ -439,6 +448,8 @@ impl BrokerConfig {
             core_port_base: 0,
             cores: cores.max(1),
             metrics_listen: loopback,
+            metrics_protocol: SecurityProtocol::Plaintext,
+            metrics_bearer_token: None,
             kafka_listener: Some(loopback),
             kafka_protocol: SecurityProtocol::Plaintext,
             ssl: None,
@@ -501,6 +512,31 @@ impl BrokerConfig {
                 }
                 None => (SecurityProtocol::Plaintext, None),
             };
+        let (metrics_protocol, metrics_listen) = split_listener(
+            "--metrics-listen",
+            &args
+                .metrics_listen
+                .clone()
+                .or(file.metrics_listen.clone())
+                .unwrap_or_else(|| METRICS_LISTEN_DEFAULT.to_string()),
+        )?;
+        let metrics_bearer_token = match args
+            .metrics_bearer_token_file
+            .clone()
+            .or(file.metrics_bearer_token_file.clone())
+        {
+            None => None,
+            Some(path) => {
+                let token = std::fs::read_to_string(&path).with_context(|| {
+                    format!("reading --metrics-bearer-token-file {}", path.display())
+                })?;
+                let token = token.trim().to_string();
+                if token.is_empty() {
+                    bail!("--metrics-bearer-token-file {} is empty", path.display());
+                }
+                Some(token)
+            }
+        };
         let client_auth: ClientAuth = args
             .ssl_client_auth
             .clone()
@@ -523,7 +559,8 @@ impl BrokerConfig {
             (None, None) => None,
             _ => bail!("--ssl-certificate-file and --ssl-key-file go together"),
         };
-        let wants_ssl = [listen_protocol, kafka_protocol].contains(&SecurityProtocol::Ssl);
+        let wants_ssl =
+            [listen_protocol, kafka_protocol, metrics_protocol].contains(&SecurityProtocol::Ssl);
         if wants_ssl && ssl.is_none() {
             bail!("an SSL:// listener needs --ssl-certificate-file and --ssl-key-file (PEM files)");
         }
@@ -573,9 +610,11 @@ impl BrokerConfig {
             cores,
             metrics_listen: addr(
                 "--metrics-listen",
-                args.metrics_listen.clone().or(file.metrics_listen),
+                Some(metrics_listen),
                 METRICS_LISTEN_DEFAULT,
             )?,
+            metrics_protocol,
+            metrics_bearer_token,
             kafka_listener: match kafka_listener {
                 Some(v) if v == "off" || v.is_empty() => None,
                 v => Some(addr("--kafka-listener", v, KAFKA_LISTENER_DEFAULT)?),

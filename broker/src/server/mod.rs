@@ -24,7 +24,8 @@ pub mod limits;
 pub mod tls;
 
 use config::BrokerConfig;
-use limits::{DRAIN_MS_MAX, MESH_CHANNEL_CAPACITY, STOP_POLL_MS, TLS_HANDSHAKE_TIMEOUT_MS};
+use limits::{DRAIN_MS_MAX, MESH_CHANNEL_CAPACITY, STOP_POLL_MS};
+use weir_storage::checkpoint::on_blocking_pool;
 
 use crate::listener::kafka::Kafka;
 use crate::listener::native::Native;
@@ -354,6 +355,11 @@ async fn core_main(
         crate::metadata::writer::start(&core);
     }
     crate::coordinator::start(&core).await?;
+    let tls_for = |p: tls::SecurityProtocol| {
+        (p == tls::SecurityProtocol::Ssl)
+            .then(|| shared.client_tls.clone())
+            .flatten()
+    };
     let listen = shared.config.listen;
     let shared_l = TcpListener::bind(listen)
         .map_err(std::io::Error::from)
@@ -372,7 +378,8 @@ async fn core_main(
             .with_context(|| format!("cannot listen for metrics on {addr}"))?;
         let port = l.local_addr().map_err(std::io::Error::from)?.port();
         shared.metrics_port.store(port, Ordering::Release);
-        glommio::spawn_local(crate::listener::http::serve_http(core.clone(), l)).detach();
+        let tls = tls_for(shared.config.metrics_protocol);
+        glommio::spawn_local(crate::listener::http::serve_http(core.clone(), l, tls)).detach();
     }
     glommio::spawn_local(retention_loop(core.clone())).detach();
     {
@@ -405,11 +412,6 @@ async fn core_main(
     if c == 0 && shared.client_tls.is_some() {
         glommio::spawn_local(tls_reload_loop(core.clone())).detach();
     }
-    let tls_for = |p: tls::SecurityProtocol| {
-        (p == tls::SecurityProtocol::Ssl)
-            .then(|| shared.client_tls.clone())
-            .flatten()
-    };
     let active = Rc::new(std::cell::Cell::new(0usize));
     for (l, owner_only) in [(shared_l, false), (own_l, true)] {
         let (core, active) = (core.clone(), active.clone());
@@ -540,7 +542,9 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
                     match acceptor {
                         None => serve(c, proto, stream, peer, active, ctx).await,
                         Some(tls) => {
-                            if let Some(stream) = handshake(&core, tls, stream, &peer).await {
+                            let failures = &core.metrics.tls_handshake_failures;
+                            if let Some(stream) = tls::handshake(tls, stream, &peer, failures).await
+                            {
                                 serve(c, proto, stream, peer, active, ctx).await
                             }
                         }
@@ -561,42 +565,9 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
 static RELOAD_TLS: std::sync::LazyLock<Arc<AtomicBool>> =
     std::sync::LazyLock::new(|| Arc::new(AtomicBool::new(false)));
 
-/// The TLS handshake of a connection on an SSL:// listener, within
-/// [`TLS_HANDSHAKE_TIMEOUT_MS`]; `None` (counted, logged with the client's
-/// address, the connection closed) if it fails or does not finish.
-async fn handshake(
-    core: &Core,
-    acceptor: futures_rustls::TlsAcceptor,
-    stream: glommio::net::TcpStream,
-    peer: &str,
-) -> Option<futures_rustls::server::TlsStream<glommio::net::TcpStream>> {
-    let limit = Duration::from_millis(TLS_HANDSHAKE_TIMEOUT_MS);
-    let done = futures_lite::future::or(async { Some(acceptor.accept(stream).await) }, async {
-        glommio::timer::sleep(limit).await;
-        None
-    })
-    .await;
-    let failed = |why: String| {
-        let m = &core.metrics.tls_handshake_failures;
-        m.set(m.get() + 1);
-        tracing::warn!(%peer, "closing connection: TLS handshake {why}");
-    };
-    match done {
-        Some(Ok(s)) => Some(s),
-        Some(Err(e)) => {
-            failed(format!("failed: {e}"));
-            None
-        }
-        None => {
-            failed(format!("not done within {TLS_HANDSHAKE_TIMEOUT_MS} ms"));
-            None
-        }
-    }
-}
-
 /// Core 0, with SSL:// listeners: reads the certificate files again on
-/// SIGHUP or when one changes; a failed reload keeps the configuration
-/// that works.
+/// SIGHUP or when one changes (looked at every `RELOAD_CHECK_MS`, on the
+/// blocking pool); a failed reload keeps the configuration that works.
 async fn tls_reload_loop(core: Rc<Core>) {
     let Some(t) = core.shared.client_tls.clone() else {
         return;
@@ -604,10 +575,13 @@ async fn tls_reload_loop(core: Rc<Core>) {
     while !core.shared.stopping() {
         glommio::timer::sleep(Duration::from_millis(tls::RELOAD_CHECK_MS)).await;
         let signalled = core.shared.reload_tls.swap(false, Ordering::AcqRel);
-        if !signalled && !t.changed() {
+        // File system calls on the blocking pool, never on the core's loop.
+        let check = t.clone();
+        if !signalled && !on_blocking_pool(move || check.changed()).await {
             continue;
         }
-        match t.reload() {
+        let load = t.clone();
+        match on_blocking_pool(move || load.reload()).await {
             Ok(()) => tracing::info!(signalled, "client listeners' TLS certificate reloaded"),
             Err(e) => tracing::error!(
                 error = format!("{e:#}"),
@@ -633,6 +607,11 @@ fn say_listeners(config: &BrokerConfig) {
     tracing::info!(
         native = format!("{}://{}", config.listen_protocol.name(), config.listen),
         kafka,
+        metrics = format!(
+            "{}://{}",
+            config.metrics_protocol.name(),
+            config.metrics_listen
+        ),
         "client listeners (no client authentication yet: SASL and ACLs are not built)"
     );
     if plain_public {

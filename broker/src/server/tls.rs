@@ -16,13 +16,16 @@
 //! not load (a half-written certificate, a key that does not match) are
 //! reported and the previous configuration stays.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::limits::TLS_HANDSHAKE_TIMEOUT_MS;
 
 /// How often core 0 looks at the certificate files' modification times.
 pub const RELOAD_CHECK_MS: u64 = 1000;
@@ -208,6 +211,35 @@ impl ServerTls {
         }
         Ok(())
     }
+}
+
+/// The TLS handshake of a connection on an SSL:// listener, within
+/// [`TLS_HANDSHAKE_TIMEOUT_MS`]; `None` (counted in `failures`, logged with
+/// the client's address, the connection closed) if it fails or does not
+/// finish.
+pub async fn handshake<S>(
+    acceptor: futures_rustls::TlsAcceptor,
+    stream: S,
+    peer: &str,
+    failures: &Cell<u64>,
+) -> Option<futures_rustls::server::TlsStream<S>>
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
+    let limit = Duration::from_millis(TLS_HANDSHAKE_TIMEOUT_MS);
+    let done = futures_lite::future::or(async { Some(acceptor.accept(stream).await) }, async {
+        glommio::timer::sleep(limit).await;
+        None
+    })
+    .await;
+    let why = match done {
+        Some(Ok(s)) => return Some(s),
+        Some(Err(e)) => format!("failed: {e}"),
+        None => format!("not done within {TLS_HANDSHAKE_TIMEOUT_MS} ms"),
+    };
+    failures.set(failures.get() + 1);
+    tracing::warn!(%peer, "closing connection: TLS handshake {why}");
+    None
 }
 
 fn stamps(s: &SslSettings) -> Vec<Option<SystemTime>> {

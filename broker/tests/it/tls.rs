@@ -84,9 +84,29 @@ impl Pki {
 /// A broker whose native and Kafka listeners are both `SSL://`, with
 /// `client_auth` and the CA at `ca`; its log goes to `log`.
 fn start(dir: &Path, cert: &Path, key: &Path, ca: &Path, client_auth: &str) -> Node {
+    start_with(
+        dir,
+        cert,
+        key,
+        ca,
+        client_auth,
+        "metrics_listen = \"127.0.0.1:0\"\n",
+    )
+}
+
+/// [`start`] with more lines of the config file (the metrics listener's
+/// among them).
+fn start_with(
+    dir: &Path,
+    cert: &Path,
+    key: &Path,
+    ca: &Path,
+    client_auth: &str,
+    extra: &str,
+) -> Node {
     let config = dir.join("weir.toml");
     let text = format!(
-        "listen = \"SSL://127.0.0.1:0\"\ncore_port_base = 0\nmetrics_listen = \"127.0.0.1:0\"\n\
+        "listen = \"SSL://127.0.0.1:0\"\ncore_port_base = 0\n{extra}\
          kafka_listener = \"SSL://127.0.0.1:0\"\nssl_certificate_file = {cert:?}\n\
          ssl_key_file = {key:?}\nssl_ca_file = {ca:?}\nssl_client_auth = \"{client_auth}\"\n\
          auto_create_topics = false\ngroup_initial_rebalance_delay_ms = 0\n",
@@ -474,4 +494,50 @@ fn the_cli_talks_tls_with_a_command_config_file() {
     // Without the file: the TLS port does not speak plaintext.
     let plain = weir(&["topic", "list"], b"");
     assert!(!plain.status.success(), "{plain:?}");
+}
+
+#[test]
+fn metrics_are_served_over_tls_to_a_holder_of_the_bearer_token() {
+    use std::io::Read;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret-scrape\n").unwrap();
+    let extra =
+        format!("metrics_listen = \"SSL://127.0.0.1:0\"\nmetrics_bearer_token_file = {token:?}\n");
+    let node = start_with(dir.path(), &cert, &key, &pki.ca("ca"), "none", &extra);
+    let get = |auth: Option<&str>| {
+        let mut c = native_tls(node.metrics, &pki.ca("ca"), None);
+        let head = match auth {
+            Some(a) => format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {a}\r\n\r\n"),
+            None => "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+        };
+        c.send_raw(head.as_bytes()).unwrap();
+        let mut out = String::new();
+        let _ = c.stream.read_to_string(&mut out);
+        out
+    };
+    let ok = get(Some("Bearer s3cret-scrape"));
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    assert!(ok.contains("weir_tls_handshake_failures_total"), "{ok}");
+    let missing = get(None);
+    assert!(missing.starts_with("HTTP/1.1 401"), "{missing}");
+    let wrong = get(Some("Bearer s3cret-scrapf"));
+    assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+    // Plain HTTP on the TLS port gets no metrics.
+    let mut plain = TcpStream::connect(node.metrics).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    plain
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("weir_"),
+        "metrics over plaintext"
+    );
 }
