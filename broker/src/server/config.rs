@@ -496,14 +496,14 @@ impl BrokerConfig {
             s.parse()
                 .with_context(|| format!("{what} `{s}` is not an address like 127.0.0.1:9292"))
         };
-        let (listen_protocol, listen) = split_listener(
-            "--listen",
-            &args
-                .listen
-                .clone()
-                .or(file.listen.clone())
-                .unwrap_or_else(|| LISTEN_DEFAULT.to_string()),
-        )?;
+        // A listener: the flag's value, the file's, or the default, split
+        // into its security protocol and address.
+        let listener = |flag: &str, arg: &Option<String>, file: &Option<String>, default: &str| {
+            let v = arg.clone().or(file.clone());
+            split_listener(flag, v.as_deref().unwrap_or(default))
+        };
+        let (listen_protocol, listen) =
+            listener("--listen", &args.listen, &file.listen, LISTEN_DEFAULT)?;
         let (kafka_protocol, kafka_listener) =
             match args.kafka_listener.clone().or(file.kafka_listener.clone()) {
                 Some(v) => {
@@ -512,13 +512,11 @@ impl BrokerConfig {
                 }
                 None => (SecurityProtocol::Plaintext, None),
             };
-        let (metrics_protocol, metrics_listen) = split_listener(
+        let (metrics_protocol, metrics_listen) = listener(
             "--metrics-listen",
-            &args
-                .metrics_listen
-                .clone()
-                .or(file.metrics_listen.clone())
-                .unwrap_or_else(|| METRICS_LISTEN_DEFAULT.to_string()),
+            &args.metrics_listen,
+            &file.metrics_listen,
+            METRICS_LISTEN_DEFAULT,
         )?;
         let metrics_bearer_token = match args
             .metrics_bearer_token_file
