@@ -22,7 +22,7 @@ use weir_client::{Acks, Client, Consumer, ConsumerConfig, OffsetSpec};
 use weir_proto::batch::Compression;
 use weir_proto::reader::RecordBatch;
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let p = std::env::var_os("WEIR_KAFKA_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

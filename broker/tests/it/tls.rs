@@ -541,3 +541,44 @@ fn metrics_are_served_over_tls_to_a_holder_of_the_bearer_token() {
         "metrics over plaintext"
     );
 }
+
+/// One Python Kafka client (`tls_clients.py`) over TLS with a client
+/// certificate: produces, then reads everything in a group.
+fn python_client_over_tls(client: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    let (ccert, ckey) = pki.sign("agent", "telemetry-agent", false);
+    let node = start(dir.path(), &cert, &key, &pki.ca("ca"), "required");
+    let mut native = native_tls(node.listen, &pki.ca("ca"), Some((&ccert, &ckey)));
+    let topic = format!("py-{client}");
+    assert_eq!(native.create_topic(&topic, 2, &[]).error, 0);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/tls_clients.py");
+    let out = common::client_program(crate::kafka_clients::python())
+        .arg(script)
+        .args([client, &node.kafka.to_string(), &topic])
+        .args([pki.ca("ca"), ccert, ckey])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("\"ok\": true"),
+        "{client}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn confluent_kafka_over_tls_with_a_client_certificate() {
+    python_client_over_tls("confluent");
+}
+
+#[test]
+fn kafka_python_over_tls_with_a_client_certificate() {
+    python_client_over_tls("kafka-python");
+}
+
+#[test]
+fn aiokafka_over_tls_with_a_client_certificate() {
+    python_client_over_tls("aiokafka");
+}
