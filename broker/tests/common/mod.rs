@@ -219,9 +219,14 @@ pub fn values(payload: &[u8]) -> Vec<(u64, String)> {
 
 /// Runs `weir ARGS` against `b` (through `WEIR_BOOTSTRAP`), feeding `stdin`.
 pub fn weir(b: &Broker, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    weir_at(b.listen, args, stdin)
+}
+
+/// [`weir`] against the native listener at `listen`.
+pub fn weir_at(listen: SocketAddr, args: &[&str], stdin: &[u8]) -> std::process::Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(args)
-        .env("WEIR_BOOTSTRAP", b.listen.to_string())
+        .env("WEIR_BOOTSTRAP", listen.to_string())
         .env("WEIR_LOG", "warn")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -335,4 +340,21 @@ pub fn metric(addr: SocketAddr, name: &str) -> f64 {
         .collect();
     assert!(!samples.is_empty(), "no metric {name} in /metrics");
     samples.iter().sum()
+}
+
+/// Debian's kcat against a Kafka listener, `stdin` fed to it; its output,
+/// whatever its exit status.
+pub fn kcat(kafka: SocketAddr, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    let mut child = client_program("kcat")
+        .args(["-b", &kafka.to_string()])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("kcat: {e}: run `bash .ci/kafka-clients` (installs Debian's kcat)")
+        });
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
 }

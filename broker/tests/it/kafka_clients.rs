@@ -13,9 +13,8 @@
 
 use crate::common;
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use common::{runtime, Broker};
 use weir_client::{Acks, Client, Consumer, ConsumerConfig, OffsetSpec};
@@ -206,18 +205,7 @@ fn librdkafka_admin_deletes_records_describes_both_group_kinds_and_alters_config
 }
 
 fn kcat(b: &Broker, args: &[&str], stdin: &[u8]) -> String {
-    let mut child = common::client_program("kcat")
-        .args(["-b", &b.kafka.to_string()])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("kcat: {e}: run `bash .ci/kafka-clients` (installs Debian's kcat)")
-        });
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::kcat(b.kafka, args, stdin);
     assert!(
         out.status.success(),
         "kcat {args:?}: {}",

@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -153,20 +153,9 @@ fn native_tls(addr: SocketAddr, ca: &Path, client: Option<(&Path, &Path)>) -> Cl
 
 /// kcat against the Kafka listener over TLS (`-X` settings added).
 fn kcat(node: &Node, settings: &[String], args: &[&str], stdin: &[u8]) -> Output {
-    let mut cmd = common::client_program("kcat");
-    cmd.args(["-b", &node.kafka.to_string()]);
-    for s in settings {
-        cmd.args(["-X", s]);
-    }
-    let mut child = cmd
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("kcat: {e}: run `bash .ci/kafka-clients` (installs kcat)"));
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
+    let mut all: Vec<&str> = settings.iter().flat_map(|s| ["-X", s.as_str()]).collect();
+    all.extend_from_slice(args);
+    common::kcat(node.kafka, &all, stdin)
 }
 
 fn ssl(ca: &Path) -> Vec<String> {
@@ -443,19 +432,7 @@ fn the_cli_talks_tls_with_a_command_config_file() {
         ),
     )
     .unwrap();
-    let weir = |args: &[&str], stdin: &[u8]| {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(args)
-            .env("WEIR_BOOTSTRAP", node.listen.to_string())
-            .env("WEIR_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        child.wait_with_output().unwrap()
-    };
+    let weir = |args: &[&str], stdin: &[u8]| common::weir_at(node.listen, args, stdin);
     let config = props.to_str().unwrap();
     let create = weir(
         &[
