@@ -254,10 +254,8 @@ impl Drop for Abandoned {
 impl Pipeline {
     /// A pipeline to `addr` that connects on first use.
     pub(crate) fn new(addr: SocketAddr, config: &ClientConfig) -> Pipeline {
-        let tls = (config.security_protocol == SecurityProtocol::Ssl).then(|| {
-            let built = crate::tls::client_config(&config.tls).map_err(|e| e.to_string());
-            (built, config.tls.clone())
-        });
+        let tls = (config.security_protocol == SecurityProtocol::Ssl)
+            .then(|| (config.tls_built.get(&config.tls), config.tls.clone()));
         Pipeline {
             addr,
             tls,

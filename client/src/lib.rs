@@ -198,6 +198,8 @@ pub struct ClientConfig {
     /// The CA, client certificate and server name of TLS connections
     /// (`ssl.*`; used with [`SecurityProtocol::Ssl`]).
     pub tls: TlsSettings,
+    /// The rustls configuration `tls` describes, once built.
+    tls_built: tls::Built,
 }
 
 impl ClientConfig {
@@ -231,6 +233,7 @@ impl Default for ClientConfig {
             bootstrap_timeout: Duration::from_secs(60),
             security_protocol: SecurityProtocol::Plaintext,
             tls: TlsSettings::default(),
+            tls_built: tls::Built::default(),
         }
     }
 }

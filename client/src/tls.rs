@@ -117,6 +117,37 @@ pub(crate) fn client_config(s: &TlsSettings) -> Result<Arc<rustls::ClientConfig>
     Ok(Arc::new(config))
 }
 
+/// The rustls configuration of a [`crate::ClientConfig`]'s settings, built
+/// on first use and shared by its clones (every client a producer or group
+/// consumer opens): the PEM files are read once, not per connection. Built
+/// again if the settings change; a new `ClientConfig` reads the files
+/// again (a rotated client certificate).
+#[derive(Clone, Default)]
+pub(crate) struct Built(Arc<std::sync::Mutex<Option<(TlsSettings, BuiltConfig)>>>);
+
+type BuiltConfig = Result<Arc<rustls::ClientConfig>, String>;
+
+impl Built {
+    /// The configuration for `settings`.
+    pub(crate) fn get(&self, settings: &TlsSettings) -> BuiltConfig {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match &*slot {
+            Some((s, built)) if s == settings => built.clone(),
+            _ => {
+                let built = client_config(settings).map_err(|e| e.to_string());
+                *slot = Some((settings.clone(), built.clone()));
+                built
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Built {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Built")
+    }
+}
+
 /// Connects TLS over `tcp` to the broker at `ip`.
 pub(crate) async fn connect(
     config: Arc<rustls::ClientConfig>,

@@ -3,7 +3,7 @@
 //! are answered.
 //!
 //! **Which core:** a group lives on the core that owns its partition of
-//! `__consumer_offsets` ([`records::partition_for`], then the metadata's
+//! `__consumer_offsets` (`coordinator::partition_of`, then the metadata's
 //! placement). Group requests arriving on any core and any listener are
 //! forwarded there over the mesh ([`CoreMsg::Group`]) and answered back
 //! the same way; everything about a group (members, epochs, committed
@@ -49,8 +49,7 @@ pub(crate) use crate::groups::store::persist;
 // structs); the Kafka listener maps its own onto them.
 use crate::error::BrokerError;
 use crate::groups::records::{
-    self as records, OffsetValue, RecordKey, GROUP_ID_BYTES_MAX, OFFSETS_TOPIC,
-    OFFSET_METADATA_BYTES_MAX,
+    OffsetValue, RecordKey, GROUP_ID_BYTES_MAX, OFFSETS_TOPIC, OFFSET_METADATA_BYTES_MAX,
 };
 use crate::groups::store;
 use crate::shard::mesh::CoreMsg;
@@ -83,17 +82,12 @@ pub(crate) fn offsets_partition(core: &Core, group: &str) -> Result<u32, Refusal
             format!("group id must be 1 to {GROUP_ID_BYTES_MAX} bytes"),
         ));
     }
-    let n = core
-        .metadata()
-        .get(OFFSETS_TOPIC)
-        .map(|t| t.partitions())
-        .ok_or_else(|| {
-            Refusal(
-                ErrorCode::StorageError.as_u16(),
-                format!("the internal topic {OFFSETS_TOPIC} does not exist"),
-            )
-        })?;
-    Ok(records::partition_for(group, n))
+    crate::coordinator::partition_of(core, OFFSETS_TOPIC, group).ok_or_else(|| {
+        Refusal(
+            ErrorCode::StorageError.as_u16(),
+            format!("the internal topic {OFFSETS_TOPIC} does not exist"),
+        )
+    })
 }
 
 /// The core of this node that coordinates `group`, or why there is none
