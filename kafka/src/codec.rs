@@ -83,8 +83,7 @@ pub const MIN_REQUEST_FRAME_BYTES: usize = 10;
 /// `(bytes left + slack)` elements.
 pub const VARINT_LENGTH_SLACK: usize = 1024;
 
-/// Kafka's UNSUPPORTED_VERSION error code.
-pub const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
+pub use crate::error::UNSUPPORTED_VERSION;
 /// Kafka's INVALID_REQUEST error code.
 pub const INVALID_REQUEST: i16 = ResponseError::InvalidRequest.code();
 

@@ -10,6 +10,9 @@
 use kafka_protocol::ResponseError;
 use weir_proto::error_code::ErrorCode;
 
+/// Kafka's UNSUPPORTED_VERSION error code.
+pub const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
+
 /// The Kafka error a coordinator answer with Weir's `code` becomes (`None`
 /// for [`ErrorCode::None`]).
 ///

@@ -29,7 +29,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ListOffsetsResponse};
 
-use crate::codec::UNSUPPORTED_VERSION;
+use crate::error::UNSUPPORTED_VERSION;
 
 /// How a version below the crate's floor is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -71,13 +71,15 @@ pub enum Error {
         "{} holds the controller's Raft log in format {found}; this build reads format {}: run \
          the build that wrote it, or start this node from an empty data directory",
         .dir.display(),
-        crate::raft::store::FORMAT
+        .reads
     )]
     RaftFormat {
         /// The Raft directory.
         dir: PathBuf,
         /// The format it was written in.
         found: u32,
+        /// The format this build reads.
+        reads: u32,
     },
     /// The Raft directory was written by an early build (format 1, which
     /// left no `format` file).
@@ -86,11 +88,13 @@ pub enum Error {
          build reads format {}: run the build that wrote it, or start this node from an empty \
          data directory",
         .dir.display(),
-        crate::raft::store::FORMAT
+        .reads
     )]
     RaftFormatUnmarked {
         /// The Raft directory.
         dir: PathBuf,
+        /// The format this build reads.
+        reads: u32,
     },
     /// The Raft log or snapshot cannot be opened.
     #[error("opening the Raft {what} in {}", .dir.display())]
@@ -208,12 +212,11 @@ pub enum Error {
         /// The header's version byte.
         version: u8,
     },
-    /// A frame's body is longer than [`crate::wire::BODY_MAX`].
-    #[error(
-        "frame of {len} bytes is over the {}-byte limit",
-        crate::wire::BODY_MAX
-    )]
+    /// A frame's body is longer than the limit (`wire::BODY_MAX`).
+    #[error("frame of {len} bytes is over the {max}-byte limit")]
     FrameTooLarge {
+        /// The limit.
+        max: usize,
         /// The body length in the header.
         len: usize,
     },

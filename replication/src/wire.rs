@@ -102,7 +102,7 @@ pub async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Vec<u8>> {
     }
     let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
     if len > BODY_MAX {
-        return Err(Error::FrameTooLarge { len });
+        return Err(Error::FrameTooLarge { max: BODY_MAX, len });
     }
     let mut body = vec![0u8; len];
     recv.read_exact(&mut body)

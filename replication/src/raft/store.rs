@@ -117,6 +117,7 @@ fn check_format(dir: &Path) -> crate::Result<()> {
                 return Err(Error::RaftFormat {
                     dir: dir.to_path_buf(),
                     found,
+                    reads: FORMAT,
                 });
             }
             Ok(())
@@ -128,6 +129,7 @@ fn check_format(dir: &Path) -> crate::Result<()> {
             if used {
                 return Err(Error::RaftFormatUnmarked {
                     dir: dir.to_path_buf(),
+                    reads: FORMAT,
                 });
             }
             weir_storage::checkpoint::write_atomic(dir, "format", FORMAT.to_string().as_bytes())
