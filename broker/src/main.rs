@@ -2,6 +2,7 @@
 
 mod cli;
 mod cluster_cli;
+mod user_cli;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
@@ -43,6 +44,8 @@ enum Command {
     Group(cli::GroupArgs),
     /// The cluster: certificates for its nodes, its status.
     Cluster(cluster_cli::ClusterArgs),
+    /// Users' SASL/SCRAM credentials: add, remove, list.
+    User(user_cli::UserArgs),
 }
 
 /// Logs go to stderr, filtered by `WEIR_LOG` (default `info`).
@@ -69,6 +72,7 @@ fn main() {
         Command::Consume(args) => cli::consume(args),
         Command::Group(args) => cli::group(args),
         Command::Cluster(args) => cluster_cli::cluster(args),
+        Command::User(args) => user_cli::user(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -106,6 +106,12 @@ pub struct Metrics {
     /// Connections closed because their TLS handshake failed or did not
     /// finish within `TLS_HANDSHAKE_TIMEOUT_MS`.
     pub tls_handshake_failures: Cell<u64>,
+    /// SASL logins that succeeded (re-authentications too).
+    pub sasl_authentications: Cell<u64>,
+    /// SASL logins that failed: wrong credentials, a malformed or
+    /// oversized token, no login within the deadline, a request before
+    /// logging in.
+    pub sasl_authentication_failures: Cell<u64>,
     /// Produce stages, per batch.
     pub(crate) stages: [CellHist<{ STAGE_BUCKETS_US.len() }>; PRODUCE_STAGES.len()],
     /// Bytes of batches this core's followers fetched from leaders.
@@ -217,6 +223,8 @@ pub struct Snapshot {
     pub(crate) connections_refused: u64,
     pub(crate) frame_timeouts: u64,
     pub(crate) tls_handshake_failures: u64,
+    pub(crate) sasl_authentications: u64,
+    pub(crate) sasl_authentication_failures: u64,
     pub(crate) open_connections: u64,
     pub(crate) pending_replies: u64,
     pub(crate) running_waits: u64,
@@ -319,7 +327,7 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    let simple: [Simple; 27] = [
+    let simple: [Simple; 29] = [
         (
             "weir_replication_bytes_in_total",
             "counter",
@@ -355,6 +363,18 @@ pub fn render(snaps: &[Snapshot]) -> String {
             "counter",
             "Connections closed: their TLS handshake failed or did not finish in time.",
             |s| s.tls_handshake_failures as f64,
+        ),
+        (
+            "weir_sasl_authentications_total",
+            "counter",
+            "SASL logins that succeeded (re-authentications too).",
+            |s| s.sasl_authentications as f64,
+        ),
+        (
+            "weir_sasl_authentication_failures_total",
+            "counter",
+            "SASL logins that failed: bad credentials or tokens, no login in time, requests before one.",
+            |s| s.sasl_authentication_failures as f64,
         ),
         (
             "weir_connections_open",

@@ -469,6 +469,79 @@ impl Client {
         .await
     }
 
+    /// Users (`None`: all) and the SCRAM mechanisms they have credentials
+    /// for; a user not found is a result with `ResourceNotFound`.
+    pub async fn describe_users(
+        &self,
+        users: Option<Vec<String>>,
+    ) -> Result<Vec<weir_proto::messages::UserResult>> {
+        let r = self
+            .request(&weir_proto::messages::DescribeUsersRequest { users })
+            .await?;
+        Ok(r.results)
+    }
+
+    /// Sets `user`'s SCRAM credential for `mechanism` from `password`,
+    /// salted here with a fresh salt (the password never leaves this
+    /// process; the broker stores the salted keys). One result.
+    pub async fn set_user_password(
+        &self,
+        user: &str,
+        mechanism: weir_proto::sasl::Mechanism,
+        password: &str,
+        iterations: u32,
+    ) -> Result<weir_proto::messages::UserResult> {
+        let salt = weir_proto::sasl::random_bytes(32);
+        let salted =
+            weir_proto::sasl::salted_password(mechanism, password.as_bytes(), &salt, iterations)
+                .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        let upsertion = weir_proto::messages::ScramUpsertion {
+            user: user.to_string(),
+            mechanism: mechanism.scram_type().ok_or_else(|| {
+                ClientError::InvalidArgument("PLAIN has no stored credential".into())
+            })?,
+            iterations: iterations as i32,
+            salt,
+            salted_password: salted,
+        };
+        self.alter_users(Vec::new(), vec![upsertion])
+            .await
+            .map(first_result)
+    }
+
+    /// Removes `user`'s credential for `mechanism`. One result.
+    pub async fn remove_user_credential(
+        &self,
+        user: &str,
+        mechanism: weir_proto::sasl::Mechanism,
+    ) -> Result<weir_proto::messages::UserResult> {
+        let deletion = weir_proto::messages::ScramDeletion {
+            user: user.to_string(),
+            mechanism: mechanism.scram_type().ok_or_else(|| {
+                ClientError::InvalidArgument("PLAIN has no stored credential".into())
+            })?,
+        };
+        self.alter_users(vec![deletion], Vec::new())
+            .await
+            .map(first_result)
+    }
+
+    /// Removes and sets SCRAM credentials (Kafka's
+    /// AlterUserScramCredentials); one result per user.
+    pub async fn alter_users(
+        &self,
+        deletions: Vec<weir_proto::messages::ScramDeletion>,
+        upsertions: Vec<weir_proto::messages::ScramUpsertion>,
+    ) -> Result<Vec<weir_proto::messages::UserResult>> {
+        let r = self
+            .request(&weir_proto::messages::AlterUsersRequest {
+                deletions,
+                upsertions,
+            })
+            .await?;
+        Ok(r.results)
+    }
+
     /// The APIs and version ranges the broker supports.
     pub async fn api_versions(&self) -> Result<Vec<ApiVersionRange>> {
         Ok(self.request(&ApiVersionsRequest {}).await?.apis)
@@ -985,6 +1058,21 @@ fn decode_answer<R: Request>(frame: &Bytes) -> Result<Answer<R::Response>> {
         body: frame::decode_body::<R::Response>(body)?,
         payload: frame.slice_ref(payload),
     })
+}
+
+/// The one result of a one-user change (an empty answer is a protocol error
+/// the caller sees as an unknown-code result).
+fn first_result(
+    mut results: Vec<weir_proto::messages::UserResult>,
+) -> weir_proto::messages::UserResult {
+    if results.is_empty() {
+        return weir_proto::messages::UserResult {
+            error: ErrorCode::Unknown.as_u16(),
+            message: Some("the broker answered no result".into()),
+            ..Default::default()
+        };
+    }
+    results.swap_remove(0)
 }
 
 #[cfg(test)]

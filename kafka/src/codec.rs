@@ -36,6 +36,11 @@ use bytes::buf::UninitSlice;
 use bytes::{Buf, BufMut, Bytes, BytesMut, TryGetError};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
+    AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
+    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+};
+use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
     CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
@@ -194,6 +199,17 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (ApiKey::ConsumerGroupHeartbeat as i16, 0, 1),
     // librdkafka v0, Java 4.x v1.
     (ApiKey::ConsumerGroupDescribe as i16, 0, 1),
+    // v1: SASL tokens then travel in SaslAuthenticate, what every client
+    // in use sends when the broker lists it. v0 (bare size-prefixed tokens
+    // after it) must be listed too: librdkafka enables SASL only when the
+    // broker lists SaslHandshake v0.
+    (ApiKey::SaslHandshake as i16, 0, 1),
+    // v1 answers the session lifetime (KIP-368 re-authentication), v2 is
+    // v1 with flexible fields.
+    (ApiKey::SaslAuthenticate as i16, 0, 2),
+    // Kafka 2.7+ (KIP-554): users' SCRAM credentials.
+    (ApiKey::DescribeUserScramCredentials as i16, 0, 0),
+    (ApiKey::AlterUserScramCredentials as i16, 0, 0),
 ];
 
 /// The advertised `(min, max)` versions of an API, if it is served.
@@ -389,6 +405,10 @@ kafka_apis! {
     DescribeCluster: DescribeClusterRequest => DescribeClusterResponse,
     ConsumerGroupHeartbeat: ConsumerGroupHeartbeatRequest => ConsumerGroupHeartbeatResponse,
     ConsumerGroupDescribe: ConsumerGroupDescribeRequest => ConsumerGroupDescribeResponse,
+    SaslHandshake: SaslHandshakeRequest => SaslHandshakeResponse,
+    SaslAuthenticate: SaslAuthenticateRequest => SaslAuthenticateResponse,
+    DescribeUserScramCredentials: DescribeUserScramCredentialsRequest => DescribeUserScramCredentialsResponse,
+    AlterUserScramCredentials: AlterUserScramCredentialsRequest => AlterUserScramCredentialsResponse,
 }
 
 /// What identifies a request for its answer: readable from the first 8
@@ -1682,7 +1702,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), SUPPORTED.len(), "an api listed twice");
-        assert_eq!(SUPPORTED.len(), 26);
+        assert_eq!(SUPPORTED.len(), 30);
         for &(key, min, max) in SUPPORTED {
             let range = api(key).valid_versions();
             assert!(
@@ -1982,7 +2002,8 @@ mod tests {
     fn unsupported_apis_and_versions_carry_the_header() {
         let cases: &[(i16, i16, bool)] = &[
             (24, 3, true),  // AddPartitionsToTxn: not served
-            (17, 1, true),  // SaslHandshake: not served
+            (57, 1, true),  // UpdateFeatures: not served
+            (17, 2, false), // SaslHandshake v2
             (999, 0, true), // unknown
             (0, 14, false), // Produce v14
             (8, 10, false), // OffsetCommit v10 (unstable in 4.1)

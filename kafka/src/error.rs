@@ -65,6 +65,10 @@ pub fn coordinator_error(code: ErrorCode) -> Option<ResponseError> {
         ErrorCode::NotCoordinator => K::NotCoordinator,
         ErrorCode::InvalidReplicationFactor => K::InvalidReplicationFactor,
         ErrorCode::InvalidReplicaAssignment => K::InvalidReplicaAssignment,
+        ErrorCode::ResourceNotFound => K::ResourceNotFound,
+        ErrorCode::DuplicateResource => K::DuplicateResource,
+        ErrorCode::UnacceptableCredential => K::UnacceptableCredential,
+        ErrorCode::UnsupportedSaslMechanism => K::UnsupportedSaslMechanism,
     })
 }
 

@@ -72,11 +72,15 @@ pub enum ApiKey {
     FindCoordinator = 22,
     /// Moves partitions' replicas to other nodes.
     ReassignPartitions = 23,
+    /// Lists users and the SCRAM mechanisms they have credentials for.
+    DescribeUsers = 24,
+    /// Sets and removes users' SCRAM credentials.
+    AlterUsers = 25,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 24] = [
+    pub const ALL: [ApiKey; 26] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -101,6 +105,8 @@ impl ApiKey {
         ApiKey::ChangeVoters,
         ApiKey::FindCoordinator,
         ApiKey::ReassignPartitions,
+        ApiKey::DescribeUsers,
+        ApiKey::AlterUsers,
     ];
 
     /// The key on the wire.
@@ -136,6 +142,8 @@ impl ApiKey {
             21 => ApiKey::ChangeVoters,
             22 => ApiKey::FindCoordinator,
             23 => ApiKey::ReassignPartitions,
+            24 => ApiKey::DescribeUsers,
+            25 => ApiKey::AlterUsers,
             _ => return None,
         })
     }
@@ -167,6 +175,8 @@ impl ApiKey {
             ApiKey::ChangeVoters => "ChangeVoters",
             ApiKey::FindCoordinator => "FindCoordinator",
             ApiKey::ReassignPartitions => "ReassignPartitions",
+            ApiKey::DescribeUsers => "DescribeUsers",
+            ApiKey::AlterUsers => "AlterUsers",
         }
     }
 

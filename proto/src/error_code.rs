@@ -113,11 +113,20 @@ pub enum ErrorCode {
     /// A partition reassignment names replicas the cluster cannot take
     /// (an unknown or down node, a node twice, none at all).
     InvalidReplicaAssignment = 44,
+    /// No such user, or no credential of that mechanism.
+    ResourceNotFound = 45,
+    /// The same user (and mechanism) is named twice in one request.
+    DuplicateResource = 46,
+    /// A credential the broker does not accept (iterations out of range, an
+    /// empty salt or user name).
+    UnacceptableCredential = 47,
+    /// A SASL mechanism the broker does not serve.
+    UnsupportedSaslMechanism = 48,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 39] = [
+    pub const ALL: [ErrorCode; 43] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -157,6 +166,10 @@ impl ErrorCode {
         ErrorCode::NotCoordinator,
         ErrorCode::InvalidReplicationFactor,
         ErrorCode::InvalidReplicaAssignment,
+        ErrorCode::ResourceNotFound,
+        ErrorCode::DuplicateResource,
+        ErrorCode::UnacceptableCredential,
+        ErrorCode::UnsupportedSaslMechanism,
     ];
 
     /// The number on the wire.
@@ -206,6 +219,10 @@ impl ErrorCode {
             42 => ErrorCode::NotCoordinator,
             43 => ErrorCode::InvalidReplicationFactor,
             44 => ErrorCode::InvalidReplicaAssignment,
+            45 => ErrorCode::ResourceNotFound,
+            46 => ErrorCode::DuplicateResource,
+            47 => ErrorCode::UnacceptableCredential,
+            48 => ErrorCode::UnsupportedSaslMechanism,
             _ => ErrorCode::Unknown,
         }
     }
@@ -251,6 +268,10 @@ impl ErrorCode {
             ErrorCode::NotCoordinator => "NotCoordinator",
             ErrorCode::InvalidReplicationFactor => "InvalidReplicationFactor",
             ErrorCode::InvalidReplicaAssignment => "InvalidReplicaAssignment",
+            ErrorCode::ResourceNotFound => "ResourceNotFound",
+            ErrorCode::DuplicateResource => "DuplicateResource",
+            ErrorCode::UnacceptableCredential => "UnacceptableCredential",
+            ErrorCode::UnsupportedSaslMechanism => "UnsupportedSaslMechanism",
             ErrorCode::RequestTimedOut => "RequestTimedOut",
             ErrorCode::StorageError => "StorageError",
             ErrorCode::NotEnoughReplicas => "NotEnoughReplicas",
@@ -296,6 +317,10 @@ impl ErrorCode {
             ErrorCode::NotCoordinator => "group coordinated by another node",
             ErrorCode::InvalidReplicationFactor => "invalid replication factor",
             ErrorCode::InvalidReplicaAssignment => "invalid replica assignment",
+            ErrorCode::ResourceNotFound => "resource not found",
+            ErrorCode::DuplicateResource => "duplicate resource",
+            ErrorCode::UnacceptableCredential => "unacceptable credential",
+            ErrorCode::UnsupportedSaslMechanism => "unsupported SASL mechanism",
             ErrorCode::RequestTimedOut => "request timed out",
             ErrorCode::StorageError => "storage error",
             ErrorCode::NotEnoughReplicas => "not enough replicas",
@@ -353,6 +378,6 @@ mod tests {
         }
         // Reserved and unknown numbers read as Unknown.
         assert_eq!(ErrorCode::from_u16(24), ErrorCode::Unknown);
-        assert_eq!(ErrorCode::from_u16(45), ErrorCode::Unknown);
+        assert_eq!(ErrorCode::from_u16(1000), ErrorCode::Unknown);
     }
 }

@@ -29,6 +29,9 @@
 //! * [`messages`] — the request and response bodies (rkyv archives,
 //!   validated on decode) and the typed [`messages::AnyRequest`].
 //!
+//! * [`sasl`] — SASL mechanisms (PLAIN, SCRAM-SHA-256/512), both sides,
+//!   for the broker's listeners and the SDK.
+//!
 //! All decoding is total: malformed input yields a [`batch::BatchError`] or a
 //! [`frame::FrameError`], never a panic nor an allocation sized by a field
 //! read from the input before it was checked against the bytes present.
@@ -43,5 +46,6 @@ pub mod frame;
 pub mod messages;
 pub mod reader;
 pub mod record;
+pub mod sasl;
 pub mod segments;
 pub mod varint;

@@ -844,6 +844,80 @@ pub struct ChangeVotersResponse {
     pub voters: Vec<u64>,
 }
 
+/// Lists users (`None`: every user) and their SCRAM mechanisms (Kafka's
+/// DescribeUserScramCredentials).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeUsersRequest {
+    /// Users to describe; `None` for all.
+    pub users: Option<Vec<String>>,
+}
+
+/// One SCRAM credential as described: never its keys.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct CredentialInfo {
+    /// Kafka's mechanism number (1: SCRAM-SHA-256, 2: SCRAM-SHA-512).
+    pub mechanism: i8,
+    /// PBKDF2 iterations.
+    pub iterations: i32,
+}
+
+/// One user's result.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct UserResult {
+    /// User.
+    pub user: String,
+    /// Error code (0 = none; `ResourceNotFound`, `DuplicateResource`,
+    /// `UnacceptableCredential`, `UnsupportedSaslMechanism`).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// Its credentials (DescribeUsers).
+    pub credentials: Vec<CredentialInfo>,
+}
+
+/// The answer to a [`DescribeUsersRequest`] or an [`AlterUsersRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct UsersResponse {
+    /// One per user.
+    pub results: Vec<UserResult>,
+}
+
+/// A SCRAM credential to set; the client salted the password (Kafka's
+/// AlterUserScramCredentials upsertion).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ScramUpsertion {
+    /// User.
+    pub user: String,
+    /// Kafka's mechanism number.
+    pub mechanism: i8,
+    /// PBKDF2 iterations (4096 to 16384).
+    pub iterations: i32,
+    /// Salt.
+    pub salt: Vec<u8>,
+    /// `Hi(password, salt, iterations)`.
+    pub salted_password: Vec<u8>,
+}
+
+/// A SCRAM credential to remove.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ScramDeletion {
+    /// User.
+    pub user: String,
+    /// Kafka's mechanism number.
+    pub mechanism: i8,
+}
+
+/// Sets and removes users' SCRAM credentials (Kafka's
+/// AlterUserScramCredentials): answered once the cluster metadata holds
+/// the change.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AlterUsersRequest {
+    /// Credentials to remove.
+    pub deletions: Vec<ScramDeletion>,
+    /// Credentials to set.
+    pub upsertions: Vec<ScramUpsertion>,
+}
+
 /// Lists the groups.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
 pub struct ListGroupsRequest {}
@@ -1043,6 +1117,9 @@ impl_message!(
     DeleteGroupRequest,
     ReassignPartitionsRequest,
     ReassignPartitionsResponse,
+    DescribeUsersRequest,
+    AlterUsersRequest,
+    UsersResponse,
 );
 
 /// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
@@ -1157,4 +1234,6 @@ requests! {
     ChangeVoters => ChangeVotersRequest, ChangeVotersResponse;
     FindCoordinator => FindCoordinatorRequest, FindCoordinatorResponse;
     ReassignPartitions => ReassignPartitionsRequest, ReassignPartitionsResponse;
+    DescribeUsers => DescribeUsersRequest, UsersResponse;
+    AlterUsers => AlterUsersRequest, UsersResponse;
 }

@@ -215,12 +215,12 @@ fn unsupported_api_and_version() {
     let (_, b, _) = decode_request(&body).unwrap();
 
     let unknown = RequestHeader {
-        api_key: 24,
+        api_key: 999,
         api_version: 0,
         correlation_id: 1,
     };
     let e = AnyRequest::decode(&unknown, b).unwrap_err();
-    assert_eq!(e, FrameError::UnsupportedApi { api_key: 24 });
+    assert_eq!(e, FrameError::UnsupportedApi { api_key: 999 });
     assert_eq!(e.error_code(), ErrorCode::UnsupportedApi);
     assert!(!e.is_fatal());
 
@@ -456,6 +456,10 @@ fn error_codes_are_pinned() {
         ("NotCoordinator", 42),
         ("InvalidReplicationFactor", 43),
         ("InvalidReplicaAssignment", 44),
+        ("ResourceNotFound", 45),
+        ("DuplicateResource", 46),
+        ("UnacceptableCredential", 47),
+        ("UnsupportedSaslMechanism", 48),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -475,7 +479,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in (24..=29).chain(45..=u16::MAX) {
+    for n in (24..=29).chain(49..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -531,6 +535,8 @@ fn api_keys_are_pinned() {
         ("ChangeVoters", 21),
         ("FindCoordinator", 22),
         ("ReassignPartitions", 23),
+        ("DescribeUsers", 24),
+        ("AlterUsers", 25),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -550,7 +556,7 @@ fn api_keys_are_pinned() {
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);
     }
-    for n in 24..=u16::MAX {
+    for n in 26..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

@@ -20,6 +20,7 @@ pub mod glommio_rt;
 pub mod isr;
 pub mod link;
 pub mod raft;
+pub mod security;
 pub mod tls;
 
 // rkyv's derive gives the archived twin of a tuple variant an undocumented

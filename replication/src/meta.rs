@@ -13,6 +13,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use rkyv::{Archive, Deserialize, Serialize};
 
+pub use crate::security::{
+    AclBinding, QuotaAlteration, QuotaEntityPart, QuotaEntry, ScramDeletion, ScramUpsertion,
+    SecurityState, StoredScram, UserCredentials,
+};
+
 /// One node's addresses, as it registers them.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 pub struct NodeInfo {
@@ -103,6 +108,8 @@ pub struct ClusterState {
     pub version: u64,
     /// The first producer id not yet handed to a node.
     pub next_producer_id: i64,
+    /// Users' credentials, ACLs and client quotas (format 4).
+    pub security: SecurityState,
 }
 
 /// A change to the metadata.
@@ -224,6 +231,30 @@ pub enum Command {
     /// as a registration. (Last, so earlier variants keep their tags in
     /// stored logs.)
     UpdateNode(NodeInfo),
+    /// Removes and sets users' SCRAM credentials (Kafka's
+    /// AlterUserScramCredentials; the proposer checked each one).
+    AlterScramCredentials {
+        /// Credentials to remove.
+        deletions: Vec<ScramDeletion>,
+        /// Credentials to set.
+        upsertions: Vec<ScramUpsertion>,
+    },
+    /// Adds ACLs (Kafka's CreateAcls).
+    CreateAcls {
+        /// Bindings.
+        acls: Vec<AclBinding>,
+    },
+    /// Removes ACLs (Kafka's DeleteAcls: the bindings the proposer found
+    /// its filters to match).
+    DeleteAcls {
+        /// Bindings.
+        acls: Vec<AclBinding>,
+    },
+    /// Sets and removes client quotas (Kafka's AlterClientQuotas).
+    AlterClientQuotas {
+        /// Changes, in order.
+        changes: Vec<QuotaAlteration>,
+    },
 }
 
 /// Why a command was refused.
@@ -541,6 +572,25 @@ impl ClusterState {
                     .expect("checked above")
                     .partitions
                     .extend(added);
+                Ok(())
+            }
+            Command::AlterScramCredentials {
+                deletions,
+                upsertions,
+            } => {
+                self.security.alter_scram(deletions, upsertions);
+                Ok(())
+            }
+            Command::CreateAcls { acls } => {
+                self.security.create_acls(acls);
+                Ok(())
+            }
+            Command::DeleteAcls { acls } => {
+                self.security.delete_acls(acls);
+                Ok(())
+            }
+            Command::AlterClientQuotas { changes } => {
+                self.security.alter_quotas(changes);
                 Ok(())
             }
         }

@@ -31,7 +31,10 @@ use weir_proto::api::ApiKey;
 use weir_proto::error_code::ErrorCode;
 use weir_proto::frame;
 
-use crate::server::limits::{FRAME_RESERVE_AHEAD_BYTES, PIPELINE_MAX, READ_CHUNK_BYTES};
+use crate::server::limits::{
+    CLOSE_LINGER_MS, FRAME_RESERVE_AHEAD_BYTES, PIPELINE_MAX, READ_CHUNK_BYTES,
+};
+use crate::service::auth::Session;
 use crate::service::Ctx;
 use crate::shard::Core;
 
@@ -117,6 +120,7 @@ pub trait Protocol: Copy + 'static {
         core: &Rc<Core>,
         request: Bytes,
         ctx: Ctx,
+        session: &Rc<Session>,
     ) -> impl std::future::Future<Output = Pending>;
 }
 
@@ -174,7 +178,8 @@ struct InFlight {
 }
 
 /// Serves one connection until it closes. `ctx` says which listener it came
-/// through.
+/// through, `session` who the client is (on a SASL_* listener, a client
+/// that has not logged in within the deadline is closed).
 ///
 /// Requests are read and started in order (a produce's batches are
 /// appended before the next request is read); their answers are awaited
@@ -184,12 +189,13 @@ pub async fn serve<P: Protocol, S>(
     core: Rc<Core>,
     proto: P,
     stream: S,
-    peer: String,
+    session: Rc<Session>,
     active: Rc<Cell<usize>>,
     ctx: Ctx,
 ) where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
 {
+    let peer = session.peer.clone();
     let (mut reader, writer) = futures_lite::io::split(stream);
     let (tx, rx) = local_channel::new_bounded::<InFlight>(PIPELINE_MAX);
     // Closed when the client's side ends: the writer then drops long polls.
@@ -248,10 +254,17 @@ pub async fn serve<P: Protocol, S>(
             {
                 break None;
             }
-            let read = match frame_start {
+            // The frame's deadline, and the login's while there is none.
+            let frame_deadline = frame_start.map(|t0| t0 + frame_timeout);
+            let login_deadline = session.login_deadline();
+            let deadline = match (frame_deadline, login_deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let read = match deadline {
                 None => Some(reader.read(&mut chunk).await),
-                Some(t0) => {
-                    let left = frame_timeout.saturating_sub(t0.elapsed());
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
                     futures_lite::future::or(async { Some(reader.read(&mut chunk).await) }, async {
                         glommio::timer::sleep(left).await;
                         None
@@ -260,6 +273,13 @@ pub async fn serve<P: Protocol, S>(
                 }
             };
             match read {
+                None if login_deadline.is_some_and(|l| Some(l) == deadline) => {
+                    session.failed(
+                        &core,
+                        "no SASL login within --sasl-login-timeout-ms of connecting",
+                    );
+                    break None;
+                }
                 None => {
                     core.metrics
                         .frame_timeouts
@@ -290,7 +310,10 @@ pub async fn serve<P: Protocol, S>(
         let api = proto.api_of(&request);
         let started = Instant::now();
         active.set(active.get() + 1);
-        let pending = proto.dispatch(&core, request, ctx).await;
+        let pending = proto.dispatch(&core, request, ctx, &session).await;
+        // An answer that closes the connection (a failed login, a request
+        // before one): nothing after it is read.
+        let last = matches!(&pending, Pending::Ready(a) if a.close);
         let item = InFlight {
             pending,
             api,
@@ -301,6 +324,9 @@ pub async fn serve<P: Protocol, S>(
             // The writer stopped (write failed, or an answer closed the
             // connection).
             active.set(active.get() - 1);
+            break 'requests;
+        }
+        if last {
             break 'requests;
         }
     }
@@ -354,6 +380,12 @@ async fn write_answers<P: Protocol, S: futures_lite::AsyncWrite + Unpin>(
         if let Err(e) = send(&mut writer, answer).await {
             tracing::debug!(%peer, error = %e, "connection write failed");
             failed = true;
+        }
+        if close && !failed {
+            // Let the client read the answer before the close reaches it
+            // (kafka-python drops what it has not read when a TLS close
+            // arrives with it).
+            glommio::timer::sleep(Duration::from_millis(CLOSE_LINGER_MS)).await;
         }
         if close {
             failed = true;

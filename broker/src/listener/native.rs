@@ -22,7 +22,7 @@ use crate::server::limits::REQUEST_PARTITIONS_MAX;
 use crate::service::fetch::{FetchParams, FetchPart};
 use crate::service::offsets::OffsetQuery;
 use crate::service::produce::ProducePart;
-use crate::service::{self, admin, topic_code, BrokerError, Ctx};
+use crate::service::{self, admin, topic_code, users, BrokerError, Ctx};
 use crate::shard::Core;
 
 /// The native protocol's codec.
@@ -50,7 +50,13 @@ impl Protocol for Native {
         answer.head.get(8..10).is_some_and(|e| e != [0, 0])
     }
 
-    async fn dispatch(&self, core: &Rc<Core>, request: Bytes, ctx: Ctx) -> Pending {
+    async fn dispatch(
+        &self,
+        core: &Rc<Core>,
+        request: Bytes,
+        ctx: Ctx,
+        _session: &Rc<crate::service::auth::Session>,
+    ) -> Pending {
         dispatch(core, request, ctx).await
     }
 }
@@ -231,6 +237,38 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
         ApiKey::ChangeVoters => {
             let req = body!(ChangeVotersRequest);
             ok(corr, &admin::change_voters(core, req).await)
+        }
+        ApiKey::DescribeUsers => {
+            let req = body!(DescribeUsersRequest);
+            ok(
+                corr,
+                &users_response(users::describe_scram(core, req.users)),
+            )
+        }
+        ApiKey::AlterUsers => {
+            let req = body!(AlterUsersRequest);
+            let deletions = req
+                .deletions
+                .into_iter()
+                .map(|d| (d.user, d.mechanism))
+                .collect();
+            let upsertions = req
+                .upsertions
+                .into_iter()
+                .map(|u| users::Upsertion {
+                    user: u.user,
+                    mechanism: u.mechanism,
+                    iterations: u.iterations,
+                    salt: u.salt,
+                    salted_password: u.salted_password,
+                })
+                .collect();
+            let results = users::alter_scram(core, deletions, upsertions).await;
+            let results = results
+                .into_iter()
+                .map(|(u, r)| (u, r.map(|()| Vec::new())))
+                .collect();
+            ok(corr, &users_response(results))
         }
         ApiKey::CreateTopics => {
             let req = body!(CreateTopicsRequest);
@@ -733,4 +771,36 @@ async fn describe(core: &Rc<Core>, req: DescribeConfigsRequest) -> DescribeConfi
         })
         .collect();
     DescribeConfigsResponse { topics }
+}
+
+/// Users' results on the native protocol.
+fn users_response(
+    results: Vec<(String, Result<users::Described, users::UserError>)>,
+) -> weir_proto::messages::UsersResponse {
+    use weir_proto::messages::{CredentialInfo, UserResult};
+    weir_proto::messages::UsersResponse {
+        results: results
+            .into_iter()
+            .map(|(user, r)| match r {
+                Ok(creds) => UserResult {
+                    user,
+                    error: 0,
+                    message: None,
+                    credentials: creds
+                        .into_iter()
+                        .map(|(mechanism, iterations)| CredentialInfo {
+                            mechanism,
+                            iterations,
+                        })
+                        .collect(),
+                },
+                Err(e) => UserResult {
+                    user,
+                    error: e.code().as_u16(),
+                    message: Some(e.to_string()),
+                    credentials: Vec::new(),
+                },
+            })
+            .collect(),
+    }
 }

@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 
 use super::tls::{split_listener, ClientAuth, SecurityProtocol, SslSettings};
 use serde::Deserialize;
+use weir_proto::sasl::Mechanism;
 
 use super::limits::{
     CONNECTIONS_PER_CORE_MAX_DEFAULT, FRAME_BYTES_MAX_DEFAULT, FRAME_READ_TIMEOUT_MS_DEFAULT,
@@ -41,6 +42,49 @@ pub const OFFSETS_SEGMENT_BYTES_DEFAULT: u64 = 100 << 20;
 pub const GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT: u64 = 3000;
 /// Most partitions of `__consumer_offsets`.
 pub const OFFSETS_PARTITIONS_MAX: u32 = 1000;
+
+/// SASL of the SASL_PLAINTEXT:// and SASL_SSL:// listeners.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslSettings {
+    /// Mechanisms offered, in the order SaslHandshake lists them.
+    pub mechanisms: Vec<Mechanism>,
+    /// `connections.max.reauth.ms` (0: a login holds for the connection's life).
+    pub reauth_ms: u64,
+    /// A connection must log in within this long of connecting.
+    pub login_timeout_ms: u64,
+}
+
+/// Default of `--sasl-login-timeout-ms`.
+pub const SASL_LOGIN_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+
+impl Default for SaslSettings {
+    fn default() -> Self {
+        SaslSettings {
+            mechanisms: Mechanism::ALL.to_vec(),
+            reauth_ms: 0,
+            login_timeout_ms: SASL_LOGIN_TIMEOUT_MS_DEFAULT,
+        }
+    }
+}
+
+/// `--sasl-enabled-mechanisms`: names, comma-separated, at least one.
+fn parse_mechanisms(v: &str) -> anyhow::Result<Vec<Mechanism>> {
+    let mut out = Vec::new();
+    for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let m = Mechanism::from_name(&name.to_ascii_uppercase()).with_context(|| {
+            format!(
+                "--sasl-enabled-mechanisms: `{name}` is not served (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN)"
+            )
+        })?;
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    if out.is_empty() {
+        bail!("--sasl-enabled-mechanisms names no mechanism");
+    }
+    Ok(out)
+}
 
 /// Options of `weir broker`, from flags or `WEIR_*` variables.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -86,6 +130,21 @@ pub struct BrokerArgs {
     /// `ssl.client.auth`): none, requested or required [default: none].
     #[arg(long, env = "WEIR_SSL_CLIENT_AUTH")]
     pub ssl_client_auth: Option<String>,
+    /// SASL mechanisms the SASL_PLAINTEXT:// and SASL_SSL:// listeners
+    /// offer, comma-separated (Kafka's `sasl.enabled.mechanisms`)
+    /// [default: SCRAM-SHA-512,SCRAM-SHA-256,PLAIN].
+    #[arg(long, env = "WEIR_SASL_ENABLED_MECHANISMS")]
+    pub sasl_enabled_mechanisms: Option<String>,
+    /// A SASL login holds this long; a client must authenticate again on
+    /// the same connection before then (KIP-368), or it is closed at its
+    /// next request; 0: forever (Kafka's `connections.max.reauth.ms`)
+    /// [default: 0].
+    #[arg(long, env = "WEIR_CONNECTIONS_MAX_REAUTH_MS")]
+    pub connections_max_reauth_ms: Option<u64>,
+    /// A connection to a SASL_* listener that has not logged in this long
+    /// after connecting (TLS handshake included) is closed [default: 10000].
+    #[arg(long, env = "WEIR_SASL_LOGIN_TIMEOUT_MS")]
+    pub sasl_login_timeout_ms: Option<u64>,
     /// The `host:port` Kafka clients are told to connect to (Metadata,
     /// FindCoordinator) [default: the Kafka listener's address].
     #[arg(long, env = "WEIR_KAFKA_ADVERTISED_LISTENER")]
@@ -238,6 +297,9 @@ struct FileConfig {
     ssl_key_file: Option<PathBuf>,
     ssl_ca_file: Option<PathBuf>,
     ssl_client_auth: Option<String>,
+    sasl_enabled_mechanisms: Option<String>,
+    connections_max_reauth_ms: Option<u64>,
+    sasl_login_timeout_ms: Option<u64>,
     kafka_advertised_listener: Option<String>,
     kafka_core_port_base: Option<String>,
     max_frame_bytes: Option<u32>,
@@ -384,6 +446,8 @@ pub struct BrokerConfig {
     pub kafka_protocol: SecurityProtocol,
     /// TLS of the SSL:// listeners (`None`: no certificate configured).
     pub ssl: Option<SslSettings>,
+    /// SASL of the SASL_* listeners.
+    pub sasl: SaslSettings,
     /// What Kafka clients are told to connect to (`None`: the listener's
     /// bound address).
     pub kafka_advertised_listener: Option<(String, u16)>,
@@ -453,6 +517,7 @@ impl BrokerConfig {
             kafka_listener: Some(loopback),
             kafka_protocol: SecurityProtocol::Plaintext,
             ssl: None,
+            sasl: SaslSettings::default(),
             kafka_advertised_listener: None,
             kafka_core_port_base: Some(0),
             max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
@@ -557,11 +622,46 @@ impl BrokerConfig {
             (None, None) => None,
             _ => bail!("--ssl-certificate-file and --ssl-key-file go together"),
         };
-        let wants_ssl =
-            [listen_protocol, kafka_protocol, metrics_protocol].contains(&SecurityProtocol::Ssl);
+        let wants_ssl = [listen_protocol, kafka_protocol, metrics_protocol]
+            .iter()
+            .any(|p| p.tls());
         if wants_ssl && ssl.is_none() {
-            bail!("an SSL:// listener needs --ssl-certificate-file and --ssl-key-file (PEM files)");
+            bail!(
+                "an SSL:// or SASL_SSL:// listener needs --ssl-certificate-file and --ssl-key-file (PEM files)"
+            );
         }
+        if metrics_protocol.sasl() {
+            bail!(
+                "--metrics-listen takes PLAINTEXT:// or SSL:// (with --metrics-bearer-token-file), not {}",
+                metrics_protocol.name()
+            );
+        }
+        if listen_protocol.sasl() {
+            bail!(
+                "--listen {}:// — SASL on the native listener is not built yet: use SSL:// (with \
+                 client certificates) there, or SASL on the Kafka listener",
+                listen_protocol.name()
+            );
+        }
+        let sasl = SaslSettings {
+            mechanisms: match args
+                .sasl_enabled_mechanisms
+                .clone()
+                .or(file.sasl_enabled_mechanisms.clone())
+            {
+                None => SaslSettings::default().mechanisms,
+                Some(v) => parse_mechanisms(&v)?,
+            },
+            reauth_ms: args
+                .connections_max_reauth_ms
+                .or(file.connections_max_reauth_ms)
+                .unwrap_or(0),
+            login_timeout_ms: args
+                .sasl_login_timeout_ms
+                .or(file.sasl_login_timeout_ms)
+                .unwrap_or(SASL_LOGIN_TIMEOUT_MS_DEFAULT)
+                .max(1),
+        };
         let max_frame_bytes = args
             .max_frame_bytes
             .or(file.max_frame_bytes)
@@ -619,6 +719,7 @@ impl BrokerConfig {
             },
             kafka_protocol,
             ssl: ssl.clone(),
+            sasl,
             kafka_advertised_listener: args
                 .kafka_advertised_listener
                 .clone()

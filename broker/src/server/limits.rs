@@ -35,6 +35,18 @@ pub const FRAME_READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// this long, or it is closed (a client that connects and sends nothing,
 /// or garbage, holds a connection slot no longer).
 pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// A connection closed after an answer (a failed login, a bad frame) is
+/// closed this long after the answer is sent: the client reads the answer
+/// before the close (Kafka's `connection.failed.authentication.delay.ms`,
+/// 100 ms too).
+pub const CLOSE_LINGER_MS: u64 = 100;
+/// Failed SASL logins from one address answered at once; later ones wait
+/// 100 ms, then twice as long each time.
+pub const SASL_FAILURES_BEFORE_DELAY: u32 = 3;
+/// The longest a failed login's answer waits.
+pub const SASL_FAILURE_DELAY_MS_MAX: u64 = 5_000;
+/// Addresses whose failed logins a core remembers.
+pub const SASL_FAILURE_SOURCES_MAX: usize = 10_000;
 /// Open connections per core, both ports together; a connection beyond it
 /// is closed at once (`--max-connections-per-core`).
 pub const CONNECTIONS_PER_CORE_MAX_DEFAULT: usize = 10_000;

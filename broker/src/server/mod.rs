@@ -355,11 +355,7 @@ async fn core_main(
         crate::metadata::writer::start(&core);
     }
     crate::coordinator::start(&core).await?;
-    let tls_for = |p: tls::SecurityProtocol| {
-        (p == tls::SecurityProtocol::Ssl)
-            .then(|| shared.client_tls.clone())
-            .flatten()
-    };
+    let tls_for = |p: tls::SecurityProtocol| p.tls().then(|| shared.client_tls.clone()).flatten();
     let listen = shared.config.listen;
     let shared_l = TcpListener::bind(listen)
         .map_err(std::io::Error::from)
@@ -416,8 +412,9 @@ async fn core_main(
     for (l, owner_only) in [(shared_l, false), (own_l, true)] {
         let (core, active) = (core.clone(), active.clone());
         let ctx = Ctx { owner_only };
-        let tls = tls_for(shared.config.listen_protocol);
-        glommio::spawn_local(accept_loop(core, l, active, ctx, Native, tls)).detach();
+        let security = shared.config.listen_protocol;
+        let tls = tls_for(security);
+        glommio::spawn_local(accept_loop(core, l, active, ctx, Native, security, tls)).detach();
     }
     if let Some(addr) = shared.kafka_listen {
         let l = TcpListener::bind(addr)
@@ -428,13 +425,22 @@ async fn core_main(
         // shared port, and on a core's own port for a client whose
         // metadata is stale.
         let ctx = Ctx { owner_only: false };
-        let tls = tls_for(shared.config.kafka_protocol);
-        let accept = accept_loop(core.clone(), l, active.clone(), ctx, Kafka, tls.clone());
+        let security = shared.config.kafka_protocol;
+        let tls = tls_for(security);
+        let accept = accept_loop(
+            core.clone(),
+            l,
+            active.clone(),
+            ctx,
+            Kafka,
+            security,
+            tls.clone(),
+        );
         glommio::spawn_local(accept).detach();
         if let Some(base) = shared.config.kafka_core_port_base {
             let (l, port) = bind_core_port(addr.ip(), base, c, "--kafka-core-port-base")?;
             shared.kafka_core_ports[c].store(port, Ordering::Release);
-            glommio::spawn_local(accept_loop(core, l, active, ctx, Kafka, tls)).detach();
+            glommio::spawn_local(accept_loop(core, l, active, ctx, Kafka, security, tls)).detach();
         }
     }
     let _ = ready.send(Ok(c));
@@ -506,6 +512,7 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
     active: Rc<std::cell::Cell<usize>>,
     ctx: Ctx,
     proto: P,
+    security: tls::SecurityProtocol,
     tls: Option<Arc<tls::ServerTls>>,
 ) {
     loop {
@@ -539,13 +546,15 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
                     let _ = stream.set_nodelay(true);
                     use crate::listener::connection::serve;
                     let c = core.clone();
+                    let login = Duration::from_millis(core.shared.config.sasl.login_timeout_ms);
+                    let session = crate::service::auth::Session::new(peer.clone(), security, login);
                     match acceptor {
-                        None => serve(c, proto, stream, peer, active, ctx).await,
+                        None => serve(c, proto, stream, session, active, ctx).await,
                         Some(tls) => {
                             let failures = &core.metrics.tls_handshake_failures;
                             if let Some(stream) = tls::handshake(tls, stream, &peer, failures).await
                             {
-                                serve(c, proto, stream, peer, active, ctx).await
+                                serve(c, proto, stream, session, active, ctx).await
                             }
                         }
                     }
@@ -612,7 +621,14 @@ fn say_listeners(config: &BrokerConfig) {
             config.metrics_protocol.name(),
             config.metrics_listen
         ),
-        "client listeners (no client authentication yet: SASL and ACLs are not built)"
+        sasl_mechanisms = config
+            .sasl
+            .mechanisms
+            .iter()
+            .map(|m| m.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        "client listeners (no authorization yet: ACLs are not built, a logged-in client may do anything)"
     );
     if plain_public {
         tracing::warn!(

@@ -38,6 +38,10 @@ pub enum SecurityProtocol {
     Plaintext,
     /// TLS (with client certificates if `--ssl-client-auth` asks).
     Ssl,
+    /// SASL authentication, no encryption.
+    SaslPlaintext,
+    /// SASL authentication over TLS.
+    SaslSsl,
 }
 
 impl SecurityProtocol {
@@ -46,7 +50,22 @@ impl SecurityProtocol {
         match self {
             SecurityProtocol::Plaintext => "PLAINTEXT",
             SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
         }
+    }
+
+    /// Whether connections are TLS.
+    pub fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether clients must log in with SASL before anything is served.
+    pub fn sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
     }
 }
 
@@ -60,11 +79,13 @@ pub fn split_listener(flag: &str, value: &str) -> anyhow::Result<(SecurityProtoc
     let protocol = match scheme.to_ascii_uppercase().as_str() {
         "PLAINTEXT" => SecurityProtocol::Plaintext,
         "SSL" => SecurityProtocol::Ssl,
-        "SASL_PLAINTEXT" | "SASL_SSL" => {
-            bail!("{flag} `{value}`: SASL listeners are not built yet (use PLAINTEXT:// or SSL://)")
-        }
+        "SASL_PLAINTEXT" => SecurityProtocol::SaslPlaintext,
+        "SASL_SSL" => SecurityProtocol::SaslSsl,
         _ => {
-            bail!("{flag} `{value}`: unknown security protocol `{scheme}` (PLAINTEXT:// or SSL://)")
+            bail!(
+                "{flag} `{value}`: unknown security protocol `{scheme}` \
+                 (PLAINTEXT://, SSL://, SASL_PLAINTEXT:// or SASL_SSL://)"
+            )
         }
     };
     Ok((protocol, addr.to_string()))
@@ -261,8 +282,8 @@ mod tests {
         assert_eq!(plain.0, SecurityProtocol::Plaintext);
         let named = split_listener("--listen", "plaintext://127.0.0.1:1").unwrap();
         assert_eq!(named.0, SecurityProtocol::Plaintext);
-        let sasl = split_listener("--kafka-listener", "SASL_SSL://h:1").unwrap_err();
-        assert!(sasl.to_string().contains("not built yet"), "{sasl}");
+        let sasl = split_listener("--kafka-listener", "sasl_ssl://h:1").unwrap();
+        assert_eq!(sasl, (SecurityProtocol::SaslSsl, "h:1".to_string()));
         let bad = split_listener("--kafka-listener", "TLS://h:1").unwrap_err();
         assert!(
             bad.to_string().contains("unknown security protocol `TLS`"),

@@ -16,10 +16,12 @@
 //! [`BrokerError::CoreUnavailable`].
 
 pub mod admin;
+pub mod auth;
 pub mod fetch;
 pub mod offsets;
 pub mod produce;
 pub mod remote;
+pub mod users;
 
 pub use crate::error::{topic_code, BrokerError, Result, StorageFailure};
 pub use crate::shard::partition::{FetchOk, OffsetsOk, ProduceOk};

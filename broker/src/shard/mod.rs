@@ -9,6 +9,7 @@
 //! writer (`crate::metadata::writer`) and the producer-id allocator.
 
 pub mod answers;
+pub mod logins;
 pub mod mesh;
 pub mod partition;
 pub mod producer_ids;
@@ -106,6 +107,8 @@ pub struct Core {
     pub(crate) metadata_writer: RefCell<Option<crate::metadata::Writer>>,
     /// The replicas this core holds: roles, followers, fetchers.
     pub replication: crate::replica::state::Replication,
+    /// Failed SASL logins per source address.
+    pub logins: logins::Logins,
 }
 
 impl Core {
@@ -139,6 +142,7 @@ impl Core {
             groups: Default::default(),
             metadata_writer: RefCell::new(None),
             replication: Default::default(),
+            logins: Default::default(),
         });
         core.apply_metadata(view, Vec::new()).await?;
         Ok(core)

@@ -25,6 +25,8 @@ pub fn snapshot(core: &Core) -> Snapshot {
         connections_refused: m.connections_refused.get(),
         frame_timeouts: m.frame_timeouts.get(),
         tls_handshake_failures: m.tls_handshake_failures.get(),
+        sasl_authentications: m.sasl_authentications.get(),
+        sasl_authentication_failures: m.sasl_authentication_failures.get(),
         open_connections: core.connections.get() as u64,
         pending_replies: core.mesh.replies.len() as u64,
         running_waits: core.mesh.running.len() as u64,

@@ -342,6 +342,21 @@ pub fn metric(addr: SocketAddr, name: &str) -> f64 {
     samples.iter().sum()
 }
 
+/// A Kafka request frame: size prefix, header v1 (key, version,
+/// correlation id, client id `test`), body.
+pub fn kafka_frame(key: i16, version: i16, corr: i32, body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&key.to_be_bytes());
+    f.extend_from_slice(&version.to_be_bytes());
+    f.extend_from_slice(&corr.to_be_bytes());
+    f.extend_from_slice(&4i16.to_be_bytes());
+    f.extend_from_slice(b"test");
+    f.extend_from_slice(body);
+    let mut out = (f.len() as i32).to_be_bytes().to_vec();
+    out.extend_from_slice(&f);
+    out
+}
+
 /// Debian's kcat against a Kafka listener, `stdin` fed to it; its output,
 /// whatever its exit status.
 pub fn kcat(kafka: SocketAddr, args: &[&str], stdin: &[u8]) -> std::process::Output {

@@ -10,20 +10,7 @@ use std::time::Duration;
 
 use common::Broker;
 
-/// A request frame: size prefix, header v1 (key, version, correlation id,
-/// client id), body.
-fn frame(key: i16, version: i16, corr: i32, body: &[u8]) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&key.to_be_bytes());
-    f.extend_from_slice(&version.to_be_bytes());
-    f.extend_from_slice(&corr.to_be_bytes());
-    f.extend_from_slice(&4i16.to_be_bytes());
-    f.extend_from_slice(b"test");
-    f.extend_from_slice(body);
-    let mut out = (f.len() as i32).to_be_bytes().to_vec();
-    out.extend_from_slice(&f);
-    out
-}
+use common::kafka_frame as frame;
 
 fn connect(b: &Broker) -> TcpStream {
     let s = TcpStream::connect(b.kafka).unwrap();

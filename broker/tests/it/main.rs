@@ -19,5 +19,6 @@ mod groups_upgrade;
 mod kafka_bad_input;
 mod kafka_clients;
 mod kafka_sarama;
+mod sasl;
 mod sdk;
 mod tls;

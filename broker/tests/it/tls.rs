@@ -20,7 +20,7 @@ use weir_testkit::{wait_until, Node};
 use crate::common::{self, Client};
 
 /// A CA and what it signed, as PEM files in a directory.
-struct Pki {
+pub(crate) struct Pki {
     dir: PathBuf,
     issuer: Issuer<'static, KeyPair>,
 }
@@ -37,7 +37,7 @@ fn ca_params(name: &str) -> CertificateParams {
 
 impl Pki {
     /// A new CA `name`, its certificate in `dir/<name>.pem`.
-    fn new(dir: &Path, name: &str) -> Pki {
+    pub(crate) fn new(dir: &Path, name: &str) -> Pki {
         std::fs::create_dir_all(dir).unwrap();
         let key = KeyPair::generate().unwrap();
         let cert = ca_params(name).self_signed(&key).unwrap();
@@ -48,13 +48,13 @@ impl Pki {
         }
     }
 
-    fn ca(&self, name: &str) -> PathBuf {
+    pub(crate) fn ca(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{name}.pem"))
     }
 
     /// Signs a certificate: `server` for 127.0.0.1 and localhost, else a
     /// client named `cn`. Writes `<file>.pem` and `<file>.key`.
-    fn sign(&self, file: &str, cn: &str, server: bool) -> (PathBuf, PathBuf) {
+    pub(crate) fn sign(&self, file: &str, cn: &str, server: bool) -> (PathBuf, PathBuf) {
         let mut p = CertificateParams::default();
         p.distinguished_name.push(DnType::CommonName, cn);
         p.not_before = rcgen::date_time_ymd(2024, 1, 1);

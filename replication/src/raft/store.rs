@@ -99,8 +99,65 @@ pub struct LogStore {
 /// layout of `wire` and `meta`), in its `format` file. 1: the first
 /// cluster build (no file); 2: per-core replication ports and
 /// `AlterPartition`; 3: partition reassignments (`ReassignPartition`, a
-/// partition's target replicas).
-pub const FORMAT: u32 = 3;
+/// partition's target replicas); 4: users, ACLs and quotas
+/// (`ClusterState::security` and four commands after the others). A
+/// format-3 directory is migrated in place ([`migrate_3_to_4`]).
+pub const FORMAT: u32 = 4;
+
+/// `size_of::<ArchivedCommand>()` in format 3: format-3 log records are
+/// read in format 4 only while it stays so (a test checks).
+#[cfg(test)]
+const FORMAT_3_ARCHIVED_COMMAND_BYTES: usize = 88;
+
+/// The cluster state of format 3: [`ClusterState`] without `security`.
+#[derive(Archive, Serialize, Deserialize, Debug)]
+struct ClusterStateV3 {
+    cluster_id: String,
+    nodes: BTreeMap<u64, crate::meta::NodeState>,
+    topics: BTreeMap<String, crate::meta::TopicState>,
+    version: u64,
+    next_producer_id: i64,
+}
+
+/// Migrates a format-3 Raft directory: its log records and vote read
+/// the same in format 4 (the commands added come after the others and are
+/// no larger), its snapshot gains an empty security state. The snapshot
+/// is replaced atomically before the marker says 4, so a crash in between
+/// leaves a format-3 marker over a format-4 snapshot, which the next start
+/// recognises (it is not a format-3 encoding) and finishes.
+fn migrate_3_to_4(dir: &Path) -> crate::Result<()> {
+    let path = dir.join("snapshot");
+    if let Some(bytes) = read_optional(&path).map_err(Error::io("reading", &path))? {
+        let mut stored: StoredSnapshot = decode(&bytes).map_err(corrupt(&path))?;
+        // A format-3 state re-encodes to the very same bytes (rkyv's
+        // encoding is deterministic); a format-4 one (a migration cut
+        // short after the snapshot was replaced) does not decode so.
+        let v3 = decode::<ClusterStateV3>(&stored.data)
+            .ok()
+            .filter(|old| encode(old) == stored.data);
+        if let Some(old) = v3 {
+            let state = ClusterState {
+                cluster_id: old.cluster_id,
+                nodes: old.nodes,
+                topics: old.topics,
+                version: old.version,
+                next_producer_id: old.next_producer_id,
+                security: Default::default(),
+            };
+            stored.data = encode(&state);
+            replace_file(dir, "snapshot", &encode(&stored))
+                .map_err(Error::io("replacing", &path))?;
+        }
+    }
+    weir_storage::checkpoint::write_atomic(dir, "format", FORMAT.to_string().as_bytes()).map_err(
+        |source| Error::Replace {
+            path: dir.join("format"),
+            source,
+        },
+    )?;
+    tracing::info!(dir = %dir.display(), "Raft directory migrated from format 3 to 4");
+    Ok(())
+}
 
 /// Refuses a Raft directory of another format; marks a new one.
 fn check_format(dir: &Path) -> crate::Result<()> {
@@ -113,6 +170,9 @@ fn check_format(dir: &Path) -> crate::Result<()> {
                 path: marker.clone(),
                 text: text.to_string(),
             })?;
+            if found == 3 {
+                return migrate_3_to_4(dir);
+            }
             if found != FORMAT {
                 return Err(Error::RaftFormat {
                     dir: dir.to_path_buf(),
@@ -705,6 +765,67 @@ mod tests {
         std::fs::write(&marker, b"99").unwrap();
         let e = LogStore::open(dir.path()).err().unwrap().to_string();
         assert!(e.contains("format 99"), "{e}");
+    }
+
+    #[test]
+    fn a_format_3_directory_is_migrated_with_its_snapshot() {
+        use crate::meta::TopicState;
+        let dir = tempfile::tempdir().unwrap();
+        let mut topics = BTreeMap::new();
+        topics.insert(
+            "t".to_string(),
+            TopicState {
+                id: [7; 16],
+                configs: BTreeMap::new(),
+                partitions: Vec::new(),
+            },
+        );
+        let old = ClusterStateV3 {
+            cluster_id: "c1".into(),
+            nodes: BTreeMap::new(),
+            topics,
+            version: 9,
+            next_producer_id: 1000,
+        };
+        let stored = StoredSnapshot {
+            meta: crate::wire::WSnapshotMeta {
+                last_log_id: None,
+                membership_log_id: None,
+                membership: crate::wire::WMembership {
+                    configs: vec![vec![1]],
+                    nodes: vec![(1, "127.0.0.1:1".into())],
+                },
+                snapshot_id: "s".into(),
+            },
+            data: encode(&old),
+        };
+        std::fs::write(dir.path().join("snapshot"), encode(&stored)).unwrap();
+        std::fs::write(dir.path().join("format"), b"3").unwrap();
+        // Twice: the second open finds format 4 and changes nothing.
+        for _ in 0..2 {
+            drop(LogStore::open(dir.path()).unwrap());
+            let (tx, _rx) = watch::channel(Arc::new(ClusterState::default()));
+            let sm = StateMachine::open(dir.path(), tx).unwrap();
+            assert_eq!(sm.state.cluster_id, "c1");
+            assert_eq!(sm.state.version, 9);
+            assert_eq!(sm.state.next_producer_id, 1000);
+            assert_eq!(sm.state.topics["t"].id, [7; 16]);
+            assert_eq!(sm.state.security, Default::default());
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join("format")).unwrap(),
+                "4"
+            );
+        }
+        // A migration cut short after the snapshot was replaced: marker 3
+        // over a format-4 snapshot is finished, not misread.
+        std::fs::write(dir.path().join("format"), b"3").unwrap();
+        drop(LogStore::open(dir.path()).unwrap());
+        let (tx, _rx) = watch::channel(Arc::new(ClusterState::default()));
+        assert_eq!(StateMachine::open(dir.path(), tx).unwrap().state.version, 9);
+        // Format-3 log records read the same: the commands added are no
+        // larger than the largest one before them.
+        let before = std::mem::size_of::<crate::meta::ArchivedCommand>();
+        assert_eq!(before, FORMAT_3_ARCHIVED_COMMAND_BYTES, "a command grew");
     }
 
     #[tokio::test]

@@ -5,7 +5,9 @@ use super::cluster::*;
 use super::common::*;
 use super::data::*;
 use super::groups::*;
+use super::security::*;
 use super::topics::*;
+use crate::service::auth::{Gate, Session, Step};
 
 /// The Kafka protocol (framing and dispatch) for [`crate::listener::connection`].
 #[derive(Debug, Clone, Copy)]
@@ -42,10 +44,43 @@ impl Protocol for Kafka {
         false
     }
 
-    async fn dispatch(&self, core: &Rc<Core>, request: Bytes, ctx: Ctx) -> Pending {
+    async fn dispatch(
+        &self,
+        core: &Rc<Core>,
+        request: Bytes,
+        ctx: Ctx,
+        session: &Rc<Session>,
+    ) -> Pending {
+        // After a SaslHandshake v0, the frames are the mechanism's tokens,
+        // bare (and so are the answers); a failure closes the connection.
+        if session.bare_tokens() {
+            let token = request.slice(codec::SIZE_PREFIX_BYTES..);
+            return Pending::Ready(match session.authenticate(core, &token).await {
+                Ok(Step::Continue(bytes) | Step::Done { bytes, .. }) => {
+                    let mut head = BytesMut::with_capacity(4 + bytes.len());
+                    head.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+                    head.extend_from_slice(&bytes);
+                    Answer::plain(head)
+                }
+                Err(_) => closing(),
+            });
+        }
+        // Before a SASL login succeeds (or after it expired), nothing but
+        // the login is even decoded.
+        let key = request.get(4..6).map(|b| i16::from_be_bytes([b[0], b[1]]));
+        let login = key.is_some_and(|k| {
+            use kafka_protocol::messages::ApiKey as K;
+            [K::ApiVersions, K::SaslHandshake, K::SaslAuthenticate]
+                .iter()
+                .any(|a| *a as i16 == k)
+        });
+        if let Gate::Close(reason) = session.gate(login) {
+            session.failed(core, reason);
+            return Pending::Ready(closing());
+        }
         let frame = request.slice(codec::SIZE_PREFIX_BYTES..);
         match codec::decode_request(frame) {
-            Ok(req) => serve(core, req, ctx).await,
+            Ok(req) => serve(core, req, ctx, session).await,
             Err(codec::DecodeError::Refused { header, answer }) => {
                 tracing::debug!(
                     api = header.api_key,
@@ -76,7 +111,7 @@ impl Protocol for Kafka {
 }
 
 /// Starts serving one decoded request.
-async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
+async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Session>) -> Pending {
     let h = req.header();
     let version = req.api_version;
     let client_id = req.client_id.clone().unwrap_or_default();
@@ -205,6 +240,33 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx) -> Pending {
             answer(
                 &h,
                 KafkaResponse::DeleteRecords(delete_records(&core, r).await),
+            )
+        }),
+        // The login's steps are served in order, before the next request
+        // is read: its outcome decides what that one may do.
+        KafkaRequest::SaslHandshake(r) => {
+            let resp = sasl_handshake(&core, session, r);
+            if version == 0 && resp.error_code == 0 {
+                session.expect_bare_tokens();
+            }
+            Pending::Ready(answer(&h, KafkaResponse::SaslHandshake(resp)))
+        }
+        KafkaRequest::SaslAuthenticate(r) => {
+            let (resp, close) = sasl_authenticate(&core, session, r).await;
+            let mut a = answer(&h, KafkaResponse::SaslAuthenticate(resp));
+            a.close |= close;
+            Pending::Ready(a)
+        }
+        KafkaRequest::DescribeUserScramCredentials(r) => Pending::Ready(answer(
+            &h,
+            KafkaResponse::DescribeUserScramCredentials(describe_user_scram_credentials(&core, r)),
+        )),
+        KafkaRequest::AlterUserScramCredentials(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::AlterUserScramCredentials(
+                    alter_user_scram_credentials(&core, r).await,
+                ),
             )
         }),
         KafkaRequest::ConsumerGroupDescribe(r) => later(async move {

@@ -18,6 +18,7 @@
 //! | `data.rs` | Produce, Fetch, ListOffsets, OffsetForLeaderEpoch |
 //! | `groups.rs` | JoinGroup … DeleteGroups, OffsetCommit/Fetch, ConsumerGroupHeartbeat/Describe |
 //! | `topics.rs` | CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs, IncrementalAlterConfigs |
+//! | `security.rs` | SaslHandshake, SaslAuthenticate, Describe/AlterUserScramCredentials |
 //! | `errors.rs` | `BrokerError` → Kafka code, exhaustive |
 //! | `common.rs` | the imports every family speaks in, building answers |
 //!
@@ -32,6 +33,7 @@ mod data;
 mod dispatch;
 mod errors;
 mod groups;
+mod security;
 mod topics;
 
 pub use dispatch::Kafka;
