@@ -129,6 +129,29 @@ pub enum BrokerError {
         /// Why (timeout, dropped, stopping).
         reason: String,
     },
+    /// The ACLs do not let the connection's principal do this.
+    #[error("{principal} may not {operation} {resource}")]
+    Unauthorized {
+        /// What kind of resource: topic, group or cluster.
+        kind: Denied,
+        /// The principal.
+        principal: String,
+        /// The operation, e.g. `Write`.
+        operation: &'static str,
+        /// The resource, e.g. `topic telemetry.cpu`.
+        resource: String,
+    },
+}
+
+/// The kind of resource an authorization failed for (its error code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// A topic (`TopicAuthorizationFailed`).
+    Topic,
+    /// A consumer group (`GroupAuthorizationFailed`).
+    Group,
+    /// The cluster (`ClusterAuthorizationFailed`).
+    Cluster,
 }
 
 impl BrokerError {
@@ -178,6 +201,11 @@ impl BrokerError {
             BrokerError::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
             // The owning core did not answer (overloaded or stopping): retriable.
             BrokerError::CoreUnavailable { .. } => ErrorCode::StorageError,
+            BrokerError::Unauthorized { kind, .. } => match kind {
+                Denied::Topic => ErrorCode::TopicAuthorizationFailed,
+                Denied::Group => ErrorCode::GroupAuthorizationFailed,
+                Denied::Cluster => ErrorCode::ClusterAuthorizationFailed,
+            },
         }
     }
 

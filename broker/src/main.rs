@@ -1,5 +1,6 @@
 //! `weir`: the broker and its command-line tools.
 
+mod acl_cli;
 mod cli;
 mod cluster_cli;
 mod user_cli;
@@ -46,6 +47,8 @@ enum Command {
     Cluster(cluster_cli::ClusterArgs),
     /// Users' SASL/SCRAM credentials: add, remove, list.
     User(user_cli::UserArgs),
+    /// ACLs: who may do what (with `weir broker --authorizer acl`).
+    Acl(acl_cli::AclArgs),
 }
 
 /// Logs go to stderr, filtered by `WEIR_LOG` (default `info`).
@@ -73,6 +76,7 @@ fn main() {
         Command::Group(args) => cli::group(args),
         Command::Cluster(args) => cluster_cli::cluster(args),
         Command::User(args) => user_cli::user(args),
+        Command::Acl(args) => acl_cli::acl(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -469,6 +469,43 @@ impl Client {
         .await
     }
 
+    /// Adds ACLs (Kafka's CreateAcls); one result per binding.
+    pub async fn create_acls(
+        &self,
+        acls: Vec<weir_proto::messages::AclEntry>,
+    ) -> Result<Vec<weir_proto::messages::AclResult>> {
+        let r = self
+            .request(&weir_proto::messages::CreateAclsRequest { acls })
+            .await?;
+        Ok(r.results)
+    }
+
+    /// The ACLs `filter` matches (Kafka's DescribeAcls).
+    pub async fn describe_acls(
+        &self,
+        filter: weir_proto::messages::AclFilterEntry,
+    ) -> Result<weir_proto::messages::AclResult> {
+        let r = self
+            .request(&weir_proto::messages::DescribeAclsRequest { filter })
+            .await?;
+        r.results
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::InvalidResponse("DescribeAcls answered no result".into()))
+    }
+
+    /// Removes what each filter matches (Kafka's DeleteAcls); per filter,
+    /// the bindings removed.
+    pub async fn delete_acls(
+        &self,
+        filters: Vec<weir_proto::messages::AclFilterEntry>,
+    ) -> Result<Vec<weir_proto::messages::AclResult>> {
+        let r = self
+            .request(&weir_proto::messages::DeleteAclsRequest { filters })
+            .await?;
+        Ok(r.results)
+    }
+
     /// Users (`None`: all) and the SCRAM mechanisms they have credentials
     /// for; a user not found is a result with `ResourceNotFound`.
     pub async fn describe_users(

@@ -56,6 +56,10 @@ use kafka_protocol::messages::{
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
     RequestHeader, SyncGroupRequest, SyncGroupResponse,
 };
+use kafka_protocol::messages::{
+    CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
+    DescribeAclsRequest, DescribeAclsResponse,
+};
 use kafka_protocol::protocol::buf::{ByteBuf, ByteBufMut};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 use kafka_protocol::ResponseError;
@@ -210,6 +214,10 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     // Kafka 2.7+ (KIP-554): users' SCRAM credentials.
     (ApiKey::DescribeUserScramCredentials as i16, 0, 0),
     (ApiKey::AlterUserScramCredentials as i16, 0, 0),
+    // Kafka 4's floor is 1 (pattern types); librdkafka and Java up to 3.
+    (ApiKey::DescribeAcls as i16, 1, 3),
+    (ApiKey::CreateAcls as i16, 1, 3),
+    (ApiKey::DeleteAcls as i16, 1, 3),
 ];
 
 /// The advertised `(min, max)` versions of an API, if it is served.
@@ -409,6 +417,9 @@ kafka_apis! {
     SaslAuthenticate: SaslAuthenticateRequest => SaslAuthenticateResponse,
     DescribeUserScramCredentials: DescribeUserScramCredentialsRequest => DescribeUserScramCredentialsResponse,
     AlterUserScramCredentials: AlterUserScramCredentialsRequest => AlterUserScramCredentialsResponse,
+    DescribeAcls: DescribeAclsRequest => DescribeAclsResponse,
+    CreateAcls: CreateAclsRequest => CreateAclsResponse,
+    DeleteAcls: DeleteAclsRequest => DeleteAclsResponse,
 }
 
 /// What identifies a request for its answer: readable from the first 8
@@ -1702,7 +1713,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), SUPPORTED.len(), "an api listed twice");
-        assert_eq!(SUPPORTED.len(), 30);
+        assert_eq!(SUPPORTED.len(), 33);
         for &(key, min, max) in SUPPORTED {
             let range = api(key).valid_versions();
             assert!(

@@ -69,6 +69,10 @@ pub fn coordinator_error(code: ErrorCode) -> Option<ResponseError> {
         ErrorCode::DuplicateResource => K::DuplicateResource,
         ErrorCode::UnacceptableCredential => K::UnacceptableCredential,
         ErrorCode::UnsupportedSaslMechanism => K::UnsupportedSaslMechanism,
+        ErrorCode::TopicAuthorizationFailed => K::TopicAuthorizationFailed,
+        ErrorCode::GroupAuthorizationFailed => K::GroupAuthorizationFailed,
+        ErrorCode::ClusterAuthorizationFailed => K::ClusterAuthorizationFailed,
+        ErrorCode::SecurityDisabled => K::SecurityDisabled,
     })
 }
 

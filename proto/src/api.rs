@@ -76,11 +76,17 @@ pub enum ApiKey {
     DescribeUsers = 24,
     /// Sets and removes users' SCRAM credentials.
     AlterUsers = 25,
+    /// Lists the ACLs a filter matches.
+    DescribeAcls = 26,
+    /// Adds ACLs.
+    CreateAcls = 27,
+    /// Removes the ACLs filters match.
+    DeleteAcls = 28,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 26] = [
+    pub const ALL: [ApiKey; 29] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -107,6 +113,9 @@ impl ApiKey {
         ApiKey::ReassignPartitions,
         ApiKey::DescribeUsers,
         ApiKey::AlterUsers,
+        ApiKey::DescribeAcls,
+        ApiKey::CreateAcls,
+        ApiKey::DeleteAcls,
     ];
 
     /// The key on the wire.
@@ -144,6 +153,9 @@ impl ApiKey {
             23 => ApiKey::ReassignPartitions,
             24 => ApiKey::DescribeUsers,
             25 => ApiKey::AlterUsers,
+            26 => ApiKey::DescribeAcls,
+            27 => ApiKey::CreateAcls,
+            28 => ApiKey::DeleteAcls,
             _ => return None,
         })
     }
@@ -177,6 +189,9 @@ impl ApiKey {
             ApiKey::ReassignPartitions => "ReassignPartitions",
             ApiKey::DescribeUsers => "DescribeUsers",
             ApiKey::AlterUsers => "AlterUsers",
+            ApiKey::DescribeAcls => "DescribeAcls",
+            ApiKey::CreateAcls => "CreateAcls",
+            ApiKey::DeleteAcls => "DeleteAcls",
         }
     }
 

@@ -122,11 +122,19 @@ pub enum ErrorCode {
     UnacceptableCredential = 47,
     /// A SASL mechanism the broker does not serve.
     UnsupportedSaslMechanism = 48,
+    /// The principal may not do this to the topic (ACLs).
+    TopicAuthorizationFailed = 49,
+    /// The principal may not do this to the consumer group (ACLs).
+    GroupAuthorizationFailed = 50,
+    /// The principal may not do this to the cluster (ACLs).
+    ClusterAuthorizationFailed = 51,
+    /// ACLs cannot be changed: the broker runs without an authorizer.
+    SecurityDisabled = 52,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 43] = [
+    pub const ALL: [ErrorCode; 47] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -170,6 +178,10 @@ impl ErrorCode {
         ErrorCode::DuplicateResource,
         ErrorCode::UnacceptableCredential,
         ErrorCode::UnsupportedSaslMechanism,
+        ErrorCode::TopicAuthorizationFailed,
+        ErrorCode::GroupAuthorizationFailed,
+        ErrorCode::ClusterAuthorizationFailed,
+        ErrorCode::SecurityDisabled,
     ];
 
     /// The number on the wire.
@@ -223,6 +235,10 @@ impl ErrorCode {
             46 => ErrorCode::DuplicateResource,
             47 => ErrorCode::UnacceptableCredential,
             48 => ErrorCode::UnsupportedSaslMechanism,
+            49 => ErrorCode::TopicAuthorizationFailed,
+            50 => ErrorCode::GroupAuthorizationFailed,
+            51 => ErrorCode::ClusterAuthorizationFailed,
+            52 => ErrorCode::SecurityDisabled,
             _ => ErrorCode::Unknown,
         }
     }
@@ -272,6 +288,10 @@ impl ErrorCode {
             ErrorCode::DuplicateResource => "DuplicateResource",
             ErrorCode::UnacceptableCredential => "UnacceptableCredential",
             ErrorCode::UnsupportedSaslMechanism => "UnsupportedSaslMechanism",
+            ErrorCode::TopicAuthorizationFailed => "TopicAuthorizationFailed",
+            ErrorCode::GroupAuthorizationFailed => "GroupAuthorizationFailed",
+            ErrorCode::ClusterAuthorizationFailed => "ClusterAuthorizationFailed",
+            ErrorCode::SecurityDisabled => "SecurityDisabled",
             ErrorCode::RequestTimedOut => "RequestTimedOut",
             ErrorCode::StorageError => "StorageError",
             ErrorCode::NotEnoughReplicas => "NotEnoughReplicas",
@@ -321,6 +341,10 @@ impl ErrorCode {
             ErrorCode::DuplicateResource => "duplicate resource",
             ErrorCode::UnacceptableCredential => "unacceptable credential",
             ErrorCode::UnsupportedSaslMechanism => "unsupported SASL mechanism",
+            ErrorCode::TopicAuthorizationFailed => "topic authorization failed",
+            ErrorCode::GroupAuthorizationFailed => "group authorization failed",
+            ErrorCode::ClusterAuthorizationFailed => "cluster authorization failed",
+            ErrorCode::SecurityDisabled => "security disabled",
             ErrorCode::RequestTimedOut => "request timed out",
             ErrorCode::StorageError => "storage error",
             ErrorCode::NotEnoughReplicas => "not enough replicas",

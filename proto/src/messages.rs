@@ -918,6 +918,91 @@ pub struct AlterUsersRequest {
     pub upsertions: Vec<ScramUpsertion>,
 }
 
+/// One ACL (Kafka's `AclBinding`, Kafka's codes): resource type (2 topic,
+/// 3 group, 4 cluster, 5 transactional id), pattern type (3 literal, 4
+/// prefixed), principal (`User:name`), host (`*` for any), operation (2
+/// All, 3 Read, 4 Write, 5 Create, 6 Delete, 7 Alter, 8 Describe, 9
+/// ClusterAction, 10 DescribeConfigs, 11 AlterConfigs, 12
+/// IdempotentWrite), permission (2 deny, 3 allow).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AclEntry {
+    /// Resource type.
+    pub resource_type: i8,
+    /// Resource name.
+    pub resource_name: String,
+    /// Pattern type.
+    pub pattern_type: i8,
+    /// Principal.
+    pub principal: String,
+    /// Host.
+    pub host: String,
+    /// Operation.
+    pub operation: i8,
+    /// Permission.
+    pub permission: i8,
+}
+
+/// Which ACLs (Kafka's `AclBindingFilter`): `None` and the codes 1 (any)
+/// match everything; pattern type 2 (match) takes every binding that
+/// applies to the name.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AclFilterEntry {
+    /// Resource type, or 1.
+    pub resource_type: i8,
+    /// Resource name, or any.
+    pub resource_name: Option<String>,
+    /// Pattern type, 1 or 2.
+    pub pattern_type: i8,
+    /// Principal, or any.
+    pub principal: Option<String>,
+    /// Host, or any.
+    pub host: Option<String>,
+    /// Operation, or 1.
+    pub operation: i8,
+    /// Permission, or 1.
+    pub permission: i8,
+}
+
+/// Lists the ACLs `filter` matches.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeAclsRequest {
+    /// The filter.
+    pub filter: AclFilterEntry,
+}
+
+/// Adds ACLs (answered once the cluster metadata holds them).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct CreateAclsRequest {
+    /// The bindings.
+    pub acls: Vec<AclEntry>,
+}
+
+/// Removes what each filter matches.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DeleteAclsRequest {
+    /// The filters.
+    pub filters: Vec<AclFilterEntry>,
+}
+
+/// One result: per binding created, per filter deleted (the bindings it
+/// removed), or the one of a describe (the bindings matched).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AclResult {
+    /// Error code (0 = none; `SecurityDisabled`, `InvalidRequest`).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// The bindings.
+    pub acls: Vec<AclEntry>,
+}
+
+/// The answer to an ACL request.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AclsResponse {
+    /// Results, in the request's order.
+    pub results: Vec<AclResult>,
+}
+
 /// Lists the groups.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
 pub struct ListGroupsRequest {}
@@ -1120,6 +1205,10 @@ impl_message!(
     DescribeUsersRequest,
     AlterUsersRequest,
     UsersResponse,
+    DescribeAclsRequest,
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    AclsResponse,
 );
 
 /// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
@@ -1236,4 +1325,7 @@ requests! {
     ReassignPartitions => ReassignPartitionsRequest, ReassignPartitionsResponse;
     DescribeUsers => DescribeUsersRequest, UsersResponse;
     AlterUsers => AlterUsersRequest, UsersResponse;
+    DescribeAcls => DescribeAclsRequest, AclsResponse;
+    CreateAcls => CreateAclsRequest, AclsResponse;
+    DeleteAcls => DeleteAclsRequest, AclsResponse;
 }

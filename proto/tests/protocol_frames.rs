@@ -460,6 +460,10 @@ fn error_codes_are_pinned() {
         ("DuplicateResource", 46),
         ("UnacceptableCredential", 47),
         ("UnsupportedSaslMechanism", 48),
+        ("TopicAuthorizationFailed", 49),
+        ("GroupAuthorizationFailed", 50),
+        ("ClusterAuthorizationFailed", 51),
+        ("SecurityDisabled", 52),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -479,7 +483,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in (24..=29).chain(49..=u16::MAX) {
+    for n in (24..=29).chain(53..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -537,6 +541,9 @@ fn api_keys_are_pinned() {
         ("ReassignPartitions", 23),
         ("DescribeUsers", 24),
         ("AlterUsers", 25),
+        ("DescribeAcls", 26),
+        ("CreateAcls", 27),
+        ("DeleteAcls", 28),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -556,7 +563,7 @@ fn api_keys_are_pinned() {
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);
     }
-    for n in 26..=u16::MAX {
+    for n in 29..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

@@ -186,6 +186,201 @@ impl SecurityState {
     }
 }
 
+/// Kafka's numeric codes of ACL fields.
+pub mod code {
+    /// Resource type: any (filters only).
+    pub const RESOURCE_ANY: i8 = 1;
+    /// Resource type: topic.
+    pub const TOPIC: i8 = 2;
+    /// Resource type: consumer group.
+    pub const GROUP: i8 = 3;
+    /// Resource type: the cluster (its name is `kafka-cluster`).
+    pub const CLUSTER: i8 = 4;
+    /// Resource type: transactional id.
+    pub const TRANSACTIONAL_ID: i8 = 5;
+    /// Pattern type: any (filters only).
+    pub const PATTERN_ANY: i8 = 1;
+    /// Pattern type: whatever applies to a name (filters only).
+    pub const MATCH: i8 = 2;
+    /// Pattern type: the name itself (`*`: every name).
+    pub const LITERAL: i8 = 3;
+    /// Pattern type: every name that starts with it.
+    pub const PREFIXED: i8 = 4;
+    /// Operation: any (filters only).
+    pub const OP_ANY: i8 = 1;
+    /// Operation: all of them.
+    pub const ALL: i8 = 2;
+    /// Read.
+    pub const READ: i8 = 3;
+    /// Write.
+    pub const WRITE: i8 = 4;
+    /// Create.
+    pub const CREATE: i8 = 5;
+    /// Delete.
+    pub const DELETE: i8 = 6;
+    /// Alter.
+    pub const ALTER: i8 = 7;
+    /// Describe.
+    pub const DESCRIBE: i8 = 8;
+    /// ClusterAction.
+    pub const CLUSTER_ACTION: i8 = 9;
+    /// DescribeConfigs.
+    pub const DESCRIBE_CONFIGS: i8 = 10;
+    /// AlterConfigs.
+    pub const ALTER_CONFIGS: i8 = 11;
+    /// IdempotentWrite.
+    pub const IDEMPOTENT_WRITE: i8 = 12;
+    /// Permission: any (filters only).
+    pub const PERMISSION_ANY: i8 = 1;
+    /// Deny.
+    pub const DENY: i8 = 2;
+    /// Allow.
+    pub const ALLOW: i8 = 3;
+    /// The cluster resource's name.
+    pub const CLUSTER_NAME: &str = "kafka-cluster";
+}
+
+impl AclBinding {
+    /// Whether this binding's resource pattern covers `name` of `resource_type`.
+    pub fn covers(&self, resource_type: i8, name: &str) -> bool {
+        self.resource_type == resource_type
+            && match self.pattern_type {
+                code::LITERAL => self.resource_name == name || self.resource_name == "*",
+                code::PREFIXED => name.starts_with(self.resource_name.as_str()),
+                _ => false,
+            }
+    }
+
+    /// Whether the binding is one Kafka would store: concrete codes, a
+    /// principal `Type:name`, a non-empty name. `Err` says what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        if !(code::TOPIC..=code::TRANSACTIONAL_ID).contains(&self.resource_type) {
+            return Err(format!(
+                "resource type {} cannot be stored",
+                self.resource_type
+            ));
+        }
+        if ![code::LITERAL, code::PREFIXED].contains(&self.pattern_type) {
+            return Err(format!(
+                "pattern type {} cannot be stored (literal or prefixed)",
+                self.pattern_type
+            ));
+        }
+        if !(code::ALL..=code::IDEMPOTENT_WRITE).contains(&self.operation) {
+            return Err(format!("operation {} cannot be stored", self.operation));
+        }
+        if ![code::DENY, code::ALLOW].contains(&self.permission) {
+            return Err(format!(
+                "permission {} cannot be stored (deny or allow)",
+                self.permission
+            ));
+        }
+        if self.resource_name.is_empty() {
+            return Err("an empty resource name".into());
+        }
+        if self.resource_type == code::CLUSTER && self.resource_name != code::CLUSTER_NAME {
+            return Err(format!(
+                "the cluster resource is named `{}`",
+                code::CLUSTER_NAME
+            ));
+        }
+        if !self
+            .principal
+            .split_once(':')
+            .is_some_and(|(t, n)| !t.is_empty() && !n.is_empty())
+        {
+            return Err(format!("principal `{}` is not `User:name`", self.principal));
+        }
+        if self.host.is_empty() {
+            return Err("an empty host (`*` for any)".into());
+        }
+        Ok(())
+    }
+}
+
+/// Kafka's `AclBindingFilter`: which bindings DescribeAcls lists and
+/// DeleteAcls removes. `None` and the `*_ANY` codes match anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclFilter {
+    /// Resource type or `RESOURCE_ANY`.
+    pub resource_type: i8,
+    /// Resource name, or any.
+    pub resource_name: Option<String>,
+    /// `LITERAL`, `PREFIXED`, `MATCH` (every binding that applies to the
+    /// name) or `PATTERN_ANY`.
+    pub pattern_type: i8,
+    /// Principal, or any.
+    pub principal: Option<String>,
+    /// Host, or any.
+    pub host: Option<String>,
+    /// Operation or `OP_ANY`.
+    pub operation: i8,
+    /// Permission or `PERMISSION_ANY`.
+    pub permission: i8,
+}
+
+impl AclFilter {
+    /// Whether `b` passes the filter.
+    pub fn matches(&self, b: &AclBinding) -> bool {
+        let rt = self.resource_type == code::RESOURCE_ANY || self.resource_type == b.resource_type;
+        let name = match (&self.resource_name, self.pattern_type) {
+            (None, code::PATTERN_ANY | code::MATCH) => true,
+            (None, p) => p == b.pattern_type,
+            (Some(n), code::PATTERN_ANY) => &b.resource_name == n,
+            (Some(n), code::MATCH) => b.covers(b.resource_type, n),
+            (Some(n), p) => p == b.pattern_type && &b.resource_name == n,
+        };
+        let principal = self.principal.as_ref().is_none_or(|p| p == &b.principal);
+        let host = self.host.as_ref().is_none_or(|h| h == &b.host);
+        let op = self.operation == code::OP_ANY || self.operation == b.operation;
+        let perm = self.permission == code::PERMISSION_ANY || self.permission == b.permission;
+        rt && name && principal && host && op && perm
+    }
+}
+
+/// Whether an ACL for `granted` allows `wanted` (Kafka's implications:
+/// Read, Write, Delete and Alter imply Describe; AlterConfigs implies
+/// DescribeConfigs; All implies everything).
+fn implies(granted: i8, wanted: i8) -> bool {
+    granted == wanted
+        || granted == code::ALL
+        || (wanted == code::DESCRIBE
+            && [code::READ, code::WRITE, code::DELETE, code::ALTER].contains(&granted))
+        || (wanted == code::DESCRIBE_CONFIGS && granted == code::ALTER_CONFIGS)
+}
+
+/// Kafka's authorizer (`StandardAuthorizer`) over `acls`: may `principal`
+/// at `host` do `operation` on `name` of `resource_type`? A deny for the
+/// operation (or All) wins; then an allow that implies it; a resource no
+/// ACL covers at all is allowed only if `allow_if_no_acl`.
+pub fn authorize(
+    acls: &[AclBinding],
+    principal: &str,
+    host: &str,
+    operation: i8,
+    resource_type: i8,
+    name: &str,
+    allow_if_no_acl: bool,
+) -> bool {
+    let mut covered = false;
+    let mut allowed = false;
+    for a in acls.iter().filter(|a| a.covers(resource_type, name)) {
+        covered = true;
+        let who = a.principal == principal || a.principal == "User:*";
+        let whence = a.host == "*" || a.host == host;
+        if !(who && whence) {
+            continue;
+        }
+        if a.permission == code::DENY && (a.operation == operation || a.operation == code::ALL) {
+            return false;
+        }
+        if a.permission == code::ALLOW && implies(a.operation, operation) {
+            allowed = true;
+        }
+    }
+    allowed || (!covered && allow_if_no_acl)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +395,109 @@ mod tests {
             operation: op,
             permission: 3,
         }
+    }
+
+    fn binding(rt: i8, name: &str, pattern: i8, who: &str, op: i8, perm: i8) -> AclBinding {
+        AclBinding {
+            resource_type: rt,
+            resource_name: name.into(),
+            pattern_type: pattern,
+            principal: who.into(),
+            host: "*".into(),
+            operation: op,
+            permission: perm,
+        }
+    }
+
+    #[test]
+    fn the_authorizer_follows_kafkas_rules() {
+        use code::*;
+        let acls = vec![
+            binding(TOPIC, "telemetry.", PREFIXED, "User:agent", WRITE, ALLOW),
+            binding(TOPIC, "telemetry.secret", LITERAL, "User:agent", ALL, DENY),
+            binding(TOPIC, "logs", LITERAL, "User:*", READ, ALLOW),
+            binding(GROUP, "*", LITERAL, "User:reader", READ, ALLOW),
+        ];
+        let can = |who: &str, op: i8, rt: i8, name: &str, open: bool| {
+            authorize(&acls, who, "10.0.0.1", op, rt, name, open)
+        };
+        // A prefixed allow covers every matching topic and nothing else.
+        assert!(can("User:agent", WRITE, TOPIC, "telemetry.cpu", false));
+        assert!(
+            can("User:agent", DESCRIBE, TOPIC, "telemetry.cpu", false),
+            "Write implies Describe"
+        );
+        assert!(!can("User:agent", READ, TOPIC, "telemetry.cpu", false));
+        assert!(!can("User:agent", WRITE, TOPIC, "metrics", false));
+        // Deny wins.
+        assert!(!can("User:agent", WRITE, TOPIC, "telemetry.secret", false));
+        // A wildcard principal; a wildcard resource name.
+        assert!(can("User:anyone", READ, TOPIC, "logs", false));
+        assert!(can("User:reader", READ, GROUP, "g1", false));
+        assert!(!can("User:agent", READ, GROUP, "g1", false));
+        // No ACL covers `free`: allowed only if allow_if_no_acl.
+        assert!(!can("User:x", WRITE, TOPIC, "free", false));
+        assert!(can("User:x", WRITE, TOPIC, "free", true));
+        // A covered resource is not open to others, whatever the setting.
+        assert!(!can("User:x", WRITE, TOPIC, "telemetry.cpu", true));
+        // Host-specific bindings.
+        let mut by_host = binding(TOPIC, "h", LITERAL, "User:a", READ, ALLOW);
+        by_host.host = "10.0.0.2".into();
+        assert!(!authorize(
+            &[by_host.clone()],
+            "User:a",
+            "10.0.0.1",
+            READ,
+            TOPIC,
+            "h",
+            false
+        ));
+        assert!(authorize(
+            &[by_host],
+            "User:a",
+            "10.0.0.2",
+            READ,
+            TOPIC,
+            "h",
+            false
+        ));
+    }
+
+    #[test]
+    fn filters_match_as_kafkas() {
+        use code::*;
+        let b = binding(TOPIC, "telemetry.", PREFIXED, "User:agent", WRITE, ALLOW);
+        let any = AclFilter {
+            resource_type: RESOURCE_ANY,
+            resource_name: None,
+            pattern_type: PATTERN_ANY,
+            principal: None,
+            host: None,
+            operation: OP_ANY,
+            permission: PERMISSION_ANY,
+        };
+        assert!(any.matches(&b));
+        let by_match = AclFilter {
+            resource_name: Some("telemetry.cpu".into()),
+            pattern_type: MATCH,
+            ..any.clone()
+        };
+        assert!(by_match.matches(&b));
+        let literal = AclFilter {
+            resource_name: Some("telemetry.".into()),
+            pattern_type: LITERAL,
+            ..any.clone()
+        };
+        assert!(!literal.matches(&b));
+        let other = AclFilter {
+            principal: Some("User:other".into()),
+            ..any
+        };
+        assert!(!other.matches(&b));
+        assert!(b.check().is_ok());
+        let mut bad = b.clone();
+        bad.principal = "agent".into();
+        assert!(bad.check().is_err());
     }
 
     #[test]

@@ -19,6 +19,8 @@ use crate::groups::coordinator::{self, GroupRequest, GroupResponse};
 use crate::metadata::Change;
 use crate::metadata::{ConfigOp, TopicError, TopicSpec};
 use crate::server::limits::REQUEST_PARTITIONS_MAX;
+use crate::service::acl::{self, Op, Resource};
+use crate::service::auth::Session;
 use crate::service::fetch::{FetchParams, FetchPart};
 use crate::service::offsets::OffsetQuery;
 use crate::service::produce::ProducePart;
@@ -55,9 +57,9 @@ impl Protocol for Native {
         core: &Rc<Core>,
         request: Bytes,
         ctx: Ctx,
-        _session: &Rc<crate::service::auth::Session>,
+        session: &Rc<crate::service::auth::Session>,
     ) -> Pending {
-        dispatch(core, request, ctx).await
+        dispatch(core, request, ctx, session).await
     }
 }
 
@@ -106,7 +108,7 @@ fn topic_result(name: &str, r: Result<(), TopicError>) -> TopicResult {
 /// produce once its batches are appended (its acknowledgements are awaited
 /// in the returned task), a fetch at once (it runs in the task), anything
 /// else once answered.
-pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx) -> Pending {
+pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Session) -> Pending {
     let (h, body, payload) = match frame::decode_request(&request) {
         Ok(x) => x,
         Err(e) => {
@@ -120,6 +122,9 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx) -> Pending {
         Err(e) => return Pending::Ready(bad_body(corr, &e)),
     };
     let payload = request.slice_ref(payload);
+    if let Some(refused) = authorize(core, session, &h, body) {
+        return Pending::Ready(refused);
+    }
     match api {
         ApiKey::Produce => match frame::decode_body::<ProduceRequest>(body) {
             Ok(req) => match produce(core, corr, req, payload, ctx).await {
@@ -155,8 +160,109 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx) -> Pending {
             }
             Err(e) => Pending::Ready(bad_body(corr, &e)),
         },
-        _ => Pending::Ready(serve_other(core, corr, api, body).await),
+        _ => Pending::Ready(serve_other(core, corr, api, body, session).await),
     }
+}
+
+fn topic(op: Op, t: &str) -> (Op, Resource<'_>) {
+    (op, Resource::Topic(t))
+}
+
+/// What a request needs of the ACLs ([`crate::service::acl`]): the same
+/// checks the Kafka listener makes, so both protocols answer alike.
+fn needs(req: &AnyRequest) -> Vec<(Op, Resource<'_>)> {
+    use AnyRequest as R;
+    match req {
+        R::Produce(r) => r
+            .partitions
+            .iter()
+            .map(|p| topic(Op::Write, &p.topic))
+            .collect(),
+        R::Fetch(r) => r
+            .partitions
+            .iter()
+            .map(|p| topic(Op::Read, &p.topic))
+            .collect(),
+        R::ListOffsets(r) => r
+            .partitions
+            .iter()
+            .map(|p| topic(Op::Describe, &p.topic))
+            .collect(),
+        R::CreateTopics(r) => r
+            .topics
+            .iter()
+            .map(|t| topic(Op::Create, &t.name))
+            .collect(),
+        R::DeleteTopics(r) => r.names.iter().map(|t| topic(Op::Delete, t)).collect(),
+        R::DescribeConfigs(r) => r
+            .topics
+            .iter()
+            .map(|t| topic(Op::DescribeConfigs, t))
+            .collect(),
+        R::AlterConfigs(r) => r
+            .topics
+            .iter()
+            .map(|(t, _)| topic(Op::AlterConfigs, t))
+            .collect(),
+        R::CreatePartitions(r) => r.topics.iter().map(|(t, _)| topic(Op::Alter, t)).collect(),
+        R::Compact(r) => vec![topic(Op::Alter, &r.topic)],
+        R::JoinGroup(r) => vec![(Op::Read, Resource::Group(&r.group))],
+        R::Heartbeat(r) => vec![(Op::Read, Resource::Group(&r.group))],
+        R::LeaveGroup(r) => vec![(Op::Read, Resource::Group(&r.group))],
+        R::OffsetCommit(r) => vec![(Op::Read, Resource::Group(&r.group))],
+        R::OffsetFetch(r) => vec![(Op::Describe, Resource::Group(&r.group))],
+        R::DescribeGroup(r) => vec![(Op::Describe, Resource::Group(&r.group))],
+        R::DeleteGroup(r) => vec![(Op::Delete, Resource::Group(&r.group))],
+        R::FindCoordinator(r) => vec![(Op::Describe, Resource::Group(&r.group))],
+        R::InitProducerId(_) => Vec::new(),
+        R::ListGroups(_) | R::DescribeCluster(_) | R::DescribeUsers(_) | R::DescribeAcls(_) => {
+            vec![(Op::Describe, Resource::Cluster)]
+        }
+        R::ChangeVoters(_)
+        | R::ReassignPartitions(_)
+        | R::AlterUsers(_)
+        | R::CreateAcls(_)
+        | R::DeleteAcls(_) => vec![(Op::Alter, Resource::Cluster)],
+        // Metadata is filtered by what the principal may describe.
+        R::ApiVersions(_) | R::Metadata(_) => Vec::new(),
+        // An API added later: the most a request can need, until it says.
+        _ => vec![(Op::Alter, Resource::Cluster)],
+    }
+}
+
+/// The refusal of a request the session may not make (a frame-level
+/// error with the authorization code), if it may not.
+fn authorize(
+    core: &Core,
+    session: &Session,
+    h: &frame::RequestHeader,
+    body: &[u8],
+) -> Option<Answer> {
+    if !core.shared.config.authorization.enabled {
+        return None;
+    }
+    // Decoded a second time here, only with an authorizer on: the bodies
+    // are small (batches travel in the payload).
+    let req = AnyRequest::decode(h, body).ok()?;
+    let denied = if matches!(req, AnyRequest::InitProducerId(_)) {
+        (!acl::may_write_idempotently(core, session)).then(|| BrokerError::Unauthorized {
+            kind: crate::error::Denied::Cluster,
+            principal: session.principal().unwrap_or_default(),
+            operation: "IdempotentWrite",
+            resource: "the cluster".into(),
+        })
+    } else {
+        needs(&req)
+            .into_iter()
+            .find_map(|(op, r)| acl::check(core, session, op, r).err())
+    }?;
+    tracing::debug!(peer = %session.peer, error = %denied, "native request refused");
+    Some(Answer::error(
+        h.correlation_id,
+        denied.code(),
+        &denied.to_string(),
+        false,
+    ))
 }
 
 /// Decodes the body of a group API request.
@@ -208,7 +314,13 @@ fn group_answer(corr: u32, r: GroupResponse) -> Answer {
 }
 
 /// Answers a request other than produce, fetch and the group APIs.
-async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> Answer {
+async fn serve_other(
+    core: &Rc<Core>,
+    corr: u32,
+    api: ApiKey,
+    body: &[u8],
+    session: &Session,
+) -> Answer {
     macro_rules! body {
         ($t:ty) => {
             match frame::decode_body::<$t>(body) {
@@ -224,7 +336,11 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
         }
         ApiKey::Metadata => {
             let req = body!(MetadataRequest);
-            ok(corr, &metadata(core, req).await)
+            let mut resp = metadata(core, req).await;
+            // Topics the principal may not describe are left out.
+            resp.topics
+                .retain(|t| acl::allowed(core, session, Op::Describe, Resource::Topic(&t.name)));
+            ok(corr, &resp)
         }
         ApiKey::DescribeCluster => {
             let _ = body!(DescribeClusterRequest);
@@ -237,6 +353,41 @@ async fn serve_other(core: &Rc<Core>, corr: u32, api: ApiKey, body: &[u8]) -> An
         ApiKey::ChangeVoters => {
             let req = body!(ChangeVotersRequest);
             ok(corr, &admin::change_voters(core, req).await)
+        }
+        ApiKey::DescribeAcls => {
+            let req = body!(DescribeAclsRequest);
+            let acls = acl::describe(core, &filter_of(req.filter));
+            let result = AclResult {
+                error: 0,
+                message: None,
+                acls: acls.into_iter().map(entry_of).collect(),
+            };
+            ok(
+                corr,
+                &AclsResponse {
+                    results: vec![result],
+                },
+            )
+        }
+        ApiKey::CreateAcls => {
+            let req = body!(CreateAclsRequest);
+            let bindings = req.acls.into_iter().map(binding_of).collect();
+            let results = acl::create(core, bindings)
+                .await
+                .into_iter()
+                .map(|r| acl_result(r.map(|()| Vec::new())))
+                .collect();
+            ok(corr, &AclsResponse { results })
+        }
+        ApiKey::DeleteAcls => {
+            let req = body!(DeleteAclsRequest);
+            let filters = req.filters.into_iter().map(filter_of).collect();
+            let results = acl::delete(core, filters)
+                .await
+                .into_iter()
+                .map(acl_result)
+                .collect();
+            ok(corr, &AclsResponse { results })
         }
         ApiKey::DescribeUsers => {
             let req = body!(DescribeUsersRequest);
@@ -802,5 +953,58 @@ fn users_response(
                 },
             })
             .collect(),
+    }
+}
+
+fn binding_of(e: weir_proto::messages::AclEntry) -> weir_replication::meta::AclBinding {
+    weir_replication::meta::AclBinding {
+        resource_type: e.resource_type,
+        resource_name: e.resource_name,
+        pattern_type: e.pattern_type,
+        principal: e.principal,
+        host: e.host,
+        operation: e.operation,
+        permission: e.permission,
+    }
+}
+
+fn entry_of(b: weir_replication::meta::AclBinding) -> weir_proto::messages::AclEntry {
+    weir_proto::messages::AclEntry {
+        resource_type: b.resource_type,
+        resource_name: b.resource_name,
+        pattern_type: b.pattern_type,
+        principal: b.principal,
+        host: b.host,
+        operation: b.operation,
+        permission: b.permission,
+    }
+}
+
+fn filter_of(f: weir_proto::messages::AclFilterEntry) -> weir_replication::security::AclFilter {
+    weir_replication::security::AclFilter {
+        resource_type: f.resource_type,
+        resource_name: f.resource_name,
+        pattern_type: f.pattern_type,
+        principal: f.principal,
+        host: f.host,
+        operation: f.operation,
+        permission: f.permission,
+    }
+}
+
+fn acl_result(
+    r: Result<Vec<weir_replication::meta::AclBinding>, acl::AclError>,
+) -> weir_proto::messages::AclResult {
+    match r {
+        Ok(acls) => AclResult {
+            error: 0,
+            message: None,
+            acls: acls.into_iter().map(entry_of).collect(),
+        },
+        Err(e) => AclResult {
+            error: e.code().as_u16(),
+            message: Some(e.to_string()),
+            acls: Vec::new(),
+        },
     }
 }

@@ -67,6 +67,29 @@ impl Default for SaslSettings {
     }
 }
 
+/// Who may do what: the ACL authorizer's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuthorizationSettings {
+    /// `--authorizer acl`: requests are checked against the ACLs.
+    pub enabled: bool,
+    /// `super.users`: principals allowed everything.
+    pub super_users: Vec<String>,
+    /// `allow.everyone.if.no.acl.found`.
+    pub allow_if_no_acl: bool,
+}
+
+/// `--super-users`: `User:name` principals, `;`-separated.
+fn parse_principals(v: &str) -> anyhow::Result<Vec<String>> {
+    v.split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once(':') {
+            Some((t, n)) if !t.is_empty() && !n.is_empty() => Ok(p.to_string()),
+            _ => bail!("--super-users: `{p}` is not a principal like User:admin"),
+        })
+        .collect()
+}
+
 /// `--sasl-enabled-mechanisms`: names, comma-separated, at least one.
 fn parse_mechanisms(v: &str) -> anyhow::Result<Vec<Mechanism>> {
     let mut out = Vec::new();
@@ -130,6 +153,11 @@ pub struct BrokerArgs {
     /// `ssl.client.auth`): none, requested or required [default: none].
     #[arg(long, env = "WEIR_SSL_CLIENT_AUTH")]
     pub ssl_client_auth: Option<String>,
+    /// How a client certificate's subject becomes a principal (Kafka's
+    /// `ssl.principal.mapping.rules`: `RULE:pattern/replacement/[LU]`
+    /// and `DEFAULT`, comma-separated) [default: DEFAULT, the whole DN].
+    #[arg(long, env = "WEIR_SSL_PRINCIPAL_MAPPING_RULES")]
+    pub ssl_principal_mapping_rules: Option<String>,
     /// SASL mechanisms the SASL_PLAINTEXT:// and SASL_SSL:// listeners
     /// offer, comma-separated (Kafka's `sasl.enabled.mechanisms`)
     /// [default: SCRAM-SHA-512,SCRAM-SHA-256,PLAIN].
@@ -145,6 +173,19 @@ pub struct BrokerArgs {
     /// after connecting (TLS handshake included) is closed [default: 10000].
     #[arg(long, env = "WEIR_SASL_LOGIN_TIMEOUT_MS")]
     pub sasl_login_timeout_ms: Option<u64>,
+    /// `acl`: every request is checked against the ACLs in the cluster
+    /// metadata (Kafka's `StandardAuthorizer`); `none`: everything is
+    /// allowed [default: none].
+    #[arg(long, env = "WEIR_AUTHORIZER")]
+    pub authorizer: Option<String>,
+    /// Principals allowed everything, `;`-separated (Kafka's
+    /// `super.users`), e.g. `User:admin;User:ANONYMOUS`.
+    #[arg(long, env = "WEIR_SUPER_USERS")]
+    pub super_users: Option<String>,
+    /// Allow what no ACL covers (Kafka's
+    /// `allow.everyone.if.no.acl.found`) [default: false].
+    #[arg(long, env = "WEIR_ALLOW_EVERYONE_IF_NO_ACL_FOUND")]
+    pub allow_everyone_if_no_acl_found: Option<bool>,
     /// The `host:port` Kafka clients are told to connect to (Metadata,
     /// FindCoordinator) [default: the Kafka listener's address].
     #[arg(long, env = "WEIR_KAFKA_ADVERTISED_LISTENER")]
@@ -297,9 +338,13 @@ struct FileConfig {
     ssl_key_file: Option<PathBuf>,
     ssl_ca_file: Option<PathBuf>,
     ssl_client_auth: Option<String>,
+    ssl_principal_mapping_rules: Option<String>,
     sasl_enabled_mechanisms: Option<String>,
     connections_max_reauth_ms: Option<u64>,
     sasl_login_timeout_ms: Option<u64>,
+    authorizer: Option<String>,
+    super_users: Option<String>,
+    allow_everyone_if_no_acl_found: Option<bool>,
     kafka_advertised_listener: Option<String>,
     kafka_core_port_base: Option<String>,
     max_frame_bytes: Option<u32>,
@@ -448,6 +493,10 @@ pub struct BrokerConfig {
     pub ssl: Option<SslSettings>,
     /// SASL of the SASL_* listeners.
     pub sasl: SaslSettings,
+    /// Who may do what.
+    pub authorization: AuthorizationSettings,
+    /// How client certificates' subjects become principals.
+    pub ssl_principal_rules: super::principal::PrincipalRules,
     /// What Kafka clients are told to connect to (`None`: the listener's
     /// bound address).
     pub kafka_advertised_listener: Option<(String, u16)>,
@@ -518,6 +567,8 @@ impl BrokerConfig {
             kafka_protocol: SecurityProtocol::Plaintext,
             ssl: None,
             sasl: SaslSettings::default(),
+            authorization: AuthorizationSettings::default(),
+            ssl_principal_rules: Default::default(),
             kafka_advertised_listener: None,
             kafka_core_port_base: Some(0),
             max_frame_bytes: FRAME_BYTES_MAX_DEFAULT,
@@ -720,6 +771,38 @@ impl BrokerConfig {
             kafka_protocol,
             ssl: ssl.clone(),
             sasl,
+            ssl_principal_rules: match args
+                .ssl_principal_mapping_rules
+                .clone()
+                .or(file.ssl_principal_mapping_rules.clone())
+            {
+                None => Default::default(),
+                Some(v) => super::principal::PrincipalRules::parse(&v)
+                    .context("--ssl-principal-mapping-rules")?,
+            },
+            authorization: AuthorizationSettings {
+                enabled: match args
+                    .authorizer
+                    .clone()
+                    .or(file.authorizer.clone())
+                    .as_deref()
+                {
+                    None | Some("none") => false,
+                    Some("acl") => true,
+                    Some(other) => bail!("--authorizer `{other}`: acl or none"),
+                },
+                super_users: args
+                    .super_users
+                    .clone()
+                    .or(file.super_users.clone())
+                    .map(|v| parse_principals(&v))
+                    .transpose()?
+                    .unwrap_or_default(),
+                allow_if_no_acl: args
+                    .allow_everyone_if_no_acl_found
+                    .or(file.allow_everyone_if_no_acl_found)
+                    .unwrap_or(false),
+            },
             kafka_advertised_listener: args
                 .kafka_advertised_listener
                 .clone()

@@ -21,6 +21,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 pub mod config;
 pub mod limits;
+pub mod principal;
 pub mod tls;
 
 use config::BrokerConfig;
@@ -167,7 +168,11 @@ pub fn run_with(
         after_metadata: crate::service::remote::metadata_applied,
         client_tls,
         reload_tls: RELOAD_TLS.clone(),
+        acls: Default::default(),
     });
+    shared
+        .acls
+        .publish(&shared.controller.state().security.acls);
     let mesh: Mesh<CoreMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
     let reply_mesh: Mesh<ReplyMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
     let barrier = Arc::new(Barrier::new(n));
@@ -546,16 +551,44 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
                     let _ = stream.set_nodelay(true);
                     use crate::listener::connection::serve;
                     let c = core.clone();
+                    use crate::service::auth::Session;
                     let login = Duration::from_millis(core.shared.config.sasl.login_timeout_ms);
-                    let session = crate::service::auth::Session::new(peer.clone(), security, login);
                     match acceptor {
-                        None => serve(c, proto, stream, session, active, ctx).await,
+                        None => {
+                            let session = Session::new(peer.clone(), security, login);
+                            serve(c, proto, stream, session, active, ctx).await
+                        }
                         Some(tls) => {
                             let failures = &core.metrics.tls_handshake_failures;
-                            if let Some(stream) = tls::handshake(tls, stream, &peer, failures).await
-                            {
-                                serve(c, proto, stream, session, active, ctx).await
-                            }
+                            let Some(stream) = tls::handshake(tls, stream, &peer, failures).await
+                            else {
+                                core.connections.set(core.connections.get() - 1);
+                                return;
+                            };
+                            // A client certificate names the principal.
+                            let cert = stream.get_ref().1.peer_certificates().and_then(|c| {
+                                let rules = &core.shared.config.ssl_principal_rules;
+                                c.first().map(|leaf| {
+                                    principal::subject_dn(leaf)
+                                        .and_then(|dn| rules.apply(&dn).map(|n| (dn, n)))
+                                })
+                            });
+                            let certificate = match cert {
+                                None => None,
+                                Some(Some((_, name))) => Some(format!("User:{name}")),
+                                Some(None) => {
+                                    failures.set(failures.get() + 1);
+                                    tracing::warn!(
+                                        %peer,
+                                        "closing connection: no --ssl-principal-mapping-rules rule applies to its certificate's subject"
+                                    );
+                                    core.connections.set(core.connections.get() - 1);
+                                    return;
+                                }
+                            };
+                            let session =
+                                Session::with_principal(peer.clone(), security, login, certificate);
+                            serve(c, proto, stream, session, active, ctx).await
                         }
                     }
                     core.connections.set(core.connections.get() - 1);
@@ -628,8 +661,19 @@ fn say_listeners(config: &BrokerConfig) {
             .map(|m| m.name())
             .collect::<Vec<_>>()
             .join(","),
-        "client listeners (no authorization yet: ACLs are not built, a logged-in client may do anything)"
+        authorizer = if config.authorization.enabled {
+            "acl"
+        } else {
+            "none"
+        },
+        "client listeners"
     );
+    if !config.authorization.enabled {
+        tracing::info!(
+            "no authorizer: every client that connects (and logs in, where asked) may do anything \
+             (--authorizer acl checks ACLs: see docs/security.md)"
+        );
+    }
     if plain_public {
         tracing::warn!(
             "a PLAINTEXT listener is on a non-loopback address: anyone who reaches it can read \

@@ -91,12 +91,26 @@ impl Session {
     /// A new connection on a listener of `protocol`, which must log in
     /// within `login_timeout` if the protocol has SASL.
     pub fn new(peer: String, protocol: SecurityProtocol, login_timeout: Duration) -> Rc<Session> {
+        Session::with_principal(peer, protocol, login_timeout, None)
+    }
+
+    /// [`Session::new`] for a client whose TLS certificate named it
+    /// (`User:<mapped subject>`); a SASL login still decides on SASL_*
+    /// listeners.
+    pub fn with_principal(
+        peer: String,
+        protocol: SecurityProtocol,
+        login_timeout: Duration,
+        certificate: Option<String>,
+    ) -> Rc<Session> {
+        let principal =
+            (!protocol.sasl()).then(|| certificate.unwrap_or_else(|| ANONYMOUS.to_string()));
         Rc::new(Session {
             peer,
             protocol,
             connected: Instant::now(),
             login_timeout,
-            principal: RefCell::new((!protocol.sasl()).then(|| ANONYMOUS.to_string())),
+            principal: RefCell::new(principal),
             expires: Cell::new(None),
             mechanism: Cell::new(None),
             scram: RefCell::new(None),

@@ -15,6 +15,7 @@
 //! within [`crate::server::limits::MESH_REPLY_TIMEOUT_MS`] fails with
 //! [`BrokerError::CoreUnavailable`].
 
+pub mod acl;
 pub mod admin;
 pub mod auth;
 pub mod fetch;

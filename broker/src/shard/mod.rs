@@ -8,6 +8,7 @@
 //! partition; only that core opens its log. Core 0 also runs the metadata
 //! writer (`crate::metadata::writer`) and the producer-id allocator.
 
+pub mod acls;
 pub mod answers;
 pub mod logins;
 pub mod mesh;
@@ -65,6 +66,8 @@ pub struct Shared {
     pub client_tls: Option<Arc<crate::server::tls::ServerTls>>,
     /// Set on SIGHUP: read the certificate files again.
     pub reload_tls: Arc<AtomicBool>,
+    /// The ACLs, as the metadata last had them.
+    pub acls: acls::Published,
 }
 
 impl Shared {
@@ -109,6 +112,8 @@ pub struct Core {
     pub replication: crate::replica::state::Replication,
     /// Failed SASL logins per source address.
     pub logins: logins::Logins,
+    /// This core's copy of the ACLs.
+    pub acls: acls::CoreAcls,
 }
 
 impl Core {
@@ -143,6 +148,7 @@ impl Core {
             metadata_writer: RefCell::new(None),
             replication: Default::default(),
             logins: Default::default(),
+            acls: Default::default(),
         });
         core.apply_metadata(view, Vec::new()).await?;
         Ok(core)

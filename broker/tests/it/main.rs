@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod acl;
 mod broker_native;
 mod cli;
 mod client;

@@ -23,12 +23,23 @@ use weir_testkit::{wait_until, Node};
 use crate::common;
 use crate::tls::Pki;
 
-const PASSWORD: &str = "correct horse";
+pub(crate) const PASSWORD: &str = "correct horse";
 
 /// A broker whose Kafka listener is `kafka` (`SASL_PLAINTEXT://…` or
 /// `SASL_SSL://…`), its native listener plaintext on loopback (for `weir
 /// user`), logins due within `login_timeout_ms`.
 fn start(dir: &Path, kafka: &str, tls: Option<(&Path, &Path)>, login_timeout_ms: u64) -> Node {
+    start_with(dir, kafka, tls, login_timeout_ms, "")
+}
+
+/// [`start`] with more lines of the config file.
+pub(crate) fn start_with(
+    dir: &Path,
+    kafka: &str,
+    tls: Option<(&Path, &Path)>,
+    login_timeout_ms: u64,
+    extra: &str,
+) -> Node {
     let config = dir.join("weir.toml");
     let mut text = format!(
         "listen = \"127.0.0.1:0\"\ncore_port_base = 0\nmetrics_listen = \"127.0.0.1:0\"\n\
@@ -38,6 +49,7 @@ fn start(dir: &Path, kafka: &str, tls: Option<(&Path, &Path)>, login_timeout_ms:
     if let Some((cert, key)) = tls {
         text += &format!("ssl_certificate_file = {cert:?}\nssl_key_file = {key:?}\n");
     }
+    text += extra;
     std::fs::write(&config, text).unwrap();
     Node::builder(env!("CARGO_BIN_EXE_weir"))
         .data_dir(dir.join("data"))
@@ -49,7 +61,7 @@ fn start(dir: &Path, kafka: &str, tls: Option<(&Path, &Path)>, login_timeout_ms:
 }
 
 /// `weir user add NAME` with [`PASSWORD`].
-fn add_user(node: &Node, dir: &Path, name: &str) {
+pub(crate) fn add_user(node: &Node, dir: &Path, name: &str) {
     let file = dir.join("password");
     std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
     let out = common::weir_at(

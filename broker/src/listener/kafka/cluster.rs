@@ -3,6 +3,8 @@
 
 use super::common::*;
 use super::errors::*;
+use crate::service::acl::{self, Op, Resource};
+use crate::service::auth::Session;
 
 /// Host and port Kafka clients are told to connect to.
 pub(super) fn advertised(core: &Core) -> (String, i32) {
@@ -205,6 +207,7 @@ pub(super) async fn metadata(
     core: &Rc<Core>,
     r: MetadataRequest,
     version: i16,
+    session: &Session,
 ) -> MetadataResponse {
     // Null (v1+) or empty (v0) asks for every topic.
     let wanted: Option<Vec<(Option<String>, uuid::Uuid)>> = match r.topics {
@@ -225,8 +228,29 @@ pub(super) async fn metadata(
             })
             .collect()
     });
-    let found = if r.allow_auto_topic_creation || version < 4 {
+    // Topics the principal may not describe: named, they are answered
+    // TOPIC_AUTHORIZATION_FAILED (and never auto-created); asked for all,
+    // they are left out.
+    let describable = |n: &str| acl::allowed(core, session, Op::Describe, Resource::Topic(n));
+    let (names, refused): (Option<Vec<String>>, Vec<String>) = match names {
+        None => (None, Vec::new()),
+        Some(all) => {
+            let (ok, no) = all.into_iter().partition(|n| describable(n));
+            (Some(ok), no)
+        }
+    };
+    let may_create = acl::allowed(core, session, Op::Create, Resource::Cluster);
+    let found = if (r.allow_auto_topic_creation || version < 4) && may_create {
         admin::topics(core, names, true).await
+    } else if names.is_none() {
+        admin::listed_topics(core, true)
+            .into_iter()
+            .filter(|n| describable(n))
+            .map(|n| {
+                let m = core.metadata().get(&n).cloned();
+                (n, m)
+            })
+            .collect()
     } else {
         names
             .unwrap_or_else(|| admin::listed_topics(core, true))
@@ -240,6 +264,7 @@ pub(super) async fn metadata(
     let cluster = endpoints(core);
     let mut topics: Vec<MetadataResponseTopic> = found
         .into_iter()
+        .filter(|(n, _)| describable(n))
         .map(|(name, meta)| match meta {
             Some(m) => {
                 let leader = |p: u32| match &cluster {
@@ -278,6 +303,11 @@ pub(super) async fn metadata(
                 .with_name(Some(topic_name(name))),
         })
         .collect();
+    topics.extend(refused.into_iter().map(|n| {
+        MetadataResponseTopic::default()
+            .with_error_code(E::TopicAuthorizationFailed.code())
+            .with_name(Some(topic_name(n)))
+    }));
     // Ids asked for that name no topic.
     if let Some(w) = &wanted {
         for (n, id) in w {
@@ -366,7 +396,15 @@ pub(super) fn find_coordinator(
 pub(super) async fn init_producer_id(
     core: &Rc<Core>,
     r: InitProducerIdRequest,
+    session: &Session,
 ) -> InitProducerIdResponse {
+    // Kafka 2.8+: IdempotentWrite on the cluster, or Write on some topic.
+    if !acl::may_write_idempotently(core, session) {
+        return InitProducerIdResponse::default()
+            .with_error_code(E::ClusterAuthorizationFailed.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+    }
     if r.transactional_id.is_some() {
         return InitProducerIdResponse::default()
             .with_error_code(E::InvalidRequest.code())

@@ -3,12 +3,15 @@
 use super::cluster::*;
 use super::common::*;
 use super::errors::*;
+use crate::service::acl::{self, Op, Resource};
+use crate::service::auth::Session;
 
 pub(super) async fn produce(
     core: &Rc<Core>,
     h: codec::RequestHeaderInfo,
     r: ProduceRequest,
     ctx: Ctx,
+    session: &Session,
 ) -> Pending {
     let acks = r.acks;
     let transactional = r.transactional_id.is_some();
@@ -18,9 +21,14 @@ pub(super) async fn produce(
     for t in r.topic_data {
         let topic = ids.resolve(&t.name, t.topic_id);
         names.push((t.name.clone(), t.topic_id, t.partition_data.len()));
+        let denied = topic
+            .as_deref()
+            .and_then(|n| acl::check(core, session, Op::Write, Resource::Topic(n)).err());
         for p in t.partition_data {
             let topic = topic.clone().unwrap_or_default();
-            let data = if transactional {
+            let data = if let Some(e) = &denied {
+                Err(e.clone())
+            } else if transactional {
                 Err(BrokerError::InvalidRequest(
                     "transactions are not supported by Weir".into(),
                 ))
@@ -151,6 +159,7 @@ pub(super) async fn fetch(
     h: codec::RequestHeaderInfo,
     r: FetchRequest,
     ctx: Ctx,
+    session: &Session,
 ) -> Answer {
     // Topics, by name or id, and their partitions: what to read, and what
     // is answered at once (unknown topic id, bad partition index).
@@ -159,9 +168,13 @@ pub(super) async fn fetch(
     let ids = TopicIds::new(core);
     for t in r.topics {
         let topic = ids.resolve(&t.topic, t.topic_id);
+        let readable = topic
+            .as_deref()
+            .is_none_or(|n| acl::allowed(core, session, Op::Read, Resource::Topic(n)));
         let mut ps = Vec::new();
         for p in t.partitions {
             let slot = match (&topic, p.partition >= 0 && p.fetch_offset >= 0) {
+                (Some(_), _) if !readable => Err(E::TopicAuthorizationFailed.code()),
                 (Some(name), true) => {
                     check_leader_epoch(core, name, p.partition, p.current_leader_epoch).map(|()| {
                         parts.push(FetchPart {
@@ -288,11 +301,13 @@ pub(super) async fn list_offsets(
     core: &Rc<Core>,
     r: ListOffsetsRequest,
     version: i16,
+    session: &Session,
 ) -> ListOffsetsResponse {
     let mut queries = Vec::new();
     let mut shape = Vec::new();
     for t in r.topics {
         let mut ps = Vec::new();
+        let described = acl::allowed(core, session, Op::Describe, Resource::Topic(&t.name));
         for p in t.partitions {
             let q = match p.timestamp {
                 -2 => Some(OffsetQuery::Earliest),
@@ -301,6 +316,7 @@ pub(super) async fn list_offsets(
                 _ => None,
             };
             let slot = match (q, p.partition_index >= 0) {
+                _ if !described => Err(E::TopicAuthorizationFailed.code()),
                 (Some(q), true) => {
                     check_leader_epoch(core, &t.name, p.partition_index, p.current_leader_epoch)
                         .map(|()| {

@@ -113,21 +113,25 @@ impl Protocol for Kafka {
 /// Starts serving one decoded request.
 async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Session>) -> Pending {
     let h = req.header();
+    if let Some(refused) = super::authz::gate(core, session, &h, &req.body) {
+        return Pending::Ready(refused);
+    }
     let version = req.api_version;
     let client_id = req.client_id.clone().unwrap_or_default();
     let core = core.clone();
+    let session = session.clone();
     match req.body {
         KafkaRequest::ApiVersions(_) => {
             Pending::Ready(answer(&h, KafkaResponse::ApiVersions(api_versions())))
         }
         KafkaRequest::Metadata(r) => at_turn(async move {
-            let resp = metadata(&core, r, version).await;
+            let resp = metadata(&core, r, version, &session).await;
             answer(&h, KafkaResponse::Metadata(resp))
         }),
-        KafkaRequest::Produce(r) => produce(&core, h, r, ctx).await,
-        KafkaRequest::Fetch(r) => later(async move { fetch(&core, h, r, ctx).await }),
+        KafkaRequest::Produce(r) => produce(&core, h, r, ctx, &session).await,
+        KafkaRequest::Fetch(r) => later(async move { fetch(&core, h, r, ctx, &session).await }),
         KafkaRequest::ListOffsets(r) => later(async move {
-            let resp = list_offsets(&core, r, version).await;
+            let resp = list_offsets(&core, r, version, &session).await;
             answer(&h, KafkaResponse::ListOffsets(resp))
         }),
         KafkaRequest::FindCoordinator(r) => at_turn(async move {
@@ -139,13 +143,13 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
         KafkaRequest::InitProducerId(r) => later(async move {
             answer(
                 &h,
-                KafkaResponse::InitProducerId(init_producer_id(&core, r).await),
+                KafkaResponse::InitProducerId(init_producer_id(&core, r, &session).await),
             )
         }),
         KafkaRequest::CreateTopics(r) => later(async move {
             answer(
                 &h,
-                KafkaResponse::CreateTopics(create_topics(&core, r, version).await),
+                KafkaResponse::CreateTopics(create_topics(&core, r, version, &session).await),
             )
         }),
         KafkaRequest::DeleteTopics(r) => later(async move {
@@ -245,14 +249,14 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
         // The login's steps are served in order, before the next request
         // is read: its outcome decides what that one may do.
         KafkaRequest::SaslHandshake(r) => {
-            let resp = sasl_handshake(&core, session, r);
+            let resp = sasl_handshake(&core, &session, r);
             if version == 0 && resp.error_code == 0 {
                 session.expect_bare_tokens();
             }
             Pending::Ready(answer(&h, KafkaResponse::SaslHandshake(resp)))
         }
         KafkaRequest::SaslAuthenticate(r) => {
-            let (resp, close) = sasl_authenticate(&core, session, r).await;
+            let (resp, close) = sasl_authenticate(&core, &session, r).await;
             let mut a = answer(&h, KafkaResponse::SaslAuthenticate(resp));
             a.close |= close;
             Pending::Ready(a)
@@ -269,6 +273,16 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
                 ),
             )
         }),
+        KafkaRequest::DescribeAcls(r) => Pending::Ready(answer(
+            &h,
+            KafkaResponse::DescribeAcls(describe_acls(&core, r)),
+        )),
+        KafkaRequest::CreateAcls(r) => {
+            later(async move { answer(&h, KafkaResponse::CreateAcls(create_acls(&core, r).await)) })
+        }
+        KafkaRequest::DeleteAcls(r) => {
+            later(async move { answer(&h, KafkaResponse::DeleteAcls(delete_acls(&core, r).await)) })
+        }
         KafkaRequest::ConsumerGroupDescribe(r) => later(async move {
             answer(
                 &h,

@@ -32,6 +32,7 @@ pub fn broker_error_code(e: &BrokerError) -> i16 {
         // The owning core did not answer (overloaded or stopping): a
         // retriable code, so that a Kafka client retries rather than fails.
         BrokerError::CoreUnavailable { .. } => E::NotEnoughReplicas.code(),
+        BrokerError::Unauthorized { .. } => weir_kafka::error::coordinator_code(e.code()),
     }
 }
 

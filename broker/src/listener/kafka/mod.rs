@@ -18,6 +18,7 @@
 //! | `data.rs` | Produce, Fetch, ListOffsets, OffsetForLeaderEpoch |
 //! | `groups.rs` | JoinGroup … DeleteGroups, OffsetCommit/Fetch, ConsumerGroupHeartbeat/Describe |
 //! | `topics.rs` | CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs, IncrementalAlterConfigs |
+//! | `authz.rs` | what each request needs of the ACLs, and its refusal |
 //! | `security.rs` | SaslHandshake, SaslAuthenticate, Describe/AlterUserScramCredentials |
 //! | `errors.rs` | `BrokerError` → Kafka code, exhaustive |
 //! | `common.rs` | the imports every family speaks in, building answers |
@@ -27,6 +28,7 @@
 //! `dispatch.rs`. Kafka clients know nothing of cores: a partition of
 //! another core is served through the mesh, as on the native shared port.
 
+mod authz;
 mod cluster;
 mod common;
 mod data;

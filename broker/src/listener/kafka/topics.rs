@@ -3,15 +3,21 @@
 use super::cluster::*;
 use super::common::*;
 use super::errors::*;
+use crate::service::auth::Session;
 
 pub(super) async fn create_topics(
     core: &Rc<Core>,
     r: CreateTopicsRequest,
     version: i16,
+    session: &Session,
 ) -> CreateTopicsResponse {
     let mut out = Vec::new();
     for t in r.topics {
         let name = t.name.to_string();
+        if let Some(refused) = super::authz::create_refused(core, session, &name) {
+            out.push(refused);
+            continue;
+        }
         let partitions = if t.num_partitions < 0 {
             core.shared.config.default_partitions
         } else {

@@ -1,0 +1,248 @@
+//! Authorization of each Kafka request ([`crate::service::acl`]) before it
+//! is served: the group APIs need Read (Describe to look one up) on the
+//! group, topic administration the operation on each topic named (Create
+//! on the cluster or the topic), cluster administration Alter or Describe
+//! on the cluster. Produce, Fetch, ListOffsets and Metadata check each
+//! topic in their handlers (a refused topic is answered
+//! TOPIC_AUTHORIZATION_FAILED beside the others; Metadata hides topics a
+//! principal may not describe).
+//!
+//! A refused request is answered with the API's authorization error where
+//! its answer has a place for one; an API whose answer has none that Weir
+//! builds (the rarely used administration of configs, partitions and
+//! records) closes the connection, logged.
+
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+
+use super::common::*;
+use super::errors::broker_error_code;
+use crate::service::acl::{self, Op, Resource};
+use crate::service::auth::Session;
+
+/// What a request needs, as a list of (operation, resource) checks.
+fn group(op: Op, g: &str) -> (Op, Resource<'_>) {
+    (op, Resource::Group(g))
+}
+
+fn needs(body: &KafkaRequest, version: i16) -> Vec<(Op, Resource<'_>)> {
+    use KafkaRequest as R;
+    match body {
+        R::JoinGroup(r) => vec![group(Op::Read, r.group_id.as_str())],
+        R::SyncGroup(r) => vec![group(Op::Read, r.group_id.as_str())],
+        R::Heartbeat(r) => vec![group(Op::Read, r.group_id.as_str())],
+        R::LeaveGroup(r) => vec![group(Op::Read, r.group_id.as_str())],
+        R::OffsetCommit(r) => vec![group(Op::Read, r.group_id.as_str())],
+        R::ConsumerGroupHeartbeat(r) => vec![group(Op::Read, r.group_id.as_str())],
+        R::OffsetFetch(r) if version < 8 => vec![group(Op::Describe, r.group_id.as_str())],
+        R::OffsetFetch(r) => r
+            .groups
+            .iter()
+            .map(|g| group(Op::Describe, g.group_id.as_str()))
+            .collect(),
+        R::FindCoordinator(r) if r.key_type == 0 && version < 4 => {
+            vec![group(Op::Describe, r.key.as_str())]
+        }
+        R::FindCoordinator(r) if r.key_type == 0 => r
+            .coordinator_keys
+            .iter()
+            .map(|k| group(Op::Describe, k.as_str()))
+            .collect(),
+        R::DescribeGroups(r) => r
+            .groups
+            .iter()
+            .map(|g| group(Op::Describe, g.as_str()))
+            .collect(),
+        R::ConsumerGroupDescribe(r) => r
+            .group_ids
+            .iter()
+            .map(|g| group(Op::Describe, g.as_str()))
+            .collect(),
+        R::DeleteGroups(r) => r
+            .groups_names
+            .iter()
+            .map(|g| group(Op::Delete, g.as_str()))
+            .collect(),
+        R::ListGroups(_) | R::DescribeCluster(_) | R::DescribeUserScramCredentials(_) => {
+            vec![(Op::Describe, Resource::Cluster)]
+        }
+        R::AlterUserScramCredentials(_) | R::CreateAcls(_) | R::DeleteAcls(_) => {
+            vec![(Op::Alter, Resource::Cluster)]
+        }
+        R::DescribeAcls(_) => vec![(Op::Describe, Resource::Cluster)],
+        R::DeleteTopics(r) => r
+            .topic_names
+            .iter()
+            .map(|t| t.as_str())
+            .chain(
+                r.topics
+                    .iter()
+                    .filter_map(|t| t.name.as_ref().map(|n| n.as_str())),
+            )
+            .map(|t| (Op::Delete, Resource::Topic(t)))
+            .collect(),
+        R::CreatePartitions(r) => r
+            .topics
+            .iter()
+            .map(|t| (Op::Alter, Resource::Topic(t.name.as_str())))
+            .collect(),
+        R::DeleteRecords(r) => r
+            .topics
+            .iter()
+            .map(|t| (Op::Delete, Resource::Topic(t.name.as_str())))
+            .collect(),
+        R::DescribeConfigs(r) => r
+            .resources
+            .iter()
+            .map(|c| match c.resource_type {
+                2 => (
+                    Op::DescribeConfigs,
+                    Resource::Topic(c.resource_name.as_str()),
+                ),
+                _ => (Op::DescribeConfigs, Resource::Cluster),
+            })
+            .collect(),
+        R::IncrementalAlterConfigs(r) => r
+            .resources
+            .iter()
+            .map(|c| match c.resource_type {
+                2 => (Op::AlterConfigs, Resource::Topic(c.resource_name.as_str())),
+                _ => (Op::AlterConfigs, Resource::Cluster),
+            })
+            .collect(),
+        R::OffsetForLeaderEpoch(r) => r
+            .topics
+            .iter()
+            .map(|t| (Op::Describe, Resource::Topic(t.topic.as_str())))
+            .collect(),
+        // Checked per topic by their handlers, or needing nothing.
+        R::ApiVersions(_)
+        | R::Metadata(_)
+        | R::Produce(_)
+        | R::Fetch(_)
+        | R::ListOffsets(_)
+        | R::CreateTopics(_)
+        | R::InitProducerId(_)
+        | R::FindCoordinator(_)
+        | R::SaslHandshake(_)
+        | R::SaslAuthenticate(_) => Vec::new(),
+    }
+}
+
+/// The refusal of a request the session may not make, if it may not.
+pub(super) fn gate(
+    core: &Core,
+    session: &Session,
+    h: &codec::RequestHeaderInfo,
+    body: &KafkaRequest,
+) -> Option<Answer> {
+    if !core.shared.config.authorization.enabled {
+        return None;
+    }
+    let denied = needs(body, h.api_version)
+        .into_iter()
+        .find_map(|(op, r)| acl::check(core, session, op, r).err())?;
+    tracing::debug!(peer = %session.peer, error = %denied, "Kafka request refused");
+    let code = broker_error_code(&denied);
+    if let KafkaRequest::OffsetCommit(r) = body {
+        let mut resp = OffsetCommitResponse::default();
+        resp.topics = r
+            .topics
+            .iter()
+            .map(|t| {
+                OffsetCommitResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_topic_id(t.topic_id)
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                OffsetCommitResponsePartition::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(code)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        return Some(answer(h, KafkaResponse::OffsetCommit(resp)));
+    }
+    if let KafkaRequest::DeleteTopics(r) = body {
+        let mut resp = DeleteTopicsResponse::default();
+        resp.responses = r
+            .topic_names
+            .iter()
+            .cloned()
+            .map(Some)
+            .chain(r.topics.iter().map(|t| t.name.clone()))
+            .map(|n| {
+                let mut d = DeletableTopicResult::default();
+                d.name = n;
+                d.error_code = code;
+                d.error_message = Some(s(denied.to_string()));
+                d
+            })
+            .collect();
+        return Some(answer(h, KafkaResponse::DeleteTopics(resp)));
+    }
+    if let KafkaRequest::FindCoordinator(r) = body {
+        if h.api_version < 4 {
+            let mut resp = FindCoordinatorResponse::default();
+            resp.error_code = code;
+            resp.error_message = Some(s(denied.to_string()));
+            resp.node_id = BrokerId(-1);
+            resp.port = -1;
+            return Some(answer(h, KafkaResponse::FindCoordinator(resp)));
+        }
+        {
+            let mut resp = FindCoordinatorResponse::default();
+            resp.coordinators = r
+                .coordinator_keys
+                .iter()
+                .map(|k| {
+                    let mut c = Coordinator::default();
+                    c.key = k.clone();
+                    c.node_id = BrokerId(-1);
+                    c.port = -1;
+                    c.error_code = code;
+                    c.error_message = Some(s(denied.to_string()));
+                    c
+                })
+                .collect();
+            return Some(answer(h, KafkaResponse::FindCoordinator(resp)));
+        }
+    }
+    match codec::error_response(h, code) {
+        Some(b) => Some(Answer::plain(BytesMut::from(&b[..]))),
+        None => {
+            tracing::warn!(
+                peer = %session.peer,
+                api = h.api_key,
+                error = %denied,
+                "closing Kafka connection: a refused request whose answer has no place for the error"
+            );
+            Some(closing())
+        }
+    }
+}
+
+/// CreateTopics: topics the session may not create (Create on the
+/// cluster or on the topic), answered TOPIC_AUTHORIZATION_FAILED.
+pub(super) fn create_refused(
+    core: &Core,
+    session: &Session,
+    name: &str,
+) -> Option<CreatableTopicResult> {
+    let may = acl::allowed(core, session, Op::Create, Resource::Cluster)
+        || acl::allowed(core, session, Op::Create, Resource::Topic(name));
+    (!may).then(|| {
+        let mut r = CreatableTopicResult::default();
+        r.name = topic_name(name);
+        r.error_code = E::TopicAuthorizationFailed.code();
+        r.error_message = Some(s(format!(
+            "{} may not Create topic `{name}`",
+            session.principal().unwrap_or_default()
+        )));
+        r
+    })
+}

@@ -1,0 +1,321 @@
+//! ACLs (`--authorizer acl`): a producer allowed a prefix writes every
+//! matching topic and nothing else (TOPIC_AUTHORIZATION_FAILED, nothing
+//! appended), Metadata shows a principal only the topics it may describe,
+//! a reader reads in its group only where allowed; the native protocol
+//! gives the same answers; ACLs made with `weir acl` survive a restart.
+
+use std::path::Path;
+use std::process::Output;
+
+use weir_testkit::Node;
+
+use crate::common;
+use crate::sasl::{add_user, start_with, PASSWORD};
+
+/// A broker with the ACL authorizer, SASL on the Kafka listener, and the
+/// loopback native listener's anonymous principal a super user (the
+/// operator's `weir` commands).
+fn start(dir: &Path) -> Node {
+    start_with(
+        dir,
+        "SASL_PLAINTEXT://127.0.0.1:0",
+        None,
+        10_000,
+        "authorizer = \"acl\"\nsuper_users = \"User:ANONYMOUS\"\n",
+    )
+}
+
+fn kcat(node: &Node, user: &str, args: &[&str], stdin: &[u8]) -> Output {
+    let settings = [
+        "security.protocol=SASL_PLAINTEXT".to_string(),
+        "sasl.mechanism=SCRAM-SHA-512".into(),
+        format!("sasl.username={user}"),
+        format!("sasl.password={PASSWORD}"),
+    ];
+    let mut all: Vec<&str> = settings.iter().flat_map(|s| ["-X", s.as_str()]).collect();
+    all.extend_from_slice(args);
+    common::kcat(node.kafka, &all, stdin)
+}
+
+fn weir_ok(node: &Node, args: &[&str]) -> String {
+    let out = common::weir_at(node.listen, args, b"");
+    assert!(
+        out.status.success(),
+        "weir {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A topic's records, read by the (super user) native CLI.
+fn records(node: &Node, topic: &str) -> Vec<String> {
+    let out = weir_ok(node, &["consume", topic, "--timeout-ms", "500"]);
+    out.lines().map(String::from).collect()
+}
+
+#[test]
+fn a_prefixed_acl_lets_a_producer_write_matching_topics_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path());
+    add_user(&node, dir.path(), "agent");
+    add_user(&node, dir.path(), "reader");
+    for t in ["telemetry.cpu", "telemetry.mem", "metrics"] {
+        weir_ok(&node, &["topic", "create", t, "--partitions", "1"]);
+    }
+    weir_ok(
+        &node,
+        &[
+            "acl",
+            "add",
+            "--principal",
+            "User:agent",
+            "--operation",
+            "Write",
+            "--topic",
+            "telemetry.",
+            "--prefixed",
+        ],
+    );
+    weir_ok(
+        &node,
+        &[
+            "acl",
+            "add",
+            "--principal",
+            "User:reader",
+            "--operation",
+            "Read",
+            "--topic",
+            "telemetry.cpu",
+        ],
+    );
+    weir_ok(
+        &node,
+        &[
+            "acl",
+            "add",
+            "--principal",
+            "User:reader",
+            "--operation",
+            "Read",
+            "--group",
+            "dashboards",
+        ],
+    );
+    let listed = weir_ok(&node, &["acl", "list"]);
+    assert_eq!(listed.lines().count(), 4, "{listed}");
+
+    // Every matching topic takes the producer's records.
+    for t in ["telemetry.cpu", "telemetry.mem"] {
+        let out = kcat(&node, "agent", &["-P", "-t", t], b"ok\n");
+        assert!(
+            out.status.success(),
+            "{t}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Another topic refuses them, with Kafka's error, and holds nothing.
+    let out = kcat(&node, "agent", &["-P", "-t", "metrics"], b"refused\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Topic authorization failed"), "{err}");
+    assert!(
+        records(&node, "metrics").is_empty(),
+        "a refused record was appended"
+    );
+    assert_eq!(records(&node, "telemetry.cpu"), ["ok"]);
+
+    // Metadata: each principal sees the topics it may describe.
+    let seen = |user: &str| {
+        let out = kcat(&node, user, &["-L", "-J"], b"");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let mut names: Vec<String> = [
+            "telemetry.cpu",
+            "telemetry.mem",
+            "metrics",
+            "__consumer_offsets",
+        ]
+        .iter()
+        .filter(|t| text.contains(&format!("\"topic\":\"{t}\"")))
+        .map(|t| t.to_string())
+        .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(seen("agent"), ["telemetry.cpu", "telemetry.mem"]);
+    assert_eq!(seen("reader"), ["telemetry.cpu"]);
+
+    // The reader reads in its group where allowed, and nowhere else.
+    let out = kcat(
+        &node,
+        "reader",
+        &[
+            "-G",
+            "dashboards",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "telemetry.cpu",
+        ],
+        b"",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kcat(
+        &node,
+        "reader",
+        &["-C", "-t", "telemetry.mem", "-o", "beginning", "-e"],
+        b"",
+    );
+    assert!(!out.status.success(), "read without Read");
+    let out = kcat(
+        &node,
+        "reader",
+        &[
+            "-G",
+            "other-group",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "telemetry.cpu",
+        ],
+        b"",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    // librdkafka shows the broker's message (GROUP_AUTHORIZATION_FAILED's).
+    assert!(
+        err.contains("Group authorization failed") || err.contains("may not Describe group"),
+        "{err}"
+    );
+
+    // ACLs survive a restart; removed, the producer is refused.
+    node.stop();
+    let node = start(dir.path());
+    assert_eq!(weir_ok(&node, &["acl", "list"]).lines().count(), 4);
+    weir_ok(
+        &node,
+        &[
+            "acl",
+            "remove",
+            "--principal",
+            "User:agent",
+            "--operation",
+            "Write",
+            "--topic",
+            "telemetry.",
+            "--prefixed",
+        ],
+    );
+    let out = kcat(&node, "agent", &["-P", "-t", "telemetry.cpu"], b"late\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Topic authorization failed"));
+    assert_eq!(records(&node, "telemetry.cpu"), ["ok"]);
+}
+
+#[test]
+fn the_native_protocol_is_held_to_the_same_acls() {
+    let dir = tempfile::tempdir().unwrap();
+    // No super user: the native listener's anonymous principal may do
+    // only what ACLs allow — here nothing, then Write on one topic.
+    let node = start_with(
+        dir.path(),
+        "SASL_PLAINTEXT://127.0.0.1:0",
+        None,
+        10_000,
+        "authorizer = \"acl\"\nsuper_users = \"User:admin\"\n",
+    );
+    let out = common::weir_at(
+        node.listen,
+        &["topic", "create", "t", "--partitions", "1"],
+        b"",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("TopicAuthorizationFailed"),
+        "{err}"
+    );
+    let out = common::weir_at(
+        node.listen,
+        &[
+            "acl",
+            "add",
+            "--principal",
+            "User:ANONYMOUS",
+            "--operation",
+            "All",
+            "--cluster",
+        ],
+        b"",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("ClusterAuthorizationFailed"),
+        "{err}"
+    );
+    let listed = common::weir_at(node.listen, &["topic", "list"], b"");
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).trim().is_empty(),
+        "topics listed to an unauthorized principal"
+    );
+}
+
+#[test]
+fn a_client_certificate_names_the_principal_acls_hold_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = crate::tls::Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    let (agent_cert, agent_key) = pki.sign("agent", "Agent-7", false);
+    let ca = pki.ca("ca");
+    let node = start_with(
+        dir.path(),
+        "SSL://127.0.0.1:0",
+        Some((&cert, &key)),
+        10_000,
+        &format!(
+            "authorizer = \"acl\"\nsuper_users = \"User:ANONYMOUS\"\nssl_ca_file = {ca:?}\n\
+             ssl_client_auth = \"required\"\n\
+             ssl_principal_mapping_rules = \"RULE:^CN=(.*?)$/$1/L, DEFAULT\"\n"
+        ),
+    );
+    for t in ["granted", "other"] {
+        weir_ok(&node, &["topic", "create", t, "--partitions", "1"]);
+    }
+    weir_ok(
+        &node,
+        &[
+            "acl",
+            "add",
+            "--principal",
+            "User:agent-7",
+            "--operation",
+            "Write",
+            "--topic",
+            "granted",
+        ],
+    );
+    let kcat = |topic: &str| {
+        let settings = [
+            "security.protocol=SSL".to_string(),
+            format!("ssl.ca.location={}", ca.display()),
+            format!("ssl.certificate.location={}", agent_cert.display()),
+            format!("ssl.key.location={}", agent_key.display()),
+        ];
+        let mut all: Vec<&str> = settings.iter().flat_map(|s| ["-X", s.as_str()]).collect();
+        all.extend_from_slice(&["-P", "-t", topic]);
+        common::kcat(node.kafka, &all, b"from-agent\n")
+    };
+    let out = kcat("granted");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kcat("other");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Topic authorization failed"));
+    assert_eq!(records(&node, "granted"), ["from-agent"]);
+    assert!(records(&node, "other").is_empty());
+}
