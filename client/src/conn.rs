@@ -26,7 +26,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use crate::tls::{ReadHalf, SecurityProtocol, TlsSettings, WriteHalf};
+use crate::tls::{ReadHalf, TlsSettings, WriteHalf};
 use tokio::sync::{oneshot, Mutex, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use weir_proto::frame::{self, FRAME_LEN_BYTES};
@@ -56,6 +56,8 @@ pub(crate) struct Pipeline {
         std::result::Result<Arc<rustls::ClientConfig>, String>,
         TlsSettings,
     )>,
+    /// SASL: who logs in on each new connection (or why nobody can).
+    sasl: Option<std::result::Result<crate::sasl::SaslSettings, String>>,
     connect_timeout: Duration,
     max_frame_bytes: usize,
     max_in_flight: usize,
@@ -254,11 +256,14 @@ impl Drop for Abandoned {
 impl Pipeline {
     /// A pipeline to `addr` that connects on first use.
     pub(crate) fn new(addr: SocketAddr, config: &ClientConfig) -> Pipeline {
-        let tls = (config.security_protocol == SecurityProtocol::Ssl)
+        let tls = config
+            .security_protocol
+            .tls()
             .then(|| (config.tls_built.get(&config.tls), config.tls.clone()));
         Pipeline {
             addr,
             tls,
+            sasl: config.sasl(),
             connect_timeout: config.connect_timeout,
             max_frame_bytes: config.max_frame_bytes,
             max_in_flight: config.max_in_flight,
@@ -296,9 +301,21 @@ impl Pipeline {
                     .map_err(|_| ClientError::Timeout(self.connect_timeout))??
             }
         };
+        let (mut write, mut read) = (write, BufReader::with_capacity(READ_BUFFER_BYTES, read));
+        match &self.sasl {
+            None => {}
+            Some(Err(why)) => return Err(ClientError::Authentication(why.clone())),
+            Some(Ok(s)) => {
+                let login =
+                    crate::sasl::login(&mut read, &mut write, s, next_corr, self.max_frame_bytes);
+                tokio::time::timeout(self.connect_timeout, login)
+                    .await
+                    .map_err(|_| ClientError::Timeout(self.connect_timeout))??;
+            }
+        }
         let shared = Arc::new(Shared::new(self.max_in_flight, next_corr));
         tokio::spawn(read_answers(
-            BufReader::with_capacity(READ_BUFFER_BYTES, read),
+            read,
             shared.clone(),
             Arc::downgrade(&self.slot),
             self.max_frame_bytes,

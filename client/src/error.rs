@@ -34,6 +34,11 @@ pub enum ClientError {
     /// or misnamed broker certificate, a refused client certificate).
     #[error("TLS: {0}")]
     Tls(String),
+    /// The broker refused the SASL login (a wrong user or password, a
+    /// mechanism it does not offer), or `security.protocol=SASL_*` came
+    /// without `sasl.mechanism`, `sasl.username` and `sasl.password`.
+    #[error("SASL authentication failed: {0}")]
+    Authentication(String),
     /// A frame or a body could not be encoded or decoded.
     #[error("protocol error: {0}")]
     Protocol(FrameError),
@@ -163,6 +168,7 @@ impl ClientError {
             ClientError::Io(io) => ClientError::Io(std::io::Error::new(io.kind(), io.to_string())),
             ClientError::Disconnected => ClientError::Disconnected,
             ClientError::Tls(m) => ClientError::Tls(m.clone()),
+            ClientError::Authentication(m) => ClientError::Authentication(m.clone()),
             ClientError::Protocol(f) => ClientError::Protocol(f.clone()),
             ClientError::InvalidResponse(m) => ClientError::InvalidResponse(m.clone()),
             ClientError::CorruptBatch(b) => ClientError::CorruptBatch(b.clone()),

@@ -117,6 +117,7 @@ pub mod groups;
 pub mod partitioner;
 pub mod producer;
 pub mod properties;
+pub mod sasl;
 pub mod stats;
 pub mod tls;
 
@@ -198,8 +199,33 @@ pub struct ClientConfig {
     /// The CA, client certificate and server name of TLS connections
     /// (`ssl.*`; used with [`SecurityProtocol::Ssl`]).
     pub tls: TlsSettings,
+    /// `sasl.mechanism` of SASL_* connections (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN).
+    pub sasl_mechanism: Option<weir_proto::sasl::Mechanism>,
+    /// `sasl.username`.
+    pub sasl_username: Option<String>,
+    /// `sasl.password`.
+    pub sasl_password: Option<String>,
     /// The rustls configuration `tls` describes, once built.
     tls_built: tls::Built,
+}
+
+impl ClientConfig {
+    /// The SASL login of SASL_* connections, or why it is incomplete.
+    pub(crate) fn sasl(&self) -> Option<std::result::Result<sasl::SaslSettings, String>> {
+        if !self.security_protocol.sasl() {
+            return None;
+        }
+        Some(
+            match (&self.sasl_mechanism, &self.sasl_username, &self.sasl_password) {
+                (Some(m), Some(u), Some(p)) => Ok(sasl::SaslSettings {
+                    mechanism: *m,
+                    username: u.clone(),
+                    password: p.clone(),
+                }),
+                _ => Err("security.protocol SASL_* needs sasl.mechanism, sasl.username and sasl.password".into()),
+            },
+        )
+    }
 }
 
 impl ClientConfig {
@@ -233,6 +259,9 @@ impl Default for ClientConfig {
             bootstrap_timeout: Duration::from_secs(60),
             security_protocol: SecurityProtocol::Plaintext,
             tls: TlsSettings::default(),
+            sasl_mechanism: None,
+            sasl_username: None,
+            sasl_password: None,
             tls_built: tls::Built::default(),
         }
     }

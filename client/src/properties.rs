@@ -156,8 +156,16 @@ pub(crate) fn apply_client(
         "security.protocol" => {
             c.security_protocol = value
                 .parse()
-                .map_err(|_| invalid(name, value, "PLAINTEXT or SSL (SASL is not built yet)"))?
+                .map_err(|_| invalid(name, value, "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))?
         }
+        "sasl.mechanism" | "sasl.mechanisms" => {
+            c.sasl_mechanism = Some(
+                weir_proto::sasl::Mechanism::from_name(&value.to_ascii_uppercase())
+                    .ok_or_else(|| invalid(name, value, "SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"))?,
+            )
+        }
+        "sasl.username" => c.sasl_username = Some(value.into()),
+        "sasl.password" => c.sasl_password = Some(value.into()),
         "ssl.ca.location" => c.tls.ca_file = Some(value.into()),
         "ssl.certificate.location" => c.tls.certificate_file = Some(value.into()),
         "ssl.key.location" => c.tls.key_file = Some(value.into()),

@@ -31,6 +31,25 @@ pub enum SecurityProtocol {
     Plaintext,
     /// TLS.
     Ssl,
+    /// A SASL login (see [`crate::sasl`]), no encryption.
+    SaslPlaintext,
+    /// A SASL login over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Whether connections are TLS.
+    pub fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether connections log in with SASL.
+    pub fn sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
 }
 
 impl std::str::FromStr for SecurityProtocol {
@@ -40,8 +59,9 @@ impl std::str::FromStr for SecurityProtocol {
         match s.to_ascii_uppercase().as_str() {
             "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
             "SSL" => Ok(SecurityProtocol::Ssl),
-            "SASL_PLAINTEXT" | "SASL_SSL" => Err(format!("`{s}`: SASL is not built yet")),
-            _ => Err(format!("`{s}`: PLAINTEXT or SSL")),
+            "SASL_PLAINTEXT" => Ok(SecurityProtocol::SaslPlaintext),
+            "SASL_SSL" => Ok(SecurityProtocol::SaslSsl),
+            _ => Err(format!("`{s}`: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")),
         }
     }
 }

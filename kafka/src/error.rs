@@ -73,6 +73,7 @@ pub fn coordinator_error(code: ErrorCode) -> Option<ResponseError> {
         ErrorCode::GroupAuthorizationFailed => K::GroupAuthorizationFailed,
         ErrorCode::ClusterAuthorizationFailed => K::ClusterAuthorizationFailed,
         ErrorCode::SecurityDisabled => K::SecurityDisabled,
+        ErrorCode::SaslAuthenticationFailed => K::SaslAuthenticationFailed,
     })
 }
 

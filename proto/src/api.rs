@@ -82,11 +82,15 @@ pub enum ApiKey {
     CreateAcls = 27,
     /// Removes the ACLs filters match.
     DeleteAcls = 28,
+    /// Chooses the SASL mechanism of a login (SASL_* listeners).
+    SaslHandshake = 29,
+    /// One step of a SASL login.
+    SaslAuthenticate = 30,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 29] = [
+    pub const ALL: [ApiKey; 31] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -116,6 +120,8 @@ impl ApiKey {
         ApiKey::DescribeAcls,
         ApiKey::CreateAcls,
         ApiKey::DeleteAcls,
+        ApiKey::SaslHandshake,
+        ApiKey::SaslAuthenticate,
     ];
 
     /// The key on the wire.
@@ -156,6 +162,8 @@ impl ApiKey {
             26 => ApiKey::DescribeAcls,
             27 => ApiKey::CreateAcls,
             28 => ApiKey::DeleteAcls,
+            29 => ApiKey::SaslHandshake,
+            30 => ApiKey::SaslAuthenticate,
             _ => return None,
         })
     }
@@ -192,6 +200,8 @@ impl ApiKey {
             ApiKey::DescribeAcls => "DescribeAcls",
             ApiKey::CreateAcls => "CreateAcls",
             ApiKey::DeleteAcls => "DeleteAcls",
+            ApiKey::SaslHandshake => "SaslHandshake",
+            ApiKey::SaslAuthenticate => "SaslAuthenticate",
         }
     }
 

@@ -130,11 +130,13 @@ pub enum ErrorCode {
     ClusterAuthorizationFailed = 51,
     /// ACLs cannot be changed: the broker runs without an authorizer.
     SecurityDisabled = 52,
+    /// A SASL login failed (wrong user or password, a malformed token).
+    SaslAuthenticationFailed = 53,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 47] = [
+    pub const ALL: [ErrorCode; 48] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -182,6 +184,7 @@ impl ErrorCode {
         ErrorCode::GroupAuthorizationFailed,
         ErrorCode::ClusterAuthorizationFailed,
         ErrorCode::SecurityDisabled,
+        ErrorCode::SaslAuthenticationFailed,
     ];
 
     /// The number on the wire.
@@ -239,6 +242,7 @@ impl ErrorCode {
             50 => ErrorCode::GroupAuthorizationFailed,
             51 => ErrorCode::ClusterAuthorizationFailed,
             52 => ErrorCode::SecurityDisabled,
+            53 => ErrorCode::SaslAuthenticationFailed,
             _ => ErrorCode::Unknown,
         }
     }
@@ -292,6 +296,7 @@ impl ErrorCode {
             ErrorCode::GroupAuthorizationFailed => "GroupAuthorizationFailed",
             ErrorCode::ClusterAuthorizationFailed => "ClusterAuthorizationFailed",
             ErrorCode::SecurityDisabled => "SecurityDisabled",
+            ErrorCode::SaslAuthenticationFailed => "SaslAuthenticationFailed",
             ErrorCode::RequestTimedOut => "RequestTimedOut",
             ErrorCode::StorageError => "StorageError",
             ErrorCode::NotEnoughReplicas => "NotEnoughReplicas",
@@ -345,6 +350,7 @@ impl ErrorCode {
             ErrorCode::GroupAuthorizationFailed => "group authorization failed",
             ErrorCode::ClusterAuthorizationFailed => "cluster authorization failed",
             ErrorCode::SecurityDisabled => "security disabled",
+            ErrorCode::SaslAuthenticationFailed => "SASL authentication failed",
             ErrorCode::RequestTimedOut => "request timed out",
             ErrorCode::StorageError => "storage error",
             ErrorCode::NotEnoughReplicas => "not enough replicas",

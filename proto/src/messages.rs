@@ -1003,6 +1003,45 @@ pub struct AclsResponse {
     pub results: Vec<AclResult>,
 }
 
+/// Chooses the SASL mechanism of a login, on a SASL_* listener (Kafka's
+/// SaslHandshake v1: the tokens follow in [`SaslAuthenticateRequest`]s).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct SaslHandshakeRequest {
+    /// `SCRAM-SHA-512`, `SCRAM-SHA-256` or `PLAIN`.
+    pub mechanism: String,
+}
+
+/// The answer to a [`SaslHandshakeRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct SaslHandshakeResponse {
+    /// 0, or `UnsupportedSaslMechanism`.
+    pub error: u16,
+    /// The mechanisms the listener offers.
+    pub mechanisms: Vec<String>,
+}
+
+/// One step of a SASL login: the mechanism's next client message.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct SaslAuthenticateRequest {
+    /// The client's token.
+    pub auth_bytes: Vec<u8>,
+}
+
+/// The answer to a [`SaslAuthenticateRequest`]: the server's next token;
+/// a failure closes the connection after it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct SaslAuthenticateResponse {
+    /// 0, or `SaslAuthenticationFailed`.
+    pub error: u16,
+    /// Why it failed.
+    pub message: Option<String>,
+    /// The server's token.
+    pub auth_bytes: Vec<u8>,
+    /// Once logged in: how long the login holds (0: for the connection's
+    /// life; KIP-368).
+    pub session_lifetime_ms: i64,
+}
+
 /// Lists the groups.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
 pub struct ListGroupsRequest {}
@@ -1209,6 +1248,10 @@ impl_message!(
     CreateAclsRequest,
     DeleteAclsRequest,
     AclsResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
 );
 
 /// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
@@ -1328,4 +1371,6 @@ requests! {
     DescribeAcls => DescribeAclsRequest, AclsResponse;
     CreateAcls => CreateAclsRequest, AclsResponse;
     DeleteAcls => DeleteAclsRequest, AclsResponse;
+    SaslHandshake => SaslHandshakeRequest, SaslHandshakeResponse;
+    SaslAuthenticate => SaslAuthenticateRequest, SaslAuthenticateResponse;
 }

@@ -464,6 +464,7 @@ fn error_codes_are_pinned() {
         ("GroupAuthorizationFailed", 50),
         ("ClusterAuthorizationFailed", 51),
         ("SecurityDisabled", 52),
+        ("SaslAuthenticationFailed", 53),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -483,7 +484,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in (24..=29).chain(53..=u16::MAX) {
+    for n in (24..=29).chain(54..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -544,6 +545,8 @@ fn api_keys_are_pinned() {
         ("DescribeAcls", 26),
         ("CreateAcls", 27),
         ("DeleteAcls", 28),
+        ("SaslHandshake", 29),
+        ("SaslAuthenticate", 30),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -563,7 +566,7 @@ fn api_keys_are_pinned() {
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);
     }
-    for n in 29..=u16::MAX {
+    for n in 31..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

@@ -20,7 +20,7 @@ use crate::metadata::Change;
 use crate::metadata::{ConfigOp, TopicError, TopicSpec};
 use crate::server::limits::REQUEST_PARTITIONS_MAX;
 use crate::service::acl::{self, Op, Resource};
-use crate::service::auth::Session;
+use crate::service::auth::{Gate, Session, Step};
 use crate::service::fetch::{FetchParams, FetchPart};
 use crate::service::offsets::OffsetQuery;
 use crate::service::produce::ProducePart;
@@ -122,6 +122,17 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Sessi
         Err(e) => return Pending::Ready(bad_body(corr, &e)),
     };
     let payload = request.slice_ref(payload);
+    // Before a SASL login succeeds (or after it expired), nothing but the
+    // login is served; anything else is answered and the connection closed.
+    let login = matches!(
+        api,
+        ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+    );
+    if let Gate::Close(reason) = session.gate(login) {
+        session.failed(core, reason);
+        let code = ErrorCode::SaslAuthenticationFailed;
+        return Pending::Ready(Answer::error(corr, code, reason, true));
+    }
     if let Some(refused) = authorize(core, session, &h, body) {
         return Pending::Ready(refused);
     }
@@ -225,6 +236,7 @@ fn needs(req: &AnyRequest) -> Vec<(Op, Resource<'_>)> {
         | R::DeleteAcls(_) => vec![(Op::Alter, Resource::Cluster)],
         // Metadata is filtered by what the principal may describe.
         R::ApiVersions(_) | R::Metadata(_) => Vec::new(),
+        R::SaslHandshake(_) | R::SaslAuthenticate(_) => Vec::new(),
         // An API added later: the most a request can need, until it says.
         _ => vec![(Op::Alter, Resource::Cluster)],
     }
@@ -353,6 +365,55 @@ async fn serve_other(
         ApiKey::ChangeVoters => {
             let req = body!(ChangeVotersRequest);
             ok(corr, &admin::change_voters(core, req).await)
+        }
+        ApiKey::SaslHandshake => {
+            let req = body!(SaslHandshakeRequest);
+            let enabled = Session::mechanisms(core);
+            let error = match session.handshake(&req.mechanism, enabled) {
+                Ok(_) => 0,
+                Err(e) => {
+                    tracing::debug!(peer = %session.peer, error = e, "SaslHandshake refused");
+                    ErrorCode::UnsupportedSaslMechanism.as_u16()
+                }
+            };
+            let mechanisms = if session.protocol.sasl() {
+                enabled.iter().map(|m| m.name().to_string()).collect()
+            } else {
+                Vec::new()
+            };
+            ok(corr, &SaslHandshakeResponse { error, mechanisms })
+        }
+        ApiKey::SaslAuthenticate => {
+            let req = body!(SaslAuthenticateRequest);
+            let (resp, close) = if !session.protocol.sasl() {
+                let message = format!(
+                    "this is a {} listener: it takes no SASL login",
+                    session.protocol.name()
+                );
+                (auth_failed(message), true)
+            } else {
+                match session.authenticate(core, &req.auth_bytes).await {
+                    Ok(Step::Continue(auth_bytes)) => (
+                        SaslAuthenticateResponse {
+                            auth_bytes,
+                            ..Default::default()
+                        },
+                        false,
+                    ),
+                    Ok(Step::Done { bytes, lifetime_ms }) => (
+                        SaslAuthenticateResponse {
+                            auth_bytes: bytes,
+                            session_lifetime_ms: lifetime_ms,
+                            ..Default::default()
+                        },
+                        false,
+                    ),
+                    Err(e) => (auth_failed(e.message), true),
+                }
+            };
+            let mut answer = ok(corr, &resp);
+            answer.close |= close;
+            answer
         }
         ApiKey::DescribeAcls => {
             let req = body!(DescribeAclsRequest);
@@ -1006,5 +1067,13 @@ fn acl_result(
             message: Some(e.to_string()),
             acls: Vec::new(),
         },
+    }
+}
+
+fn auth_failed(message: String) -> SaslAuthenticateResponse {
+    SaslAuthenticateResponse {
+        error: ErrorCode::SaslAuthenticationFailed.as_u16(),
+        message: Some(message),
+        ..Default::default()
     }
 }

@@ -687,13 +687,6 @@ impl BrokerConfig {
                 metrics_protocol.name()
             );
         }
-        if listen_protocol.sasl() {
-            bail!(
-                "--listen {}:// — SASL on the native listener is not built yet: use SSL:// (with \
-                 client certificates) there, or SASL on the Kafka listener",
-                listen_protocol.name()
-            );
-        }
         let sasl = SaslSettings {
             mechanisms: match args
                 .sasl_enabled_mechanisms

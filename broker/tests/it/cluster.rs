@@ -93,6 +93,9 @@ struct Cluster {
     /// The nodes' `replica_silence_max_ms` (the default unless a test sets
     /// it).
     silence_ms: Option<u64>,
+    /// Nodes check ACLs (`--authorizer acl`), the loopback clients of the
+    /// tests (anonymous) super users.
+    authorizer: bool,
 }
 
 impl Cluster {
@@ -112,6 +115,7 @@ impl Cluster {
             lag_ms: LAG_MS,
             kafka_ports: (1..=n).map(|id| (id, free_tcp_run())).collect(),
             silence_ms: None,
+            authorizer: false,
         }
     }
 
@@ -160,6 +164,10 @@ impl Cluster {
                 "replica_silence_max_ms".into(),
                 toml::Value::Integer(ms as i64),
             );
+        }
+        if self.authorizer {
+            t.insert("authorizer".into(), s("acl".into()));
+            t.insert("super_users".into(), s("User:ANONYMOUS".into()));
         }
         // Retention acts within a test's time.
         t.insert("retention_check_ms".into(), toml::Value::Integer(200));
@@ -586,14 +594,29 @@ fn three_nodes_from_the_deploy_configs_form_a_cluster_and_spread_a_topic() {
 fn killing_the_controller_leader_elects_another_and_metadata_never_diverges() {
     let _serial = serial();
     let mut c = Cluster::new(3);
+    c.authorizer = true;
     c.start_all();
     let mut view = c.converged(&[1, 2, 3], Duration::from_secs(20));
-    // Users (SCRAM credentials) are metadata too: one made before the
-    // kills and one made right after a leader kill are on every node.
+    // Users (SCRAM credentials) and ACLs are metadata too: those made
+    // before the kills and right after a leader kill are on every node.
     let password = c.root.path().join("password");
     std::fs::write(&password, "pw-of-agents\n").unwrap();
     let password = password.to_str().unwrap().to_string();
     c.weir_ok(1, &["user", "add", "early", "--password-file", &password]);
+    let acl = |who: &'static str| {
+        [
+            "acl",
+            "add",
+            "--principal",
+            who,
+            "--operation",
+            "Write",
+            "--topic",
+            "telemetry.",
+            "--prefixed",
+        ]
+    };
+    c.weir_ok(1, &acl("User:early"));
     let mut slowest = Duration::ZERO;
     const ROUNDS: usize = 10;
     for round in 0..ROUNDS {
@@ -619,6 +642,7 @@ fn killing_the_controller_leader_elects_another_and_metadata_never_diverges() {
                 other,
                 &["user", "add", "late", "--password-file", &password],
             );
+            c.weir_ok(other, &acl("User:late"));
         }
         c.start(leader);
         view = c.converged(&[1, 2, 3], Duration::from_secs(20));
@@ -638,11 +662,13 @@ fn killing_the_controller_leader_elects_another_and_metadata_never_diverges() {
     // Each node answers from its own copy of the metadata.
     for id in [1, 2, 3] {
         let users = c.weir_ok(id, &["user", "list"]);
+        let acls = c.weir_ok(id, &["acl", "list"]);
         for u in ["early", "late"] {
             assert!(
                 users.lines().any(|l| l.trim_start().starts_with(u)),
                 "node {id}: {users}"
             );
+            assert!(acls.contains(&format!("User:{u}")), "node {id}: {acls}");
         }
     }
 }

@@ -41,8 +41,14 @@ pub(crate) fn start_with(
     extra: &str,
 ) -> Node {
     let config = dir.join("weir.toml");
-    let mut text = format!(
-        "listen = \"127.0.0.1:0\"\ncore_port_base = 0\nmetrics_listen = \"127.0.0.1:0\"\n\
+    // The native listener: plaintext on loopback unless `extra` says.
+    let mut text = if extra.lines().any(|l| l.starts_with("listen ")) {
+        String::new()
+    } else {
+        "listen = \"127.0.0.1:0\"\n".to_string()
+    };
+    text += &format!(
+        "core_port_base = 0\nmetrics_listen = \"127.0.0.1:0\"\n\
          kafka_listener = \"{kafka}\"\nsasl_login_timeout_ms = {login_timeout_ms}\n\
          auto_create_topics = false\ngroup_initial_rebalance_delay_ms = 0\n"
     );
@@ -386,4 +392,93 @@ fn kafka_python_over_sasl_ssl_with_scram() {
 #[test]
 fn aiokafka_over_sasl_ssl_with_scram() {
     python_client_over_sasl_ssl("aiokafka");
+}
+
+#[test]
+fn the_cli_and_sdk_log_in_on_a_sasl_native_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    // Users are made through a plaintext native listener, then the node
+    // restarts with SASL on it (users live in the metadata).
+    let node = start(dir.path(), "127.0.0.1:0", None, 10_000);
+    add_user(&node, dir.path(), "agent");
+    node.stop();
+    let node = start_with(
+        dir.path(),
+        "PLAINTEXT://127.0.0.1:0",
+        None,
+        2_000,
+        "listen = \"SASL_PLAINTEXT://127.0.0.1:0\"\n",
+    );
+    let props = |mechanism: &str, password: &str| {
+        let file = dir
+            .path()
+            .join(format!("{mechanism}-{password}.properties"));
+        std::fs::write(
+            &file,
+            format!(
+                "security.protocol=SASL_PLAINTEXT\nsasl.mechanism={mechanism}\n\
+                 sasl.username=agent\nsasl.password={password}\n"
+            ),
+        )
+        .unwrap();
+        file.to_str().unwrap().to_string()
+    };
+    let weir = |args: &[&str], stdin: &[u8]| common::weir_at(node.listen, args, stdin);
+    let good = props("SCRAM-SHA-512", PASSWORD);
+    let out = weir(
+        &[
+            "topic",
+            "create",
+            "sdk-logs",
+            "--partitions",
+            "2",
+            "--command-config",
+            &good,
+        ],
+        b"",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plain = props("PLAIN", PASSWORD);
+    let out = weir(
+        &["produce", "sdk-logs", "--command-config", &plain],
+        b"a\nb\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sha256 = props("SCRAM-SHA-256", PASSWORD);
+    let out = weir(
+        &[
+            "consume",
+            "sdk-logs",
+            "--timeout-ms",
+            "500",
+            "--command-config",
+            &sha256,
+        ],
+        b"",
+    );
+    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    got.sort();
+    assert_eq!(got, ["a", "b"], "{}", String::from_utf8_lossy(&out.stderr));
+    // A wrong password, and no login at all: refused, with the reason.
+    let bad = props("SCRAM-SHA-512", "wrong");
+    let out = weir(&["topic", "list", "--command-config", &bad], b"");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("SASL authentication failed"),
+        "{err}"
+    );
+    let out = weir(&["topic", "list"], b"");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "served without a login: {err}");
 }
