@@ -482,3 +482,41 @@ fn the_cli_and_sdk_log_in_on_a_sasl_native_listener() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "served without a login: {err}");
 }
+
+/// KIP-368: with logins that expire after 1.5 s, librdkafka logs in again
+/// on the connections it has (more logins than connections) and a
+/// producer running for 5 s loses nothing.
+#[test]
+fn confluent_kafka_reauthenticates_before_its_login_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_with(
+        dir.path(),
+        "SASL_PLAINTEXT://127.0.0.1:0",
+        None,
+        10_000,
+        "connections_max_reauth_ms = 1500\n",
+    );
+    add_user(&node, dir.path(), "agent");
+    let mut native = common::Client::connect(node.listen);
+    assert_eq!(native.create_topic("reauth", 1, &[]).error, 0);
+    let logins = || common::metric(node.metrics, "weir_sasl_authentications_total");
+    let connections = || common::metric(node.metrics, "weir_connections_total");
+    let (logins0, connections0) = (logins(), connections());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/reauth.py");
+    let out = common::client_program(crate::kafka_clients::python())
+        .arg(script)
+        .args([&node.kafka.to_string(), "reauth", "agent", PASSWORD, "5"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (relogins, opened) = (logins() - logins0, connections() - connections0);
+    assert!(
+        relogins > opened,
+        "{relogins} logins on {opened} connections: no re-authentication ({stdout})"
+    );
+}

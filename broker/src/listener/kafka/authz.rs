@@ -8,15 +8,25 @@
 //! principal may not describe).
 //!
 //! A refused request is answered with the API's authorization error where
-//! its answer has a place for one; an API whose answer has none that Weir
-//! builds (the rarely used administration of configs, partitions and
-//! records) closes the connection, logged.
+//! its answer has a place for one (closed, logged, where none: OffsetFetch
+//! v8+ refused for a group). CreatePartitions, DescribeConfigs,
+//! IncrementalAlterConfigs and DeleteRecords serve what the principal may
+//! touch and refuse the rest resource by resource; ListGroups lists the
+//! groups it may describe.
 
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, DeleteRecordsRequest, DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest,
+};
 
 use super::common::*;
 use super::errors::broker_error_code;
+use crate::error::BrokerError;
 use crate::service::acl::{self, Op, Resource};
 use crate::service::auth::Session;
 
@@ -63,7 +73,7 @@ fn needs(body: &KafkaRequest, version: i16) -> Vec<(Op, Resource<'_>)> {
             .iter()
             .map(|g| group(Op::Delete, g.as_str()))
             .collect(),
-        R::ListGroups(_) | R::DescribeCluster(_) | R::DescribeUserScramCredentials(_) => {
+        R::DescribeCluster(_) | R::DescribeUserScramCredentials(_) => {
             vec![(Op::Describe, Resource::Cluster)]
         }
         R::AlterUserScramCredentials(_) | R::CreateAcls(_) | R::DeleteAcls(_) => {
@@ -81,42 +91,18 @@ fn needs(body: &KafkaRequest, version: i16) -> Vec<(Op, Resource<'_>)> {
             )
             .map(|t| (Op::Delete, Resource::Topic(t)))
             .collect(),
-        R::CreatePartitions(r) => r
-            .topics
-            .iter()
-            .map(|t| (Op::Alter, Resource::Topic(t.name.as_str())))
-            .collect(),
-        R::DeleteRecords(r) => r
-            .topics
-            .iter()
-            .map(|t| (Op::Delete, Resource::Topic(t.name.as_str())))
-            .collect(),
-        R::DescribeConfigs(r) => r
-            .resources
-            .iter()
-            .map(|c| match c.resource_type {
-                2 => (
-                    Op::DescribeConfigs,
-                    Resource::Topic(c.resource_name.as_str()),
-                ),
-                _ => (Op::DescribeConfigs, Resource::Cluster),
-            })
-            .collect(),
-        R::IncrementalAlterConfigs(r) => r
-            .resources
-            .iter()
-            .map(|c| match c.resource_type {
-                2 => (Op::AlterConfigs, Resource::Topic(c.resource_name.as_str())),
-                _ => (Op::AlterConfigs, Resource::Cluster),
-            })
-            .collect(),
         R::OffsetForLeaderEpoch(r) => r
             .topics
             .iter()
             .map(|t| (Op::Describe, Resource::Topic(t.topic.as_str())))
             .collect(),
-        // Checked per topic by their handlers, or needing nothing.
-        R::ApiVersions(_)
+        // Checked per topic or group by their handlers, or needing nothing.
+        R::ListGroups(_)
+        | R::CreatePartitions(_)
+        | R::DeleteRecords(_)
+        | R::DescribeConfigs(_)
+        | R::IncrementalAlterConfigs(_)
+        | R::ApiVersions(_)
         | R::Metadata(_)
         | R::Produce(_)
         | R::Fetch(_)
@@ -245,4 +231,130 @@ pub(super) fn create_refused(
         )));
         r
     })
+}
+
+/// Whether the session may describe group `g` (ListGroups lists only those).
+pub(super) fn group_describable(core: &Core, session: &Session, g: &str) -> bool {
+    acl::allowed(core, session, Op::Describe, Resource::Group(g))
+        || acl::allowed(core, session, Op::Describe, Resource::Cluster)
+}
+
+/// A config resource (Kafka's type 2 topic, else the broker: the cluster).
+fn config_resource(resource_type: i8, name: &str) -> Resource<'_> {
+    match resource_type {
+        2 => Resource::Topic(name),
+        _ => Resource::Cluster,
+    }
+}
+
+/// Takes out of `items` those `denied` refuses, answering each with `refuse`.
+fn split<T, A>(
+    items: &mut Vec<T>,
+    denied: impl Fn(&T) -> Option<BrokerError>,
+    refuse: impl Fn(&T, &BrokerError) -> A,
+) -> Vec<A> {
+    let mut refused = Vec::new();
+    items.retain(|item| match denied(item) {
+        None => true,
+        Some(e) => {
+            refused.push(refuse(item, &e));
+            false
+        }
+    });
+    refused
+}
+
+/// CreatePartitions: Alter on each topic.
+pub(super) fn refuse_create_partitions(
+    core: &Core,
+    session: &Session,
+    r: &mut CreatePartitionsRequest,
+) -> Vec<CreatePartitionsTopicResult> {
+    split(
+        &mut r.topics,
+        |t| acl::check(core, session, Op::Alter, Resource::Topic(t.name.as_str())).err(),
+        |t, e| {
+            let mut out = CreatePartitionsTopicResult::default();
+            out.name = t.name.clone();
+            out.error_code = broker_error_code(e);
+            out.error_message = Some(s(e.to_string()));
+            out
+        },
+    )
+}
+
+/// DescribeConfigs: DescribeConfigs on each topic (on the cluster for a
+/// broker's).
+pub(super) fn refuse_describe_configs(
+    core: &Core,
+    session: &Session,
+    r: &mut DescribeConfigsRequest,
+) -> Vec<DescribeConfigsResult> {
+    split(
+        &mut r.resources,
+        |c| {
+            let res = config_resource(c.resource_type, c.resource_name.as_str());
+            acl::check(core, session, Op::DescribeConfigs, res).err()
+        },
+        |c, e| {
+            let mut out = DescribeConfigsResult::default();
+            out.resource_type = c.resource_type;
+            out.resource_name = c.resource_name.clone();
+            out.error_code = broker_error_code(e);
+            out.error_message = Some(s(e.to_string()));
+            out
+        },
+    )
+}
+
+/// IncrementalAlterConfigs: AlterConfigs on each topic (on the cluster
+/// for a broker's).
+pub(super) fn refuse_alter_configs(
+    core: &Core,
+    session: &Session,
+    r: &mut IncrementalAlterConfigsRequest,
+) -> Vec<AlterConfigsResourceResponse> {
+    split(
+        &mut r.resources,
+        |c| {
+            let res = config_resource(c.resource_type, c.resource_name.as_str());
+            acl::check(core, session, Op::AlterConfigs, res).err()
+        },
+        |c, e| {
+            let mut out = AlterConfigsResourceResponse::default();
+            out.resource_type = c.resource_type;
+            out.resource_name = c.resource_name.clone();
+            out.error_code = broker_error_code(e);
+            out.error_message = Some(s(e.to_string()));
+            out
+        },
+    )
+}
+
+/// DeleteRecords: Delete on each topic.
+pub(super) fn refuse_delete_records(
+    core: &Core,
+    session: &Session,
+    r: &mut DeleteRecordsRequest,
+) -> Vec<DeleteRecordsTopicResult> {
+    split(
+        &mut r.topics,
+        |t| acl::check(core, session, Op::Delete, Resource::Topic(t.name.as_str())).err(),
+        |t, e| {
+            let mut out = DeleteRecordsTopicResult::default();
+            out.name = t.name.clone();
+            out.partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let mut d = DeleteRecordsPartitionResult::default();
+                    d.partition_index = p.partition_index;
+                    d.low_watermark = -1;
+                    d.error_code = broker_error_code(e);
+                    d
+                })
+                .collect();
+            out
+        },
+    )
 }

@@ -1,6 +1,10 @@
 //! The Kafka protocol for the connection pipeline: frame lengths, and
 //! each request onto its API family.
 
+use super::authz::{
+    group_describable, refuse_alter_configs, refuse_create_partitions, refuse_delete_records,
+    refuse_describe_configs,
+};
 use super::cluster::*;
 use super::common::*;
 use super::data::*;
@@ -188,9 +192,13 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
                 KafkaResponse::OffsetFetch(offset_fetch(&core, r, version).await),
             )
         }),
-        KafkaRequest::ListGroups(r) => {
-            later(async move { answer(&h, KafkaResponse::ListGroups(list_groups(&core, r).await)) })
-        }
+        KafkaRequest::ListGroups(r) => later(async move {
+            let mut resp = list_groups(&core, r).await;
+            // Only the groups the principal may describe (Kafka's).
+            resp.groups
+                .retain(|g| group_describable(&core, &session, g.group_id.as_str()));
+            answer(&h, KafkaResponse::ListGroups(resp))
+        }),
         KafkaRequest::DescribeGroups(r) => later(async move {
             answer(
                 &h,
@@ -203,24 +211,32 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
                 KafkaResponse::DeleteGroups(delete_groups(&core, r).await),
             )
         }),
-        KafkaRequest::CreatePartitions(r) => later(async move {
-            answer(
-                &h,
-                KafkaResponse::CreatePartitions(create_partitions(&core, r).await),
-            )
-        }),
-        KafkaRequest::DescribeConfigs(r) => later(async move {
-            answer(
-                &h,
-                KafkaResponse::DescribeConfigs(describe_configs(&core, r).await),
-            )
-        }),
-        KafkaRequest::IncrementalAlterConfigs(r) => later(async move {
-            answer(
-                &h,
-                KafkaResponse::IncrementalAlterConfigs(alter_configs(&core, r).await),
-            )
-        }),
+        // The resources the principal may not touch are answered with the
+        // authorization error; the others are served.
+        KafkaRequest::CreatePartitions(mut r) => {
+            let refused = refuse_create_partitions(&core, &session, &mut r);
+            later(async move {
+                let mut resp = create_partitions(&core, r).await;
+                resp.results.extend(refused);
+                answer(&h, KafkaResponse::CreatePartitions(resp))
+            })
+        }
+        KafkaRequest::DescribeConfigs(mut r) => {
+            let refused = refuse_describe_configs(&core, &session, &mut r);
+            later(async move {
+                let mut resp = describe_configs(&core, r).await;
+                resp.results.extend(refused);
+                answer(&h, KafkaResponse::DescribeConfigs(resp))
+            })
+        }
+        KafkaRequest::IncrementalAlterConfigs(mut r) => {
+            let refused = refuse_alter_configs(&core, &session, &mut r);
+            later(async move {
+                let mut resp = alter_configs(&core, r).await;
+                resp.responses.extend(refused);
+                answer(&h, KafkaResponse::IncrementalAlterConfigs(resp))
+            })
+        }
         KafkaRequest::OffsetForLeaderEpoch(r) => later(async move {
             answer(
                 &h,
@@ -240,12 +256,14 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
                 ),
             )
         }),
-        KafkaRequest::DeleteRecords(r) => later(async move {
-            answer(
-                &h,
-                KafkaResponse::DeleteRecords(delete_records(&core, r).await),
-            )
-        }),
+        KafkaRequest::DeleteRecords(mut r) => {
+            let refused = refuse_delete_records(&core, &session, &mut r);
+            later(async move {
+                let mut resp = delete_records(&core, r).await;
+                resp.topics.extend(refused);
+                answer(&h, KafkaResponse::DeleteRecords(resp))
+            })
+        }
         // The login's steps are served in order, before the next request
         // is read: its outcome decides what that one may do.
         KafkaRequest::SaslHandshake(r) => {
