@@ -21,7 +21,9 @@ pub struct ClusterArgs {
 enum ClusterCommand {
     /// Create a cluster CA and node certificates in DIR (`ca.pem`,
     /// `ca.key`, `node-<id>.pem`, `node-<id>.key`); with --add-node, sign
-    /// one more node's certificate with the CA already in DIR.
+    /// one more node's certificate with the CA already in DIR; with
+    /// --client, a client certificate (`client-<name>.pem`, `.key`) for
+    /// listeners with `--ssl-ca-file DIR/ca.pem --ssl-client-auth required`.
     Certs {
         /// Directory to write to.
         #[arg(long)]
@@ -29,13 +31,18 @@ enum ClusterCommand {
         /// Certificates for nodes 1..=N (a new CA).
         #[arg(
             long,
-            conflicts_with = "add_node",
-            required_unless_present = "add_node"
+            conflicts_with_all = ["add_node", "client"],
+            required_unless_present_any = ["add_node", "client"]
         )]
         nodes: Option<u64>,
         /// A certificate for node ID, signed by the CA in DIR.
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", conflicts_with = "client")]
         add_node: Option<u64>,
+        /// A client certificate `CN=NAME`, signed by the CA in DIR (its
+        /// principal: `User:CN=NAME`, or what
+        /// `--ssl-principal-mapping-rules` makes of it).
+        #[arg(long, value_name = "NAME")]
+        client: Option<String>,
     },
     /// Nodes (up or fenced, epoch, addresses), the controller leader, and
     /// the metadata version each node has applied.
@@ -71,13 +78,15 @@ pub fn cluster(args: ClusterArgs) -> Result<()> {
             out,
             nodes,
             add_node,
+            client,
         } => {
-            let written = match (nodes, add_node) {
-                (Some(0), _) => bail!("--nodes must be 1 or more"),
-                (Some(n), _) => weir_replication::tls::generate_cluster(&out, n)?,
-                (None, Some(0)) => bail!("--add-node: node ids start at 1"),
-                (None, Some(id)) => weir_replication::tls::add_node(&out, id)?,
-                (None, None) => unreachable!("clap requires one"),
+            let written = match (nodes, add_node, client) {
+                (Some(0), _, _) => bail!("--nodes must be 1 or more"),
+                (Some(n), _, _) => weir_replication::tls::generate_cluster(&out, n)?,
+                (None, Some(0), _) => bail!("--add-node: node ids start at 1"),
+                (None, Some(id), _) => weir_replication::tls::add_node(&out, id)?,
+                (None, None, Some(name)) => weir_replication::tls::add_client(&out, &name)?,
+                (None, None, None) => unreachable!("clap requires one"),
             };
             for f in written {
                 println!("{}", f.display());

@@ -290,6 +290,18 @@ pub enum Error {
         /// The node.
         node: u64,
     },
+    /// A client certificate of that name exists already.
+    #[error("{} exists; remove it first to issue a new one", .path.display())]
+    ClientCertExists {
+        /// The certificate file.
+        path: PathBuf,
+    },
+    /// A client name that cannot name a certificate file.
+    #[error("client name `{name}`: use 1 to 64 letters, digits, `.`, `_` or `-`")]
+    ClientName {
+        /// The name given.
+        name: String,
+    },
     /// Generating a key or signing a certificate failed.
     #[error("{action}")]
     Certificate {

@@ -113,9 +113,8 @@ pub fn generate_cluster(dir: &Path, nodes: u64) -> Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// Signs a certificate for node `id` with the CA in `dir`. Refuses to
-/// overwrite an existing one.
-pub fn add_node(dir: &Path, id: u64) -> Result<Vec<PathBuf>> {
+/// The CA in `dir`, to sign with.
+fn load_issuer(dir: &Path) -> Result<Issuer<'static, KeyPair>> {
     let (_, ca_key_path) = ca_paths(dir);
     let ca_key_pem = std::fs::read_to_string(&ca_key_path).map_err(|source| Error::ReadCaKey {
         path: ca_key_path.clone(),
@@ -127,7 +126,33 @@ pub fn add_node(dir: &Path, id: u64) -> Result<Vec<PathBuf>> {
     })?;
     // The CA's subject and key identifier derive from ca_params() and its
     // key, so the issuer is rebuilt rather than parsed from ca.pem.
-    let issuer = Issuer::new(ca_params(), ca_key);
+    Ok(Issuer::new(ca_params(), ca_key))
+}
+
+/// Signs `params` (valid 2024–2099, a new key) with the CA in `dir` and
+/// writes the certificate and its key (owner-only).
+fn sign_into(
+    dir: &Path,
+    mut params: CertificateParams,
+    cert_path: &Path,
+    key_path: &Path,
+) -> Result<Vec<PathBuf>> {
+    let issuer = load_issuer(dir)?;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.not_before = rcgen::date_time_ymd(2024, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2099, 1, 1);
+    let key = KeyPair::generate().map_err(certificate("generating a key"))?;
+    let cert = params
+        .signed_by(&key, &issuer)
+        .map_err(certificate("signing the certificate"))?;
+    write_private(key_path, &key.serialize_pem())?;
+    std::fs::write(cert_path, cert.pem()).map_err(Error::io("writing", cert_path))?;
+    Ok(vec![cert_path.to_path_buf(), key_path.to_path_buf()])
+}
+
+/// Signs a certificate for node `id` with the CA in `dir`. Refuses to
+/// overwrite an existing one.
+pub fn add_node(dir: &Path, id: u64) -> Result<Vec<PathBuf>> {
     let (cert_path, key_path) = node_paths(dir, id);
     if cert_path.exists() {
         return Err(Error::NodeCertExists {
@@ -140,20 +165,41 @@ pub fn add_node(dir: &Path, id: u64) -> Result<Vec<PathBuf>> {
     params
         .distinguished_name
         .push(DnType::CommonName, format!("weir node {id}"));
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![
         ExtendedKeyUsagePurpose::ServerAuth,
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
-    params.not_before = rcgen::date_time_ymd(2024, 1, 1);
-    params.not_after = rcgen::date_time_ymd(2099, 1, 1);
-    let key = KeyPair::generate().map_err(certificate("generating a node key"))?;
-    let cert = params
-        .signed_by(&key, &issuer)
-        .map_err(certificate("signing the node certificate"))?;
-    write_private(&key_path, &key.serialize_pem())?;
-    std::fs::write(&cert_path, cert.pem()).map_err(Error::io("writing", &cert_path))?;
-    Ok(vec![cert_path, key_path])
+    sign_into(dir, params, &cert_path, &key_path)
+}
+
+/// Signs a client certificate `CN=<name>` with the CA in `dir`
+/// (`client-<name>.pem`, `client-<name>.key`), for a client listener with
+/// `--ssl-ca-file <dir>/ca.pem --ssl-client-auth required`: its principal
+/// is `User:CN=<name>` (or what `--ssl-principal-mapping-rules` makes of
+/// it). `name` is letters, digits, `.`, `_` and `-`. Refuses to overwrite.
+pub fn add_client(dir: &Path, name: &str) -> Result<Vec<PathBuf>> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if !ok {
+        return Err(Error::ClientName {
+            name: name.to_string(),
+        });
+    }
+    let (cert_path, key_path) = (
+        dir.join(format!("client-{name}.pem")),
+        dir.join(format!("client-{name}.key")),
+    );
+    if cert_path.exists() {
+        return Err(Error::ClientCertExists { path: cert_path });
+    }
+    let mut params = CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    sign_into(dir, params, &cert_path, &key_path)
 }
 
 /// An [`Error::Certificate`] maker for `map_err`.

@@ -220,7 +220,9 @@ fn needs(req: &AnyRequest) -> Vec<(Op, Resource<'_>)> {
         R::JoinGroup(r) => vec![(Op::Read, Resource::Group(&r.group))],
         R::Heartbeat(r) => vec![(Op::Read, Resource::Group(&r.group))],
         R::LeaveGroup(r) => vec![(Op::Read, Resource::Group(&r.group))],
-        R::OffsetCommit(r) => vec![(Op::Read, Resource::Group(&r.group))],
+        R::OffsetCommit(r) => std::iter::once((Op::Read, Resource::Group(r.group.as_str())))
+            .chain(r.offsets.iter().map(|o| topic(Op::Read, &o.topic)))
+            .collect(),
         R::OffsetFetch(r) => vec![(Op::Describe, Resource::Group(&r.group))],
         R::DescribeGroup(r) => vec![(Op::Describe, Resource::Group(&r.group))],
         R::DeleteGroup(r) => vec![(Op::Delete, Resource::Group(&r.group))],

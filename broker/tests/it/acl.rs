@@ -268,7 +268,24 @@ fn a_client_certificate_names_the_principal_acls_hold_to() {
     let dir = tempfile::tempdir().unwrap();
     let pki = crate::tls::Pki::new(dir.path(), "ca");
     let (cert, key) = pki.sign("server", "weir", true);
-    let (agent_cert, agent_key) = pki.sign("agent", "Agent-7", false);
+    // The client's certificate from `weir cluster certs --client`, its CA
+    // the clients' CA of the listener.
+    let clients = dir.path().join("clients");
+    for args in [vec!["--nodes", "1"], vec!["--client", "Agent-7"]] {
+        let mut all = vec!["cluster", "certs", "--out", clients.to_str().unwrap()];
+        all.extend(args);
+        let out = common::weir_at(([127, 0, 0, 1], 9).into(), &all, b"");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (agent_cert, agent_key) = (
+        clients.join("client-Agent-7.pem"),
+        clients.join("client-Agent-7.key"),
+    );
+    let clients_ca = clients.join("ca.pem");
     let ca = pki.ca("ca");
     let node = start_with(
         dir.path(),
@@ -276,7 +293,7 @@ fn a_client_certificate_names_the_principal_acls_hold_to() {
         Some((&cert, &key)),
         10_000,
         &format!(
-            "authorizer = \"acl\"\nsuper_users = \"User:ANONYMOUS\"\nssl_ca_file = {ca:?}\n\
+            "authorizer = \"acl\"\nsuper_users = \"User:ANONYMOUS\"\nssl_ca_file = {clients_ca:?}\n\
              ssl_client_auth = \"required\"\n\
              ssl_principal_mapping_rules = \"RULE:^CN=(.*?)$/$1/L, DEFAULT\"\n"
         ),

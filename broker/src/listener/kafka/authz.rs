@@ -21,7 +21,7 @@ use kafka_protocol::messages::delete_records_response::{
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{
     CreatePartitionsRequest, DeleteRecordsRequest, DescribeConfigsRequest,
-    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsRequest, OffsetCommitRequest,
 };
 
 use super::common::*;
@@ -355,6 +355,33 @@ pub(super) fn refuse_delete_records(
                 })
                 .collect();
             out
+        },
+    )
+}
+
+/// OffsetCommit: Read on each topic (the group's Read is the gate's).
+pub(super) fn refuse_offset_commit_topics(
+    core: &Core,
+    session: &Session,
+    r: &mut OffsetCommitRequest,
+) -> Vec<OffsetCommitResponseTopic> {
+    split(
+        &mut r.topics,
+        |t| acl::check(core, session, Op::Read, Resource::Topic(t.name.as_str())).err(),
+        |t, e| {
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_topic_id(t.topic_id)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(broker_error_code(e))
+                        })
+                        .collect(),
+                )
         },
     )
 }

@@ -3,7 +3,7 @@
 
 use super::authz::{
     group_describable, refuse_alter_configs, refuse_create_partitions, refuse_delete_records,
-    refuse_describe_configs,
+    refuse_describe_configs, refuse_offset_commit_topics,
 };
 use super::cluster::*;
 use super::common::*;
@@ -180,12 +180,15 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
                 KafkaResponse::LeaveGroup(leave_group(&core, r, version).await),
             )
         }),
-        KafkaRequest::OffsetCommit(r) => later(async move {
-            answer(
-                &h,
-                KafkaResponse::OffsetCommit(offset_commit(&core, r).await),
-            )
-        }),
+        KafkaRequest::OffsetCommit(mut r) => {
+            // Topics the principal may not read: refused, the rest committed.
+            let refused = refuse_offset_commit_topics(&core, &session, &mut r);
+            later(async move {
+                let mut resp = offset_commit(&core, r).await;
+                resp.topics.extend(refused);
+                answer(&h, KafkaResponse::OffsetCommit(resp))
+            })
+        }
         KafkaRequest::OffsetFetch(r) => later(async move {
             answer(
                 &h,
