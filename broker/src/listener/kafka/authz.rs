@@ -19,6 +19,7 @@ use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::offset_commit_request::OffsetCommitRequestTopic;
 use kafka_protocol::messages::{
     CreatePartitionsRequest, DeleteRecordsRequest, DescribeConfigsRequest,
     IncrementalAlterConfigsRequest, OffsetCommitRequest,
@@ -132,25 +133,7 @@ pub(super) fn gate(
     let code = broker_error_code(&denied);
     if let KafkaRequest::OffsetCommit(r) = body {
         let mut resp = OffsetCommitResponse::default();
-        resp.topics = r
-            .topics
-            .iter()
-            .map(|t| {
-                OffsetCommitResponseTopic::default()
-                    .with_name(t.name.clone())
-                    .with_topic_id(t.topic_id)
-                    .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|p| {
-                                OffsetCommitResponsePartition::default()
-                                    .with_partition_index(p.partition_index)
-                                    .with_error_code(code)
-                            })
-                            .collect(),
-                    )
-            })
-            .collect();
+        resp.topics = r.topics.iter().map(|t| commit_refused(t, code)).collect();
         return Some(answer(h, KafkaResponse::OffsetCommit(resp)));
     }
     if let KafkaRequest::DeleteTopics(r) = body {
@@ -368,20 +351,23 @@ pub(super) fn refuse_offset_commit_topics(
     split(
         &mut r.topics,
         |t| acl::check(core, session, Op::Read, Resource::Topic(t.name.as_str())).err(),
-        |t, e| {
-            OffsetCommitResponseTopic::default()
-                .with_name(t.name.clone())
-                .with_topic_id(t.topic_id)
-                .with_partitions(
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(broker_error_code(e))
-                        })
-                        .collect(),
-                )
-        },
+        |t, e| commit_refused(t, broker_error_code(e)),
     )
+}
+
+/// A commit topic answered `code` for each of its partitions.
+fn commit_refused(t: &OffsetCommitRequestTopic, code: i16) -> OffsetCommitResponseTopic {
+    OffsetCommitResponseTopic::default()
+        .with_name(t.name.clone())
+        .with_topic_id(t.topic_id)
+        .with_partitions(
+            t.partitions
+                .iter()
+                .map(|p| {
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                })
+                .collect(),
+        )
 }
