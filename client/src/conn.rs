@@ -29,7 +29,12 @@ use tokio::net::TcpStream;
 use crate::tls::{ReadHalf, TlsSettings, WriteHalf};
 use tokio::sync::{oneshot, Mutex, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use weir_proto::frame::{self, FRAME_LEN_BYTES};
+use weir_proto::error_code::ErrorCode;
+use weir_proto::frame::{self, Message, RequestHeader, FRAME_LEN_BYTES};
+use weir_proto::messages::{
+    Request, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+};
+use weir_proto::sasl::{Mechanism, ScramClient};
 
 use crate::error::{ClientError, Result};
 use crate::ClientConfig;
@@ -306,8 +311,7 @@ impl Pipeline {
             None => {}
             Some(Err(why)) => return Err(ClientError::Authentication(why.clone())),
             Some(Ok(s)) => {
-                let login =
-                    crate::sasl::login(&mut read, &mut write, s, next_corr, self.max_frame_bytes);
+                let login = sasl_login(&mut read, &mut write, s, next_corr, self.max_frame_bytes);
                 tokio::time::timeout(self.connect_timeout, login)
                     .await
                     .map_err(|_| ClientError::Timeout(self.connect_timeout))??;
@@ -529,6 +533,111 @@ pub(crate) fn response_correlation_id(frame: &[u8]) -> Option<u32> {
 pub(crate) fn is_earlier(got: u32, expected: u32) -> bool {
     let behind = expected.wrapping_sub(got);
     behind != 0 && behind < (1 << 31)
+}
+
+// --- SASL login (crate::sasl) on a new connection, before its reader starts ---
+
+async fn sasl_call<T: Request, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    req: &T,
+    corr: u32,
+    max_frame_bytes: usize,
+) -> Result<T::Response> {
+    let head = frame::encode_request(&RequestHeader::of::<T>(corr), req, 0)
+        .map_err(ClientError::Protocol)?;
+    write_frame(w, &head, &[]).await?;
+    let answer: Bytes = read_frame(r, max_frame_bytes).await?;
+    let (h, body, _) = frame::decode_response(&answer).map_err(ClientError::Protocol)?;
+    if !h.error.is_none() {
+        let code = h.error;
+        let message = weir_proto::messages::ErrorBody::decode_body(body)
+            .map(|e| e.message)
+            .unwrap_or_default();
+        return Err(match code {
+            ErrorCode::SaslAuthenticationFailed => ClientError::Authentication(message),
+            code => ClientError::Server { code, message },
+        });
+    }
+    T::Response::decode_body(body).map_err(ClientError::Protocol)
+}
+
+async fn sasl_step<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    bytes: Vec<u8>,
+    corr: u32,
+    max_frame_bytes: usize,
+) -> Result<SaslAuthenticateResponse> {
+    let req = SaslAuthenticateRequest { auth_bytes: bytes };
+    sasl_call(r, w, &req, corr, max_frame_bytes).await
+}
+
+/// Logs in on a new connection, before anything else is sent on it.
+pub(crate) async fn sasl_login<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    r: &mut R,
+    w: &mut W,
+    s: &crate::sasl::SaslSettings,
+    corr: u32,
+    max_frame_bytes: usize,
+) -> Result<()> {
+    let hs = sasl_call(
+        r,
+        w,
+        &SaslHandshakeRequest {
+            mechanism: s.mechanism.name().to_string(),
+        },
+        corr,
+        max_frame_bytes,
+    )
+    .await?;
+    if hs.error != 0 {
+        return Err(ClientError::Authentication(format!(
+            "the broker does not offer {} (it offers {})",
+            s.mechanism,
+            if hs.mechanisms.is_empty() {
+                "no SASL login: is it a SASL_* listener?".to_string()
+            } else {
+                hs.mechanisms.join(", ")
+            }
+        )));
+    }
+    let failed = |a: &SaslAuthenticateResponse| {
+        ClientError::Authentication(a.message.clone().unwrap_or_else(|| "refused".into()))
+    };
+    match s.mechanism {
+        Mechanism::Plain => {
+            let a = sasl_step(
+                r,
+                w,
+                weir_proto::sasl::plain_token(&s.username, &s.password),
+                corr,
+                max_frame_bytes,
+            )
+            .await?;
+            if a.error != 0 {
+                return Err(failed(&a));
+            }
+        }
+        m => {
+            let (mut client, first) = ScramClient::start(m, &s.username, &s.password);
+            let a = sasl_step(r, w, first, corr, max_frame_bytes).await?;
+            if a.error != 0 {
+                return Err(failed(&a));
+            }
+            let last = client
+                .server_first(&a.auth_bytes)
+                .map_err(|e| ClientError::Authentication(e.to_string()))?;
+            let a = sasl_step(r, w, last, corr, max_frame_bytes).await?;
+            if a.error != 0 {
+                return Err(failed(&a));
+            }
+            client
+                .server_final(&a.auth_bytes)
+                .map_err(|e| ClientError::Authentication(e.to_string()))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -68,10 +68,11 @@ fn dotted(oid: &[u8]) -> String {
 /// RFC 2253 escaping of a value.
 fn escape(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
+    let last = v.chars().count().saturating_sub(1);
     for (i, c) in v.chars().enumerate() {
         let special = matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
             || (i == 0 && matches!(c, ' ' | '#'))
-            || (i + 1 == v.chars().count() && c == ' ');
+            || (i == last && c == ' ');
         if special {
             out.push('\\');
         }
