@@ -3,6 +3,7 @@
 mod acl_cli;
 mod cli;
 mod cluster_cli;
+mod quota_cli;
 mod user_cli;
 
 use clap::{Parser, Subcommand};
@@ -49,6 +50,8 @@ enum Command {
     User(user_cli::UserArgs),
     /// ACLs: who may do what (with `weir broker --authorizer acl`).
     Acl(acl_cli::AclArgs),
+    /// Client quotas: byte rates and request time per user and client id.
+    Quota(quota_cli::QuotaArgs),
 }
 
 /// Logs go to stderr, filtered by `WEIR_LOG` (default `info`).
@@ -77,6 +80,7 @@ fn main() {
         Command::Cluster(args) => cluster_cli::cluster(args),
         Command::User(args) => user_cli::user(args),
         Command::Acl(args) => acl_cli::acl(args),
+        Command::Quota(args) => quota_cli::quota(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

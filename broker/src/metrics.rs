@@ -86,11 +86,28 @@ impl<const N: usize> CellHist<N> {
     }
 }
 
+/// Per API counters, by key (more APIs than `Default` covers for arrays).
+#[derive(Debug)]
+pub(crate) struct ApiTable([ApiCounters; APIS]);
+
+impl Default for ApiTable {
+    fn default() -> Self {
+        ApiTable(std::array::from_fn(|_| ApiCounters::default()))
+    }
+}
+
+impl std::ops::Deref for ApiTable {
+    type Target = [ApiCounters; APIS];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
 /// One core's counters.
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// Per API: errors and latency.
-    pub(crate) apis: [ApiCounters; APIS],
+    pub(crate) apis: ApiTable,
     /// Request bytes received.
     pub bytes_in: Cell<u64>,
     /// Response bytes sent.

@@ -535,6 +535,32 @@ impl Client {
         Ok(r.results)
     }
 
+    /// The client quotas whose entities match every component (`strict`:
+    /// and have no other part), Kafka's DescribeClientQuotas.
+    pub async fn describe_client_quotas(
+        &self,
+        components: Vec<weir_proto::messages::QuotaComponentEntry>,
+        strict: bool,
+    ) -> Result<weir_proto::messages::DescribeClientQuotasResponse> {
+        self.request(&weir_proto::messages::DescribeClientQuotasRequest { components, strict })
+            .await
+    }
+
+    /// Sets and removes client quotas (Kafka's AlterClientQuotas); one
+    /// result per change.
+    pub async fn alter_client_quotas(
+        &self,
+        changes: Vec<weir_proto::messages::QuotaChange>,
+    ) -> Result<Vec<weir_proto::messages::QuotaResult>> {
+        let r = self
+            .request(&weir_proto::messages::AlterClientQuotasRequest {
+                changes,
+                validate_only: false,
+            })
+            .await?;
+        Ok(r.results)
+    }
+
     /// Users (`None`: all) and the SCRAM mechanisms they have credentials
     /// for; a user not found is a result with `ResourceNotFound`.
     pub async fn describe_users(

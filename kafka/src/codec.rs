@@ -36,6 +36,10 @@ use bytes::buf::UninitSlice;
 use bytes::{Buf, BufMut, Bytes, BytesMut, TryGetError};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
+    AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+};
+use kafka_protocol::messages::{
     AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
     DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
@@ -218,6 +222,9 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (ApiKey::DescribeAcls as i16, 1, 3),
     (ApiKey::CreateAcls as i16, 1, 3),
     (ApiKey::DeleteAcls as i16, 1, 3),
+    // Kafka 2.6+ (KIP-546); librdkafka and Java up to 1 (flexible).
+    (ApiKey::DescribeClientQuotas as i16, 0, 1),
+    (ApiKey::AlterClientQuotas as i16, 0, 1),
 ];
 
 /// The advertised `(min, max)` versions of an API, if it is served.
@@ -420,6 +427,8 @@ kafka_apis! {
     DescribeAcls: DescribeAclsRequest => DescribeAclsResponse,
     CreateAcls: CreateAclsRequest => CreateAclsResponse,
     DeleteAcls: DeleteAclsRequest => DeleteAclsResponse,
+    DescribeClientQuotas: DescribeClientQuotasRequest => DescribeClientQuotasResponse,
+    AlterClientQuotas: AlterClientQuotasRequest => AlterClientQuotasResponse,
 }
 
 /// What identifies a request for its answer: readable from the first 8
@@ -1170,6 +1179,10 @@ pub fn error_response(header: &RequestHeaderInfo, error_code: i16) -> Option<Byt
         ApiKey::OffsetFetch if in_range(2..8) => with_error!(OffsetFetchResponse),
         ApiKey::InitProducerId if in_range(0..7) => with_error!(InitProducerIdResponse),
         ApiKey::DescribeCluster if in_range(0..3) => with_error!(DescribeClusterResponse),
+        ApiKey::DescribeAcls if in_range(1..4) => with_error!(DescribeAclsResponse),
+        ApiKey::DescribeClientQuotas if in_range(0..2) => {
+            with_error!(DescribeClientQuotasResponse)
+        }
         ApiKey::ConsumerGroupHeartbeat if in_range(0..2) => {
             with_error!(ConsumerGroupHeartbeatResponse)
         }
@@ -1713,7 +1726,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), SUPPORTED.len(), "an api listed twice");
-        assert_eq!(SUPPORTED.len(), 33);
+        assert_eq!(SUPPORTED.len(), 35);
         for &(key, min, max) in SUPPORTED {
             let range = api(key).valid_versions();
             assert!(
@@ -1953,6 +1966,8 @@ mod tests {
             (ApiKey::InitProducerId, 0..7),
             (ApiKey::DescribeCluster, 0..3),
             (ApiKey::ConsumerGroupHeartbeat, 0..2),
+            (ApiKey::DescribeAcls, 1..4),
+            (ApiKey::DescribeClientQuotas, 0..2),
         ];
         for &(key, _, max) in SUPPORTED {
             let a = api(key);
@@ -2005,6 +2020,8 @@ mod tests {
             KafkaResponse::InitProducerId(m) => m.error_code = code,
             KafkaResponse::DescribeCluster(m) => m.error_code = code,
             KafkaResponse::ConsumerGroupHeartbeat(m) => m.error_code = code,
+            KafkaResponse::DescribeAcls(m) => m.error_code = code,
+            KafkaResponse::DescribeClientQuotas(m) => m.error_code = code,
             other => panic!("no top-level error in {other:?}"),
         }
     }

@@ -86,11 +86,15 @@ pub enum ApiKey {
     SaslHandshake = 29,
     /// One step of a SASL login.
     SaslAuthenticate = 30,
+    /// Lists the client quotas a filter matches.
+    DescribeClientQuotas = 31,
+    /// Sets and removes client quotas.
+    AlterClientQuotas = 32,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 31] = [
+    pub const ALL: [ApiKey; 33] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -122,6 +126,8 @@ impl ApiKey {
         ApiKey::DeleteAcls,
         ApiKey::SaslHandshake,
         ApiKey::SaslAuthenticate,
+        ApiKey::DescribeClientQuotas,
+        ApiKey::AlterClientQuotas,
     ];
 
     /// The key on the wire.
@@ -164,6 +170,8 @@ impl ApiKey {
             28 => ApiKey::DeleteAcls,
             29 => ApiKey::SaslHandshake,
             30 => ApiKey::SaslAuthenticate,
+            31 => ApiKey::DescribeClientQuotas,
+            32 => ApiKey::AlterClientQuotas,
             _ => return None,
         })
     }
@@ -202,6 +210,8 @@ impl ApiKey {
             ApiKey::DeleteAcls => "DeleteAcls",
             ApiKey::SaslHandshake => "SaslHandshake",
             ApiKey::SaslAuthenticate => "SaslAuthenticate",
+            ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
+            ApiKey::AlterClientQuotas => "AlterClientQuotas",
         }
     }
 

@@ -1042,6 +1042,121 @@ pub struct SaslAuthenticateResponse {
     pub session_lifetime_ms: i64,
 }
 
+/// One part of a client-quota entity: its type (`user` or `client-id`)
+/// and name (`None`: the type's default).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct QuotaEntityEntry {
+    /// `user` or `client-id`.
+    pub entity_type: String,
+    /// The name, or `None` for the default.
+    pub name: Option<String>,
+}
+
+/// One quota value: Kafka's key (`producer_byte_rate`,
+/// `consumer_byte_rate`, `request_percentage`) and its value (bytes per
+/// second, or percent of a core), carried as the `f64`'s bits.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct QuotaValue {
+    /// The key.
+    pub key: String,
+    /// The value's bits ([`QuotaValue::value`]).
+    pub value_bits: u64,
+}
+
+impl QuotaValue {
+    /// A value for `key`.
+    pub fn new(key: impl Into<String>, value: f64) -> QuotaValue {
+        QuotaValue {
+            key: key.into(),
+            value_bits: value.to_bits(),
+        }
+    }
+
+    /// The value.
+    pub fn value(&self) -> f64 {
+        f64::from_bits(self.value_bits)
+    }
+}
+
+/// One component of a quota filter (Kafka's): match type 0 exact (`name`
+/// set), 1 the type's default, 2 any entity with the type.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct QuotaComponentEntry {
+    /// `user` or `client-id`.
+    pub entity_type: String,
+    /// 0, 1 or 2.
+    pub match_type: i8,
+    /// The name, for match type 0.
+    pub name: Option<String>,
+}
+
+/// Lists the client quotas whose entities every component matches
+/// (`strict`: and that have no other part).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeClientQuotasRequest {
+    /// The components.
+    pub components: Vec<QuotaComponentEntry>,
+    /// Whether entities may have parts no component names.
+    pub strict: bool,
+}
+
+/// One entity's quotas.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct QuotaEntryInfo {
+    /// The entity, parts sorted by type.
+    pub entity: Vec<QuotaEntityEntry>,
+    /// Its values.
+    pub values: Vec<QuotaValue>,
+}
+
+/// The answer to a [`DescribeClientQuotasRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeClientQuotasResponse {
+    /// 0, or `InvalidRequest` (a bad filter).
+    pub error: u16,
+    /// Why it failed.
+    pub message: Option<String>,
+    /// The entities matched.
+    pub entries: Vec<QuotaEntryInfo>,
+}
+
+/// A change to one entity's quotas.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct QuotaChange {
+    /// The entity.
+    pub entity: Vec<QuotaEntityEntry>,
+    /// Values to set.
+    pub set: Vec<QuotaValue>,
+    /// Keys to remove.
+    pub remove: Vec<String>,
+}
+
+/// Sets and removes client quotas (Kafka's AlterClientQuotas): answered
+/// once the cluster metadata holds the change.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AlterClientQuotasRequest {
+    /// The changes.
+    pub changes: Vec<QuotaChange>,
+    /// Check the changes, make none.
+    pub validate_only: bool,
+}
+
+/// One change's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct QuotaResult {
+    /// 0, or `InvalidRequest`.
+    pub error: u16,
+    /// Why it failed.
+    pub message: Option<String>,
+}
+
+/// The answer to an [`AlterClientQuotasRequest`]: one result per change.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AlterClientQuotasResponse {
+    /// Results, in the request's order.
+    pub results: Vec<QuotaResult>,
+}
+
 /// Lists the groups.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
 pub struct ListGroupsRequest {}
@@ -1252,6 +1367,10 @@ impl_message!(
     SaslHandshakeResponse,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
 );
 
 /// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
@@ -1373,4 +1492,6 @@ requests! {
     DeleteAcls => DeleteAclsRequest, AclsResponse;
     SaslHandshake => SaslHandshakeRequest, SaslHandshakeResponse;
     SaslAuthenticate => SaslAuthenticateRequest, SaslAuthenticateResponse;
+    DescribeClientQuotas => DescribeClientQuotasRequest, DescribeClientQuotasResponse;
+    AlterClientQuotas => AlterClientQuotasRequest, AlterClientQuotasResponse;
 }

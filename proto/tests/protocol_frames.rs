@@ -547,6 +547,8 @@ fn api_keys_are_pinned() {
         ("DeleteAcls", 28),
         ("SaslHandshake", 29),
         ("SaslAuthenticate", 30),
+        ("DescribeClientQuotas", 31),
+        ("AlterClientQuotas", 32),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -566,7 +568,7 @@ fn api_keys_are_pinned() {
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);
     }
-    for n in 31..=u16::MAX {
+    for n in 33..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

@@ -381,6 +381,173 @@ pub fn authorize(
     allowed || (!covered && allow_if_no_acl)
 }
 
+/// Kafka's client-quota names: entity types and quota keys.
+pub mod quota {
+    /// Entity type: the principal's name (`alice` of `User:alice`).
+    pub const USER: &str = "user";
+    /// Entity type: the client id a Kafka client sends in each request.
+    pub const CLIENT_ID: &str = "client-id";
+    /// Bytes per second of produce requests.
+    pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
+    /// Bytes per second of fetch answers.
+    pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
+    /// Percent of one core's time spent on the client's requests.
+    pub const REQUEST_PERCENTAGE: &str = "request_percentage";
+    /// The keys Weir enforces.
+    pub const KEYS: [&str; 3] = [PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE];
+}
+
+/// The quota that applies to a client, and whose budget it spends: every
+/// client with the same `user` and `client_id` tags shares one (`None`:
+/// the entity that matched does not name that part, e.g. a quota on user
+/// `alice` is shared by all her client ids).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaMatch {
+    /// The limit (bytes per second, or percent of a core).
+    pub value: f64,
+    /// The user the budget belongs to.
+    pub user: Option<String>,
+    /// The client id the budget belongs to.
+    pub client_id: Option<String>,
+}
+
+/// Kafka's precedence (`DefaultQuotaCallback`): the first of
+/// (user, client-id), (user, default client-id), (user), (default user,
+/// client-id), (default user, default client-id), (default user),
+/// (client-id), (default client-id) that sets `key` applies.
+pub fn quota_for(
+    quotas: &[QuotaEntry],
+    user: &str,
+    client_id: &str,
+    key: &str,
+) -> Option<QuotaMatch> {
+    // `None`: the part is absent; `Some(None)`: the type's default.
+    type Part<'a> = Option<Option<&'a str>>;
+    let order: [(Part, Part); 8] = [
+        (Some(Some(user)), Some(Some(client_id))),
+        (Some(Some(user)), Some(None)),
+        (Some(Some(user)), None),
+        (Some(None), Some(Some(client_id))),
+        (Some(None), Some(None)),
+        (Some(None), None),
+        (None, Some(Some(client_id))),
+        (None, Some(None)),
+    ];
+    for (u, c) in order {
+        // Parts sorted by type: `client-id` before `user`.
+        let mut entity = Vec::with_capacity(2);
+        if let Some(c) = c {
+            entity.push(QuotaEntityPart {
+                entity_type: quota::CLIENT_ID.into(),
+                name: c.map(str::to_string),
+            });
+        }
+        if let Some(u) = u {
+            entity.push(QuotaEntityPart {
+                entity_type: quota::USER.into(),
+                name: u.map(str::to_string),
+            });
+        }
+        let Ok(i) = quotas.binary_search_by(|e| e.entity.cmp(&entity)) else {
+            continue;
+        };
+        if let Some(bits) = quotas[i].values.get(key) {
+            return Some(QuotaMatch {
+                value: f64::from_bits(*bits),
+                user: u.map(|_| user.to_string()),
+                client_id: c.map(|_| client_id.to_string()),
+            });
+        }
+    }
+    None
+}
+
+/// One component of Kafka's DescribeClientQuotas filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuotaComponent {
+    /// The entity names exactly this (type, name).
+    Exact(String, String),
+    /// The entity has the type's default.
+    Default(String),
+    /// The entity has the type, any name or the default.
+    Any(String),
+}
+
+/// Kafka's DescribeClientQuotas filter: every component must match a
+/// part of the entity; `strict`: and the entity has no other part.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QuotaFilter {
+    /// The components.
+    pub components: Vec<QuotaComponent>,
+    /// Whether the entity may have parts no component names.
+    pub strict: bool,
+}
+
+impl QuotaFilter {
+    /// Whether `entry` passes.
+    pub fn matches(&self, entry: &QuotaEntry) -> bool {
+        let all = self.components.iter().all(|c| {
+            entry.entity.iter().any(|p| match c {
+                QuotaComponent::Exact(t, n) => &p.entity_type == t && p.name.as_ref() == Some(n),
+                QuotaComponent::Default(t) => &p.entity_type == t && p.name.is_none(),
+                QuotaComponent::Any(t) => &p.entity_type == t,
+            })
+        });
+        all && (!self.strict || entry.entity.len() == self.components.len())
+    }
+}
+
+impl QuotaAlteration {
+    /// Whether Kafka would accept the change: parts of type `user` or
+    /// `client-id`, each at most once, sorted; known keys; positive
+    /// finite values, whole numbers for byte rates. `Err` says what is
+    /// wrong.
+    pub fn check(&self) -> Result<(), String> {
+        if self.entity.is_empty() {
+            return Err("a quota entity names a user, a client id or both".into());
+        }
+        for p in &self.entity {
+            if p.entity_type != quota::USER && p.entity_type != quota::CLIENT_ID {
+                return Err(format!(
+                    "entity type `{}` is not supported (user, client-id)",
+                    p.entity_type
+                ));
+            }
+            if p.name.as_deref() == Some("") {
+                return Err(format!("an empty {} name", p.entity_type));
+            }
+        }
+        if !self.entity.is_sorted()
+            || self
+                .entity
+                .windows(2)
+                .any(|w| w[0].entity_type == w[1].entity_type)
+        {
+            return Err("each entity type may appear once".into());
+        }
+        for k in self.set.iter().map(|(k, _)| k).chain(&self.remove) {
+            if !quota::KEYS.contains(&k.as_str()) {
+                return Err(format!(
+                    "quota `{k}` is not supported ({})",
+                    quota::KEYS.join(", ")
+                ));
+            }
+        }
+        for (k, bits) in &self.set {
+            let v = f64::from_bits(*bits);
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("{k} must be a positive number, not {v}"));
+            }
+            if k != quota::REQUEST_PERCENTAGE && v.fract() != 0.0 {
+                return Err(format!(
+                    "{k} must be a whole number of bytes per second, not {v}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,5 +713,137 @@ mod tests {
             remove: vec!["producer_byte_rate".into()],
         }]);
         assert!(s.quotas.is_empty());
+    }
+
+    fn entity(user: Option<Option<&str>>, client: Option<Option<&str>>) -> Vec<QuotaEntityPart> {
+        let mut e = Vec::new();
+        if let Some(c) = client {
+            e.push(QuotaEntityPart {
+                entity_type: quota::CLIENT_ID.into(),
+                name: c.map(Into::into),
+            });
+        }
+        if let Some(u) = user {
+            e.push(QuotaEntityPart {
+                entity_type: quota::USER.into(),
+                name: u.map(Into::into),
+            });
+        }
+        e
+    }
+
+    #[test]
+    fn the_most_specific_quota_applies_and_says_whose_budget() {
+        let mut s = SecurityState::default();
+        let set = |s: &mut SecurityState, e, v: f64| {
+            s.alter_quotas(&[QuotaAlteration {
+                entity: e,
+                set: vec![(quota::PRODUCER_BYTE_RATE.into(), v.to_bits())],
+                remove: vec![],
+            }])
+        };
+        let q = |s: &SecurityState, u: &str, c: &str| {
+            quota_for(&s.quotas, u, c, quota::PRODUCER_BYTE_RATE)
+                .map(|m| (m.value, m.user, m.client_id))
+        };
+        assert_eq!(q(&s, "alice", "agent"), None);
+        set(&mut s, entity(None, Some(None)), 8.0);
+        assert_eq!(
+            q(&s, "alice", "agent"),
+            Some((8.0, None, Some("agent".into())))
+        );
+        set(&mut s, entity(None, Some(Some("agent"))), 7.0);
+        assert_eq!(
+            q(&s, "alice", "agent"),
+            Some((7.0, None, Some("agent".into())))
+        );
+        set(&mut s, entity(Some(None), None), 6.0);
+        assert_eq!(
+            q(&s, "alice", "agent"),
+            Some((6.0, Some("alice".into()), None))
+        );
+        set(&mut s, entity(Some(None), Some(None)), 5.0);
+        set(&mut s, entity(Some(None), Some(Some("agent"))), 4.0);
+        assert_eq!(
+            q(&s, "alice", "agent"),
+            Some((4.0, Some("alice".into()), Some("agent".into())))
+        );
+        set(&mut s, entity(Some(Some("alice")), None), 3.0);
+        assert_eq!(
+            q(&s, "alice", "agent"),
+            Some((3.0, Some("alice".into()), None))
+        );
+        set(&mut s, entity(Some(Some("alice")), Some(None)), 2.0);
+        set(
+            &mut s,
+            entity(Some(Some("alice")), Some(Some("agent"))),
+            1.0,
+        );
+        assert_eq!(
+            q(&s, "alice", "agent"),
+            Some((1.0, Some("alice".into()), Some("agent".into())))
+        );
+        // Another user falls back to the default user's.
+        assert_eq!(
+            q(&s, "bob", "agent"),
+            Some((4.0, Some("bob".into()), Some("agent".into())))
+        );
+        assert_eq!(
+            q(&s, "bob", "other"),
+            Some((5.0, Some("bob".into()), Some("other".into())))
+        );
+        // A key the entity does not set falls through to the next.
+        assert_eq!(
+            quota_for(&s.quotas, "alice", "agent", quota::CONSUMER_BYTE_RATE),
+            None
+        );
+    }
+
+    #[test]
+    fn quota_changes_kafka_would_refuse_are_refused() {
+        let ok = QuotaAlteration {
+            entity: entity(Some(Some("alice")), Some(None)),
+            set: vec![(quota::REQUEST_PERCENTAGE.into(), 12.5f64.to_bits())],
+            remove: vec![quota::PRODUCER_BYTE_RATE.into()],
+        };
+        assert_eq!(ok.check(), Ok(()));
+        let bad = |f: &dyn Fn(&mut QuotaAlteration)| {
+            let mut a = ok.clone();
+            f(&mut a);
+            a.check().unwrap_err()
+        };
+        assert!(bad(&|a| a.entity.clear()).contains("names a user"));
+        assert!(bad(&|a| a.entity[0].entity_type = "ip".into()).contains("`ip` is not supported"));
+        assert!(bad(&|a| a.entity.reverse()).contains("once"));
+        assert!(
+            bad(&|a| a.remove.push("controller_mutation_rate".into())).contains("not supported")
+        );
+        assert!(bad(&|a| a.set[0].1 = (-1f64).to_bits()).contains("positive"));
+        assert!(
+            bad(&|a| a.set = vec![(quota::PRODUCER_BYTE_RATE.into(), 1.5f64.to_bits())])
+                .contains("whole number")
+        );
+        assert!(bad(&|a| a.entity[1].name = Some(String::new())).contains("empty"));
+    }
+
+    #[test]
+    fn quota_filters_match_as_kafkas() {
+        let entry = |e| QuotaEntry {
+            entity: e,
+            values: BTreeMap::from([(quota::PRODUCER_BYTE_RATE.to_string(), 1f64.to_bits())]),
+        };
+        let alice = entry(entity(Some(Some("alice")), None));
+        let alice_agent = entry(entity(Some(Some("alice")), Some(Some("agent"))));
+        let default_user = entry(entity(Some(None), None));
+        let f = |components, strict| QuotaFilter { components, strict };
+        let exact = QuotaComponent::Exact("user".into(), "alice".into());
+        assert!(f(vec![exact.clone()], false).matches(&alice));
+        assert!(f(vec![exact.clone()], false).matches(&alice_agent));
+        assert!(!f(vec![exact.clone()], true).matches(&alice_agent));
+        assert!(!f(vec![exact], false).matches(&default_user));
+        assert!(f(vec![QuotaComponent::Default("user".into())], true).matches(&default_user));
+        assert!(f(vec![QuotaComponent::Any("user".into())], false).matches(&default_user));
+        assert!(!f(vec![QuotaComponent::Any("client-id".into())], false).matches(&alice));
+        assert!(f(vec![], false).matches(&alice_agent));
     }
 }

@@ -35,7 +35,9 @@ use crate::server::limits::{
     CLOSE_LINGER_MS, FRAME_RESERVE_AHEAD_BYTES, PIPELINE_MAX, READ_CHUNK_BYTES,
 };
 use crate::service::auth::Session;
+use crate::service::quota;
 use crate::service::Ctx;
+use crate::shard::quotas::Kind;
 use crate::shard::Core;
 
 /// What to send back: the frame head and any payload pieces (cached
@@ -308,9 +310,22 @@ pub async fn serve<P: Protocol, S>(
         let share = held.split(need as u64);
         core.metrics.add_in(request.len());
         let api = proto.api_of(&request);
+        // A throttled client (over a quota) is served nothing until its
+        // throttle time has passed.
+        if let Some(until) = session.quotas.muted_until() {
+            glommio::timer::sleep(until.saturating_duration_since(Instant::now())).await;
+        }
         let started = Instant::now();
         active.set(active.get() + 1);
         let pending = proto.dispatch(&core, request, ctx, &session).await;
+        // The core's time on the request: reading, checking, starting it
+        // (a produce's appends; not a fetch's wait).
+        quota::record(
+            &core,
+            &session,
+            Kind::Request,
+            started.elapsed().as_micros() as f64,
+        );
         // An answer that closes the connection (a failed login, a request
         // before one): nothing after it is read.
         let last = matches!(&pending, Pending::Ready(a) if a.close);

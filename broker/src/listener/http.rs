@@ -76,7 +76,9 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin>(core: &Rc<Core>, mut stream: 
             "a bearer token is required (--metrics-bearer-token-file)\n".to_string(),
         )
     } else if text.starts_with("GET /metrics ") {
-        ("200 OK", render(&gather(core).await))
+        let mut text = render(&gather(core).await);
+        core.shared.meters.render(&mut text);
+        ("200 OK", text)
     } else {
         (
             "404 Not Found",

@@ -108,7 +108,7 @@ fn topic_result(name: &str, r: Result<(), TopicError>) -> TopicResult {
 /// produce once its batches are appended (its acknowledgements are awaited
 /// in the returned task), a fetch at once (it runs in the task), anything
 /// else once answered.
-pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Session) -> Pending {
+pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Rc<Session>) -> Pending {
     let (h, body, payload) = match frame::decode_request(&request) {
         Ok(x) => x,
         Err(e) => {
@@ -138,7 +138,7 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Sessi
     }
     match api {
         ApiKey::Produce => match frame::decode_body::<ProduceRequest>(body) {
-            Ok(req) => match produce(core, corr, req, payload, ctx).await {
+            Ok(req) => match produce(core, corr, req, payload, ctx, session).await {
                 Ok(rest) => Pending::Later(glommio::spawn_local(rest)),
                 Err(a) => Pending::Ready(a),
             },
@@ -147,8 +147,9 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Sessi
         ApiKey::Fetch => match frame::decode_body::<FetchRequest>(body) {
             Ok(req) => {
                 let core = core.clone();
+                let session = session.clone();
                 Pending::Later(glommio::spawn_local(async move {
-                    fetch(&core, corr, req, ctx).await
+                    fetch(&core, corr, req, ctx, &session).await
                 }))
             }
             Err(e) => Pending::Ready(bad_body(corr, &e)),
@@ -239,6 +240,8 @@ fn needs(req: &AnyRequest) -> Vec<(Op, Resource<'_>)> {
         // Metadata is filtered by what the principal may describe.
         R::ApiVersions(_) | R::Metadata(_) => Vec::new(),
         R::SaslHandshake(_) | R::SaslAuthenticate(_) => Vec::new(),
+        R::DescribeClientQuotas(_) => vec![(Op::DescribeConfigs, Resource::Cluster)],
+        R::AlterClientQuotas(_) => vec![(Op::AlterConfigs, Resource::Cluster)],
         // An API added later: the most a request can need, until it says.
         _ => vec![(Op::Alter, Resource::Cluster)],
     }
@@ -553,6 +556,14 @@ async fn serve_other(
             let _ = body!(InitProducerIdRequest);
             ok(corr, &init_producer_id(core).await)
         }
+        ApiKey::DescribeClientQuotas => ok(
+            corr,
+            &describe_quotas(core, body!(DescribeClientQuotasRequest)),
+        ),
+        ApiKey::AlterClientQuotas => ok(
+            corr,
+            &alter_quotas(core, body!(AlterClientQuotasRequest)).await,
+        ),
         _ => Answer::error(
             corr,
             ErrorCode::UnsupportedApi,
@@ -706,8 +717,9 @@ async fn produce(
     req: ProduceRequest,
     payload: Bytes,
     ctx: Ctx,
+    session: &Session,
 ) -> Result<impl Future<Output = Answer> + 'static, Answer> {
-    let parts = req
+    let parts: Vec<ProducePart> = req
         .partitions
         .into_iter()
         .map(|p| ProducePart {
@@ -723,6 +735,9 @@ async fn produce(
         0 => None,
         ms => Some(Duration::from_millis(u64::from(ms))),
     };
+    // Over its quota, the client's connection is muted (the native
+    // answer has no throttle field).
+    service::quota::spend_produce(core, session, &parts);
     let acked = service::produce::produce(core, parts, req.acks, timeout, ctx)
         .await
         .map_err(|e| refused(corr, &e))?;
@@ -736,7 +751,13 @@ async fn produce(
     })
 }
 
-async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest, ctx: Ctx) -> Answer {
+async fn fetch(
+    core: &Rc<Core>,
+    corr: u32,
+    req: FetchRequest,
+    ctx: Ctx,
+    session: &Session,
+) -> Answer {
     let parts: Vec<FetchPart> = req
         .partitions
         .iter()
@@ -747,15 +768,17 @@ async fn fetch(core: &Rc<Core>, corr: u32, req: FetchRequest, ctx: Ctx) -> Answe
             max_bytes: p.max_bytes,
         })
         .collect();
-    let params = FetchParams {
+    let mut params = FetchParams {
         max_bytes: req.max_bytes,
         min_bytes: req.min_bytes,
         max_wait_ms: req.max_wait_ms,
     };
+    service::quota::cap_fetch(core, session, &mut params);
     let results = match service::fetch::fetch(core, &parts, params, ctx).await {
         Ok(r) => r,
         Err(e) => return refused(corr, &e),
     };
+    service::quota::spend_fetch(core, session, &results);
     let mut partitions = Vec::with_capacity(results.len());
     let mut pieces = Vec::new();
     let mut at: u64 = 0;
@@ -1078,4 +1101,87 @@ fn auth_failed(message: String) -> SaslAuthenticateResponse {
         message: Some(message),
         ..Default::default()
     }
+}
+
+fn describe_quotas(core: &Core, req: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
+    use weir_replication::security::{QuotaComponent, QuotaFilter};
+    let mut components = Vec::new();
+    for c in req.components {
+        components.push(match (c.match_type, c.name) {
+            (0, Some(name)) => QuotaComponent::Exact(c.entity_type, name),
+            (1, _) => QuotaComponent::Default(c.entity_type),
+            (2, _) => QuotaComponent::Any(c.entity_type),
+            (m, _) => {
+                return DescribeClientQuotasResponse {
+                    error: ErrorCode::InvalidRequest.as_u16(),
+                    message: Some(format!(
+                        "match type {m} (0 exact with a name, 1 default, 2 any)"
+                    )),
+                    entries: Vec::new(),
+                }
+            }
+        });
+    }
+    let filter = QuotaFilter {
+        components,
+        strict: req.strict,
+    };
+    let entries = service::quota::describe(core, &filter)
+        .into_iter()
+        .map(|e| QuotaEntryInfo {
+            entity: e
+                .entity
+                .into_iter()
+                .map(|p| QuotaEntityEntry {
+                    entity_type: p.entity_type,
+                    name: p.name,
+                })
+                .collect(),
+            values: e
+                .values
+                .into_iter()
+                .map(|(key, value_bits)| QuotaValue { key, value_bits })
+                .collect(),
+        })
+        .collect();
+    DescribeClientQuotasResponse {
+        error: 0,
+        message: None,
+        entries,
+    }
+}
+
+async fn alter_quotas(core: &Rc<Core>, req: AlterClientQuotasRequest) -> AlterClientQuotasResponse {
+    let changes = req
+        .changes
+        .into_iter()
+        .map(|c| {
+            let mut entity: Vec<_> = c
+                .entity
+                .into_iter()
+                .map(|p| weir_replication::meta::QuotaEntityPart {
+                    entity_type: p.entity_type,
+                    name: p.name,
+                })
+                .collect();
+            entity.sort();
+            weir_replication::meta::QuotaAlteration {
+                entity,
+                set: c.set.into_iter().map(|v| (v.key, v.value_bits)).collect(),
+                remove: c.remove,
+            }
+        })
+        .collect();
+    let results = service::quota::alter(core, changes, req.validate_only)
+        .await
+        .into_iter()
+        .map(|r| match r {
+            Ok(()) => QuotaResult::default(),
+            Err(e) => QuotaResult {
+                error: e.code().as_u16(),
+                message: Some(e.to_string()),
+            },
+        })
+        .collect();
+    AlterClientQuotasResponse { results }
 }

@@ -94,7 +94,7 @@ async fn follow(core: Rc<Core>, applied: Rc<Applied>) {
     let mut watch = core.shared.controller.watch();
     loop {
         let state = watch.borrow_and_update().clone();
-        core.shared.acls.publish(&state.security.acls);
+        core.shared.publish_security(&state.security);
         if state.version > applied.version.get() {
             let current = core.metadata();
             let next = super::view_for(&state, core.shared.config.cluster.node_id, core.cores());

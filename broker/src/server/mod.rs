@@ -169,10 +169,10 @@ pub fn run_with(
         client_tls,
         reload_tls: RELOAD_TLS.clone(),
         acls: Default::default(),
+        quota_config: Default::default(),
+        meters: Default::default(),
     });
-    shared
-        .acls
-        .publish(&shared.controller.state().security.acls);
+    shared.publish_security(&shared.controller.state().security);
     let mesh: Mesh<CoreMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
     let reply_mesh: Mesh<ReplyMsg> = MeshBuilder::full(n, MESH_CHANNEL_CAPACITY);
     let barrier = Arc::new(Barrier::new(n));

@@ -213,8 +213,7 @@ async fn propose(core: &Rc<Core>, command: Command) -> Result<(), AclError> {
     // Served on this node from the answer on, not only once the metadata
     // follower gets to it.
     core.shared
-        .acls
-        .publish(&core.shared.controller.state().security.acls);
+        .publish_security(&core.shared.controller.state().security);
     Ok(())
 }
 

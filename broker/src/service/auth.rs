@@ -53,6 +53,8 @@ pub struct Session {
     /// Kafka's SaslHandshake v0: the tokens that follow are bare
     /// size-prefixed frames, not SaslAuthenticate requests.
     bare_tokens: Cell<bool>,
+    /// The client's quotas: its client id, its budgets, its mute.
+    pub quotas: crate::shard::quotas::ClientQuotas,
 }
 
 /// What a connection may do with a request, given its login.
@@ -115,12 +117,18 @@ impl Session {
             mechanism: Cell::new(None),
             scram: RefCell::new(None),
             bare_tokens: Cell::new(false),
+            quotas: Default::default(),
         })
     }
 
     /// The principal, once logged in (`User:name`).
     pub fn principal(&self) -> Option<String> {
         self.principal.borrow().clone()
+    }
+
+    /// Runs `f` on the principal, once logged in, without copying it.
+    pub fn with_principal_ref<R>(&self, f: impl FnOnce(Option<&str>) -> R) -> R {
+        f(self.principal.borrow().as_deref())
     }
 
     /// Whether a login holds now.

@@ -21,6 +21,7 @@ pub mod auth;
 pub mod fetch;
 pub mod offsets;
 pub mod produce;
+pub mod quota;
 pub mod remote;
 pub mod users;
 

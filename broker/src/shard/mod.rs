@@ -8,12 +8,13 @@
 //! partition; only that core opens its log. Core 0 also runs the metadata
 //! writer (`crate::metadata::writer`) and the producer-id allocator.
 
-pub mod acls;
 pub mod answers;
 pub mod logins;
 pub mod mesh;
 pub mod partition;
 pub mod producer_ids;
+pub mod published;
+pub mod quotas;
 pub mod stats;
 
 use std::cell::{Cell, RefCell};
@@ -67,13 +68,23 @@ pub struct Shared {
     /// Set on SIGHUP: read the certificate files again.
     pub reload_tls: Arc<AtomicBool>,
     /// The ACLs, as the metadata last had them.
-    pub acls: acls::Published,
+    pub acls: published::Published<weir_replication::meta::AclBinding>,
+    /// The client quotas, as the metadata last had them.
+    pub quota_config: published::Published<weir_replication::meta::QuotaEntry>,
+    /// The quotas' budgets.
+    pub meters: quotas::Meters,
 }
 
 impl Shared {
     /// Whether shutdown was requested.
     pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Publishes the ACLs and quotas of `security` to every core.
+    pub fn publish_security(&self, security: &weir_replication::meta::SecurityState) {
+        self.acls.publish(&security.acls);
+        self.quota_config.publish(&security.quotas);
     }
 }
 
@@ -113,7 +124,9 @@ pub struct Core {
     /// Failed SASL logins per source address.
     pub logins: logins::Logins,
     /// This core's copy of the ACLs.
-    pub acls: acls::CoreAcls,
+    pub acls: published::CoreCopy<weir_replication::meta::AclBinding>,
+    /// This core's copy of the client quotas.
+    quota_copy: published::CoreCopy<weir_replication::meta::QuotaEntry>,
 }
 
 impl Core {
@@ -149,6 +162,7 @@ impl Core {
             replication: Default::default(),
             logins: Default::default(),
             acls: Default::default(),
+            quota_copy: Default::default(),
         });
         core.apply_metadata(view, Vec::new()).await?;
         Ok(core)
@@ -177,6 +191,11 @@ impl Core {
         msg: impl FnOnce(ReplyTo<T>) -> CoreMsg,
     ) -> Result<T, BrokerError> {
         self.mesh.call(target, extra_wait, msg).await
+    }
+
+    /// The client quotas now.
+    pub fn quota_config_now(&self) -> Arc<Vec<weir_replication::meta::QuotaEntry>> {
+        self.quota_copy.current(&self.shared.quota_config)
     }
 
     /// Number of cores.

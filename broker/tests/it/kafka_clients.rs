@@ -21,6 +21,27 @@ use weir_client::{Acks, Client, Consumer, ConsumerConfig, OffsetSpec};
 use weir_proto::batch::Compression;
 use weir_proto::reader::RecordBatch;
 
+/// Runs `broker/tests/kafka/<script>` with the pinned Python clients and
+/// `args`; its stdout, once it exited successfully (else the test fails
+/// with both outputs).
+pub(crate) fn python_script(script: &str, args: &[&str]) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/kafka")
+        .join(script);
+    let out = common::client_program(python())
+        .arg(path)
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{script}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 pub(crate) fn python() -> PathBuf {
     let p = std::env::var_os("WEIR_KAFKA_PYTHON")
         .map(PathBuf::from)

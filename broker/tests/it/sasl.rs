@@ -502,17 +502,9 @@ fn confluent_kafka_reauthenticates_before_its_login_expires() {
     let logins = || common::metric(node.metrics, "weir_sasl_authentications_total");
     let connections = || common::metric(node.metrics, "weir_connections_total");
     let (logins0, connections0) = (logins(), connections());
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/reauth.py");
-    let out = common::client_program(crate::kafka_clients::python())
-        .arg(script)
-        .args([&node.kafka.to_string(), "reauth", "agent", PASSWORD, "5"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = crate::kafka_clients::python_script(
+        "reauth.py",
+        &[&node.kafka.to_string(), "reauth", "agent", PASSWORD, "5"],
     );
     let (relogins, opened) = (logins() - logins0, connections() - connections0);
     assert!(

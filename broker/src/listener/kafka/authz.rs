@@ -81,6 +81,7 @@ fn needs(body: &KafkaRequest, version: i16) -> Vec<(Op, Resource<'_>)> {
             vec![(Op::Alter, Resource::Cluster)]
         }
         R::DescribeAcls(_) => vec![(Op::Describe, Resource::Cluster)],
+        R::DescribeClientQuotas(_) => vec![(Op::DescribeConfigs, Resource::Cluster)],
         R::DeleteTopics(r) => r
             .topic_names
             .iter()
@@ -112,7 +113,8 @@ fn needs(body: &KafkaRequest, version: i16) -> Vec<(Op, Resource<'_>)> {
         | R::InitProducerId(_)
         | R::FindCoordinator(_)
         | R::SaslHandshake(_)
-        | R::SaslAuthenticate(_) => Vec::new(),
+        | R::SaslAuthenticate(_)
+        | R::AlterClientQuotas(_) => Vec::new(),
     }
 }
 

@@ -5,6 +5,7 @@ use super::common::*;
 use super::errors::*;
 use crate::service::acl::{self, Op, Resource};
 use crate::service::auth::Session;
+use crate::service::quota;
 
 pub(super) async fn produce(
     core: &Rc<Core>,
@@ -54,9 +55,11 @@ pub(super) async fn produce(
             .into_iter()
             .map(|p| (p.topic, p.partition, Err(e.clone())))
             .collect();
-        return Pending::Ready(produce_answer(core, &h, &names, outcomes));
+        return Pending::Ready(produce_answer(core, &h, &names, outcomes, 0));
     }
     let timeout = Some(Duration::from_millis(r.timeout_ms.max(0) as u64));
+    // Over its quota, the client is throttled, not refused (Kafka's).
+    let throttle = quota::throttle_ms(quota::spend_produce(core, session, &parts));
     match service::produce::produce(core, parts, acks as i8, timeout, ctx).await {
         Ok(acked) => {
             let core = core.clone();
@@ -66,7 +69,7 @@ pub(super) async fn produce(
                     // acks=0: Kafka sends no answer at all.
                     return Answer::plain(BytesMut::new());
                 }
-                produce_answer(&core, &h, &names, outcomes)
+                produce_answer(&core, &h, &names, outcomes, throttle)
             })
         }
         Err(e) => {
@@ -76,7 +79,7 @@ pub(super) async fn produce(
                     outcomes.push((n.to_string(), 0, Err(e.clone())));
                 }
             }
-            Pending::Ready(produce_answer(core, &h, &names, outcomes))
+            Pending::Ready(produce_answer(core, &h, &names, outcomes, throttle))
         }
     }
 }
@@ -88,6 +91,7 @@ pub(super) fn produce_answer(
     h: &codec::RequestHeaderInfo,
     names: &[(TopicName, uuid::Uuid, usize)],
     outcomes: Vec<service::produce::ProduceOutcome>,
+    throttle_ms: i32,
 ) -> Answer {
     let mut leaders = NewLeaders::new(core);
     let mut it = outcomes.into_iter();
@@ -144,6 +148,7 @@ pub(super) fn produce_answer(
         h,
         KafkaResponse::Produce(
             ProduceResponse::default()
+                .with_throttle_time_ms(throttle_ms)
                 .with_responses(responses)
                 .with_node_endpoints(endpoints),
         ),
@@ -193,11 +198,12 @@ pub(super) async fn fetch(
         }
         shape.push((t.topic.clone(), t.topic_id, ps));
     }
-    let params = FetchParams {
+    let mut params = FetchParams {
         max_bytes: r.max_bytes.max(0) as u32,
         min_bytes: r.min_bytes.max(0) as u32,
         max_wait_ms: r.max_wait_ms.max(0) as u32,
     };
+    quota::cap_fetch(core, session, &mut params);
     let results = match service::fetch::fetch(core, &parts, params, ctx).await {
         Ok(r) => r,
         Err(e) => {
@@ -211,6 +217,7 @@ pub(super) async fn fetch(
             return answer(&h, KafkaResponse::Fetch(resp));
         }
     };
+    let throttle = quota::throttle_ms(quota::spend_fetch(core, session, &results));
     let mut batches = codec::FetchBatches::default();
     // KIP-951 (v12+ name the leader, v16+ its endpoint).
     let mut leaders = NewLeaders::new(core);
@@ -282,6 +289,7 @@ pub(super) async fn fetch(
         })
         .collect();
     let resp = FetchResponse::default()
+        .with_throttle_time_ms(throttle)
         .with_responses(responses)
         .with_node_endpoints(endpoints);
     match codec::encode_fetch_response(&h, &resp, batches) {

@@ -9,6 +9,7 @@ use super::cluster::*;
 use super::common::*;
 use super::data::*;
 use super::groups::*;
+use super::quotas::*;
 use super::security::*;
 use super::topics::*;
 use crate::service::auth::{Gate, Session, Step};
@@ -122,6 +123,7 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
     }
     let version = req.api_version;
     let client_id = req.client_id.clone().unwrap_or_default();
+    session.quotas.set_client_id(&client_id);
     let core = core.clone();
     let session = session.clone();
     match req.body {
@@ -304,6 +306,16 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
         KafkaRequest::DeleteAcls(r) => {
             later(async move { answer(&h, KafkaResponse::DeleteAcls(delete_acls(&core, r).await)) })
         }
+        KafkaRequest::DescribeClientQuotas(r) => Pending::Ready(answer(
+            &h,
+            KafkaResponse::DescribeClientQuotas(describe_client_quotas(&core, r)),
+        )),
+        KafkaRequest::AlterClientQuotas(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::AlterClientQuotas(alter_client_quotas(&core, &session, r).await),
+            )
+        }),
         KafkaRequest::ConsumerGroupDescribe(r) => later(async move {
             answer(
                 &h,

@@ -19,7 +19,8 @@
 //! | `groups.rs` | JoinGroup … DeleteGroups, OffsetCommit/Fetch, ConsumerGroupHeartbeat/Describe |
 //! | `topics.rs` | CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs, IncrementalAlterConfigs |
 //! | `authz.rs` | what each request needs of the ACLs, and its refusal |
-//! | `security.rs` | SaslHandshake, SaslAuthenticate, Describe/AlterUserScramCredentials |
+//! | `security.rs` | SaslHandshake, SaslAuthenticate, Describe/AlterUserScramCredentials, Create/Describe/DeleteAcls |
+//! | `quotas.rs` | DescribeClientQuotas, AlterClientQuotas |
 //! | `errors.rs` | `BrokerError` → Kafka code, exhaustive |
 //! | `common.rs` | the imports every family speaks in, building answers |
 //!
@@ -35,6 +36,7 @@ mod data;
 mod dispatch;
 mod errors;
 mod groups;
+mod quotas;
 mod security;
 mod topics;
 
