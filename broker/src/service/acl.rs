@@ -153,6 +153,14 @@ pub fn may_write_idempotently(core: &Core, session: &Session) -> bool {
         })
 }
 
+/// Whether the session may see group `g` in listings (ListGroups,
+/// OffsetFetch of several groups): Describe on the group or on the
+/// cluster (Kafka's).
+pub fn may_describe_group(core: &Core, session: &Session, g: &str) -> bool {
+    allowed(core, session, Op::Describe, Resource::Group(g))
+        || allowed(core, session, Op::Describe, Resource::Cluster)
+}
+
 /// [`allowed`], or the error to answer with.
 pub fn check(
     core: &Core,

@@ -261,6 +261,82 @@ fn the_native_protocol_is_held_to_the_same_acls() {
         String::from_utf8_lossy(&listed.stdout).trim().is_empty(),
         "topics listed to an unauthorized principal"
     );
+    // Listing groups is not refused: it shows the groups the principal
+    // may describe (none).
+    let groups = common::weir_at(node.listen, &["group", "list"], b"");
+    assert!(
+        groups.status.success(),
+        "{}",
+        String::from_utf8_lossy(&groups.stderr)
+    );
+}
+
+/// OffsetFetch of several groups (v8+): a group the principal may not
+/// describe is answered GROUP_AUTHORIZATION_FAILED, the others are
+/// served, and the connection stays open.
+#[test]
+fn offset_fetch_of_several_groups_refuses_only_the_ones_not_allowed() {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+    use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse};
+    use kafka_protocol::protocol::{Decodable, StrBytes};
+    use std::io::Write;
+
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path());
+    add_user(&node, dir.path(), "agent");
+    weir_ok(
+        &node,
+        &[
+            "acl",
+            "add",
+            "--principal",
+            "User:agent",
+            "--operation",
+            "Describe",
+            "--group",
+            "mine",
+        ],
+    );
+    let (mut s, _, _) = crate::sasl::scram_login(node.kafka);
+    let mut r = OffsetFetchRequest::default();
+    r.groups = ["mine", "theirs"]
+        .iter()
+        .map(|g| {
+            let mut x = OffsetFetchRequestGroup::default();
+            x.group_id = GroupId(StrBytes::from_static_str(g));
+            x.topics = None;
+            x
+        })
+        .collect();
+    // v8 is flexible: request header v2 (a tagged-fields byte after the
+    // client id), response header v1 (one after the correlation id).
+    let mut f = Vec::new();
+    f.extend_from_slice(&9i16.to_be_bytes());
+    f.extend_from_slice(&8i16.to_be_bytes());
+    f.extend_from_slice(&11i32.to_be_bytes());
+    f.extend_from_slice(&4i16.to_be_bytes());
+    f.extend_from_slice(b"test");
+    f.push(0);
+    f.extend_from_slice(&crate::sasl::body(&r, 8));
+    let mut frame = (f.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&f);
+    s.write_all(&frame).unwrap();
+    let mut b = crate::sasl::answer(&mut s).expect("answered, not closed");
+    let _tags = bytes::Buf::get_u8(&mut b);
+    let resp = OffsetFetchResponse::decode(&mut b, 8).unwrap();
+    let code = |g: &str| {
+        resp.groups
+            .iter()
+            .find(|x| x.group_id.as_str() == g)
+            .unwrap_or_else(|| panic!("no answer for {g}"))
+            .error_code
+    };
+    assert_eq!(code("theirs"), 30, "GROUP_AUTHORIZATION_FAILED");
+    assert_ne!(code("mine"), 30);
+    assert!(
+        crate::sasl::metadata_answered(&mut s),
+        "the connection stays open"
+    );
 }
 
 #[test]

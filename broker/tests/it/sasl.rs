@@ -197,7 +197,7 @@ fn kcat_logs_in_with_scram_and_plain_and_a_wrong_password_is_refused() {
 
 use common::kafka_frame as frame;
 
-fn body<M: Encodable>(m: &M, version: i16) -> Vec<u8> {
+pub(crate) fn body<M: Encodable>(m: &M, version: i16) -> Vec<u8> {
     let mut b = BytesMut::new();
     m.encode(&mut b, version).unwrap();
     b.to_vec()
@@ -205,7 +205,7 @@ fn body<M: Encodable>(m: &M, version: i16) -> Vec<u8> {
 
 /// The next answer's body (after the size and correlation id), or `None`
 /// once the broker closed the connection.
-fn answer(s: &mut TcpStream) -> Option<Bytes> {
+pub(crate) fn answer(s: &mut TcpStream) -> Option<Bytes> {
     let mut size = [0u8; 4];
     s.read_exact(&mut size).ok()?;
     let mut b = vec![0u8; i32::from_be_bytes(size) as usize];
@@ -243,7 +243,7 @@ fn closed(s: &mut TcpStream) -> bool {
 }
 
 /// A Metadata request (v1) answered on `s`.
-fn metadata_answered(s: &mut TcpStream) -> bool {
+pub(crate) fn metadata_answered(s: &mut TcpStream) -> bool {
     let mut m = MetadataRequest::default();
     m.topics = None;
     s.write_all(&frame(3, 1, 9, &body(&m, 1))).is_ok() && answer(s).is_some()
@@ -251,7 +251,7 @@ fn metadata_answered(s: &mut TcpStream) -> bool {
 
 /// A SCRAM-SHA-256 login on a new connection; the connection and the
 /// client's two messages (for replaying).
-fn scram_login(addr: SocketAddr) -> (TcpStream, Vec<u8>, Vec<u8>) {
+pub(crate) fn scram_login(addr: SocketAddr) -> (TcpStream, Vec<u8>, Vec<u8>) {
     let mut s = connect(addr);
     handshake(&mut s, "SCRAM-SHA-256");
     let (mut client, first) = ScramClient::start(Mechanism::ScramSha256, "agent", PASSWORD);

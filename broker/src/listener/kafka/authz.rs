@@ -46,11 +46,8 @@ fn needs(body: &KafkaRequest, version: i16) -> Vec<(Op, Resource<'_>)> {
         R::OffsetCommit(r) => vec![group(Op::Read, r.group_id.as_str())],
         R::ConsumerGroupHeartbeat(r) => vec![group(Op::Read, r.group_id.as_str())],
         R::OffsetFetch(r) if version < 8 => vec![group(Op::Describe, r.group_id.as_str())],
-        R::OffsetFetch(r) => r
-            .groups
-            .iter()
-            .map(|g| group(Op::Describe, g.group_id.as_str()))
-            .collect(),
+        // v8+ (several groups): checked per group by the handler.
+        R::OffsetFetch(_) => Vec::new(),
         R::FindCoordinator(r) if r.key_type == 0 && version < 4 => {
             vec![group(Op::Describe, r.key.as_str())]
         }
@@ -220,8 +217,7 @@ pub(super) fn create_refused(
 
 /// Whether the session may describe group `g` (ListGroups lists only those).
 pub(super) fn group_describable(core: &Core, session: &Session, g: &str) -> bool {
-    acl::allowed(core, session, Op::Describe, Resource::Group(g))
-        || acl::allowed(core, session, Op::Describe, Resource::Cluster)
+    acl::may_describe_group(core, session, g)
 }
 
 /// A config resource (Kafka's type 2 topic, else the broker: the cluster).

@@ -191,12 +191,22 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
                 answer(&h, KafkaResponse::OffsetCommit(resp))
             })
         }
-        KafkaRequest::OffsetFetch(r) => later(async move {
-            answer(
-                &h,
-                KafkaResponse::OffsetFetch(offset_fetch(&core, r, version).await),
-            )
-        }),
+        KafkaRequest::OffsetFetch(r) => {
+            // v8+: the groups the principal may not describe are answered
+            // GROUP_AUTHORIZATION_FAILED, the others served.
+            let refused: Vec<String> = r
+                .groups
+                .iter()
+                .map(|g| g.group_id.to_string())
+                .filter(|g| !group_describable(&core, &session, g))
+                .collect();
+            later(async move {
+                answer(
+                    &h,
+                    KafkaResponse::OffsetFetch(offset_fetch(&core, r, version, &refused).await),
+                )
+            })
+        }
         KafkaRequest::ListGroups(r) => later(async move {
             let mut resp = list_groups(&core, r).await;
             // Only the groups the principal may describe (Kafka's).

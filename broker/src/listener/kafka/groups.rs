@@ -322,10 +322,19 @@ pub(super) async fn offset_fetch(
     core: &Rc<Core>,
     r: OffsetFetchRequest,
     version: i16,
+    refused: &[String],
 ) -> OffsetFetchResponse {
     if version >= 8 {
         let mut groups = Vec::new();
         for g in r.groups {
+            if refused.iter().any(|x| x.as_str() == g.group_id.as_str()) {
+                groups.push(
+                    OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(E::GroupAuthorizationFailed.code()),
+                );
+                continue;
+            }
             let wanted = asked(g.topics, |t| (t.name.to_string(), t.partition_indexes));
             let (error, topics) = committed(core, &g.group_id, wanted).await;
             groups.push(
