@@ -606,6 +606,20 @@ pub(crate) async fn sasl_login<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         ClientError::Authentication(a.message.clone().unwrap_or_else(|| "refused".into()))
     };
     match s.mechanism {
+        Mechanism::OAuthBearer => {
+            let file = s.token_file.as_deref().unwrap_or(std::path::Path::new(""));
+            let token = std::fs::read_to_string(file).map_err(|e| {
+                ClientError::Authentication(format!(
+                    "reading the OAUTHBEARER token file {}: {e}",
+                    file.display()
+                ))
+            })?;
+            let message = weir_proto::sasl::oauthbearer_message(token.trim());
+            let a = sasl_step(r, w, message, corr, max_frame_bytes).await?;
+            if a.error != 0 {
+                return Err(failed(&a));
+            }
+        }
         Mechanism::Plain => {
             let a = sasl_step(
                 r,

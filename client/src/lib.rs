@@ -205,6 +205,10 @@ pub struct ClientConfig {
     pub sasl_username: Option<String>,
     /// `sasl.password`.
     pub sasl_password: Option<String>,
+    /// OAUTHBEARER: the file holding the JWT to present
+    /// (`weir.sasl.oauthbearer.token.file`), read again at every login so
+    /// that whatever refreshes it (an agent, a sidecar) is followed.
+    pub sasl_oauthbearer_token_file: Option<std::path::PathBuf>,
     /// The rustls configuration `tls` describes, once built.
     tls_built: tls::Built,
 }
@@ -217,10 +221,22 @@ impl ClientConfig {
         }
         Some(
             match (&self.sasl_mechanism, &self.sasl_username, &self.sasl_password) {
+                (Some(weir_proto::sasl::Mechanism::OAuthBearer), _, _) => {
+                    match &self.sasl_oauthbearer_token_file {
+                        Some(f) => Ok(sasl::SaslSettings {
+                            mechanism: weir_proto::sasl::Mechanism::OAuthBearer,
+                            username: String::new(),
+                            password: String::new(),
+                            token_file: Some(f.clone()),
+                        }),
+                        None => Err("sasl.mechanism OAUTHBEARER needs weir.sasl.oauthbearer.token.file (the JWT to present)".into()),
+                    }
+                }
                 (Some(m), Some(u), Some(p)) => Ok(sasl::SaslSettings {
                     mechanism: *m,
                     username: u.clone(),
                     password: p.clone(),
+                    token_file: None,
                 }),
                 _ => Err("security.protocol SASL_* needs sasl.mechanism, sasl.username and sasl.password".into()),
             },
@@ -262,6 +278,7 @@ impl Default for ClientConfig {
             sasl_mechanism: None,
             sasl_username: None,
             sasl_password: None,
+            sasl_oauthbearer_token_file: None,
             tls_built: tls::Built::default(),
         }
     }

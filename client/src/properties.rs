@@ -160,12 +160,20 @@ pub(crate) fn apply_client(
         }
         "sasl.mechanism" | "sasl.mechanisms" => {
             c.sasl_mechanism = Some(
-                weir_proto::sasl::Mechanism::from_name(&value.to_ascii_uppercase())
-                    .ok_or_else(|| invalid(name, value, "SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"))?,
+                weir_proto::sasl::Mechanism::from_name(&value.to_ascii_uppercase()).ok_or_else(
+                    || {
+                        invalid(
+                            name,
+                            value,
+                            "SCRAM-SHA-512, SCRAM-SHA-256, PLAIN or OAUTHBEARER",
+                        )
+                    },
+                )?,
             )
         }
         "sasl.username" => c.sasl_username = Some(value.into()),
         "sasl.password" => c.sasl_password = Some(value.into()),
+        "weir.sasl.oauthbearer.token.file" => c.sasl_oauthbearer_token_file = Some(value.into()),
         "ssl.ca.location" => c.tls.ca_file = Some(value.into()),
         "ssl.certificate.location" => c.tls.certificate_file = Some(value.into()),
         "ssl.key.location" => c.tls.key_file = Some(value.into()),

@@ -1,7 +1,8 @@
 //! SASL logins to a broker's `SASL_PLAINTEXT://` or `SASL_SSL://` native
 //! listener (Kafka's `security.protocol=SASL_*`, `sasl.mechanism`,
 //! `sasl.username`, `sasl.password`): PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
-//! (the messages are [`weir_proto::sasl`]'s). Each new connection logs in
+//! (the messages are [`weir_proto::sasl`]'s), and OAUTHBEARER with a JWT
+//! read from `weir.sasl.oauthbearer.token.file` at every login. Each new connection logs in
 //! before its first request (`conn::sasl_login`); a refused login is
 //! [`ClientError::Authentication`](crate::ClientError::Authentication).
 //!
@@ -21,6 +22,8 @@ pub struct SaslSettings {
     pub username: String,
     /// The password (`sasl.password`).
     pub password: String,
+    /// OAUTHBEARER: the file holding the token.
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for SaslSettings {
@@ -29,6 +32,7 @@ impl std::fmt::Debug for SaslSettings {
             .field("mechanism", &self.mechanism)
             .field("username", &self.username)
             .field("password", &"<hidden>")
+            .field("token_file", &self.token_file)
             .finish()
     }
 }

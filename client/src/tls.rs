@@ -70,8 +70,9 @@ impl std::str::FromStr for SecurityProtocol {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TlsSettings {
-    /// PEM certificates the broker's must chain to (`ssl.ca.location`).
-    /// Required: the system's roots are not read.
+    /// PEM certificates the broker's must chain to (`ssl.ca.location`);
+    /// `None`: the system's root certificates (`SSL_CERT_FILE` and
+    /// `SSL_CERT_DIR` honoured).
     pub ca_file: Option<PathBuf>,
     /// PEM certificate chain of the client (`ssl.certificate.location`),
     /// for listeners that ask for one.
@@ -87,15 +88,8 @@ fn tls_error(what: String) -> ClientError {
     ClientError::Tls(what)
 }
 
-/// The rustls configuration the settings describe.
-pub(crate) fn client_config(s: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, ClientError> {
-    let Some(ca) = &s.ca_file else {
-        return Err(tls_error(
-            "security.protocol=SSL needs ssl.ca.location (a PEM file): the system's roots are not \
-             read"
-                .into(),
-        ));
-    };
+/// The certificates of a PEM file (`ssl.ca.location`).
+fn file_roots(ca: &std::path::Path) -> Result<rustls::RootCertStore, ClientError> {
     let mut roots = rustls::RootCertStore::empty();
     let cas = CertificateDer::pem_file_iter(ca)
         .and_then(|i| i.collect::<Result<Vec<_>, _>>())
@@ -111,6 +105,34 @@ pub(crate) fn client_config(s: &TlsSettings) -> Result<Arc<rustls::ClientConfig>
             ca.display()
         )));
     }
+    Ok(roots)
+}
+
+/// The system's root certificates (as OpenSSL finds them, `SSL_CERT_FILE`
+/// and `SSL_CERT_DIR` first), for a broker whose certificate a public or
+/// company CA installed on the machine signed.
+fn system_roots() -> Result<rustls::RootCertStore, ClientError> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found
+            .errors
+            .first()
+            .map_or_else(String::new, |e| format!(" ({e})"));
+        return Err(tls_error(format!(
+            "security.protocol=SSL without ssl.ca.location uses the system's root certificates,              and none were found{why}: set ssl.ca.location (a PEM file) or SSL_CERT_FILE"
+        )));
+    }
+    Ok(roots)
+}
+
+/// The rustls configuration the settings describe.
+pub(crate) fn client_config(s: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, ClientError> {
+    let roots = match &s.ca_file {
+        Some(ca) => file_roots(ca)?,
+        None => system_roots()?,
+    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

@@ -52,7 +52,7 @@ pub enum SaslError {
     #[error("the server's signature does not match: it does not hold this user's credential")]
     BadServerSignature,
     /// A token over [`TOKEN_BYTES_MAX`].
-    #[error("SASL token of {0} bytes is over the {TOKEN_BYTES_MAX}-byte limit")]
+    #[error("SASL token of {0} bytes is over its limit ({TOKEN_BYTES_MAX} bytes; {OAUTHBEARER_TOKEN_BYTES_MAX} for OAUTHBEARER)")]
     TooLarge(usize),
     /// A parameter out of range (iterations, empty salt).
     #[error("{0}")]
@@ -68,6 +68,9 @@ pub enum Mechanism {
     ScramSha256,
     /// `SCRAM-SHA-512`.
     ScramSha512,
+    /// `OAUTHBEARER` (RFC 7628): a bearer token (a JWT the server checks
+    /// against its keys).
+    OAuthBearer,
 }
 
 impl Mechanism {
@@ -84,19 +87,32 @@ impl Mechanism {
             Mechanism::Plain => "PLAIN",
             Mechanism::ScramSha256 => "SCRAM-SHA-256",
             Mechanism::ScramSha512 => "SCRAM-SHA-512",
+            Mechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 
     /// The mechanism of a SASL name (case-sensitive, as SASL names are).
     pub fn from_name(name: &str) -> Option<Mechanism> {
-        Mechanism::ALL.into_iter().find(|m| m.name() == name)
+        Mechanism::ALL
+            .into_iter()
+            .chain([Mechanism::OAuthBearer])
+            .find(|m| m.name() == name)
+    }
+
+    /// The largest token a login of this mechanism may send: a JWT may be
+    /// larger than a SCRAM message.
+    pub const fn token_bytes_max(self) -> usize {
+        match self {
+            Mechanism::OAuthBearer => OAUTHBEARER_TOKEN_BYTES_MAX,
+            _ => TOKEN_BYTES_MAX,
+        }
     }
 
     /// Kafka's `ScramMechanism` number (AlterUserScramCredentials): 1 for
     /// SHA-256, 2 for SHA-512; `None` for PLAIN.
     pub const fn scram_type(self) -> Option<i8> {
         match self {
-            Mechanism::Plain => None,
+            Mechanism::Plain | Mechanism::OAuthBearer => None,
             Mechanism::ScramSha256 => Some(1),
             Mechanism::ScramSha512 => Some(2),
         }
@@ -119,7 +135,7 @@ impl Mechanism {
         pbkdf2::Algorithm,
     )> {
         match self {
-            Mechanism::Plain => None,
+            Mechanism::Plain | Mechanism::OAuthBearer => None,
             Mechanism::ScramSha256 => Some((
                 hmac::HMAC_SHA256,
                 &digest::SHA256,
@@ -322,6 +338,63 @@ pub fn parse_plain(token: &[u8]) -> Result<PlainToken, SaslError> {
 /// A PLAIN token for `user` and `password` (client side).
 pub fn plain_token(user: &str, password: &str) -> Vec<u8> {
     format!("\0{user}\0{password}").into_bytes()
+}
+
+/// The largest OAUTHBEARER client message (its JWT included).
+pub const OAUTHBEARER_TOKEN_BYTES_MAX: usize = 16 * 1024;
+
+/// The bearer token of an OAUTHBEARER client first message (RFC 7628:
+/// `n,[a=authzid],` then `\x01`-separated `key=value` pairs, one of them
+/// `auth=Bearer <token>`, ending `\x01\x01`). Other pairs (`host`,
+/// `port`, Kafka's extensions) are ignored; an authorization id is
+/// refused (the principal is the token's subject).
+pub fn parse_oauthbearer(message: &[u8]) -> Result<String, SaslError> {
+    if message.len() > OAUTHBEARER_TOKEN_BYTES_MAX {
+        return Err(SaslError::TooLarge(message.len()));
+    }
+    let malformed = |reason: &str| SaslError::Malformed {
+        mechanism: "OAUTHBEARER",
+        reason: reason.into(),
+    };
+    let text = std::str::from_utf8(message).map_err(|_| malformed("not UTF-8"))?;
+    let Some((gs2, rest)) = text.split_once('\x01') else {
+        return Err(malformed("no \\x01 after the GS2 header"));
+    };
+    let mut header = gs2.split(',');
+    match (header.next(), header.next(), header.next(), header.next()) {
+        (Some("n" | "y"), Some(""), Some(""), None) => {}
+        (Some("n" | "y"), Some(a), Some(""), None) if a.starts_with("a=") => {
+            return Err(SaslError::Unsupported(
+                "an authorization id is not supported: the principal is the token's subject".into(),
+            ))
+        }
+        (Some(p), ..) if p.starts_with("p=") => {
+            return Err(SaslError::Unsupported(
+                "channel binding is not supported".into(),
+            ))
+        }
+        _ => return Err(malformed("the GS2 header is not `n,,`")),
+    }
+    let Some(pairs) = rest.strip_suffix("\x01\x01") else {
+        return Err(malformed("the message does not end with \\x01\\x01"));
+    };
+    for pair in pairs.split('\x01') {
+        if let Some(value) = pair.strip_prefix("auth=") {
+            let Some((scheme, token)) = value.split_once(' ') else {
+                return Err(malformed("auth is not `Bearer <token>`"));
+            };
+            if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
+                return Err(malformed("auth is not `Bearer <token>`"));
+            }
+            return Ok(token.trim().to_string());
+        }
+    }
+    Err(malformed("no auth=Bearer <token>"))
+}
+
+/// An OAUTHBEARER client first message carrying `token` (client side).
+pub fn oauthbearer_message(token: &str) -> Vec<u8> {
+    format!("n,,\x01auth=Bearer {token}\x01\x01").into_bytes()
 }
 
 /// `saslname` of RFC 5802: `,` and `=` escaped.
@@ -879,5 +952,38 @@ mod tests {
         assert!(parse_plain(b"\0alice").is_err());
         assert!(parse_plain(b"\0alice\0pw\0x").is_err());
         assert!(parse_plain(b"\0\0pw").is_err());
+    }
+
+    #[test]
+    fn oauthbearer_messages_round_trip_and_bad_ones_are_refused() {
+        let m = oauthbearer_message("eyJ.a.b");
+        assert_eq!(m, b"n,,\x01auth=Bearer eyJ.a.b\x01\x01");
+        assert_eq!(parse_oauthbearer(&m).unwrap(), "eyJ.a.b");
+        // Kafka's clients add extensions and librdkafka host/port pairs.
+        let with = b"n,,\x01host=x\x01auth=Bearer t0k\x01traceId=1\x01\x01";
+        assert_eq!(parse_oauthbearer(with).unwrap(), "t0k");
+        for (bad, why) in [
+            (&b"n,,auth=Bearer t"[..], "GS2"),
+            (b"n,,\x01auth=Bearer t\x01", "end"),
+            (b"n,,\x01auth=Basic dTpw\x01\x01", "Bearer"),
+            (b"n,,\x01auth=Bearer \x01\x01", "Bearer"),
+            (b"n,,\x01host=x\x01\x01", "no auth"),
+            (b"x,,\x01auth=Bearer t\x01\x01", "GS2"),
+            (b"n,a=admin,\x01auth=Bearer t\x01\x01", "authorization id"),
+            (b"\xff\x01", "UTF-8"),
+        ] {
+            let e = parse_oauthbearer(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        let huge = oauthbearer_message(&"a".repeat(OAUTHBEARER_TOKEN_BYTES_MAX));
+        assert!(matches!(
+            parse_oauthbearer(&huge),
+            Err(SaslError::TooLarge(_))
+        ));
+        assert_eq!(
+            Mechanism::from_name("OAUTHBEARER"),
+            Some(Mechanism::OAuthBearer)
+        );
+        assert!(!Mechanism::ALL.contains(&Mechanism::OAuthBearer));
     }
 }

@@ -166,8 +166,14 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Rc<Se
             // connection reads on meanwhile.
             Ok(req) => {
                 let core = core.clone();
+                let session = session.clone();
                 Pending::Later(glommio::spawn_local(async move {
-                    group_answer(corr, coordinator::serve(&core, req).await)
+                    let mut r = coordinator::serve(&core, req).await;
+                    // A listing shows the groups the principal may describe.
+                    if let GroupResponse::List(groups) = &mut r {
+                        groups.retain(|(g, _)| acl::may_describe_group(&core, &session, &g.group));
+                    }
+                    group_answer(corr, r)
                 }))
             }
             Err(e) => Pending::Ready(bad_body(corr, &e)),
@@ -229,7 +235,9 @@ fn needs(req: &AnyRequest) -> Vec<(Op, Resource<'_>)> {
         R::DeleteGroup(r) => vec![(Op::Delete, Resource::Group(&r.group))],
         R::FindCoordinator(r) => vec![(Op::Describe, Resource::Group(&r.group))],
         R::InitProducerId(_) => Vec::new(),
-        R::ListGroups(_) | R::DescribeCluster(_) | R::DescribeUsers(_) | R::DescribeAcls(_) => {
+        // Filtered: only the groups the principal may describe.
+        R::ListGroups(_) => Vec::new(),
+        R::DescribeCluster(_) | R::DescribeUsers(_) | R::DescribeAcls(_) => {
             vec![(Op::Describe, Resource::Cluster)]
         }
         R::ChangeVoters(_)
@@ -353,10 +361,22 @@ async fn serve_other(
         }
         ApiKey::Metadata => {
             let req = body!(MetadataRequest);
+            let named = req.topics.is_some();
             let mut resp = metadata(core, req).await;
-            // Topics the principal may not describe are left out.
-            resp.topics
-                .retain(|t| acl::allowed(core, session, Op::Describe, Resource::Topic(&t.name)));
+            // Topics the principal may not describe: named, they are
+            // answered TopicAuthorizationFailed; asked for all, they are
+            // left out (Kafka's).
+            let describable = |t: &TopicMetadata| {
+                acl::allowed(core, session, Op::Describe, Resource::Topic(&t.name))
+            };
+            if named {
+                for t in resp.topics.iter_mut().filter(|t| !describable(t)) {
+                    t.error = ErrorCode::TopicAuthorizationFailed.as_u16();
+                    t.partitions.clear();
+                }
+            } else {
+                resp.topics.retain(describable);
+            }
             ok(corr, &resp)
         }
         ApiKey::DescribeCluster => {

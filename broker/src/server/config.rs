@@ -52,6 +52,8 @@ pub struct SaslSettings {
     pub reauth_ms: u64,
     /// A connection must log in within this long of connecting.
     pub login_timeout_ms: u64,
+    /// OAUTHBEARER's keys and checks (`None`: not offered).
+    pub oauth: Option<crate::server::oauth::OAuthSettings>,
 }
 
 /// Default of `--sasl-login-timeout-ms`.
@@ -63,6 +65,7 @@ impl Default for SaslSettings {
             mechanisms: Mechanism::ALL.to_vec(),
             reauth_ms: 0,
             login_timeout_ms: SASL_LOGIN_TIMEOUT_MS_DEFAULT,
+            oauth: None,
         }
     }
 }
@@ -96,7 +99,7 @@ fn parse_mechanisms(v: &str) -> anyhow::Result<Vec<Mechanism>> {
     for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let m = Mechanism::from_name(&name.to_ascii_uppercase()).with_context(|| {
             format!(
-                "--sasl-enabled-mechanisms: `{name}` is not served (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN)"
+                "--sasl-enabled-mechanisms: `{name}` is not served (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN, OAUTHBEARER)"
             )
         })?;
         if !out.contains(&m) {
@@ -173,6 +176,26 @@ pub struct BrokerArgs {
     /// after connecting (TLS handshake included) is closed [default: 10000].
     #[arg(long, env = "WEIR_SASL_LOGIN_TIMEOUT_MS")]
     pub sasl_login_timeout_ms: Option<u64>,
+    /// OAUTHBEARER: the JWKS file (`{"keys": [...]}`, public keys) JWTs
+    /// are checked against, re-read when it changes; offering OAUTHBEARER
+    /// needs it (Kafka's `sasl.oauthbearer.jwks.endpoint.url` with a
+    /// `file:` URL).
+    #[arg(long, env = "WEIR_SASL_OAUTHBEARER_JWKS_FILE")]
+    pub sasl_oauthbearer_jwks_file: Option<PathBuf>,
+    /// OAUTHBEARER: the `iss` a token must carry [default: any].
+    #[arg(long, env = "WEIR_SASL_OAUTHBEARER_EXPECTED_ISSUER")]
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    /// OAUTHBEARER: audiences, comma-separated; a token's `aud` must name
+    /// one [default: any].
+    #[arg(long, env = "WEIR_SASL_OAUTHBEARER_EXPECTED_AUDIENCE")]
+    pub sasl_oauthbearer_expected_audience: Option<String>,
+    /// OAUTHBEARER: the claim naming the principal [default: sub].
+    #[arg(long, env = "WEIR_SASL_OAUTHBEARER_SUB_CLAIM_NAME")]
+    pub sasl_oauthbearer_sub_claim_name: Option<String>,
+    /// OAUTHBEARER: leeway on a token's `exp` and `nbf`, seconds
+    /// [default: 30].
+    #[arg(long, env = "WEIR_SASL_OAUTHBEARER_CLOCK_SKEW_SECONDS")]
+    pub sasl_oauthbearer_clock_skew_seconds: Option<u64>,
     /// `acl`: every request is checked against the ACLs in the cluster
     /// metadata (Kafka's `StandardAuthorizer`); `none`: everything is
     /// allowed [default: none].
@@ -342,6 +365,11 @@ struct FileConfig {
     sasl_enabled_mechanisms: Option<String>,
     connections_max_reauth_ms: Option<u64>,
     sasl_login_timeout_ms: Option<u64>,
+    sasl_oauthbearer_jwks_file: Option<PathBuf>,
+    sasl_oauthbearer_expected_issuer: Option<String>,
+    sasl_oauthbearer_expected_audience: Option<String>,
+    sasl_oauthbearer_sub_claim_name: Option<String>,
+    sasl_oauthbearer_clock_skew_seconds: Option<u64>,
     authorizer: Option<String>,
     super_users: Option<String>,
     allow_everyone_if_no_acl_found: Option<bool>,
@@ -687,15 +715,62 @@ impl BrokerConfig {
                 metrics_protocol.name()
             );
         }
+        let oauth = args
+            .sasl_oauthbearer_jwks_file
+            .clone()
+            .or(file.sasl_oauthbearer_jwks_file.clone())
+            .map(|f| crate::server::oauth::OAuthSettings {
+                // Kafka's endpoint URL form is taken too.
+                jwks_file: f
+                    .to_str()
+                    .and_then(|t| t.strip_prefix("file://"))
+                    .map_or(f.clone(), PathBuf::from),
+                expected_issuer: args
+                    .sasl_oauthbearer_expected_issuer
+                    .clone()
+                    .or(file.sasl_oauthbearer_expected_issuer.clone()),
+                expected_audience: args
+                    .sasl_oauthbearer_expected_audience
+                    .clone()
+                    .or(file.sasl_oauthbearer_expected_audience.clone())
+                    .map(|a| {
+                        a.split(',')
+                            .map(str::trim)
+                            .filter(|a| !a.is_empty())
+                            .map(String::from)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                sub_claim_name: args
+                    .sasl_oauthbearer_sub_claim_name
+                    .clone()
+                    .or(file.sasl_oauthbearer_sub_claim_name.clone())
+                    .unwrap_or_else(|| "sub".into()),
+                clock_skew_s: args
+                    .sasl_oauthbearer_clock_skew_seconds
+                    .or(file.sasl_oauthbearer_clock_skew_seconds)
+                    .unwrap_or(crate::server::oauth::CLOCK_SKEW_S_DEFAULT),
+            });
+        let mechanisms = match args
+            .sasl_enabled_mechanisms
+            .clone()
+            .or(file.sasl_enabled_mechanisms.clone())
+        {
+            None => {
+                let mut m = SaslSettings::default().mechanisms;
+                if oauth.is_some() {
+                    m.push(Mechanism::OAuthBearer);
+                }
+                m
+            }
+            Some(v) => parse_mechanisms(&v)?,
+        };
+        if mechanisms.contains(&Mechanism::OAuthBearer) && oauth.is_none() {
+            bail!("OAUTHBEARER needs --sasl-oauthbearer-jwks-file: the public keys its tokens are checked against");
+        }
         let sasl = SaslSettings {
-            mechanisms: match args
-                .sasl_enabled_mechanisms
-                .clone()
-                .or(file.sasl_enabled_mechanisms.clone())
-            {
-                None => SaslSettings::default().mechanisms,
-                Some(v) => parse_mechanisms(&v)?,
-            },
+            mechanisms,
+            oauth,
             reauth_ms: args
                 .connections_max_reauth_ms
                 .or(file.connections_max_reauth_ms)

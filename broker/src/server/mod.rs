@@ -21,6 +21,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 pub mod config;
 pub mod limits;
+pub mod oauth;
 pub mod principal;
 pub mod tls;
 
@@ -123,6 +124,13 @@ pub fn run_with(
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
     say_listeners(&config);
+    let oauth = config
+        .sasl
+        .oauth
+        .clone()
+        .map(|o| oauth::OAuthKeys::load(o).map(Arc::new))
+        .transpose()
+        .context("--sasl-oauthbearer-jwks-file")?;
     let client_tls = config
         .ssl
         .clone()
@@ -167,6 +175,7 @@ pub fn run_with(
         controller: controller.clone(),
         after_metadata: crate::service::remote::metadata_applied,
         client_tls,
+        oauth,
         reload_tls: RELOAD_TLS.clone(),
         acls: Default::default(),
         quota_config: Default::default(),

@@ -254,7 +254,7 @@ impl Session {
             },
         }
         };
-        if token.len() > sasl::TOKEN_BYTES_MAX {
+        if token.len() > mechanism.token_bytes_max() {
             return Err(fail(SaslError::TooLarge(token.len())));
         }
         let user = match mechanism {
@@ -271,6 +271,24 @@ impl Session {
                 }
                 self.mechanism.set(None);
                 t.user
+            }
+            Mechanism::OAuthBearer => {
+                self.mechanism.set(None);
+                let jwt = sasl::parse_oauthbearer(token).map_err(fail)?;
+                let Some(keys) = &core.shared.oauth else {
+                    return Err(LoginFailed {
+                        message: "OAUTHBEARER is not configured".into(),
+                    });
+                };
+                let now_s = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs();
+                let v = keys.verify(&jwt, now_s).map_err(|reason| LoginFailed {
+                    message: format!("Authentication failed: OAUTHBEARER {reason}"),
+                })?;
+                let left_ms = v.expires_s.saturating_sub(now_s).saturating_mul(1000);
+                return self.logged_in_for(core, v.subject, Vec::new(), Some(left_ms));
             }
             _ => {
                 let mut slot = self.scram.borrow_mut();
@@ -299,6 +317,19 @@ impl Session {
     }
 
     fn logged_in_as(&self, core: &Core, user: String, bytes: Vec<u8>) -> Result<Step, LoginFailed> {
+        self.logged_in_for(core, user, bytes, None)
+    }
+
+    /// A login of `user`; `credential_ms`: how long its credential holds
+    /// (a token's expiry), which bounds the session as Kafka does when
+    /// re-authentication is on.
+    fn logged_in_for(
+        &self,
+        core: &Core,
+        user: String,
+        bytes: Vec<u8>,
+        credential_ms: Option<u64>,
+    ) -> Result<Step, LoginFailed> {
         let principal = format!("User:{user}");
         let mut current = self.principal.borrow_mut();
         if current.as_ref().is_some_and(|p| p != &principal) {
@@ -309,7 +340,11 @@ impl Session {
                 ),
             });
         }
-        let reauth = core.shared.config.sasl.reauth_ms;
+        let reauth = match (core.shared.config.sasl.reauth_ms, credential_ms) {
+            (0, _) => 0,
+            (r, Some(c)) => r.min(c.max(1)),
+            (r, None) => r,
+        };
         self.expires
             .set((reauth > 0).then(|| Instant::now() + Duration::from_millis(reauth)));
         if current.is_none() {

@@ -65,6 +65,8 @@ pub struct Shared {
     pub after_metadata: fn(&Rc<Core>, &[(String, u32)]),
     /// TLS of the client listeners (`None`: no certificate configured).
     pub client_tls: Option<Arc<crate::server::tls::ServerTls>>,
+    /// OAUTHBEARER's keys (`None`: not offered).
+    pub oauth: Option<Arc<crate::server::oauth::OAuthKeys>>,
     /// Set on SIGHUP: read the certificate files again.
     pub reload_tls: Arc<AtomicBool>,
     /// The ACLs, as the metadata last had them.

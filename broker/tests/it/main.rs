@@ -20,6 +20,7 @@ mod groups_upgrade;
 mod kafka_bad_input;
 mod kafka_clients;
 mod kafka_sarama;
+mod oauth;
 mod quota;
 mod sasl;
 mod sdk;

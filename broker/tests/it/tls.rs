@@ -559,3 +559,38 @@ fn kafka_python_over_tls_with_a_client_certificate() {
 fn aiokafka_over_tls_with_a_client_certificate() {
     python_client_over_tls("aiokafka");
 }
+
+/// Without `ssl.ca.location` the SDK trusts the system's root
+/// certificates (here: `SSL_CERT_FILE` naming the test CA, as a machine
+/// whose administrator installed a company CA); with none to be found it
+/// says what to set.
+#[test]
+fn the_cli_trusts_the_system_roots_without_a_ca_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    let node = start(dir.path(), &cert, &key, &pki.ca("ca"), "none");
+    let props = dir.path().join("client.properties");
+    std::fs::write(&props, "security.protocol=SSL\n").unwrap();
+    let list = |cert_file: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["topic", "list", "--command-config"])
+            .arg(&props)
+            .env("WEIR_BOOTSTRAP", node.listen.to_string())
+            .env("WEIR_LOG", "warn")
+            .env("SSL_CERT_FILE", cert_file)
+            .env("SSL_CERT_DIR", dir.path().join("no-such-dir"))
+            .output()
+            .unwrap()
+    };
+    let out = list(&pki.ca("ca"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = list(&dir.path().join("no-such-file.pem"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "connected without any root");
+    assert!(err.contains("ssl.ca.location"), "{err}");
+}

@@ -1,4 +1,5 @@
 //! SASL exchanges (`weir_proto::sasl`): a server fed any client tokens
+//! (SCRAM, PLAIN, OAUTHBEARER's client message)
 //! and a client fed any server tokens must answer or refuse, never panic;
 //! a server exchange never logs anyone in without the right proof.
 //!
@@ -7,7 +8,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir_proto::sasl::{parse_plain, Mechanism, ScramClient, ScramCredential, ScramServer};
+use weir_proto::sasl::{
+    oauthbearer_message, parse_oauthbearer, parse_plain, Mechanism, ScramClient, ScramCredential,
+    ScramServer,
+};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, rest)) = data.split_first() else {
@@ -23,6 +27,13 @@ fuzz_target!(|data: &[u8]| {
     let second = tokens.next().unwrap_or_default();
     let third = tokens.next().unwrap_or_default();
     let _ = parse_plain(rest);
+    // OAUTHBEARER: any message parses or is refused; a token it carries
+    // comes back out of the message built from it.
+    if let Ok(token) = parse_oauthbearer(rest) {
+        if !token.contains('\x01') {
+            assert_eq!(parse_oauthbearer(&oauthbearer_message(&token)).ok(), Some(token));
+        }
+    }
     if selector & 2 == 0 {
         // The server side, with a credential nobody in the input knows.
         let stored = ScramCredential::from_salted(mechanism, vec![7; 16], 4096, &vec![9; match mechanism {
