@@ -73,7 +73,8 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin>(core: &Rc<Core>, mut stream: 
     let (status, body) = if !authorized(core, &text) {
         (
             "401 Unauthorized",
-            "a bearer token is required (--metrics-bearer-token-file)\n".to_string(),
+            "credentials are required (--metrics-bearer-token-file, --metrics-basic-auth-file)\n"
+                .to_string(),
         )
     } else if text.starts_with("GET /metrics ") {
         let mut text = render(&gather(core).await);
@@ -86,9 +87,9 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin>(core: &Rc<Core>, mut stream: 
         )
     };
     let challenge = if status.starts_with("401") {
-        "WWW-Authenticate: Bearer\r\n"
+        challenges(core)
     } else {
-        ""
+        String::new()
     };
     let resp = format!(
         "HTTP/1.1 {status}\r\n{challenge}Content-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -98,19 +99,47 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin>(core: &Rc<Core>, mut stream: 
     let _ = stream.close().await;
 }
 
-/// Whether the request head carries the bearer token, if one is set
-/// (compared in constant time).
+/// Whether the request head carries the bearer token or the basic-auth
+/// credentials, if any are set (compared in constant time).
 fn authorized(core: &Core, head: &str) -> bool {
-    let Some(token) = &core.shared.config.metrics_bearer_token else {
+    use base64::Engine;
+    let config = &core.shared.config;
+    if config.metrics_bearer_token.is_none() && config.metrics_basic_auth.is_empty() {
         return true;
-    };
-    let want = format!("Bearer {token}");
+    }
+    let accepted: Vec<String> = config
+        .metrics_bearer_token
+        .iter()
+        .map(|t| format!("Bearer {t}"))
+        .chain(config.metrics_basic_auth.iter().map(|(u, p)| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+            )
+        }))
+        .collect();
     head.lines().any(|line| {
         let Some((name, value)) = line.split_once(':') else {
             return false;
         };
-        name.trim().eq_ignore_ascii_case("authorization") && same(value.trim(), &want)
+        name.trim().eq_ignore_ascii_case("authorization")
+            && accepted
+                .iter()
+                .fold(false, |ok, want| ok | same(value.trim(), want))
     })
+}
+
+/// The `WWW-Authenticate` lines of a 401: the schemes configured.
+fn challenges(core: &Core) -> String {
+    let config = &core.shared.config;
+    let mut out = String::new();
+    if config.metrics_bearer_token.is_some() {
+        out += "WWW-Authenticate: Bearer\r\n";
+    }
+    if !config.metrics_basic_auth.is_empty() {
+        out += "WWW-Authenticate: Basic realm=\"weir\"\r\n";
+    }
+    out
 }
 
 /// Equality of two strings in time independent of where they differ.

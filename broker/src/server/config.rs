@@ -139,6 +139,11 @@ pub struct BrokerArgs {
     /// (`Authorization: Bearer TOKEN`) [default: none needed].
     #[arg(long, env = "WEIR_METRICS_BEARER_TOKEN_FILE", value_name = "FILE")]
     pub metrics_bearer_token_file: Option<PathBuf>,
+    /// A file of `user:password` lines; `GET /metrics` with HTTP basic
+    /// auth as one of them is served (Prometheus' `basic_auth`) [default:
+    /// none needed].
+    #[arg(long, env = "WEIR_METRICS_BASIC_AUTH_FILE", value_name = "FILE")]
+    pub metrics_basic_auth_file: Option<PathBuf>,
     /// Kafka protocol address shared by all cores (SO_REUSEPORT);
     /// `SSL://host:port` for TLS; `off` for none [default: 127.0.0.1:9092].
     #[arg(long, env = "WEIR_KAFKA_LISTENER")]
@@ -356,6 +361,7 @@ struct FileConfig {
     cores: Option<usize>,
     metrics_listen: Option<String>,
     metrics_bearer_token_file: Option<PathBuf>,
+    metrics_basic_auth_file: Option<PathBuf>,
     kafka_listener: Option<String>,
     ssl_certificate_file: Option<PathBuf>,
     ssl_key_file: Option<PathBuf>,
@@ -513,6 +519,9 @@ pub struct BrokerConfig {
     pub metrics_protocol: SecurityProtocol,
     /// The token `GET /metrics` must carry, if any.
     pub metrics_bearer_token: Option<String>,
+    /// `user:password` pairs `GET /metrics` may log in with (HTTP basic
+    /// auth), if any.
+    pub metrics_basic_auth: Vec<(String, String)>,
     /// Kafka protocol address (`None`: no Kafka listener).
     pub kafka_listener: Option<SocketAddr>,
     /// The Kafka listener's security protocol (its per-core ports too).
@@ -591,6 +600,7 @@ impl BrokerConfig {
             metrics_listen: loopback,
             metrics_protocol: SecurityProtocol::Plaintext,
             metrics_bearer_token: None,
+            metrics_basic_auth: Vec::new(),
             kafka_listener: Some(loopback),
             kafka_protocol: SecurityProtocol::Plaintext,
             ssl: None,
@@ -677,6 +687,39 @@ impl BrokerConfig {
                     bail!("--metrics-bearer-token-file {} is empty", path.display());
                 }
                 Some(token)
+            }
+        };
+        let metrics_basic_auth = match args
+            .metrics_basic_auth_file
+            .clone()
+            .or(file.metrics_basic_auth_file.clone())
+        {
+            None => Vec::new(),
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).with_context(|| {
+                    format!("reading --metrics-basic-auth-file {}", path.display())
+                })?;
+                let mut pairs = Vec::new();
+                for (i, line) in text.lines().enumerate() {
+                    let line = line.trim();
+                    if line.is_empty() || line.starts_with('#') {
+                        continue;
+                    }
+                    match line.split_once(':') {
+                        Some((u, p)) if !u.is_empty() && !p.is_empty() => {
+                            pairs.push((u.to_string(), p.to_string()))
+                        }
+                        _ => bail!(
+                            "--metrics-basic-auth-file {} line {}: not `user:password`",
+                            path.display(),
+                            i + 1
+                        ),
+                    }
+                }
+                if pairs.is_empty() {
+                    bail!("--metrics-basic-auth-file {} names no user", path.display());
+                }
+                pairs
             }
         };
         let client_auth: ClientAuth = args
@@ -832,6 +875,7 @@ impl BrokerConfig {
             )?,
             metrics_protocol,
             metrics_bearer_token,
+            metrics_basic_auth,
             kafka_listener: match kafka_listener {
                 Some(v) if v == "off" || v.is_empty() => None,
                 v => Some(addr("--kafka-listener", v, KAFKA_LISTENER_DEFAULT)?),

@@ -474,7 +474,7 @@ fn the_cli_talks_tls_with_a_command_config_file() {
 }
 
 #[test]
-fn metrics_are_served_over_tls_to_a_holder_of_the_bearer_token() {
+fn metrics_are_served_over_tls_to_a_holder_of_the_bearer_token_or_a_basic_login() {
     use std::io::Read;
 
     let dir = tempfile::tempdir().unwrap();
@@ -482,8 +482,12 @@ fn metrics_are_served_over_tls_to_a_holder_of_the_bearer_token() {
     let (cert, key) = pki.sign("server", "weir", true);
     let token = dir.path().join("token");
     std::fs::write(&token, "s3cret-scrape\n").unwrap();
-    let extra =
-        format!("metrics_listen = \"SSL://127.0.0.1:0\"\nmetrics_bearer_token_file = {token:?}\n");
+    let logins = dir.path().join("logins");
+    std::fs::write(&logins, "# Prometheus' basic_auth\nprometheus:p4ss:word\n").unwrap();
+    let extra = format!(
+        "metrics_listen = \"SSL://127.0.0.1:0\"\nmetrics_bearer_token_file = {token:?}\n\
+         metrics_basic_auth_file = {logins:?}\n"
+    );
     let node = start_with(dir.path(), &cert, &key, &pki.ca("ca"), "none", &extra);
     let get = |auth: Option<&str>| {
         let mut c = native_tls(node.metrics, &pki.ca("ca"), None);
@@ -501,7 +505,14 @@ fn metrics_are_served_over_tls_to_a_holder_of_the_bearer_token() {
     assert!(ok.contains("weir_tls_handshake_failures_total"), "{ok}");
     let missing = get(None);
     assert!(missing.starts_with("HTTP/1.1 401"), "{missing}");
+    assert!(missing.contains("WWW-Authenticate: Basic"), "{missing}");
     let wrong = get(Some("Bearer s3cret-scrapf"));
+    assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+    // prometheus:p4ss:word (the password may hold a colon).
+    let basic = get(Some("Basic cHJvbWV0aGV1czpwNHNzOndvcmQ="));
+    assert!(basic.starts_with("HTTP/1.1 200"), "{basic}");
+    // prometheus:p4ss
+    let wrong = get(Some("Basic cHJvbWV0aGV1czpwNHNz"));
     assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
     // Plain HTTP on the TLS port gets no metrics.
     let mut plain = TcpStream::connect(node.metrics).unwrap();
