@@ -67,6 +67,18 @@ pub(crate) struct Pipeline {
     max_frame_bytes: usize,
     max_in_flight: usize,
     slot: Arc<Mutex<Slot>>,
+    /// When the login should be renewed (KIP-368: the broker's session
+    /// lifetime, 85 % of it), if the broker gave one.
+    reauth_at: std::sync::Mutex<Option<Instant>>,
+    /// A re-authentication is under way.
+    reauthing: std::sync::atomic::AtomicBool,
+}
+
+/// When to log in again, for a login that holds `lifetime`: at 85 % of
+/// it (Kafka's clients pick 85–95 %), so that the new login is in before
+/// the broker closes the connection.
+fn renew_at(lifetime: Option<Duration>) -> Option<Instant> {
+    lifetime.map(|l| Instant::now() + l.mul_f64(0.85))
 }
 
 /// The state behind the pipeline's lock.
@@ -276,6 +288,54 @@ impl Pipeline {
                 next_corr: 1,
                 conn: None,
             })),
+            reauth_at: std::sync::Mutex::new(None),
+            reauthing: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// KIP-368: once the login is due for renewal, logs in again on the
+    /// open connection, in the background (its messages go through the
+    /// pipeline like any request, so nothing waits and nothing is
+    /// reordered). A renewal that fails is logged; the broker then closes
+    /// the connection when the login expires and the next call opens a
+    /// new one (and logs in there). Synchronous: the caller keeps its
+    /// place in the pipeline.
+    pub(crate) fn reauthenticate_if_due(self: &Arc<Self>) {
+        let due = self
+            .reauth_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|t| Instant::now() >= t);
+        if !due
+            || self
+                .reauthing
+                .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let Some(Ok(settings)) = self.sasl.clone() else {
+            return;
+        };
+        let p = self.clone();
+        let run = async move {
+            let mut wire = Piped { p: &p };
+            let renewed = sasl_login(&mut wire, &settings).await;
+            let next = match renewed {
+                Ok(lifetime) => renew_at(lifetime),
+                Err(e) => {
+                    tracing::warn!(broker = %p.addr, error = %e, "SASL re-authentication failed");
+                    None
+                }
+            };
+            *p.reauth_at.lock().unwrap_or_else(PoisonError::into_inner) = next;
+            p.reauthing
+                .store(false, std::sync::atomic::Ordering::Release);
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(run);
+        } else {
+            self.reauthing
+                .store(false, std::sync::atomic::Ordering::Release);
         }
     }
 
@@ -311,10 +371,20 @@ impl Pipeline {
             None => {}
             Some(Err(why)) => return Err(ClientError::Authentication(why.clone())),
             Some(Ok(s)) => {
-                let login = sasl_login(&mut read, &mut write, s, next_corr, self.max_frame_bytes);
-                tokio::time::timeout(self.connect_timeout, login)
+                let mut wire = Raw {
+                    r: &mut read,
+                    w: &mut write,
+                    corr: next_corr,
+                    max_frame_bytes: self.max_frame_bytes,
+                };
+                let login = sasl_login(&mut wire, s);
+                let lifetime = tokio::time::timeout(self.connect_timeout, login)
                     .await
                     .map_err(|_| ClientError::Timeout(self.connect_timeout))??;
+                *self
+                    .reauth_at
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = renew_at(lifetime);
             }
         }
         let shared = Arc::new(Shared::new(self.max_in_flight, next_corr));
@@ -535,20 +605,12 @@ pub(crate) fn is_earlier(got: u32, expected: u32) -> bool {
     behind != 0 && behind < (1 << 31)
 }
 
-// --- SASL login (crate::sasl) on a new connection, before its reader starts ---
+// --- SASL login (crate::sasl): on a new connection before its reader
+// starts (`Raw`), or re-authenticating an open one (`Piped`) ---
 
-async fn sasl_call<T: Request, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    r: &mut R,
-    w: &mut W,
-    req: &T,
-    corr: u32,
-    max_frame_bytes: usize,
-) -> Result<T::Response> {
-    let head = frame::encode_request(&RequestHeader::of::<T>(corr), req, 0)
-        .map_err(ClientError::Protocol)?;
-    write_frame(w, &head, &[]).await?;
-    let answer: Bytes = read_frame(r, max_frame_bytes).await?;
-    let (h, body, _) = frame::decode_response(&answer).map_err(ClientError::Protocol)?;
+/// The body of a SASL answer, or the error it carries.
+fn sasl_answer<T: Request>(answer: &[u8]) -> Result<T::Response> {
+    let (h, body, _) = frame::decode_response(answer).map_err(ClientError::Protocol)?;
     if !h.error.is_none() {
         let code = h.error;
         let message = weir_proto::messages::ErrorBody::decode_body(body)
@@ -562,35 +624,64 @@ async fn sasl_call<T: Request, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     T::Response::decode_body(body).map_err(ClientError::Protocol)
 }
 
-async fn sasl_step<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    r: &mut R,
-    w: &mut W,
-    bytes: Vec<u8>,
-    corr: u32,
-    max_frame_bytes: usize,
-) -> Result<SaslAuthenticateResponse> {
-    let req = SaslAuthenticateRequest { auth_bytes: bytes };
-    sasl_call(r, w, &req, corr, max_frame_bytes).await
+/// How a login's messages travel.
+trait SaslWire {
+    /// Sends `req`, waits for its answer.
+    async fn call<T: Request>(&mut self, req: &T) -> Result<T::Response>;
 }
 
-/// Logs in on a new connection, before anything else is sent on it.
-pub(crate) async fn sasl_login<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    r: &mut R,
-    w: &mut W,
-    s: &crate::sasl::SaslSettings,
+/// A new connection, before anything else is sent on it.
+struct Raw<'a, R, W> {
+    r: &'a mut R,
+    w: &'a mut W,
     corr: u32,
     max_frame_bytes: usize,
-) -> Result<()> {
-    let hs = sasl_call(
-        r,
-        w,
-        &SaslHandshakeRequest {
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> SaslWire for Raw<'_, R, W> {
+    async fn call<T: Request>(&mut self, req: &T) -> Result<T::Response> {
+        let head = frame::encode_request(&RequestHeader::of::<T>(self.corr), req, 0)
+            .map_err(ClientError::Protocol)?;
+        write_frame(self.w, &head, &[]).await?;
+        let answer: Bytes = read_frame(self.r, self.max_frame_bytes).await?;
+        sasl_answer::<T>(&answer)
+    }
+}
+
+/// An open connection: the messages are requests of its pipeline.
+struct Piped<'a> {
+    p: &'a Pipeline,
+}
+
+impl SaslWire for Piped<'_> {
+    async fn call<T: Request>(&mut self, req: &T) -> Result<T::Response> {
+        let head = frame::encode_request(&RequestHeader::of::<T>(0), req, 0)
+            .map_err(ClientError::Protocol)?;
+        let answer = self
+            .p
+            .exchange(head, &[], self.p.connect_timeout, true, |frame| {
+                sasl_answer::<T>(&frame)
+            })
+            .await?;
+        answer.ok_or(ClientError::Disconnected)
+    }
+}
+
+async fn sasl_step(wire: &mut impl SaslWire, bytes: Vec<u8>) -> Result<SaslAuthenticateResponse> {
+    wire.call(&SaslAuthenticateRequest { auth_bytes: bytes })
+        .await
+}
+
+/// Logs in; how long the login holds, if the broker limits it.
+async fn sasl_login(
+    wire: &mut impl SaslWire,
+    s: &crate::sasl::SaslSettings,
+) -> Result<Option<Duration>> {
+    let hs = wire
+        .call(&SaslHandshakeRequest {
             mechanism: s.mechanism.name().to_string(),
-        },
-        corr,
-        max_frame_bytes,
-    )
-    .await?;
+        })
+        .await?;
     if hs.error != 0 {
         return Err(ClientError::Authentication(format!(
             "the broker does not offer {} (it offers {})",
@@ -605,7 +696,7 @@ pub(crate) async fn sasl_login<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     let failed = |a: &SaslAuthenticateResponse| {
         ClientError::Authentication(a.message.clone().unwrap_or_else(|| "refused".into()))
     };
-    match s.mechanism {
+    let done = match s.mechanism {
         Mechanism::OAuthBearer => {
             let file = s.token_file.as_deref().unwrap_or(std::path::Path::new(""));
             let token = std::fs::read_to_string(file).map_err(|e| {
@@ -615,43 +706,44 @@ pub(crate) async fn sasl_login<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 ))
             })?;
             let message = weir_proto::sasl::oauthbearer_message(token.trim());
-            let a = sasl_step(r, w, message, corr, max_frame_bytes).await?;
+            let a = sasl_step(wire, message).await?;
             if a.error != 0 {
                 return Err(failed(&a));
             }
+            a
         }
         Mechanism::Plain => {
             let a = sasl_step(
-                r,
-                w,
+                wire,
                 weir_proto::sasl::plain_token(&s.username, &s.password),
-                corr,
-                max_frame_bytes,
             )
             .await?;
             if a.error != 0 {
                 return Err(failed(&a));
             }
+            a
         }
         m => {
             let (mut client, first) = ScramClient::start(m, &s.username, &s.password);
-            let a = sasl_step(r, w, first, corr, max_frame_bytes).await?;
+            let a = sasl_step(wire, first).await?;
             if a.error != 0 {
                 return Err(failed(&a));
             }
             let last = client
                 .server_first(&a.auth_bytes)
                 .map_err(|e| ClientError::Authentication(e.to_string()))?;
-            let a = sasl_step(r, w, last, corr, max_frame_bytes).await?;
+            let a = sasl_step(wire, last).await?;
             if a.error != 0 {
                 return Err(failed(&a));
             }
             client
                 .server_final(&a.auth_bytes)
                 .map_err(|e| ClientError::Authentication(e.to_string()))?;
+            a
         }
-    }
-    Ok(())
+    };
+    Ok((done.session_lifetime_ms > 0)
+        .then(|| Duration::from_millis(done.session_lifetime_ms as u64)))
 }
 
 #[cfg(test)]

@@ -365,7 +365,7 @@ pub(crate) async fn node_addr(advertised: &str, fallback: IpAddr) -> Option<Sock
 pub struct Client {
     addr: SocketAddr,
     config: ClientConfig,
-    conn: conn::Pipeline,
+    conn: std::sync::Arc<conn::Pipeline>,
     /// Groups coordinated by another node (learned from `NotCoordinator`
     /// answers): group id → a connection to its coordinator's core.
     coordinators: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Client>>>,
@@ -414,7 +414,7 @@ impl Client {
     pub fn connect_lazy(addr: SocketAddr, config: ClientConfig) -> Client {
         Client {
             addr,
-            conn: conn::Pipeline::new(addr, &config),
+            conn: std::sync::Arc::new(conn::Pipeline::new(addr, &config)),
             config,
             coordinators: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
@@ -477,6 +477,8 @@ impl Client {
         // comes.
         let head = frame::encode_request(&RequestHeader::of::<R>(0), req, payload_len)?;
         let limit = self.config.request_timeout + extra_wait;
+        // A login due for renewal (KIP-368) is renewed beside this call.
+        self.conn.reauthenticate_if_due();
         self.conn
             .exchange(head, payload, limit, expect_answer, |frame| {
                 decode_answer::<R>(&frame)

@@ -6,10 +6,12 @@
 //! before its first request (`conn::sasl_login`); a refused login is
 //! [`ClientError::Authentication`](crate::ClientError::Authentication).
 //!
-//! Not done: re-authentication (KIP-368). With the broker's
-//! `--connections-max-reauth-ms`, a connection is closed at its first
-//! request after the login expires, and the next call opens (and logs in
-//! on) a new one.
+//! Re-authentication (KIP-368): when the broker limits a login's lifetime
+//! (`--connections-max-reauth-ms`, a token's expiry), the connection logs
+//! in again at 85 % of it, in the background, its messages pipelined with
+//! the other requests (`conn::Pipeline::reauthenticate_if_due`). Should
+//! that fail, the broker closes the connection when the login expires and
+//! the next call opens (and logs in on) a new one.
 
 use weir_proto::sasl::Mechanism;
 

@@ -512,3 +512,51 @@ fn confluent_kafka_reauthenticates_before_its_login_expires() {
         "{relogins} logins on {opened} connections: no re-authentication ({stdout})"
     );
 }
+
+/// KIP-368 in the SDK: with logins that expire after 1.5 s, an SDK client
+/// producing for 5 s logs in again on its connection before each expiry
+/// (more logins than connections) and no request fails.
+#[test]
+fn the_sdk_reauthenticates_before_its_login_expires() {
+    use weir_client::{Acks, Client, ClientConfig, SecurityProtocol};
+
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path(), "127.0.0.1:0", None, 10_000);
+    add_user(&node, dir.path(), "agent");
+    let mut plain = common::Client::connect(node.listen);
+    assert_eq!(plain.create_topic("renewed", 1, &[]).error, 0);
+    node.stop();
+    let node = start_with(
+        dir.path(),
+        "PLAINTEXT://127.0.0.1:0",
+        None,
+        10_000,
+        "listen = \"SASL_PLAINTEXT://127.0.0.1:0\"\nconnections_max_reauth_ms = 1500\n",
+    );
+    let logins = || common::metric(node.metrics, "weir_sasl_authentications_total");
+    let connections = || common::metric(node.metrics, "weir_connections_total");
+    let (logins0, connections0) = (logins(), connections());
+    let mut config = ClientConfig::default();
+    config.security_protocol = SecurityProtocol::SaslPlaintext;
+    config.sasl_mechanism = Some(Mechanism::ScramSha512);
+    config.sasl_username = Some("agent".into());
+    config.sasl_password = Some(PASSWORD.into());
+    common::runtime().block_on(async {
+        let c = Client::connect_with(node.listen, config).await.unwrap();
+        let t0 = Instant::now();
+        let mut sent = 0;
+        while t0.elapsed() < Duration::from_secs(5) && sent < 500 {
+            let batch = common::records_batch("r", 1, 1_700_000_000_000);
+            c.produce("renewed", 0, batch.freeze(), Acks::Leader)
+                .await
+                .unwrap_or_else(|e| panic!("produce {sent} failed: {e}"));
+            sent += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let (relogins, opened) = (logins() - logins0, connections() - connections0);
+    assert!(
+        relogins > opened,
+        "{relogins} logins on {opened} connections: the SDK did not re-authenticate"
+    );
+}
