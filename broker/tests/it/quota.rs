@@ -315,3 +315,48 @@ fn a_consumer_client_id_is_held_to_its_fetch_quota() {
     read("fast");
     assert!(!common::scrape(node.metrics).contains("client_id=\"fast\""));
 }
+
+/// The native protocol is held to quotas too: its answers carry no
+/// throttle field, so the connection is muted. An SDK producer (the
+/// anonymous principal of a plaintext listener) writing 6 MiB under a
+/// 2 MiB/s user quota takes at least its debt's time, and every batch is
+/// acknowledged.
+#[test]
+fn an_sdk_producer_is_muted_to_its_user_quota() {
+    use weir_client::{Acks, Client};
+
+    const RATE: u64 = 2 * 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let node = plain(dir.path());
+    let (ok, text) = weir(
+        &node,
+        &[
+            "quota",
+            "set",
+            "--user",
+            "ANONYMOUS",
+            &format!("producer_byte_rate={RATE}"),
+        ],
+    );
+    assert!(ok, "{text}");
+    common::runtime().block_on(async {
+        let c = Client::connect(node.listen).await.unwrap();
+        c.create_topic("muted", 1, vec![]).await.unwrap();
+        let t0 = std::time::Instant::now();
+        let mut bytes = 0;
+        let mut batches = 0;
+        while bytes < 6 * 1024 * 1024 {
+            let batch = common::records_batch(&"v".repeat(1024), 64, 1_700_000_000_000);
+            bytes += batch.len();
+            c.produce("muted", 0, batch.freeze(), Acks::Leader)
+                .await
+                .unwrap();
+            batches += 1;
+        }
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(1800),
+            "{bytes} bytes in {batches} batches under a 2 MiB/s quota took {took:?}"
+        );
+    });
+}
