@@ -597,8 +597,9 @@ fn killing_the_controller_leader_elects_another_and_metadata_never_diverges() {
     c.authorizer = true;
     c.start_all();
     let mut view = c.converged(&[1, 2, 3], Duration::from_secs(20));
-    // Users (SCRAM credentials) and ACLs are metadata too: those made
-    // before the kills and right after a leader kill are on every node.
+    // Users (SCRAM credentials), ACLs and quotas are metadata too: those
+    // made before the kills and right after a leader kill are on every
+    // node.
     let password = c.root.path().join("password");
     std::fs::write(&password, "pw-of-agents\n").unwrap();
     let password = password.to_str().unwrap().to_string();
@@ -617,6 +618,16 @@ fn killing_the_controller_leader_elects_another_and_metadata_never_diverges() {
         ]
     };
     c.weir_ok(1, &acl("User:early"));
+    c.weir_ok(
+        1,
+        &[
+            "quota",
+            "set",
+            "--user",
+            "early",
+            "producer_byte_rate=1048576",
+        ],
+    );
     let mut slowest = Duration::ZERO;
     const ROUNDS: usize = 10;
     for round in 0..ROUNDS {
@@ -643,6 +654,16 @@ fn killing_the_controller_leader_elects_another_and_metadata_never_diverges() {
                 &["user", "add", "late", "--password-file", &password],
             );
             c.weir_ok(other, &acl("User:late"));
+            c.weir_ok(
+                other,
+                &[
+                    "quota",
+                    "set",
+                    "--user",
+                    "late",
+                    "consumer_byte_rate=2097152",
+                ],
+            );
         }
         c.start(leader);
         view = c.converged(&[1, 2, 3], Duration::from_secs(20));
@@ -663,6 +684,11 @@ fn killing_the_controller_leader_elects_another_and_metadata_never_diverges() {
     for id in [1, 2, 3] {
         let users = c.weir_ok(id, &["user", "list"]);
         let acls = c.weir_ok(id, &["acl", "list"]);
+        let quotas = c.weir_ok(id, &["quota", "list"]);
+        assert!(
+            quotas.contains("1048576") && quotas.contains("2097152"),
+            "node {id}: {quotas}"
+        );
         for u in ["early", "late"] {
             assert!(
                 users.lines().any(|l| l.trim_start().starts_with(u)),
