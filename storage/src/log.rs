@@ -1930,6 +1930,9 @@ impl LogInner {
                 tracing::error!(partition = %self.name, error = %e, "fdatasync failed; taking the log offline");
                 self.state.borrow_mut().mode = Mode::Offline(e.to_string());
                 self.fail_waiters(&e);
+                if let Some(stop) = self.shard.config.on_sync_failure {
+                    stop(&e);
+                }
             }
         }
     }

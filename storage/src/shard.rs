@@ -51,6 +51,12 @@ pub struct ShardConfig {
     pub cleaner_io_busy_bytes_per_sec: Option<u64>,
     /// Bytes per cleaner read (a few are in flight per segment read).
     pub cleaner_read_chunk_bytes: u64,
+    /// Called when a log's fdatasync fails, after the log is taken
+    /// offline. A failed fdatasync may have dropped the dirty pages it
+    /// was to write ("fsyncgate"): retrying it can report success for
+    /// data the disk never got, so a broker stops here rather than carry
+    /// on. `None`: the log stays offline, the rest of the shard serves.
+    pub on_sync_failure: Option<fn(&StorageError)>,
 }
 
 impl Default for ShardConfig {
@@ -64,6 +70,7 @@ impl Default for ShardConfig {
                 crate::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT,
             ),
             cleaner_read_chunk_bytes: crate::cleaner::READ_CHUNK_BYTES_DEFAULT,
+            on_sync_failure: None,
         }
     }
 }

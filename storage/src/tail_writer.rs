@@ -226,6 +226,13 @@ impl TailWriter {
 
 /// fdatasyncs a file (recorded for power-loss tests, see [`crate::testing`]).
 pub async fn fdatasync(file: &DmaFile, path: &Path) -> Result<()> {
+    if testing::fdatasync_fails() {
+        return Err(StorageError::Io {
+            op: "fdatasync",
+            path: path.to_path_buf(),
+            source: std::sync::Arc::new(std::io::Error::from_raw_os_error(libc::EIO)),
+        });
+    }
     let issued = testing::issue_point();
     file.fdatasync()
         .await

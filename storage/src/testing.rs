@@ -314,3 +314,19 @@ pub fn set_skip_fdatasync(skip: bool) {
 pub(crate) fn skip_fdatasync() -> bool {
     SKIP_FDATASYNC.with(Cell::get)
 }
+
+/// The environment variable of the fdatasync fault hook: a file path;
+/// while that file exists, every fdatasync of this process fails with
+/// EIO (what a dying disk, or a full thin-provisioned volume, answers).
+/// For fault tests of whole processes (issue 31's fsyncgate case):
+/// `io_uring` fsyncs cannot be intercepted with an `LD_PRELOAD` shim.
+pub const FDATASYNC_EIO_ENV: &str = "WEIR_FAULT_FDATASYNC_EIO";
+
+/// Whether the fdatasync fault hook is armed now ([`FDATASYNC_EIO_ENV`]).
+pub(crate) fn fdatasync_fails() -> bool {
+    static TRIGGER: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    TRIGGER
+        .get_or_init(|| std::env::var_os(FDATASYNC_EIO_ENV).map(std::path::PathBuf::from))
+        .as_ref()
+        .is_some_and(|t| t.exists())
+}

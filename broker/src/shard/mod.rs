@@ -90,6 +90,24 @@ impl Shared {
     }
 }
 
+/// The exit status of a broker stopped by a failed fdatasync (EX_IOERR).
+pub const EXIT_SYNC_FAILED: i32 = 74;
+
+/// A failed fdatasync stops the broker ("fsyncgate"): the kernel may have
+/// dropped the pages it failed to write, so a retry could report success
+/// for data the disk never got. The process exits; restarted, it recovers
+/// from what is on disk (an unacknowledged tail is cut off, replicas
+/// catch up from the new leader), and meanwhile the cluster elects
+/// other leaders.
+fn stop_on_sync_failure(e: &weir_storage::StorageError) {
+    tracing::error!(
+        error = %e,
+        exit_status = EXIT_SYNC_FAILED,
+        "fdatasync failed: stopping the broker; restart it to recover from what is on disk"
+    );
+    std::process::exit(EXIT_SYNC_FAILED);
+}
+
 /// One core's state.
 pub struct Core {
     /// This core's number.
@@ -144,6 +162,7 @@ impl Core {
             cleaner_dedupe_buffer_bytes: shared.config.log_cleaner_dedupe_buffer_size,
             cleaner_io_max_bytes_per_sec: shared.config.log_cleaner_io_max_bytes_per_second,
             cleaner_io_busy_bytes_per_sec: shared.config.log_cleaner_io_busy_bytes_per_second,
+            on_sync_failure: Some(stop_on_sync_failure),
             ..ShardConfig::default()
         });
         let producer_ids = producer_ids::ProducerIds::load(&shared.config.data_dir)?;

@@ -452,10 +452,17 @@ impl Cluster {
 }
 
 /// `weir broker --config CONFIG --cores CORES`, its log (stderr) to `log`.
+/// Where the fdatasync fault hook of the node logging to `log` looks: while
+/// this file exists, that node's fdatasyncs fail with EIO.
+fn eio_trigger(log: &Path) -> PathBuf {
+    log.with_extension("eio")
+}
+
 fn node(config: &Path, log: &Path) -> NodeBuilder {
     Node::builder(env!("CARGO_BIN_EXE_weir"))
         .config(config)
         .cores(CORES as usize)
+        .env(weir_storage::testing::FDATASYNC_EIO_ENV, eio_trigger(log))
         .env(
             "WEIR_LOG",
             std::env::var("TEST_WEIR_LOG").unwrap_or_else(|_| "info,openraft=error".into()),
@@ -1676,6 +1683,128 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
             "acknowledged value {v} at {p}/{offset}"
         );
     }
+}
+
+/// fsyncgate (issue 31): fdatasync failing with EIO on a partition's
+/// leader stops that node (exit status 74, logged) instead of retrying;
+/// the cluster elects another leader and the producer goes on; every
+/// acknowledged record survives at its offset, none twice; the node,
+/// restarted on a healthy disk, catches up into the ISR.
+#[test]
+fn a_failed_fdatasync_stops_the_leader_and_nothing_acknowledged_is_lost() {
+    use weir_client::{Client, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
+
+    let _serial = serial();
+    let mut c = Cluster::three();
+    c.replicated_topic("eio", 1);
+    let leader = c.agreed_leader("eio");
+    let other = *c.nodes.keys().find(|n| **n != leader).unwrap();
+    let rt = runtime();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked: Arc<Mutex<Vec<(u64, String)>>> = Arc::default();
+    let producer = {
+        let (stop, acked) = (stop.clone(), acked.clone());
+        let boot = c.nodes[&other].listen;
+        rt.spawn(async move {
+            let client = Arc::new(Client::connect(boot).await.unwrap());
+            let producer = Producer::new(client, ProducerConfig::default());
+            let mut i = 0u64;
+            let mut failed = 0u64;
+            while !stop.load(Ordering::Acquire) && i < 100_000 {
+                let v = format!("e{i}");
+                let sent = producer.send(ProducerRecord::new("eio", v.clone()).partition(0));
+                match sent.await.unwrap().await {
+                    Ok(md) => acked
+                        .lock()
+                        .unwrap()
+                        .push((md.offset.expect("acks=all: an offset"), v)),
+                    Err(_) => failed += 1,
+                }
+                i += 1;
+            }
+            producer.close().await;
+            failed
+        })
+    };
+    let acked_count = || acked.lock().unwrap().len();
+    poll_until(Instant::now() + Duration::from_secs(20), || {
+        (acked_count() >= 50).then_some(()).ok_or(())
+    })
+    .expect("records acknowledged before the fault");
+    // The leader's disk starts failing its fdatasyncs.
+    std::fs::write(eio_trigger(&c.log_path(leader)), b"").unwrap();
+    let before_fault = acked_count();
+    let status = {
+        let n = c.nodes.get_mut(&leader).unwrap();
+        poll_until(Instant::now() + Duration::from_secs(20), || {
+            n.try_wait().ok_or(())
+        })
+        .expect("the leader stopped after its fdatasync failed")
+    };
+    assert_eq!(status.code(), Some(74), "exit status of node {leader}");
+    let log = c.log(leader);
+    assert!(
+        log.contains("fdatasync failed: stopping the broker"),
+        "node {leader}'s log says why it stopped:\n{log}"
+    );
+    // Another leader takes over; the producer goes on.
+    poll_until(Instant::now() + Duration::from_secs(30), || {
+        (acked_count() >= before_fault + 50).then_some(()).ok_or(())
+    })
+    .unwrap_or_else(|()| {
+        panic!(
+            "{} records acknowledged after the fault (of {before_fault} before)",
+            acked_count()
+        )
+    });
+    stop.store(true, Ordering::Release);
+    let failed = rt.block_on(producer).unwrap();
+    // The disk is healthy again: restarted, the node recovers and catches up.
+    std::fs::remove_file(eio_trigger(&c.log_path(leader))).unwrap();
+    c.nodes.remove(&leader);
+    c.start(leader);
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    c.isr_full("eio", 3, Duration::from_secs(30));
+    let ends = replicas_converge(&c, "eio", 1, &[1, 2, 3], Duration::from_secs(30));
+    let acked = std::mem::take(&mut *acked.lock().unwrap());
+    let log: HashMap<u64, String> = rt.block_on(async {
+        let client = Arc::new(Client::connect(c.nodes[&other].listen).await.unwrap());
+        let mut consumer = Consumer::new(client, ConsumerConfig::default());
+        consumer.assign(vec![("eio".to_string(), 0)]);
+        consumer.seek("eio", 0, 0).unwrap();
+        let mut out = HashMap::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while (out.len() as u64) < ends[0] {
+            assert!(
+                Instant::now() < deadline,
+                "read {} of {}",
+                out.len(),
+                ends[0]
+            );
+            for r in consumer.poll(Duration::from_millis(500)).await.unwrap() {
+                let v = String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned();
+                out.insert(r.offset, v);
+            }
+        }
+        out
+    });
+    let mut values: Vec<&String> = log.values().collect();
+    values.sort_unstable();
+    let n = values.len();
+    values.dedup();
+    assert_eq!(values.len(), n, "a value appears twice");
+    for (offset, v) in &acked {
+        assert_eq!(
+            log.get(offset),
+            Some(v),
+            "acknowledged {v} at offset {offset}"
+        );
+    }
+    eprintln!(
+        "acknowledged {} ({before_fault} before the fault), {failed} sends failed, log end {}",
+        acked.len(),
+        ends[0]
+    );
 }
 
 /// One batch of `values` for `Client::produce`.
