@@ -139,6 +139,10 @@ struct Shared {
     node: Mutex<NodeInfo>,
     /// Wakes the member loop (the node's info changed).
     wake: tokio::sync::Notify,
+    /// The leader lease: until when this node may act as a partition
+    /// leader, and the metadata version it must have applied first (its
+    /// registration's). See [`Controller::holds_lease`].
+    lease: Mutex<Option<(std::time::Instant, u64)>>,
 }
 
 /// A running controller. Dropping it stops it (as [`Controller::stop`]).
@@ -235,6 +239,25 @@ impl Controller {
     /// The controller leader as this node knows it.
     pub fn leader(&self) -> Option<u64> {
         self.shared.raft.metrics().borrow().current_leader
+    }
+
+    /// Whether this node may act as a leader of partitions now, its
+    /// metadata applied up to `applied_version`: a leader lease. The
+    /// controller fences a node a session timeout after the last
+    /// heartbeat it received; the node's lease ends a heartbeat interval
+    /// before a session timeout after the last heartbeat it *sent* that
+    /// was acknowledged (unfenced) — so a node paused or cut off stops
+    /// acting as a leader before another can be elected in its place, and
+    /// after a fencing it acts again only once it has registered anew and
+    /// applied the metadata up to that registration (which includes every
+    /// leadership change made while it was fenced).
+    pub fn holds_lease(&self, applied_version: u64) -> bool {
+        match *self.shared.lease.lock().expect("not poisoned") {
+            Some((until, version)) => {
+                std::time::Instant::now() < until && applied_version >= version
+            }
+            None => false,
+        }
     }
 
     /// The node's broker epoch (0 until it has registered).
@@ -532,6 +555,7 @@ async fn boot(mut cfg: ControllerConfig) -> Result<(Arc<Shared>, quinn::Endpoint
             node: Mutex::new(cfg.node.clone()),
             wake: tokio::sync::Notify::new(),
             cfg,
+            lease: Mutex::new(None),
         }),
         endpoint,
     ))
@@ -816,6 +840,12 @@ async fn wait_applied(
     }
 }
 
+/// How long an acknowledged heartbeat (or registration) sent at `t` lets
+/// the node lead: to `t` + the session timeout − one heartbeat interval.
+fn lease_span(cfg: &ControllerConfig) -> Duration {
+    cfg.session_timeout.saturating_sub(cfg.heartbeat_interval)
+}
+
 /// Every node: register, then heartbeat to the leader; register again
 /// when fenced.
 async fn member_loop(shared: Arc<Shared>) {
@@ -834,12 +864,26 @@ async fn member_loop(shared: Arc<Shared>) {
             } else {
                 Command::RegisterNode(info.clone())
             };
+            let sent = std::time::Instant::now();
             match propose(&shared, command, interval * 3).await {
                 Ok(o) if *shared.node.lock().expect("not poisoned") != info => {
                     registered |= o.error.is_none();
                     continue;
                 }
                 Ok(o) if o.error.is_none() => {
+                    // The controller counts the session from its
+                    // acknowledgement, later than `sent`. After a fencing
+                    // (no lease), the node leads again only once it has
+                    // applied this registration (and every leadership
+                    // change before it); an update of a live node's
+                    // addresses keeps the version it had.
+                    let mut lease = shared.lease.lock().expect("not poisoned");
+                    let until = sent + lease_span(&shared.cfg);
+                    *lease = Some(match *lease {
+                        Some((t, v)) => (t.max(until), v),
+                        None => (until, o.version),
+                    });
+                    drop(lease);
                     info!(
                         node = shared.cfg.node_id,
                         epoch = o.broker_epoch,
@@ -891,8 +935,16 @@ async fn member_loop(shared: Arc<Shared>) {
                     in_flight.lock().expect("not poisoned").remove(&v);
                 });
             }
+            let sent = std::time::Instant::now();
             let answer = match leader {
-                Some(l) if l == shared.cfg.node_id => Some(heartbeat_at_leader(&shared, l)),
+                // A leader that was paused still believes it leads: its
+                // own heartbeat counts once a quorum confirms it.
+                Some(l) if l == shared.cfg.node_id => {
+                    match shared.raft.ensure_linearizable().await {
+                        Ok(_) => Some(heartbeat_at_leader(&shared, l)),
+                        Err(_) => None,
+                    }
+                }
                 Some(l) => {
                     let addr = shared
                         .raft
@@ -938,8 +990,12 @@ async fn member_loop(shared: Arc<Shared>) {
                         node = shared.cfg.node_id,
                         epoch, known, fenced, "fenced by the controller; registering again"
                     );
+                    *shared.lease.lock().expect("not poisoned") = None;
                     *shared.epoch.lock().expect("not poisoned") = 0;
                     continue;
+                }
+                if let Some((until, _)) = shared.lease.lock().expect("not poisoned").as_mut() {
+                    *until = (*until).max(sent + lease_span(&shared.cfg));
                 }
             }
         }

@@ -236,18 +236,30 @@ impl Core {
 
     /// The core leading a partition on this node; `NotLeader` for a
     /// partition another node leads (this node may hold a follower
-    /// replica of it), `UnknownPartition` for one that does not exist.
+    /// replica of it) or while this node holds no leader lease
+    /// (`Controller::holds_lease`), `UnknownPartition` for one that does
+    /// not exist.
     pub fn locate(&self, topic: &str, partition: u32) -> Result<usize, crate::error::BrokerError> {
         let view = self.metadata.borrow();
         let Some(t) = view.get(topic).filter(|t| partition < t.partitions()) else {
             return Err(crate::error::BrokerError::unknown(topic, partition));
         };
-        t.leading_core(partition, self.shared.config.cluster.node_id)
-            .ok_or_else(|| crate::error::BrokerError::NotLeader {
-                topic: topic.to_string(),
-                partition,
-                leader: t.leaders.get(partition as usize).copied().unwrap_or(0),
-            })
+        let not_leader = || crate::error::BrokerError::NotLeader {
+            topic: topic.to_string(),
+            partition,
+            leader: t.leaders.get(partition as usize).copied().unwrap_or(0),
+        };
+        let core = t
+            .leading_core(partition, self.shared.config.cluster.node_id)
+            .ok_or_else(not_leader)?;
+        // A node that may have been fenced (paused, cut off: no
+        // acknowledged heartbeat for most of a session) or has not yet
+        // applied the metadata of its last registration does not act as a
+        // leader: another may lead at a newer epoch already.
+        if !self.shared.controller.holds_lease(view.version) {
+            return Err(not_leader());
+        }
+        Ok(core)
     }
 
     /// Makes this core match a metadata view: opens the logs it owns that

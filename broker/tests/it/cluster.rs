@@ -2536,3 +2536,60 @@ fn a_restarted_former_leader_serves_nothing_as_leader() {
     // It catches up and rejoins the ISR as a follower.
     c.isr_full("back", 3, Duration::from_secs(30));
 }
+
+/// A leader paused (SIGSTOP) past the session timeout is fenced and
+/// replaced; woken (SIGCONT), it acknowledges no acks=1 produce of the
+/// partition it led — not even one a client sent it while it slept, read
+/// only once it wakes — and serves it no fetch (NOT_LEADER_OR_FOLLOWER,
+/// naming the new leader); then it rejoins the ISR as a follower.
+#[test]
+fn a_paused_leader_woken_after_it_was_replaced_acknowledges_nothing() {
+    use kafka_protocol::messages::*;
+
+    let _serial = serial();
+    let c = Cluster::three();
+    c.replicated_topic("nap", 1);
+    let (a, _) = leader_and_followers(&c.partition_rows("nap")[0]);
+    let other = *c.nodes.keys().find(|n| **n != a).unwrap();
+    let mut conn = KafkaConn::connect(c.nodes[&a].kafka);
+    let before = conn.leaders("nap")[0];
+    c.nodes[&a].pause();
+    // Sent while it sleeps: in its socket, read once it wakes.
+    conn.send(ApiKey::Produce, 9, &kafka_produce("nap", 0, 1));
+    // (Asked of another node's Kafka listener: nothing that waits on the
+    // paused one.)
+    wait_until(
+        Instant::now() + Duration::from_millis(SESSION_MS * 5),
+        "another node leads nap-0 at a newer epoch",
+        || match KafkaConn::connect(c.nodes[&other].kafka).leaders("nap")[0] {
+            now if now.0 != before.0 && now.1 > before.1 => Ok(()),
+            now => Err(format!("leader {now:?}, before {before:?}")),
+        },
+    );
+    c.nodes[&a].resume();
+    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    let produced: ProduceResponse = conn.read(9);
+    let p = &produced.responses[0].partition_responses[0];
+    assert_ne!(
+        p.error_code,
+        0,
+        "the woken former leader acknowledged a produce at offset {} (leader before {before:?}); \
+         its log:\n{}",
+        p.base_offset,
+        c.log(a)
+    );
+    conn.send(ApiKey::Produce, 9, &kafka_produce("nap", 0, 1));
+    let produced: ProduceResponse = conn.read(9);
+    let p = &produced.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, NOT_LEADER_OR_FOLLOWER, "{produced:?}");
+    // It learns the new leader and follows it.
+    wait_until(
+        Instant::now() + Duration::from_secs(10),
+        "the woken node names the new leader",
+        || match conn.leaders("nap")[0] {
+            now if now.0 != before.0 && now.1 > before.1 => Ok(()),
+            now => Err(format!("leader {now:?}, before {before:?}")),
+        },
+    );
+    c.isr_full("nap", 3, Duration::from_secs(30));
+}
