@@ -1692,7 +1692,7 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
 /// restarted on a healthy disk, catches up into the ISR.
 #[test]
 fn a_failed_fdatasync_stops_the_leader_and_nothing_acknowledged_is_lost() {
-    use weir_client::{Client, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
+    use weir_client::{Client, Producer, ProducerConfig, ProducerRecord};
 
     let _serial = serial();
     let mut c = Cluster::three();
@@ -1767,23 +1767,45 @@ fn a_failed_fdatasync_stops_the_leader_and_nothing_acknowledged_is_lost() {
     c.isr_full("eio", 3, Duration::from_secs(30));
     let ends = replicas_converge(&c, "eio", 1, &[1, 2, 3], Duration::from_secs(30));
     let acked = std::mem::take(&mut *acked.lock().unwrap());
-    let log: HashMap<u64, String> = rt.block_on(async {
-        let client = Arc::new(Client::connect(c.nodes[&other].listen).await.unwrap());
+    let log = read_back(&c, &rt, other, "eio", &ends);
+    let acked: Vec<(u32, u64, String)> = acked.into_iter().map(|(o, v)| (0, o, v)).collect();
+    assert_acknowledged_in(&log, &acked);
+    eprintln!(
+        "acknowledged {} ({before_fault} before the fault), {failed} sends failed, log end {}",
+        acked.len(),
+        ends[0]
+    );
+}
+
+/// Every record of `topic` (its partitions up to `ends`), read through
+/// node `via`: (partition, offset) → value. No value may appear twice.
+fn read_back(
+    c: &Cluster,
+    rt: &tokio::runtime::Runtime,
+    via: u64,
+    topic: &str,
+    ends: &[u64],
+) -> HashMap<(u32, u64), String> {
+    use weir_client::{Client, Consumer, ConsumerConfig};
+    let log: HashMap<(u32, u64), String> = rt.block_on(async {
+        let client = Arc::new(Client::connect(c.nodes[&via].listen).await.unwrap());
         let mut consumer = Consumer::new(client, ConsumerConfig::default());
-        consumer.assign(vec![("eio".to_string(), 0)]);
-        consumer.seek("eio", 0, 0).unwrap();
+        consumer.assign(
+            (0..ends.len() as u32)
+                .map(|p| (topic.to_string(), p))
+                .collect(),
+        );
+        for p in 0..ends.len() as u32 {
+            consumer.seek(topic, p, 0).unwrap();
+        }
+        let total: u64 = ends.iter().sum();
         let mut out = HashMap::new();
         let deadline = Instant::now() + Duration::from_secs(60);
-        while (out.len() as u64) < ends[0] {
-            assert!(
-                Instant::now() < deadline,
-                "read {} of {}",
-                out.len(),
-                ends[0]
-            );
+        while (out.len() as u64) < total {
+            assert!(Instant::now() < deadline, "read {} of {total}", out.len());
             for r in consumer.poll(Duration::from_millis(500)).await.unwrap() {
                 let v = String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned();
-                out.insert(r.offset, v);
+                out.insert((r.partition, r.offset), v);
             }
         }
         out
@@ -1793,18 +1815,18 @@ fn a_failed_fdatasync_stops_the_leader_and_nothing_acknowledged_is_lost() {
     let n = values.len();
     values.dedup();
     assert_eq!(values.len(), n, "a value appears twice");
-    for (offset, v) in &acked {
+    log
+}
+
+/// Every acknowledged `(partition, offset, value)` is in `log` at its offset.
+fn assert_acknowledged_in(log: &HashMap<(u32, u64), String>, acked: &[(u32, u64, String)]) {
+    for (p, offset, v) in acked {
         assert_eq!(
-            log.get(offset),
+            log.get(&(*p, *offset)),
             Some(v),
-            "acknowledged {v} at offset {offset}"
+            "acknowledged {v} at {p}/{offset}"
         );
     }
-    eprintln!(
-        "acknowledged {} ({before_fault} before the fault), {failed} sends failed, log end {}",
-        acked.len(),
-        ends[0]
-    );
 }
 
 /// One batch of `values` for `Client::produce`.
@@ -2592,4 +2614,66 @@ fn a_paused_leader_woken_after_it_was_replaced_acknowledges_nothing() {
         },
     );
     c.isr_full("nap", 3, Duration::from_secs(30));
+}
+
+/// A whole-cluster crash (issue 31): every node SIGKILLed at once while
+/// an idempotent acks=all producer writes; restarted together, the
+/// cluster holds every acknowledged record at its offset, none twice, and
+/// the replicas end identical.
+#[test]
+fn every_acknowledged_record_survives_killing_every_node_at_once() {
+    use weir_client::{Client, Producer, ProducerConfig, ProducerRecord};
+
+    let _serial = serial();
+    let mut c = Cluster::three();
+    c.replicated_topic("crash", 2);
+    let rt = runtime();
+    let acked: Arc<Mutex<Vec<(u32, u64, String)>>> = Arc::default();
+    let producer = {
+        let acked = acked.clone();
+        let boot = c.nodes[&1].listen;
+        rt.spawn(async move {
+            let client = Arc::new(Client::connect(boot).await.unwrap());
+            let producer = Producer::new(client, ProducerConfig::default());
+            let mut i = 0u64;
+            // Until the cluster is gone: sends then fail.
+            while i < 100_000 {
+                let (p, v) = ((i % 2) as u32, format!("c{i}"));
+                let sent = producer.send(ProducerRecord::new("crash", v.clone()).partition(p));
+                let Ok(delivery) = sent.await else { break };
+                match tokio::time::timeout(Duration::from_secs(5), delivery).await {
+                    Ok(Ok(md)) => {
+                        acked
+                            .lock()
+                            .unwrap()
+                            .push((p, md.offset.expect("acks=all: an offset"), v))
+                    }
+                    _ => break,
+                }
+                i += 1;
+            }
+        })
+    };
+    poll_until(Instant::now() + Duration::from_secs(20), || {
+        (acked.lock().unwrap().len() >= 200).then_some(()).ok_or(())
+    })
+    .expect("records acknowledged before the crash");
+    // Every node at once.
+    let ids: Vec<u64> = c.nodes.keys().copied().collect();
+    let nodes: Vec<Node> = ids.iter().map(|id| c.nodes.remove(id).unwrap()).collect();
+    for n in nodes {
+        n.kill();
+    }
+    rt.block_on(producer).unwrap();
+    let acked = std::mem::take(&mut *acked.lock().unwrap());
+    c.start_all();
+    c.converged(&[1, 2, 3], Duration::from_secs(30));
+    c.isr_full("crash", 3, Duration::from_secs(30));
+    let ends = replicas_converge(&c, "crash", 2, &[1, 2, 3], Duration::from_secs(30));
+    let log = read_back(&c, &rt, 1, "crash", &ends);
+    assert_acknowledged_in(&log, &acked);
+    eprintln!(
+        "{} acknowledged before the crash, all there; logs end at {ends:?}",
+        acked.len()
+    );
 }
