@@ -301,6 +301,10 @@ impl Pipeline {
     /// new one (and logs in there). Synchronous: the caller keeps its
     /// place in the pipeline.
     pub(crate) fn reauthenticate_if_due(self: &Arc<Self>) {
+        // Every call passes here: nothing to look at without SASL.
+        let Some(Ok(settings)) = &self.sasl else {
+            return;
+        };
         let due = self
             .reauth_at
             .lock()
@@ -313,9 +317,7 @@ impl Pipeline {
         {
             return;
         }
-        let Some(Ok(settings)) = self.sasl.clone() else {
-            return;
-        };
+        let settings = settings.clone();
         let p = self.clone();
         let run = async move {
             let mut wire = Piped { p: &p };

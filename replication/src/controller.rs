@@ -139,10 +139,9 @@ struct Shared {
     node: Mutex<NodeInfo>,
     /// Wakes the member loop (the node's info changed).
     wake: tokio::sync::Notify,
-    /// The leader lease: until when this node may act as a partition
-    /// leader, and the metadata version it must have applied first (its
-    /// registration's). See [`Controller::holds_lease`].
-    lease: Mutex<Option<(std::time::Instant, u64)>>,
+    /// The leader lease (see [`Controller::holds_lease`]), read on every
+    /// partition lookup of every core: atomics, no lock.
+    lease: Lease,
 }
 
 /// A running controller. Dropping it stops it (as [`Controller::stop`]).
@@ -252,12 +251,7 @@ impl Controller {
     /// applied the metadata up to that registration (which includes every
     /// leadership change made while it was fenced).
     pub fn holds_lease(&self, applied_version: u64) -> bool {
-        match *self.shared.lease.lock().expect("not poisoned") {
-            Some((until, version)) => {
-                std::time::Instant::now() < until && applied_version >= version
-            }
-            None => false,
-        }
+        self.shared.lease.holds(applied_version)
     }
 
     /// The node's broker epoch (0 until it has registered).
@@ -555,7 +549,7 @@ async fn boot(mut cfg: ControllerConfig) -> Result<(Arc<Shared>, quinn::Endpoint
             node: Mutex::new(cfg.node.clone()),
             wake: tokio::sync::Notify::new(),
             cfg,
-            lease: Mutex::new(None),
+            lease: Lease::new(),
         }),
         endpoint,
     ))
@@ -840,6 +834,66 @@ async fn wait_applied(
     }
 }
 
+/// A node's leader lease: until when (ms after `base`, 0: none) and the
+/// metadata version it must have applied first (its registration's after
+/// a fencing). Written by the member loop, read by every core.
+#[derive(Debug)]
+struct Lease {
+    base: std::time::Instant,
+    until_ms: std::sync::atomic::AtomicU64,
+    min_version: std::sync::atomic::AtomicU64,
+}
+
+impl Lease {
+    fn new() -> Lease {
+        Lease {
+            base: std::time::Instant::now(),
+            until_ms: std::sync::atomic::AtomicU64::new(0),
+            min_version: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn ms(&self, t: std::time::Instant) -> u64 {
+        // 1 at the least: 0 means no lease.
+        (t.saturating_duration_since(self.base).as_millis() as u64).max(1)
+    }
+
+    fn holds(&self, applied_version: u64) -> bool {
+        use std::sync::atomic::Ordering::Acquire;
+        let until = self.until_ms.load(Acquire);
+        until != 0
+            && self.ms(std::time::Instant::now()) < until
+            && applied_version >= self.min_version.load(Acquire)
+    }
+
+    /// A registration acknowledged: after a fencing (no lease) the node
+    /// leads again only once it has applied `version`; an update of a
+    /// live node's addresses keeps the version it had.
+    fn registered(&self, until: std::time::Instant, version: u64) {
+        use std::sync::atomic::Ordering::{AcqRel, Release};
+        if self.until_ms.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            self.min_version.store(version, Release);
+        }
+        self.until_ms.fetch_max(self.ms(until), AcqRel);
+    }
+
+    /// An unfenced heartbeat acknowledged: a live lease lasts longer.
+    fn extend(&self, until: std::time::Instant) {
+        use std::sync::atomic::Ordering::AcqRel;
+        let until = self.ms(until);
+        let _ = self
+            .until_ms
+            .fetch_update(AcqRel, std::sync::atomic::Ordering::Acquire, |now| {
+                (now != 0).then_some(now.max(until))
+            });
+    }
+
+    /// Fenced: no lease until the next registration.
+    fn revoke(&self) {
+        self.until_ms.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// How long an acknowledged heartbeat (or registration) sent at `t` lets
 /// the node lead: to `t` + the session timeout − one heartbeat interval.
 fn lease_span(cfg: &ControllerConfig) -> Duration {
@@ -877,13 +931,9 @@ async fn member_loop(shared: Arc<Shared>) {
                     // applied this registration (and every leadership
                     // change before it); an update of a live node's
                     // addresses keeps the version it had.
-                    let mut lease = shared.lease.lock().expect("not poisoned");
-                    let until = sent + lease_span(&shared.cfg);
-                    *lease = Some(match *lease {
-                        Some((t, v)) => (t.max(until), v),
-                        None => (until, o.version),
-                    });
-                    drop(lease);
+                    shared
+                        .lease
+                        .registered(sent + lease_span(&shared.cfg), o.version);
                     info!(
                         node = shared.cfg.node_id,
                         epoch = o.broker_epoch,
@@ -990,13 +1040,11 @@ async fn member_loop(shared: Arc<Shared>) {
                         node = shared.cfg.node_id,
                         epoch, known, fenced, "fenced by the controller; registering again"
                     );
-                    *shared.lease.lock().expect("not poisoned") = None;
+                    shared.lease.revoke();
                     *shared.epoch.lock().expect("not poisoned") = 0;
                     continue;
                 }
-                if let Some((until, _)) = shared.lease.lock().expect("not poisoned").as_mut() {
-                    *until = (*until).max(sent + lease_span(&shared.cfg));
-                }
+                shared.lease.extend(sent + lease_span(&shared.cfg));
             }
         }
         let _ = tokio::time::timeout(interval, shared.wake.notified()).await;

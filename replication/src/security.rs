@@ -483,6 +483,26 @@ pub struct QuotaFilter {
     pub strict: bool,
 }
 
+impl QuotaComponent {
+    /// A component as Kafka's DescribeClientQuotas sends it: match type 0
+    /// (exact, with a name), 1 (the default) or 2 (any); `Err` says what
+    /// is wrong.
+    pub fn from_kafka(
+        entity_type: String,
+        match_type: i8,
+        name: Option<String>,
+    ) -> Result<QuotaComponent, String> {
+        match (match_type, name) {
+            (0, Some(name)) => Ok(QuotaComponent::Exact(entity_type, name)),
+            (1, _) => Ok(QuotaComponent::Default(entity_type)),
+            (2, _) => Ok(QuotaComponent::Any(entity_type)),
+            (m, _) => Err(format!(
+                "match type {m} for entity type `{entity_type}` (0 exact with a name, 1 default, 2 any)"
+            )),
+        }
+    }
+}
+
 impl QuotaFilter {
     /// Whether `entry` passes.
     pub fn matches(&self, entry: &QuotaEntry) -> bool {
@@ -498,6 +518,21 @@ impl QuotaFilter {
 }
 
 impl QuotaAlteration {
+    /// A change to `entity` (its parts put in the stored order: sorted by
+    /// type).
+    pub fn new(
+        mut entity: Vec<QuotaEntityPart>,
+        set: Vec<(String, u64)>,
+        remove: Vec<String>,
+    ) -> QuotaAlteration {
+        entity.sort();
+        QuotaAlteration {
+            entity,
+            set,
+            remove,
+        }
+    }
+
     /// Whether Kafka would accept the change: parts of type `user` or
     /// `client-id`, each at most once, sorted; known keys; positive
     /// finite values, whole numbers for byte rates. `Err` says what is

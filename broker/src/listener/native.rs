@@ -1127,20 +1127,16 @@ fn describe_quotas(core: &Core, req: DescribeClientQuotasRequest) -> DescribeCli
     use weir_replication::security::{QuotaComponent, QuotaFilter};
     let mut components = Vec::new();
     for c in req.components {
-        components.push(match (c.match_type, c.name) {
-            (0, Some(name)) => QuotaComponent::Exact(c.entity_type, name),
-            (1, _) => QuotaComponent::Default(c.entity_type),
-            (2, _) => QuotaComponent::Any(c.entity_type),
-            (m, _) => {
+        match QuotaComponent::from_kafka(c.entity_type, c.match_type, c.name) {
+            Ok(c) => components.push(c),
+            Err(message) => {
                 return DescribeClientQuotasResponse {
                     error: ErrorCode::InvalidRequest.as_u16(),
-                    message: Some(format!(
-                        "match type {m} (0 exact with a name, 1 default, 2 any)"
-                    )),
+                    message: Some(message),
                     entries: Vec::new(),
                 }
             }
-        });
+        }
     }
     let filter = QuotaFilter {
         components,
@@ -1176,7 +1172,7 @@ async fn alter_quotas(core: &Rc<Core>, req: AlterClientQuotasRequest) -> AlterCl
         .changes
         .into_iter()
         .map(|c| {
-            let mut entity: Vec<_> = c
+            let entity = c
                 .entity
                 .into_iter()
                 .map(|p| weir_replication::meta::QuotaEntityPart {
@@ -1184,12 +1180,11 @@ async fn alter_quotas(core: &Rc<Core>, req: AlterClientQuotasRequest) -> AlterCl
                     name: p.name,
                 })
                 .collect();
-            entity.sort();
-            weir_replication::meta::QuotaAlteration {
+            weir_replication::meta::QuotaAlteration::new(
                 entity,
-                set: c.set.into_iter().map(|v| (v.key, v.value_bits)).collect(),
-                remove: c.remove,
-            }
+                c.set.into_iter().map(|v| (v.key, v.value_bits)).collect(),
+                c.remove,
+            )
         })
         .collect();
     let results = service::quota::alter(core, changes, req.validate_only)

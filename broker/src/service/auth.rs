@@ -8,7 +8,8 @@
 //! `--sasl-login-timeout-ms` of connecting (the connection enforces it
 //! with [`Session::login_deadline`]). SCRAM is computed on the
 //! core (a few HMACs); PLAIN, checked against the stored SCRAM credential,
-//! costs a PBKDF2 run and goes to the blocking pool. A failure is counted,
+//! costs a PBKDF2 run and goes to the blocking pool, as does OAUTHBEARER's
+//! signature check (with its look at the JWKS file). A failure is counted,
 //! logged with the client's address and answered the same whether the
 //! user exists or not; after [`SASL_FAILURES_BEFORE_DELAY`] failures from
 //! one address, its next failures are answered later and later (doubling
@@ -275,7 +276,7 @@ impl Session {
             Mechanism::OAuthBearer => {
                 self.mechanism.set(None);
                 let jwt = sasl::parse_oauthbearer(token).map_err(fail)?;
-                let Some(keys) = &core.shared.oauth else {
+                let Some(keys) = core.shared.oauth.clone() else {
                     return Err(LoginFailed {
                         message: "OAUTHBEARER is not configured".into(),
                     });
@@ -284,9 +285,14 @@ impl Session {
                     .duration_since(std::time::UNIX_EPOCH)
                     .unwrap_or_default()
                     .as_secs();
-                let v = keys.verify(&jwt, now_s).map_err(|reason| LoginFailed {
-                    message: format!("Authentication failed: OAUTHBEARER {reason}"),
-                })?;
+                // A signature check, and a look at the JWKS file (read
+                // again if it changed): off the core's loop, as PLAIN's.
+                let v =
+                    weir_storage::checkpoint::on_blocking_pool(move || keys.verify(&jwt, now_s))
+                        .await
+                        .map_err(|reason| LoginFailed {
+                            message: format!("Authentication failed: OAUTHBEARER {reason}"),
+                        })?;
                 let left_ms = v.expires_s.saturating_sub(now_s).saturating_mul(1000);
                 return self.logged_in_for(core, v.subject, Vec::new(), Some(left_ms));
             }

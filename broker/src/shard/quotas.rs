@@ -29,6 +29,12 @@ const IDLE_EXPIRY: Duration = Duration::from_secs(3600);
 /// Meters kept before idle ones are forgotten.
 const METERS_SOFT_MAX: usize = 10_000;
 
+/// Meters kept at most beyond those a connection holds: past it, every
+/// meter no connection holds is forgotten (a client reconnecting then
+/// starts with a full bucket), so clients inventing client ids cannot grow
+/// the map without bound — it is bounded by the open connections.
+const METERS_HARD_MAX: usize = 4 * METERS_SOFT_MAX;
+
 /// Meters named in `/metrics`; the rest are summed under `_other`.
 pub const METERS_IN_METRICS: usize = 50;
 
@@ -182,6 +188,9 @@ impl Meters {
                 Arc::strong_count(m) > 1
                     || now_s.saturating_sub(m.last_used_s.load(Ordering::Relaxed)) < idle
             });
+            if map.len() >= METERS_HARD_MAX {
+                map.retain(|_, m| Arc::strong_count(m) > 1);
+            }
         }
         let m = map
             .entry(key)
@@ -392,6 +401,21 @@ mod tests {
             b.spend(1.0, 0.0, t0 + Duration::from_secs(99)),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn meters_no_connection_holds_are_forgotten_past_the_hard_bound() {
+        let m = Meters::default();
+        let held = m.get((Kind::Produce, Some("held".into()), None));
+        for i in 0..METERS_HARD_MAX + 10 {
+            m.get((Kind::Fetch, None, Some(format!("c{i}"))));
+        }
+        let len = m.map.lock().unwrap().len();
+        assert!(len < METERS_HARD_MAX, "{len} meters kept");
+        // The one a connection holds stays, with what it spent.
+        held.spend(1e9, 5.0, Instant::now());
+        let again = m.get((Kind::Produce, Some("held".into()), None));
+        assert!(Arc::ptr_eq(&held, &again));
     }
 
     #[test]

@@ -85,6 +85,13 @@ fn weir(node: &Node, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// `weir quota set ARGS…`, which must succeed.
+fn quota_set(node: &Node, args: &[&str]) {
+    let all: Vec<&str> = ["quota", "set"].iter().chain(args).copied().collect();
+    let (ok, text) = weir(node, &all);
+    assert!(ok, "weir {all:?}: {text}");
+}
+
 fn plain(dir: &std::path::Path) -> Node {
     start_with(dir, "PLAINTEXT://127.0.0.1:0", None, 10_000, "")
 }
@@ -94,28 +101,14 @@ fn quotas_are_set_listed_removed_refused_and_kept_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let node = plain(dir.path());
     // The CLI and Kafka's API change the same quotas.
-    let (ok, text) = weir(
-        &node,
-        &[
-            "quota",
-            "set",
-            "--user",
-            "agent",
-            "producer_byte_rate=10485760",
-        ],
-    );
-    assert!(ok, "{text}");
+    quota_set(&node, &["--user", "agent", "producer_byte_rate=10485760"]);
     let r = kafka_alter(&node, "reader", "consumer_byte_rate", 2048.0);
     assert_eq!(
         r.entries[0].error_code, 0,
         "{:?}",
         r.entries[0].error_message
     );
-    let (ok, text) = weir(
-        &node,
-        &["quota", "set", "--default-user", "request_percentage=50"],
-    );
-    assert!(ok, "{text}");
+    quota_set(&node, &["--default-user", "request_percentage=50"]);
     let mut seen = kafka_describe(&node);
     seen.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
@@ -180,17 +173,10 @@ fn a_producer_principal_is_held_to_its_quota_while_another_is_not_slowed() {
     add_user(&node, dir.path(), "free");
     let mut native = common::Client::connect(node.listen);
     assert_eq!(native.create_topic("telemetry", 2, &[]).error, 0);
-    let (ok, text) = weir(
+    quota_set(
         &node,
-        &[
-            "quota",
-            "set",
-            "--user",
-            "capped",
-            &format!("producer_byte_rate={RATE}"),
-        ],
+        &["--user", "capped", &format!("producer_byte_rate={RATE}")],
     );
-    assert!(ok, "{text}");
     let stdout = crate::kafka_clients::python_script(
         "quota.py",
         &[
@@ -263,17 +249,10 @@ fn a_consumer_client_id_is_held_to_its_fetch_quota() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (ok, text) = weir(
+    quota_set(
         &node,
-        &[
-            "quota",
-            "set",
-            "--client-id",
-            "slow",
-            &format!("consumer_byte_rate={RATE}"),
-        ],
+        &["--client-id", "slow", &format!("consumer_byte_rate={RATE}")],
     );
-    assert!(ok, "{text}");
     let read = |client_id: &str| {
         let t0 = std::time::Instant::now();
         let out = common::kcat(
@@ -328,17 +307,10 @@ fn an_sdk_producer_is_muted_to_its_user_quota() {
     const RATE: u64 = 2 * 1024 * 1024;
     let dir = tempfile::tempdir().unwrap();
     let node = plain(dir.path());
-    let (ok, text) = weir(
+    quota_set(
         &node,
-        &[
-            "quota",
-            "set",
-            "--user",
-            "ANONYMOUS",
-            &format!("producer_byte_rate={RATE}"),
-        ],
+        &["--user", "ANONYMOUS", &format!("producer_byte_rate={RATE}")],
     );
-    assert!(ok, "{text}");
     common::runtime().block_on(async {
         let c = Client::connect(node.listen).await.unwrap();
         c.create_topic("muted", 1, vec![]).await.unwrap();

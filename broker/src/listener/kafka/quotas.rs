@@ -18,11 +18,6 @@ use crate::service::acl::{self, Op, Resource};
 use crate::service::auth::Session;
 use crate::service::quota;
 
-/// Kafka's DescribeClientQuotas match types.
-const MATCH_EXACT: i8 = 0;
-const MATCH_DEFAULT: i8 = 1;
-const MATCH_SPECIFIED: i8 = 2;
-
 /// DescribeClientQuotas (DescribeConfigs on the cluster, checked by the
 /// gate).
 pub(super) fn describe_client_quotas(
@@ -32,20 +27,19 @@ pub(super) fn describe_client_quotas(
     let mut resp = DescribeClientQuotasResponse::default();
     let mut components = Vec::new();
     for c in r.components {
-        let t = c.entity_type.to_string();
-        let component = match (c.match_type, c._match) {
-            (MATCH_EXACT, Some(name)) => QuotaComponent::Exact(t, name.to_string()),
-            (MATCH_DEFAULT, _) => QuotaComponent::Default(t),
-            (MATCH_SPECIFIED, _) => QuotaComponent::Any(t),
-            (m, _) => {
+        let component = QuotaComponent::from_kafka(
+            c.entity_type.to_string(),
+            c.match_type,
+            c._match.map(|m| m.to_string()),
+        );
+        match component {
+            Ok(c) => components.push(c),
+            Err(e) => {
                 resp.error_code = E::InvalidRequest.code();
-                resp.error_message = Some(s(format!(
-                    "match type {m} for entity type `{t}` (0 exact with a name, 1 default, 2 any)"
-                )));
+                resp.error_message = Some(s(e));
                 return resp;
             }
-        };
-        components.push(component);
+        }
     }
     let filter = QuotaFilter {
         components,
@@ -95,7 +89,7 @@ pub(super) async fn alter_client_quotas(
     let mut changes = Vec::new();
     for e in r.entries {
         entities.push(e.entity.clone());
-        let mut entity: Vec<QuotaEntityPart> = e
+        let entity = e
             .entity
             .into_iter()
             .map(|p| QuotaEntityPart {
@@ -103,16 +97,14 @@ pub(super) async fn alter_client_quotas(
                 name: p.entity_name.map(|n| n.to_string()),
             })
             .collect();
-        entity.sort();
         let (remove, set): (Vec<_>, Vec<_>) = e.ops.into_iter().partition(|o| o.remove);
-        changes.push(QuotaAlteration {
+        changes.push(QuotaAlteration::new(
             entity,
-            set: set
-                .into_iter()
+            set.into_iter()
                 .map(|o| (o.key.to_string(), o.value.to_bits()))
                 .collect(),
-            remove: remove.into_iter().map(|o| o.key.to_string()).collect(),
-        });
+            remove.into_iter().map(|o| o.key.to_string()).collect(),
+        ));
     }
     let results = match &refused {
         Some(_) => Vec::new(),
