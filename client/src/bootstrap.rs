@@ -164,7 +164,7 @@ mod tests {
     #[tokio::test]
     async fn gives_up_after_the_bootstrap_timeout_with_the_last_error() {
         // A port nobody listens on: every round is refused.
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = std::net::TcpListener::bind((weir_testkit::ports::private_loopback(), 0)).unwrap();
         let addr = l.local_addr().unwrap();
         drop(l);
         let c = ClientConfig {

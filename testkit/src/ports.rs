@@ -61,6 +61,25 @@ pub fn addr(proto: Proto) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, run(proto, 0)))
 }
 
+/// A loopback address of its own for a test's fake server: random in
+/// 127.0.0.0/8, never 127.0.0.1. A server on 127.0.0.1 bound to port 0 can
+/// be handed a port some other test's client is still dialling (a node that
+/// test killed, a port it bound and released to stand for a dead address);
+/// that client's connection would then reach this server and be taken for
+/// its own client's. Nothing dials these addresses but whoever was told.
+pub fn private_loopback() -> Ipv4Addr {
+    use std::hash::{BuildHasher, Hasher};
+    loop {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let [_, b, c, d, ..] = h.finish().to_le_bytes();
+        let ip = Ipv4Addr::new(127, b, c, d);
+        if (b, c) != (0, 0) && d != 0 && d != 255 {
+            return ip;
+        }
+    }
+}
+
 /// Whether `port` can be bound on loopback for `proto` now.
 fn free(proto: Proto, port: u16) -> bool {
     match proto {
@@ -85,6 +104,15 @@ mod tests {
                 assert!(seen.insert(q), "port {q} handed out twice");
                 assert!(free(proto, q), "port {q} is not free");
             }
+        }
+    }
+
+    #[test]
+    fn private_loopback_addresses_are_bindable_and_not_the_usual_one() {
+        for _ in 0..20 {
+            let ip = private_loopback();
+            assert!(ip.is_loopback() && ip != Ipv4Addr::LOCALHOST, "{ip}");
+            TcpListener::bind((ip, 0)).unwrap();
         }
     }
 }

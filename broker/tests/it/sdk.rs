@@ -258,7 +258,9 @@ async fn proxy(
     stall: Arc<AtomicBool>,
     cuts: Arc<AtomicU64>,
 ) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = TcpListener::bind((weir_testkit::ports::private_loopback(), 0))
+        .await
+        .unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
         let mut n = 0u64;

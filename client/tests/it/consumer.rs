@@ -493,7 +493,9 @@ async fn compressed_batches_decode() {
 async fn through_a_client() {
     let b0 = batch(Compression::Zstd, 0, 5, 3);
     let served = b0.clone();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = TcpListener::bind((weir_testkit::ports::private_loopback(), 0))
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     let fetches = Arc::new(AtomicUsize::new(0));
     let counter = fetches.clone();

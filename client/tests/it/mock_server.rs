@@ -25,7 +25,9 @@ type Script = dyn Fn(RequestHeader, &[u8], &[u8]) -> Option<Vec<u8>> + Send + Sy
 /// A server on loopback answering every request with `script`; counts
 /// connections.
 async fn serve(script: Arc<Script>) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = TcpListener::bind((weir_testkit::ports::private_loopback(), 0))
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     let conns = Arc::new(AtomicUsize::new(0));
     let counter = conns.clone();

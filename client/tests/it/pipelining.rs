@@ -34,7 +34,9 @@ async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
 
 /// A listener on loopback handing every accepted connection to the test.
 async fn listen() -> (SocketAddr, mpsc::UnboundedReceiver<TcpStream>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = TcpListener::bind((weir_testkit::ports::private_loopback(), 0))
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -476,7 +478,7 @@ async fn a_call_dropped_mid_write_closes_the_connection_only() {
 #[tokio::test]
 async fn connect_lazy_connects_on_the_first_call_and_again_after_a_failure() {
     // A port nobody listens on (yet).
-    let addr = TcpListener::bind("127.0.0.1:0")
+    let addr = TcpListener::bind((weir_testkit::ports::private_loopback(), 0))
         .await
         .unwrap()
         .local_addr()

@@ -493,7 +493,9 @@ async fn retriable_errors_are_retried_and_acks_zero_has_no_offsets() {
 /// produce answers with per-partition offsets and records the batches.
 #[tokio::test]
 async fn keyed_records_land_on_their_murmur2_partition() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = TcpListener::bind((weir_testkit::ports::private_loopback(), 0))
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     let received: Arc<Mutex<Vec<(u32, Bytes)>>> = Arc::default();
     let seen = received.clone();
