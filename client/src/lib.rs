@@ -360,6 +360,10 @@ pub(crate) async fn node_addr(advertised: &str, fallback: IpAddr) -> Option<Sock
     Some(resolve_advertised(host.trim_matches(['[', ']']), port, fallback).await)
 }
 
+/// How long [`Client::describe_topic`] waits for another node's view of
+/// the partitions that node leads.
+pub const DESCRIBE_ELSEWHERE_WITHIN: Duration = Duration::from_secs(3);
+
 /// A connection to a Weir broker, shared by concurrent calls (pipelined).
 /// See the [crate docs](crate) for the concurrency and failure model.
 pub struct Client {
@@ -752,7 +756,8 @@ impl Client {
     /// A topic's effective configs and, per partition, its leader (node,
     /// epoch, core), replicas, ISR, offsets and size on disk. In a cluster
     /// the offsets and size of a partition are asked of the node leading
-    /// it (left zero, `here` false, if that node does not answer).
+    /// it (left zero, `here` false, if that node does not answer within
+    /// [`DESCRIBE_ELSEWHERE_WITHIN`]).
     pub async fn describe_topic(&self, name: &str) -> Result<TopicConfigs> {
         let mut t = self.describe_topic_here(name).await?;
         let elsewhere: std::collections::BTreeSet<u64> = t
@@ -772,7 +777,12 @@ impl Client {
                 continue;
             };
             let other = Client::connect_lazy(addr, self.config.clone());
-            let Ok(theirs) = other.describe_topic_here(name).await else {
+            // A node paused or cut off must not hold the answer for a whole
+            // request timeout: its partitions are left as this node sees
+            // them.
+            let asked =
+                tokio::time::timeout(DESCRIBE_ELSEWHERE_WITHIN, other.describe_topic_here(name));
+            let Ok(Ok(theirs)) = asked.await else {
                 continue;
             };
             for p in theirs.partitions.into_iter().filter(|p| p.here) {

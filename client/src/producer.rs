@@ -411,15 +411,24 @@ impl ShardRouter {
     }
 
     /// `topic`'s metadata from the bootstrap node or, if that fails (the
-    /// node is down), from any other node this router has learned of.
+    /// node is down) or answers `NotLeader` for the topic (it is cut off
+    /// from the controller: its metadata may be out of date), from any
+    /// other node this router has learned of; the bootstrap node's answer
+    /// if none of them has a better one.
     async fn metadata_anywhere(
         &self,
         topic: &str,
     ) -> Result<weir_proto::messages::MetadataResponse> {
         let ask = Some(vec![topic.to_string()]);
+        let stale = |md: &weir_proto::messages::MetadataResponse| {
+            md.topics
+                .iter()
+                .any(|t| t.error == ErrorCode::NotLeader.as_u16())
+        };
         let first = match self.bootstrap.metadata(ask.clone()).await {
-            Ok(md) => return Ok(md),
-            Err(e) => e,
+            Ok(md) if !stale(&md) => return Ok(md),
+            Ok(md) => Ok(md),
+            Err(e) => Err(e),
         };
         let boot = self.bootstrap.addr();
         let others: Vec<u32> = {
@@ -436,11 +445,12 @@ impl ShardRouter {
                 .collect()
         };
         for c in others {
-            if let Ok(md) = self.client_for(Route::Core(c)).metadata(ask.clone()).await {
-                return Ok(md);
+            match self.client_for(Route::Core(c)).metadata(ask.clone()).await {
+                Ok(md) if !stale(&md) => return Ok(md),
+                _ => {}
             }
         }
-        Err(first)
+        first
     }
 
     /// Forgets the layouts of these partitions' topics (learned again on

@@ -159,6 +159,17 @@ impl Isr {
         self.hw
     }
 
+    /// A mutation, for the tests that prove the fault checker sees lost
+    /// records (never in a real broker): raises the high watermark to
+    /// `local_durable` as if this replica were alone in the ISR.
+    #[doc(hidden)]
+    pub fn raise_hw_ignoring_followers(&mut self, local_durable: u64) -> Option<u64> {
+        (local_durable > self.hw).then(|| {
+            self.hw = local_durable;
+            local_durable
+        })
+    }
+
     /// A follower's progress, if it fetched since this replica leads.
     pub fn follower(&self, node: u64) -> Option<&Progress> {
         self.followers.get(&node)

@@ -8,10 +8,16 @@
 //! - [`wait_until`] / [`poll_until`]: waiting for a condition with a
 //!   deadline, the way tests synchronise ([`wait`]);
 //! - [`ports`]: ports fixed in advance, below the kernel's ephemeral range;
+//! - [`checker`]: a Jepsen-style queue checker (histories of acks and
+//!   polls against every replica's final log, every anomaly counted);
+//! - [`netns`]: a cluster's own network (namespaces on a bridge) and its
+//!   faults (partitions, one-way cuts, packet loss) with nftables;
 //! - [`scrape`] (a node's `/metrics`), [`runtime`] (the SDK tests' tokio
 //!   runtime), [`weir_bin`] (the binary, for crates that do not build it).
 #![warn(missing_docs)]
 
+pub mod checker;
+pub mod netns;
 pub mod node;
 pub mod ports;
 pub mod process;

@@ -97,6 +97,7 @@ impl Node {
             env: vec![("WEIR_LOG".into(), "warn".into())],
             log: Log::Inherit,
             ready_within: READY_WITHIN,
+            netns: None,
         }
     }
 
@@ -155,9 +156,17 @@ pub struct NodeBuilder {
     env: Vec<(OsString, OsString)>,
     log: Log,
     ready_within: Duration,
+    netns: Option<String>,
 }
 
 impl NodeBuilder {
+    /// Runs the node inside network namespace `ns` (`ip netns exec NS
+    /// weir …`, which execs: the PID is the node's); see [`crate::netns`].
+    pub fn netns(mut self, ns: impl Into<String>) -> Self {
+        self.netns = Some(ns.into());
+        self
+    }
+
     /// Names the node in panics ("node 2"; "weir broker" unless set).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -237,7 +246,14 @@ impl NodeBuilder {
 
     /// The command line this builder runs.
     pub fn command(&self) -> Command {
-        let mut c = Command::new(&self.weir);
+        let mut c = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.weir);
+                c
+            }
+            None => Command::new(&self.weir),
+        };
         c.arg("broker");
         if let Some(file) = &self.config {
             c.arg("--config").arg(file);

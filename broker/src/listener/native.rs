@@ -617,7 +617,28 @@ async fn init_producer_id(core: &Rc<Core>) -> InitProducerIdResponse {
 /// index (nodes by id, cores in order; a one-node cluster's indexes are
 /// its core ids), and each partition named by the index of its leader's
 /// core. A partition without a live leader carries `NotLeader`.
+///
+/// A node without its leader lease (cut off from the controller, paused,
+/// fenced: see `Controller::holds_lease`) may hold metadata long out of
+/// date — leaders that moved while it could not learn of it. It answers
+/// every topic `NotLeader` instead ("ask another node"): a client that
+/// asked it would otherwise send to the old leaders, be refused, ask it
+/// again and go round for as long as the fault lasts.
 async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
+    if !core.holds_lease() {
+        let names = admin::topics(core, req.topics, false).await;
+        return MetadataResponse {
+            cores: Vec::new(),
+            topics: names
+                .into_iter()
+                .map(|(name, _)| TopicMetadata {
+                    name,
+                    error: ErrorCode::NotLeader.as_u16(),
+                    partitions: Vec::new(),
+                })
+                .collect(),
+        };
+    }
     let endpoints = endpoints(core);
     let cores = endpoints
         .cores

@@ -272,6 +272,18 @@ pub async fn isr_loop(core: Rc<Core>) {
     let bounds = LagBounds { lag, silence };
     while !core.shared.stopping() {
         glommio::timer::sleep(tick).await;
+        // Without its lease the node may have been replaced as leader:
+        // the acks=all produces it holds are answered NotLeader now, not
+        // at their request timeout, and no ISR change is proposed (the
+        // controller, unreachable or fencing this node, would refuse it).
+        if !core.holds_lease() {
+            for r in core.replication.all() {
+                if r.role() == Role::Leader {
+                    state::fail_waits(&r);
+                }
+            }
+            continue;
+        }
         let now = Instant::now();
         for r in core.replication.all() {
             let shrunk = {

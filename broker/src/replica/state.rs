@@ -80,7 +80,13 @@ impl Replica {
         if st.role != Role::Leader {
             return;
         }
-        if let Some(hw) = st.isr.raise_hw(self.log.durable_offset()) {
+        let durable = self.log.durable_offset();
+        let raised = if mutation_hw_ignores_followers() {
+            st.isr.raise_hw_ignoring_followers(durable)
+        } else {
+            st.isr.raise_hw(durable)
+        };
+        if let Some(hw) = raised {
             let waiters = std::mem::take(&mut st.waiters);
             for (upto, tx) in waiters {
                 if upto <= hw {
@@ -258,8 +264,16 @@ impl Replication {
 
 /// Fails the high-watermark waits and stops the leader's task.
 pub(crate) fn step_down(r: &Replica) {
+    r.state.borrow_mut().durable_task = None;
+    fail_waits(r);
+}
+
+/// Fails the high-watermark waits with `NotLeader` (naming the leader if
+/// this replica follows one): the records may yet become durable, or be
+/// truncated — the producer asks the leader it finds next (an idempotent
+/// one's retry is then answered with the offsets they got).
+pub(crate) fn fail_waits(r: &Replica) {
     let mut st = r.state.borrow_mut();
-    st.durable_task = None;
     let waiters = std::mem::take(&mut st.waiters);
     let leader = match st.role {
         Role::Follower { node, .. } => node,
@@ -272,4 +286,27 @@ pub(crate) fn step_down(r: &Replica) {
             leader,
         }));
     }
+}
+
+/// The environment variable of a mutation that breaks the durability rule
+/// on purpose: set (to anything), a leader's high watermark follows its
+/// own fdatasync'd offset alone, so `acks=all` is answered and consumers
+/// read records no follower holds. It exists only so that the fault
+/// tests can prove their checker reports the records a failover then
+/// loses; never set it on a broker that holds data anyone wants.
+pub const MUTATION_HW_IGNORES_FOLLOWERS_ENV: &str = "WEIR_MUTATION_HW_IGNORES_FOLLOWERS";
+
+/// Whether [`MUTATION_HW_IGNORES_FOLLOWERS_ENV`] is set (read once).
+fn mutation_hw_ignores_followers() -> bool {
+    static SET: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SET.get_or_init(|| {
+        let set = std::env::var_os(MUTATION_HW_IGNORES_FOLLOWERS_ENV).is_some();
+        if set {
+            tracing::error!(
+                "{MUTATION_HW_IGNORES_FOLLOWERS_ENV} is set: acks=all no longer waits for followers \
+                 (a test mutation; acknowledged records will be lost on failover)"
+            );
+        }
+        set
+    })
 }

@@ -234,6 +234,15 @@ impl Core {
         self.metadata.borrow().owner(topic, partition)
     }
 
+    /// Whether this node holds its leader lease with the metadata it has
+    /// applied (`Controller::holds_lease`): without it, it leads nothing
+    /// and its metadata may be out of date.
+    pub fn holds_lease(&self) -> bool {
+        self.shared
+            .controller
+            .holds_lease(self.metadata.borrow().version)
+    }
+
     /// The core leading a partition on this node; `NotLeader` for a
     /// partition another node leads (this node may hold a follower
     /// replica of it) or while this node holds no leader lease

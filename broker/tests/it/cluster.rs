@@ -19,6 +19,8 @@ use weir_testkit::{poll_until, wait_until, Node, NodeBuilder, Process};
 
 use crate::common;
 
+mod faults;
+
 /// One cluster at a time: three nodes of two cores each already
 /// oversubscribe a two-core machine, and the timing assertions (a change
 /// within 2 s of a leader kill, fencing within the session timeout) are
@@ -75,7 +77,7 @@ fn core_addrs(replication: SocketAddr) -> Vec<SocketAddr> {
 
 /// Where each node's replication endpoint binds, and the address the
 /// others are told (a proxy's, when the test puts one between them).
-struct Cluster {
+pub(crate) struct Cluster {
     root: tempfile::TempDir,
     certs: PathBuf,
     cluster_id: String,
@@ -90,12 +92,21 @@ struct Cluster {
     lag_ms: u64,
     /// Each node's Kafka listener port (its cores' follow it).
     kafka_ports: BTreeMap<u64, u16>,
+    /// Each node's native listener port (its cores' follow it): the same
+    /// over restarts, so clients bootstrapped with every node's address
+    /// still reach them after the whole cluster restarted.
+    native_ports: BTreeMap<u64, u16>,
     /// The nodes' `replica_silence_max_ms` (the default unless a test sets
     /// it).
     silence_ms: Option<u64>,
     /// Nodes check ACLs (`--authorizer acl`), the loopback clients of the
     /// tests (anonymous) super users.
     authorizer: bool,
+    /// The nodes' own network namespaces (node `id` in the net's node
+    /// `id - 1`), when the test makes network faults; else loopback.
+    pub(crate) net: Option<weir_testkit::netns::Net>,
+    /// More environment variables of every node (a test's mutation).
+    env: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -114,8 +125,45 @@ impl Cluster {
             rebalance_ms: 0,
             lag_ms: LAG_MS,
             kafka_ports: (1..=n).map(|id| (id, free_tcp_run())).collect(),
+            native_ports: (1..=n).map(|id| (id, free_tcp_run())).collect(),
             silence_ms: None,
             authorizer: false,
+            net: None,
+            env: Vec::new(),
+        }
+    }
+
+    /// [`Cluster::new`] with each node in a network namespace of its own
+    /// on a bridge (see [`weir_testkit::netns`]), at the same ports.
+    pub(crate) fn in_namespaces(n: u64) -> Self {
+        let mut c = Cluster::new(n);
+        let net = weir_testkit::netns::Net::new(n as usize).unwrap_or_else(|e| panic!("{e}"));
+        for (id, a) in c.bind.iter_mut() {
+            a.set_ip(net.ip(*id as usize - 1).into());
+        }
+        c.advertised = c.bind.clone();
+        c.net = Some(net);
+        c
+    }
+
+    /// The address node `id`'s listeners bind.
+    fn host(&self, id: u64) -> std::net::IpAddr {
+        match &self.net {
+            Some(net) => net.ip(id as usize - 1).into(),
+            None => std::net::Ipv4Addr::LOCALHOST.into(),
+        }
+    }
+
+    /// The builder of node `id`, from its config (in its namespace, if
+    /// the cluster has them).
+    fn builder(&self, id: u64, config: &Path) -> NodeBuilder {
+        let mut b = node(config, &self.log_path(id)).name(format!("node {id}"));
+        for (k, v) in &self.env {
+            b = b.env(k, v);
+        }
+        match &self.net {
+            Some(net) => b.netns(net.ns(id as usize - 1)),
+            None => b,
         }
     }
 
@@ -131,16 +179,19 @@ impl Cluster {
         t.insert("node_id".into(), toml::Value::Integer(id as i64));
         t.insert("cluster_id".into(), s(cluster_id.into()));
         t.insert("data_dir".into(), s(data.display().to_string()));
-        t.insert("listen".into(), s("127.0.0.1:0".into()));
+        let host = self.host(id);
+        let native = self.native_ports.get(&id).copied().unwrap_or(0);
+        t.insert("listen".into(), s(format!("{host}:{native}")));
         t.remove("advertised_listen");
-        t.insert("core_port_base".into(), toml::Value::Integer(0));
+        let base = if native == 0 { 0 } else { native + 1 };
+        t.insert("core_port_base".into(), toml::Value::Integer(base.into()));
         let kafka = self.kafka_ports.get(&id).copied().unwrap_or(0);
-        t.insert("kafka_listener".into(), s(format!("127.0.0.1:{kafka}")));
+        t.insert("kafka_listener".into(), s(format!("{host}:{kafka}")));
         if kafka != 0 {
             t.insert("kafka_core_port_base".into(), s((kafka + 1).to_string()));
         }
         t.remove("kafka_advertised_listener");
-        t.insert("metrics_listen".into(), s("127.0.0.1:0".into()));
+        t.insert("metrics_listen".into(), s(format!("{host}:0")));
         t.insert("replication_listen".into(), s(self.bind[&id].to_string()));
         let advertised = self.advertised.get(&id).unwrap_or(&self.bind[&id]);
         t.insert("replication_advertised".into(), s(advertised.to_string()));
@@ -182,9 +233,7 @@ impl Cluster {
 
     fn start(&mut self, id: u64) {
         let config = self.config(id, id.min(3), &self.certs.clone(), &self.cluster_id.clone());
-        let node = node(&config, &self.log_path(id))
-            .name(format!("node {id}"))
-            .start();
+        let node = self.builder(id, &config).start();
         self.nodes.insert(id, node);
     }
 
@@ -213,7 +262,7 @@ impl Cluster {
         let handles: Vec<_> = configs
             .into_iter()
             .map(|(id, config)| {
-                let node = node(&config, &self.log_path(id)).name(format!("node {id}"));
+                let node = self.builder(id, &config);
                 (id, std::thread::spawn(move || node.start()))
             })
             .collect();
@@ -1262,17 +1311,8 @@ fn consumer_groups_span_nodes_through_one_bootstrap_address() {
 /// walked by their headers: `(log end offset, crc32c of every batch's
 /// bytes in order)`. Replicas that hold the same bytes agree on both.
 fn log_digest(dir: &Path) -> (u64, u32) {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "log"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
     let (mut end, mut crc) = (0u64, 0u32);
-    for f in files {
+    for f in segment_files(dir) {
         let bytes = std::fs::read(&f).unwrap_or_default();
         let mut at = 0usize;
         while at + 12 <= bytes.len() {
@@ -1289,6 +1329,20 @@ fn log_digest(dir: &Path) -> (u64, u32) {
         }
     }
     (end, crc)
+}
+
+/// A partition directory's segment files, in offset order.
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
 }
 
 /// Waits until the replicas of `topic`'s `partitions` on every node of

@@ -1,0 +1,813 @@
+//! Faults a Jepsen run would try (issue 31), against three nodes of RF 3
+//! and min.insync.replicas 2, with a workload throughout and the queue
+//! checker of `weir_testkit::checker` at the end: idempotent acks=all
+//! producers writing each key's values in order to several partitions, an
+//! assign-mode reader and a consumer group polling (and committing)
+//! throughout, and at the end every replica's log read off its disk.
+//!
+//! Each fault is asserted to have been in effect (nftables counted the
+//! packets it dropped, the process was stopped) and, where it must, to
+//! have moved a leadership.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use weir_client::{ConsumerRecord, Producer, ProducerRecord, RebalanceListener, TopicPartition};
+use weir_testkit::checker::{self, Event, Final, History, Rec};
+use weir_testkit::poll_until;
+
+use super::{runtime, serial, Cluster, SESSION_MS};
+
+/// Keys each producer writes (key `k` goes to partition `k % partitions`).
+const KEYS_PER_PRODUCER: u32 = 6;
+/// Records a producer has unacknowledged at once.
+const IN_FLIGHT: usize = 8;
+/// The reader ids of the history: the assign-mode reader, then group
+/// members from `MEMBER_BASE`.
+const ASSIGN_READER: u32 = 100;
+const MEMBER_BASE: u32 = 200;
+
+/// How the workload's producers are set.
+#[derive(Debug, Clone, Copy)]
+struct Producers {
+    /// How many.
+    count: u32,
+    /// Idempotent (the default): off only to show the checker sees the
+    /// duplicates retries then make.
+    idempotent: bool,
+}
+
+impl Producers {
+    fn idempotent(count: u32) -> Producers {
+        Producers {
+            count,
+            idempotent: true,
+        }
+    }
+}
+
+/// The workload: its tasks, and the history they write.
+struct Workload {
+    history: Arc<History>,
+    /// Each producer's statistics, as of its last record (for a failure's
+    /// message).
+    stats: Stats,
+    stop_producers: Arc<AtomicBool>,
+    stop_readers: Arc<AtomicBool>,
+    producers: Vec<tokio::task::JoinHandle<()>>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Workload {
+    /// Starts `producers` producers, one assign-mode reader and `members`
+    /// members of group `jepsen` on `topic` (`partitions` partitions),
+    /// bootstrapping from every node of `c`.
+    fn start(
+        c: &Cluster,
+        rt: &tokio::runtime::Runtime,
+        topic: &str,
+        partitions: u32,
+        producers: Producers,
+        members: u32,
+    ) -> Workload {
+        let bootstrap: Vec<String> = c.nodes.values().map(|n| n.listen.to_string()).collect();
+        let bootstrap = bootstrap.join(",");
+        let history = Arc::new(History::default());
+        let stats = Stats::default();
+        let stop_producers = Arc::new(AtomicBool::new(false));
+        let stop_readers = Arc::new(AtomicBool::new(false));
+        let producers = (0..producers.count)
+            .map(|id| {
+                rt.spawn(produce(
+                    id,
+                    producers,
+                    Target {
+                        bootstrap: bootstrap.clone(),
+                        topic: topic.to_string(),
+                        partitions,
+                    },
+                    (history.clone(), stats.clone()),
+                    stop_producers.clone(),
+                ))
+            })
+            .collect();
+        let mut readers = vec![rt.spawn(read_assigned(
+            bootstrap.clone(),
+            topic.to_string(),
+            history.clone(),
+            stop_readers.clone(),
+        ))];
+        readers.extend((0..members).map(|m| {
+            rt.spawn(read_in_group(
+                MEMBER_BASE + m,
+                bootstrap.clone(),
+                topic.to_string(),
+                history.clone(),
+                stop_readers.clone(),
+            ))
+        }));
+        Workload {
+            history,
+            stats,
+            stop_producers,
+            stop_readers,
+            producers,
+            readers,
+        }
+    }
+
+    fn acks(&self) -> usize {
+        self.history.acks()
+    }
+
+    /// Waits until `more` records were acknowledged after now, or panics
+    /// with `why` and what `c`'s nodes logged after `within`.
+    fn more_acks(&self, c: &Cluster, more: usize, within: Duration, why: &str) {
+        let from = self.acks();
+        poll_until(Instant::now() + within, || {
+            (self.acks() >= from + more).then_some(()).ok_or(())
+        })
+        .unwrap_or_else(|()| {
+            let ids: Vec<u64> = c.bind.keys().copied().collect();
+            let logs = c.log_tails(&ids, 40, |l| {
+                !l.contains("DEBUG") && !l.contains("RPCError")
+            });
+            let mut per_partition = BTreeMap::<u32, usize>::new();
+            for e in self.history.events().iter().rev().take(self.acks() - from) {
+                if let Event::Ack { partition, .. } = e {
+                    *per_partition.entry(*partition).or_default() += 1;
+                }
+            }
+            let views: Vec<String> = c
+                .nodes
+                .keys()
+                .map(|n| format!("node {n}'s view:\n{}", view(c, *n)))
+                .collect();
+            panic!(
+                "{why}: {} acknowledged within {within:?}, wanted {more}; by partition \
+                 {per_partition:?}\nproducers: {:#?}\n{}\n{logs}",
+                self.acks() - from,
+                self.stats.lock().unwrap(),
+                views.join("\n")
+            )
+        });
+    }
+
+    /// Stops the producers (waiting for their last records' answers),
+    /// lets the readers poll a little longer, stops them; the history.
+    fn stop(self, rt: &tokio::runtime::Runtime) -> Vec<Event> {
+        self.stop_producers.store(true, Ordering::Release);
+        for p in self.producers {
+            rt.block_on(p).expect("a producer task");
+        }
+        // The readers read on for a moment: more of the log is checked.
+        std::thread::sleep(Duration::from_secs(2));
+        self.stop_readers.store(true, Ordering::Release);
+        for r in self.readers {
+            rt.block_on(r).expect("a reader task");
+        }
+        self.history.events()
+    }
+}
+
+/// Each producer's statistics, by producer id.
+type Stats = Arc<Mutex<BTreeMap<u32, weir_client::ProducerStats>>>;
+
+/// `weir topic describe jepsen` through node `n`, whatever it answers
+/// within 5 s (for a failure's message).
+fn view(c: &Cluster, n: u64) -> String {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["topic", "describe", "jepsen", "--bootstrap"])
+        .arg(c.nodes[&n].listen.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = poll_until(Instant::now() + Duration::from_secs(5), || {
+        child.try_wait().unwrap().ok_or(())
+    });
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let addr = c.nodes[&n].listen;
+    let metadata = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let call = async {
+                let client = weir_client::Client::connect(addr).await?;
+                client.metadata(Some(vec!["jepsen".into()])).await
+            };
+            tokio::time::timeout(Duration::from_secs(5), call).await
+        });
+    format!(
+        "{}{}metadata: {metadata:?}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Where the producers write.
+struct Target {
+    bootstrap: String,
+    topic: String,
+    partitions: u32,
+}
+
+/// Producer `id`: keys `id * KEYS_PER_PRODUCER..`, each key's values in
+/// order, until stopped or 1 000 000 records.
+async fn produce(
+    id: u32,
+    settings: Producers,
+    target: Target,
+    (history, stats): (Arc<History>, Stats),
+    stop: Arc<AtomicBool>,
+) {
+    let Target {
+        bootstrap,
+        topic,
+        partitions,
+    } = target;
+    let producer = Producer::builder()
+        .bootstrap(bootstrap)
+        .config(|c| {
+            // A record not delivered within this is failed (indefinite):
+            // the run's end waits for no more than this.
+            c.delivery_timeout_ms = 15_000;
+            c.linger_ms = 2;
+            c.enable_idempotence = settings.idempotent;
+        })
+        // A request unanswered this long is sent again (on a new
+        // connection): what a leader whose answers are lost sees.
+        .client_config(|c| c.request_timeout = Duration::from_secs(2))
+        .build()
+        .await
+        .expect("a producer");
+    let window = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let mut seq = vec![0u64; KEYS_PER_PRODUCER as usize];
+    let mut pending = Vec::new();
+    for i in 0..1_000_000u64 {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let j = (i % u64::from(KEYS_PER_PRODUCER)) as usize;
+        let key = id * KEYS_PER_PRODUCER + j as u32;
+        let rec = Rec { key, seq: seq[j] };
+        seq[j] += 1;
+        let partition = key % partitions;
+        let permit = window.clone().acquire_owned().await.unwrap();
+        let record = ProducerRecord::new(topic.clone(), rec.encode())
+            .key(key.to_string())
+            .partition(partition);
+        let Ok(delivery) = producer.send(record).await else {
+            continue;
+        };
+        let history = history.clone();
+        pending.push(tokio::spawn(async move {
+            if let Ok(md) = delivery.await {
+                history.push(Event::Ack {
+                    producer: id,
+                    partition,
+                    offset: md.offset.expect("acks=all: an offset"),
+                    rec,
+                });
+            }
+            drop(permit);
+        }));
+        if i % 64 == 0 {
+            stats.lock().unwrap().insert(id, producer.statistics());
+        }
+        // Paced: the nodes' timing (2 s sessions) is what is under test,
+        // not two cores saturated.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for p in pending {
+        p.await.unwrap();
+    }
+    producer.close().await;
+}
+
+/// The records of a poll, into the history (values that are not the
+/// workload's are left out).
+fn record_polls(history: &History, reader: u32, runs: &BTreeMap<u32, u32>, rs: &[ConsumerRecord]) {
+    for r in rs {
+        if let Some(rec) = r.value.as_deref().and_then(Rec::parse) {
+            history.push(Event::Polled {
+                reader,
+                run: runs.get(&r.partition).copied().unwrap_or(0),
+                partition: r.partition,
+                offset: r.offset,
+                rec,
+            });
+        }
+    }
+}
+
+/// An assign-mode reader of every partition, from offset 0.
+async fn read_assigned(
+    bootstrap: String,
+    topic: String,
+    history: Arc<History>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut consumer = weir_client::Consumer::builder()
+        .bootstrap(bootstrap)
+        .topics([topic.clone()])
+        .build()
+        .await
+        .expect("an assign-mode reader");
+    let mut runs = BTreeMap::new();
+    for (_, p) in consumer.assignment() {
+        consumer.seek(&topic, p, 0).unwrap();
+        runs.insert(p, 0);
+        history.push(Event::Assigned {
+            reader: ASSIGN_READER,
+            run: 0,
+            partition: p,
+            from: Some(0),
+        });
+    }
+    while !stop.load(Ordering::Acquire) {
+        match consumer.poll(Duration::from_millis(200)).await {
+            Ok(rs) => record_polls(&history, ASSIGN_READER, &runs, &rs),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Partitions a member was given, waiting to be noted with where their
+/// run starts.
+#[derive(Clone, Default)]
+struct Given(Arc<Mutex<Vec<TopicPartition>>>);
+
+impl RebalanceListener for Given {
+    fn on_assigned(&mut self, partitions: &[TopicPartition]) {
+        self.0.lock().unwrap().extend_from_slice(partitions);
+    }
+}
+
+/// Member `reader` of group `jepsen`: polls, and commits what it polled
+/// after each poll. A partition given to it starts a new run, from the
+/// group's committed offset (or 0: the log's start, by `earliest`).
+async fn read_in_group(
+    reader: u32,
+    bootstrap: String,
+    topic: String,
+    history: Arc<History>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut member = weir_client::Consumer::builder()
+        .bootstrap(bootstrap)
+        .group_id("jepsen")
+        .group_config(|g| {
+            g.session_timeout = Duration::from_secs(6);
+            g.heartbeat_interval = Duration::from_secs(1);
+            g.consumer.auto_offset_reset = weir_client::OffsetReset::Earliest;
+        })
+        .build_group()
+        .await
+        .expect("a group member");
+    let given = Given::default();
+    member.set_rebalance_listener(given.clone());
+    member.subscribe(&[&topic]).await.expect("subscribed");
+    let next_run = AtomicU32::new(1);
+    let mut runs: BTreeMap<u32, u32> = BTreeMap::new();
+    while !stop.load(Ordering::Acquire) {
+        let polled = member.poll(Duration::from_millis(200)).await;
+        let fresh: Vec<TopicPartition> = std::mem::take(&mut *given.0.lock().unwrap());
+        for (t, p) in fresh {
+            let from = match member.committed(Some(&[(t, p)])).await {
+                Ok(c) => Some(c.first().map_or(0, |c| c.offset)),
+                Err(_) => None,
+            };
+            let run = next_run.fetch_add(1, Ordering::Relaxed);
+            runs.insert(p, run);
+            history.push(Event::Assigned {
+                reader,
+                run,
+                partition: p,
+                from,
+            });
+        }
+        match polled {
+            Ok(rs) if !rs.is_empty() => {
+                record_polls(&history, reader, &runs, &rs);
+                let _ = member.commit_sync().await;
+            }
+            Ok(_) => {}
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let _ = member.close().await;
+}
+
+/// Every replica's log of `topic`'s partitions, read off the nodes' disks
+/// once the replicas hold the same bytes (or after `within`, as they are:
+/// the checker then reports how they differ).
+fn replica_logs(c: &Cluster, topic: &str, partitions: u32, within: Duration) -> Final {
+    let nodes: Vec<u64> = c.bind.keys().copied().collect();
+    let dir = |n: u64, p: u32| c.root.path().join(format!("node-{n}/{topic}-{p}"));
+    let _ = poll_until(Instant::now() + within, || {
+        let same = (0..partitions).all(|p| {
+            let d: Vec<(u64, u32)> = nodes
+                .iter()
+                .map(|n| super::log_digest(&dir(*n, p)))
+                .collect();
+            d.windows(2).all(|w| w[0] == w[1])
+        });
+        same.then_some(()).ok_or(())
+    });
+    nodes
+        .iter()
+        .map(|n| {
+            let ps = (0..partitions)
+                .map(|p| (p, read_log(&dir(*n, p))))
+                .collect();
+            (*n, ps)
+        })
+        .collect()
+}
+
+/// The workload's records in a partition directory's segment files.
+fn read_log(dir: &std::path::Path) -> BTreeMap<u64, Rec> {
+    use weir_proto::reader::RecordBatch;
+    let mut out = BTreeMap::new();
+    for f in super::segment_files(dir) {
+        let bytes = std::fs::read(&f).unwrap_or_default();
+        // Up to the first invalid batch: the preallocated, zeroed tail.
+        for (_, range) in weir_proto::batch::batches(&bytes).map_while(Result::ok) {
+            let batch = RecordBatch::parse(&bytes[range]).expect("a validated batch");
+            if batch.header().attributes.is_control() {
+                continue;
+            }
+            let records = batch.records().expect("its records");
+            for r in records.iter() {
+                let r = r.expect("a record");
+                if let Some(rec) = r.record.value.and_then(Rec::parse) {
+                    out.insert(r.offset as u64, rec);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The leader of each partition of `topic` as node `via` sees it.
+fn leaders_via(c: &Cluster, via: u64, topic: &str) -> Vec<u64> {
+    c.partition_rows_via(via, topic)
+        .iter()
+        .map(|r| r[1].parse().unwrap_or(0))
+        .collect()
+}
+
+/// Waits until node `via` names, for partition `p`, a leader other than
+/// `old` (a leadership moved away from a faulty node); panics with the
+/// nodes' logs if it does not within `within`.
+fn leader_moves(c: &Cluster, via: u64, topic: &str, p: usize, old: u64, within: Duration) {
+    let moved = poll_until(Instant::now() + within, || {
+        let now = leaders_via(c, via, topic);
+        match now.get(p) {
+            Some(l) if *l != old && *l != 0 => Ok(()),
+            _ => Err(now),
+        }
+    });
+    if let Err(now) = moved {
+        let ids: Vec<u64> = c.bind.keys().copied().collect();
+        let logs = c.log_tails(&ids, 40, |l| {
+            !l.contains("DEBUG") && !l.contains("RPCError")
+        });
+        panic!(
+            "{topic}-{p}'s leadership did not move off node {old} within {within:?} (as node \
+             {via} sees it: leaders {now:?})\n{logs}"
+        );
+    }
+}
+
+/// The SDK clients' own log (to stderr) at `TEST_CLIENT_LOG` (a tracing
+/// filter, e.g. `weir_client=debug`), if set.
+fn client_log() {
+    if let Ok(filter) = std::env::var("TEST_CLIENT_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
+/// Node `i` of the net is cluster node `i + 1`.
+fn ix(id: u64) -> usize {
+    id as usize - 1
+}
+
+/// The network faults, in the order the CI test runs them.
+const NETWORK_FAULTS: [&str; 7] = [
+    "mute-leader",
+    "isolate-leader",
+    "isolate-controller",
+    "one-way-from-leader",
+    "bridge",
+    "flapping",
+    "loss",
+];
+
+/// Whether the run makes fault `name`: all of them unless `WEIR_FAULTS`
+/// names some (comma-separated), to look at one alone.
+fn wanted(name: &str) -> bool {
+    match std::env::var("WEIR_FAULTS") {
+        Ok(list) => list.split(',').any(|f| f.trim() == name),
+        Err(_) => true,
+    }
+}
+
+/// Makes network fault `name` under the running workload `w`, asserts it
+/// was in effect (and moved a leadership where it must), heals it and
+/// waits for the ISR to be full again; says what happened.
+fn network_fault(c: &mut Cluster, w: &Workload, topic: &str, name: &str) -> String {
+    let settle = Duration::from_secs(30);
+    let n = c.bind.len();
+    let what = match name {
+        // Partition 0's leader's answers to its clients are lost for 4 s:
+        // requests arrive and are written, producers time out and send
+        // them again.
+        "mute-leader" => {
+            let leader = c.agreed_leader(topic);
+            c.net.as_mut().unwrap().mute_to_clients(ix(leader));
+            std::thread::sleep(Duration::from_secs(4));
+            let dropped = c.net.as_ref().unwrap().dropped(ix(leader));
+            assert!(dropped > 0, "the mute dropped nothing");
+            c.net.as_mut().unwrap().heal();
+            w.more_acks(c, 100, settle, "after the leader's answers were lost");
+            format!("leader {leader}'s answers to clients lost for 4 s: {dropped} dropped")
+        }
+        // Partition 0's leader isolated from the other nodes (its clients
+        // still reach it): it must stop acknowledging; another node leads.
+        "isolate-leader" => {
+            let leader = c.agreed_leader(topic);
+            let other = *c.nodes.keys().find(|n| **n != leader).unwrap();
+            c.net.as_mut().unwrap().isolate(ix(leader));
+            leader_moves(c, other, topic, 0, leader, Duration::from_secs(15));
+            w.more_acks(c, 100, settle, "with the old leader isolated");
+            let dropped = c.net.as_ref().unwrap().dropped(ix(leader));
+            assert!(dropped > 0, "the isolation dropped nothing");
+            format!("leader {leader} isolated: {dropped} packets dropped, leadership moved")
+        }
+        // The controller leader isolated: another is elected.
+        "isolate-controller" => {
+            let controller = c.converged(&[1, 2, 3], settle).controller_leader;
+            let other = *c.nodes.keys().find(|n| **n != controller).unwrap();
+            c.net.as_mut().unwrap().isolate(ix(controller));
+            weir_testkit::wait_until(
+                Instant::now() + Duration::from_secs(15),
+                format!("a controller leader other than node {controller}"),
+                || match c.describe(other) {
+                    Some(d) if d.controller_leader != controller && d.controller_leader != 0 => {
+                        Ok(())
+                    }
+                    d => Err(format!("{:?}", d.map(|d| d.controller_leader))),
+                },
+            );
+            w.more_acks(c, 100, settle, "with the controller leader isolated");
+            let dropped = c.net.as_ref().unwrap().dropped(ix(controller));
+            assert!(dropped > 0, "the isolation dropped nothing");
+            format!("controller leader {controller} isolated: {dropped} dropped, another elected")
+        }
+        // Partition 0's leader sends nothing to the others (it still
+        // hears them): it can neither heartbeat nor answer its followers;
+        // fenced, it must lose the partition.
+        "one-way-from-leader" => {
+            let leader = c.agreed_leader(topic);
+            let other = *c.nodes.keys().find(|n| **n != leader).unwrap();
+            let links = (0..n)
+                .filter(|j| *j != ix(leader))
+                .map(|j| (ix(leader), j))
+                .collect();
+            c.net.as_mut().unwrap().set_cut(links);
+            leader_moves(c, other, topic, 0, leader, Duration::from_secs(15));
+            w.more_acks(c, 100, settle, "with the old leader's sends cut");
+            let dropped = c.net.as_ref().unwrap().dropped(ix(leader));
+            assert!(dropped > 0, "the cut dropped nothing");
+            format!("leader {leader}'s sends cut: {dropped} dropped, leadership moved")
+        }
+        // A bridge through node 2: the others cannot reach each other,
+        // each reaches node 2.
+        "bridge" => {
+            c.net.as_mut().unwrap().bridge_through(1);
+            w.more_acks(c, 100, settle, "through a bridge");
+            let dropped: u64 = (0..n).map(|i| c.net.as_ref().unwrap().dropped(i)).sum();
+            assert!(dropped > 0, "the bridge dropped nothing");
+            format!("bridge through node 2: {dropped} dropped")
+        }
+        // Each node in turn isolated for a second, then healed for one.
+        "flapping" => {
+            let mut dropped = 0;
+            for round in 0..2 * n {
+                let i = round % n;
+                c.net.as_mut().unwrap().isolate(i);
+                std::thread::sleep(Duration::from_secs(1));
+                dropped += c.net.as_ref().unwrap().dropped(i);
+                c.net.as_mut().unwrap().heal();
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            assert!(dropped > 0, "the isolations dropped nothing");
+            w.more_acks(c, 100, settle, "after flapping");
+            format!("flapping isolations: {dropped} dropped")
+        }
+        // Every node drops 15 % of what it receives from the others.
+        "loss" => {
+            for i in 0..n {
+                c.net.as_ref().unwrap().set_loss(i, 15);
+            }
+            w.more_acks(c, 100, settle, "under packet loss");
+            let dropped: u64 = (0..n).map(|i| c.net.as_ref().unwrap().dropped(i)).sum();
+            assert!(dropped > 0, "the loss dropped nothing");
+            format!("15 % packet loss: {dropped} dropped")
+        }
+        other => panic!("no network fault {other}"),
+    };
+    c.net.as_mut().unwrap().heal();
+    c.converged(&[1, 2, 3], settle);
+    c.isr_full(topic, 3, settle);
+    what
+}
+
+/// The history's check against the replicas' logs, printed with what the
+/// faults did; panics on any anomaly.
+fn check_run(
+    c: &Cluster,
+    rt: &tokio::runtime::Runtime,
+    w: Workload,
+    topic: &str,
+    partitions: u32,
+    faults: &[String],
+) -> checker::Report {
+    let history = w.stop(rt);
+    let logs = replica_logs(c, topic, partitions, Duration::from_secs(30));
+    let report = checker::check(&history, &logs);
+    eprintln!("faults:\n  {}\n{report}", faults.join("\n  "));
+    report.assert_clean();
+    assert!(report.polled > 0, "{report}");
+    report
+}
+
+/// Network faults, one after another under one workload (see
+/// [`NETWORK_FAULTS`]): every fault dropped packets, the first three
+/// moved leaderships; the checker finds nothing.
+#[test]
+fn network_faults_lose_nothing_the_checker_can_find() {
+    const TOPIC: &str = "jepsen";
+    const PARTITIONS: u32 = 3;
+    let _serial = serial();
+    let rt = runtime();
+    let (mut c, w) = running(&[], Producers::idempotent(2), &rt);
+    let mut done = Vec::new();
+    for name in NETWORK_FAULTS.into_iter().filter(|f| wanted(f)) {
+        done.push(network_fault(&mut c, &w, TOPIC, name));
+    }
+    let report = check_run(&c, &rt, w, TOPIC, PARTITIONS, &done);
+    assert!(report.acked >= 300 + 100 * done.len(), "{report}");
+}
+
+/// Process faults under one workload: the leader paused past the session
+/// timeout and resumed, one node killed and restarted, two killed at once
+/// (no quorum: nothing acknowledged until they return), and every node
+/// killed at once; the checker finds nothing.
+#[test]
+fn process_faults_lose_nothing_the_checker_can_find() {
+    const TOPIC: &str = "jepsen";
+    const PARTITIONS: u32 = 3;
+    let _serial = serial();
+    let mut c = Cluster::three();
+    c.replicated_topic(TOPIC, PARTITIONS);
+    let rt = runtime();
+    let w = Workload::start(&c, &rt, TOPIC, PARTITIONS, Producers::idempotent(2), 2);
+    w.more_acks(&c, 300, Duration::from_secs(30), "before any fault");
+    let settle = Duration::from_secs(30);
+    let mut log = Vec::new();
+
+    // 1. SIGSTOP partition 0's leader past the session timeout; SIGCONT.
+    let leader = c.agreed_leader(TOPIC);
+    let other = *c.nodes.keys().find(|n| **n != leader).unwrap();
+    c.nodes[&leader].pause();
+    leader_moves(&c, other, TOPIC, 0, leader, Duration::from_secs(15));
+    w.more_acks(&c, 100, settle, "with the leader paused");
+    std::thread::sleep(Duration::from_millis(SESSION_MS));
+    c.nodes[&leader].resume();
+    log.push(format!(
+        "paused leader {leader} past the session timeout: leadership moved"
+    ));
+    c.isr_full(TOPIC, 3, settle);
+
+    // 2. SIGKILL one node (partition 0's leader), restart it.
+    let leader = c.agreed_leader(TOPIC);
+    let other = *c.nodes.keys().find(|n| **n != leader).unwrap();
+    c.nodes.remove(&leader).unwrap().kill();
+    leader_moves(&c, other, TOPIC, 0, leader, Duration::from_secs(15));
+    w.more_acks(&c, 100, settle, "with the leader killed");
+    c.start(leader);
+    log.push(format!("killed leader {leader}, restarted"));
+    c.converged(&[1, 2, 3], settle);
+    c.isr_full(TOPIC, 3, settle);
+
+    // 3. SIGKILL two nodes at once: no quorum, no ISR of 2; restart both.
+    let two: Vec<u64> = c.nodes.keys().copied().take(2).collect();
+    for id in &two {
+        c.nodes.remove(id).unwrap().kill();
+    }
+    for id in &two {
+        c.start(*id);
+    }
+    c.converged(&[1, 2, 3], settle);
+    w.more_acks(&c, 100, settle, "after two nodes were killed and restarted");
+    log.push(format!("killed nodes {two:?} at once, restarted"));
+    c.isr_full(TOPIC, 3, settle);
+
+    // 4. Every node at once.
+    let ids: Vec<u64> = c.nodes.keys().copied().collect();
+    for id in &ids {
+        c.nodes.remove(id).unwrap().kill();
+    }
+    c.start_all();
+    c.converged(&[1, 2, 3], settle);
+    w.more_acks(&c, 100, settle, "after every node was killed and restarted");
+    log.push("killed every node at once, restarted".to_string());
+    c.isr_full(TOPIC, 3, settle);
+
+    let report = check_run(&c, &rt, w, TOPIC, PARTITIONS, &log);
+    assert!(report.acked >= 700, "{report}");
+}
+
+/// A cluster of three nodes in namespaces (every node started with `env`)
+/// with topic `jepsen` (3 partitions, RF 3, min.insync.replicas 2) and the
+/// workload running on it, 300 records acknowledged.
+fn running(
+    env: &[(&str, &str)],
+    producers: Producers,
+    rt: &tokio::runtime::Runtime,
+) -> (Cluster, Workload) {
+    const PARTITIONS: u32 = 3;
+    client_log();
+    let mut c = Cluster::in_namespaces(3);
+    c.env = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    c.start_all();
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    c.replicated_topic("jepsen", PARTITIONS);
+    let w = Workload::start(&c, rt, "jepsen", PARTITIONS, producers, 2);
+    w.more_acks(&c, 300, Duration::from_secs(30), "before any fault");
+    (c, w)
+}
+
+/// The checker sees what a broken durability rule does (issue 31's
+/// acceptance): with every leader's high watermark following its own
+/// fdatasync'd offset alone (a mutation: `acks=all` answered before any
+/// follower holds the records), isolating a leader loses records it
+/// acknowledged, and the checker reports them.
+#[test]
+fn the_checker_reports_what_a_broken_durability_rule_loses() {
+    let _serial = serial();
+    let rt = runtime();
+    let env = [(
+        weir_broker::replica::state::MUTATION_HW_IGNORES_FOLLOWERS_ENV,
+        "1",
+    )];
+    let (mut c, w) = running(&env, Producers::idempotent(2), &rt);
+    let what = network_fault(&mut c, &w, "jepsen", "isolate-leader");
+    let history = w.stop(&rt);
+    let logs = replica_logs(&c, "jepsen", 3, Duration::from_secs(30));
+    let report = checker::check(&history, &logs);
+    eprintln!("{what}\n{report}");
+    use checker::Anomaly::{AckedElsewhere, InconsistentOffset, Lost, Premature};
+    assert!(report.count(Lost) > 0, "nothing reported lost:\n{report}");
+    assert!(
+        report.count(InconsistentOffset) + report.count(AckedElsewhere) + report.count(Premature)
+            > 0,
+        "{report}"
+    );
+}
+
+/// The checker sees the duplicates of producers without idempotence: a
+/// leader's answers lost for a while, the producers send again what it
+/// had written, and the checker reports records twice in the log.
+#[test]
+fn the_checker_reports_the_duplicates_of_producers_without_idempotence() {
+    let _serial = serial();
+    let rt = runtime();
+    let producers = Producers {
+        count: 2,
+        idempotent: false,
+    };
+    let (mut c, w) = running(&[], producers, &rt);
+    let what = network_fault(&mut c, &w, "jepsen", "mute-leader");
+    let history = w.stop(&rt);
+    let logs = replica_logs(&c, "jepsen", 3, Duration::from_secs(30));
+    let report = checker::check(&history, &logs);
+    eprintln!("{what}\n{report}");
+    assert!(
+        report.count(checker::Anomaly::Duplicated) > 0,
+        "no duplicate reported:\n{report}"
+    );
+}
