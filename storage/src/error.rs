@@ -184,6 +184,23 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// Whether it is the disk being full (ENOSPC, or EDQUOT: out of
+    /// quota), whatever the operation.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StorageError::Io { source, .. } => {
+                matches!(
+                    source.kind(),
+                    io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+                ) || matches!(
+                    source.raw_os_error(),
+                    Some(libc::ENOSPC) | Some(libc::EDQUOT)
+                )
+            }
+            _ => false,
+        }
+    }
+
     /// Wraps an I/O error (std or glommio) with the operation and path.
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, e: impl Into<io::Error>) -> Self {
         StorageError::Io {
@@ -196,5 +213,20 @@ impl StorageError {
     /// Whether retrying the same request later can succeed.
     pub fn is_retriable(&self) -> bool {
         matches!(self, StorageError::Recovering { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_told_from_other_io_errors() {
+        let err = |code| StorageError::io("write", "/x", io::Error::from_raw_os_error(code));
+        assert!(err(libc::ENOSPC).is_disk_full());
+        assert!(err(libc::EDQUOT).is_disk_full());
+        assert!(!err(libc::EIO).is_disk_full());
+        let by_kind = io::Error::new(io::ErrorKind::StorageFull, "preallocate");
+        assert!(StorageError::io("preallocate", "/x", by_kind).is_disk_full());
     }
 }

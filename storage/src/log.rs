@@ -1925,6 +1925,11 @@ impl LogInner {
                 self.fail_waiters(&e);
                 let me = self.clone();
                 glommio::spawn_local(async move { me.roll_back().await }).detach();
+                if e.is_disk_full() {
+                    if let Some(stop) = self.shard.config.on_disk_full {
+                        stop(&e);
+                    }
+                }
             }
             RoundError::Sync(e) => {
                 tracing::error!(partition = %self.name, error = %e, "fdatasync failed; taking the log offline");

@@ -57,6 +57,12 @@ pub struct ShardConfig {
     /// data the disk never got, so a broker stops here rather than carry
     /// on. `None`: the log stays offline, the rest of the shard serves.
     pub on_sync_failure: Option<fn(&StorageError)>,
+    /// Called when a log's write (or preallocation) fails because the disk
+    /// is full, after the log rolled back to what it had written. `None`:
+    /// the log refuses each append that needs space it cannot get, and
+    /// serves reads (a one-node broker); a broker in a cluster stops
+    /// instead, so that other replicas lead its partitions.
+    pub on_disk_full: Option<fn(&StorageError)>,
 }
 
 impl Default for ShardConfig {
@@ -71,6 +77,7 @@ impl Default for ShardConfig {
             ),
             cleaner_read_chunk_bytes: crate::cleaner::READ_CHUNK_BYTES_DEFAULT,
             on_sync_failure: None,
+            on_disk_full: None,
         }
     }
 }

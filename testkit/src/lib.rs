@@ -10,6 +10,8 @@
 //! - [`ports`]: ports fixed in advance, below the kernel's ephemeral range;
 //! - [`checker`]: a Jepsen-style queue checker (histories of acks and
 //!   polls against every replica's final log, every anomaly counted);
+//! - [`disk`]: a small loop-device disk for one node, to fill and to slow
+//!   down;
 //! - [`netns`]: a cluster's own network (namespaces on a bridge) and its
 //!   faults (partitions, one-way cuts, packet loss) with nftables;
 //! - [`scrape`] (a node's `/metrics`), [`runtime`] (the SDK tests' tokio
@@ -17,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod checker;
+pub mod disk;
 pub mod netns;
 pub mod node;
 pub mod ports;

@@ -108,6 +108,22 @@ fn stop_on_sync_failure(e: &weir_storage::StorageError) {
     std::process::exit(EXIT_SYNC_FAILED);
 }
 
+/// A full data disk stops a broker of a cluster (as Kafka halts when its
+/// last log directory fails): its partitions cannot take a write, and
+/// while it runs it would keep leading them; stopped, it is fenced and
+/// other in-sync replicas lead. Free space, then restart it. (A one-node
+/// broker stays up: it refuses the appends that need space and serves
+/// reads.)
+fn stop_on_disk_full(e: &weir_storage::StorageError) {
+    tracing::error!(
+        error = %e,
+        exit_status = EXIT_SYNC_FAILED,
+        "the data disk is full: stopping the broker so that other replicas lead its partitions; \
+         free space, then restart it"
+    );
+    std::process::exit(EXIT_SYNC_FAILED);
+}
+
 /// One core's state.
 pub struct Core {
     /// This core's number.
@@ -163,6 +179,8 @@ impl Core {
             cleaner_io_max_bytes_per_sec: shared.config.log_cleaner_io_max_bytes_per_second,
             cleaner_io_busy_bytes_per_sec: shared.config.log_cleaner_io_busy_bytes_per_second,
             on_sync_failure: Some(stop_on_sync_failure),
+            on_disk_full: (shared.config.cluster.voters.len() > 1)
+                .then_some(stop_on_disk_full as fn(&_)),
             ..ShardConfig::default()
         });
         let producer_ids = producer_ids::ProducerIds::load(&shared.config.data_dir)?;

@@ -107,6 +107,8 @@ pub(crate) struct Cluster {
     pub(crate) net: Option<weir_testkit::netns::Net>,
     /// More environment variables of every node (a test's mutation).
     env: Vec<(String, String)>,
+    /// More environment variables of one node (a fault of its own).
+    node_env: BTreeMap<u64, Vec<(String, String)>>,
 }
 
 impl Cluster {
@@ -130,6 +132,7 @@ impl Cluster {
             authorizer: false,
             net: None,
             env: Vec::new(),
+            node_env: BTreeMap::new(),
         }
     }
 
@@ -158,7 +161,11 @@ impl Cluster {
     /// the cluster has them).
     fn builder(&self, id: u64, config: &Path) -> NodeBuilder {
         let mut b = node(config, &self.log_path(id)).name(format!("node {id}"));
-        for (k, v) in &self.env {
+        for (k, v) in self
+            .env
+            .iter()
+            .chain(self.node_env.get(&id).into_iter().flatten())
+        {
             b = b.env(k, v);
         }
         match &self.net {
@@ -427,16 +434,28 @@ impl Cluster {
     }
 
     /// Waits until every partition's ISR has `n` members.
+    /// Panics (with what the nodes logged about ISRs) if not within
+    /// `within`.
     fn isr_full(&self, topic: &str, n: usize, within: Duration) {
-        let what = format!("every partition of {topic} has {n} replicas in its ISR");
-        wait_until(Instant::now() + within, what, || {
+        let full = poll_until(Instant::now() + within, || {
             let rows = self.partition_rows(topic);
             if rows.iter().all(|r| r[4].split(',').count() == n) {
                 Ok(())
             } else {
-                Err(format!("ISR not full: {rows:?}"))
+                Err(rows)
             }
         });
+        if let Err(rows) = full {
+            let ids: Vec<u64> = self.bind.keys().copied().collect();
+            let logs = self.log_tails(&ids, 30, |l| {
+                (l.contains("ISR")
+                    || l.contains("fenc")
+                    || l.contains("WARN")
+                    || l.contains("ERROR"))
+                    && !l.contains("RPCError")
+            });
+            panic!("not every partition of {topic} has {n} replicas in its ISR within {within:?}: {rows:?}\n{logs}");
+        }
     }
 
     /// [`Cluster::weir_ok`] for a command that waits: killed (and the

@@ -432,8 +432,17 @@ fn replica_logs(c: &Cluster, topic: &str, partitions: u32, within: Duration) -> 
 
 /// The workload's records in a partition directory's segment files.
 fn read_log(dir: &std::path::Path) -> BTreeMap<u64, Rec> {
+    read_records(dir)
+        .into_iter()
+        .filter_map(|(o, _, r)| Some((o, r?)))
+        .collect()
+}
+
+/// Every record in a partition directory's segment files: offset,
+/// timestamp, and the workload's record if it is one.
+fn read_records(dir: &std::path::Path) -> Vec<(u64, i64, Option<Rec>)> {
     use weir_proto::reader::RecordBatch;
-    let mut out = BTreeMap::new();
+    let mut out = Vec::new();
     for f in super::segment_files(dir) {
         let bytes = std::fs::read(&f).unwrap_or_default();
         // Up to the first invalid batch: the preallocated, zeroed tail.
@@ -445,9 +454,8 @@ fn read_log(dir: &std::path::Path) -> BTreeMap<u64, Rec> {
             let records = batch.records().expect("its records");
             for r in records.iter() {
                 let r = r.expect("a record");
-                if let Some(rec) = r.record.value.and_then(Rec::parse) {
-                    out.insert(r.offset as u64, rec);
-                }
+                let rec = r.record.value.and_then(Rec::parse);
+                out.push((r.offset as u64, r.timestamp, rec));
             }
         }
     }
@@ -527,6 +535,7 @@ fn wanted(name: &str) -> bool {
 fn network_fault(c: &mut Cluster, w: &Workload, topic: &str, name: &str) -> String {
     let settle = Duration::from_secs(30);
     let n = c.bind.len();
+    eprintln!("fault: {name}");
     let what = match name {
         // Partition 0's leader's answers to its clients are lost for 4 s:
         // requests arrive and are written, producers time out and send
@@ -739,24 +748,33 @@ fn process_faults_lose_nothing_the_checker_can_find() {
 }
 
 /// A cluster of three nodes in namespaces (every node started with `env`)
-/// with topic `jepsen` (3 partitions, RF 3, min.insync.replicas 2) and the
-/// workload running on it, 300 records acknowledged.
+/// running the workload (see [`workload_on`]).
 fn running(
     env: &[(&str, &str)],
     producers: Producers,
     rt: &tokio::runtime::Runtime,
 ) -> (Cluster, Workload) {
-    const PARTITIONS: u32 = 3;
     client_log();
     let mut c = Cluster::in_namespaces(3);
     c.env = env
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    workload_on(c, producers, rt)
+}
+
+/// Starts `c`'s nodes, creates topic `jepsen` (3 partitions, RF 3,
+/// min.insync.replicas 2) and runs the workload on it until 300 records
+/// are acknowledged.
+fn workload_on(
+    mut c: Cluster,
+    producers: Producers,
+    rt: &tokio::runtime::Runtime,
+) -> (Cluster, Workload) {
     c.start_all();
     c.converged(&[1, 2, 3], Duration::from_secs(20));
-    c.replicated_topic("jepsen", PARTITIONS);
-    let w = Workload::start(&c, rt, "jepsen", PARTITIONS, producers, 2);
+    c.replicated_topic("jepsen", 3);
+    let w = Workload::start(&c, rt, "jepsen", 3, producers, 2);
     w.more_acks(&c, 300, Duration::from_secs(30), "before any fault");
     (c, w)
 }
@@ -810,4 +828,248 @@ fn the_checker_reports_the_duplicates_of_producers_without_idempotence() {
         report.count(checker::Anomaly::Duplicated) > 0,
         "no duplicate reported:\n{report}"
     );
+}
+
+/// The environment that runs a node under libfaketime with its wall clock
+/// offset by what `clock` holds (`+3h`, `-10m`, …, re-read at every
+/// clock read). `CLOCK_MONOTONIC` is left alone: on a real machine it
+/// never jumps (NTP steps the wall clock), and leases, sessions and
+/// timers are measured on it.
+fn faketime_env(clock: &std::path::Path) -> Vec<(String, String)> {
+    let lib = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("libfaketime: install it with `bash .ci/fault-tools`");
+    [
+        ("LD_PRELOAD", lib.to_string()),
+        ("FAKETIME_TIMESTAMP_FILE", clock.display().to_string()),
+        ("FAKETIME_NO_CACHE", "1".to_string()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Seconds since the epoch of a log line's RFC 3339 timestamp
+/// (`2026-12-04T21:20:24.136252Z …`).
+fn line_time(line: &str) -> Option<i64> {
+    let ts = line.split_whitespace().next()?;
+    let (date, time) = ts.trim_end_matches('Z').split_once('T')?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.split(':');
+    let (h, min) = (
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<i64>().ok()?,
+    );
+    let sec = t.next()?.split('.').next()?.parse::<i64>().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3_600 + min * 60 + sec)
+}
+
+/// How far node `id`'s wall clock is from the test's, in seconds, as its
+/// log shows: a topic `name` is created and the node's line about
+/// following or leading its partition is dated by the node's clock.
+fn clock_offset(c: &Cluster, id: u64, name: &str) -> i64 {
+    c.create_topic(name, 1, 3, &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let needle = format!("partition={name}-0");
+    let line = poll_until(Instant::now() + Duration::from_secs(10), || {
+        std::fs::read_to_string(c.log_path(id))
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.contains(&needle))
+            .map(str::to_string)
+            .ok_or(())
+    })
+    .unwrap_or_else(|()| panic!("node {id} logged nothing about {name}"));
+    line_time(&line).expect("a dated line") - now
+}
+
+/// Clock faults on one node, under the workload: node 2's wall clock 3 h
+/// ahead from its start, then stepped back 6 h (3 h behind), then to
+/// 10 min ahead. Retention (default, 7 days), time-index lookups,
+/// sessions and leases must not care: every anomaly count is 0, and a
+/// timestamp lookup on every partition answers the first record at or
+/// after the time asked, whoever leads it.
+#[test]
+fn clock_faults_on_one_node_lose_nothing_the_checker_can_find() {
+    const PARTITIONS: u32 = 3;
+    let _serial = serial();
+    let rt = runtime();
+    let mut c = Cluster::new(3);
+    let clock = c.root.path().join("node-2.clock");
+    std::fs::write(&clock, "+3h").unwrap();
+    c.node_env.insert(2, faketime_env(&clock));
+    let (c, w) = workload_on(c, Producers::idempotent(2), &rt);
+    let mut done = Vec::new();
+    for (i, (set, hours)) in [("+3h", 3.0), ("-3h", -3.0), ("+10m", 1.0 / 6.0)]
+        .into_iter()
+        .enumerate()
+    {
+        std::fs::write(&clock, set).unwrap();
+        let off = clock_offset(&c, 2, &format!("tick-{i}"));
+        let want = (hours * 3_600.0) as i64;
+        assert!(
+            (off - want).abs() < 120,
+            "node 2's clock is {off} s off, wanted {want} s ({set})"
+        );
+        w.more_acks(
+            &c,
+            100,
+            Duration::from_secs(30),
+            &format!("with node 2's clock at {set}"),
+        );
+        done.push(format!("node 2's wall clock at {set}: its log {off} s off"));
+    }
+    std::fs::write(&clock, "+0").unwrap();
+    let report = check_run(&c, &rt, w, "jepsen", PARTITIONS, &done);
+    assert!(report.acked >= 600, "{report}");
+    // Timestamp lookups: the first record at or after each time asked.
+    let rows = c.partition_rows("jepsen");
+    for p in 0..PARTITIONS {
+        let leader: u64 = rows[p as usize][1].parse().unwrap();
+        let records = read_records(&c.root.path().join(format!("node-{leader}/jepsen-{p}")));
+        let client_addr = c.nodes[&leader].listen;
+        for (o, ts, _) in records.iter().step_by((records.len() / 8).max(1)) {
+            let found = rt.block_on(async {
+                let client = weir_client::Client::connect(client_addr).await.unwrap();
+                client
+                    .list_offsets(
+                        "jepsen",
+                        p,
+                        weir_proto::messages::OffsetSpec::Timestamp(*ts),
+                    )
+                    .await
+                    .unwrap()
+            });
+            let first = records.iter().find(|(_, t, _)| t >= ts).map(|(o, _, _)| *o);
+            assert_eq!(
+                found, first,
+                "jepsen-{p} at {ts} (the record at {o}), led by node {leader}"
+            );
+        }
+    }
+}
+
+/// Disk faults on one node, under the workload: node 2's data on a small
+/// disk of its own, its writes throttled to 20 per second for 6 s (a slow
+/// disk), then the disk filled: node 2 stops (exit 74) and other
+/// replicas lead what it led. The cluster goes on (≥ 100 records
+/// acknowledged under each fault), nothing acknowledged is lost, and
+/// given space and a restart node 2 rejoins the ISR.
+#[test]
+fn disk_faults_on_one_node_lose_nothing_the_checker_can_find() {
+    const PARTITIONS: u32 = 3;
+    let _serial = serial();
+    let rt = runtime();
+    let space = tempfile::tempdir().unwrap();
+    let disk = weir_testkit::disk::Disk::new(space.path(), &space.path().join("node-2"), 256)
+        .unwrap_or_else(|e| panic!("a loop-device disk for node 2: {e}"));
+    let c = Cluster::new(3);
+    std::fs::create_dir(disk.mount().join("data")).unwrap();
+    std::os::unix::fs::symlink(disk.mount().join("data"), c.root.path().join("node-2")).unwrap();
+    let (mut c, w) = workload_on(c, Producers::idempotent(2), &rt);
+    let mut done = Vec::new();
+
+    // A slow disk.
+    disk.throttle(c.nodes[&2].pid(), 20).unwrap();
+    let start = Instant::now();
+    w.more_acks(&c, 100, Duration::from_secs(30), "with node 2's disk slow");
+    std::thread::sleep(Duration::from_secs(6).saturating_sub(start.elapsed()));
+    let writes = disk.throttled_writes();
+    assert!(writes > 0, "no write of node 2 went through the throttle");
+    disk.unthrottle().unwrap();
+    done.push(format!(
+        "node 2's disk at 20 writes/s for 6 s: {writes} writes throttled"
+    ));
+    c.isr_full("jepsen", 3, Duration::from_secs(30));
+
+    // A full disk: 40 MiB more for a partition with a replica on node 2
+    // (past the 32 MiB its segment has preallocated) while it has 64 KiB.
+    // Node 2 stops (exit 74): other replicas lead what it led.
+    c.replicated_topic("bulk", 1);
+    disk.fill(64 << 10);
+    let bulk = bulk_write(&c, &rt, 40 << 20);
+    let status = {
+        let n = c.nodes.get_mut(&2).unwrap();
+        poll_until(Instant::now() + Duration::from_secs(30), || {
+            n.try_wait().ok_or(())
+        })
+        .expect("node 2 stopped when its disk was full")
+    };
+    assert_eq!(status.code(), Some(74), "node 2's exit status");
+    let log = c.log(2);
+    assert!(
+        log.contains("the data disk is full: stopping the broker"),
+        "node 2's log says why it stopped:\n{log}"
+    );
+    w.more_acks(
+        &c,
+        100,
+        Duration::from_secs(30),
+        "with node 2 stopped by a full disk",
+    );
+    done.push(format!("node 2's disk full: it stopped (exit 74); {bulk}"));
+    disk.unfill();
+    c.nodes.remove(&2);
+    c.start(2);
+    c.converged(&[1, 2, 3], Duration::from_secs(30));
+    c.isr_full("jepsen", 3, Duration::from_secs(30));
+    let report = check_run(&c, &rt, w, "jepsen", PARTITIONS, &done);
+    assert!(report.acked >= 500, "{report}");
+    drop(c);
+    drop(disk);
+}
+
+/// Writes `bytes` to topic `bulk` in 64 KiB records (acks=all, at most
+/// 60 s); says how much was acknowledged.
+fn bulk_write(c: &Cluster, rt: &tokio::runtime::Runtime, bytes: usize) -> String {
+    let bootstrap: Vec<String> = c.nodes.values().map(|n| n.listen.to_string()).collect();
+    let bootstrap = bootstrap.join(",");
+    rt.block_on(async move {
+        let producer = Producer::builder()
+            .bootstrap(bootstrap)
+            .config(|c| c.delivery_timeout_ms = 30_000)
+            .build()
+            .await
+            .expect("a producer");
+        let value = bytes::Bytes::from(vec![7u8; 64 << 10]);
+        let mut deliveries = Vec::new();
+        for _ in 0..bytes / value.len() {
+            match producer
+                .send(ProducerRecord::new("bulk", value.clone()).partition(0))
+                .await
+            {
+                Ok(d) => deliveries.push(d),
+                Err(_) => break,
+            }
+        }
+        let (mut ok, mut failed, mut first) = (0, 0, None);
+        for d in deliveries {
+            match tokio::time::timeout(Duration::from_secs(60), d).await {
+                Ok(Ok(_)) => ok += 1,
+                Ok(Err(e)) => {
+                    failed += 1;
+                    first.get_or_insert(e.to_string());
+                }
+                Err(_) => failed += 1,
+            }
+        }
+        producer.close().await;
+        format!("{ok} × 64 KiB to bulk acknowledged, {failed} failed (first: {first:?})")
+    })
 }
