@@ -135,6 +135,8 @@ pub struct Metrics {
     pub replication_in: Cell<u64>,
     /// Bytes of batches this core sent to followers.
     pub replication_out: Cell<u64>,
+    /// The reactor's lateness and stalls (`crate::shard::stalls`).
+    pub stalls: std::rc::Rc<crate::shard::stalls::Stalls>,
 }
 
 fn add(c: &Cell<u64>, n: u64) {
@@ -253,6 +255,9 @@ pub struct Snapshot {
     pub(crate) replication_in: u64,
     pub(crate) replication_out: u64,
     pub(crate) leaders: Vec<LeaderStats>,
+    /// The reactor: longest timer lateness (µs), longest stall (µs),
+    /// stalls.
+    pub(crate) reactor: (u64, u64, u64),
 }
 
 /// A one-sample-per-core metric: name, type, help, value.
@@ -344,7 +349,7 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    let simple: [Simple; 29] = [
+    let simple: [Simple; 32] = [
         (
             "weir_replication_bytes_in_total",
             "counter",
@@ -515,6 +520,24 @@ pub fn render(snaps: &[Snapshot]) -> String {
             "counter",
             "Group-commit flush rounds.",
             |s| s.storage.flush_rounds as f64,
+        ),
+        (
+            "weir_reactor_timer_lateness_seconds_max",
+            "gauge",
+            "Longest a due timer of the core waited to fire (busy or stalled), since the start.",
+            |s| s.reactor.0 as f64 / 1e6,
+        ),
+        (
+            "weir_reactor_stall_seconds_max",
+            "gauge",
+            "Longest stall with work pending: the reactor slept past a due timer (at least 100 ms, the executor idle), since the start.",
+            |s| s.reactor.1 as f64 / 1e6,
+        ),
+        (
+            "weir_reactor_stalls_total",
+            "counter",
+            "Stalls with work pending (see weir_reactor_stall_seconds_max).",
+            |s| s.reactor.2 as f64,
         ),
     ];
     for (name, kind, help, f) in simple {

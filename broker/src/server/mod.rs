@@ -412,6 +412,14 @@ async fn core_main(
     }
     {
         let shared = shared.clone();
+        let stalls = core.metrics.stalls.clone();
+        glommio::spawn_local(crate::shard::stalls::watch(c, stalls, move || {
+            shared.stopping()
+        }))
+        .detach();
+    }
+    {
+        let shared = shared.clone();
         core.storage
             .start_cleaner(
                 Duration::from_millis(shared.config.log_cleaner_backoff_ms),

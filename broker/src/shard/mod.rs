@@ -15,6 +15,7 @@ pub mod partition;
 pub mod producer_ids;
 pub mod published;
 pub mod quotas;
+pub mod stalls;
 pub mod stats;
 
 use std::cell::{Cell, RefCell};

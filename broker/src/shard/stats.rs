@@ -55,6 +55,11 @@ pub fn snapshot(core: &Core) -> Snapshot {
             .collect(),
         replication_in: m.replication_in.get(),
         replication_out: m.replication_out.get(),
+        reactor: (
+            m.stalls.late_max_us.get(),
+            m.stalls.stall_max_us.get(),
+            m.stalls.stalls.get(),
+        ),
         leaders: core
             .replication
             .all()

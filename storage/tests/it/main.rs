@@ -12,6 +12,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod blocking_wakeups;
 mod compaction;
 mod crash;
 mod idempotence;
