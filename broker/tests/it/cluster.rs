@@ -454,7 +454,28 @@ impl Cluster {
                     || l.contains("ERROR"))
                     && !l.contains("RPCError")
             });
-            panic!("not every partition of {topic} has {n} replicas in its ISR within {within:?}: {rows:?}\n{logs}");
+            // Each leader's view of its followers: a follower that fetches
+            // shows a lag; one whose fetcher is stuck shows none or an old one.
+            let lags: Vec<String> = self
+                .nodes
+                .iter()
+                .map(|(id, node)| {
+                    let text =
+                        std::net::TcpStream::connect_timeout(&node.metrics, Duration::from_secs(2))
+                            .map(|_| weir_testkit::scrape(node.metrics))
+                            .unwrap_or_default();
+                    let lines: Vec<&str> = text
+                        .lines()
+                        .filter(|l| l.starts_with("weir_follower_lag_records") && l.contains(topic))
+                        .collect();
+                    format!("node {id} leads: {}", lines.join("; "))
+                })
+                .collect();
+            panic!(
+                "not every partition of {topic} has {n} replicas in its ISR within {within:?}: \
+                 {rows:?}\n{}\n{logs}",
+                lags.join("\n")
+            );
         }
     }
 
