@@ -10,7 +10,6 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Where cgroup v1's blkio hierarchy is.
@@ -30,18 +29,7 @@ pub struct Disk {
     cgroup: PathBuf,
 }
 
-fn run(program: &str, args: &[&str]) -> io::Result<String> {
-    let out = Command::new(program).args(args).output()?;
-    if !out.status.success() {
-        return Err(io::Error::other(format!(
-            "`{program} {}` failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
+use crate::run_command as run;
 
 impl Disk {
     /// A `mib` MiB ext4 filesystem in an image under `dir`, mounted at

@@ -33,6 +33,22 @@ pub use node::{weir_bin, Node, NodeBuilder, StartError};
 pub use process::{Log, Process};
 pub use wait::{poll_until, wait_until};
 
+/// Runs `program args` to its end: its stdout, or an error naming the
+/// command and what it printed on stderr (the net and disk harnesses'
+/// `ip`, `nft`, `mkfs.ext4`, `mount`, …).
+pub(crate) fn run_command(program: &str, args: &[&str]) -> std::io::Result<String> {
+    let out = std::process::Command::new(program).args(args).output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "`{program} {}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// A tokio runtime for SDK clients in tests: 2 workers, like the machine.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

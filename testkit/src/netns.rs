@@ -52,23 +52,19 @@ impl std::fmt::Display for NetError {
 
 impl std::error::Error for NetError {}
 
-/// Runs `program args`; the error names the command and what it printed.
+/// [`crate::run_command`], its error a [`NetError`] that says what to
+/// install when the program is missing.
 fn run(program: &str, args: &[&str]) -> Result<String, NetError> {
-    let out = Command::new(program).args(args).output().map_err(|e| {
-        NetError(format!(
-            "running `{program}`: {e} (the fault tests need iproute2 and nftables: \
-             `bash .ci/fault-tools`)"
-        ))
-    })?;
-    if !out.status.success() {
-        return Err(NetError(format!(
-            "`{program} {}` failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    crate::run_command(program, args).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            NetError(format!(
+                "running `{program}`: {e} (the fault tests need iproute2 and nftables: \
+                 `bash .ci/fault-tools`)"
+            ))
+        } else {
+            NetError(e.to_string())
+        }
+    })
 }
 
 /// [`run`] that must succeed.

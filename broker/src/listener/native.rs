@@ -626,12 +626,14 @@ async fn init_producer_id(core: &Rc<Core>) -> InitProducerIdResponse {
 /// again and go round for as long as the fault lasts.
 async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
     if !core.holds_lease() {
-        let names = admin::topics(core, req.topics, false).await;
+        // The names alone: no auto-creation, which would wait on the
+        // controller this node cannot reach.
+        let names = req.topics.unwrap_or_else(|| admin::visible_topics(core));
         return MetadataResponse {
             cores: Vec::new(),
             topics: names
                 .into_iter()
-                .map(|(name, _)| TopicMetadata {
+                .map(|name| TopicMetadata {
                     name,
                     error: ErrorCode::NotLeader.as_u16(),
                     partitions: Vec::new(),

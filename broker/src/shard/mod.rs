@@ -101,11 +101,15 @@ pub const EXIT_SYNC_FAILED: i32 = 74;
 /// catch up from the new leader), and meanwhile the cluster elects
 /// other leaders.
 fn stop_on_sync_failure(e: &weir_storage::StorageError) {
-    tracing::error!(
-        error = %e,
-        exit_status = EXIT_SYNC_FAILED,
-        "fdatasync failed: stopping the broker; restart it to recover from what is on disk"
+    stop_for_storage(
+        e,
+        "fdatasync failed: stopping the broker; restart it to recover from what is on disk",
     );
+}
+
+/// Logs why, then exits with [`EXIT_SYNC_FAILED`].
+fn stop_for_storage(e: &weir_storage::StorageError, why: &str) -> ! {
+    tracing::error!(error = %e, exit_status = EXIT_SYNC_FAILED, "{why}");
     std::process::exit(EXIT_SYNC_FAILED);
 }
 
@@ -116,13 +120,11 @@ fn stop_on_sync_failure(e: &weir_storage::StorageError) {
 /// broker stays up: it refuses the appends that need space and serves
 /// reads.)
 fn stop_on_disk_full(e: &weir_storage::StorageError) {
-    tracing::error!(
-        error = %e,
-        exit_status = EXIT_SYNC_FAILED,
+    stop_for_storage(
+        e,
         "the data disk is full: stopping the broker so that other replicas lead its partitions; \
-         free space, then restart it"
+         free space, then restart it",
     );
-    std::process::exit(EXIT_SYNC_FAILED);
 }
 
 /// One core's state.
