@@ -28,7 +28,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The controller's clock is tokio's: the wall clock in a node, the
+// simulated one in the simulation tests (`crate::sim`).
+use tokio::time::Instant;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
@@ -37,7 +41,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::error::{Error, Result};
-use crate::link::Links;
+use crate::link::{Links, Transport};
 use crate::meta::{ClusterState, Command, NodeInfo, Outcome};
 use crate::raft::store::{LogStore, StateMachine};
 use crate::raft::{Network, Raft};
@@ -74,6 +78,10 @@ pub struct ControllerConfig {
     /// that are live and in sync (Kafka's auto leader rebalance); `None`:
     /// never.
     pub leader_rebalance_interval: Option<Duration>,
+    /// The election timeout's upper bound instead of twice the lower
+    /// (the simulation gives each node one timeout of its own, drawn from
+    /// the seed: openraft's own draw is not seeded).
+    pub(crate) election_timeout_max: Option<Duration>,
 }
 
 impl ControllerConfig {
@@ -97,6 +105,7 @@ impl ControllerConfig {
             session_timeout: Duration::from_secs(3),
             election_timeout: Duration::from_millis(300),
             leader_rebalance_interval: Some(Duration::from_secs(300)),
+            election_timeout_max: None,
         }
     }
 }
@@ -126,13 +135,18 @@ struct Liveness {
     /// it registered (again), which counts as a heartbeat.
     epochs: HashMap<u64, u64>,
     term: u64,
+    /// Nodes this leader decided to fence (id → the broker epoch fenced),
+    /// until its state shows them fenced or registered again: their
+    /// heartbeats are not acknowledged meanwhile (an acknowledgement
+    /// extends a lease the fencing is about to end).
+    fencing: HashMap<u64, u64>,
 }
 
-struct Shared {
-    raft: Raft,
-    links: Links,
-    cfg: ControllerConfig,
-    state: watch::Receiver<Arc<ClusterState>>,
+pub(crate) struct Shared {
+    pub(crate) raft: Raft,
+    links: Arc<dyn Transport>,
+    pub(crate) cfg: ControllerConfig,
+    pub(crate) state: watch::Receiver<Arc<ClusterState>>,
     liveness: Mutex<Liveness>,
     epoch: Mutex<u64>,
     /// What this node registers.
@@ -141,7 +155,7 @@ struct Shared {
     wake: tokio::sync::Notify,
     /// The leader lease (see [`Controller::holds_lease`]), read on every
     /// partition lookup of every core: atomics, no lock.
-    lease: Lease,
+    pub(crate) lease: Lease,
 }
 
 /// A running controller. Dropping it stops it (as [`Controller::stop`]).
@@ -452,10 +466,21 @@ async fn boot(mut cfg: ControllerConfig) -> Result<(Arc<Shared>, quinn::Endpoint
         action: "reading the endpoint's local address".to_string(),
         source,
     })?;
-    cfg.node.id = cfg.node_id;
     if cfg.node.replication.is_empty() {
         cfg.node.replication = local.to_string();
     }
+    let links = Links::new(endpoint.clone(), cfg.cluster_id.clone(), cfg.node_id);
+    Ok((boot_member(cfg, Arc::new(links)).await?, endpoint))
+}
+
+/// Opens the Raft log and state machine, starts the Raft member on
+/// `links` and initializes a new quorum (see [`ControllerConfig::voters`]).
+/// `cfg.node.replication` is where the others reach this node.
+pub(crate) async fn boot_member(
+    mut cfg: ControllerConfig,
+    links: Arc<dyn Transport>,
+) -> Result<Arc<Shared>> {
+    cfg.node.id = cfg.node_id;
     let raft_dir = cfg.data_dir.clone();
     let log = LogStore::open(&raft_dir).map_err(|e| Error::OpenRaft {
         what: "log",
@@ -474,7 +499,10 @@ async fn boot(mut cfg: ControllerConfig) -> Result<(Arc<Shared>, quinn::Endpoint
         cluster_name: cfg.cluster_id.clone(),
         heartbeat_interval: (cfg.election_timeout.as_millis() as u64 / 3).max(10),
         election_timeout_min: cfg.election_timeout.as_millis() as u64,
-        election_timeout_max: cfg.election_timeout.as_millis() as u64 * 2,
+        election_timeout_max: cfg
+            .election_timeout_max
+            .unwrap_or(cfg.election_timeout * 2)
+            .as_millis() as u64,
         install_snapshot_timeout: 2_000,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(1_000),
         max_in_snapshot_log_to_keep: 100,
@@ -484,7 +512,6 @@ async fn boot(mut cfg: ControllerConfig) -> Result<(Arc<Shared>, quinn::Endpoint
     .map_err(|e| Error::RaftConfig {
         source: Box::new(e),
     })?;
-    let links = Links::new(endpoint.clone(), cfg.cluster_id.clone(), cfg.node_id);
     let raft = Raft::new(
         cfg.node_id,
         Arc::new(raft_config),
@@ -539,28 +566,32 @@ async fn boot(mut cfg: ControllerConfig) -> Result<(Arc<Shared>, quinn::Endpoint
     if sole_voter {
         let _ = raft.trigger().elect().await;
     }
-    Ok((
-        Arc::new(Shared {
-            raft,
-            links,
-            state,
-            liveness: Mutex::new(Liveness::default()),
-            epoch: Mutex::new(0),
-            node: Mutex::new(cfg.node.clone()),
-            wake: tokio::sync::Notify::new(),
-            cfg,
-            lease: Lease::new(),
-        }),
-        endpoint,
-    ))
+    Ok(Arc::new(Shared {
+        raft,
+        links,
+        state,
+        liveness: Mutex::new(Liveness::default()),
+        epoch: Mutex::new(0),
+        node: Mutex::new(cfg.node.clone()),
+        wake: tokio::sync::Notify::new(),
+        cfg,
+        lease: Lease::new(),
+    }))
 }
 
 fn spawn_tasks(
     shared: &Arc<Shared>,
     endpoint: quinn::Endpoint,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = member_tasks(shared);
+    tasks.push(tokio::spawn(accept_loop(shared.clone(), endpoint)));
+    tasks
+}
+
+/// The tasks every member runs whatever its transport: registration and
+/// heartbeats, and the leader's duties.
+pub(crate) fn member_tasks(shared: &Arc<Shared>) -> Vec<tokio::task::JoinHandle<()>> {
     vec![
-        tokio::spawn(accept_loop(shared.clone(), endpoint)),
         tokio::spawn(member_loop(shared.clone())),
         tokio::spawn(leader_loop(shared.clone())),
     ]
@@ -678,7 +709,7 @@ async fn serve_connection(shared: &Arc<Shared>, conn: quinn::Connection) -> Resu
     }
 }
 
-async fn handle(shared: &Arc<Shared>, request: Request) -> Response {
+pub(crate) async fn handle(shared: &Arc<Shared>, request: Request) -> Response {
     let raft = &shared.raft;
     match request {
         Request::Hello { .. } => Response::HelloOk,
@@ -736,17 +767,14 @@ async fn handle(shared: &Arc<Shared>, request: Request) -> Response {
         },
         Request::Heartbeat { node_id, .. } => {
             if raft.metrics().borrow().current_leader != Some(shared.cfg.node_id) {
-                // Kept all the same: if this voter is elected, it knows
-                // who was alive (see `leader_loop`).
-                record_heartbeat(shared, node_id);
                 return Response::NotLeader(raft.metrics().borrow().current_leader);
             }
-            heartbeat_at_leader(shared, node_id)
+            heartbeat_at_leader(shared, node_id).await
         }
     }
 }
 
-/// Notes a heartbeat of `node_id` in this voter's liveness table.
+/// Notes a heartbeat of `node_id` in the leader's liveness table.
 fn record_heartbeat(shared: &Shared, node_id: u64) {
     shared
         .liveness
@@ -756,8 +784,38 @@ fn record_heartbeat(shared: &Shared, node_id: u64) {
         .insert(node_id, Instant::now());
 }
 
-fn heartbeat_at_leader(shared: &Shared, node_id: u64) -> Response {
+/// The leader's answer to a heartbeat. An acknowledgement extends the
+/// node's lease, so it is given only by a leader a quorum confirms now (a
+/// deposed leader that has not heard of its successor must not extend
+/// leases the successor will not know of), and only once it has applied
+/// an entry of its own term (a fencing an earlier leader left in the log
+/// commits with it, and must be in the state the answer is read from).
+async fn heartbeat_at_leader(shared: &Shared, node_id: u64) -> Response {
     record_heartbeat(shared, node_id);
+    if let Err(e) = shared.raft.ensure_linearizable().await {
+        return Response::Refused(format!("not confirmed as the controller leader: {e}"));
+    }
+    let caught_up = {
+        let m = shared.raft.metrics();
+        let m = m.borrow();
+        m.last_applied
+            .is_some_and(|l| l.leader_id == *m.vote.leader_id())
+    };
+    if !caught_up {
+        return Response::Refused(
+            "a new controller leader: heartbeats are acknowledged once its first entry is applied"
+                .to_string(),
+        );
+    }
+    if shared
+        .liveness
+        .lock()
+        .expect("not poisoned")
+        .fencing
+        .contains_key(&node_id)
+    {
+        return Response::Refused(format!("node {node_id} is being fenced"));
+    }
     let state = shared.state.borrow().clone();
     match state.nodes.get(&node_id) {
         Some(n) => Response::HeartbeatAck {
@@ -772,7 +830,7 @@ fn heartbeat_at_leader(shared: &Shared, node_id: u64) -> Response {
 }
 
 /// Proposes `command` on the leader, wherever it is, until `deadline`.
-async fn propose(
+pub(crate) async fn propose(
     shared: &Shared,
     command: Command,
     within: Duration,
@@ -780,7 +838,14 @@ async fn propose(
     let deadline = Instant::now() + within;
     let mut last_error = String::new();
     while Instant::now() < deadline {
-        match shared.raft.client_write(command.clone()).await {
+        // A leader that cannot reach a quorum holds the write until it
+        // commits or the leader steps down: the deadline bounds it too.
+        let write = tokio::time::timeout_at(deadline, shared.raft.client_write(command.clone()));
+        let Ok(written) = write.await else {
+            last_error = format!("not committed within {within:?} (no quorum reached)");
+            break;
+        };
+        match written {
             Ok(r) => return Ok(r.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 if let (Some(id), Some(node)) = (f.leader_id, f.leader_node) {
@@ -814,6 +879,26 @@ async fn propose(
     }
 }
 
+/// Proposes `command` on this node only if it leads (never forwarded),
+/// waiting until `within` for the commit.
+async fn propose_as_leader(
+    shared: &Shared,
+    command: Command,
+    within: Duration,
+) -> Result<Outcome, ControllerError> {
+    let write = tokio::time::timeout(within, shared.raft.client_write(command));
+    match write.await {
+        Ok(Ok(r)) => Ok(r.data),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => Err(
+            ControllerError::Other("this node no longer leads the controller".to_string()),
+        ),
+        Ok(Err(e)) => Err(ControllerError::Other(e.to_string())),
+        Err(_) => Err(ControllerError::Other(format!(
+            "not committed within {within:?} (no quorum reached)"
+        ))),
+    }
+}
+
 async fn wait_applied(
     state: &watch::Receiver<Arc<ClusterState>>,
     version: u64,
@@ -838,8 +923,8 @@ async fn wait_applied(
 /// metadata version it must have applied first (its registration's after
 /// a fencing). Written by the member loop, read by every core.
 #[derive(Debug)]
-struct Lease {
-    base: std::time::Instant,
+pub(crate) struct Lease {
+    base: Instant,
     until_ms: std::sync::atomic::AtomicU64,
     min_version: std::sync::atomic::AtomicU64,
 }
@@ -847,29 +932,29 @@ struct Lease {
 impl Lease {
     fn new() -> Lease {
         Lease {
-            base: std::time::Instant::now(),
+            base: Instant::now(),
             until_ms: std::sync::atomic::AtomicU64::new(0),
             min_version: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    fn ms(&self, t: std::time::Instant) -> u64 {
+    fn ms(&self, t: Instant) -> u64 {
         // 1 at the least: 0 means no lease.
         (t.saturating_duration_since(self.base).as_millis() as u64).max(1)
     }
 
-    fn holds(&self, applied_version: u64) -> bool {
+    pub(crate) fn holds(&self, applied_version: u64) -> bool {
         use std::sync::atomic::Ordering::Acquire;
         let until = self.until_ms.load(Acquire);
         until != 0
-            && self.ms(std::time::Instant::now()) < until
+            && self.ms(Instant::now()) < until
             && applied_version >= self.min_version.load(Acquire)
     }
 
     /// A registration acknowledged: after a fencing (no lease) the node
     /// leads again only once it has applied `version`; an update of a
     /// live node's addresses keeps the version it had.
-    fn registered(&self, until: std::time::Instant, version: u64) {
+    fn registered(&self, until: Instant, version: u64) {
         use std::sync::atomic::Ordering::{AcqRel, Release};
         if self.until_ms.load(std::sync::atomic::Ordering::Acquire) == 0 {
             self.min_version.store(version, Release);
@@ -878,7 +963,7 @@ impl Lease {
     }
 
     /// An unfenced heartbeat acknowledged: a live lease lasts longer.
-    fn extend(&self, until: std::time::Instant) {
+    fn extend(&self, until: Instant) {
         use std::sync::atomic::Ordering::AcqRel;
         let until = self.ms(until);
         let _ = self
@@ -907,8 +992,6 @@ async fn member_loop(shared: Arc<Shared>) {
     // This run of the node registered: later registrations (new addresses,
     // or after a fencing) are updates, which keep what it leads.
     let mut registered = false;
-    let mut beats = 0u64;
-    let in_flight: Arc<Mutex<std::collections::HashSet<u64>>> = Default::default();
     loop {
         let epoch = *shared.epoch.lock().expect("not poisoned");
         if epoch == 0 {
@@ -918,7 +1001,7 @@ async fn member_loop(shared: Arc<Shared>) {
             } else {
                 Command::RegisterNode(info.clone())
             };
-            let sent = std::time::Instant::now();
+            let sent = Instant::now();
             match propose(&shared, command, interval * 3).await {
                 Ok(o) if *shared.node.lock().expect("not poisoned") != info => {
                     registered |= o.error.is_none();
@@ -951,50 +1034,11 @@ async fn member_loop(shared: Arc<Shared>) {
             }
         } else {
             let leader = shared.raft.metrics().borrow().current_leader;
-            // The other voters hear it too, unanswered: whichever is
-            // elected next knows who was alive, and fences a node that
-            // died a session after its death rather than a session after
-            // the election.
-            let voters: Vec<(u64, String)> = {
-                let m = shared.raft.metrics();
-                let m = m.borrow();
-                m.membership_config
-                    .membership()
-                    .voter_ids()
-                    .filter(|v| *v != shared.cfg.node_id && Some(*v) != leader)
-                    .filter_map(|v| {
-                        let node = m.membership_config.membership().get_node(&v)?;
-                        Some((v, node.addr.clone()))
-                    })
-                    .collect()
-            };
-            // Every other heartbeat (a third of a session: fresh enough),
-            // one call in flight per voter (a dead one is not piled on).
-            beats += 1;
-            for (v, addr) in voters.into_iter().filter(|_| beats % 2 == 0) {
-                if !in_flight.lock().expect("not poisoned").insert(v) {
-                    continue;
-                }
-                let (shared, in_flight) = (shared.clone(), in_flight.clone());
-                tokio::spawn(async move {
-                    let hb = Request::Heartbeat {
-                        node_id: shared.cfg.node_id,
-                        epoch,
-                    };
-                    let _ = shared.links.call(v, &addr, &hb).await;
-                    in_flight.lock().expect("not poisoned").remove(&v);
-                });
-            }
-            let sent = std::time::Instant::now();
+            let sent = Instant::now();
             let answer = match leader {
                 // A leader that was paused still believes it leads: its
                 // own heartbeat counts once a quorum confirms it.
-                Some(l) if l == shared.cfg.node_id => {
-                    match shared.raft.ensure_linearizable().await {
-                        Ok(_) => Some(heartbeat_at_leader(&shared, l)),
-                        Err(_) => None,
-                    }
-                }
+                Some(l) if l == shared.cfg.node_id => Some(heartbeat_at_leader(&shared, l).await),
                 Some(l) => {
                     let addr = shared
                         .raft
@@ -1063,8 +1107,15 @@ async fn leader_loop(shared: Arc<Shared>) {
     let mut last_rebalance = Instant::now();
     loop {
         // Every tick, and at once when leadership changes.
+        let mut paused = false;
         if !first {
+            let asleep = Instant::now();
             let _ = tokio::time::timeout(tick, metrics.changed()).await;
+            // Woken far later than the tick: this process (or its host)
+            // stood still. The heartbeats sent meanwhile wait unread in
+            // its sockets: every node gets a session from now rather than
+            // being fenced for this node's own silence.
+            paused = asleep.elapsed() > tick + shared.cfg.session_timeout / 3;
         }
         first = false;
         let (leader, term) = {
@@ -1091,27 +1142,46 @@ async fn leader_loop(shared: Arc<Shared>) {
         let lapsed: Vec<(u64, u64)> = {
             let mut live = shared.liveness.lock().expect("not poisoned");
             if live.term != term {
-                // A new leader. Nodes heartbeat every voter, so the table
-                // holds when each was last heard of: a node that died
-                // before the election is fenced a session after it died.
-                // One never heard of here (this voter just started) gets a
-                // full session from now.
+                // A new leader cannot know which leases the one before it
+                // extended: every node gets a full session from now (as
+                // KRaft's newly active controller gives its brokers).
                 live.term = term;
+                live.fencing.clear();
+                live.epochs.clear();
                 for id in state.nodes.keys() {
-                    live.seen.entry(*id).or_insert(now);
+                    live.seen.insert(*id, now);
                 }
             }
-            let Liveness { seen, epochs, .. } = &mut *live;
-            state
+            if paused {
+                warn!(
+                    node = shared.cfg.node_id,
+                    "the controller leader stood still for over a third of a session: every node's session starts again"
+                );
+                for id in state.nodes.keys() {
+                    live.seen.insert(*id, now);
+                }
+            }
+            // A fencing ends once applied (or overtaken by a registration).
+            live.fencing.retain(|id, epoch| {
+                state
+                    .nodes
+                    .get(id)
+                    .is_some_and(|n| !n.fenced && n.broker_epoch == *epoch)
+            });
+            let Liveness {
+                seen,
+                epochs,
+                fencing,
+                ..
+            } = &mut *live;
+            let lapsed: Vec<(u64, u64)> = state
                 .nodes
                 .iter()
                 .filter(|(_, n)| !n.fenced)
                 .filter(|(id, n)| {
                     // A registration is a sign of life: the session of a
                     // node that registered since the last look starts now
-                    // (it has not had time to heartbeat yet). At a first
-                    // look (a new leader) the heartbeats heard as a voter
-                    // stand.
+                    // (it has not had time to heartbeat yet).
                     let before = epochs.insert(**id, n.broker_epoch);
                     if before.is_some_and(|e| e != n.broker_epoch) {
                         seen.insert(**id, now);
@@ -1120,14 +1190,22 @@ async fn leader_loop(shared: Arc<Shared>) {
                     now.duration_since(seen) > shared.cfg.session_timeout
                 })
                 .map(|(id, n)| (*id, n.broker_epoch))
-                .collect()
+                .collect();
+            // Decided under the lock the heartbeats take: none is
+            // acknowledged from here on.
+            fencing.extend(lapsed.iter().copied());
+            lapsed
         };
         for (id, epoch) in lapsed {
             warn!(
                 node = id,
                 epoch, "no heartbeat within the session timeout: fencing"
             );
-            match propose(&shared, Command::FenceNode { id, epoch }, tick).await {
+            // Committed by this leader or not at all: a deposed leader's
+            // liveness table is stale, and forwarded to its successor the
+            // fencing would end a lease that successor just extended.
+            let fence = Command::FenceNode { id, epoch };
+            match propose_as_leader(&shared, fence, tick).await {
                 Ok(o) if o.error.is_none() => info!(node = id, version = o.version, "fenced"),
                 Ok(o) => tracing::debug!(node = id, error = ?o.error, "fence not applied"),
                 Err(e) => tracing::debug!(node = id, error = %e, "fence not committed"),

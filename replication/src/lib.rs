@@ -33,6 +33,9 @@ pub mod meta;
 #[allow(missing_docs)]
 pub mod wire;
 
+#[cfg(test)]
+mod sim;
+
 pub use controller::{Controller, ControllerConfig, ControllerError};
 pub use error::{Error, Result};
 pub use meta::{ClusterState, Command, NodeInfo, Outcome};

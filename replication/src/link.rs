@@ -4,15 +4,52 @@
 //! drops the connection, so the next one reconnects.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::tls::node_server_name;
 use crate::wire::{decode, encode, read_frame, write_frame, Request, Response};
 
 /// The longest a call to a peer may take, connection set-up included.
-pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+pub const CALL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A boxed call in flight.
+pub type CallFuture<'a> = Pin<Box<dyn Future<Output = Result<Response>> + Send + 'a>>;
+
+/// How the controller reaches its peers: the QUIC [`Links`] in a node; a
+/// simulated network in the controller's simulation tests.
+pub trait Transport: Send + Sync + 'static {
+    /// Sends `request` to node `target` at `addr` and returns its answer,
+    /// or an error after `limit` (at most [`CALL_TIMEOUT`]).
+    fn call_within<'a>(
+        &'a self,
+        target: u64,
+        addr: &'a str,
+        request: &'a Request,
+        limit: Duration,
+    ) -> CallFuture<'a>;
+
+    /// [`Transport::call_within`] with [`CALL_TIMEOUT`].
+    fn call<'a>(&'a self, target: u64, addr: &'a str, request: &'a Request) -> CallFuture<'a> {
+        self.call_within(target, addr, request, CALL_TIMEOUT)
+    }
+}
+
+impl Transport for Links {
+    fn call_within<'a>(
+        &'a self,
+        target: u64,
+        addr: &'a str,
+        request: &'a Request,
+        limit: Duration,
+    ) -> CallFuture<'a> {
+        Box::pin(Links::call_within(self, target, addr, request, limit))
+    }
+}
 
 /// This node's outgoing connections. Cheap to clone.
 #[derive(Clone)]

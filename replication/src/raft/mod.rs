@@ -14,7 +14,9 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, Snapshot, Vote};
 
-use crate::link::Links;
+use std::sync::Arc;
+
+use crate::link::Transport;
 use crate::meta::{Command, Outcome};
 use crate::wire::{Request, Response, WEntry, WVote};
 
@@ -41,8 +43,8 @@ pub type Raft = openraft::Raft<TypeConfig>;
 
 /// Creates a [`Peer`] per target node.
 pub struct Network {
-    /// The node's links.
-    pub links: Links,
+    /// How the node reaches its peers.
+    pub links: Arc<dyn Transport>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -61,7 +63,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct Peer {
     target: u64,
     addr: String,
-    links: Links,
+    links: Arc<dyn Transport>,
 }
 
 fn unreachable(e: impl std::fmt::Display) -> Unreachable {
