@@ -471,9 +471,26 @@ impl Cluster {
                     format!("node {id} leads: {}", lines.join("; "))
                 })
                 .collect();
+            // Each node's own view of the partitions (a node whose metadata
+            // stopped moving follows a leader that no longer leads).
+            let views: Vec<String> = self
+                .nodes
+                .keys()
+                .map(|id| {
+                    let out = self.weir(*id, &["topic", "describe", topic]);
+                    let text = String::from_utf8_lossy(&out.stdout);
+                    let rows: Vec<&str> = text
+                        .lines()
+                        .skip_while(|l| !l.trim_start().starts_with("PARTITION"))
+                        .skip(1)
+                        .collect();
+                    format!("node {id} sees: {}", rows.join(" | "))
+                })
+                .collect();
             panic!(
                 "not every partition of {topic} has {n} replicas in its ISR within {within:?}: \
-                 {rows:?}\n{}\n{logs}",
+                 {rows:?}\n{}\n{}\n{logs}",
+                views.join("\n"),
                 lags.join("\n")
             );
         }
@@ -1507,7 +1524,8 @@ impl FailoverAcks {
 /// partition while the node leading the most partitions is SIGKILLed and
 /// restarted, `WEIR_FAILOVER_ROUNDS` times (default 8 in the suite; more with the variable). After every kill
 /// each partition acknowledges, for both producers, a record sent after
-/// the kill within 2 × the session timeout (no client left on a stale
+/// the kill within 2 × the session timeout (plus two election timeouts
+/// when the victim led the controller too; no client left on a stale
 /// leader). Then every acknowledged record is at the offset it was
 /// acknowledged with, no value appears twice, offsets are contiguous, and
 /// the three replicas hold byte-identical logs.
@@ -1663,6 +1681,12 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
     };
     all_acked(&c, 0, Instant::now(), Duration::from_secs(30), None);
     let limit = Duration::from_millis(2 * SESSION_MS);
+    // A victim that also led the controller is fenced a session after the
+    // new controller leader's election (it cannot know which leases the
+    // dead one extended): two election timeouts (the default 300 ms, at
+    // most twice that to elect) more.
+    let controller_limit = limit + Duration::from_millis(2 * 600);
+    let mut view = c.converged(&[1, 2, 3], Duration::from_secs(20));
     let mut failovers = Vec::new();
     let mut waited = 0;
     for round in 1..=rounds {
@@ -1688,7 +1712,12 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
         );
         mark.store(round, Ordering::Release);
         writeln!(kafka_in, "mark {round}").unwrap();
-        let outcome = match all_acked(&c, round, killed_at, limit, Some(victim)) {
+        let within = if victim == view.controller_leader {
+            controller_limit
+        } else {
+            limit
+        };
+        let outcome = match all_acked(&c, round, killed_at, within, Some(victim)) {
             Some(took) => {
                 failovers.push(took);
                 c.start(victim);
@@ -1701,9 +1730,17 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
                 "it was a partition's whole ISR: acknowledged once it was back".to_string()
             }
         };
-        c.converged(&[1, 2, 3], Duration::from_secs(20));
+        let led_controller = victim == view.controller_leader;
+        view = c.converged(&[1, 2, 3], Duration::from_secs(20));
         c.isr_full("hist", 3, Duration::from_secs(30));
-        eprintln!("round {round}: killed node {victim} (leaders {leaders:?}), {outcome}");
+        eprintln!(
+            "round {round}: killed node {victim} (leaders {leaders:?}{}), {outcome}",
+            if led_controller {
+                ", the controller leader"
+            } else {
+                ""
+            }
+        );
     }
     assert!(
         waited * 5 <= rounds,
