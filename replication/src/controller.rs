@@ -378,27 +378,8 @@ impl Controller {
     /// Adds `id` (with its address) or, without one, removes it.
     async fn change_voters(&self, id: u64, addr: Option<String>) -> Result<(), ControllerError> {
         let shared = self.shared.clone();
-        let other = |e: &dyn std::fmt::Display| ControllerError::Other(e.to_string());
         self.runtime
-            .spawn(async move {
-                let raft = &shared.raft;
-                let mut voters = voters(raft);
-                match addr {
-                    Some(addr) => {
-                        raft.add_learner(id, BasicNode::new(addr), true)
-                            .await
-                            .map_err(|e| other(&e))?;
-                        voters.insert(id);
-                    }
-                    None => {
-                        voters.remove(&id);
-                    }
-                }
-                raft.change_membership(voters, false)
-                    .await
-                    .map_err(|e| other(&e))?;
-                Ok(())
-            })
+            .spawn(async move { change_voters(&shared, id, addr).await })
             .await
             .map_err(|_| ControllerError::Stopped)?
     }
@@ -441,7 +422,35 @@ impl Drop for Controller {
     }
 }
 
-fn voters(raft: &Raft) -> std::collections::BTreeSet<u64> {
+/// On the leader: adds `id` (with its address: first as a learner that
+/// catches up, then a joint change makes it a voter) or, without one,
+/// removes it from the voters.
+pub(crate) async fn change_voters(
+    shared: &Shared,
+    id: u64,
+    addr: Option<String>,
+) -> Result<(), ControllerError> {
+    let other = |e: &dyn std::fmt::Display| ControllerError::Other(e.to_string());
+    let raft = &shared.raft;
+    let mut voters = voters(raft);
+    match addr {
+        Some(addr) => {
+            raft.add_learner(id, BasicNode::new(addr), true)
+                .await
+                .map_err(|e| other(&e))?;
+            voters.insert(id);
+        }
+        None => {
+            voters.remove(&id);
+        }
+    }
+    raft.change_membership(voters, false)
+        .await
+        .map_err(|e| other(&e))?;
+    Ok(())
+}
+
+pub(crate) fn voters(raft: &Raft) -> std::collections::BTreeSet<u64> {
     raft.metrics()
         .borrow()
         .membership_config

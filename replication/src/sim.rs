@@ -10,14 +10,18 @@
 //! (openraft draws its own from an unseeded generator: here each node's
 //! range is one millisecond wide, so the seed alone decides).
 //!
-//! Every node proposes topics and ISR changes of partitions it leads all
-//! along; every 10 ms of simulated time each node's view is sampled. The
-//! checker then asks, of the whole run:
+//! Four nodes: three start the quorum, the fourth joins when a leader
+//! adds it; while the faults last, the leader now and then adds a node
+//! that is not a voter or removes one of four (Raft membership changes,
+//! learner first, then a joint change). Every node proposes topics and
+//! ISR changes of partitions it leads all along; every 10 ms of simulated
+//! time each node's view is sampled. The checker then asks, of the whole
+//! run:
 //!
 //! * **one state per version**: every node that applied version `v` holds
 //!   the same metadata at `v` (state machine safety);
 //! * **no acknowledged change lost**: every topic whose creation was
-//!   acknowledged is in every node's final state (crashes included);
+//!   acknowledged is in every member's final state (crashes included);
 //! * **the metadata's own rules** in every state any node applied: a
 //!   leader is in its partition's ISR, the ISR holds replicas only, a
 //!   fenced node leads nothing, and a partition's leader epoch never goes
@@ -26,9 +30,9 @@
 //!   hold their lease and believe they lead the same partition (the lease
 //!   is what lets a broker serve without asking the controller);
 //! * **liveness after the faults**: once the network heals and every node
-//!   runs again, within the recovery time there is a leader, every node
-//!   is registered and unfenced and holds its lease, all agree on one
-//!   version, and a new proposal is acknowledged.
+//!   runs again, within the recovery time there is a leader, every member
+//!   of the quorum is registered and unfenced and holds its lease, all
+//!   members agree on one version, and a new proposal is acknowledged.
 //!
 //! A failure names the seed; `WEIR_SIM_SEED=<seed>` replays that seed
 //! alone, `WEIR_SIM_SEEDS=<n>` runs more.
@@ -48,6 +52,10 @@ use crate::meta::{ClusterState, Command, NodeInfo, PartitionState, Replica};
 use crate::wire::{decode, encode, Request, Response};
 use crate::ControllerConfig;
 
+/// Nodes in the simulation; the first [`FIRST_VOTERS`] start the quorum,
+/// the others join when a leader adds them.
+const NODES: u64 = 4;
+const FIRST_VOTERS: u64 = 3;
 /// The port every simulated node's controller listens on.
 const PORT: u16 = 7000;
 /// Faults are injected for this long...
@@ -155,6 +163,8 @@ struct Sample {
     leader: bool,
     version: u64,
     lease: bool,
+    /// The Raft members (voters and learners) by its view.
+    members: BTreeSet<u64>,
     /// Partitions it leads by its own applied metadata: (topic,
     /// partition, epoch).
     leads: Vec<(String, u32, u32)>,
@@ -174,6 +184,8 @@ struct Trace {
     acked: Vec<(String, u64)>,
     /// Acknowledged proposals by simulated time (ms).
     acked_at: Vec<u64>,
+    /// Voter changes committed.
+    voter_changes: usize,
     /// Each node's last state (kept over crashes: the last before one).
     last: BTreeMap<u64, Arc<ClusterState>>,
 }
@@ -233,10 +245,16 @@ async fn sampler(shared: Arc<Shared>, trace: Arc<Mutex<Trace>>) {
     let mut epochs: BTreeMap<(String, u32), u32> = BTreeMap::new();
     loop {
         let state = shared.state.borrow().clone();
-        let (term, leader) = {
+        let (term, leader, members) = {
             let m = shared.raft.metrics();
             let m = m.borrow();
-            (m.current_term, m.state == ServerState::Leader)
+            let members = m
+                .membership_config
+                .membership()
+                .nodes()
+                .map(|(id, _)| *id)
+                .collect();
+            (m.current_term, m.state == ServerState::Leader, members)
         };
         let lease = shared.lease.holds(state.version);
         // Only a leaseholder's leadership matters to the checker.
@@ -285,6 +303,7 @@ async fn sampler(shared: Arc<Shared>, trace: Arc<Mutex<Trace>>) {
                 leader,
                 version: state.version,
                 lease,
+                members,
                 leads,
             });
         }
@@ -302,7 +321,6 @@ async fn sampler(shared: Arc<Shared>, trace: Arc<Mutex<Trace>>) {
 async fn workload(shared: Arc<Shared>, trace: Arc<Mutex<Trace>>, seed: u64, run: u32) {
     let me = shared.cfg.node_id;
     let mut draw = Draw(seed ^ (me << 32) ^ u64::from(run));
-    let nodes = 3u64;
     for k in 0u64.. {
         tokio::time::sleep(draw.ms(100, 400)).await;
         // Quiet for the last seconds: the nodes must agree on one version.
@@ -311,12 +329,12 @@ async fn workload(shared: Arc<Shared>, trace: Arc<Mutex<Trace>>, seed: u64, run:
         }
         let state = shared.state.borrow().clone();
         let command = if draw.range(0, 3) == 0 || state.topics.is_empty() {
-            let first = draw.range(1, nodes + 1);
+            let first = draw.range(1, NODES + 1);
             let placement = (0..2u64)
                 .map(|p| {
                     (0..3u64)
                         .map(|r| Replica {
-                            node: (first - 1 + p + r) % nodes + 1,
+                            node: (first - 1 + p + r) % NODES + 1,
                             core: 0,
                         })
                         .collect()
@@ -374,6 +392,65 @@ async fn workload(shared: Arc<Shared>, trace: Arc<Mutex<Trace>>, seed: u64, run:
     }
 }
 
+/// On whichever node leads, now and then while the faults last: a node
+/// that is not a voter added (a learner first, then a joint change), or,
+/// with four voters, one of the others removed.
+async fn membership(shared: Arc<Shared>, trace: Arc<Mutex<Trace>>, seed: u64, run: u32) {
+    let me = shared.cfg.node_id;
+    let mut draw = Draw(seed ^ 0x6d65_6d62 ^ (me << 40) ^ u64::from(run));
+    loop {
+        tokio::time::sleep(draw.ms(1_000, 3_000)).await;
+        if now_ms() > FAULTS.as_millis() as u64 {
+            return;
+        }
+        if shared.raft.metrics().borrow().state != ServerState::Leader {
+            continue;
+        }
+        let voters = crate::controller::voters(&shared.raft);
+        let missing: Vec<u64> = (1..=NODES).filter(|n| !voters.contains(n)).collect();
+        let others: Vec<u64> = voters.iter().copied().filter(|v| *v != me).collect();
+        let (id, addr) = if voters.len() > FIRST_VOTERS as usize && draw.range(0, 2) == 0 {
+            (others[draw.range(0, others.len() as u64) as usize], None)
+        } else if let Some(&n) = missing.first() {
+            (n, Some(format!("{}:{PORT}", host(n))))
+        } else {
+            continue;
+        };
+        let change = crate::controller::change_voters(&shared, id, addr);
+        if let Ok(Ok(())) = tokio::time::timeout(Duration::from_secs(5), change).await {
+            trace.lock().expect("not poisoned").voter_changes += 1;
+        }
+    }
+}
+
+/// Stands in for openraft's draw of a new election timeout at every
+/// election (unseeded, so off here: each node's timeout is fixed). With
+/// fixed timeouts a stale candidate can win every race for ever: under
+/// openraft's leader ids (term, node) a candidate at the term of a new
+/// leader with a higher node id refuses that leader, and times out first
+/// again. So a node that has seen no leader for a second calls an
+/// election now and then, as the seed draws.
+async fn nudge(shared: Arc<Shared>, seed: u64, run: u32) {
+    let me = shared.cfg.node_id;
+    let mut draw = Draw(seed ^ 0x6e75_6467 ^ (me << 40) ^ u64::from(run));
+    let mut leaderless_since = None;
+    loop {
+        tokio::time::sleep(draw.ms(100, 300)).await;
+        let leader = shared.raft.metrics().borrow().current_leader;
+        let since = match (leader, leaderless_since) {
+            (Some(_), _) => {
+                leaderless_since = None;
+                continue;
+            }
+            (None, None) => *leaderless_since.insert(now_ms()),
+            (None, Some(t)) => t,
+        };
+        if now_ms() > since + 1_000 && draw.range(0, 4) == 0 {
+            let _ = shared.raft.trigger().elect().await;
+        }
+    }
+}
+
 /// One node's software: the controller member over [`SimNet`], its
 /// sampler and workload, and the server answering the others.
 async fn node(
@@ -392,9 +469,11 @@ async fn node(
         dir,
         tls,
     );
-    cfg.voters = (1..=3)
-        .map(|n| (n, format!("{}:{PORT}", host(n))))
-        .collect();
+    if id <= FIRST_VOTERS {
+        cfg.voters = (1..=FIRST_VOTERS)
+            .map(|n| (n, format!("{}:{PORT}", host(n))))
+            .collect();
+    }
     cfg.node = NodeInfo {
         cores: 1,
         replication: format!("{}:{PORT}", host(id)),
@@ -409,7 +488,9 @@ async fn node(
     let shared = boot_member(cfg, Arc::new(SimNet)).await?;
     let _tasks = member_tasks(&shared);
     tokio::spawn(sampler(shared.clone(), trace.clone()));
-    tokio::spawn(workload(shared.clone(), trace, seed, run));
+    tokio::spawn(workload(shared.clone(), trace.clone(), seed, run));
+    tokio::spawn(membership(shared.clone(), trace, seed, run));
+    tokio::spawn(nudge(shared.clone(), seed, run));
     loop {
         let (mut s, _) = listener.accept().await?;
         let shared = shared.clone();
@@ -450,6 +531,7 @@ struct Report {
     problems: Vec<String>,
     acked: usize,
     elections: usize,
+    voter_changes: usize,
 }
 
 fn run_seed(seed: u64, certs: &std::path::Path) -> Report {
@@ -475,10 +557,19 @@ fn run_seed(seed: u64, certs: &std::path::Path) -> Report {
         .build();
     // Each run of a node gets its own number (its workload's names).
     let runs: Arc<Mutex<BTreeMap<u64, u32>>> = Arc::default();
-    for id in 1..=3u64 {
+    // Each node's election timeout, fixed for the run: 150 ms plus 100 ms
+    // per place in a drawn order, plus up to 40 ms. Fixed timeouts that
+    // fell within a round trip of each other would time out in step at
+    // every election and split the vote for ever (openraft, drawing anew
+    // each time, does not); 60 ms apart at least, one of them wins.
+    let mut order: Vec<u64> = (0..NODES).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, draw.range(0, i as u64 + 1) as usize);
+    }
+    for id in 1..=NODES {
         let dir = root.path().join(host(id));
         let tls = crate::tls::NodeTls::load(certs, id).expect("simulation certificates");
-        let election = draw.ms(150, 450);
+        let election = Duration::from_millis(150 + 100 * order[id as usize - 1]) + draw.ms(0, 40);
         let (trace, runs) = (trace.clone(), runs.clone());
         sim.host(host(id), move || {
             let run = {
@@ -501,7 +592,7 @@ fn run_seed(seed: u64, certs: &std::path::Path) -> Report {
     let mut report = Report::default();
     let mut next_fault = draw.ms(1_000, 3_000);
     let mut down: Option<u64> = None;
-    let names: Vec<String> = (1..=3).map(host).collect();
+    let names: Vec<String> = (1..=NODES).map(host).collect();
     let heal = |sim: &mut turmoil::Sim, down: &mut Option<u64>| {
         for a in &names {
             for b in &names {
@@ -537,8 +628,8 @@ fn run_seed(seed: u64, certs: &std::path::Path) -> Report {
             continue;
         }
         heal(&mut sim, &mut down);
-        let a = draw.range(1, 4);
-        let b = a % 3 + 1;
+        let a = draw.range(1, NODES + 1);
+        let b = a % NODES + 1;
         let fault = match draw.range(0, 6) {
             0 => Fault::Isolate(a),
             1 => Fault::OneWay(a, b),
@@ -549,7 +640,7 @@ fn run_seed(seed: u64, certs: &std::path::Path) -> Report {
         };
         match fault {
             Fault::Isolate(n) => {
-                for m in (1..=3).filter(|m| *m != n) {
+                for m in (1..=NODES).filter(|m| *m != n) {
                     sim.partition(host(n), host(m));
                 }
             }
@@ -642,8 +733,31 @@ fn check(tr: &Trace, report: &mut Report, healed_ms: u64) {
             }
         }
     }
+    report.acked = tr.acked.len();
+    report.voter_changes = tr.voter_changes;
+    // At the end: the last samples, and the members by the leader's view
+    // (a node removed from the quorum gets no metadata: it is not held
+    // to the rest).
+    let end = tr.samples.iter().map(|s| s.at_ms).max().unwrap_or(0);
+    let last: BTreeMap<u64, &Sample> = tr
+        .samples
+        .iter()
+        .filter(|s| s.at_ms + 50 >= end)
+        .map(|s| (s.node, s))
+        .collect();
+    let leaders: BTreeSet<u64> = last.values().filter(|s| s.leader).map(|s| s.node).collect();
+    if leaders.len() != 1 {
+        p.push(format!("after recovery the leaders are {leaders:?}"));
+    }
+    let members: BTreeSet<u64> = leaders
+        .first()
+        .and_then(|l| last.get(l))
+        .map_or_else(BTreeSet::new, |s| s.members.clone());
+    if members.len() < FIRST_VOTERS as usize {
+        p.push(format!("after recovery the members are {members:?}"));
+    }
     // Nothing acknowledged lost.
-    for (id, last) in &tr.last {
+    for (id, last) in tr.last.iter().filter(|(id, _)| members.contains(id)) {
         let lost: Vec<&(String, u64)> = tr
             .acked
             .iter()
@@ -658,46 +772,36 @@ fn check(tr: &Trace, report: &mut Report, healed_ms: u64) {
             ));
         }
     }
-    report.acked = tr.acked.len();
-    // Liveness after the faults: the last second of samples.
-    let end = tr.samples.iter().map(|s| s.at_ms).max().unwrap_or(0);
-    let last: BTreeMap<u64, &Sample> = tr
-        .samples
-        .iter()
-        .filter(|s| s.at_ms + 50 >= end)
-        .map(|s| (s.node, s))
-        .collect();
-    if last.len() != 3 {
-        p.push(format!(
-            "at the end only nodes {:?} ran",
-            last.keys().collect::<Vec<_>>()
-        ));
+    // Liveness after the faults.
+    let missing: Vec<&u64> = members.iter().filter(|m| !last.contains_key(m)).collect();
+    if !missing.is_empty() {
+        p.push(format!("at the end members {missing:?} did not run"));
     }
-    let versions: BTreeSet<u64> = last.values().map(|s| s.version).collect();
-    let leaders: BTreeSet<u64> = last.values().filter(|s| s.leader).map(|s| s.node).collect();
-    let leaseless: Vec<u64> = last.values().filter(|s| !s.lease).map(|s| s.node).collect();
+    let ends: Vec<&&Sample> = last
+        .values()
+        .filter(|s| members.contains(&s.node))
+        .collect();
+    let versions: BTreeSet<u64> = ends.iter().map(|s| s.version).collect();
+    let leaseless: Vec<u64> = ends.iter().filter(|s| !s.lease).map(|s| s.node).collect();
     if versions.len() != 1 {
         p.push(format!(
-            "after recovery the nodes still disagree on the version: {versions:?}"
+            "after recovery the members still disagree on the version: {versions:?}"
         ));
     }
-    if leaders.len() != 1 {
-        p.push(format!("after recovery the leaders are {leaders:?}"));
-    }
     if !leaseless.is_empty() {
-        p.push(format!("after recovery nodes {leaseless:?} hold no lease"));
+        p.push(format!(
+            "after recovery members {leaseless:?} hold no lease"
+        ));
     }
-    if let Some(state) = tr.last.values().next() {
-        let fenced: Vec<u64> = state
-            .nodes
+    if let Some(state) = leaders.first().and_then(|l| tr.last.get(l)) {
+        let unwell: Vec<u64> = members
             .iter()
-            .filter(|(_, n)| n.fenced)
-            .map(|(id, _)| *id)
+            .copied()
+            .filter(|m| state.nodes.get(m).is_none_or(|n| n.fenced))
             .collect();
-        if state.nodes.len() != 3 || !fenced.is_empty() {
+        if !unwell.is_empty() {
             p.push(format!(
-                "after recovery registered nodes {:?}, fenced {fenced:?}",
-                state.nodes.keys().collect::<Vec<_>>()
+                "after recovery members {unwell:?} are fenced or not registered"
             ));
         }
     }
@@ -728,7 +832,7 @@ fn the_metadata_quorum_keeps_its_promises_under_simulated_faults() {
             .try_init();
     }
     let certs = tempfile::tempdir().unwrap();
-    crate::tls::generate_cluster(certs.path(), 3).unwrap();
+    crate::tls::generate_cluster(certs.path(), NODES).unwrap();
     let seeds: Vec<u64> = match std::env::var("WEIR_SIM_SEED") {
         Ok(s) => vec![s.parse().expect("WEIR_SIM_SEED is a number")],
         Err(_) => {
@@ -752,12 +856,13 @@ fn the_metadata_quorum_keeps_its_promises_under_simulated_faults() {
         seeds[0]
     );
     let mut failed = Vec::new();
-    let (mut acked, mut faults, mut elections) = (0, 0, 0);
+    let (mut acked, mut faults, mut elections, mut changes) = (0, 0, 0, 0);
     for seed in &seeds {
         let report = run_seed(*seed, certs.path());
         acked += report.acked;
         faults += report.faults.len();
         elections += report.elections;
+        changes += report.voter_changes;
         if !report.problems.is_empty() {
             eprintln!(
                 "seed {seed} (replay: WEIR_SIM_SEED={seed} cargo test -p weir-replication sim::): {:#?}\nfaults (ms, fault): {:?}",
@@ -767,7 +872,7 @@ fn the_metadata_quorum_keeps_its_promises_under_simulated_faults() {
         }
     }
     eprintln!(
-        "{} seeds: {faults} faults, {elections} leaders elected, {acked} topics acknowledged",
+        "{} seeds: {faults} faults, {elections} leaders elected, {changes} voter changes, {acked} topics acknowledged",
         seeds.len()
     );
     assert!(failed.is_empty(), "seeds {failed:?} failed (see above)");
