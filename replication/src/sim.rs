@@ -822,8 +822,15 @@ impl tracing_subscriber::fmt::time::FormatTime for SimTime {
     }
 }
 
-#[test]
-fn the_metadata_quorum_keeps_its_promises_under_simulated_faults() {
+/// The seeds run in CI, split over [`PARTS`] tests so that the test
+/// runner spreads them over the cores.
+const SEEDS: u64 = 200;
+const PARTS: u64 = 4;
+
+/// Runs part `part` of the seeds (every [`PARTS`]th from the base;
+/// `WEIR_SIM_SEEDS=<n>` for more, `WEIR_SIM_SEED=<seed>` for one, run by
+/// part 0). The first seed of each part runs twice and must run the same.
+fn run_part(part: u64) {
     if let Ok(filter) = std::env::var("WEIR_SIM_LOG") {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
@@ -831,41 +838,50 @@ fn the_metadata_quorum_keeps_its_promises_under_simulated_faults() {
             .with_test_writer()
             .try_init();
     }
-    let certs = tempfile::tempdir().unwrap();
-    crate::tls::generate_cluster(certs.path(), NODES).unwrap();
     let seeds: Vec<u64> = match std::env::var("WEIR_SIM_SEED") {
+        Ok(_) if part != 0 => return,
         Ok(s) => vec![s.parse().expect("WEIR_SIM_SEED is a number")],
         Err(_) => {
             let n: u64 = std::env::var("WEIR_SIM_SEEDS")
                 .ok()
                 .and_then(|n| n.parse().ok())
-                .unwrap_or(200);
+                .unwrap_or(SEEDS);
             let base: u64 = 0x5eed_0000;
-            (base..base + n).collect()
+            (base + part..base + n).step_by(PARTS as usize).collect()
         }
     };
-    // Replayable: the first seed again gives the same run.
-    let (a, b) = (
-        run_seed(seeds[0], certs.path()),
-        run_seed(seeds[0], certs.path()),
-    );
-    assert_eq!(
-        (format!("{:?}", a.faults), a.acked, a.elections, &a.problems),
-        (format!("{:?}", b.faults), b.acked, b.elections, &b.problems),
-        "seed {} ran differently twice",
-        seeds[0]
-    );
+    let certs = tempfile::tempdir().unwrap();
+    crate::tls::generate_cluster(certs.path(), NODES).unwrap();
     let mut failed = Vec::new();
     let (mut acked, mut faults, mut elections, mut changes) = (0, 0, 0, 0);
-    for seed in &seeds {
+    for (k, seed) in seeds.iter().enumerate() {
         let report = run_seed(*seed, certs.path());
+        if k == 0 {
+            // Replayable: the same seed again gives the same run.
+            let again = run_seed(*seed, certs.path());
+            assert_eq!(
+                (
+                    format!("{:?}", report.faults),
+                    report.acked,
+                    report.elections,
+                    &report.problems
+                ),
+                (
+                    format!("{:?}", again.faults),
+                    again.acked,
+                    again.elections,
+                    &again.problems
+                ),
+                "seed {seed} ran differently twice",
+            );
+        }
         acked += report.acked;
         faults += report.faults.len();
         elections += report.elections;
         changes += report.voter_changes;
         if !report.problems.is_empty() {
             eprintln!(
-                "seed {seed} (replay: WEIR_SIM_SEED={seed} cargo test -p weir-replication sim::): {:#?}\nfaults (ms, fault): {:?}",
+                "seed {seed} (replay: WEIR_SIM_SEED={seed} cargo test -p weir-replication --lib sim::): {:#?}\nfaults (ms, fault): {:?}",
                 report.problems, report.faults
             );
             failed.push(*seed);
@@ -876,4 +892,24 @@ fn the_metadata_quorum_keeps_its_promises_under_simulated_faults() {
         seeds.len()
     );
     assert!(failed.is_empty(), "seeds {failed:?} failed (see above)");
+}
+
+#[test]
+fn the_metadata_quorum_keeps_its_promises_under_simulated_faults_1_of_4() {
+    run_part(0);
+}
+
+#[test]
+fn the_metadata_quorum_keeps_its_promises_under_simulated_faults_2_of_4() {
+    run_part(1);
+}
+
+#[test]
+fn the_metadata_quorum_keeps_its_promises_under_simulated_faults_3_of_4() {
+    run_part(2);
+}
+
+#[test]
+fn the_metadata_quorum_keeps_its_promises_under_simulated_faults_4_of_4() {
+    run_part(3);
 }

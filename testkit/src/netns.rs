@@ -325,7 +325,59 @@ impl Net {
         self.set_cut(BTreeSet::new());
         for i in 0..self.nodes {
             self.set_loss(i, 0);
+            self.set_slow(i, None);
         }
+    }
+
+    /// Node `i`'s link sends at most `rate` (tc's units: `2mbit`), what it
+    /// cannot send at once queued up to 200 ms and the rest dropped (a
+    /// token bucket, `tbf`: a congested link; this kernel has no `netem`
+    /// for a fixed delay). `None`: full speed again.
+    pub fn set_slow(&self, i: usize, rate: Option<&str>) {
+        let dev = format!("{}n{i}", self.tag);
+        let ns = self.ns(i);
+        let tc = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &ns, "tc", "qdisc"];
+            all.extend_from_slice(args);
+            run("ip", &all)
+        };
+        match rate {
+            Some(rate) => {
+                tc(&[
+                    "replace", "dev", &dev, "root", "tbf", "rate", rate, "burst", "16kb",
+                    "latency", "200ms",
+                ])
+                .unwrap_or_else(|e| panic!("{e}"));
+            }
+            // Absent already is fine.
+            None => {
+                let _ = tc(&["del", "dev", &dev, "root"]);
+            }
+        }
+    }
+
+    /// Packets node `i`'s slow link held back (queued or dropped) since it
+    /// was made slow: the proof the link was slow.
+    pub fn held_back(&self, i: usize) -> u64 {
+        let dev = format!("{}n{i}", self.tag);
+        let out = must(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.ns(i),
+                "tc",
+                "-s",
+                "qdisc",
+                "show",
+                "dev",
+                &dev,
+            ],
+        );
+        out.split("overlimits ")
+            .skip(1)
+            .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
     }
 
     /// Node `i` drops `percent` % of the packets it receives, at random

@@ -510,7 +510,7 @@ fn ix(id: u64) -> usize {
 }
 
 /// The network faults, in the order the CI test runs them.
-const NETWORK_FAULTS: [&str; 7] = [
+const NETWORK_FAULTS: [&str; 8] = [
     "mute-leader",
     "isolate-leader",
     "isolate-controller",
@@ -518,6 +518,7 @@ const NETWORK_FAULTS: [&str; 7] = [
     "bridge",
     "flapping",
     "loss",
+    "slow-leader",
 ];
 
 /// Whether the run makes fault `name`: all of them unless `WEIR_FAULTS`
@@ -632,6 +633,18 @@ fn network_fault(c: &mut Cluster, w: &Workload, topic: &str, name: &str) -> Stri
             let dropped: u64 = (0..n).map(|i| c.net.as_ref().unwrap().dropped(i)).sum();
             assert!(dropped > 0, "the loss dropped nothing");
             format!("15 % packet loss: {dropped} dropped")
+        }
+        // Partition 0's leader's link congested: 2 Mbit/s, up to 200 ms
+        // queued, the rest dropped (the kernel has no netem for a plain
+        // delay). Everything it sends — answers, replication, heartbeats —
+        // is late or lost under load.
+        "slow-leader" => {
+            let leader = c.agreed_leader(topic);
+            c.net.as_ref().unwrap().set_slow(ix(leader), Some("2mbit"));
+            w.more_acks(c, 100, settle, "with the leader's link slow");
+            let held = c.net.as_ref().unwrap().held_back(ix(leader));
+            assert!(held > 0, "the slow link held nothing back");
+            format!("leader {leader}'s link at 2 Mbit/s: {held} packets held back")
         }
         other => panic!("no network fault {other}"),
     };
