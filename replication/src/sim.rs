@@ -258,11 +258,14 @@ async fn sampler(shared: Arc<Shared>, trace: Arc<Mutex<Trace>>) {
         };
         let lease = shared.lease.holds(state.version);
         // Only a leaseholder's leadership matters to the checker.
-        let leads: Vec<(String, u32, u32)> = led_by(&state, me)
-            .into_iter()
-            .filter(|_| lease)
-            .map(|(t, i, p)| (t.clone(), i as u32, p.leader_epoch))
-            .collect();
+        let leads: Vec<(String, u32, u32)> = if lease {
+            led_by(&state, me)
+                .into_iter()
+                .map(|(t, i, p)| (t.clone(), i as u32, p.leader_epoch))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let at_ms = now_ms();
         {
             let mut tr = trace.lock().expect("not poisoned");
