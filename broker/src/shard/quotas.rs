@@ -165,14 +165,28 @@ pub type MeterKey = (Kind, Option<String>, Option<String>);
 #[derive(Debug)]
 pub struct Meters {
     started: Instant,
-    map: Mutex<HashMap<MeterKey, Arc<Meter>>>,
+    map: Mutex<Table>,
+}
+
+/// The meters, and the size at which new ones next start a sweep.
+#[derive(Debug)]
+struct Table {
+    meters: HashMap<MeterKey, Arc<Meter>>,
+    /// A sweep is a scan of every meter: it runs when the map has grown
+    /// by half since the last one (never below [`METERS_SOFT_MAX`], never
+    /// past [`METERS_HARD_MAX`]), so a flood of new client ids costs
+    /// amortised constant time per meter, not a scan each.
+    sweep_at: usize,
 }
 
 impl Default for Meters {
     fn default() -> Self {
         Meters {
             started: Instant::now(),
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(Table {
+                meters: HashMap::new(),
+                sweep_at: METERS_SOFT_MAX,
+            }),
         }
     }
 }
@@ -181,8 +195,12 @@ impl Meters {
     /// The meter of `key`, made if new.
     pub fn get(&self, key: MeterKey) -> Arc<Meter> {
         let now_s = self.started.elapsed().as_secs();
-        let mut map = self.map.lock().expect("not poisoned");
-        if map.len() >= METERS_SOFT_MAX && !map.contains_key(&key) {
+        let mut table = self.map.lock().expect("not poisoned");
+        let Table {
+            meters: map,
+            sweep_at,
+        } = &mut *table;
+        if map.len() >= *sweep_at && !map.contains_key(&key) {
             let idle = IDLE_EXPIRY.as_secs();
             map.retain(|_, m| {
                 Arc::strong_count(m) > 1
@@ -191,6 +209,7 @@ impl Meters {
             if map.len() >= METERS_HARD_MAX {
                 map.retain(|_, m| Arc::strong_count(m) > 1);
             }
+            *sweep_at = (map.len() + map.len() / 2).clamp(METERS_SOFT_MAX, METERS_HARD_MAX);
         }
         let m = map
             .entry(key)
@@ -215,6 +234,7 @@ impl Meters {
             .map
             .lock()
             .expect("not poisoned")
+            .meters
             .iter()
             .map(|(k, m)| {
                 (
@@ -410,7 +430,7 @@ mod tests {
         for i in 0..METERS_HARD_MAX + 10 {
             m.get((Kind::Fetch, None, Some(format!("c{i}"))));
         }
-        let len = m.map.lock().unwrap().len();
+        let len = m.map.lock().unwrap().meters.len();
         assert!(len < METERS_HARD_MAX, "{len} meters kept");
         // The one a connection holds stays, with what it spent.
         held.spend(1e9, 5.0, Instant::now());
