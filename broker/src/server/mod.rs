@@ -207,6 +207,8 @@ pub fn run_with(
             .name(&format!("weir-core-{c}"))
             .spawn(move || async move {
                 let r = core_main(c, shared.clone(), view, meshes, barrier, ready.clone()).await;
+                // The other cores' waits for this one's answers end now.
+                shared.peer_of_core[c].store(crate::shard::mesh::GONE, Ordering::Release);
                 if let Err(e) = &r {
                     let _ = ready.send(Err(anyhow!("core {c}: {e:#}")));
                     shared.stopping.store(true, Ordering::Release);

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use super::{admin, BrokerError, Ctx, ProduceOk, Result};
 use crate::metadata::OFFSETS_TOPIC;
 use crate::server::limits::REQUEST_PARTITIONS_MAX;
-use crate::shard::mesh::{self, CoreMsg};
+use crate::shard::mesh::CoreMsg;
 use crate::shard::partition::{self, ack_waits, all_acked, AckWait};
 use crate::shard::Core;
 
@@ -143,7 +143,9 @@ async fn append_partition(
         reply: reply_tx,
     };
     core.send_to(owner, msg).await?;
-    mesh::within(owner, Duration::ZERO, appended_rx).await??;
+    core.mesh
+        .within(owner, Duration::ZERO, appended_rx)
+        .await??;
     Ok(vec![Box::pin(
         async move { reply_rx.await.and_then(|r| r) },
     )])

@@ -372,6 +372,15 @@ impl<T> Drop for ReplyWait<T> {
     }
 }
 
+/// The mesh peer id of a core whose executor has ended (it failed to
+/// start, or stopped): requests to it fail at once, and waits for its
+/// answers end.
+pub const GONE: usize = usize::MAX;
+
+/// How often a long wait for another core's answer checks whether that
+/// core is [`GONE`].
+const GONE_CHECK: Duration = Duration::from_millis(100);
+
 /// One core's ends of the mesh: where its requests and answers go, the
 /// answers it waits for, the requests it serves that may wait long, and
 /// its credits at each peer.
@@ -488,6 +497,37 @@ impl Mesh {
             .map_err(|_| BrokerError::unavailable(core, "it is not accepting messages"))
     }
 
+    /// `wait` for an answer from core `target`, or `CoreUnavailable` after
+    /// [`MESH_REPLY_TIMEOUT_MS`] plus `extra` — or as soon as `target` is
+    /// [`GONE`] (checked every [`GONE_CHECK`] of a long wait): a core that
+    /// failed to start answers nothing, and the others must not wait a
+    /// minute to find out.
+    pub async fn within<T>(
+        &self,
+        target: usize,
+        extra: Duration,
+        wait: impl Future<Output = Result<T, BrokerError>>,
+    ) -> Result<T, BrokerError> {
+        let limit = Duration::from_millis(MESH_REPLY_TIMEOUT_MS) + extra;
+        let deadline = std::time::Instant::now() + limit;
+        futures_lite::future::or(wait, async move {
+            loop {
+                if self.peer(target) == GONE {
+                    return Err(BrokerError::unavailable(target, "it has stopped"));
+                }
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Err(BrokerError::unavailable(
+                        target,
+                        format!("no answer within {} ms", limit.as_millis()),
+                    ));
+                }
+                glommio::timer::sleep(left.min(GONE_CHECK)).await;
+            }
+        })
+        .await
+    }
+
     /// Sends a request to core `target` and waits for its answer, at most
     /// [`MESH_REPLY_TIMEOUT_MS`] plus `extra_wait` (the wait the request
     /// itself asks for).
@@ -499,26 +539,8 @@ impl Mesh {
     ) -> Result<T, BrokerError> {
         let (to, wait) = self.expect_reply::<T>(target).await?;
         self.send_to(target, msg(to)).await?;
-        within(target, extra_wait, wait).await
+        self.within(target, extra_wait, wait).await
     }
-}
-
-/// `wait`, or `CoreUnavailable` after [`MESH_REPLY_TIMEOUT_MS`] plus
-/// `extra`.
-pub async fn within<T>(
-    target: usize,
-    extra: Duration,
-    wait: impl Future<Output = Result<T, BrokerError>>,
-) -> Result<T, BrokerError> {
-    let limit = Duration::from_millis(MESH_REPLY_TIMEOUT_MS) + extra;
-    futures_lite::future::or(wait, async move {
-        glommio::timer::sleep(limit).await;
-        Err(BrokerError::unavailable(
-            target,
-            format!("no answer within {} ms", limit.as_millis()),
-        ))
-    })
-    .await
 }
 
 /// The mesh ends of one core.
