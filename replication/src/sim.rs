@@ -166,9 +166,12 @@ struct Sample {
     /// The Raft members (voters and learners) by its view.
     members: BTreeSet<u64>,
     /// Partitions it leads by its own applied metadata: (topic,
-    /// partition, epoch).
-    leads: Vec<(String, u32, u32)>,
+    /// partition, epoch) — shared by the samples of one version.
+    leads: Leads,
 }
+
+/// (topic, partition, leader epoch) of each partition a node leads.
+type Leads = Arc<Vec<(String, u32, u32)>>;
 
 /// Everything the nodes observed, for the checker.
 #[derive(Default)]
@@ -242,7 +245,11 @@ fn led_by(state: &ClusterState, node: u64) -> Vec<(&String, usize, &PartitionSta
 async fn sampler(shared: Arc<Shared>, trace: Arc<Mutex<Trace>>) {
     let me = shared.cfg.node_id;
     let mut seen_version = 0;
-    let mut epochs: BTreeMap<(String, u32), u32> = BTreeMap::new();
+    // Each partition's leader epoch, by topic.
+    let mut epochs: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    // What this node leads at `.0` (computed once per version).
+    let none: Leads = Arc::default();
+    let mut leads_at: (u64, Leads) = (u64::MAX, none.clone());
     loop {
         let state = shared.state.borrow().clone();
         let (term, leader, members) = {
@@ -258,13 +265,17 @@ async fn sampler(shared: Arc<Shared>, trace: Arc<Mutex<Trace>>) {
         };
         let lease = shared.lease.holds(state.version);
         // Only a leaseholder's leadership matters to the checker.
-        let leads: Vec<(String, u32, u32)> = if lease {
-            led_by(&state, me)
-                .into_iter()
-                .map(|(t, i, p)| (t.clone(), i as u32, p.leader_epoch))
-                .collect()
+        let leads = if lease {
+            if leads_at.0 != state.version {
+                let led = led_by(&state, me)
+                    .into_iter()
+                    .map(|(t, i, p)| (t.clone(), i as u32, p.leader_epoch))
+                    .collect();
+                leads_at = (state.version, Arc::new(led));
+            }
+            leads_at.1.clone()
         } else {
-            Vec::new()
+            none.clone()
         };
         let at_ms = now_ms();
         {
@@ -275,12 +286,19 @@ async fn sampler(shared: Arc<Shared>, trace: Arc<Mutex<Trace>>) {
                     tr.broken.push(format!("node {me}: {b}"));
                 }
                 for (t, ts) in &state.topics {
+                    let known = match epochs.get_mut(t.as_str()) {
+                        Some(known) => known,
+                        None => epochs.entry(t.clone()).or_default(),
+                    };
                     for (i, p) in ts.partitions.iter().enumerate() {
-                        let was = epochs.insert((t.clone(), i as u32), p.leader_epoch);
-                        if was.is_some_and(|e| e > p.leader_epoch) {
+                        if i >= known.len() {
+                            known.push(p.leader_epoch);
+                            continue;
+                        }
+                        let was = std::mem::replace(&mut known[i], p.leader_epoch);
+                        if was > p.leader_epoch {
                             tr.broken.push(format!(
-                                "node {me}: {t}-{i}'s leader epoch went down from {} to {} at version {}",
-                                was.unwrap_or(0),
+                                "node {me}: {t}-{i}'s leader epoch went down from {was} to {} at version {}",
                                 p.leader_epoch,
                                 state.version
                             ));
@@ -696,10 +714,24 @@ fn check(tr: &Trace, report: &mut Report, healed_ms: u64) {
         by_instant.entry(s.at_ms).or_default().push(s);
     }
     let mut lease_breaks = 0;
+    // What a leaseholder leads is a function of its node and version:
+    // instants with the same (node, version) leaseholders as the one
+    // before hold nothing new to check.
+    let mut checked: Vec<(u64, u64)> = Vec::new();
     for (at, ss) in &by_instant {
+        let mut holding: Vec<(u64, u64)> = ss
+            .iter()
+            .filter(|s| s.lease)
+            .map(|s| (s.node, s.version))
+            .collect();
+        holding.sort_unstable();
+        if holding == checked {
+            continue;
+        }
+        checked = holding;
         let mut holders: BTreeMap<(&str, u32), Vec<(u64, u32)>> = BTreeMap::new();
         for s in ss.iter().filter(|s| s.lease) {
-            for (t, part, epoch) in &s.leads {
+            for (t, part, epoch) in s.leads.iter() {
                 holders
                     .entry((t.as_str(), *part))
                     .or_default()
