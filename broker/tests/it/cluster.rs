@@ -742,7 +742,7 @@ fn killing_the_controller_leader_elects_another_and_metadata_never_diverges() {
         ],
     );
     let mut slowest = Duration::ZERO;
-    const ROUNDS: usize = 10;
+    const ROUNDS: usize = 6;
     for round in 0..ROUNDS {
         let leader = view.controller_leader;
         c.nodes.remove(&leader).unwrap().kill();
@@ -1522,7 +1522,7 @@ impl FailoverAcks {
 /// min.insync.replicas=2; an idempotent acks=all confluent-kafka producer
 /// bootstrapped with every node and the Weir SDK producer write to every
 /// partition while the node leading the most partitions is SIGKILLed and
-/// restarted, `WEIR_FAILOVER_ROUNDS` times (default 8 in the suite; more with the variable). After every kill
+/// restarted, `WEIR_FAILOVER_ROUNDS` times (default 6 in the suite; more with the variable). After every kill
 /// each partition acknowledges, for both producers, a record sent after
 /// the kill within 2 × the session timeout (plus two election timeouts
 /// when the victim led the controller too; no client left on a stale
@@ -1538,7 +1538,7 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
     let rounds: u64 = std::env::var("WEIR_FAILOVER_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(8);
+        .unwrap_or(6);
     let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/kafka-venv/bin/python");
     assert!(python.exists(), "run `bash .ci/kafka-clients` first");
     let _serial = serial();
