@@ -170,7 +170,7 @@ fn a_stalled_broker_shows_in_latency_from_the_intended_send_time() {
     let rt = runtime();
     let report = rt.block_on(async {
         // The broker holds every answer for 1 s, 1 s into the run; the
-        // producer's buffer is tiny, so `send` itself is held up: records
+        // producer's buffer is small (64 records), so `send` itself is held up: records
         // are sent late, and only measuring from the intended time sees it.
         let stall = Stall {
             after: Duration::from_millis(1000),
@@ -181,7 +181,7 @@ fn a_stalled_broker_shows_in_latency_from_the_intended_send_time() {
             ("subscriptionsPerTopic", "0"),
             ("producerRate", "2000"),
             ("messageSize", "1024"),
-            ("driver.bufferMemory", "8192"),
+            ("driver.bufferMemory", "65536"),
             ("driver.lingerMs", "0"),
             ("testDurationMinutes", "0.05"),
             ("warmupDurationMinutes", "0"),
