@@ -334,24 +334,21 @@ impl Net {
     /// token bucket, `tbf`: a congested link; this kernel has no `netem`
     /// for a fixed delay). `None`: full speed again.
     pub fn set_slow(&self, i: usize, rate: Option<&str>) {
-        let dev = format!("{}n{i}", self.tag);
-        let ns = self.ns(i);
-        let tc = |args: &[&str]| {
-            let mut all = vec!["netns", "exec", &ns, "tc", "qdisc"];
-            all.extend_from_slice(args);
-            run("ip", &all)
-        };
+        let dev = self.dev(i);
         match rate {
             Some(rate) => {
-                tc(&[
-                    "replace", "dev", &dev, "root", "tbf", "rate", rate, "burst", "16kb",
-                    "latency", "200ms",
-                ])
+                self.tc(
+                    i,
+                    &[
+                        "qdisc", "replace", "dev", &dev, "root", "tbf", "rate", rate, "burst",
+                        "16kb", "latency", "200ms",
+                    ],
+                )
                 .unwrap_or_else(|e| panic!("{e}"));
             }
             // Absent already is fine.
             None => {
-                let _ = tc(&["del", "dev", &dev, "root"]);
+                let _ = self.tc(i, &["qdisc", "del", "dev", &dev, "root"]);
             }
         }
     }
@@ -359,25 +356,27 @@ impl Net {
     /// Packets node `i`'s slow link held back (queued or dropped) since it
     /// was made slow: the proof the link was slow.
     pub fn held_back(&self, i: usize) -> u64 {
-        let dev = format!("{}n{i}", self.tag);
-        let out = must(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &self.ns(i),
-                "tc",
-                "-s",
-                "qdisc",
-                "show",
-                "dev",
-                &dev,
-            ],
-        );
+        let dev = self.dev(i);
+        let out = self
+            .tc(i, &["-s", "qdisc", "show", "dev", &dev])
+            .unwrap_or_else(|e| panic!("{e}"));
         out.split("overlimits ")
             .skip(1)
             .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
             .sum()
+    }
+
+    /// Node `i`'s link device inside its namespace.
+    fn dev(&self, i: usize) -> String {
+        format!("{}n{i}", self.tag)
+    }
+
+    /// `tc args` inside node `i`'s namespace.
+    fn tc(&self, i: usize, args: &[&str]) -> Result<String, NetError> {
+        let ns = self.ns(i);
+        let mut all = vec!["netns", "exec", &ns, "tc"];
+        all.extend_from_slice(args);
+        run("ip", &all)
     }
 
     /// Node `i` drops `percent` % of the packets it receives, at random
