@@ -17,7 +17,8 @@ use weir_replication::tls::{self, NodeTls};
 use weir_replication::{Command, Controller, ControllerConfig, ControllerError, NodeInfo};
 
 use crate::metadata::{self, MetadataView, REGISTRY_FILE};
-use crate::server::config::BrokerConfig;
+use crate::server::config::{host_port, BrokerConfig, MoreListener};
+use crate::server::tls::SecurityProtocol;
 
 /// File of a data directory naming the cluster it belongs to.
 pub const CLUSTER_ID_FILE: &str = "cluster.id";
@@ -76,6 +77,29 @@ pub(crate) fn node_tls(config: &BrokerConfig) -> anyhow::Result<NodeTls> {
     })
 }
 
+/// The addresses a node registers for one family of client listeners
+/// (the first listener's protocol and advertised address, the others):
+/// `host:port` for one, `NAME://host:port,…` for several (see
+/// [`weir_replication::AdvertisedListener`]; the per-core ports follow
+/// once the cores bound them).
+fn advertised_family(first: (SecurityProtocol, String), more: &[MoreListener]) -> String {
+    let named = |p: SecurityProtocol, addr: String| weir_replication::AdvertisedListener {
+        name: Some(p.name().to_string()),
+        addr,
+        ports: Vec::new(),
+    };
+    let all: Vec<_> = std::iter::once(named(first.0, first.1))
+        .chain(more.iter().map(|l| {
+            let addr = match &l.advertised {
+                Some((h, p)) => host_port(h, *p),
+                None => l.addr.to_string(),
+            };
+            named(l.protocol, addr)
+        }))
+        .collect();
+    weir_replication::join_listeners(&all).0
+}
+
 /// Starts the controller and waits until this node is registered with the
 /// quorum (its metadata is then applied up to at least its registration).
 pub fn start(
@@ -111,14 +135,27 @@ pub fn start(
     cfg.node = NodeInfo {
         rack: c.rack.clone(),
         cores: config.cores as u32,
-        native: c
-            .advertised_listen
-            .clone()
-            .unwrap_or_else(|| native.to_string()),
-        kafka: match (&config.kafka_advertised_listener, kafka) {
-            (Some((host, port)), Some(_)) => format!("{host}:{port}"),
-            (None, Some(a)) => a.to_string(),
-            (_, None) => String::new(),
+        native: advertised_family(
+            (
+                config.listen_protocol,
+                c.advertised_listen
+                    .clone()
+                    .unwrap_or_else(|| native.to_string()),
+            ),
+            &config.listen_more,
+        ),
+        kafka: match kafka {
+            Some(a) => advertised_family(
+                (
+                    config.kafka_protocol,
+                    match &config.kafka_advertised_listener {
+                        Some((host, port)) => host_port(host, *port),
+                        None => a.to_string(),
+                    },
+                ),
+                &config.kafka_more,
+            ),
+            None => String::new(),
         },
         replication: c.replication_advertised.clone().unwrap_or_default(),
         metrics: config.metrics_listen.to_string(),

@@ -38,5 +38,8 @@ mod sim;
 
 pub use controller::{Controller, ControllerConfig, ControllerError};
 pub use error::{Error, Result};
-pub use meta::{ClusterState, Command, NodeInfo, Outcome};
+pub use meta::{
+    join_listeners, pick_listener, split_listeners, AdvertisedListener, ClusterState, Command,
+    NodeInfo, Outcome,
+};
 pub use quinn;

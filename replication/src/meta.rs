@@ -45,6 +45,87 @@ pub struct NodeInfo {
     pub metrics: String,
 }
 
+/// One client listener of a node as it advertises it: a name (Kafka's
+/// listener name, which is Weir's security protocol name: `SASL_SSL`…),
+/// `host:port`, and the per-core ports.
+///
+/// A node's listeners of one family (native or Kafka) are stored in
+/// [`NodeInfo`]'s `native` / `kafka` string and its `core_ports` /
+/// `kafka_core_ports`, so that the metadata format stays what it was: one
+/// listener is a bare `host:port` (the form every earlier node wrote);
+/// several are `NAME://host:port` joined by commas, the first one the
+/// node's primary, and their per-core ports one after another (each
+/// `cores` long, or none at all).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdvertisedListener {
+    /// The listener's name (`None`: a node's only listener, written bare).
+    pub name: Option<String>,
+    /// `host:port`.
+    pub addr: String,
+    /// Per-core ports, in core order (empty when the node has none).
+    pub ports: Vec<u16>,
+}
+
+/// Encodes a node's listeners of one family (see [`AdvertisedListener`]):
+/// the address string and the per-core ports to store.
+pub fn join_listeners(listeners: &[AdvertisedListener]) -> (String, Vec<u16>) {
+    if let [only] = listeners {
+        return (only.addr.clone(), only.ports.clone());
+    }
+    let addrs = listeners
+        .iter()
+        .map(|l| match &l.name {
+            Some(n) => format!("{n}://{}", l.addr),
+            None => l.addr.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let ports = if listeners.iter().all(|l| !l.ports.is_empty()) {
+        listeners.iter().flat_map(|l| l.ports.clone()).collect()
+    } else {
+        Vec::new()
+    };
+    (addrs, ports)
+}
+
+/// Decodes what [`join_listeners`] stored (empty `addrs`: none).
+pub fn split_listeners(addrs: &str, ports: &[u16]) -> Vec<AdvertisedListener> {
+    let parts: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
+    let per = if parts.is_empty() || ports.len() % parts.len() != 0 {
+        0
+    } else {
+        ports.len() / parts.len()
+    };
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let (name, addr) = match a.split_once("://") {
+                Some((n, a)) => (Some(n.to_string()), a.to_string()),
+                None => (None, a.to_string()),
+            };
+            AdvertisedListener {
+                name,
+                addr,
+                ports: ports[i * per..(i + 1) * per].to_vec(),
+            }
+        })
+        .collect()
+}
+
+/// The listener named `name` (case-insensitively) of those stored, or the
+/// node's primary (first) one when it has none of that name (a node whose
+/// configuration lags the others'); `None` when it has none at all.
+pub fn pick_listener(addrs: &str, ports: &[u16], name: &str) -> Option<AdvertisedListener> {
+    let all = split_listeners(addrs, ports);
+    let named = all.iter().position(|l| {
+        l.name
+            .as_deref()
+            .is_some_and(|n| n.eq_ignore_ascii_case(name))
+    });
+    all.into_iter().nth(named.unwrap_or(0))
+}
+
 /// A registered node and its liveness.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct NodeState {
@@ -1008,6 +1089,46 @@ pub fn core_for_new_replica(state: &ClusterState, node: u64) -> u32 {
     replica_load(state, std::iter::once(node))
         .get(&node)
         .map_or(0, |cores| least_loaded(cores))
+}
+
+#[cfg(test)]
+mod listener_tests {
+    use super::*;
+
+    fn l(name: Option<&str>, addr: &str, ports: &[u16]) -> AdvertisedListener {
+        AdvertisedListener {
+            name: name.map(String::from),
+            addr: addr.into(),
+            ports: ports.to_vec(),
+        }
+    }
+
+    #[test]
+    fn one_listener_is_stored_bare_as_before() {
+        let (a, p) = join_listeners(&[l(Some("PLAINTEXT"), "h:9092", &[9500, 9501])]);
+        assert_eq!((a.as_str(), p.as_slice()), ("h:9092", &[9500, 9501][..]));
+        let back = pick_listener(&a, &p, "SASL_SSL").unwrap();
+        assert_eq!(back, l(None, "h:9092", &[9500, 9501]));
+        assert_eq!(pick_listener("", &[], "PLAINTEXT"), None);
+    }
+
+    #[test]
+    fn several_listeners_round_trip_and_are_picked_by_name() {
+        let list = [
+            l(Some("PLAINTEXT"), "127.0.0.1:9092", &[9500, 9501]),
+            l(Some("SASL_SSL"), "[::1]:9093", &[9502, 9503]),
+        ];
+        let (a, p) = join_listeners(&list);
+        assert_eq!(a, "PLAINTEXT://127.0.0.1:9092,SASL_SSL://[::1]:9093");
+        assert_eq!(split_listeners(&a, &p), list);
+        assert_eq!(pick_listener(&a, &p, "sasl_ssl").unwrap(), list[1]);
+        // No listener of that name: the primary.
+        assert_eq!(pick_listener(&a, &p, "SSL").unwrap(), list[0]);
+        // Without per-core ports on one of them: none for any.
+        let (a, p) = join_listeners(&[list[0].clone(), l(Some("SSL"), "h:1", &[])]);
+        assert!(p.is_empty());
+        assert!(split_listeners(&a, &p).iter().all(|l| l.ports.is_empty()));
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use crate::groups::coordinator::{self, GroupRequest, GroupResponse};
 use crate::metadata::Change;
 use crate::metadata::{ConfigOp, TopicError, TopicSpec};
 use crate::server::limits::REQUEST_PARTITIONS_MAX;
+use crate::server::tls::SecurityProtocol;
 use crate::service::acl::{self, Op, Resource};
 use crate::service::auth::{Gate, Session, Step};
 use crate::service::fetch::{FetchParams, FetchPart};
@@ -362,7 +363,7 @@ async fn serve_other(
         ApiKey::Metadata => {
             let req = body!(MetadataRequest);
             let named = req.topics.is_some();
-            let mut resp = metadata(core, req).await;
+            let mut resp = metadata(core, session.protocol, req).await;
             // Topics the principal may not describe: named, they are
             // answered TopicAuthorizationFailed; asked for all, they are
             // left out (Kafka's).
@@ -381,11 +382,14 @@ async fn serve_other(
         }
         ApiKey::DescribeCluster => {
             let _ = body!(DescribeClusterRequest);
-            ok(corr, &admin::describe_cluster(core))
+            ok(
+                corr,
+                &admin::describe_cluster(core, session.protocol.name()),
+            )
         }
         ApiKey::FindCoordinator => {
             let req = body!(FindCoordinatorRequest);
-            ok(corr, &find_coordinator(core, &req.group))
+            ok(corr, &find_coordinator(core, session.protocol, &req.group))
         }
         ApiKey::ChangeVoters => {
             let req = body!(ChangeVotersRequest);
@@ -624,7 +628,11 @@ async fn init_producer_id(core: &Rc<Core>) -> InitProducerIdResponse {
 /// every topic `NotLeader` instead ("ask another node"): a client that
 /// asked it would otherwise send to the old leaders, be refused, ask it
 /// again and go round for as long as the fault lasts.
-async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
+async fn metadata(
+    core: &Rc<Core>,
+    listener: SecurityProtocol,
+    req: MetadataRequest,
+) -> MetadataResponse {
     if !core.holds_lease() {
         // The names alone: no auto-creation, which would wait on the
         // controller this node cannot reach.
@@ -641,7 +649,7 @@ async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
                 .collect(),
         };
     }
-    let endpoints = endpoints(core);
+    let endpoints = endpoints(core, listener);
     let cores = endpoints
         .cores
         .iter()
@@ -684,19 +692,40 @@ async fn metadata(core: &Rc<Core>, req: MetadataRequest) -> MetadataResponse {
     MetadataResponse { cores, topics }
 }
 
-/// The native endpoints of every core of the cluster (this node's own:
-/// its live listeners).
-fn endpoints(core: &Core) -> admin::ClusterEndpoints {
-    let local = (
-        core.shared.config.listen.ip().to_string(),
-        admin::core_ports(core),
-    );
-    admin::ClusterEndpoints::new(core, false, local)
+/// The native endpoints of every core of the cluster on the listener a
+/// client came in on (`listener`, its security protocol; this node's
+/// own: its live listeners).
+fn endpoints(core: &Core, listener: SecurityProtocol) -> admin::ClusterEndpoints {
+    let config = &core.shared.config;
+    let more = config
+        .listen_more
+        .iter()
+        .position(|l| l.protocol == listener);
+    let local = match more {
+        None => (config.listen.ip().to_string(), admin::core_ports(core)),
+        Some(k) => {
+            let l = &config.listen_more[k];
+            let host = l
+                .advertised
+                .as_ref()
+                .map_or_else(|| l.addr.ip().to_string(), |(h, _)| h.clone());
+            let ports = core.shared.more_core_ports[k]
+                .iter()
+                .map(|p| p.load(std::sync::atomic::Ordering::Acquire))
+                .collect();
+            (host, ports)
+        }
+    };
+    admin::ClusterEndpoints::new(core, false, listener.name(), local)
 }
 
 /// Where a group's coordinator is (see [`FindCoordinatorRequest`]).
-fn find_coordinator(core: &Core, group: &str) -> FindCoordinatorResponse {
-    let endpoints = endpoints(core);
+fn find_coordinator(
+    core: &Core,
+    listener: SecurityProtocol,
+    group: &str,
+) -> FindCoordinatorResponse {
+    let endpoints = endpoints(core, listener);
     let found =
         crate::service::admin::coordinator_at(core, &endpoints, group).and_then(|(node, i)| {
             let (host, port) = endpoints.cores.get(i as usize).ok_or_else(|| {

@@ -123,7 +123,9 @@ pub struct BrokerArgs {
     pub data_dir: Option<PathBuf>,
     /// Native protocol address shared by all cores (SO_REUSEPORT);
     /// `SSL://host:port` for TLS, `host:port` or `PLAINTEXT://host:port`
-    /// without [default: 127.0.0.1:9292].
+    /// without; several listeners comma-separated, one per security
+    /// protocol (the first is the primary; each further one's per-core
+    /// ports follow the one before's) [default: 127.0.0.1:9292].
     #[arg(long, env = "WEIR_LISTEN")]
     pub listen: Option<String>,
     /// Core N also listens on this port + N; 0 picks free ports [default: 9300].
@@ -145,7 +147,9 @@ pub struct BrokerArgs {
     #[arg(long, env = "WEIR_METRICS_BASIC_AUTH_FILE", value_name = "FILE")]
     pub metrics_basic_auth_file: Option<PathBuf>,
     /// Kafka protocol address shared by all cores (SO_REUSEPORT);
-    /// `SSL://host:port` for TLS; `off` for none [default: 127.0.0.1:9092].
+    /// `SSL://host:port` for TLS; several listeners comma-separated, one
+    /// per security protocol (e.g. `PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9093`);
+    /// `off` for none [default: 127.0.0.1:9092].
     #[arg(long, env = "WEIR_KAFKA_LISTENER")]
     pub kafka_listener: Option<String>,
     /// PEM certificate chain (leaf first) of the SSL:// listeners.
@@ -215,7 +219,9 @@ pub struct BrokerArgs {
     #[arg(long, env = "WEIR_ALLOW_EVERYONE_IF_NO_ACL_FOUND")]
     pub allow_everyone_if_no_acl_found: Option<bool>,
     /// The `host:port` Kafka clients are told to connect to (Metadata,
-    /// FindCoordinator) [default: the Kafka listener's address].
+    /// FindCoordinator); with several listeners, comma-separated
+    /// `NAME://host:port` (or bare, in the listeners' order): a client is
+    /// told its listener's [default: the Kafka listener's address].
     #[arg(long, env = "WEIR_KAFKA_ADVERTISED_LISTENER")]
     pub kafka_advertised_listener: Option<String>,
     /// Core N also serves Kafka clients on this port + N and Metadata
@@ -288,8 +294,9 @@ pub struct BrokerArgs {
     #[arg(long, env = "WEIR_MAX_CONNECTIONS_PER_CORE")]
     pub max_connections_per_core: Option<usize>,
     /// The native `host:port` clients and other nodes are told to use
-    /// (cluster metadata, `weir cluster status`) [default: the --listen
-    /// address].
+    /// (cluster metadata, `weir cluster status`); with several listeners,
+    /// comma-separated `NAME://host:port` (or bare, in the listeners'
+    /// order) [default: the --listen address].
     #[arg(long, env = "WEIR_ADVERTISED_LISTEN")]
     pub advertised_listen: Option<String>,
     /// This node's id in the cluster, 1 or more [default: 1].
@@ -509,6 +516,8 @@ pub struct BrokerConfig {
     pub listen: SocketAddr,
     /// The native listener's security protocol (its per-core ports too).
     pub listen_protocol: SecurityProtocol,
+    /// Further native listeners, each with a security protocol of its own.
+    pub listen_more: Vec<MoreListener>,
     /// First per-core port (0: free ports).
     pub core_port_base: u16,
     /// Number of cores.
@@ -526,6 +535,8 @@ pub struct BrokerConfig {
     pub kafka_listener: Option<SocketAddr>,
     /// The Kafka listener's security protocol (its per-core ports too).
     pub kafka_protocol: SecurityProtocol,
+    /// Further Kafka listeners, each with a security protocol of its own.
+    pub kafka_more: Vec<MoreListener>,
     /// TLS of the SSL:// listeners (`None`: no certificate configured).
     pub ssl: Option<SslSettings>,
     /// SASL of the SASL_* listeners.
@@ -579,6 +590,133 @@ pub struct BrokerConfig {
     pub cluster: ClusterConfig,
 }
 
+/// A client listener after the first of its family: `--listen` and
+/// `--kafka-listener` take several, comma-separated, each with a security
+/// protocol of its own (which is also its name, as in Kafka without a
+/// `listener.security.protocol.map`: one listener per protocol). Clients
+/// are told the addresses of the listener they came in on.
+#[derive(Debug, Clone)]
+pub struct MoreListener {
+    /// Its security protocol.
+    pub protocol: SecurityProtocol,
+    /// Where it listens (port 0: a free port).
+    pub addr: SocketAddr,
+    /// What clients are told to connect to (`None`: the bound address).
+    pub advertised: Option<(String, u16)>,
+}
+
+/// `host:port`, with an IPv6 host in brackets.
+pub fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Splits a listener flag (`--listen`, `--kafka-listener`) into its first
+/// listener (protocol, address text) and the others; the protocols must
+/// differ (they name the listeners).
+fn listener_list(
+    flag: &str,
+    value: &str,
+) -> anyhow::Result<((SecurityProtocol, String), Vec<MoreListener>)> {
+    let mut parts = value.split(',').map(str::trim);
+    let first = split_listener(flag, parts.next().unwrap_or_default())?;
+    let mut seen = vec![first.0];
+    let mut more = Vec::new();
+    for part in parts {
+        let (protocol, a) = split_listener(flag, part)?;
+        if a == "off" {
+            bail!("{flag}: `off` cannot stand beside other listeners");
+        }
+        if seen.contains(&protocol) {
+            bail!(
+                "{flag} `{value}`: two {} listeners (a listener is named by its security \
+                 protocol: one of each at most)",
+                protocol.name()
+            );
+        }
+        seen.push(protocol);
+        let addr = a
+            .parse()
+            .with_context(|| format!("{flag} `{part}` is not an address like 127.0.0.1:9292"))?;
+        more.push(MoreListener {
+            protocol,
+            addr,
+            advertised: None,
+        });
+    }
+    Ok((first, more))
+}
+
+/// An advertised-address flag's `value` applied to a family's listeners
+/// (the first one's protocol, the others): the others' are filled in, the
+/// first one's returned.
+fn advertise(
+    flag: &str,
+    value: Option<String>,
+    first: SecurityProtocol,
+    more: &mut [MoreListener],
+) -> anyhow::Result<Option<(String, u16)>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let protocols: Vec<_> = std::iter::once(first)
+        .chain(more.iter().map(|l| l.protocol))
+        .collect();
+    let mut told = advertised_list(flag, &value, &protocols)?;
+    for (l, a) in more.iter_mut().zip(told.drain(1..)) {
+        l.advertised = a;
+    }
+    Ok(told.remove(0))
+}
+
+/// What an advertised-address flag tells the clients of each listener
+/// (`protocols`, in the listener flag's order): comma-separated
+/// `NAME://host:port` entries go to the listener of that name, bare
+/// `host:port` ones to the listener in the same place.
+fn advertised_list(
+    flag: &str,
+    value: &str,
+    protocols: &[SecurityProtocol],
+) -> anyhow::Result<Vec<Option<(String, u16)>>> {
+    let mut out = vec![None; protocols.len()];
+    for (i, part) in value.split(',').map(str::trim).enumerate() {
+        let (at, addr) = match part.split_once("://") {
+            Some((name, a)) => {
+                let at = protocols
+                    .iter()
+                    .position(|p| p.name().eq_ignore_ascii_case(name))
+                    .with_context(|| format!("{flag} `{part}`: there is no {name} listener"))?;
+                (at, a)
+            }
+            None if i < protocols.len() => (i, part),
+            None => bail!(
+                "{flag} `{value}` names more addresses than there are listeners ({})",
+                protocols.len()
+            ),
+        };
+        let (host, port) = addr
+            .rsplit_once(':')
+            .with_context(|| format!("{flag} `{part}` is not host:port"))?;
+        let port: u16 = port
+            .parse()
+            .with_context(|| format!("{flag} `{part}`: bad port"))?;
+        let host = host.trim_matches(['[', ']']);
+        if host.is_empty() {
+            bail!("{flag} `{part}`: no host");
+        }
+        if out[at].replace((host.to_string(), port)).is_some() {
+            bail!(
+                "{flag} `{value}` names the {} listener twice",
+                protocols[at].name()
+            );
+        }
+    }
+    Ok(out)
+}
+
 fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config file {}", path.display()))?;
@@ -595,6 +733,7 @@ impl BrokerConfig {
             data_dir,
             listen: loopback,
             listen_protocol: SecurityProtocol::Plaintext,
+            listen_more: Vec::new(),
             core_port_base: 0,
             cores: cores.max(1),
             metrics_listen: loopback,
@@ -603,6 +742,7 @@ impl BrokerConfig {
             metrics_basic_auth: Vec::new(),
             kafka_listener: Some(loopback),
             kafka_protocol: SecurityProtocol::Plaintext,
+            kafka_more: Vec::new(),
             ssl: None,
             sasl: SaslSettings::default(),
             authorization: AuthorizationSettings::default(),
@@ -656,16 +796,34 @@ impl BrokerConfig {
             let v = arg.clone().or(file.clone());
             split_listener(flag, v.as_deref().unwrap_or(default))
         };
-        let (listen_protocol, listen) =
-            listener("--listen", &args.listen, &file.listen, LISTEN_DEFAULT)?;
-        let (kafka_protocol, kafka_listener) =
+        let native = args.listen.clone().or(file.listen.clone());
+        let ((listen_protocol, listen), mut listen_more) =
+            listener_list("--listen", native.as_deref().unwrap_or(LISTEN_DEFAULT))?;
+        let ((kafka_protocol, kafka_listener), mut kafka_more) =
             match args.kafka_listener.clone().or(file.kafka_listener.clone()) {
                 Some(v) => {
-                    let (p, a) = split_listener("--kafka-listener", &v)?;
-                    (p, Some(a))
+                    let (first, more) = listener_list("--kafka-listener", &v)?;
+                    ((first.0, Some(first.1)), more)
                 }
-                None => (SecurityProtocol::Plaintext, None),
+                None => ((SecurityProtocol::Plaintext, None), Vec::new()),
             };
+        // What each listener tells clients, matched by name or by place.
+        let native_advertised = advertise(
+            "--advertised-listen",
+            args.advertised_listen
+                .clone()
+                .or(file.advertised_listen.clone()),
+            listen_protocol,
+            &mut listen_more,
+        )?;
+        let kafka_advertised = advertise(
+            "--kafka-advertised-listener",
+            args.kafka_advertised_listener
+                .clone()
+                .or(file.kafka_advertised_listener.clone()),
+            kafka_protocol,
+            &mut kafka_more,
+        )?;
         let (metrics_protocol, metrics_listen) = listener(
             "--metrics-listen",
             &args.metrics_listen,
@@ -746,6 +904,8 @@ impl BrokerConfig {
         };
         let wants_ssl = [listen_protocol, kafka_protocol, metrics_protocol]
             .iter()
+            .chain(listen_more.iter().map(|l| &l.protocol))
+            .chain(kafka_more.iter().map(|l| &l.protocol))
             .any(|p| p.tls());
         if wants_ssl && ssl.is_none() {
             bail!(
@@ -863,6 +1023,7 @@ impl BrokerConfig {
                 .unwrap_or_else(|| PathBuf::from(DATA_DIR_DEFAULT)),
             listen: addr("--listen", Some(listen), LISTEN_DEFAULT)?,
             listen_protocol,
+            listen_more,
             core_port_base: args
                 .core_port_base
                 .or(file.core_port_base)
@@ -877,10 +1038,16 @@ impl BrokerConfig {
             metrics_bearer_token,
             metrics_basic_auth,
             kafka_listener: match kafka_listener {
-                Some(v) if v == "off" || v.is_empty() => None,
+                Some(v) if v == "off" || v.is_empty() => {
+                    if !kafka_more.is_empty() {
+                        bail!("--kafka-listener: `off` cannot stand beside other listeners");
+                    }
+                    None
+                }
                 v => Some(addr("--kafka-listener", v, KAFKA_LISTENER_DEFAULT)?),
             },
             kafka_protocol,
+            kafka_more,
             ssl: ssl.clone(),
             sasl,
             ssl_principal_rules: match args
@@ -915,20 +1082,7 @@ impl BrokerConfig {
                     .or(file.allow_everyone_if_no_acl_found)
                     .unwrap_or(false),
             },
-            kafka_advertised_listener: args
-                .kafka_advertised_listener
-                .clone()
-                .or(file.kafka_advertised_listener)
-                .map(|v| {
-                    let (host, port) = v.rsplit_once(':').with_context(|| {
-                        format!("--kafka-advertised-listener `{v}` is not host:port")
-                    })?;
-                    let port: u16 = port
-                        .parse()
-                        .with_context(|| format!("--kafka-advertised-listener `{v}`: bad port"))?;
-                    anyhow::Ok((host.to_string(), port))
-                })
-                .transpose()?,
+            kafka_advertised_listener: kafka_advertised,
             max_frame_bytes,
             auto_create_topics: args
                 .auto_create_topics
@@ -1027,7 +1181,7 @@ impl BrokerConfig {
         };
         config.cluster = ClusterConfig {
             node_id,
-            advertised_listen: args.advertised_listen.clone().or(file.advertised_listen),
+            advertised_listen: native_advertised.map(|(h, p)| host_port(&h, p)),
             cluster_id: args.cluster_id.clone().or(file.cluster_id),
             replication_listen: match args.replication_listen.clone().or(file.replication_listen) {
                 Some(v) => v.parse().with_context(|| {
@@ -1107,5 +1261,89 @@ mod tests {
         std::fs::write(&f, "nope = 1\n").unwrap();
         let e = format!("{:#}", BrokerConfig::resolve(&args).unwrap_err());
         assert!(e.contains("nope"), "{e}");
+    }
+
+    fn resolved(args: BrokerArgs) -> anyhow::Result<BrokerConfig> {
+        let d = tempfile::tempdir().unwrap();
+        let (cert, key) = (d.path().join("c.pem"), d.path().join("k.pem"));
+        BrokerConfig::resolve(&BrokerArgs {
+            ssl_certificate_file: Some(cert),
+            ssl_key_file: Some(key),
+            ..args
+        })
+    }
+
+    #[test]
+    fn several_listeners_each_with_its_advertised_address() {
+        let c = resolved(BrokerArgs {
+            listen: Some("PLAINTEXT://127.0.0.1:9292, SSL://0.0.0.0:9392".into()),
+            advertised_listen: Some("SSL://public.example:9392".into()),
+            kafka_listener: Some("PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9093".into()),
+            kafka_advertised_listener: Some("localhost:9092,SASL_SSL://[2001:db8::1]:19093".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(c.listen_protocol, SecurityProtocol::Plaintext);
+        assert_eq!(c.cluster.advertised_listen, None);
+        assert_eq!(c.listen_more.len(), 1);
+        assert_eq!(c.listen_more[0].protocol, SecurityProtocol::Ssl);
+        assert_eq!(c.listen_more[0].addr.to_string(), "0.0.0.0:9392");
+        assert_eq!(
+            c.listen_more[0].advertised,
+            Some(("public.example".into(), 9392))
+        );
+        assert_eq!(
+            c.kafka_advertised_listener,
+            Some(("localhost".into(), 9092))
+        );
+        assert_eq!(c.kafka_more[0].protocol, SecurityProtocol::SaslSsl);
+        assert_eq!(
+            c.kafka_more[0].advertised,
+            Some(("2001:db8::1".into(), 19093))
+        );
+        assert_eq!(host_port("2001:db8::1", 1), "[2001:db8::1]:1");
+    }
+
+    #[test]
+    fn listener_lists_that_cannot_be_served_are_refused() {
+        let refused = |args: BrokerArgs| format!("{:#}", resolved(args).unwrap_err());
+        let e = refused(BrokerArgs {
+            kafka_listener: Some("SSL://127.0.0.1:1,SSL://127.0.0.1:2".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("two SSL listeners"), "{e}");
+        let e = refused(BrokerArgs {
+            kafka_listener: Some("off,SSL://127.0.0.1:2".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("`off` cannot stand beside"), "{e}");
+        let e = refused(BrokerArgs {
+            listen: Some("127.0.0.1:1,SSL://127.0.0.1:2".into()),
+            advertised_listen: Some("SASL_SSL://h:1".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("there is no SASL_SSL listener"), "{e}");
+        let e = refused(BrokerArgs {
+            listen: Some("127.0.0.1:1".into()),
+            advertised_listen: Some("a:1,b:2".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("more addresses than there are listeners"), "{e}");
+        let e = refused(BrokerArgs {
+            listen: Some("127.0.0.1:1,SSL://127.0.0.1:2".into()),
+            advertised_listen: Some("a:1,PLAINTEXT://b:2".into()),
+            ..Default::default()
+        });
+        assert!(e.contains("names the PLAINTEXT listener twice"), "{e}");
+        // An SSL listener among several still needs a certificate.
+        let e = format!(
+            "{:#}",
+            BrokerConfig::resolve(&BrokerArgs {
+                listen: Some("127.0.0.1:1,SSL://127.0.0.1:2".into()),
+                ..Default::default()
+            })
+            .unwrap_err()
+        );
+        assert!(e.contains("needs --ssl-certificate-file"), "{e}");
     }
 }

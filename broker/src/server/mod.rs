@@ -148,6 +148,25 @@ pub fn run_with(
             )
         })
         .transpose()?;
+    // The further listeners' shared ports, held like the first ones'.
+    let mut config = config;
+    let mut placeholders = Vec::new();
+    for l in config.listen_more.iter_mut() {
+        let (p, a) = reserve_port(l.addr)
+            .with_context(|| format!("the {} native listener (--listen)", l.protocol.name()))?;
+        placeholders.push(p);
+        l.addr = a;
+    }
+    for l in config.kafka_more.iter_mut() {
+        let (p, a) = reserve_port(l.addr).with_context(|| {
+            format!(
+                "the {} Kafka listener (--kafka-listener)",
+                l.protocol.name()
+            )
+        })?;
+        placeholders.push(p);
+        l.addr = a;
+    }
     let controller = crate::cluster::start(&config, listen, kafka.as_ref().map(|(_, a)| *a))?;
     crate::cluster::migrate_registry(&controller, &config)?;
     let view = Arc::new(crate::metadata::view_for(
@@ -158,6 +177,13 @@ pub fn run_with(
     let kafka_listen = kafka.as_ref().map(|(_, a)| *a);
     let n = config.cores;
     let node_tls = crate::cluster::node_tls(&config)?;
+    let unbound = |listeners: usize| -> Vec<Vec<AtomicU16>> {
+        (0..listeners)
+            .map(|_| (0..n).map(|_| AtomicU16::new(0)).collect())
+            .collect()
+    };
+    let more_core_ports = unbound(config.listen_more.len());
+    let kafka_more_core_ports = unbound(config.kafka_more.len());
     let shared = Arc::new(Shared {
         node_tls,
         replication_core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
@@ -165,6 +191,8 @@ pub fn run_with(
         config: BrokerConfig { listen, ..config },
         core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
         kafka_core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
+        more_core_ports,
+        kafka_more_core_ports,
         port: AtomicU16::new(listen.port()),
         stopping: stopping.clone(),
         metrics_port: AtomicU16::new(0),
@@ -241,6 +269,7 @@ pub fn run_with(
     }
     drop(placeholder);
     drop(kafka);
+    drop(placeholders);
     if let Some(e) = first_err {
         stopping.store(true, Ordering::Release);
         // The other cores stop at their next check of `stopping`, but one
@@ -286,14 +315,35 @@ pub fn run_with(
             .collect(),
     });
     tracing::info!(%listen, cores = n, ?ports, "broker ready");
-    // Registered again with the ports the cores bound.
+    let more = [
+        (
+            "native",
+            &shared.config.listen_more,
+            &shared.more_core_ports,
+        ),
+        (
+            "Kafka",
+            &shared.config.kafka_more,
+            &shared.kafka_more_core_ports,
+        ),
+    ];
+    for (family, listeners, ports) in more {
+        for (l, ports) in listeners.iter().zip(ports) {
+            let listener = format!("{}://{}", l.protocol.name(), l.addr);
+            tracing::info!(family, listener, ports = ?loaded(ports), "further listener ready");
+        }
+    }
+    // Registered again with the ports the cores bound (every listener's,
+    // one after another).
     let mut node = controller.registered_info();
-    node.core_ports = ports.clone();
+    node.core_ports = std::iter::once(&shared.core_ports)
+        .chain(&shared.more_core_ports)
+        .flat_map(|p| loaded(p))
+        .collect();
     if kafka_listen.is_some() && shared.config.kafka_core_port_base.is_some() {
-        node.kafka_core_ports = shared
-            .kafka_core_ports
-            .iter()
-            .map(|p| p.load(Ordering::Acquire))
+        node.kafka_core_ports = std::iter::once(&shared.kafka_core_ports)
+            .chain(&shared.kafka_more_core_ports)
+            .flat_map(|p| loaded(p))
             .collect();
     }
     node.replication_core_ports = advertised_replication_ports(&shared);
@@ -310,6 +360,11 @@ pub fn run_with(
         tracing::info!("broker stopped cleanly");
     }
     result
+}
+
+/// Ports as the cores stored them.
+fn loaded(ports: &[AtomicU16]) -> Vec<u16> {
+    ports.iter().map(|p| p.load(Ordering::Acquire)).collect()
 }
 
 /// The per-core replication ports other nodes are told: the advertised
@@ -373,9 +428,7 @@ async fn core_main(
     crate::coordinator::start(&core).await?;
     let tls_for = |p: tls::SecurityProtocol| p.tls().then(|| shared.client_tls.clone()).flatten();
     let listen = shared.config.listen;
-    let shared_l = TcpListener::bind(listen)
-        .map_err(std::io::Error::from)
-        .with_context(|| format!("core {c} cannot listen on {listen}"))?;
+    let shared_l = bind_shared(listen, c, "on")?;
     let (own_l, own_port) = bind_core_port(
         listen.ip(),
         shared.config.core_port_base,
@@ -433,38 +486,55 @@ async fn core_main(
         glommio::spawn_local(tls_reload_loop(core.clone())).detach();
     }
     let active = Rc::new(std::cell::Cell::new(0usize));
-    for (l, owner_only) in [(shared_l, false), (own_l, true)] {
-        let (core, active) = (core.clone(), active.clone());
-        let ctx = Ctx { owner_only };
-        let security = shared.config.listen_protocol;
-        let tls = tls_for(security);
-        glommio::spawn_local(accept_loop(core, l, active, ctx, Native, security, tls)).detach();
+    let mut native = vec![(shared_l, own_l, shared.config.listen_protocol)];
+    for (k, more) in shared.config.listen_more.iter().enumerate() {
+        let shared_l = bind_shared(more.addr, c, "on")?;
+        let base = further_base(shared.config.core_port_base, k + 1, shared.config.cores);
+        let (own_l, port) = bind_core_port(more.addr.ip(), base, c, "--core-port-base")?;
+        shared.more_core_ports[k][c].store(port, Ordering::Release);
+        native.push((shared_l, own_l, more.protocol));
+    }
+    for (shared_l, own_l, security) in native {
+        for (l, owner_only) in [(shared_l, false), (own_l, true)] {
+            let (core, active) = (core.clone(), active.clone());
+            let ctx = Ctx { owner_only };
+            let tls = tls_for(security);
+            glommio::spawn_local(accept_loop(core, l, active, ctx, Native, security, tls)).detach();
+        }
     }
     if let Some(addr) = shared.kafka_listen {
-        let l = TcpListener::bind(addr)
-            .map_err(std::io::Error::from)
-            .with_context(|| format!("core {c} cannot listen for Kafka clients on {addr}"))?;
-        let (core, active) = (core.clone(), active.clone());
-        // Partitions of other cores are served through the mesh: on the
-        // shared port, and on a core's own port for a client whose
-        // metadata is stale.
-        let ctx = Ctx { owner_only: false };
-        let security = shared.config.kafka_protocol;
-        let tls = tls_for(security);
-        let accept = accept_loop(
-            core.clone(),
-            l,
-            active.clone(),
-            ctx,
-            Kafka,
-            security,
-            tls.clone(),
-        );
-        glommio::spawn_local(accept).detach();
-        if let Some(base) = shared.config.kafka_core_port_base {
-            let (l, port) = bind_core_port(addr.ip(), base, c, "--kafka-core-port-base")?;
-            shared.kafka_core_ports[c].store(port, Ordering::Release);
-            glommio::spawn_local(accept_loop(core, l, active, ctx, Kafka, security, tls)).detach();
+        let first = (addr, shared.config.kafka_protocol, &shared.kafka_core_ports);
+        let more = shared
+            .config
+            .kafka_more
+            .iter()
+            .zip(&shared.kafka_more_core_ports)
+            .map(|(l, ports)| (l.addr, l.protocol, ports));
+        for (k, (addr, security, ports)) in std::iter::once(first).chain(more).enumerate() {
+            let l = bind_shared(addr, c, "for Kafka clients on")?;
+            let (core, active) = (core.clone(), active.clone());
+            // Partitions of other cores are served through the mesh: on the
+            // shared port, and on a core's own port for a client whose
+            // metadata is stale.
+            let ctx = Ctx { owner_only: false };
+            let tls = tls_for(security);
+            let accept = accept_loop(
+                core.clone(),
+                l,
+                active.clone(),
+                ctx,
+                Kafka,
+                security,
+                tls.clone(),
+            );
+            glommio::spawn_local(accept).detach();
+            if let Some(base) = shared.config.kafka_core_port_base {
+                let base = further_base(base, k, shared.config.cores);
+                let (l, port) = bind_core_port(addr.ip(), base, c, "--kafka-core-port-base")?;
+                ports[c].store(port, Ordering::Release);
+                glommio::spawn_local(accept_loop(core, l, active, ctx, Kafka, security, tls))
+                    .detach();
+            }
         }
     }
     let _ = ready.send(Ok(c));
@@ -482,6 +552,24 @@ async fn core_main(
     core.close_all().await;
     tracing::info!(core = c, "core stopped");
     Ok(())
+}
+
+/// Core `c`'s socket on a listener's shared address (SO_REUSEPORT);
+/// `what` says what it is for in errors ("on", "for Kafka clients on").
+fn bind_shared(addr: SocketAddr, c: usize, what: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("core {c} cannot listen {what} {addr}"))
+}
+
+/// The first per-core port of a family's listener `k` (0: the first
+/// listener): each further listener's per-core ports follow the one
+/// before's (`base + k × cores`); 0 stays 0 (free ports).
+fn further_base(base: u16, k: usize, cores: usize) -> u16 {
+    if base == 0 {
+        return 0;
+    }
+    base.saturating_add(u16::try_from(k * cores).unwrap_or(u16::MAX))
 }
 
 /// Binds core `c`'s own port, `base + c` (`base` 0: a free port), on
@@ -654,19 +742,33 @@ async fn tls_reload_loop(core: Rc<Core>) {
 
 /// The first log line: what listens where, in which security protocol.
 fn say_listeners(config: &BrokerConfig) {
-    let kafka = config.kafka_listener.map_or("off".to_string(), |a| {
-        format!("{}://{a}", config.kafka_protocol.name())
-    });
-    let plain_public = [
-        (config.listen_protocol, Some(config.listen)),
-        (config.kafka_protocol, config.kafka_listener),
-    ]
-    .into_iter()
-    .any(|(p, a)| {
-        p == tls::SecurityProtocol::Plaintext && a.is_some_and(|a| !a.ip().is_loopback())
-    });
+    let more = |first: (tls::SecurityProtocol, SocketAddr), more: &[config::MoreListener]| {
+        std::iter::once(first)
+            .chain(more.iter().map(|l| (l.protocol, l.addr)))
+            .collect::<Vec<_>>()
+    };
+    let native = more((config.listen_protocol, config.listen), &config.listen_more);
+    let kafka = match config.kafka_listener {
+        Some(a) => more((config.kafka_protocol, a), &config.kafka_more),
+        None => Vec::new(),
+    };
+    let named = |all: &[(tls::SecurityProtocol, SocketAddr)]| {
+        all.iter()
+            .map(|(p, a)| format!("{}://{a}", p.name()))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let plain_public = native
+        .iter()
+        .chain(&kafka)
+        .any(|(p, a)| *p == tls::SecurityProtocol::Plaintext && !a.ip().is_loopback());
+    let kafka = if kafka.is_empty() {
+        "off".to_string()
+    } else {
+        named(&kafka)
+    };
     tracing::info!(
-        native = format!("{}://{}", config.listen_protocol.name(), config.listen),
+        native = named(&native),
         kafka,
         metrics = format!(
             "{}://{}",

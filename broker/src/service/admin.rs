@@ -258,8 +258,13 @@ pub async fn compact(
     Ok(out)
 }
 
-/// The cluster as this node sees it (its controller's applied metadata).
-pub fn describe_cluster(core: &Core) -> weir_proto::messages::DescribeClusterResponse {
+/// The cluster as this node sees it (its controller's applied metadata);
+/// each node's native address is its listener named `listener` (where the
+/// client came in; a node without one: its first).
+pub fn describe_cluster(
+    core: &Core,
+    listener: &str,
+) -> weir_proto::messages::DescribeClusterResponse {
     use weir_proto::messages::{DescribeClusterResponse, NodeDescription};
     let controller = &core.shared.controller;
     let state = controller.state();
@@ -273,18 +278,27 @@ pub fn describe_cluster(core: &Core) -> weir_proto::messages::DescribeClusterRes
         nodes: state
             .nodes
             .values()
-            .map(|n| NodeDescription {
-                id: n.info.id,
-                rack: n.info.rack.clone(),
-                cores: n.info.cores,
-                native: n.info.native.clone(),
-                core_ports: n.info.core_ports.clone(),
-                kafka: n.info.kafka.clone(),
-                replication: n.info.replication.clone(),
-                metrics: n.info.metrics.clone(),
-                broker_epoch: n.broker_epoch,
-                fenced: n.fenced,
-                voter: voters.contains(&n.info.id),
+            .map(|n| {
+                let native =
+                    weir_replication::pick_listener(&n.info.native, &n.info.core_ports, listener)
+                        .unwrap_or(weir_replication::AdvertisedListener {
+                            name: None,
+                            addr: String::new(),
+                            ports: Vec::new(),
+                        });
+                NodeDescription {
+                    id: n.info.id,
+                    rack: n.info.rack.clone(),
+                    cores: n.info.cores,
+                    native: native.addr,
+                    core_ports: native.ports,
+                    kafka: n.info.kafka.clone(),
+                    replication: n.info.replication.clone(),
+                    metrics: n.info.metrics.clone(),
+                    broker_epoch: n.broker_epoch,
+                    fenced: n.fenced,
+                    voter: voters.contains(&n.info.id),
+                }
             })
             .collect(),
     }
@@ -339,8 +353,10 @@ pub async fn change_voters(
 
 /// The per-core endpoints of every node of the cluster, each with a
 /// cluster-wide index (nodes by id, cores in order: a one-node cluster's
-/// indexes are its core ids), for the native listener (`kafka` false) or
-/// the Kafka one; and where each partition's leader core sits in it.
+/// indexes are its core ids), for a native listener (`kafka` false) or a
+/// Kafka one, the one named `listener` (a security protocol's name: where
+/// the client came in; a node without one of that name: its first); and
+/// where each partition's leader core sits in it.
 pub struct ClusterEndpoints {
     /// `(host, port)` by cluster-wide index.
     pub cores: Vec<(String, u16)>,
@@ -352,7 +368,7 @@ pub struct ClusterEndpoints {
 impl ClusterEndpoints {
     /// The endpoints as this node knows them; `local` is this node's own
     /// `(host, ports)` (its live listeners, not what it registered).
-    pub fn new(core: &Core, kafka: bool, local: (String, Vec<u16>)) -> Self {
+    pub fn new(core: &Core, kafka: bool, listener: &str, local: (String, Vec<u16>)) -> Self {
         let me = core.shared.config.cluster.node_id;
         let state = core.shared.controller.state();
         let mut nodes: Vec<(u64, String, Vec<u16>)> = Vec::new();
@@ -363,15 +379,19 @@ impl ClusterEndpoints {
             if *id == me {
                 nodes.push((me, local.0.clone(), local.1.clone()));
             } else {
-                let (addr, ports) = if kafka {
+                let (addrs, ports) = if kafka {
                     (&n.info.kafka, &n.info.kafka_core_ports)
                 } else {
                     (&n.info.native, &n.info.core_ports)
                 };
-                let host = addr.rsplit_once(':').map_or(String::new(), |(h, _)| {
+                let Some(l) = weir_replication::pick_listener(addrs, ports, listener) else {
+                    nodes.push((*id, String::new(), Vec::new()));
+                    continue;
+                };
+                let host = l.addr.rsplit_once(':').map_or(String::new(), |(h, _)| {
                     h.trim_matches(['[', ']']).to_string()
                 });
-                nodes.push((*id, host, ports.clone()));
+                nodes.push((*id, host, l.ports));
             }
         }
         let mut cores = Vec::new();

@@ -51,6 +51,12 @@ pub struct Shared {
     /// Each core's own Kafka port (0 until bound; all 0 without per-core
     /// Kafka brokers).
     pub kafka_core_ports: Vec<AtomicU16>,
+    /// Each core's own port on each further native listener
+    /// (`config.listen_more`, whose addresses are the bound ones).
+    pub more_core_ports: Vec<Vec<AtomicU16>>,
+    /// Each core's own port on each further Kafka listener
+    /// (`config.kafka_more`; all 0 without per-core Kafka brokers).
+    pub kafka_more_core_ports: Vec<Vec<AtomicU16>>,
     /// Mesh peer id of each core.
     pub peer_of_core: Arc<[std::sync::atomic::AtomicUsize]>,
     /// This node's controller (its member of the metadata quorum).

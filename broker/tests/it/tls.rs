@@ -605,3 +605,137 @@ fn the_cli_trusts_the_system_roots_without_a_ca_location() {
     assert!(!out.status.success(), "connected without any root");
     assert!(err.contains("ssl.ca.location"), "{err}");
 }
+
+/// The brokers (`(host, port)`, sorted) a kcat `-L` listing names.
+fn listed_brokers(listing: &str) -> Vec<(String, u16)> {
+    let mut out: Vec<(String, u16)> = listing
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("broker ")?.split_once(" at "))
+        .filter_map(|(_, at)| {
+            let at = at.split_whitespace().next()?;
+            let (h, p) = at.rsplit_once(':')?;
+            Some((h.to_string(), p.parse().ok()?))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn several_listeners_each_tell_clients_their_own_addresses() {
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    use kafka_protocol::protocol::Decodable;
+    use std::io::Read as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    // Plaintext on loopback (told as `localhost`) and SSL beside it, for
+    // both protocols.
+    let tcp = weir_testkit::ports::Proto::Tcp;
+    let (native_ssl, kafka_ssl, kafka_plain) = (
+        weir_testkit::ports::run(tcp, 0),
+        weir_testkit::ports::run(tcp, 0),
+        weir_testkit::ports::run(tcp, 0),
+    );
+    let config = dir.path().join("weir.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:{native_ssl}\"\ncore_port_base = 0\n\
+             metrics_listen = \"127.0.0.1:0\"\n\
+             kafka_listener = \"PLAINTEXT://127.0.0.1:{kafka_plain},SSL://127.0.0.1:{kafka_ssl}\"\n\
+             kafka_core_port_base = \"0\"\n\
+             kafka_advertised_listener = \"PLAINTEXT://localhost:{kafka_plain}\"\n\
+             ssl_certificate_file = {cert:?}\nssl_key_file = {key:?}\n\
+             auto_create_topics = false\ngroup_initial_rebalance_delay_ms = 0\n"
+        ),
+    )
+    .unwrap();
+    let node = Node::builder(env!("CARGO_BIN_EXE_weir"))
+        .data_dir(dir.path().join("data"))
+        .cores(2)
+        .config(&config)
+        .env("WEIR_LOG", "info")
+        .log_to(dir.path().join("broker.log"))
+        .start();
+
+    // Native: each listener's Metadata names its own per-core ports.
+    let mut plain = common::Client::connect(node.listen);
+    let cores = plain.ok(&weir_proto::messages::MetadataRequest { topics: None }, &[]);
+    let plain_ports: Vec<u16> = cores.0.cores.iter().map(|c| c.port).collect();
+    assert_eq!(plain_ports, node.core_ports);
+    let ssl_at = SocketAddr::from(([127, 0, 0, 1], native_ssl));
+    let mut secure = native_tls(ssl_at, &pki.ca("ca"), None);
+    assert_eq!(secure.create_topic("both", 2, &[]).error, 0);
+    let cores = secure.ok(&weir_proto::messages::MetadataRequest { topics: None }, &[]);
+    let ssl_ports: Vec<u16> = cores.0.cores.iter().map(|c| c.port).collect();
+    assert_eq!(ssl_ports.len(), 2);
+    assert!(
+        ssl_ports.iter().all(|p| !plain_ports.contains(p)),
+        "{ssl_ports:?} {plain_ports:?}"
+    );
+    // Each of those is a TLS port of that core.
+    for p in &ssl_ports {
+        let mut c = native_tls(SocketAddr::from(([127, 0, 0, 1], *p)), &pki.ca("ca"), None);
+        c.ok(&weir_proto::messages::MetadataRequest { topics: None }, &[]);
+    }
+
+    // Kafka, plaintext: the brokers are `localhost` at the per-core ports.
+    let mut s = TcpStream::connect(node.kafka).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut m = MetadataRequest::default();
+    m.topics = None;
+    s.write_all(&common::kafka_frame(3, 1, 9, &crate::sasl::body(&m, 1)))
+        .unwrap();
+    let mut size = [0u8; 4];
+    s.read_exact(&mut size).unwrap();
+    let mut b = vec![0u8; i32::from_be_bytes(size) as usize];
+    s.read_exact(&mut b).unwrap();
+    let resp = MetadataResponse::decode(&mut bytes::Bytes::from(b).slice(4..), 1).unwrap();
+    let mut told: Vec<(String, u16)> = resp
+        .brokers
+        .iter()
+        .map(|b| (b.host.to_string(), b.port as u16))
+        .collect();
+    told.sort();
+    let mut want: Vec<(String, u16)> = node
+        .kafka_core_ports
+        .iter()
+        .map(|p| ("localhost".to_string(), *p))
+        .collect();
+    want.sort();
+    assert_eq!(told, want);
+
+    // Kafka over TLS: the SSL listener's own per-core ports, which kcat
+    // follows to produce and read back.
+    let ssl_kafka = SocketAddr::from(([127, 0, 0, 1], kafka_ssl));
+    let tls_kcat = |args: &[&str], stdin: &[u8]| {
+        let settings = ssl(&pki.ca("ca"));
+        let mut all: Vec<&str> = settings.iter().flat_map(|s| ["-X", s.as_str()]).collect();
+        all.extend_from_slice(args);
+        ok(common::kcat(ssl_kafka, &all, stdin))
+    };
+    let listed = listed_brokers(&tls_kcat(&["-L", "-t", "both"], b""));
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(
+        listed.iter().all(|(h, p)| h == "127.0.0.1"
+            && !node.kafka_core_ports.contains(p)
+            && *p != kafka_ssl),
+        "{listed:?} (plaintext: {:?})",
+        node.kafka_core_ports
+    );
+    let lines: String = (0..50).map(|i| format!("k{i}:v{i}\n")).collect();
+    tls_kcat(&["-t", "both", "-P", "-K:"], lines.as_bytes());
+    // Read back on the plaintext listener (through `localhost`).
+    let read = ok(common::kcat(
+        node.kafka,
+        &["-t", "both", "-C", "-e", "-f", "%k:%s\n"],
+        b"",
+    ));
+    assert_eq!(read.lines().count(), 50, "{read}");
+    assert_eq!(
+        tls_kcat(&["-t", "both", "-C", "-e"], b"").lines().count(),
+        50
+    );
+}

@@ -6,16 +6,32 @@ use super::errors::*;
 use crate::service::acl::{self, Op, Resource};
 use crate::service::auth::Session;
 
-/// Host and port Kafka clients are told to connect to.
-pub(super) fn advertised(core: &Core) -> (String, i32) {
-    if let Some((h, p)) = &core.shared.config.kafka_advertised_listener {
-        return (h.clone(), i32::from(*p));
+/// Which of this node's Kafka listeners a client of `listener` (its
+/// security protocol) came in on: 0 the first, k the k-th further one.
+fn listener_index(core: &Core, listener: SecurityProtocol) -> usize {
+    let more = &core.shared.config.kafka_more;
+    more.iter()
+        .position(|l| l.protocol == listener)
+        .map_or(0, |k| k + 1)
+}
+
+/// Host and port the clients of `listener` are told to connect to.
+pub(super) fn advertised(core: &Core, listener: SecurityProtocol) -> (String, i32) {
+    let config = &core.shared.config;
+    let (told, bound) = match listener_index(core, listener) {
+        0 => (
+            &config.kafka_advertised_listener,
+            core.shared.kafka_listen.unwrap_or(config.listen),
+        ),
+        k => (
+            &config.kafka_more[k - 1].advertised,
+            config.kafka_more[k - 1].addr,
+        ),
+    };
+    match told {
+        Some((h, p)) => (h.clone(), i32::from(*p)),
+        None => (bound.ip().to_string(), i32::from(bound.port())),
     }
-    let a = core
-        .shared
-        .kafka_listen
-        .unwrap_or(core.shared.config.listen);
-    (a.ip().to_string(), i32::from(a.port()))
 }
 
 /// The Kafka brokers this node shows clients: with per-core Kafka ports,
@@ -23,30 +39,45 @@ pub(super) fn advertised(core: &Core) -> (String, i32) {
 /// cluster-wide index, at its own port; a one-node cluster's ids are its
 /// core indexes), so that clients send each partition's requests to the
 /// node and core that hold it; else one (node 0, the Kafka listener).
-pub(super) fn endpoints(core: &Core) -> Option<admin::ClusterEndpoints> {
+///
+/// Each address is the one of the listener the client came in on
+/// (`listener`, its security protocol; a node without one: its first).
+pub(super) fn endpoints(
+    core: &Core,
+    listener: SecurityProtocol,
+) -> Option<admin::ClusterEndpoints> {
     core.shared.config.kafka_core_port_base?;
-    let (host, _) = advertised(core);
-    let ports = core
-        .shared
-        .kafka_core_ports
+    let (host, _) = advertised(core, listener);
+    let ports = match listener_index(core, listener) {
+        0 => &core.shared.kafka_core_ports,
+        k => &core.shared.kafka_more_core_ports[k - 1],
+    };
+    let ports = ports
         .iter()
         .map(|p| p.load(std::sync::atomic::Ordering::Acquire))
         .collect();
-    Some(admin::ClusterEndpoints::new(core, true, (host, ports)))
+    let name = listener.name();
+    Some(admin::ClusterEndpoints::new(
+        core,
+        true,
+        name,
+        (host, ports),
+    ))
 }
 
-pub(super) fn brokers(core: &Core) -> Vec<(i32, String, i32)> {
-    brokers_of(core, endpoints(core).as_ref())
+pub(super) fn brokers(core: &Core, listener: SecurityProtocol) -> Vec<(i32, String, i32)> {
+    brokers_of(core, listener, endpoints(core, listener).as_ref())
 }
 
 /// [`brokers`] from endpoints already built.
 pub(super) fn brokers_of(
     core: &Core,
+    listener: SecurityProtocol,
     endpoints: Option<&admin::ClusterEndpoints>,
 ) -> Vec<(i32, String, i32)> {
     match endpoints {
         None => {
-            let (host, port) = advertised(core);
+            let (host, port) = advertised(core, listener);
             vec![(NODE_ID, host, port)]
         }
         Some(e) => e
@@ -96,13 +127,15 @@ pub(super) fn check_leader_epoch(
 pub(super) struct NewLeaders {
     pub(super) endpoints: Option<admin::ClusterEndpoints>,
     pub(super) named: std::collections::BTreeSet<i32>,
+    listener: SecurityProtocol,
 }
 
 impl NewLeaders {
-    pub(super) fn new(core: &Core) -> Self {
+    pub(super) fn new(core: &Core, listener: SecurityProtocol) -> Self {
         NewLeaders {
-            endpoints: endpoints(core),
+            endpoints: endpoints(core, listener),
             named: Default::default(),
+            listener,
         }
     }
 
@@ -122,7 +155,7 @@ impl NewLeaders {
 
     /// `(broker, host, port)` of every leader named.
     pub(super) fn endpoints(&self, core: &Core) -> Vec<(i32, String, i32)> {
-        brokers_of(core, self.endpoints.as_ref())
+        brokers_of(core, self.listener, self.endpoints.as_ref())
             .into_iter()
             .filter(|(b, _, _)| self.named.contains(b))
             .collect()
@@ -138,9 +171,13 @@ pub(super) fn leader_moved(code: i16) -> bool {
 /// core leading its offsets partition, on whichever node), or the Kafka
 /// error to answer: COORDINATOR_NOT_AVAILABLE while that partition has no
 /// live leader (clients retry).
-pub(super) fn coordinator_broker(core: &Core, group: &str) -> Result<(i32, String, i32), i16> {
-    let Some(endpoints) = endpoints(core) else {
-        let (h, p) = advertised(core);
+pub(super) fn coordinator_broker(
+    core: &Core,
+    listener: SecurityProtocol,
+    group: &str,
+) -> Result<(i32, String, i32), i16> {
+    let Some(endpoints) = endpoints(core, listener) else {
+        let (h, p) = advertised(core, listener);
         return Ok((NODE_ID, h, p));
     };
     let (_, i) = crate::service::admin::coordinator_at(core, &endpoints, group).map_err(|r| {
@@ -261,7 +298,7 @@ pub(super) async fn metadata(
             })
             .collect()
     };
-    let cluster = endpoints(core);
+    let cluster = endpoints(core, session.protocol);
     let mut topics: Vec<MetadataResponseTopic> = found
         .into_iter()
         .filter(|(n, _)| describable(n))
@@ -322,7 +359,7 @@ pub(super) async fn metadata(
     }
     MetadataResponse::default()
         .with_brokers(
-            brokers_of(core, cluster.as_ref())
+            brokers_of(core, session.protocol, cluster.as_ref())
                 .into_iter()
                 .map(|(node, host, port)| {
                     MetadataResponseBroker::default()
@@ -339,6 +376,7 @@ pub(super) async fn metadata(
 
 pub(super) fn find_coordinator(
     core: &Core,
+    listener: SecurityProtocol,
     r: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
@@ -355,7 +393,7 @@ pub(super) fn find_coordinator(
         )
     };
     let lookup = |key: &str| match error {
-        0 => coordinator_broker(core, key).map_err(|e| (e, None)),
+        0 => coordinator_broker(core, listener, key).map_err(|e| (e, None)),
         e => Err((e, message.clone())),
     };
     if version >= 4 {
@@ -422,12 +460,12 @@ pub(super) async fn init_producer_id(
     }
 }
 
-pub(super) fn describe_cluster(core: &Core) -> DescribeClusterResponse {
+pub(super) fn describe_cluster(core: &Core, listener: SecurityProtocol) -> DescribeClusterResponse {
     DescribeClusterResponse::default()
         .with_cluster_id(s(CLUSTER_ID))
         .with_controller_id(BrokerId(NODE_ID))
         .with_brokers(
-            brokers(core)
+            brokers(core, listener)
                 .into_iter()
                 .map(|(node, host, port)| {
                     DescribeClusterBroker::default()

@@ -59,6 +59,7 @@ pub(super) use crate::groups::classic;
 pub(super) use crate::groups::consumer::{GroupError, Heartbeat};
 pub(super) use crate::groups::coordinator::{self, GroupRequest, GroupResponse};
 pub(super) use crate::listener::connection::{Answer, Pending, Protocol};
+pub(super) use crate::server::tls::SecurityProtocol;
 
 pub(super) use crate::metadata::Change;
 pub(super) use crate::metadata::{ConfigOp, TopicError, TopicMeta, TopicSpec, OFFSETS_TOPIC};

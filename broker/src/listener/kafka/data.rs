@@ -55,21 +55,28 @@ pub(super) async fn produce(
             .into_iter()
             .map(|p| (p.topic, p.partition, Err(e.clone())))
             .collect();
-        return Pending::Ready(produce_answer(core, &h, &names, outcomes, 0));
+        return Pending::Ready(produce_answer(
+            core,
+            session.protocol,
+            &h,
+            &names,
+            outcomes,
+            0,
+        ));
     }
     let timeout = Some(Duration::from_millis(r.timeout_ms.max(0) as u64));
     // Over its quota, the client is throttled, not refused (Kafka's).
     let throttle = quota::throttle_ms(quota::spend_produce(core, session, &parts));
     match service::produce::produce(core, parts, acks as i8, timeout, ctx).await {
         Ok(acked) => {
-            let core = core.clone();
+            let (core, listener) = (core.clone(), session.protocol);
             later(async move {
                 let outcomes = acked.await;
                 if acks == 0 {
                     // acks=0: Kafka sends no answer at all.
                     return Answer::plain(BytesMut::new());
                 }
-                produce_answer(&core, &h, &names, outcomes, throttle)
+                produce_answer(&core, listener, &h, &names, outcomes, throttle)
             })
         }
         Err(e) => {
@@ -79,7 +86,14 @@ pub(super) async fn produce(
                     outcomes.push((n.to_string(), 0, Err(e.clone())));
                 }
             }
-            Pending::Ready(produce_answer(core, &h, &names, outcomes, throttle))
+            Pending::Ready(produce_answer(
+                core,
+                session.protocol,
+                &h,
+                &names,
+                outcomes,
+                throttle,
+            ))
         }
     }
 }
@@ -88,12 +102,13 @@ pub(super) async fn produce(
 /// leader as this node knows it now (KIP-951, v10+).
 pub(super) fn produce_answer(
     core: &Core,
+    listener: SecurityProtocol,
     h: &codec::RequestHeaderInfo,
     names: &[(TopicName, uuid::Uuid, usize)],
     outcomes: Vec<service::produce::ProduceOutcome>,
     throttle_ms: i32,
 ) -> Answer {
-    let mut leaders = NewLeaders::new(core);
+    let mut leaders = NewLeaders::new(core, listener);
     let mut it = outcomes.into_iter();
     let responses = names
         .iter()
@@ -220,7 +235,7 @@ pub(super) async fn fetch(
     let throttle = quota::throttle_ms(quota::spend_fetch(core, session, &results));
     let mut batches = codec::FetchBatches::default();
     // KIP-951 (v12+ name the leader, v16+ its endpoint).
-    let mut leaders = NewLeaders::new(core);
+    let mut leaders = NewLeaders::new(core, session.protocol);
     let responses = shape
         .into_iter()
         .map(|(name, id, ps)| {

@@ -143,7 +143,12 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
         KafkaRequest::FindCoordinator(r) => at_turn(async move {
             answer(
                 &h,
-                KafkaResponse::FindCoordinator(find_coordinator(&core, r, version)),
+                KafkaResponse::FindCoordinator(find_coordinator(
+                    &core,
+                    session.protocol,
+                    r,
+                    version,
+                )),
             )
         }),
         KafkaRequest::InitProducerId(r) => later(async move {
@@ -258,11 +263,12 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
                 KafkaResponse::OffsetForLeaderEpoch(offset_for_leader_epoch(&core, r).await),
             )
         }),
-        KafkaRequest::DescribeCluster(_) => {
-            at_turn(
-                async move { answer(&h, KafkaResponse::DescribeCluster(describe_cluster(&core))) },
+        KafkaRequest::DescribeCluster(_) => at_turn(async move {
+            answer(
+                &h,
+                KafkaResponse::DescribeCluster(describe_cluster(&core, session.protocol)),
             )
-        }
+        }),
         KafkaRequest::ConsumerGroupHeartbeat(r) => later(async move {
             answer(
                 &h,
