@@ -92,6 +92,10 @@ pub(crate) struct Cluster {
     lag_ms: u64,
     /// Each node's Kafka listener port (its cores' follow it).
     kafka_ports: BTreeMap<u64, u16>,
+    /// Each node's second Kafka listener, `SSL://` on this port with its
+    /// node certificate (none unless a test sets them; its cores' ports
+    /// follow the first listener's cores').
+    kafka_ssl_ports: BTreeMap<u64, u16>,
     /// Each node's native listener port (its cores' follow it): the same
     /// over restarts, so clients bootstrapped with every node's address
     /// still reach them after the whole cluster restarted.
@@ -127,6 +131,7 @@ impl Cluster {
             rebalance_ms: 0,
             lag_ms: LAG_MS,
             kafka_ports: (1..=n).map(|id| (id, free_tcp_run())).collect(),
+            kafka_ssl_ports: BTreeMap::new(),
             native_ports: (1..=n).map(|id| (id, free_tcp_run())).collect(),
             silence_ms: None,
             authorizer: false,
@@ -194,6 +199,13 @@ impl Cluster {
         t.insert("core_port_base".into(), toml::Value::Integer(base.into()));
         let kafka = self.kafka_ports.get(&id).copied().unwrap_or(0);
         t.insert("kafka_listener".into(), s(format!("{host}:{kafka}")));
+        if let Some(ssl) = self.kafka_ssl_ports.get(&id) {
+            let both = format!("PLAINTEXT://{host}:{kafka},SSL://{host}:{ssl}");
+            t.insert("kafka_listener".into(), s(both));
+            let (cert, key) = weir_replication::tls::node_paths(certs, id);
+            t.insert("ssl_certificate_file".into(), s(cert.display().to_string()));
+            t.insert("ssl_key_file".into(), s(key.display().to_string()));
+        }
         if kafka != 0 {
             t.insert("kafka_core_port_base".into(), s((kafka + 1).to_string()));
         }
@@ -996,6 +1008,93 @@ fn nodes_of_another_ca_or_another_cluster_are_refused_and_nothing_changes() {
 
 /// The SDK follows the cluster: one bootstrap address, every partition
 /// produced to and read from the node (and core) that holds it.
+/// The brokers (`host:port`, sorted) of a kcat `-L` listing.
+fn kcat_brokers(listing: &str) -> Vec<String> {
+    let mut out: Vec<String> = listing
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("broker ")?.split_once(" at "))
+        .filter_map(|(_, at)| Some(at.split_whitespace().next()?.to_string()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn each_kafka_listener_names_every_nodes_brokers_on_that_listener() {
+    let _serial = serial();
+    let mut c = Cluster::new(2);
+    // Room after each node's Kafka port for both listeners' core ports.
+    c.kafka_ports = (1..=2)
+        .map(|id| {
+            let port = weir_testkit::ports::run(weir_testkit::ports::Proto::Tcp, 2 * CORES);
+            (id, port)
+        })
+        .collect();
+    let tcp = weir_testkit::ports::Proto::Tcp;
+    c.kafka_ssl_ports = (1..=2)
+        .map(|id| (id, weir_testkit::ports::run(tcp, 0)))
+        .collect();
+    c.start_all();
+    c.converged(&[1, 2], Duration::from_secs(20));
+    c.create_topic("both", 4, 2, &[]);
+    let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port)).to_string();
+    let core_ports = |first: u16| {
+        let mut all: Vec<String> = (1..=2)
+            .flat_map(|id| (0..CORES).map(move |c| (id, c)))
+            .map(|(id, core)| at(c.kafka_ports[&id] + first + core))
+            .collect();
+        all.sort();
+        all
+    };
+    let ca = c.certs.join("ca.pem").display().to_string();
+    let ssl = [
+        "-X".to_string(),
+        "security.protocol=SSL".into(),
+        "-X".into(),
+        format!("ssl.ca.location={ca}"),
+        // Node certificates name the node and localhost, not 127.0.0.1.
+        "-X".into(),
+        "ssl.endpoint.identification.algorithm=none".into(),
+    ];
+    let kcat = |via: SocketAddr, tls: bool, args: &[&str], stdin: &[u8]| {
+        let mut all: Vec<&str> = if tls {
+            ssl.iter().map(String::as_str).collect()
+        } else {
+            Vec::new()
+        };
+        all.extend_from_slice(args);
+        let out = common::kcat(via, &all, stdin);
+        assert!(
+            out.status.success(),
+            "kcat {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plain = |id: u64| SocketAddr::from(([127, 0, 0, 1], c.kafka_ports[&id]));
+    let secure = |id: u64| SocketAddr::from(([127, 0, 0, 1], c.kafka_ssl_ports[&id]));
+    // Plaintext through node 2: every core of both nodes at its plaintext
+    // port; over TLS through node 1: at its SSL port (the first
+    // listener's core ports, then the second's).
+    let listed = kcat(plain(2), false, &["-L", "-t", "both"], b"");
+    assert_eq!(kcat_brokers(&listed), core_ports(1), "{listed}");
+    let listed = kcat(secure(1), true, &["-L", "-t", "both"], b"");
+    assert_eq!(kcat_brokers(&listed), core_ports(1 + CORES), "{listed}");
+    // kcat follows them: written over TLS through node 1, read over TLS
+    // through node 2 and in plaintext.
+    let lines: String = (0..100).map(|i| format!("k{i}:v{i}\n")).collect();
+    kcat(
+        secure(1),
+        true,
+        &["-t", "both", "-P", "-K:"],
+        lines.as_bytes(),
+    );
+    let read = kcat(secure(2), true, &["-t", "both", "-C", "-e"], b"");
+    assert_eq!(read.lines().count(), 100, "{read}");
+    let read = kcat(plain(1), false, &["-t", "both", "-C", "-e"], b"");
+    assert_eq!(read.lines().count(), 100, "{read}");
+}
+
 #[test]
 fn the_sdk_produces_and_consumes_a_spread_topic_through_one_bootstrap_address() {
     use std::sync::Arc as A;
