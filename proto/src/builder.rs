@@ -28,6 +28,9 @@ pub struct BatchBuilder {
     pub partition_leader_epoch: i32,
     /// Whether to set the transactional attribute; false by default.
     pub transactional: bool,
+    /// Whether to set the control attribute (a transaction marker, written
+    /// by the broker only); false by default.
+    pub control: bool,
     compression: Compression,
     zstd_level: i32,
     /// `HEADER_BYTES` reserved for the header, then the encoded records (so
@@ -54,6 +57,7 @@ impl BatchBuilder {
             base_sequence: -1,
             partition_leader_epoch: -1,
             transactional: false,
+            control: false,
             compression: codec,
             zstd_level: ZSTD_LEVEL_DEFAULT,
             records: vec![0; HEADER_BYTES],
@@ -180,6 +184,9 @@ impl BatchBuilder {
         let mut attributes = self.compression.id();
         if self.transactional {
             attributes |= Attributes::TRANSACTIONAL;
+        }
+        if self.control {
+            attributes |= Attributes::CONTROL;
         }
         let header = BatchHeader {
             base_offset: 0,

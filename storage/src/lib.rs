@@ -40,6 +40,7 @@ pub mod tail_writer;
 #[doc(hidden)]
 pub mod testing;
 pub mod time_index;
+pub mod txn;
 
 pub use cache::{CacheStats, CACHE_BYTES_PER_CORE_DEFAULT};
 pub use cleaner::CleanReport;

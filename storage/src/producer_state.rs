@@ -21,9 +21,22 @@
 //!
 //! Batches with `producer_id < 0` are neither checked nor recorded.
 //!
+//! ## Transactions
+//! A transactional batch (the attribute bit) of a producer with no open
+//! transaction opens one at its base offset; a control batch (a commit or
+//! abort marker, [`crate::txn`]) of that producer closes it. The
+//! partition's *last stable offset* is the first offset of the oldest open
+//! transaction ([`ProducerStateTable::first_unstable_offset`]; the log
+//! caps it at the high watermark). A marker is not a batch of the
+//! producer's sequence: it is not remembered for duplicates, but a marker
+//! of a newer epoch (KIP-890 bumps the epoch at every transaction's end)
+//! makes that epoch the producer's, its sequence starting again at 0.
+//! A producer with an open transaction is never evicted.
+//!
 //! ## Invariants
-//! * Every entry remembers 1..=[`PRODUCER_BATCHES_RETAINED`] batches, all of
-//!   its current epoch, in offset order; an entry with no batch is removed.
+//! * Every entry remembers 0..=[`PRODUCER_BATCHES_RETAINED`] batches, all of
+//!   its current epoch, in offset order (none only after a marker of a new
+//!   epoch); its age is the last offset of its last batch or marker.
 //! * The state covers exactly the batches below some log offset: the log
 //!   calls [`ProducerStateTable::check`] and [`ProducerStateTable::record`]
 //!   under its append lock, atomically with offset assignment, and
@@ -70,11 +83,14 @@ pub const PRODUCER_SNAPSHOT_INTERVAL_BYTES: u64 = 64 << 20;
 pub const PRODUCER_SNAPSHOT_FILE: &str = "producer.snapshot";
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"WEIRPSNP";
-const SNAPSHOT_VERSION: u32 = 1;
+/// Version 2 adds each entry's age and open transaction; version 1 (no
+/// transactions) is still read.
+const SNAPSHOT_VERSION: u32 = 2;
 /// Bytes before the first entry: magic, version, offset, producer count.
 const SNAPSHOT_HEADER_BYTES: usize = 24;
-/// Bytes of an entry before its batches: id, epoch, last timestamp, count.
-const SNAPSHOT_ENTRY_BYTES: usize = 19;
+/// Bytes of an entry before its batches: id, epoch, last timestamp, age,
+/// open transaction's first offset (-1: none), count.
+const SNAPSHOT_ENTRY_BYTES: usize = 35;
 /// Bytes of one remembered batch.
 const SNAPSHOT_BATCH_BYTES: usize = 24;
 /// Largest snapshot: every producer with every batch remembered.
@@ -121,8 +137,12 @@ pub struct ProducerEntry {
     pub epoch: i16,
     /// Largest timestamp of its last batch (ms).
     pub last_timestamp: i64,
-    /// Its last batches (1..=[`PRODUCER_BATCHES_RETAINED`]), oldest first.
+    /// Its last batches (0..=[`PRODUCER_BATCHES_RETAINED`]), oldest first.
     batches: VecDeque<BatchMetadata>,
+    /// Last offset of its last batch or marker (the eviction order).
+    age: u64,
+    /// First offset of its open transaction, if one is open.
+    pub txn_first_offset: Option<u64>,
 }
 
 impl ProducerEntry {
@@ -131,9 +151,9 @@ impl ProducerEntry {
         self.batches.iter()
     }
 
-    /// Its last batch.
-    pub fn last_batch(&self) -> &BatchMetadata {
-        self.batches.back().expect("an entry has a batch")
+    /// Its last batch (`None` after a marker of a new epoch).
+    pub fn last_batch(&self) -> Option<&BatchMetadata> {
+        self.batches.back()
     }
 }
 
@@ -150,9 +170,11 @@ pub enum Verdict {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerStateTable {
     producers: HashMap<i64, ProducerEntry>,
-    /// Producers by the last offset of their last batch (unique: batches do
-    /// not overlap), oldest first: the eviction order.
+    /// Producers by their age (unique: batches do not overlap), oldest
+    /// first: the eviction order.
     by_age: BTreeMap<u64, i64>,
+    /// Open transactions by first offset (unique, as ages are).
+    open: BTreeMap<u64, i64>,
     max_producers: usize,
 }
 
@@ -173,8 +195,20 @@ impl ProducerStateTable {
         ProducerStateTable {
             producers: HashMap::new(),
             by_age: BTreeMap::new(),
+            open: BTreeMap::new(),
             max_producers: max.max(1),
         }
+    }
+
+    /// First offset of the oldest open transaction (`None`: none open):
+    /// the last stable offset, below the high watermark.
+    pub fn first_unstable_offset(&self) -> Option<u64> {
+        self.open.keys().next().copied()
+    }
+
+    /// The open transactions: `(producer id, first offset)`, oldest first.
+    pub fn open_transactions(&self) -> impl Iterator<Item = (i64, u64)> + '_ {
+        self.open.iter().map(|(&first, &pid)| (pid, first))
     }
 
     /// Producers remembered.
@@ -241,7 +275,7 @@ impl ProducerStateTable {
                 return Ok(Verdict::Duplicate(*b));
             }
         }
-        let expected = sequence_add(e.last_batch().last_seq, 1);
+        let expected = e.last_batch().map_or(0, |b| sequence_add(b.last_seq, 1));
         if first == expected {
             Ok(Verdict::Append)
         } else {
@@ -253,6 +287,10 @@ impl ProducerStateTable {
     /// without checking it: after [`ProducerStateTable::check`] accepted it,
     /// or when rebuilding the table from the log. A batch of another epoch
     /// than the entry's starts the entry afresh.
+    ///
+    /// A transactional batch opens its producer's transaction if none is
+    /// open; a control batch (`h` of a marker: see [`crate::txn`]) is
+    /// recorded with [`ProducerStateTable::record_marker`] instead.
     pub fn record(&mut self, h: &BatchHeader) {
         let pid = h.producer_id;
         if pid < 0 {
@@ -264,63 +302,133 @@ impl ProducerStateTable {
             base_offset: h.base_offset as u64,
             last_offset: h.last_offset() as u64,
         };
-        let entry = match self.producers.remove(&pid) {
-            Some(mut e) => {
-                self.by_age.remove(&e.last_batch().last_offset);
-                if e.epoch != h.producer_epoch {
-                    e.epoch = h.producer_epoch;
-                    e.batches.clear();
-                }
-                e.last_timestamp = h.max_timestamp;
-                e.batches.push_back(b);
-                while e.batches.len() > PRODUCER_BATCHES_RETAINED {
-                    e.batches.pop_front();
-                }
-                e
-            }
-            None => ProducerEntry {
-                epoch: h.producer_epoch,
-                last_timestamp: h.max_timestamp,
-                batches: VecDeque::from([b]),
-            },
-        };
-        self.insert(pid, entry);
+        let mut e = self.take(pid).unwrap_or(ProducerEntry {
+            epoch: h.producer_epoch,
+            last_timestamp: h.max_timestamp,
+            batches: VecDeque::new(),
+            age: 0,
+            txn_first_offset: None,
+        });
+        if e.epoch != h.producer_epoch {
+            e.epoch = h.producer_epoch;
+            e.batches.clear();
+        }
+        e.last_timestamp = h.max_timestamp;
+        e.batches.push_back(b);
+        while e.batches.len() > PRODUCER_BATCHES_RETAINED {
+            e.batches.pop_front();
+        }
+        e.age = b.last_offset;
+        if h.attributes.is_transactional() && e.txn_first_offset.is_none() {
+            e.txn_first_offset = Some(b.base_offset);
+        }
+        self.insert(pid, e);
     }
 
-    /// Inserts an entry (not present), evicting the oldest producers beyond
-    /// the limit.
+    /// Records a transaction marker of producer `pid` at `offset`: its open
+    /// transaction (if any) ends; returns that transaction's first offset.
+    /// A marker of a newer epoch makes it the producer's (its sequence
+    /// starts again at 0).
+    pub fn record_marker(&mut self, pid: i64, epoch: i16, offset: u64) -> Option<u64> {
+        if pid < 0 {
+            return None;
+        }
+        let mut e = self.take(pid).unwrap_or(ProducerEntry {
+            epoch,
+            last_timestamp: -1,
+            batches: VecDeque::new(),
+            age: 0,
+            txn_first_offset: None,
+        });
+        if epoch > e.epoch {
+            e.epoch = epoch;
+            e.batches.clear();
+        }
+        e.age = offset;
+        let first = e.txn_first_offset.take();
+        self.insert(pid, e);
+        first
+    }
+
+    /// Removes an entry from every index; the caller inserts it again.
+    fn take(&mut self, pid: i64) -> Option<ProducerEntry> {
+        let e = self.producers.remove(&pid)?;
+        self.by_age.remove(&e.age);
+        if let Some(first) = e.txn_first_offset {
+            self.open.remove(&first);
+        }
+        Some(e)
+    }
+
+    /// Inserts an entry (not present), evicting the oldest producers
+    /// without an open transaction beyond the limit.
     fn insert(&mut self, pid: i64, entry: ProducerEntry) {
-        let age = entry.last_batch().last_offset;
-        if let Some(other) = self.by_age.insert(age, pid) {
+        if let Some(other) = self.by_age.insert(entry.age, pid) {
             // Batches of a log never overlap; should a log hold overlapping
             // producer batches nonetheless, the newer producer wins.
-            self.producers.remove(&other);
+            if let Some(o) = self.producers.remove(&other) {
+                if let Some(first) = o.txn_first_offset {
+                    self.open.remove(&first);
+                }
+            }
+        }
+        if let Some(first) = entry.txn_first_offset {
+            if let Some(other) = self.open.insert(first, pid) {
+                if other != pid {
+                    if let Some(mut o) = self.producers.remove(&other) {
+                        self.by_age.remove(&o.age);
+                        o.txn_first_offset = None;
+                        self.by_age.insert(o.age, other);
+                        self.producers.insert(other, o);
+                    }
+                }
+            }
         }
         self.producers.insert(pid, entry);
         while self.producers.len() > self.max_producers {
-            let (_, oldest) = self.by_age.pop_first().expect("as many ages as producers");
+            let Some((age, oldest)) = self
+                .by_age
+                .iter()
+                .map(|(&a, &p)| (a, p))
+                .find(|(_, p)| self.producers[p].txn_first_offset.is_none())
+            else {
+                // Every producer has a transaction open: none is dropped.
+                break;
+            };
+            self.by_age.remove(&age);
             self.producers.remove(&oldest);
         }
     }
 
     /// Forgets every batch at or after `log_end` (the log was cut there);
     /// producers left with no batch are removed.
+    ///
+    /// Transactions whose markers were cut are not reopened: a log that
+    /// holds transactions rebuilds its table from a snapshot below the cut
+    /// instead (see the log's truncation).
     pub fn truncate(&mut self, log_end: u64) {
-        let doomed: Vec<(u64, i64)> = self
-            .by_age
-            .range(log_end..)
-            .map(|(&a, &p)| (a, p))
-            .collect();
-        for (age, pid) in doomed {
-            self.by_age.remove(&age);
-            let mut e = self.producers.remove(&pid).expect("indexed producer");
+        let doomed: Vec<i64> = self.by_age.range(log_end..).map(|(_, &p)| p).collect();
+        for pid in doomed {
+            let mut e = self.take(pid).expect("indexed producer");
             while e.batches.back().is_some_and(|b| b.last_offset >= log_end) {
                 e.batches.pop_back();
             }
-            if !e.batches.is_empty() {
+            if e.txn_first_offset.is_some_and(|f| f >= log_end) {
+                e.txn_first_offset = None;
+            }
+            if let Some(b) = e.batches.back() {
+                e.age = b.last_offset;
+                self.insert(pid, e);
+            } else if let Some(first) = e.txn_first_offset {
+                e.age = first;
                 self.insert(pid, e);
             }
         }
+    }
+
+    /// Whether a transaction is open.
+    pub fn has_open_transactions(&self) -> bool {
+        !self.open.is_empty()
     }
 
     /// The snapshot file's bytes for this table as of `snapshot_offset`
@@ -343,6 +451,9 @@ impl ProducerStateTable {
             out.extend_from_slice(&pid.to_be_bytes());
             out.extend_from_slice(&e.epoch.to_be_bytes());
             out.extend_from_slice(&e.last_timestamp.to_be_bytes());
+            out.extend_from_slice(&e.age.to_be_bytes());
+            let txn = e.txn_first_offset.map_or(-1, |f| f as i64);
+            out.extend_from_slice(&txn.to_be_bytes());
             out.push(e.batches.len() as u8);
             for b in &e.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -371,7 +482,7 @@ impl ProducerStateTable {
         }
         let mut r = Reader { buf: body, at: 8 };
         let version = r.u32()?;
-        if version != SNAPSHOT_VERSION {
+        if version != 1 && version != SNAPSHOT_VERSION {
             return Err(format!("unsupported version {version}"));
         }
         let offset = r.u64()?;
@@ -384,10 +495,20 @@ impl ProducerStateTable {
             let pid = r.u64()? as i64;
             let epoch = r.u16()? as i16;
             let last_timestamp = r.u64()? as i64;
+            let (age, txn) = if version >= 2 {
+                (Some(r.u64()?), r.u64()? as i64)
+            } else {
+                (None, -1)
+            };
             let n = r.u8()? as usize;
-            if pid < 0 || n == 0 || n > PRODUCER_BATCHES_RETAINED {
+            if pid < 0 || (n == 0 && age.is_none()) || n > PRODUCER_BATCHES_RETAINED {
                 return Err(format!("bad entry for producer {pid} ({n} batches)"));
             }
+            let txn_first_offset = match txn {
+                -1 => None,
+                f if f >= 0 && (f as u64) < offset => Some(f as u64),
+                f => return Err(format!("bad open transaction {f} for producer {pid}")),
+            };
             let mut batches = VecDeque::with_capacity(n);
             let mut min_base = 0u64;
             for _ in 0..n {
@@ -406,8 +527,14 @@ impl ProducerStateTable {
                 min_base = b.last_offset + 1;
                 batches.push_back(b);
             }
-            let age = batches.back().expect("n >= 1").last_offset;
-            if table.producers.contains_key(&pid) || table.by_age.contains_key(&age) {
+            let age = match (age, batches.back()) {
+                (Some(a), _) if a < offset && a >= min_base.saturating_sub(1) => a,
+                (Some(a), _) => return Err(format!("bad age {a} for producer {pid}")),
+                (None, b) => b.expect("n >= 1").last_offset,
+            };
+            let opened_twice = txn_first_offset.is_some_and(|f| table.open.contains_key(&f));
+            if table.producers.contains_key(&pid) || table.by_age.contains_key(&age) || opened_twice
+            {
                 return Err(format!("producer {pid} or its last offset appears twice"));
             }
             table.insert(
@@ -416,6 +543,8 @@ impl ProducerStateTable {
                     epoch,
                     last_timestamp,
                     batches,
+                    age,
+                    txn_first_offset,
                 },
             );
         }
@@ -518,6 +647,101 @@ mod tests {
         Ok(v)
     }
 
+    /// A transactional batch.
+    fn tx(pid: i64, epoch: i16, seq: i32, records: i32, base_offset: u64) -> BatchHeader {
+        let mut b = h(pid, epoch, seq, records, base_offset);
+        b.attributes = weir_proto::batch::Attributes(weir_proto::batch::Attributes::TRANSACTIONAL);
+        b
+    }
+
+    #[test]
+    fn transactions_open_at_their_first_batch_and_close_at_their_marker() {
+        let mut t = ProducerStateTable::new();
+        append(&mut t, h(1, 0, 0, 2, 0)).unwrap();
+        assert_eq!(t.first_unstable_offset(), None);
+        append(&mut t, tx(7, 0, 0, 3, 2)).unwrap();
+        append(&mut t, tx(8, 0, 0, 1, 5)).unwrap();
+        append(&mut t, tx(7, 0, 3, 1, 6)).unwrap();
+        assert_eq!(t.first_unstable_offset(), Some(2));
+        assert_eq!(t.open_transactions().collect::<Vec<_>>(), [(7, 2), (8, 5)]);
+        // Producer 7's marker (a new epoch, as KIP-890 bumps it): closed,
+        // and its sequence starts again at 0 in that epoch.
+        assert_eq!(t.record_marker(7, 1, 7), Some(2));
+        assert_eq!(t.first_unstable_offset(), Some(5));
+        assert!(t.get(7).unwrap().last_batch().is_none());
+        let e = t.check(P, &tx(7, 1, 4, 1, 8)).unwrap_err();
+        assert!(
+            matches!(e, StorageError::OutOfOrderSequence { expected: 0, .. }),
+            "{e}"
+        );
+        // The old epoch is fenced.
+        let e = t.check(P, &tx(7, 0, 4, 1, 8)).unwrap_err();
+        assert!(
+            matches!(e, StorageError::InvalidProducerEpoch { .. }),
+            "{e}"
+        );
+        append(&mut t, tx(7, 1, 0, 1, 8)).unwrap();
+        assert_eq!(t.open_transactions().collect::<Vec<_>>(), [(8, 5), (7, 8)]);
+        // A marker of the same epoch (the v1 protocol) keeps the sequence.
+        assert_eq!(t.record_marker(8, 0, 9), Some(5));
+        append(&mut t, tx(8, 0, 1, 1, 10)).unwrap();
+        // A marker with nothing open closes nothing.
+        assert_eq!(t.record_marker(9, 0, 11), None);
+        // The snapshot keeps the open transactions and the ages.
+        let (at, back) = ProducerStateTable::decode(&t.encode(12)).unwrap();
+        assert_eq!(at, 12);
+        assert_eq!(back, t);
+        // Cut below producer 7's new transaction: it is no longer open.
+        t.truncate(8);
+        assert_eq!(
+            t.open_transactions().collect::<Vec<_>>(),
+            [] as [(i64, u64); 0]
+        );
+        assert!(t.get(7).is_none() || t.get(7).unwrap().txn_first_offset.is_none());
+    }
+
+    #[test]
+    fn producers_with_an_open_transaction_are_not_evicted() {
+        let mut t = ProducerStateTable::with_max_producers(2);
+        append(&mut t, tx(1, 0, 0, 1, 0)).unwrap();
+        append(&mut t, h(2, 0, 0, 1, 1)).unwrap();
+        append(&mut t, h(3, 0, 0, 1, 2)).unwrap();
+        assert!(t.get(1).is_some(), "the open transaction's producer stays");
+        assert!(t.get(2).is_none());
+        assert_eq!(t.first_unstable_offset(), Some(0));
+    }
+
+    #[test]
+    fn a_version_1_snapshot_is_read() {
+        let mut t = ProducerStateTable::new();
+        append(&mut t, h(7, 0, 0, 5, 0)).unwrap();
+        append(&mut t, h(9, 2, 0, 1, 5)).unwrap();
+        // Version 1: no age, no transaction in an entry.
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(SNAPSHOT_MAGIC);
+        v1.extend_from_slice(&1u32.to_be_bytes());
+        v1.extend_from_slice(&6u64.to_be_bytes());
+        v1.extend_from_slice(&2u32.to_be_bytes());
+        for (pid, epoch, seq, base, last) in
+            [(7i64, 0i16, (0i32, 4i32), 0u64, 4u64), (9, 2, (0, 0), 5, 5)]
+        {
+            v1.extend_from_slice(&pid.to_be_bytes());
+            v1.extend_from_slice(&epoch.to_be_bytes());
+            // `h` stamps the base offset as the batch's timestamp.
+            v1.extend_from_slice(&(base as i64).to_be_bytes());
+            v1.push(1);
+            v1.extend_from_slice(&seq.0.to_be_bytes());
+            v1.extend_from_slice(&seq.1.to_be_bytes());
+            v1.extend_from_slice(&base.to_be_bytes());
+            v1.extend_from_slice(&last.to_be_bytes());
+        }
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_be_bytes());
+        let (at, back) = ProducerStateTable::decode(&v1).unwrap();
+        assert_eq!(at, 6);
+        assert_eq!(back, t);
+    }
+
     #[test]
     fn unknown_producer_must_start_at_zero() {
         let mut t = ProducerStateTable::new();
@@ -528,7 +752,7 @@ mod tests {
         );
         assert_eq!(e.to_string(), "unknown producer id 7 on t-0");
         assert_eq!(append(&mut t, h(7, 0, 0, 3, 0)).unwrap(), Verdict::Append);
-        assert_eq!(t.get(7).unwrap().last_batch().last_seq, 2);
+        assert_eq!(t.get(7).unwrap().last_batch().unwrap().last_seq, 2);
         // No producer id: never checked, never recorded.
         assert_eq!(
             append(&mut t, h(-1, -1, -1, 1, 3)).unwrap(),
@@ -649,7 +873,10 @@ mod tests {
         append(&mut t, h(7, 0, 0, 1, 0)).unwrap();
         // Rebuilt state (no check) just before the wrap.
         t.record(&h(7, 0, i32::MAX - 2, 2, 1));
-        assert_eq!(t.get(7).unwrap().last_batch().last_seq, i32::MAX - 1);
+        assert_eq!(
+            t.get(7).unwrap().last_batch().unwrap().last_seq,
+            i32::MAX - 1
+        );
         // This batch spans the wrap: sequences MAX, 0, 1.
         let wrap = h(7, 0, i32::MAX, 3, 3);
         assert_eq!(last_sequence(&wrap), 1);
@@ -691,8 +918,8 @@ mod tests {
         append(&mut t, h(1, 0, 2, 2, 4)).unwrap(); // 4..=5
         append(&mut t, h(2, 0, 2, 2, 6)).unwrap(); // 6..=7
         t.truncate(4);
-        assert_eq!(t.get(1).unwrap().last_batch().last_offset, 1);
-        assert_eq!(t.get(2).unwrap().last_batch().last_offset, 3);
+        assert_eq!(t.get(1).unwrap().last_batch().unwrap().last_offset, 1);
+        assert_eq!(t.get(2).unwrap().last_batch().unwrap().last_offset, 3);
         // The truncated batch is accepted again, not a duplicate.
         assert_eq!(append(&mut t, h(1, 0, 2, 2, 4)).unwrap(), Verdict::Append);
         t.truncate(2);
