@@ -693,6 +693,13 @@ impl PartitionLog {
             if !st.config.cleanup_policy.compacts() {
                 return Ok(None);
             }
+            if st.transactional() {
+                // Kafka's rules for markers and aborted records under
+                // compaction are not built: a log with transactions is
+                // left as it is (issue 32).
+                tracing::debug!(partition = %inner.name, "not compacted: it holds transactions");
+                return Ok(None);
+            }
             (
                 plan_of(&st, now, true),
                 st.config.clone(),

@@ -88,6 +88,7 @@ use crate::producer_state::{ProducerStateTable, Verdict, PRODUCER_SNAPSHOT_INTER
 use crate::segment::{self, FileKind, ScanSummary, Segment, SegmentState};
 use crate::shard::{bump, probe_device, ShardInner, StorageShard};
 use crate::tail_writer::WriteJob;
+use crate::txn::{self, AbortedTxn, Marker, MarkerKind};
 
 /// Read-ahead of a cold read: at least this many bytes are read from disk.
 pub const READ_AHEAD_BYTES: u64 = 256 << 10;
@@ -138,6 +139,10 @@ pub struct ReadResult {
     pub high_watermark: u64,
     /// Log start offset at the time of the read.
     pub log_start_offset: u64,
+    /// Last stable offset at the time of the read (the high watermark, or
+    /// below it the first offset of the oldest open transaction): a
+    /// read-committed reader stops there.
+    pub last_stable_offset: u64,
 }
 
 /// What opening a log found and repaired.
@@ -219,6 +224,12 @@ pub(crate) struct LogState {
     deleted: bool,
     /// Idempotent-producer state of the batches below `next_offset`.
     producers: ProducerStateTable,
+    /// The aborted transactions whose abort marker each segment (by base)
+    /// holds, in marker order (see [`crate::txn`]).
+    aborted: BTreeMap<u64, Vec<AbortedTxn>>,
+    /// Segments whose `.txnindex` file lags `aborted` (written with the
+    /// next producer snapshot, before it).
+    aborted_dirty: std::collections::BTreeSet<u64>,
     /// Bytes appended since the last snapshot was taken.
     snapshot_bytes: u64,
     /// A snapshot `(offset, table)` waiting for `durable` to reach its offset.
@@ -256,6 +267,36 @@ impl LogState {
                     .flatten()
             })
             .map(|(_, s)| s.cursor(s.floor(offset)))
+    }
+
+    /// Records an appended batch (`bytes`, in the segment at `seg_base`) in
+    /// the producer state, and an abort marker in that segment's
+    /// aborted-transaction index.
+    fn record_batch(&mut self, h: &BatchHeader, bytes: &[u8], seg_base: u64, partition: &str) {
+        record_batch(
+            &mut self.producers,
+            &mut self.aborted,
+            h,
+            bytes,
+            seg_base,
+            partition,
+        )
+        .then(|| self.aborted_dirty.insert(seg_base));
+    }
+
+    /// Whether a transaction was ever written here (see
+    /// [`ProducerStateTable::transactional`]).
+    pub(crate) fn transactional(&self) -> bool {
+        self.producers.transactional()
+    }
+
+    /// The last stable offset: the high watermark, or below it the first
+    /// offset of the oldest open transaction.
+    fn last_stable_offset(&self) -> u64 {
+        let hw = self.written;
+        self.producers
+            .first_unstable_offset()
+            .map_or(hw, |f| f.min(hw))
     }
 
     /// Takes a snapshot of the producer state as of `offset` (the log end)
@@ -366,8 +407,112 @@ async fn sync_files(shard: &ShardInner, files: Vec<(Rc<DmaFile>, PathBuf)>) -> R
 /// Removes the files of the segments at `bases` and fsyncs the directory,
 /// on the blocking pool.
 async fn remove_segments_durably(dir: &Path, bases: &[u64]) -> Result<()> {
-    let files = bases.iter().flat_map(|&b| segment::paths(dir, b)).collect();
+    let files = bases
+        .iter()
+        .flat_map(|&b| {
+            segment::paths(dir, b)
+                .into_iter()
+                .chain([txn_index_path(dir, b)])
+        })
+        .collect();
     checkpoint::remove_files_durably(dir, files).await
+}
+
+/// Records a batch in `producers` (see [`LogState::record_batch`]); an
+/// abort marker closing a transaction adds an entry to `aborted` at
+/// `seg_base`. Whether `aborted` changed.
+fn record_batch(
+    producers: &mut ProducerStateTable,
+    aborted: &mut BTreeMap<u64, Vec<AbortedTxn>>,
+    h: &BatchHeader,
+    bytes: &[u8],
+    seg_base: u64,
+    partition: &str,
+) -> bool {
+    if !h.attributes.is_control() {
+        producers.record(h);
+        return false;
+    }
+    let marker = match txn::marker_of(bytes) {
+        Ok(m) => m,
+        Err(why) => {
+            // Kafka's other control records (none are written here) carry
+            // no transaction: left alone.
+            tracing::debug!(
+                partition,
+                offset = h.base_offset,
+                why,
+                "control batch without a marker"
+            );
+            return false;
+        }
+    };
+    let offset = h.base_offset as u64;
+    let first = producers.record_marker(h.producer_id, h.producer_epoch, offset);
+    match (marker.kind, first) {
+        (MarkerKind::Abort, Some(first_offset)) => {
+            let lso = producers.first_unstable_offset().unwrap_or(offset + 1);
+            aborted.entry(seg_base).or_default().push(AbortedTxn {
+                producer_id: h.producer_id,
+                first_offset,
+                last_offset: offset,
+                last_stable_offset: lso,
+            });
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Reads the aborted-transaction index files of the segments at `bases`
+/// (blocking; a segment without one has no aborted transaction as far as
+/// the files know). `Err` names an unusable file.
+fn read_txn_indexes(
+    dir: &Path,
+    bases: &[u64],
+) -> std::result::Result<BTreeMap<u64, Vec<AbortedTxn>>, String> {
+    let mut out = BTreeMap::new();
+    for &b in bases {
+        let path = txn_index_path(dir, b);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let entries =
+                    txn::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+                if !entries.is_empty() {
+                    out.insert(b, entries);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        }
+    }
+    Ok(out)
+}
+
+/// Writes aborted-transaction index files atomically and durably
+/// (blocking): an empty one is removed.
+fn write_txn_indexes(dir: &Path, files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
+    for (path, bytes) in files {
+        if bytes.is_empty() {
+            checkpoint::remove_file(path)?;
+        } else {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .expect("an index file name");
+            checkpoint::write_atomic(dir, name, bytes)?;
+        }
+    }
+    checkpoint::sync_dir(dir)
+}
+
+/// Path of segment `base`'s aborted-transaction index.
+fn txn_index_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(format!(
+        "{}.{}",
+        segment::file_stem(base),
+        txn::INDEX_SUFFIX
+    ))
 }
 
 enum RoundError {
@@ -548,6 +693,8 @@ impl PartitionLog {
                 mode: Mode::Open,
                 deleted: false,
                 producers: ProducerStateTable::new(),
+                aborted: BTreeMap::new(),
+                aborted_dirty: Default::default(),
                 snapshot_bytes: 0,
                 snapshot_pending: None,
                 snapshot_on_disk: None,
@@ -745,6 +892,89 @@ impl PartitionLog {
         (done, None)
     }
 
+    /// Appends the marker that ends producer `producer_id`'s transaction
+    /// (the transaction coordinator's write; see [`crate::txn`]) at the
+    /// producer's `epoch`: a commit makes the transaction's records
+    /// readable committed, an abort adds it to the aborted-transaction
+    /// index; either way the last stable offset moves past it. A marker of
+    /// an epoch older than the producer's is refused
+    /// ([`StorageError::InvalidProducerEpoch`]). Durable as any append.
+    pub async fn append_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        marker: Marker,
+        timestamp: i64,
+    ) -> Result<AppendInfo> {
+        let inner = &self.inner;
+        let data = txn::marker_batch(producer_id, epoch, marker, timestamp);
+        let h = self.check_whole(&data)?;
+        let _order = inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        let current = inner
+            .state
+            .borrow()
+            .producers
+            .get(producer_id)
+            .map(|e| e.epoch);
+        if let Some(current) = current.filter(|&c| c > epoch) {
+            return Err(StorageError::InvalidProducerEpoch {
+                partition: inner.name.clone(),
+                producer_id,
+                epoch,
+                current,
+            });
+        }
+        self.append_locked(data, false, Some(h)).await
+    }
+
+    /// The last stable offset: the high watermark, or below it the first
+    /// offset of the oldest open transaction (a read-committed reader reads
+    /// below it).
+    pub fn last_stable_offset(&self) -> u64 {
+        self.inner.state.borrow().last_stable_offset()
+    }
+
+    /// The open transactions: `(producer id, first offset)`, oldest first.
+    pub fn open_transactions(&self) -> Vec<(i64, u64)> {
+        self.inner
+            .state
+            .borrow()
+            .producers
+            .open_transactions()
+            .collect()
+    }
+
+    /// The aborted transactions a read-committed read of `[from, upto)`
+    /// must skip: those that ended at or after `from` and began before
+    /// `upto`, in marker order — from the aborted-transaction index of the
+    /// segment holding `from` onwards, stopping at an entry whose last
+    /// stable offset reaches `upto` (every transaction that began below
+    /// `upto` had ended by then: Kafka's rule).
+    pub fn aborted_transactions(&self, from: u64, upto: u64) -> Vec<AbortedTxn> {
+        let st = self.inner.state.borrow();
+        let first_seg = st
+            .segments
+            .range(..=from)
+            .next_back()
+            .map_or(0, |(&b, _)| b);
+        let mut out = Vec::new();
+        for entries in st.aborted.range(first_seg..).map(|(_, e)| e) {
+            for e in entries {
+                if e.last_offset >= from && e.first_offset < upto {
+                    out.push(*e);
+                }
+                if e.last_stable_offset >= upto {
+                    return out;
+                }
+            }
+        }
+        out
+    }
+
     async fn append_as(&self, data: BytesMut, replica: bool) -> Result<AppendInfo> {
         let inner = &self.inner;
         let _order = inner
@@ -796,7 +1026,14 @@ impl PartitionLog {
                 max,
             });
         }
-        if policy.compacts() && !h.attributes.is_control() {
+        if h.attributes.is_control() {
+            // Markers are the transaction coordinator's (append_marker).
+            return Err(StorageError::InvalidBatch {
+                partition: inner.name.clone(),
+                source: BatchError::Records("a producer may not write a control batch"),
+            });
+        }
+        if policy.compacts() {
             check_keys(&inner.name, policy, data)?;
         }
         Ok(h)
@@ -842,7 +1079,9 @@ impl PartitionLog {
                 });
             }
         }
-        let verdict = if replica {
+        // A marker (append_marker's: a producer's control batch was
+        // refused above) is not in its producer's sequence.
+        let verdict = if replica || h.attributes.is_control() {
             Verdict::Append
         } else {
             inner.state.borrow().producers.check(&inner.name, &h)?
@@ -924,7 +1163,8 @@ impl PartitionLog {
         let last_offset = h.last_offset() as u64;
         st.next_offset = last_offset + 1;
         st.appended_records += h.records_count.max(0) as u64;
-        st.producers.record(&h);
+        let seg_base = *st.segments.keys().next_back().expect("active segment");
+        st.record_batch(&h, &bytes, seg_base, &inner.name);
         st.snapshot_bytes += bytes.len() as u64;
         if st.snapshot_bytes >= PRODUCER_SNAPSHOT_INTERVAL_BYTES {
             let end = st.next_offset;
@@ -1260,9 +1500,9 @@ impl PartitionLog {
             }
         }
         // Data truncated while the read was in flight is not returned.
-        let (start, hw) = {
+        let (start, hw, lso) = {
             let st = inner.state.borrow();
-            (st.log_start, st.written)
+            (st.log_start, st.written, st.last_stable_offset())
         };
         out.batches.retain(|b| {
             BatchHeader::peek(b)
@@ -1270,6 +1510,7 @@ impl PartitionLog {
         });
         out.high_watermark = hw;
         out.log_start_offset = start;
+        out.last_stable_offset = lso;
         Ok(out)
     }
 
@@ -1366,6 +1607,8 @@ impl PartitionLog {
                 .collect();
             for b in &doomed {
                 st.segments.remove(b);
+                st.aborted.remove(b);
+                st.aborted_dirty.remove(b);
             }
             doomed
         };
@@ -1416,6 +1659,8 @@ impl PartitionLog {
             }
             for b in &doomed {
                 st.segments.remove(b);
+                st.aborted.remove(b);
+                st.aborted_dirty.remove(b);
             }
             let first = *st.segments.keys().next().expect("active remains");
             st.log_start = st.log_start.max(first);
@@ -1779,6 +2024,7 @@ impl LogInner {
             next_offset: offset,
             high_watermark: st.written,
             log_start_offset: st.log_start,
+            last_stable_offset: st.last_stable_offset(),
         }
     }
 
@@ -2246,14 +2492,78 @@ impl LogInner {
     /// Writes `producer.snapshot` on glommio's blocking pool (caller holds
     /// `snapshot_lock`; every batch below `offset` is fdatasync'd).
     async fn store_snapshot(&self, table: ProducerStateTable, offset: u64) -> Result<()> {
+        // The aborted-transaction index below `offset` first: a snapshot
+        // on disk means every entry below it is in the files.
+        let files: Vec<(u64, PathBuf, Vec<u8>)> = {
+            let st = self.state.borrow();
+            st.aborted_dirty
+                .iter()
+                .map(|&b| {
+                    let below: Vec<AbortedTxn> = st
+                        .aborted
+                        .get(&b)
+                        .map(|e| {
+                            e.iter()
+                                .filter(|e| e.last_offset < offset)
+                                .copied()
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    (b, txn_index_path(&self.dir, b), txn::encode(&below))
+                })
+                .collect()
+        };
+        if !files.is_empty() {
+            let dir = self.dir.clone();
+            let writes: Vec<(PathBuf, Vec<u8>)> = files
+                .iter()
+                .map(|(_, p, e)| (p.clone(), e.clone()))
+                .collect();
+            crate::checkpoint::on_blocking_pool(move || write_txn_indexes(&dir, &writes)).await?;
+            let mut st = self.state.borrow_mut();
+            for (b, _, _) in files {
+                let all_below = st
+                    .aborted
+                    .get(&b)
+                    .is_none_or(|e| e.iter().all(|e| e.last_offset < offset));
+                if all_below {
+                    st.aborted_dirty.remove(&b);
+                }
+            }
+        }
         let dir = self.dir.clone();
         crate::checkpoint::on_blocking_pool(move || table.store(&dir, offset)).await
     }
 
     /// Loads the producer state at open: the snapshot, then every batch from
     /// its offset (or from the log start, without a usable snapshot) to the
-    /// log end. Returns the bytes of batches replayed.
+    /// log end; the aborted-transaction index from the segments' files and
+    /// those batches. Returns the bytes of batches replayed.
     async fn load_producer_state(self: &Rc<Self>) -> Result<u64> {
+        let (scanned, end) = self.rebuild_producer_state(None).await?;
+        if scanned > 0 {
+            // Spare the next open this replay.
+            let _snap = self.lock(&self.snapshot_lock).await?;
+            let table = self.state.borrow().producers.clone();
+            match self.store_snapshot(table, end).await {
+                Ok(()) => self.state.borrow_mut().snapshot_on_disk = Some(end),
+                Err(e) => tracing::warn!(partition = %self.name, error = %e,
+                    "could not write the producer snapshot after recovery"),
+            }
+        }
+        Ok(scanned)
+    }
+
+    /// The producer state and the aborted-transaction index rebuilt from
+    /// the snapshot on disk and the batches after it (see
+    /// [`LogInner::load_producer_state`]); `known`: the index as far as it
+    /// is known (`None`: read from the segments' files). Only its entries
+    /// below where the replay starts are kept: the replay finds the rest
+    /// again. Returns the bytes replayed and the log end.
+    async fn rebuild_producer_state(
+        self: &Rc<Self>,
+        known: Option<BTreeMap<u64, Vec<AbortedTxn>>>,
+    ) -> Result<(u64, u64)> {
         let dir = self.dir.clone();
         let loaded = crate::checkpoint::on_blocking_pool(move || ProducerStateTable::load(&dir))
             .await
@@ -2262,11 +2572,15 @@ impl LogInner {
                     "ignoring unusable producer snapshot; rebuilding producer state from the log");
                 None
             });
-        let (start, end) = {
+        let (start, end, bases) = {
             let st = self.state.borrow();
-            (st.log_start, st.next_offset)
+            (
+                st.log_start,
+                st.next_offset,
+                st.segments.keys().copied().collect::<Vec<_>>(),
+            )
         };
-        let (mut table, from, on_disk) = match loaded {
+        let (mut table, mut from, mut on_disk) = match loaded {
             Some((offset, t)) if offset <= end => (t, offset.max(start), Some(offset)),
             Some((offset, _)) => {
                 // Its batches were cut (a crash during a truncation, or
@@ -2279,6 +2593,34 @@ impl LogInner {
             }
             None => (ProducerStateTable::new(), start, None),
         };
+        let mut aborted = match known {
+            Some(k) => k,
+            None => {
+                let dir = self.dir.clone();
+                let read =
+                    crate::checkpoint::on_blocking_pool(move || read_txn_indexes(&dir, &bases))
+                        .await;
+                match read {
+                    Ok(a) => a,
+                    Err(why) => {
+                        // Rebuilt from the whole log.
+                        tracing::warn!(partition = %self.name, why,
+                            "unusable aborted-transaction index; rebuilding it and the producer state from the log");
+                        (table, from, on_disk) = (ProducerStateTable::new(), start, None);
+                        BTreeMap::new()
+                    }
+                }
+            }
+        };
+        let mut dirty = std::collections::BTreeSet::new();
+        for (base, entries) in aborted.iter_mut() {
+            let before = entries.len();
+            entries.retain(|e| e.last_offset < from);
+            if entries.len() != before {
+                dirty.insert(*base);
+            }
+        }
+        aborted.retain(|_, e| !e.is_empty());
         let cursors: Vec<_> = {
             let st = self.state.borrow();
             st.segments
@@ -2289,10 +2631,13 @@ impl LogInner {
         };
         let mut scanned = 0u64;
         for cur in cursors {
+            let base = cur.base;
             let sum = cur
                 .scan(cur.limit, |h, _, b| {
                     if h.last_offset() as u64 >= from {
-                        table.record(h);
+                        if record_batch(&mut table, &mut aborted, h, b, base, &self.name) {
+                            dirty.insert(base);
+                        }
                         scanned += b.len() as u64;
                     }
                     true
@@ -2306,19 +2651,11 @@ impl LogInner {
         {
             let mut st = self.state.borrow_mut();
             st.producers = table;
+            st.aborted = aborted;
+            st.aborted_dirty.extend(dirty);
             st.snapshot_on_disk = on_disk;
         }
-        if scanned > 0 {
-            // Spare the next open this replay.
-            let _snap = self.lock(&self.snapshot_lock).await?;
-            let table = self.state.borrow().producers.clone();
-            match self.store_snapshot(table, end).await {
-                Ok(()) => self.state.borrow_mut().snapshot_on_disk = Some(end),
-                Err(e) => tracing::warn!(partition = %self.name, error = %e,
-                    "could not write the producer snapshot after recovery"),
-            }
-        }
-        Ok(scanned)
+        Ok((scanned, end))
     }
 
     /// Cuts the log at the batch containing `offset` (both locks held, no
@@ -2377,6 +2714,17 @@ impl LogInner {
                 st.snapshot_pending = None;
             }
             st.producers.truncate(log_end);
+            // Aborts whose markers are cut are not aborted (yet).
+            let mut changed = Vec::new();
+            for (b, entries) in st.aborted.iter_mut() {
+                let before = entries.len();
+                entries.retain(|e| e.last_offset < log_end);
+                if entries.len() != before {
+                    changed.push(*b);
+                }
+            }
+            st.aborted.retain(|_, e| !e.is_empty());
+            st.aborted_dirty.extend(changed);
         }
         // Summarise what remains after the last index entry kept.
         let (kept_off, kept_pos) = {
@@ -2403,6 +2751,8 @@ impl LogInner {
             let doomed: Vec<u64> = st.segments.range(seg_base + 1..).map(|(b, _)| *b).collect();
             for b in &doomed {
                 st.segments.remove(b);
+                st.aborted.remove(b);
+                st.aborted_dirty.remove(b);
             }
             let seg = st.segments.get_mut(&seg_base).expect("kept");
             seg.cut(pos, new_end.max(seg_base), &remain);
@@ -2439,6 +2789,12 @@ impl LogInner {
             }
         }
         remove_segments_durably(&self.dir, &doomed).await?;
+        if self.state.borrow().producers.transactional() {
+            // A transaction whose marker was cut is open again: the state
+            // is rebuilt from the snapshot below the cut (or the log start).
+            let known = self.state.borrow().aborted.clone();
+            self.rebuild_producer_state(Some(known)).await?;
+        }
         self.wake_waiters();
         Ok(self.state.borrow().next_offset)
     }

@@ -86,8 +86,9 @@ const SNAPSHOT_MAGIC: &[u8; 8] = b"WEIRPSNP";
 /// Version 2 adds each entry's age and open transaction; version 1 (no
 /// transactions) is still read.
 const SNAPSHOT_VERSION: u32 = 2;
-/// Bytes before the first entry: magic, version, offset, producer count.
-const SNAPSHOT_HEADER_BYTES: usize = 24;
+/// Bytes before the first entry: magic, version, offset, producer count,
+/// flags (version 2: bit 0, a transaction was seen).
+const SNAPSHOT_HEADER_BYTES: usize = 28;
 /// Bytes of an entry before its batches: id, epoch, last timestamp, age,
 /// open transaction's first offset (-1: none), count.
 const SNAPSHOT_ENTRY_BYTES: usize = 35;
@@ -175,6 +176,8 @@ pub struct ProducerStateTable {
     by_age: BTreeMap<u64, i64>,
     /// Open transactions by first offset (unique, as ages are).
     open: BTreeMap<u64, i64>,
+    /// A transactional batch or a marker was ever recorded.
+    transactional: bool,
     max_producers: usize,
 }
 
@@ -196,6 +199,7 @@ impl ProducerStateTable {
             producers: HashMap::new(),
             by_age: BTreeMap::new(),
             open: BTreeMap::new(),
+            transactional: false,
             max_producers: max.max(1),
         }
     }
@@ -319,8 +323,9 @@ impl ProducerStateTable {
             e.batches.pop_front();
         }
         e.age = b.last_offset;
-        if h.attributes.is_transactional() && e.txn_first_offset.is_none() {
-            e.txn_first_offset = Some(b.base_offset);
+        if h.attributes.is_transactional() {
+            self.transactional = true;
+            e.txn_first_offset.get_or_insert(b.base_offset);
         }
         self.insert(pid, e);
     }
@@ -333,6 +338,7 @@ impl ProducerStateTable {
         if pid < 0 {
             return None;
         }
+        self.transactional = true;
         let mut e = self.take(pid).unwrap_or(ProducerEntry {
             epoch,
             last_timestamp: -1,
@@ -426,9 +432,11 @@ impl ProducerStateTable {
         }
     }
 
-    /// Whether a transaction is open.
-    pub fn has_open_transactions(&self) -> bool {
-        !self.open.is_empty()
+    /// Whether a transactional batch or a marker was ever recorded here
+    /// (kept in the snapshot): cutting the log may then reopen a
+    /// transaction, which [`ProducerStateTable::truncate`] cannot do.
+    pub fn transactional(&self) -> bool {
+        self.transactional
     }
 
     /// The snapshot file's bytes for this table as of `snapshot_offset`
@@ -445,6 +453,7 @@ impl ProducerStateTable {
         out.extend_from_slice(&SNAPSHOT_VERSION.to_be_bytes());
         out.extend_from_slice(&snapshot_offset.to_be_bytes());
         out.extend_from_slice(&(self.producers.len() as u32).to_be_bytes());
+        out.extend_from_slice(&u32::from(self.transactional).to_be_bytes());
         // Oldest first, so that decoding re-creates the eviction order.
         for pid in self.by_age.values() {
             let e = &self.producers[pid];
@@ -470,7 +479,8 @@ impl ProducerStateTable {
     /// Parses snapshot bytes into `(snapshot_offset, table)`, checking the
     /// CRC and that every field is plausible; `Err` says what is wrong.
     pub fn decode(bytes: &[u8]) -> Result<(u64, ProducerStateTable), String> {
-        if bytes.len() < SNAPSHOT_HEADER_BYTES + 4 || bytes.len() > PRODUCER_SNAPSHOT_BYTES_MAX {
+        // A version 1 header is 4 bytes shorter (no flags).
+        if bytes.len() < SNAPSHOT_HEADER_BYTES || bytes.len() > PRODUCER_SNAPSHOT_BYTES_MAX {
             return Err(format!("size {} is not a snapshot's", bytes.len()));
         }
         if &bytes[..8] != SNAPSHOT_MAGIC {
@@ -491,6 +501,13 @@ impl ProducerStateTable {
             return Err(format!("{count} producers exceed the limit"));
         }
         let mut table = ProducerStateTable::new();
+        if version >= 2 {
+            table.transactional = match r.u32()? {
+                0 => false,
+                1 => true,
+                f => return Err(format!("unknown flags {f:#x}")),
+            };
+        }
         for _ in 0..count {
             let pid = r.u64()? as i64;
             let epoch = r.u16()? as i16;

@@ -15,7 +15,7 @@
 //! offset), `last_stable_offset: i64` (the partition's when the abort was
 //! written) — big-endian, in marker order. A read-committed fetch answers
 //! the aborted transactions overlapping its range from it
-//! ([`overlapping`]) without reading the log.
+//! (`PartitionLog::aborted_transactions`) without reading the log.
 
 use bytes::{Bytes, BytesMut};
 use weir_proto::batch::{BatchError, Compression};
@@ -87,10 +87,7 @@ pub fn marker_of(batch: &[u8]) -> Result<Marker, String> {
         .next()
         .ok_or("a control batch without a record")?
         .map_err(|e| e.to_string())?;
-    let key = record
-        .record
-        .key
-        .ok_or("a control record without a key")?;
+    let key = record.record.key.ok_or("a control record without a key")?;
     if key.len() < 4 {
         return Err(format!("a control record key of {} bytes", key.len()));
     }
@@ -161,19 +158,6 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<AbortedTxn>, String> {
     Ok(out)
 }
 
-/// The entries of `entries` a read of `[from, upto)` must know: those
-/// whose transaction overlaps it (it ended at or after `from` and began
-/// before `upto`), as Kafka's `collectAbortedTxns`.
-pub fn overlapping(
-    entries: &[AbortedTxn],
-    from: u64,
-    upto: u64,
-) -> impl Iterator<Item = &AbortedTxn> {
-    entries
-        .iter()
-        .filter(move |e| e.last_offset >= from && e.first_offset < upto)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,7 +210,7 @@ mod tests {
     }
 
     #[test]
-    fn the_index_round_trips_drops_a_torn_tail_and_finds_overlaps() {
+    fn the_index_round_trips_and_drops_a_torn_tail() {
         let e = |pid, first, last| AbortedTxn {
             producer_id: pid,
             first_offset: first,
@@ -239,15 +223,6 @@ mod tests {
         assert_eq!(decode(&bytes).unwrap(), entries);
         bytes.extend_from_slice(&[0; 10]);
         assert_eq!(decode(&bytes).unwrap(), entries);
-        let pids = |from, upto| -> Vec<i64> {
-            overlapping(&entries, from, upto)
-                .map(|e| e.producer_id)
-                .collect()
-        };
-        assert_eq!(pids(0, 5), [1]);
-        assert_eq!(pids(11, 30), [2]);
-        assert_eq!(pids(21, 30), [] as [i64; 0]);
-        assert_eq!(pids(0, 100), [1, 2, 3]);
         let mut bad = encode(&[e(1, 10, 5)]);
         assert!(decode(&bad).is_err());
         bad = encode(&entries);

@@ -25,7 +25,7 @@ fn small_segments() -> LogConfig {
 /// A valid batch of `records` records from producer `pid` at `epoch`,
 /// sequences `seq..seq + records`, with `payload` as its records section,
 /// timestamped now.
-fn pbatch(pid: i64, epoch: i16, seq: i32, records: i32, payload: &[u8]) -> BytesMut {
+pub(crate) fn pbatch(pid: i64, epoch: i16, seq: i32, records: i32, payload: &[u8]) -> BytesMut {
     let mut b = BytesMut::with_capacity(batch::HEADER_BYTES + payload.len());
     b.put_i64(0); // base offset
     b.put_i32((batch::HEADER_BYTES - batch::LOG_OVERHEAD + payload.len()) as i32);

@@ -24,3 +24,4 @@ mod power_loss;
 mod read_ahead;
 mod replica;
 mod torn_tail;
+mod transactions;
