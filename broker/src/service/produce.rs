@@ -126,6 +126,13 @@ async fn append_partition(
     if data.is_empty() {
         return Err(BrokerError::Corrupt("empty record set".into()));
     }
+    if carries_transactional(&data) {
+        // Until the transaction coordinator serves them, a transactional
+        // batch would open a transaction nothing ends (issue 32).
+        return Err(BrokerError::InvalidRequest(
+            "a transactional batch: transactions are not supported by Weir yet".into(),
+        ));
+    }
     if owner == core.id {
         let (log, infos) = partition::append_local(core, topic, partition, data, acks).await?;
         return Ok(ack_waits(core, topic, partition, log, infos, acks));
@@ -149,4 +156,20 @@ async fn append_partition(
     Ok(vec![Box::pin(
         async move { reply_rx.await.and_then(|r| r) },
     )])
+}
+
+/// Whether a batch of a payload carries the transactional attribute (a
+/// walk over the headers; the log validates the batches).
+fn carries_transactional(data: &[u8]) -> bool {
+    let mut at = 0;
+    while let Some(h) = data
+        .get(at..)
+        .and_then(|rest| weir_proto::batch::BatchHeader::peek(rest).ok())
+    {
+        if h.attributes.is_transactional() {
+            return true;
+        }
+        at += h.total_len().max(1);
+    }
+    false
 }

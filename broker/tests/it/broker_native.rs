@@ -333,6 +333,38 @@ fn bad_input_gets_clear_errors_and_hurts_no_one() {
     assert!(r.partitions[0].message.as_ref().unwrap().contains("CRC"));
     let r = produce(&mut c, "nope", &[(0, &batch)], -1);
     assert_eq!(r.partitions[0].error, UNKNOWN_TOPIC);
+    // A transactional batch (no transaction serves it yet) and a forged
+    // transaction marker: refused, nothing appended.
+    let mut tx =
+        weir_proto::builder::BatchBuilder::new(weir_proto::batch::Compression::None).unwrap();
+    (
+        tx.producer_id,
+        tx.producer_epoch,
+        tx.base_sequence,
+        tx.transactional,
+    ) = (5, 0, 0, true);
+    tx.push(&weir_proto::record::RecordData {
+        key: None,
+        value: Some(bytes::Bytes::from_static(b"t")),
+        headers: Vec::new(),
+        timestamp: 1,
+    })
+    .unwrap();
+    let r = produce(&mut c, "ok", &[(0, &tx.finish().unwrap())], -1);
+    assert_eq!(r.partitions[0].error, ErrorCode::InvalidRequest.as_u16());
+    let m = r.partitions[0].message.clone().unwrap_or_default();
+    assert!(m.contains("transactional batch"), "{m}");
+    let marker = weir_storage::txn::marker_batch(
+        5,
+        0,
+        weir_storage::txn::Marker {
+            kind: weir_storage::txn::MarkerKind::Commit,
+            coordinator_epoch: 0,
+        },
+        1,
+    );
+    let r = produce(&mut c, "ok", &[(0, &marker)], -1);
+    assert_ne!(r.partitions[0].error, 0, "a forged marker was appended");
     let (p, _) = fetch(&mut c, "ok", 0, 99, 0);
     assert_eq!(p.error, OFFSET_OUT_OF_RANGE);
     assert!(p.message.unwrap().contains("0..=2"));
