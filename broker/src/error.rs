@@ -9,6 +9,7 @@ use weir_proto::error_code::ErrorCode;
 use weir_storage::StorageError;
 
 use crate::metadata::TopicError;
+use crate::txns::api::TxnRefusal;
 
 /// What kind of storage failure a [`BrokerError::Storage`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +142,10 @@ pub enum BrokerError {
         /// The resource, e.g. `topic telemetry.cpu`.
         resource: String,
     },
+    /// The transaction coordinator refused (or could not serve) a
+    /// transactional request or write.
+    #[error("{0}")]
+    Transaction(crate::txns::api::TxnRefusal),
 }
 
 /// The kind of resource an authorization failed for (its error code).
@@ -205,6 +210,16 @@ impl BrokerError {
                 Denied::Topic => ErrorCode::TopicAuthorizationFailed,
                 Denied::Group => ErrorCode::GroupAuthorizationFailed,
                 Denied::Cluster => ErrorCode::ClusterAuthorizationFailed,
+            },
+            // The native protocol has no transactions yet: the nearest.
+            BrokerError::Transaction(r) => match r {
+                TxnRefusal::Txn(weir_txn::TxnError::ProducerFenced(_)) => {
+                    ErrorCode::InvalidProducerEpoch
+                }
+                TxnRefusal::NotCoordinator(_) => ErrorCode::NotCoordinator,
+                TxnRefusal::Loading(_) => ErrorCode::Recovering,
+                TxnRefusal::Storage(_) => ErrorCode::StorageError,
+                TxnRefusal::Txn(_) => ErrorCode::InvalidRequest,
             },
         }
     }

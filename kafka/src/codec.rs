@@ -36,6 +36,9 @@ use bytes::buf::UninitSlice;
 use bytes::{Buf, BufMut, Bytes, BytesMut, TryGetError};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+};
+use kafka_protocol::messages::{
     AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
 };
@@ -122,8 +125,9 @@ const POISON_LENGTH: i32 = -2;
 /// where `kafka-protocol` (generated from 4.1.0, unstable versions included)
 /// goes past a stable version. Clients checked: librdkafka 2.0–2.15 (Debian
 /// 12's kcat 1.7.1 runs on 2.0.2; confluent-kafka), kafka-python 2.0–2.3
-/// (Debian 12 has 2.0.2), aiokafka 0.12–0.14, Java 3.x/4.x. No
-/// transactional APIs, no SASL.
+/// (Debian 12 has 2.0.2), aiokafka 0.12–0.14, Java 3.x/4.x. Transactions:
+/// the v1 client flow (no AddOffsetsToTxn / TxnOffsetCommit yet, no
+/// KIP-890 v2 EndTxn).
 pub const SUPPORTED: &[(i16, i16, i16)] = &[
     // v0 is what kafka-python 2.0 and aiokafka send first; librdkafka sends
     // v3 (2.x), Java 4.x and kafka-python 2.1+ v4. Above 4 gets the v0
@@ -225,6 +229,11 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     // Kafka 2.6+ (KIP-546); librdkafka and Java up to 1 (flexible).
     (ApiKey::DescribeClientQuotas as i16, 0, 1),
     (ApiKey::AlterClientQuotas as i16, 0, 1),
+    // Transactions, the client's flow: v4–5 are broker-to-broker
+    // (KIP-890 verification), not a client's.
+    (ApiKey::AddPartitionsToTxn as i16, 0, 3),
+    // v5 is KIP-890's v2 (the epoch bumped at every end): not served.
+    (ApiKey::EndTxn as i16, 0, 4),
 ];
 
 /// The advertised `(min, max)` versions of an API, if it is served.
@@ -429,6 +438,8 @@ kafka_apis! {
     DeleteAcls: DeleteAclsRequest => DeleteAclsResponse,
     DescribeClientQuotas: DescribeClientQuotasRequest => DescribeClientQuotasResponse,
     AlterClientQuotas: AlterClientQuotasRequest => AlterClientQuotasResponse,
+    AddPartitionsToTxn: AddPartitionsToTxnRequest => AddPartitionsToTxnResponse,
+    EndTxn: EndTxnRequest => EndTxnResponse,
 }
 
 /// What identifies a request for its answer: readable from the first 8
@@ -1726,7 +1737,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), SUPPORTED.len(), "an api listed twice");
-        assert_eq!(SUPPORTED.len(), 35);
+        assert_eq!(SUPPORTED.len(), 37);
         for &(key, min, max) in SUPPORTED {
             let range = api(key).valid_versions();
             assert!(
@@ -1741,8 +1752,11 @@ mod tests {
                 );
             }
         }
-        // No transactional APIs.
-        for key in 24..=28 {
+        // Transactions: the v1 client flow only (no offsets in a
+        // transaction yet, no broker-to-broker markers or verification).
+        assert_eq!(supported_versions(ApiKey::AddPartitionsToTxn as i16), Some((0, 3)));
+        assert_eq!(supported_versions(ApiKey::EndTxn as i16), Some((0, 4)));
+        for key in [25, 27, 28] {
             assert!(supported_versions(key).is_none(), "{key}");
         }
         assert_eq!(supported_versions(ApiKey::Produce as i16), Some((3, 13)));
@@ -1998,7 +2012,7 @@ mod tests {
             }
         }
         // Not served: nothing (the caller closes).
-        for key in [17, 24, 36, 999, -1] {
+        for key in [17, 25, 36, 999, -1] {
             assert_eq!(
                 error_response(&header(key, 0, 1), UNSUPPORTED_VERSION),
                 None
@@ -2029,7 +2043,7 @@ mod tests {
     #[test]
     fn unsupported_apis_and_versions_carry_the_header() {
         let cases: &[(i16, i16, bool)] = &[
-            (24, 3, true),  // AddPartitionsToTxn: not served
+            (25, 3, true),  // AddOffsetsToTxn: not served
             (57, 1, true),  // UpdateFeatures: not served
             (17, 2, false), // SaslHandshake v2
             (999, 0, true), // unknown

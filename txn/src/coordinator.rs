@@ -366,7 +366,7 @@ impl Transactions {
             TxnState::Ongoing => {
                 // The previous instance left a transaction open: abort it
                 // with a bumped epoch (it is fenced), then retry.
-                let mut step = self.prepare(m, false, now_ms, new_producer_id);
+                let mut step = self.prepare(m, false, true, now_ms, new_producer_id);
                 step.answer = Err(TxnError::ConcurrentTransactions(format!(
                     "`{transactional_id}`'s open transaction is being aborted: retry"
                 )));
@@ -510,7 +510,7 @@ impl Transactions {
             return Step::refused(e);
         }
         match m.state {
-            TxnState::Ongoing => self.prepare(m, commit, now_ms, new_producer_id),
+            TxnState::Ongoing => self.prepare(m, commit, false, now_ms, new_producer_id),
             s if s == decided.0 => Step::answered(continue_with(&m)),
             s if s == decided.1 && m.version == TransactionVersion::V1 => {
                 Step::answered((m.producer_id, m.producer_epoch))
@@ -587,7 +587,10 @@ impl Transactions {
             .collect();
         let mut out = Vec::new();
         for m in timed_out {
-            out.push(self.prepare(m, false, now_ms, new_producer_id).map_answer());
+            out.push(
+                self.prepare(m, false, true, now_ms, new_producer_id)
+                    .map_answer(),
+            );
         }
         for id in idle {
             self.txns.remove(&id);
@@ -629,18 +632,18 @@ impl Transactions {
     }
 
     /// Decides the end of `m`'s open transaction: prepared, its markers to
-    /// write. A v2 transaction, or an abort that fences (`commit` false
-    /// from a timeout or a new instance), bumps the epoch.
+    /// write. `fence` (an abort the coordinator decides: a timeout, a new
+    /// instance) bumps the epoch, as does every end of a v2 transaction.
     fn prepare(
         &mut self,
         m: TxnMetadata,
         commit: bool,
+        fence: bool,
         now_ms: i64,
         new_producer_id: &mut dyn FnMut() -> i64,
     ) -> Step<(i64, i16)> {
         let mut next = m;
-        let fence = !commit || next.version == TransactionVersion::V2;
-        if fence {
+        if fence || next.version == TransactionVersion::V2 {
             if let Some(e) = bumped(next.producer_epoch) {
                 next.last_producer_epoch = next.producer_epoch;
                 next.producer_epoch = e;
@@ -800,6 +803,13 @@ mod tests {
         assert_eq!(s.answer, Ok(()));
         assert_eq!(c.get("app").unwrap().partitions.len(), 1);
         assert_eq!(c.get("app").unwrap().start_ms, 40);
+        // The client's own abort (v1) keeps the epoch.
+        let s = c.end_txn("app", 1000, 0, false, 41, &mut ids);
+        assert_eq!(s.answer, Ok((1000, 0)));
+        assert_eq!(s.markers.as_ref().unwrap().producer_epoch, 0);
+        let _ = c.markers_written(&s.markers.unwrap(), 42).unwrap();
+        let s = c.add_partitions("app", 1000, 0, &[tp("out", 6)], 43);
+        assert_eq!(s.answer, Ok(()));
     }
 
     #[test]

@@ -86,8 +86,8 @@ pub trait Machine {
 
 /// The machines of a core. A new machine is added here (and its state to
 /// [`Core`]).
-pub fn machines(core: &Core) -> [&dyn Machine; 1] {
-    [&core.groups]
+pub fn machines(core: &Core) -> [&dyn Machine; 2] {
+    [&core.groups, &core.txns]
 }
 
 /// The machine keeping its state in `topic`, if any.
@@ -182,6 +182,18 @@ pub fn leaderships(core: &Rc<Core>, changes: &[Leadership]) {
     }
 }
 
+/// Replays partition `p` of `topic` again (its machine's state ran ahead
+/// of the log: a write failed): answered `Recovering` meanwhile.
+pub fn reload(core: &Rc<Core>, topic: &'static str, p: u32) {
+    let Some(m) = machine_of(core, topic) else {
+        return;
+    };
+    let n = core.metadata().get(topic).map_or(0, |t| t.partitions());
+    m.hosting().set_loading(p, true);
+    let core = core.clone();
+    glommio::spawn_local(async move { replay_led(&core, topic, p, n).await }).detach();
+}
+
 /// This core became the leader of partition `p` of a machine's topic:
 /// replays it, served from then on.
 async fn replay_led(core: &Rc<Core>, topic: &'static str, p: u32, n: u32) {
@@ -224,6 +236,12 @@ async fn replay(core: &Rc<Core>, m: &dyn Machine, p: u32) -> Result<u64, BrokerE
         for b in &r.batches {
             let rb = RecordBatch::parse(b).map_err(|e| corrupt(&e, at))?;
             let last = rb.header().last_offset() as u64;
+            if rb.header().attributes.is_control() {
+                // A transaction marker (in `__consumer_offsets`): not a
+                // machine's record.
+                at = at.max(last + 1);
+                continue;
+            }
             let decoded = rb.records().map_err(|e| corrupt(&e, at))?;
             for rec in decoded.iter() {
                 let rec = rec.map_err(|e| corrupt(&e, at))?;

@@ -800,6 +800,8 @@ async fn produce(
                 .map_err(|e| BrokerError::InvalidRequest(e.to_string())),
             topic: p.topic,
             partition: p.partition,
+            // The native protocol has no transactions yet.
+            transaction: None,
         })
         .collect();
     // 0: no limit.
@@ -844,6 +846,9 @@ async fn fetch(
         max_bytes: req.max_bytes,
         min_bytes: req.min_bytes,
         max_wait_ms: req.max_wait_ms,
+        // The native protocol reads everything written (no isolation
+        // level yet).
+        read_committed: false,
     };
     service::quota::cap_fetch(core, session, &mut params);
     let results = match service::fetch::fetch(core, &parts, params, ctx).await {

@@ -466,12 +466,40 @@ pub(crate) fn coordinator_at(
     endpoints: &ClusterEndpoints,
     group: &str,
 ) -> std::result::Result<(u64, u32), Refusal> {
-    let p = crate::groups::coordinator::offsets_partition(core, group)?;
+    coordinator_in(core, endpoints, OFFSETS_TOPIC, group)
+}
+
+/// [`coordinator_at`] for the key `key` of a coordinator runtime's topic
+/// (`__consumer_offsets`: a group; `__transaction_state`: a
+/// transactional id).
+pub(crate) fn coordinator_in(
+    core: &Core,
+    endpoints: &ClusterEndpoints,
+    topic: &str,
+    key: &str,
+) -> std::result::Result<(u64, u32), Refusal> {
+    let group = key;
+    let p = if topic == OFFSETS_TOPIC {
+        crate::groups::coordinator::offsets_partition(core, key)?
+    } else {
+        if key.is_empty() || key.len() > weir_txn::coordinator::TRANSACTIONAL_ID_BYTES_MAX {
+            return Err(Refusal(
+                ErrorCode::InvalidRequest.as_u16(),
+                format!("a key of {} bytes", key.len()),
+            ));
+        }
+        crate::coordinator::partition_of(core, topic, key).ok_or_else(|| {
+            Refusal(
+                ErrorCode::NotCoordinator.as_u16(),
+                format!("the internal topic {topic} does not exist yet: retry"),
+            )
+        })?
+    };
     let view = core.metadata();
-    let meta = view.get(OFFSETS_TOPIC).ok_or_else(|| {
+    let meta = view.get(topic).ok_or_else(|| {
         Refusal(
             ErrorCode::StorageError.as_u16(),
-            format!("the internal topic {OFFSETS_TOPIC} does not exist"),
+            format!("the internal topic {topic} does not exist"),
         )
     })?;
     let node = match meta.leading_core(p, core.shared.config.cluster.node_id) {
@@ -479,14 +507,12 @@ pub(crate) fn coordinator_at(
         None => meta.leaders.get(p as usize).copied().unwrap_or(0),
     };
     endpoints
-        .leader(OFFSETS_TOPIC, meta, p)
+        .leader(topic, meta, p)
         .map(|i| (node, i))
         .ok_or_else(|| {
             Refusal(
                 ErrorCode::NotCoordinator.as_u16(),
-                format!(
-                    "group {group}'s coordinator ({OFFSETS_TOPIC}-{p}) has no live node now: retry"
-                ),
+                format!("{group}'s coordinator ({topic}-{p}) has no live node now: retry"),
             )
         })
 }

@@ -47,6 +47,9 @@ pub struct FetchParams {
     pub min_bytes: u32,
     /// …or after this long (capped to [`FETCH_WAIT_MS_MAX`]).
     pub max_wait_ms: u32,
+    /// Only what is committed: batches below the last stable offset
+    /// (Kafka's `isolation.level=read_committed`).
+    pub read_committed: bool,
 }
 
 /// Reads the partitions (one result each, in order), waiting up to
@@ -63,7 +66,19 @@ pub async fn fetch(
             parts.len()
         )));
     }
+    let committed = |results: &mut Vec<Result<FetchOk>>| {
+        if params.read_committed {
+            for f in results.iter_mut().flatten() {
+                let lso = f.last_stable_offset;
+                f.batches.retain(|b| {
+                    weir_proto::batch::BatchHeader::peek(b)
+                        .is_ok_and(|h| (h.base_offset as u64) < lso)
+                });
+            }
+        }
+    };
     let mut results = read_all(core, parts, params.max_bytes, ctx).await;
+    committed(&mut results);
     let got: u64 = results
         .iter()
         .flatten()
@@ -76,6 +91,7 @@ pub async fn fetch(
     if wait_ms > 0 && params.min_bytes > 0 && got < u64::from(params.min_bytes) && !any_error {
         long_poll(core, parts, wait_ms, ctx).await;
         results = read_all(core, parts, params.max_bytes, ctx).await;
+        committed(&mut results);
     }
     trim(&mut results, params.max_bytes);
     Ok(results)

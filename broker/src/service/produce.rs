@@ -29,6 +29,9 @@ pub struct ProducePart {
     pub partition: u32,
     /// One or more whole record batches.
     pub data: Result<Bytes>,
+    /// The transactional id of a transactional producer's request (its
+    /// batches are checked against its open transaction).
+    pub transaction: Option<Rc<str>>,
 }
 
 /// The outcome for one partition: the first batch's offsets, or why not.
@@ -63,7 +66,8 @@ pub async fn produce(
             glommio::spawn_local(async move {
                 let r = match p.data {
                     Ok(data) => {
-                        append_partition(&core, &p.topic, p.partition, data, acks, ctx).await
+                        let tp = (p.topic.as_str(), p.partition);
+                        append_partition(&core, tp, data, p.transaction, acks, ctx).await
                     }
                     Err(e) => Err(e),
                 };
@@ -107,9 +111,9 @@ pub async fn produce(
 /// their acknowledgements.
 async fn append_partition(
     core: &Rc<Core>,
-    topic: &str,
-    partition: u32,
+    (topic, partition): (&str, u32),
     data: Bytes,
+    transaction: Option<Rc<str>>,
     acks: i8,
     ctx: Ctx,
 ) -> Result<Vec<AckWait>> {
@@ -126,12 +130,24 @@ async fn append_partition(
     if data.is_empty() {
         return Err(BrokerError::Corrupt("empty record set".into()));
     }
-    if carries_transactional(&data) {
-        // Until the transaction coordinator serves them, a transactional
-        // batch would open a transaction nothing ends (issue 32).
-        return Err(BrokerError::InvalidRequest(
-            "a transactional batch: transactions are not supported by Weir yet".into(),
-        ));
+    if let Some(producer) = transactional_producer(&data)? {
+        // KIP-890: the partition must be in the producer's open
+        // transaction (a zombie's or a late write is refused), else it
+        // would open a transaction in the log that nothing ends.
+        let Some(id) = transaction else {
+            return Err(BrokerError::InvalidRequest(
+                "a transactional batch without a transactional id".into(),
+            ));
+        };
+        let verify = crate::txns::api::TxnRequest::Verify {
+            id: id.to_string(),
+            producer_id: producer.0,
+            epoch: producer.1,
+            tp: (topic.to_string(), partition),
+        };
+        crate::txns::coordinator::serve(core, verify)
+            .await
+            .map_err(BrokerError::Transaction)?;
     }
     if owner == core.id {
         let (log, infos) = partition::append_local(core, topic, partition, data, acks).await?;
@@ -158,18 +174,33 @@ async fn append_partition(
     )])
 }
 
-/// Whether a batch of a payload carries the transactional attribute (a
-/// walk over the headers; the log validates the batches).
-fn carries_transactional(data: &[u8]) -> bool {
+/// The producer (id, epoch) of a payload's transactional batches, if it
+/// has any (a walk over the headers; the log validates the batches): all
+/// its batches must then be that producer's transactional ones.
+fn transactional_producer(data: &[u8]) -> Result<Option<(i64, i16)>> {
     let mut at = 0;
+    let (mut txn, mut plain) = (None, false);
     while let Some(h) = data
         .get(at..)
         .and_then(|rest| weir_proto::batch::BatchHeader::peek(rest).ok())
     {
         if h.attributes.is_transactional() {
-            return true;
+            let p = (h.producer_id, h.producer_epoch);
+            if txn.is_some_and(|t| t != p) {
+                return Err(BrokerError::InvalidRequest(
+                    "transactional batches of two producers in one request".into(),
+                ));
+            }
+            txn = Some(p);
+        } else {
+            plain = true;
         }
         at += h.total_len().max(1);
     }
-    false
+    if txn.is_some() && plain {
+        return Err(BrokerError::InvalidRequest(
+            "transactional and plain batches in one partition's records".into(),
+        ));
+    }
+    Ok(txn)
 }

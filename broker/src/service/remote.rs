@@ -100,6 +100,30 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             let r = crate::groups::coordinator::handle(core, request).await;
             reply.send(&core.mesh, r).await;
         }
+        CoreMsg::Txn { request, reply } => {
+            let r = crate::txns::coordinator::handle(core, request).await;
+            reply.send(&core.mesh, r).await;
+        }
+        CoreMsg::Marker {
+            topic,
+            partition,
+            producer_id,
+            epoch,
+            commit,
+            coordinator_epoch,
+            reply,
+        } => {
+            let r = crate::shard::partition::marker_local(
+                core,
+                &topic,
+                partition,
+                (producer_id, epoch),
+                commit,
+                coordinator_epoch,
+            )
+            .await;
+            reply.send(&core.mesh, r).await;
+        }
         CoreMsg::LogEnds { partitions, reply } => {
             reply
                 .send(&core.mesh, log_ends_local(core, &partitions))

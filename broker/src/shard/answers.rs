@@ -22,6 +22,12 @@ pub struct FetchOk {
     pub high_watermark: u64,
     /// Log start offset.
     pub log_start_offset: u64,
+    /// Last stable offset (at most the high watermark): a read-committed
+    /// reader gets the batches below it.
+    pub last_stable_offset: u64,
+    /// The aborted transactions overlapping the batches read: (producer
+    /// id, first offset), for a read-committed reader to skip.
+    pub aborted: Vec<(i64, u64)>,
 }
 
 /// Offsets of a partition.

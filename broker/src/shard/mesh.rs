@@ -46,6 +46,7 @@ use crate::groups::api::{GroupRequest, GroupResponse};
 use crate::metadata::Change;
 use crate::metadata::{MetadataView, TopicError};
 use crate::server::limits::{MESH_CREDITS_PER_PEER, MESH_REPLY_TIMEOUT_MS};
+use crate::txns::api::{TxnRequest, TxnResponse};
 
 /// Messages from one core to another. Everything in them is `Send`;
 /// batches travel as `Bytes` (a reference count, not a copy).
@@ -151,6 +152,32 @@ pub enum CoreMsg {
         request: GroupRequest,
         /// Where the answer goes.
         reply: ReplyTo<GroupResponse>,
+    },
+    /// A transaction request for a transactional id this core
+    /// coordinates.
+    Txn {
+        /// The request.
+        request: TxnRequest,
+        /// Where the answer goes.
+        reply: ReplyTo<TxnResponse>,
+    },
+    /// Append a transaction marker to a partition this core owns and
+    /// answer once it may be acknowledged (acks=all).
+    Marker {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The transaction's producer id.
+        producer_id: i64,
+        /// The epoch the marker carries.
+        epoch: i16,
+        /// Commit (else abort).
+        commit: bool,
+        /// The transaction coordinator's epoch.
+        coordinator_epoch: i32,
+        /// Durable, or why not.
+        reply: ReplyTo<Result<(), BrokerError>>,
     },
     /// Log end offsets (high watermarks) of partitions this core owns.
     LogEnds {

@@ -162,6 +162,8 @@ pub struct Core {
     pub producer_ids_reserving: glommio::sync::Semaphore,
     /// The consumer groups this core coordinates.
     pub groups: crate::groups::registry::Groups,
+    /// The transactional ids this core coordinates.
+    pub txns: crate::txns::registry::Txns,
     /// The metadata writer's queue (core 0 only).
     pub(crate) metadata_writer: RefCell<Option<crate::metadata::Writer>>,
     /// The replicas this core holds: roles, followers, fetchers.
@@ -206,6 +208,7 @@ impl Core {
             producer_ids: RefCell::new(producer_ids),
             producer_ids_reserving: glommio::sync::Semaphore::new(1),
             groups: Default::default(),
+            txns: Default::default(),
             metadata_writer: RefCell::new(None),
             replication: Default::default(),
             logins: Default::default(),

@@ -148,6 +148,37 @@ pub async fn ack_local(
     })
 }
 
+/// Appends the marker that ends producer `producer` (id, epoch)'s
+/// transaction to a partition this core owns (the transaction
+/// coordinator's write) and waits until it may be acknowledged as an
+/// acks=all write.
+pub async fn marker_local(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    (producer_id, epoch): (i64, i16),
+    commit: bool,
+    coordinator_epoch: i32,
+) -> Result<(), BrokerError> {
+    use weir_storage::txn::{Marker, MarkerKind};
+    let log = core.owned_log(topic, partition)?;
+    core.replication.check_append(topic, partition, -1)?;
+    let marker = Marker {
+        kind: if commit {
+            MarkerKind::Commit
+        } else {
+            MarkerKind::Abort
+        },
+        coordinator_epoch,
+    };
+    let info = log
+        .append_marker(producer_id, epoch, marker, core.storage.now_ms())
+        .await
+        .map_err(|e| append_error(core, topic, partition, e))?;
+    ack_local(core.clone(), (topic, partition), log, info, -1).await?;
+    Ok(())
+}
+
 /// Waits for the acknowledgement of one appended batch.
 pub(crate) type AckWait = Pin<Box<dyn Future<Output = Result<ProduceOk, BrokerError>>>>;
 
@@ -205,10 +236,13 @@ pub async fn fetch_local(
     };
     if max_bytes == 0 {
         // Only the watermarks: the fetch's byte budget is spent.
+        let hw = visible();
         return Ok(FetchOk {
             batches: Vec::new(),
-            high_watermark: visible(),
+            high_watermark: hw,
             log_start_offset: log.log_start_offset(),
+            last_stable_offset: log.last_stable_offset().min(hw),
+            aborted: Vec::new(),
         });
     }
     if wait_ms > 0 && offset == visible() {
@@ -240,14 +274,31 @@ pub async fn fetch_local(
             weir_proto::batch::BatchHeader::peek(b).is_ok_and(|h| (h.base_offset as u64) < hw)
         });
     }
+    let hw = if limit.is_some() {
+        hw
+    } else {
+        r.high_watermark
+    };
+    let last_stable_offset = r.last_stable_offset.min(hw);
+    let end = r
+        .batches
+        .last()
+        .and_then(|b| weir_proto::batch::BatchHeader::peek(b).ok())
+        .map_or(offset, |h| h.last_offset() as u64 + 1);
+    let aborted = if end > offset {
+        log.aborted_transactions(offset, end)
+            .into_iter()
+            .map(|a| (a.producer_id, a.first_offset))
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(FetchOk {
         batches: r.batches,
-        high_watermark: if limit.is_some() {
-            hw
-        } else {
-            r.high_watermark
-        },
+        high_watermark: hw,
         log_start_offset: r.log_start_offset,
+        last_stable_offset,
+        aborted,
     })
 }
 

@@ -25,3 +25,4 @@ mod quota;
 mod sasl;
 mod sdk;
 mod tls;
+mod transactions;

@@ -174,18 +174,20 @@ pub(super) fn leader_moved(code: i16) -> bool {
 pub(super) fn coordinator_broker(
     core: &Core,
     listener: SecurityProtocol,
-    group: &str,
+    topic: &str,
+    key: &str,
 ) -> Result<(i32, String, i32), i16> {
     let Some(endpoints) = endpoints(core, listener) else {
         let (h, p) = advertised(core, listener);
         return Ok((NODE_ID, h, p));
     };
-    let (_, i) = crate::service::admin::coordinator_at(core, &endpoints, group).map_err(|r| {
-        match ErrorCode::from_u16(r.0) {
-            ErrorCode::NotCoordinator => E::CoordinatorNotAvailable.code(),
-            _ => group_code(r.0),
-        }
-    })?;
+    let (_, i) =
+        crate::service::admin::coordinator_in(core, &endpoints, topic, key).map_err(|r| {
+            match ErrorCode::from_u16(r.0) {
+                ErrorCode::NotCoordinator => E::CoordinatorNotAvailable.code(),
+                _ => group_code(r.0),
+            }
+        })?;
     let (host, port) = endpoints
         .cores
         .get(i as usize)
@@ -380,21 +382,15 @@ pub(super) fn find_coordinator(
     r: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
-    // Groups only (key type 0). Transactions are not served: their
-    // coordinator lookup gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the one
-    // answer clients treat as final (COORDINATOR_NOT_AVAILABLE would have
-    // them retry until their timeout), with the reason in the message.
-    let (error, message) = if r.key_type == 0 {
-        (0, None)
-    } else {
-        (
-            E::TransactionalIdAuthorizationFailed.code(),
-            Some(s("transactions are not supported by Weir")),
-        )
-    };
-    let lookup = |key: &str| match error {
-        0 => coordinator_broker(core, listener, key).map_err(|e| (e, None)),
-        e => Err((e, message.clone())),
+    // Groups (key type 0) and transactional ids (1). Share groups (2)
+    // are not served: INVALID_REQUEST, with the reason.
+    let lookup = |key: &str| match r.key_type {
+        0 => coordinator_broker(core, listener, OFFSETS_TOPIC, key).map_err(|e| (e, None)),
+        1 => coordinator_broker(core, listener, crate::txns::TXN_TOPIC, key).map_err(|e| (e, None)),
+        k => Err((
+            E::InvalidRequest.code(),
+            Some(s(format!("coordinator key type {k} is not served by Weir"))),
+        )),
     };
     if version >= 4 {
         let coordinators = r
@@ -443,11 +439,8 @@ pub(super) async fn init_producer_id(
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1);
     }
-    if r.transactional_id.is_some() {
-        return InitProducerIdResponse::default()
-            .with_error_code(E::InvalidRequest.code())
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
+    if let Some(id) = r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
+        return super::txn::init_transactional(core, id.to_string(), &r).await;
     }
     match admin::init_producer_id(core).await {
         Ok(id) => InitProducerIdResponse::default()

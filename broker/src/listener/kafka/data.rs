@@ -15,7 +15,10 @@ pub(super) async fn produce(
     session: &Session,
 ) -> Pending {
     let acks = r.acks;
-    let transactional = r.transactional_id.is_some();
+    let transaction: Option<std::rc::Rc<str>> = r
+        .transactional_id
+        .as_ref()
+        .map(|t| std::rc::Rc::from(t.as_str()));
     let mut parts = Vec::new();
     let mut names = Vec::new();
     let ids = TopicIds::new(core);
@@ -29,10 +32,6 @@ pub(super) async fn produce(
             let topic = topic.clone().unwrap_or_default();
             let data = if let Some(e) = &denied {
                 Err(e.clone())
-            } else if transactional {
-                Err(BrokerError::InvalidRequest(
-                    "transactions are not supported by Weir".into(),
-                ))
             } else if p.index < 0 {
                 Err(BrokerError::unknown(&topic, 0))
             } else if topic.is_empty() {
@@ -46,6 +45,7 @@ pub(super) async fn produce(
                 topic,
                 partition: p.index.max(0) as u32,
                 data,
+                transaction: transaction.clone(),
             });
         }
     }
@@ -213,10 +213,12 @@ pub(super) async fn fetch(
         }
         shape.push((t.topic.clone(), t.topic_id, ps));
     }
+    let read_committed = r.isolation_level == 1;
     let mut params = FetchParams {
         max_bytes: r.max_bytes.max(0) as u32,
         min_bytes: r.min_bytes.max(0) as u32,
         max_wait_ms: r.max_wait_ms.max(0) as u32,
+        read_committed,
     };
     quota::cap_fetch(core, session, &mut params);
     let results = match service::fetch::fetch(core, &parts, params, ctx).await {
@@ -279,9 +281,22 @@ pub(super) async fn fetch(
                             // as size 0, and librdkafka refuses -1. Several
                             // batches go out as they are, not concatenated.
                             let records = batches.records(&ok.batches);
+                            // read_committed: the aborted transactions the
+                            // records hold, for the client to skip.
+                            let aborted = read_committed.then(|| {
+                                ok.aborted
+                                    .iter()
+                                    .map(|&(pid, first)| {
+                                        fetch_response::AbortedTransaction::default()
+                                            .with_producer_id(ProducerId(pid))
+                                            .with_first_offset(first as i64)
+                                    })
+                                    .collect()
+                            });
                             d.with_high_watermark(ok.high_watermark as i64)
-                                .with_last_stable_offset(ok.high_watermark as i64)
+                                .with_last_stable_offset(ok.last_stable_offset as i64)
                                 .with_log_start_offset(ok.log_start_offset as i64)
+                                .with_aborted_transactions(aborted.or(Some(Vec::new())))
                                 .with_records(Some(records))
                         }
                     }

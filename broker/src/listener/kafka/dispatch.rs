@@ -151,6 +151,16 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
                 )),
             )
         }),
+        KafkaRequest::AddPartitionsToTxn(r) => later(async move {
+            let resp = super::txn::add_partitions_to_txn(&core, r, &session).await;
+            answer(&h, KafkaResponse::AddPartitionsToTxn(resp))
+        }),
+        KafkaRequest::EndTxn(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::EndTxn(super::txn::end_txn(&core, r).await),
+            )
+        }),
         KafkaRequest::InitProducerId(r) => later(async move {
             answer(
                 &h,

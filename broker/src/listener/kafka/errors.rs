@@ -33,6 +33,24 @@ pub fn broker_error_code(e: &BrokerError) -> i16 {
         // retriable code, so that a Kafka client retries rather than fails.
         BrokerError::CoreUnavailable { .. } => E::NotEnoughReplicas.code(),
         BrokerError::Unauthorized { .. } => weir_kafka::error::coordinator_code(e.code()),
+        BrokerError::Transaction(r) => txn_code(r),
+    }
+}
+
+/// The Kafka code of a transaction coordinator's refusal.
+pub(super) fn txn_code(r: &crate::txns::api::TxnRefusal) -> i16 {
+    use crate::txns::api::TxnRefusal as R;
+    use weir_txn::TxnError as T;
+    match r {
+        R::Txn(T::ProducerFenced(_)) => E::ProducerFenced.code(),
+        R::Txn(T::InvalidProducerIdMapping(_)) => E::InvalidProducerIdMapping.code(),
+        R::Txn(T::ConcurrentTransactions(_)) => E::ConcurrentTransactions.code(),
+        R::Txn(T::InvalidTxnState(_)) => E::InvalidTxnState.code(),
+        R::Txn(T::InvalidTransactionTimeout(_)) => E::InvalidTransactionTimeout.code(),
+        R::Txn(T::InvalidRequest(_)) => E::InvalidRequest.code(),
+        R::NotCoordinator(_) => E::NotCoordinator.code(),
+        R::Loading(_) => E::CoordinatorLoadInProgress.code(),
+        R::Storage(_) => E::CoordinatorNotAvailable.code(),
     }
 }
 

@@ -39,6 +39,7 @@ mod groups;
 mod quotas;
 mod security;
 mod topics;
+mod txn;
 
 pub use dispatch::Kafka;
 pub use errors::broker_error_code;

@@ -1,0 +1,145 @@
+//! Transactions (KIP-98, the v1 client flow): InitProducerId with a
+//! transactional id, AddPartitionsToTxn (v0–3), EndTxn (v0–4), and the
+//! coordinator lookup (FindCoordinator key type 1), onto the transaction
+//! coordinator ([`crate::txns`]). Transactional Produce is checked in
+//! the service (the partition must be in the producer's transaction).
+
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+
+use super::common::*;
+use super::errors::txn_code;
+use crate::service::acl;
+use crate::service::auth::Session;
+use crate::txns::api::{TxnRefusal, TxnRequest};
+use crate::txns::coordinator as txns;
+use weir_txn::TransactionVersion;
+
+/// InitProducerId for a transactional producer.
+pub(super) async fn init_transactional(
+    core: &Rc<Core>,
+    id: String,
+    r: &InitProducerIdRequest,
+) -> InitProducerIdResponse {
+    // KIP-360 (v3+): the id and epoch the client had, if any.
+    let expected = (r.producer_id.0 >= 0).then_some((r.producer_id.0, r.producer_epoch));
+    let req = TxnRequest::InitProducerId {
+        id,
+        timeout_ms: i64::from(r.transaction_timeout_ms),
+        expected,
+        version: TransactionVersion::V1,
+    };
+    match txns::serve(core, req).await {
+        Ok(Some((pid, epoch))) => InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch),
+        Ok(None) => refused_init(E::UnknownServerError.code()),
+        Err(e) => refused_init(init_code(&e)),
+    }
+}
+
+fn refused_init(code: i16) -> InitProducerIdResponse {
+    InitProducerIdResponse::default()
+        .with_error_code(code)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1)
+}
+
+/// Kafka's InitProducerId answers a fenced expectation INVALID_PRODUCER_EPOCH
+/// (KIP-360: the client then bumps again or fails fatally).
+fn init_code(e: &TxnRefusal) -> i16 {
+    match e {
+        TxnRefusal::Txn(weir_txn::TxnError::ProducerFenced(_)) => E::InvalidProducerEpoch.code(),
+        e => txn_code(e),
+    }
+}
+
+/// AddPartitionsToTxn (v0–3): one answer for all the partitions, as
+/// Kafka gives it (an unknown topic fails the whole request, the others
+/// then answer OPERATION_NOT_ATTEMPTED).
+pub(super) async fn add_partitions_to_txn(
+    core: &Rc<Core>,
+    r: AddPartitionsToTxnRequest,
+    session: &Session,
+) -> AddPartitionsToTxnResponse {
+    let id = r.v3_and_below_transactional_id.to_string();
+    let mut tps: Vec<(String, u32)> = Vec::new();
+    let mut unknown: Vec<(String, i32)> = Vec::new();
+    let mut denied: Vec<(String, i32)> = Vec::new();
+    for t in &r.v3_and_below_topics {
+        let name = t.name.to_string();
+        let meta = core.metadata().get(&name).cloned();
+        let may = acl::allowed(core, session, acl::Op::Write, acl::Resource::Topic(&name));
+        for &p in &t.partitions {
+            let exists = meta
+                .as_ref()
+                .is_some_and(|m| p >= 0 && (p as u32) < m.partitions());
+            if !may {
+                denied.push((name.clone(), p));
+            } else if !exists {
+                unknown.push((name.clone(), p));
+            } else {
+                tps.push((name.clone(), p as u32));
+            }
+        }
+    }
+    let code_of = |topic: &str, p: i32, all: i16| -> i16 {
+        if denied.iter().any(|(t, q)| t == topic && *q == p) {
+            E::TopicAuthorizationFailed.code()
+        } else if unknown.iter().any(|(t, q)| t == topic && *q == p) {
+            E::UnknownTopicOrPartition.code()
+        } else {
+            all
+        }
+    };
+    let all = if !unknown.is_empty() || !denied.is_empty() {
+        E::OperationNotAttempted.code()
+    } else {
+        let req = TxnRequest::AddPartitions {
+            id,
+            producer_id: r.v3_and_below_producer_id.0,
+            epoch: r.v3_and_below_producer_epoch,
+            partitions: tps,
+        };
+        match txns::serve(core, req).await {
+            Ok(_) => 0,
+            Err(e) => txn_code(&e),
+        }
+    };
+    let results = r
+        .v3_and_below_topics
+        .iter()
+        .map(|t| {
+            let name = t.name.to_string();
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(t.name.clone())
+                .with_results_by_partition(
+                    t.partitions
+                        .iter()
+                        .map(|&p| {
+                            AddPartitionsToTxnPartitionResult::default()
+                                .with_partition_index(p)
+                                .with_partition_error_code(code_of(&name, p, all))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
+}
+
+/// EndTxn (v0–4): commit or abort; answered once the decision is
+/// durable (the markers follow).
+pub(super) async fn end_txn(core: &Rc<Core>, r: EndTxnRequest) -> EndTxnResponse {
+    let req = TxnRequest::EndTxn {
+        id: r.transactional_id.to_string(),
+        producer_id: r.producer_id.0,
+        epoch: r.producer_epoch,
+        commit: r.committed,
+    };
+    match txns::serve(core, req).await {
+        Ok(_) => EndTxnResponse::default(),
+        Err(e) => EndTxnResponse::default().with_error_code(txn_code(&e)),
+    }
+}

@@ -1,0 +1,96 @@
+//! Transaction requests and answers as they travel the mesh to the
+//! coordinator's core (plain data).
+
+use weir_txn::{TransactionVersion, TxnError};
+
+/// A topic partition.
+pub type Tp = (String, u32);
+
+/// A request for a transactional id's coordinator.
+#[derive(Debug, Clone)]
+pub enum TxnRequest {
+    /// InitProducerId with a transactional id.
+    InitProducerId {
+        /// The transactional id.
+        id: String,
+        /// `transaction.timeout.ms`.
+        timeout_ms: i64,
+        /// KIP-360: the producer id and epoch the client had.
+        expected: Option<(i64, i16)>,
+        /// The protocol the client speaks.
+        version: TransactionVersion,
+    },
+    /// AddPartitionsToTxn / AddOffsetsToTxn.
+    AddPartitions {
+        /// The transactional id.
+        id: String,
+        /// Its producer id.
+        producer_id: i64,
+        /// Its epoch.
+        epoch: i16,
+        /// The partitions.
+        partitions: Vec<Tp>,
+    },
+    /// KIP-890's check before a transactional write lands.
+    Verify {
+        /// The transactional id.
+        id: String,
+        /// Its producer id.
+        producer_id: i64,
+        /// Its epoch.
+        epoch: i16,
+        /// The partition written.
+        tp: Tp,
+    },
+    /// EndTxn.
+    EndTxn {
+        /// The transactional id.
+        id: String,
+        /// Its producer id.
+        producer_id: i64,
+        /// Its epoch.
+        epoch: i16,
+        /// Commit (else abort).
+        commit: bool,
+    },
+}
+
+impl TxnRequest {
+    /// The transactional id it is for.
+    pub fn id(&self) -> &str {
+        match self {
+            TxnRequest::InitProducerId { id, .. }
+            | TxnRequest::AddPartitions { id, .. }
+            | TxnRequest::Verify { id, .. }
+            | TxnRequest::EndTxn { id, .. } => id,
+        }
+    }
+}
+
+/// Why a transaction request was not served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnRefusal {
+    /// The state machine's refusal.
+    Txn(TxnError),
+    /// This node does not coordinate the id (now): ask FindCoordinator.
+    NotCoordinator(String),
+    /// The coordinator is replaying its partition: retry.
+    Loading(String),
+    /// Storing the step failed.
+    Storage(String),
+}
+
+impl std::fmt::Display for TxnRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TxnRefusal::Txn(e) => write!(f, "{e}"),
+            TxnRefusal::NotCoordinator(m) | TxnRefusal::Loading(m) | TxnRefusal::Storage(m) => {
+                f.write_str(m)
+            }
+        }
+    }
+}
+
+/// The answer: a producer id and epoch (InitProducerId, EndTxn), or
+/// nothing, or the refusal.
+pub type TxnResponse = Result<Option<(i64, i16)>, TxnRefusal>;

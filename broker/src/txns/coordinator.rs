@@ -1,0 +1,348 @@
+//! The transaction coordinator: where a transactional id lives, how
+//! requests reach it, how its state machine's decisions are stored before
+//! they are answered, and how the markers of a decided transaction are
+//! written.
+//!
+//! **Which core:** a transactional id lives on the core that leads its
+//! partition of `__transaction_state` (`crc32c(id) % partitions`, then
+//! the metadata's placement). Requests arriving on any core are forwarded
+//! there over the mesh ([`CoreMsg::Txn`]).
+//!
+//! **Serialization and durability:** a partition's steps run one at a
+//! time under its lock, from the state machine's decision to its record
+//! being durable in `__transaction_state` (fdatasync'd, and on the ISR of
+//! a replicated topic); only then is the request answered. A failed write
+//! forgets the partition and replays it (the machine's state ran ahead of
+//! the log).
+//!
+//! **Markers:** once a transaction's end (or a fencing abort) is durable,
+//! a marker is appended to each of its partitions, on the core leading it
+//! (through the mesh), each durable as an acks=all write; when all are,
+//! the transaction completes (another record). A partition that cannot
+//! take its marker now (no leader here, a leader moving) is retried every
+//! [`MARKER_RETRY_MS`] for as long as this core coordinates the id; a core
+//! that takes the partition of `__transaction_state` over writes the
+//! markers of every transaction still prepared.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use weir_txn::{records, Markers, Step, Transactions};
+
+use super::api::{Tp, TxnRefusal, TxnRequest, TxnResponse};
+use super::registry::txn_config;
+use super::TXN_TOPIC;
+use crate::error::BrokerError;
+use crate::shard::mesh::CoreMsg;
+use crate::shard::partition;
+use crate::shard::Core;
+
+/// How often a core looks for timed-out transactions and expired ids.
+pub const EXPIRY_CHECK_MS: u64 = 1000;
+/// Wait between attempts at markers that could not be written.
+pub const MARKER_RETRY_MS: u64 = 200;
+/// Producer ids kept at hand (a step uses at most one).
+const IDS_AT_HAND: usize = 2;
+
+/// `id`'s partition of `__transaction_state`.
+pub fn txn_partition(core: &Core, id: &str) -> Result<u32, TxnRefusal> {
+    if id.is_empty() || id.len() > weir_txn::coordinator::TRANSACTIONAL_ID_BYTES_MAX {
+        return Err(TxnRefusal::Txn(weir_txn::TxnError::InvalidRequest(
+            format!("a transactional id of {} bytes", id.len()),
+        )));
+    }
+    crate::coordinator::partition_of(core, TXN_TOPIC, id).ok_or_else(|| {
+        TxnRefusal::Loading(format!("the internal topic {TXN_TOPIC} does not exist yet"))
+    })
+}
+
+/// The core of this node that coordinates `id`, or why there is none.
+pub fn coordinator_of(core: &Core, id: &str) -> Result<usize, TxnRefusal> {
+    let p = txn_partition(core, id)?;
+    core.locate(TXN_TOPIC, p).map_err(|e| match e {
+        BrokerError::NotLeader { leader, .. } => TxnRefusal::NotCoordinator(format!(
+            "`{id}` is coordinated by {} ({TXN_TOPIC}-{p}): ask FindCoordinator",
+            if leader == 0 {
+                "no live node now".to_string()
+            } else {
+                format!("node {leader}")
+            }
+        )),
+        e => TxnRefusal::Storage(e.to_string()),
+    })
+}
+
+/// Serves a request from a connection on this core: on the coordinator's
+/// core, through the mesh if that is another.
+pub async fn serve(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
+    let c = coordinator_of(core, req.id())?;
+    if c == core.id {
+        return handle(core, req).await;
+    }
+    core.call(c, Duration::ZERO, |reply| CoreMsg::Txn {
+        request: req,
+        reply,
+    })
+    .await
+    .unwrap_or_else(|e| Err(TxnRefusal::Storage(e.to_string())))
+}
+
+/// Handles a request on the coordinator's core.
+pub async fn handle(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
+    let p = txn_partition(core, req.id())?;
+    if coordinator_of(core, req.id())? != core.id {
+        return Err(TxnRefusal::NotCoordinator(format!(
+            "{TXN_TOPIC}-{p} moved to another core: retry"
+        )));
+    }
+    if !core.txns.hosting.ready(p) {
+        return Err(TxnRefusal::Loading(format!(
+            "{TXN_TOPIC}-{p} is being loaded: retry"
+        )));
+    }
+    let now = core.storage.now_ms();
+    match req {
+        TxnRequest::InitProducerId {
+            id,
+            timeout_ms,
+            expected,
+            version,
+        } => step(core, p, |t, ids| {
+            t.init_producer_id(&id, timeout_ms, expected, version, now, ids)
+        })
+        .await
+        .map(Some),
+        TxnRequest::AddPartitions {
+            id,
+            producer_id,
+            epoch,
+            partitions,
+        } => step(core, p, |t, _| {
+            t.add_partitions(&id, producer_id, epoch, &partitions, now)
+        })
+        .await
+        .map(|()| None),
+        TxnRequest::Verify {
+            id,
+            producer_id,
+            epoch,
+            tp,
+        } => {
+            let parts = core.txns.parts.borrow();
+            let t = parts.get(&p).ok_or_else(|| {
+                TxnRefusal::Txn(weir_txn::TxnError::InvalidProducerIdMapping(format!(
+                    "`{id}` has no producer id here"
+                )))
+            })?;
+            t.verify(&id, producer_id, epoch, &tp)
+                .map(|()| None)
+                .map_err(TxnRefusal::Txn)
+        }
+        TxnRequest::EndTxn {
+            id,
+            producer_id,
+            epoch,
+            commit,
+        } => step(core, p, |t, ids| {
+            t.end_txn(&id, producer_id, epoch, commit, now, ids)
+        })
+        .await
+        .map(Some),
+    }
+}
+
+/// Runs one step of partition `p`'s state machine under its lock: its
+/// record durable, its markers started, its answer.
+async fn step<T>(
+    core: &Rc<Core>,
+    p: u32,
+    f: impl FnOnce(&mut Transactions, &mut dyn FnMut() -> i64) -> Step<T>,
+) -> Result<T, TxnRefusal> {
+    let lock = core.txns.lock(p);
+    let _one = lock
+        .acquire_permit(1)
+        .await
+        .map_err(|_| TxnRefusal::Storage("the broker is stopping".into()))?;
+    refill_ids(core).await?;
+    let step = {
+        let mut parts = core.txns.parts.borrow_mut();
+        let t = parts
+            .entry(p)
+            .or_insert_with(|| Transactions::new(txn_config()));
+        let mut ids = core.txns.ids.borrow_mut();
+        f(t, &mut || ids.pop_front().expect("producer ids at hand"))
+    };
+    let mut answers = commit_steps(core, p, vec![step]).await?;
+    answers.pop().expect("one step").map_err(TxnRefusal::Txn)
+}
+
+/// Stores the records of `steps` (one batch), starts their markers, and
+/// gives their answers. A failed write forgets `p` and replays it.
+async fn commit_steps<T>(
+    core: &Rc<Core>,
+    p: u32,
+    steps: Vec<Step<T>>,
+) -> Result<Vec<Result<T, weir_txn::TxnError>>, TxnRefusal> {
+    let encoded: Vec<(Bytes, Option<Bytes>)> = steps
+        .iter()
+        .filter_map(|s| s.record.as_ref())
+        .map(|r| {
+            let (k, v) = records::encode(r);
+            (Bytes::from(k), v.map(Bytes::from))
+        })
+        .collect();
+    if !encoded.is_empty() {
+        if let Err(e) = crate::coordinator::write(core, TXN_TOPIC, p, encoded.into_iter()).await {
+            tracing::warn!(partition = p, error = %e, "{TXN_TOPIC} write failed: replaying the partition");
+            crate::coordinator::reload(core, TXN_TOPIC, p);
+            return Err(TxnRefusal::Storage(format!(
+                "storing the transaction's state failed: {e}"
+            )));
+        }
+    }
+    let mut answers = Vec::with_capacity(steps.len());
+    for s in steps {
+        if let Some(m) = s.markers {
+            let core = core.clone();
+            glommio::spawn_local(async move { write_markers(&core, p, m).await }).detach();
+        }
+        answers.push(s.answer);
+    }
+    Ok(answers)
+}
+
+/// Tops up the core's producer ids from the cluster's allocator.
+async fn refill_ids(core: &Rc<Core>) -> Result<(), TxnRefusal> {
+    while core.txns.ids.borrow().len() < IDS_AT_HAND {
+        let id = crate::service::admin::init_producer_id(core)
+            .await
+            .map_err(|e| TxnRefusal::Storage(format!("no producer id: {e}")))?;
+        core.txns.ids.borrow_mut().push_back(id);
+    }
+    Ok(())
+}
+
+/// Writes a decided transaction's markers (see the module docs), then
+/// completes it.
+pub async fn write_markers(core: &Rc<Core>, p: u32, markers: Markers) {
+    let coordinator_epoch = core
+        .metadata()
+        .get(TXN_TOPIC)
+        .and_then(|m| m.placement.get(p as usize).map(|pl| pl.leader_epoch as i32))
+        .unwrap_or(0);
+    let mut left: Vec<Tp> = markers.partitions.clone();
+    let mut rounds = 0u64;
+    while !left.is_empty() {
+        if core.shared.stopping() || coordinator_of(core, &markers.transactional_id) != Ok(core.id)
+        {
+            // The next coordinator writes them.
+            return;
+        }
+        let mut failed = Vec::new();
+        for tp in left {
+            match marker_to(core, &tp, &markers, coordinator_epoch).await {
+                Ok(()) => {}
+                // A partition deleted meanwhile needs no marker.
+                Err(BrokerError::UnknownPartition { .. }) => {}
+                Err(e) => {
+                    if rounds % 50 == 0 {
+                        tracing::warn!(topic = %tp.0, partition = tp.1, error = %e,
+                            transactional_id = %markers.transactional_id,
+                            "transaction marker not written yet: retrying");
+                    }
+                    failed.push(tp);
+                }
+            }
+        }
+        left = failed;
+        if !left.is_empty() {
+            rounds += 1;
+            glommio::timer::sleep(Duration::from_millis(MARKER_RETRY_MS)).await;
+        }
+    }
+    let now = core.storage.now_ms();
+    let done = step(core, p, |t, _| Step {
+        record: t.markers_written(&markers, now),
+        markers: None,
+        answer: Ok(()),
+    })
+    .await;
+    if let Err(e) = done {
+        tracing::warn!(transactional_id = %markers.transactional_id, error = %e,
+            "completing the transaction failed (its markers are written; a replay completes it)");
+    }
+}
+
+/// One marker, on the core of this node leading `tp`.
+async fn marker_to(
+    core: &Rc<Core>,
+    tp: &Tp,
+    m: &Markers,
+    coordinator_epoch: i32,
+) -> Result<(), BrokerError> {
+    let (topic, partition) = (tp.0.clone(), tp.1);
+    let c = core.locate(&topic, partition)?;
+    let (producer_id, epoch, commit) = (m.producer_id, m.producer_epoch, m.commit);
+    if c == core.id {
+        return partition::marker_local(
+            core,
+            &topic,
+            partition,
+            (producer_id, epoch),
+            commit,
+            coordinator_epoch,
+        )
+        .await;
+    }
+    core.call(c, Duration::ZERO, |reply| CoreMsg::Marker {
+        topic,
+        partition,
+        producer_id,
+        epoch,
+        commit,
+        coordinator_epoch,
+        reply,
+    })
+    .await?
+}
+
+/// Every [`EXPIRY_CHECK_MS`]: aborts the transactions of this core's
+/// partitions that timed out, forgets the ids idle too long.
+pub async fn expiry_loop(core: Rc<Core>) {
+    while !core.shared.stopping() {
+        glommio::timer::sleep(Duration::from_millis(EXPIRY_CHECK_MS)).await;
+        let parts: Vec<u32> = core.txns.parts.borrow().keys().copied().collect();
+        for p in parts {
+            if !core.txns.hosting.ready(p) {
+                continue;
+            }
+            let lock = core.txns.lock(p);
+            let Ok(_one) = lock.acquire_permit(1).await else {
+                return;
+            };
+            if refill_ids(&core).await.is_err() {
+                continue;
+            }
+            let now = core.storage.now_ms();
+            let steps = {
+                let mut parts = core.txns.parts.borrow_mut();
+                let Some(t) = parts.get_mut(&p) else {
+                    continue;
+                };
+                let mut ids = core.txns.ids.borrow_mut();
+                t.expire(now, &mut || ids.pop_front().expect("producer ids at hand"))
+            };
+            if steps.is_empty() {
+                continue;
+            }
+            for s in &steps {
+                if let Some(m) = &s.markers {
+                    tracing::info!(transactional_id = %m.transactional_id,
+                        "transaction timed out: aborted, its producer fenced");
+                }
+            }
+            let _ = commit_steps(&core, p, steps).await;
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! What a core keeps for the transactional ids it coordinates (plain
+//! state; the coordinator acts on it).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::rc::Rc;
+
+use weir_txn::{Transactions, TxnConfig};
+
+use crate::coordinator::hosting::Hosting;
+
+/// The coordinator's bounds (Kafka's defaults of
+/// `transaction.max.timeout.ms` and `transactional.id.expiration.ms`).
+pub fn txn_config() -> TxnConfig {
+    TxnConfig::default()
+}
+
+/// The transaction coordinator's state on one core.
+#[derive(Default)]
+pub struct Txns {
+    /// What the runtime keeps for the machine.
+    pub hosting: Hosting,
+    /// The state machine of each partition of `__transaction_state` this
+    /// core leads.
+    pub parts: RefCell<BTreeMap<u32, Transactions>>,
+    /// One step at a time per partition: a step's record is durable
+    /// before the next step of that partition starts.
+    pub locks: RefCell<HashMap<u32, Rc<glommio::sync::Semaphore>>>,
+    /// Producer ids taken from the cluster's allocator, handed to new
+    /// transactional ids.
+    pub ids: RefCell<VecDeque<i64>>,
+}
+
+impl std::fmt::Debug for Txns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Txns")
+            .field("partitions", &self.parts.borrow().len())
+            .finish()
+    }
+}
+
+impl Txns {
+    /// The lock of partition `p`.
+    pub fn lock(&self, p: u32) -> Rc<glommio::sync::Semaphore> {
+        self.locks
+            .borrow_mut()
+            .entry(p)
+            .or_insert_with(|| Rc::new(glommio::sync::Semaphore::new(1)))
+            .clone()
+    }
+}
