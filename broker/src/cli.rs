@@ -13,7 +13,6 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
-use weir_broker::metadata::OFFSETS_TOPIC;
 use weir_client::producer::Compression as ProducerCompression;
 use weir_client::{
     Acks, Client, Consumer, ConsumerConfig, ConsumerRecord, DeliveryFuture, GroupAssignor,
@@ -329,7 +328,9 @@ pub fn topic(args: TopicArgs) -> Result<()> {
                             Some(n) => vec![n],
                             None => {
                                 let mut all = c.list_topics().await?;
-                                all.push(OFFSETS_TOPIC.to_string());
+                                all.extend(
+                                    weir_broker::metadata::INTERNAL_TOPICS.map(String::from),
+                                );
                                 all
                             }
                         };
@@ -337,8 +338,8 @@ pub fn topic(args: TopicArgs) -> Result<()> {
                         for n in names {
                             match c.describe_topic(&n).await {
                                 Ok(t) => topics.push(t),
-                                // A single node has no offsets topic.
-                                Err(_) if n == OFFSETS_TOPIC => {}
+                                // A single node has no internal topics.
+                                Err(_) if weir_broker::metadata::is_internal(&n) => {}
                                 Err(e) => return Err(e.into()),
                             }
                         }

@@ -36,7 +36,9 @@ use bytes::buf::UninitSlice;
 use bytes::{Buf, BufMut, Bytes, BytesMut, TryGetError};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 };
 use kafka_protocol::messages::{
     AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest,
@@ -126,8 +128,7 @@ const POISON_LENGTH: i32 = -2;
 /// goes past a stable version. Clients checked: librdkafka 2.0–2.15 (Debian
 /// 12's kcat 1.7.1 runs on 2.0.2; confluent-kafka), kafka-python 2.0–2.3
 /// (Debian 12 has 2.0.2), aiokafka 0.12–0.14, Java 3.x/4.x. Transactions:
-/// the v1 client flow (no AddOffsetsToTxn / TxnOffsetCommit yet, no
-/// KIP-890 v2 EndTxn).
+/// the v1 client flow (no KIP-890 v2 EndTxn).
 pub const SUPPORTED: &[(i16, i16, i16)] = &[
     // v0 is what kafka-python 2.0 and aiokafka send first; librdkafka sends
     // v3 (2.x), Java 4.x and kafka-python 2.1+ v4. Above 4 gets the v0
@@ -234,6 +235,10 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (ApiKey::AddPartitionsToTxn as i16, 0, 3),
     // v5 is KIP-890's v2 (the epoch bumped at every end): not served.
     (ApiKey::EndTxn as i16, 0, 4),
+    // v4 is KIP-890's (TRANSACTION_ABORTABLE).
+    (ApiKey::AddOffsetsToTxn as i16, 0, 3),
+    // v3 adds the member's id and generation (KIP-447); v5 is KIP-890's v2.
+    (ApiKey::TxnOffsetCommit as i16, 0, 4),
 ];
 
 /// The advertised `(min, max)` versions of an API, if it is served.
@@ -440,6 +445,8 @@ kafka_apis! {
     AlterClientQuotas: AlterClientQuotasRequest => AlterClientQuotasResponse,
     AddPartitionsToTxn: AddPartitionsToTxnRequest => AddPartitionsToTxnResponse,
     EndTxn: EndTxnRequest => EndTxnResponse,
+    AddOffsetsToTxn: AddOffsetsToTxnRequest => AddOffsetsToTxnResponse,
+    TxnOffsetCommit: TxnOffsetCommitRequest => TxnOffsetCommitResponse,
 }
 
 /// What identifies a request for its answer: readable from the first 8
@@ -1737,7 +1744,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), SUPPORTED.len(), "an api listed twice");
-        assert_eq!(SUPPORTED.len(), 37);
+        assert_eq!(SUPPORTED.len(), 39);
         for &(key, min, max) in SUPPORTED {
             let range = api(key).valid_versions();
             assert!(
@@ -1752,13 +1759,14 @@ mod tests {
                 );
             }
         }
-        // Transactions: the v1 client flow only (no offsets in a
-        // transaction yet, no broker-to-broker markers or verification).
-        assert_eq!(supported_versions(ApiKey::AddPartitionsToTxn as i16), Some((0, 3)));
+        // Transactions: the v1 client flow only (no broker-to-broker
+        // markers or verification).
+        assert_eq!(
+            supported_versions(ApiKey::AddPartitionsToTxn as i16),
+            Some((0, 3))
+        );
         assert_eq!(supported_versions(ApiKey::EndTxn as i16), Some((0, 4)));
-        for key in [25, 27, 28] {
-            assert!(supported_versions(key).is_none(), "{key}");
-        }
+        assert!(supported_versions(ApiKey::WriteTxnMarkers as i16).is_none());
         assert_eq!(supported_versions(ApiKey::Produce as i16), Some((3, 13)));
         // What old clients send (KIP-896 removed them from Kafka 4).
         assert!(is_supported(ApiKey::OffsetCommit as i16, 1));
@@ -2012,7 +2020,7 @@ mod tests {
             }
         }
         // Not served: nothing (the caller closes).
-        for key in [17, 25, 36, 999, -1] {
+        for key in [17, 27, 36, 999, -1] {
             assert_eq!(
                 error_response(&header(key, 0, 1), UNSUPPORTED_VERSION),
                 None
@@ -2043,7 +2051,7 @@ mod tests {
     #[test]
     fn unsupported_apis_and_versions_carry_the_header() {
         let cases: &[(i16, i16, bool)] = &[
-            (25, 3, true),  // AddOffsetsToTxn: not served
+            (27, 1, true),  // WriteTxnMarkers: not served
             (57, 1, true),  // UpdateFeatures: not served
             (17, 2, false), // SaslHandshake v2
             (999, 0, true), // unknown

@@ -914,21 +914,54 @@ impl PartitionLog {
             .acquire_permit(1)
             .await
             .map_err(|_| inner.closed())?;
-        let current = inner
-            .state
-            .borrow()
-            .producers
+        self.check_not_fenced(producer_id, epoch)?;
+        self.append_locked(data, false, Some(h)).await
+    }
+
+    /// Appends a transaction coordinator's transactional batch (Kafka's
+    /// offsets committed in a transaction, written to `__consumer_offsets`
+    /// with the producer's id and epoch and no sequence): checked as a
+    /// produced batch, but not against the producer's sequence (it is not
+    /// the producer's write); it opens the producer's transaction here
+    /// like any transactional batch, and its marker closes it.
+    pub async fn append_unsequenced(&self, data: BytesMut) -> Result<AppendInfo> {
+        let inner = &self.inner;
+        let h = self.check_produced(&data)?;
+        if h.producer_id < 0 || h.base_sequence >= 0 || !h.attributes.is_transactional() {
+            return Err(StorageError::InvalidBatch {
+                partition: inner.name.clone(),
+                source: BatchError::Records(
+                    "an unsequenced batch is a producer's transactional one without a sequence",
+                ),
+            });
+        }
+        let _order = inner
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| inner.closed())?;
+        self.check_not_fenced(h.producer_id, h.producer_epoch)?;
+        self.append_checked(data, false, Some(h), true).await
+    }
+
+    /// Refuses a write of producer `producer_id` at an epoch older than
+    /// the one the log knows (the producer was fenced).
+    fn check_not_fenced(&self, producer_id: i64, epoch: i16) -> Result<()> {
+        let inner = &self.inner;
+        let producers = &inner.state.borrow().producers;
+        match producers
             .get(producer_id)
-            .map(|e| e.epoch);
-        if let Some(current) = current.filter(|&c| c > epoch) {
-            return Err(StorageError::InvalidProducerEpoch {
+            .map(|e| e.epoch)
+            .filter(|&c| c > epoch)
+        {
+            Some(current) => Err(StorageError::InvalidProducerEpoch {
                 partition: inner.name.clone(),
                 producer_id,
                 epoch,
                 current,
-            });
+            }),
+            None => Ok(()),
         }
-        self.append_locked(data, false, Some(h)).await
     }
 
     /// The last stable offset: the high watermark, or below it the first
@@ -1043,9 +1076,21 @@ impl PartitionLog {
     /// header [`PartitionLog::check_produced`] returned for it, if called.
     async fn append_locked(
         &self,
+        data: BytesMut,
+        replica: bool,
+        checked: Option<BatchHeader>,
+    ) -> Result<AppendInfo> {
+        self.append_checked(data, replica, checked, false).await
+    }
+
+    /// [`PartitionLog::append_locked`]; `unsequenced`: a coordinator's
+    /// batch, not checked against its producer's sequence.
+    async fn append_checked(
+        &self,
         mut data: BytesMut,
         replica: bool,
         checked: Option<BatchHeader>,
+        unsequenced: bool,
     ) -> Result<AppendInfo> {
         let inner = &self.inner;
         inner.check_mode()?;
@@ -1081,7 +1126,7 @@ impl PartitionLog {
         }
         // A marker (append_marker's: a producer's control batch was
         // refused above) is not in its producer's sequence.
-        let verdict = if replica || h.attributes.is_control() {
+        let verdict = if replica || unsequenced || h.attributes.is_control() {
             Verdict::Append
         } else {
             inner.state.borrow().producers.check(&inner.name, &h)?

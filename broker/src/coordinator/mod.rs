@@ -75,6 +75,27 @@ pub trait Machine {
     /// latest record of a key wins; a null value deletes).
     fn replay(&self, core: &Core, p: u32, key: Option<&[u8]>, value: Option<&[u8]>);
 
+    /// A durable record of producer `producer_id`'s transaction (Kafka's
+    /// offsets committed in a transaction): pending until its marker
+    /// ([`Machine::replay_marker`]). By default, applied as any record.
+    fn replay_transactional(
+        &self,
+        core: &Core,
+        p: u32,
+        producer_id: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) {
+        let _ = producer_id;
+        self.replay(core, p, key, value);
+    }
+
+    /// Producer `producer_id`'s transaction ended in partition `p`
+    /// (its marker, durable): commit or abort what it wrote there.
+    fn replay_marker(&self, core: &Core, p: u32, producer_id: i64, commit: bool) {
+        let _ = (core, p, producer_id, commit);
+    }
+
     /// Partition `p` (of `n`; `None`: every partition this core leads, at
     /// start-up) is replayed: what it held is served from now.
     fn replayed(&self, core: &Rc<Core>, p: Option<(u32, u32)>);
@@ -236,12 +257,17 @@ async fn replay(core: &Rc<Core>, m: &dyn Machine, p: u32) -> Result<u64, BrokerE
         for b in &r.batches {
             let rb = RecordBatch::parse(b).map_err(|e| corrupt(&e, at))?;
             let last = rb.header().last_offset() as u64;
-            if rb.header().attributes.is_control() {
-                // A transaction marker (in `__consumer_offsets`): not a
-                // machine's record.
+            let h = rb.header();
+            if h.attributes.is_control() {
+                // A transaction marker (in `__consumer_offsets`).
+                if let Ok(marker) = weir_storage::txn::marker_of(b) {
+                    let commit = marker.kind == weir_storage::txn::MarkerKind::Commit;
+                    m.replay_marker(core, p, h.producer_id, commit);
+                }
                 at = at.max(last + 1);
                 continue;
             }
+            let txn = h.attributes.is_transactional().then_some(h.producer_id);
             let decoded = rb.records().map_err(|e| corrupt(&e, at))?;
             for rec in decoded.iter() {
                 let rec = rec.map_err(|e| corrupt(&e, at))?;
@@ -249,7 +275,12 @@ async fn replay(core: &Rc<Core>, m: &dyn Machine, p: u32) -> Result<u64, BrokerE
                     continue;
                 }
                 records += 1;
-                m.replay(core, p, rec.record.key, rec.record.value);
+                match txn {
+                    None => m.replay(core, p, rec.record.key, rec.record.value),
+                    Some(pid) => {
+                        m.replay_transactional(core, p, pid, rec.record.key, rec.record.value)
+                    }
+                }
             }
             at = at.max(last + 1);
         }
@@ -270,11 +301,43 @@ pub async fn write(
     p: u32,
     records: impl Iterator<Item = (Bytes, Option<Bytes>)>,
 ) -> Result<(), BrokerError> {
+    let batch = batch_of(core, topic, records, None)?;
+    let (log, infos) = partition::append_local(core, topic, p, batch, -1).await?;
+    all_acked(ack_waits(core, topic, p, log, infos, -1)).await?;
+    Ok(())
+}
+
+/// [`write`] as part of producer (id, epoch)'s transaction (Kafka's
+/// offsets committed in a transaction): a transactional batch of that
+/// producer, without a sequence; it becomes visible when the
+/// transaction's marker commits it.
+pub async fn write_transactional(
+    core: &Rc<Core>,
+    topic: &str,
+    p: u32,
+    records: impl Iterator<Item = (Bytes, Option<Bytes>)>,
+    producer: (i64, i16),
+) -> Result<(), BrokerError> {
+    let batch = batch_of(core, topic, records, Some(producer))?;
+    partition::append_unsequenced_local(core, topic, p, batch).await
+}
+
+/// One uncompressed batch of `records`, a producer's transactional one
+/// if `producer` is given.
+fn batch_of(
+    core: &Core,
+    topic: &str,
+    records: impl Iterator<Item = (Bytes, Option<Bytes>)>,
+    producer: Option<(i64, i16)>,
+) -> Result<Bytes, BrokerError> {
     let encoding = |e: weir_proto::batch::BatchError| BrokerError::Storage {
         kind: StorageFailure::Io,
         message: format!("encoding {topic} records: {e}"),
     };
     let mut b = BatchBuilder::new(Compression::None).map_err(encoding)?;
+    if let Some((id, epoch)) = producer {
+        (b.producer_id, b.producer_epoch, b.transactional) = (id, epoch, true);
+    }
     let ts = core.storage.now_ms();
     for (key, value) in records {
         b.push(&RecordData {
@@ -285,10 +348,7 @@ pub async fn write(
         })
         .map_err(encoding)?;
     }
-    let batch = b.build().map_err(encoding)?.freeze();
-    let (log, infos) = partition::append_local(core, topic, p, batch, -1).await?;
-    all_acked(ack_waits(core, topic, p, log, infos, -1)).await?;
-    Ok(())
+    Ok(b.build().map_err(encoding)?.freeze())
 }
 
 /// How many replicas a new internal topic gets: the wanted factor, at most

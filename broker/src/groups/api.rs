@@ -20,6 +20,15 @@ pub enum GroupRequest {
     Leave(LeaveGroupRequest),
     /// OffsetCommit.
     Commit(OffsetCommitRequest),
+    /// Kafka's TxnOffsetCommit: offsets committed as part of producer
+    /// (id, epoch)'s transaction, visible once its marker commits it.
+    TxnCommit {
+        /// The offsets (an empty member id or a negative generation: not
+        /// checked against the group's members, as Kafka's v0–2).
+        request: OffsetCommitRequest,
+        /// The transaction's producer id and epoch.
+        producer: (i64, i16),
+    },
     /// OffsetFetch.
     Fetch(OffsetFetchRequest),
     /// DescribeGroup.
@@ -83,7 +92,7 @@ impl GroupRequest {
             GroupRequest::Join(r) => &r.group,
             GroupRequest::Heartbeat(r) => &r.group,
             GroupRequest::Leave(r) => &r.group,
-            GroupRequest::Commit(r) => &r.group,
+            GroupRequest::Commit(r) | GroupRequest::TxnCommit { request: r, .. } => &r.group,
             GroupRequest::Fetch(r) => &r.group,
             GroupRequest::Describe(r) | GroupRequest::DescribeWithBytes(r) => &r.group,
             GroupRequest::Delete(r) => &r.group,
@@ -187,11 +196,13 @@ impl GroupResponse {
             GroupRequest::Leave(_) | GroupRequest::Delete(_) => {
                 GroupResponse::Result(GroupResult { error, message })
             }
-            GroupRequest::Commit(_) => GroupResponse::Commit(OffsetCommitResponse {
-                error,
-                message,
-                partitions: Vec::new(),
-            }),
+            GroupRequest::Commit(_) | GroupRequest::TxnCommit { .. } => {
+                GroupResponse::Commit(OffsetCommitResponse {
+                    error,
+                    message,
+                    partitions: Vec::new(),
+                })
+            }
             GroupRequest::Fetch(_) => GroupResponse::Fetch(OffsetFetchResponse {
                 error,
                 message,

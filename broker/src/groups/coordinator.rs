@@ -190,7 +190,10 @@ pub async fn handle(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
         GroupRequest::Join(r) => join(core, r).await.map(GroupResponse::Assignment),
         GroupRequest::Heartbeat(r) => heartbeat(core, r).await.map(GroupResponse::Assignment),
         GroupRequest::Leave(r) => leave(core, r).await.map(GroupResponse::Result),
-        GroupRequest::Commit(r) => commit(core, r).await.map(GroupResponse::Commit),
+        GroupRequest::Commit(r) => commit(core, r, None).await.map(GroupResponse::Commit),
+        GroupRequest::TxnCommit { request, producer } => commit(core, request, Some(*producer))
+            .await
+            .map(GroupResponse::Commit),
         GroupRequest::Fetch(r) => Ok(GroupResponse::Fetch(fetch_offsets(core, r))),
         GroupRequest::Describe(r) => describe(core, r).map(GroupResponse::Describe),
         GroupRequest::DescribeWithBytes(r) => describe(core, r).map(|d| {
@@ -588,7 +591,14 @@ async fn checked_log_ends(
         .collect()
 }
 
-async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommitResponse, Refusal> {
+/// OffsetCommit; with `txn`, TxnOffsetCommit: the offsets are written as
+/// part of producer (id, epoch)'s transaction and held pending until its
+/// marker commits them ([`end_txn`]).
+async fn commit(
+    core: &Rc<Core>,
+    r: &OffsetCommitRequest,
+    txn: Option<(i64, i16)>,
+) -> Result<OffsetCommitResponse, Refusal> {
     if r.offsets.len() > COMMIT_OFFSETS_MAX {
         return Err(Refusal(
             ErrorCode::InvalidRequest.as_u16(),
@@ -602,7 +612,20 @@ async fn commit(core: &Rc<Core>, r: &OffsetCommitRequest) -> Result<OffsetCommit
     // stale when the record lands, and records land in the order they
     // were checked.
     let _lock = core.groups.lock(&r.group).await;
-    commit_checked(core, r).await
+    commit_checked(core, r, txn).await
+}
+
+/// Producer `producer_id`'s transaction ended in `__consumer_offsets`
+/// partition `p` (its marker is durable there): the offsets it committed
+/// for the groups of `p` are committed, or dropped.
+pub fn end_txn(core: &Core, p: u32, producer_id: i64, commit: bool) {
+    let n = core
+        .metadata()
+        .get(OFFSETS_TOPIC)
+        .map_or(0, |t| t.partitions());
+    if n > 0 {
+        core.groups.end_txn(p, n, producer_id, commit);
+    }
 }
 
 /// The member's right to commit, checked under the group's lock.
@@ -653,6 +676,7 @@ fn check_member(
 async fn commit_checked(
     core: &Rc<Core>,
     r: &OffsetCommitRequest,
+    txn: Option<(i64, i16)>,
 ) -> Result<OffsetCommitResponse, Refusal> {
     let tps: Vec<Tp> = r
         .offsets
@@ -661,7 +685,11 @@ async fn commit_checked(
         .collect();
     // Per offset: an error, or None if it may be written.
     let mut errors: Vec<Option<(u16, String)>> = vec![None; tps.len()];
-    check_member(core, r, &tps, &mut errors)?;
+    // A transactional commit without a member (TxnOffsetCommit v0–2, or a
+    // producer outside the group) is not checked against the members.
+    if txn.is_none() || (!r.member_id.is_empty() && r.generation >= 0) {
+        check_member(core, r, &tps, &mut errors)?;
+    }
     for (i, o) in r.offsets.iter().enumerate() {
         if o.metadata
             .as_ref()
@@ -711,12 +739,22 @@ async fn commit_checked(
         }
     }
     if !records.is_empty() {
-        match store::write_records(core, &r.group, records).await {
+        let written = match txn {
+            None => store::write_records(core, &r.group, records).await,
+            Some(producer) => {
+                store::write_records_transactional(core, &r.group, records, producer).await
+            }
+        };
+        match written {
             Ok(()) => {
                 let mut groups = core.groups.groups.borrow_mut();
                 let g = groups.entry(r.group.clone()).or_default();
+                let into = match txn {
+                    None => &mut g.offsets,
+                    Some((pid, _)) => g.pending_txn.entry(pid).or_default(),
+                };
                 for (i, v) in accepted {
-                    g.offsets.insert(tps[i].clone(), v);
+                    into.insert(tps[i].clone(), v);
                 }
             }
             Err(e) => {

@@ -51,6 +51,36 @@ impl Machine for Groups {
         }
     }
 
+    fn replay_transactional(
+        &self,
+        _core: &Core,
+        p: u32,
+        producer_id: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) {
+        // Only offsets are written in a transaction.
+        let Some(Ok(r)) = key.map(|k| records::decode_record(k, value)) else {
+            tracing::warn!(partition = p, "unreadable transactional record skipped");
+            return;
+        };
+        if let (
+            records::RecordKey::Offset {
+                group,
+                topic,
+                partition,
+            },
+            Some(records::Value::Offset(v)),
+        ) = (r.key, r.value)
+        {
+            self.replay_pending(group, producer_id, (topic, partition), v);
+        }
+    }
+
+    fn replay_marker(&self, core: &Core, p: u32, producer_id: i64, commit: bool) {
+        crate::groups::coordinator::end_txn(core, p, producer_id, commit);
+    }
+
     fn replayed(&self, core: &Rc<Core>, p: Option<(u32, u32)>) {
         // Members replayed get a fresh session from now.
         let now = mono_ms();

@@ -32,6 +32,9 @@ pub(crate) struct Group {
     /// its record is to be tombstoned.
     pub(crate) classic_dropped: bool,
     pub(crate) offsets: BTreeMap<Tp, OffsetValue>,
+    /// Offsets committed in open transactions, by producer id: they join
+    /// `offsets` when the transaction's marker commits it.
+    pub(crate) pending_txn: BTreeMap<i64, BTreeMap<Tp, OffsetValue>>,
     /// When the group last lost its last member (ms since the epoch), or
     /// was loaded without members; `None` while it has members.
     pub(crate) empty_since_ms: Option<i64>,
@@ -113,6 +116,31 @@ impl Drop for GroupLock<'_> {
 
 impl Groups {
     /// Replays a committed offset (`None`: a tombstone).
+    /// A replayed offset committed in producer `producer_id`'s
+    /// transaction (pending until its marker).
+    pub(crate) fn replay_pending(&self, group: String, producer_id: i64, tp: Tp, v: OffsetValue) {
+        let mut groups = self.groups.borrow_mut();
+        let g = groups.entry(group).or_default();
+        g.pending_txn.entry(producer_id).or_default().insert(tp, v);
+    }
+
+    /// Producer `producer_id`'s transaction ended in `__consumer_offsets`
+    /// partition `p` (of `n`): its pending offsets of the groups there
+    /// are committed, or dropped.
+    pub(crate) fn end_txn(&self, p: u32, n: u32, producer_id: i64, commit: bool) {
+        let mut groups = self.groups.borrow_mut();
+        for (name, g) in groups.iter_mut() {
+            if crate::groups::records::partition_for(name, n) != p {
+                continue;
+            }
+            if let Some(offsets) = g.pending_txn.remove(&producer_id) {
+                if commit {
+                    g.offsets.extend(offsets);
+                }
+            }
+        }
+    }
+
     pub(crate) fn replay_offset(&self, group: String, tp: Tp, value: Option<OffsetValue>) {
         let mut groups = self.groups.borrow_mut();
         match value {

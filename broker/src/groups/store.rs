@@ -31,6 +31,18 @@ pub async fn write_records(
     coordinator::write(core, OFFSETS_TOPIC, p, raw).await
 }
 
+/// [`write_records`] as part of producer (id, epoch)'s transaction.
+pub async fn write_records_transactional(
+    core: &Rc<Core>,
+    group: &str,
+    records: Vec<(RecordKey, Option<Bytes>)>,
+    producer: (i64, i16),
+) -> Result<(), BrokerError> {
+    let p = coordinator::partition_of(core, OFFSETS_TOPIC, group).unwrap_or(0);
+    let raw = records.into_iter().map(|(k, v)| (k.encode(), v));
+    coordinator::write_transactional(core, OFFSETS_TOPIC, p, raw, producer).await
+}
+
 /// Rewrites the groups of partition `p` that have records in Weir's first
 /// layout into Kafka's format: per group, under its lock, one batch of
 /// tombstones for the old keys (the old offset key is Kafka's legacy

@@ -69,6 +69,16 @@ use weir_storage::LogConfig;
 pub const REGISTRY_FILE: &str = "topics.toml";
 /// The internal topic of the groups' records (defined with its format).
 pub use weir_groups::records::OFFSETS_TOPIC;
+/// The internal topic of the transaction coordinator's records.
+pub const TXN_TOPIC: &str = "__transaction_state";
+/// The internal topics: the coordinator runtime's machines write them
+/// (clients do not; they are left out of topic listings unless asked for).
+pub const INTERNAL_TOPICS: [&str; 2] = [OFFSETS_TOPIC, TXN_TOPIC];
+
+/// Whether `topic` is internal (see [`INTERNAL_TOPICS`]).
+pub fn is_internal(topic: &str) -> bool {
+    INTERNAL_TOPICS.contains(&topic)
+}
 /// Longest topic name (Kafka's limit).
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Most partitions of one topic.

@@ -37,9 +37,9 @@ pub fn validate_change(core: &Core, change: Change) -> std::result::Result<(), T
 
 fn refuse_internal(change: &Change) -> std::result::Result<(), TopicError> {
     if let Change::Delete(name) | Change::AddPartitions(name, _) | Change::Alter(name, _) = change {
-        if name == OFFSETS_TOPIC {
+        if crate::metadata::is_internal(name) {
             return Err(TopicError::Config(format!(
-                "{OFFSETS_TOPIC} is internal: it cannot be deleted, get more partitions or \
+                "{name} is internal: it cannot be deleted, get more partitions or \
                  have its configs changed"
             )));
         }
@@ -118,7 +118,7 @@ pub fn listed_topics(core: &Core, internal: bool) -> Vec<String> {
     core.metadata()
         .topics()
         .keys()
-        .filter(|t| internal || t.as_str() != OFFSETS_TOPIC)
+        .filter(|t| internal || !crate::metadata::is_internal(t))
         .cloned()
         .collect()
 }

@@ -120,9 +120,14 @@ pub async fn delete_records(
     partition: u32,
     before: i64,
 ) -> Result<u64> {
-    if topic == OFFSETS_TOPIC {
+    if crate::metadata::is_internal(topic) {
         return Err(BrokerError::Policy(format!(
-            "{OFFSETS_TOPIC} is internal: its records are the groups' state (delete the group instead)"
+            "{topic} is internal: its records are its coordinator's state{}",
+            if topic == OFFSETS_TOPIC {
+                " (delete the group instead)"
+            } else {
+                ""
+            }
         )));
     }
     on_owner(

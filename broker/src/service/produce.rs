@@ -117,9 +117,14 @@ async fn append_partition(
     acks: i8,
     ctx: Ctx,
 ) -> Result<Vec<AckWait>> {
-    if topic == OFFSETS_TOPIC {
+    if crate::metadata::is_internal(topic) {
         return Err(BrokerError::Policy(format!(
-            "{OFFSETS_TOPIC} is internal: only the group coordinator writes it (commit offsets instead)"
+            "{topic} is internal: only its coordinator writes it{}",
+            if topic == OFFSETS_TOPIC {
+                " (commit offsets instead)"
+            } else {
+                ""
+            }
         )));
     }
     admin::ensure_topic(core, topic).await;

@@ -113,10 +113,9 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             coordinator_epoch,
             reply,
         } => {
-            let r = crate::shard::partition::marker_local(
+            let r = crate::txns::coordinator::marker_here(
                 core,
-                &topic,
-                partition,
+                (&topic, partition),
                 (producer_id, epoch),
                 commit,
                 coordinator_epoch,

@@ -179,6 +179,25 @@ pub async fn marker_local(
     Ok(())
 }
 
+/// Appends a coordinator's transactional batch (see
+/// `PartitionLog::append_unsequenced`) to a partition this core owns and
+/// waits until it may be acknowledged as an acks=all write.
+pub async fn append_unsequenced_local(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    batch: Bytes,
+) -> Result<(), BrokerError> {
+    let log = core.owned_log(topic, partition)?;
+    core.replication.check_append(topic, partition, -1)?;
+    let info = log
+        .append_unsequenced(BytesMut::from(&batch[..]))
+        .await
+        .map_err(|e| append_error(core, topic, partition, e))?;
+    ack_local(core.clone(), (topic, partition), log, info, -1).await?;
+    Ok(())
+}
+
 /// Waits for the acknowledgement of one appended batch.
 pub(crate) type AckWait = Pin<Box<dyn Future<Output = Result<ProduceOk, BrokerError>>>>;
 

@@ -40,6 +40,9 @@ use crate::shard::Core;
 
 /// How often a core looks for timed-out transactions and expired ids.
 pub const EXPIRY_CHECK_MS: u64 = 1000;
+/// How long EndTxn waits for its markers before answering (the decision
+/// is durable already; the markers go on being written after).
+pub const END_WAITS_FOR_MARKERS_MS: u64 = 10_000;
 /// Wait between attempts at markers that could not be written.
 pub const MARKER_RETRY_MS: u64 = 200;
 /// Producer ids kept at hand (a step uses at most one).
@@ -144,7 +147,7 @@ pub async fn handle(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
             producer_id,
             epoch,
             commit,
-        } => step(core, p, |t, ids| {
+        } => step_then_markers(core, p, |t, ids| {
             t.end_txn(&id, producer_id, epoch, commit, now, ids)
         })
         .await
@@ -153,12 +156,56 @@ pub async fn handle(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
 }
 
 /// Runs one step of partition `p`'s state machine under its lock: its
-/// record durable, its markers started, its answer.
+/// record durable, its markers started (detached), its answer.
 async fn step<T>(
     core: &Rc<Core>,
     p: u32,
     f: impl FnOnce(&mut Transactions, &mut dyn FnMut() -> i64) -> Step<T>,
 ) -> Result<T, TxnRefusal> {
+    let (answer, markers) = run_step(core, p, f).await?;
+    if let Some(task) = markers {
+        task.detach();
+    }
+    answer.map_err(TxnRefusal::Txn)
+}
+
+/// [`step`], answered once the markers it decided are written (at most
+/// [`END_WAITS_FOR_MARKERS_MS`]): a client that committed then reads its
+/// output read_committed, or its group's offsets, sees them.
+async fn step_then_markers<T>(
+    core: &Rc<Core>,
+    p: u32,
+    f: impl FnOnce(&mut Transactions, &mut dyn FnMut() -> i64) -> Step<T>,
+) -> Result<T, TxnRefusal> {
+    // The partition's lock is free again once `run_step` returns: the
+    // markers' completion takes it.
+    let (answer, markers) = run_step(core, p, f).await?;
+    if let Some(mut task) = markers {
+        let wait = Duration::from_millis(END_WAITS_FOR_MARKERS_MS);
+        let done = futures_lite::future::or(
+            async {
+                (&mut task).await;
+                true
+            },
+            async {
+                glommio::timer::sleep(wait).await;
+                false
+            },
+        )
+        .await;
+        if !done {
+            task.detach();
+        }
+    }
+    answer.map_err(TxnRefusal::Txn)
+}
+
+/// One step under partition `p`'s lock: decided, stored, markers started.
+async fn run_step<T>(
+    core: &Rc<Core>,
+    p: u32,
+    f: impl FnOnce(&mut Transactions, &mut dyn FnMut() -> i64) -> Step<T>,
+) -> Result<Committed<T>, TxnRefusal> {
     let lock = core.txns.lock(p);
     let _one = lock
         .acquire_permit(1)
@@ -173,9 +220,14 @@ async fn step<T>(
         let mut ids = core.txns.ids.borrow_mut();
         f(t, &mut || ids.pop_front().expect("producer ids at hand"))
     };
-    let mut answers = commit_steps(core, p, vec![step]).await?;
-    answers.pop().expect("one step").map_err(TxnRefusal::Txn)
+    Ok(commit_steps(core, p, vec![step])
+        .await?
+        .pop()
+        .expect("one step"))
 }
+
+/// The answer of a step, and the task writing its markers (if any).
+type Committed<T> = (Result<T, weir_txn::TxnError>, Option<glommio::Task<()>>);
 
 /// Stores the records of `steps` (one batch), starts their markers, and
 /// gives their answers. A failed write forgets `p` and replays it.
@@ -183,7 +235,7 @@ async fn commit_steps<T>(
     core: &Rc<Core>,
     p: u32,
     steps: Vec<Step<T>>,
-) -> Result<Vec<Result<T, weir_txn::TxnError>>, TxnRefusal> {
+) -> Result<Vec<Committed<T>>, TxnRefusal> {
     let encoded: Vec<(Bytes, Option<Bytes>)> = steps
         .iter()
         .filter_map(|s| s.record.as_ref())
@@ -203,11 +255,11 @@ async fn commit_steps<T>(
     }
     let mut answers = Vec::with_capacity(steps.len());
     for s in steps {
-        if let Some(m) = s.markers {
+        let task = s.markers.map(|m| {
             let core = core.clone();
-            glommio::spawn_local(async move { write_markers(&core, p, m).await }).detach();
-        }
-        answers.push(s.answer);
+            glommio::spawn_local(async move { write_markers(&core, p, m).await })
+        });
+        answers.push((s.answer, task));
     }
     Ok(answers)
 }
@@ -285,10 +337,9 @@ async fn marker_to(
     let c = core.locate(&topic, partition)?;
     let (producer_id, epoch, commit) = (m.producer_id, m.producer_epoch, m.commit);
     if c == core.id {
-        return partition::marker_local(
+        return marker_here(
             core,
-            &topic,
-            partition,
+            (&topic, partition),
             (producer_id, epoch),
             commit,
             coordinator_epoch,
@@ -305,6 +356,23 @@ async fn marker_to(
         reply,
     })
     .await?
+}
+
+/// A marker on a partition this core leads; in `__consumer_offsets`, the
+/// offsets the transaction committed there are then committed (or
+/// dropped) in their groups.
+pub async fn marker_here(
+    core: &Rc<Core>,
+    (topic, partition): (&str, u32),
+    producer: (i64, i16),
+    commit: bool,
+    coordinator_epoch: i32,
+) -> Result<(), BrokerError> {
+    partition::marker_local(core, topic, partition, producer, commit, coordinator_epoch).await?;
+    if topic == crate::metadata::OFFSETS_TOPIC {
+        crate::groups::coordinator::end_txn(core, partition, producer.0, commit);
+    }
+    Ok(())
 }
 
 /// Every [`EXPIRY_CHECK_MS`]: aborts the transactions of this core's
@@ -342,7 +410,13 @@ pub async fn expiry_loop(core: Rc<Core>) {
                         "transaction timed out: aborted, its producer fenced");
                 }
             }
-            let _ = commit_steps(&core, p, steps).await;
+            if let Ok(done) = commit_steps(&core, p, steps).await {
+                for (_, task) in done {
+                    if let Some(t) = task {
+                        t.detach();
+                    }
+                }
+            }
         }
     }
 }

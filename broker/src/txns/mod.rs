@@ -23,7 +23,7 @@ pub mod machine;
 pub mod registry;
 
 /// The internal topic of the transaction coordinator's state.
-pub const TXN_TOPIC: &str = "__transaction_state";
+pub use crate::metadata::TXN_TOPIC;
 /// Partitions of a new `__transaction_state` (Kafka's
 /// `transaction.state.log.num.partitions`).
 pub const TXN_TOPIC_PARTITIONS: u32 = 50;

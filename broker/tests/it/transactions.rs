@@ -1,7 +1,8 @@
 //! Kafka transactions with an unchanged client (confluent-kafka's
 //! librdkafka, `broker/tests/kafka/transactions.py`): commits and aborts
 //! seen right by read_committed and read_uncommitted consumers, a zombie
-//! fenced by a new instance with the same transactional id.
+//! fenced by a new instance with the same transactional id, and a
+//! consume-transform-produce loop whose offsets commit with its output.
 
 use crate::common::{self, Broker};
 use crate::kafka_clients::python_script;
@@ -40,6 +41,31 @@ fn confluent_kafka_commits_aborts_and_a_new_instance_fences_the_zombie() {
         values
             .iter()
             .all(|v| !v.starts_with('a') && !v.starts_with('z')),
+        "{text}"
+    );
+    b.stop();
+}
+
+#[test]
+fn confluent_kafka_consume_transform_produce_commits_output_and_offsets_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_with(dir.path(), 2, &["--group-initial-rebalance-delay-ms", "0"]);
+    let out = python_script(
+        "transactions.py",
+        &["confluent-kafka", &b.kafka.to_string(), "ctp", "ctp"],
+    );
+    assert!(out.contains("\ndone"), "{out}");
+    // The offsets committed in transactions survive a restart (replayed
+    // with their markers).
+    b.stop();
+    let b = Broker::start_with(dir.path(), 2, &["--group-initial-rebalance-delay-ms", "0"]);
+    let described = common::weir_at(b.listen, &["group", "describe", "ctp-ctp"], b"");
+    let text = String::from_utf8_lossy(&described.stdout);
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("ctp-in")).collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    assert!(
+        rows.iter()
+            .all(|r| r.split_whitespace().any(|w| w == "500")),
         "{text}"
     );
     b.stop();

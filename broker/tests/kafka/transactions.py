@@ -1,6 +1,6 @@
 """Kafka transactions against Weir with an unchanged client.
 
-    transactions.py CLIENT BOOTSTRAP TOPIC
+    transactions.py CLIENT BOOTSTRAP TOPIC [ctp]
 
 CLIENT: confluent-kafka (librdkafka). On TOPIC (created here, 4
 partitions): a transactional producer commits 100 records, aborts 100,
@@ -10,6 +10,15 @@ transactional id fences the first: the first's open transaction is
 aborted, its commit fails as fenced, and nothing it wrote is visible
 committed; the second commits. Prints one line per check; exits non-zero
 on the first failure.
+
+With `ctp`, instead: a consume-transform-produce loop. TOPIC-in (4
+partitions, 2 000 plain records) is read by a read_committed group member
+that writes each record transformed to TOPIC-out inside a transaction of
+up to 100 records, with the consumed offsets sent to the transaction
+(send_offsets_to_transaction); every third transaction is aborted (its
+output and offsets roll back and are read again). Then TOPIC-out read
+committed holds every input record's output exactly once, and the
+group's committed offsets are the input's end offsets.
 """
 
 import sys
@@ -19,6 +28,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 client, bootstrap, topic = sys.argv[1], sys.argv[2], sys.argv[3]
+mode = sys.argv[4] if len(sys.argv) > 4 else "basic"
 assert client == "confluent-kafka", client
 PARTITIONS = 4
 DEADLINE_S = 60
@@ -31,9 +41,9 @@ def check(cond, what):
     print(f"ok {what}", flush=True)
 
 
-def create():
+def create(name=None):
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    fs = admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
+    fs = admin.create_topics([NewTopic(name or topic, PARTITIONS, 1)])
     for f in fs.values():
         f.result(30)
 
@@ -57,21 +67,22 @@ def send(p, prefix, n):
     p.flush(30)
 
 
-def read(isolation, expect):
+def read(isolation, expect, name=None):
     """Every value of the topic as a consumer with `isolation` sees it,
     read until `expect` values arrived and the end of every partition was
     reached (or the deadline)."""
+    name = name or topic
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-{isolation}-{time.monotonic_ns()}",
+            "group.id": f"{name}-{isolation}-{time.monotonic_ns()}",
             "isolation.level": isolation,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
         }
     )
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    c.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
     got, eof = [], set()
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
@@ -92,6 +103,61 @@ def read(isolation, expect):
     c.close()
     return got
 
+
+def ctp():
+    src, dst, group = f"{topic}-in", f"{topic}-out", f"{topic}-ctp"
+    create(src)
+    create(dst)
+    n = 2000
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(n):
+        plain.produce(src, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % PARTITIONS)
+    plain.flush(30)
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    c.subscribe([src])
+    p = producer(f"{topic}-ctp-tx")
+    done, txns, aborted = 0, 0, 0
+    deadline = time.monotonic() + 120
+    while done < n and time.monotonic() < deadline:
+        msgs = [m for m in c.consume(100, 1.0) if not m.error()]
+        if not msgs:
+            continue
+        p.begin_transaction()
+        for m in msgs:
+            p.produce(dst, key=m.key(), value=b"t-" + m.value(), partition=m.partition())
+        p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+        txns += 1
+        if txns % 3 == 0:
+            p.abort_transaction(30)
+            aborted += 1
+            # Read the aborted records again: back to the committed offsets.
+            for tp in c.committed(c.assignment(), 30):
+                c.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+            continue
+        p.commit_transaction(30)
+        done += len(msgs)
+    check(done == n, f"consumed, transformed and committed {done} of {n} in {txns} transactions ({aborted} aborted)")
+    committed = c.committed([TopicPartition(src, q) for q in range(PARTITIONS)], 30)
+    ends = [c.get_watermark_offsets(TopicPartition(src, q), 30)[1] for q in range(PARTITIONS)]
+    check([tp.offset for tp in committed] == ends, f"the group's offsets {[tp.offset for tp in committed]} are the input's ends ({ends})")
+    c.close()
+    out = read("read_committed", n, dst)
+    check(len(out) == n and len(set(out)) == n, f"read_committed output holds {len(out)} records, {len(set(out))} distinct")
+    check(set(out) == {f"t-v{i}" for i in range(n)}, "every input record's output exactly once")
+    print("done", flush=True)
+    sys.exit(0)
+
+
+if mode == "ctp":
+    ctp()
 
 create()
 

@@ -44,6 +44,8 @@ fn needs(body: &KafkaRequest, version: i16) -> Vec<(Op, Resource<'_>)> {
         R::Heartbeat(r) => vec![group(Op::Read, r.group_id.as_str())],
         R::LeaveGroup(r) => vec![group(Op::Read, r.group_id.as_str())],
         R::OffsetCommit(r) => vec![group(Op::Read, r.group_id.as_str())],
+        R::TxnOffsetCommit(r) => vec![group(Op::Read, r.group_id.as_str())],
+        R::AddOffsetsToTxn(r) => vec![group(Op::Read, r.group_id.as_str())],
         R::ConsumerGroupHeartbeat(r) => vec![group(Op::Read, r.group_id.as_str())],
         R::OffsetFetch(r) if version < 8 => vec![group(Op::Describe, r.group_id.as_str())],
         // v8+ (several groups): checked per group by the handler.

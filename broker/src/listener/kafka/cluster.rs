@@ -313,7 +313,7 @@ pub(super) async fn metadata(
                 MetadataResponseTopic::default()
                     .with_name(Some(topic_name(name.clone())))
                     .with_topic_id(uuid_of(&m))
-                    .with_is_internal(name == OFFSETS_TOPIC)
+                    .with_is_internal(crate::metadata::is_internal(&name))
                     .with_partitions(
                         (0..m.partitions())
                             .map(|p| {

@@ -161,6 +161,14 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
                 KafkaResponse::EndTxn(super::txn::end_txn(&core, r).await),
             )
         }),
+        KafkaRequest::AddOffsetsToTxn(r) => later(async move {
+            let resp = super::txn::add_offsets_to_txn(&core, r).await;
+            answer(&h, KafkaResponse::AddOffsetsToTxn(resp))
+        }),
+        KafkaRequest::TxnOffsetCommit(r) => later(async move {
+            let resp = super::txn::txn_offset_commit(&core, r).await;
+            answer(&h, KafkaResponse::TxnOffsetCommit(resp))
+        }),
         KafkaRequest::InitProducerId(r) => later(async move {
             answer(
                 &h,

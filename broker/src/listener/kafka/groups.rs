@@ -165,29 +165,44 @@ pub(super) async fn leave_group(
     }
 }
 
-pub(super) async fn offset_commit(core: &Rc<Core>, r: OffsetCommitRequest) -> OffsetCommitResponse {
-    let mut offsets = Vec::new();
-    let mut bad = Vec::new();
-    for t in &r.topics {
-        for p in &t.partitions {
-            if p.committed_offset < 0 || p.partition_index < 0 {
-                bad.push((t.name.to_string(), p.partition_index));
-                continue;
-            }
-            offsets.push(native::CommitOffset {
-                topic: t.name.to_string(),
-                partition: p.partition_index as u32,
-                offset: p.committed_offset as u64,
-                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-            });
+/// A commit's entries (topic, partition, offset, metadata) as the
+/// coordinator takes them; those refused before it (a negative offset or
+/// partition); and every partition asked, in order.
+type CommitEntries = (
+    Vec<native::CommitOffset>,
+    Vec<(String, i32)>,
+    Vec<(String, i32)>,
+);
+
+pub(super) fn commit_offsets(
+    entries: impl Iterator<Item = (String, i32, i64, Option<String>)>,
+) -> CommitEntries {
+    let (mut offsets, mut bad, mut asked) = (Vec::new(), Vec::new(), Vec::new());
+    for (topic, partition, offset, metadata) in entries {
+        asked.push((topic.clone(), partition));
+        if offset < 0 || partition < 0 {
+            bad.push((topic, partition));
+            continue;
         }
+        offsets.push(native::CommitOffset {
+            topic,
+            partition: partition as u32,
+            offset: offset as u64,
+            metadata,
+        });
     }
-    let req = GroupRequest::Commit(native::OffsetCommitRequest {
-        group: r.group_id.to_string(),
-        member_id: r.member_id.to_string(),
-        generation: r.generation_id_or_member_epoch,
-        offsets,
-    });
+    (offsets, bad, asked)
+}
+
+/// The Kafka code of each partition (`asked`) of a commit (`req`, an
+/// OffsetCommit or a TxnOffsetCommit) once the coordinator answered;
+/// `bad`: partitions refused before it (INVALID_REQUEST).
+pub(super) async fn commit_codes(
+    core: &Rc<Core>,
+    req: GroupRequest,
+    asked: &[(String, i32)],
+    bad: Vec<(String, i32)>,
+) -> HashMap<(String, i32), i16> {
     let mut codes: HashMap<(String, i32), i16> = HashMap::new();
     match group(core, req).await {
         GroupResponse::Commit(c) => {
@@ -197,25 +212,43 @@ pub(super) async fn offset_commit(core: &Rc<Core>, r: OffsetCommitRequest) -> Of
                 codes.insert((p.topic, p.partition as i32), e);
             }
             if top != 0 {
-                for t in &r.topics {
-                    for p in &t.partitions {
-                        codes.insert((t.name.to_string(), p.partition_index), top);
-                    }
+                for k in asked {
+                    codes.insert(k.clone(), top);
                 }
             }
         }
         other => {
             let c = refused_code(&other);
-            for t in &r.topics {
-                for p in &t.partitions {
-                    codes.insert((t.name.to_string(), p.partition_index), c);
-                }
+            for k in asked {
+                codes.insert(k.clone(), c);
             }
         }
     }
     for k in bad {
         codes.insert(k, E::InvalidRequest.code());
     }
+    codes
+}
+
+pub(super) async fn offset_commit(core: &Rc<Core>, r: OffsetCommitRequest) -> OffsetCommitResponse {
+    let (offsets, bad, asked) = commit_offsets(r.topics.iter().flat_map(|t| {
+        t.partitions.iter().map(|p| {
+            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string());
+            (
+                t.name.to_string(),
+                p.partition_index,
+                p.committed_offset,
+                metadata,
+            )
+        })
+    }));
+    let req = GroupRequest::Commit(native::OffsetCommitRequest {
+        group: r.group_id.to_string(),
+        member_id: r.member_id.to_string(),
+        generation: r.generation_id_or_member_epoch,
+        offsets,
+    });
+    let codes = commit_codes(core, req, &asked, bad).await;
     let topics = r
         .topics
         .into_iter()

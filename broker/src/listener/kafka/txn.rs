@@ -143,3 +143,79 @@ pub(super) async fn end_txn(core: &Rc<Core>, r: EndTxnRequest) -> EndTxnResponse
         Err(e) => EndTxnResponse::default().with_error_code(txn_code(&e)),
     }
 }
+
+/// AddOffsetsToTxn (v0–3): the group's `__consumer_offsets` partition
+/// joins the transaction (TxnOffsetCommit then writes there).
+pub(super) async fn add_offsets_to_txn(
+    core: &Rc<Core>,
+    r: AddOffsetsToTxnRequest,
+) -> AddOffsetsToTxnResponse {
+    let group = r.group_id.to_string();
+    let Some(p) = crate::coordinator::partition_of(core, OFFSETS_TOPIC, &group) else {
+        return AddOffsetsToTxnResponse::default()
+            .with_error_code(E::CoordinatorNotAvailable.code());
+    };
+    let req = TxnRequest::AddPartitions {
+        id: r.transactional_id.to_string(),
+        producer_id: r.producer_id.0,
+        epoch: r.producer_epoch,
+        partitions: vec![(OFFSETS_TOPIC.to_string(), p)],
+    };
+    match txns::serve(core, req).await {
+        Ok(_) => AddOffsetsToTxnResponse::default(),
+        Err(e) => AddOffsetsToTxnResponse::default().with_error_code(txn_code(&e)),
+    }
+}
+
+/// TxnOffsetCommit (v0–4): offsets committed as part of the transaction,
+/// at the group's coordinator; visible when the transaction commits.
+pub(super) async fn txn_offset_commit(
+    core: &Rc<Core>,
+    r: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    use kafka_protocol::messages::txn_offset_commit_response::{
+        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+    };
+    let (offsets, bad, asked) = super::groups::commit_offsets(r.topics.iter().flat_map(|t| {
+        t.partitions.iter().map(|p| {
+            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string());
+            (
+                t.name.to_string(),
+                p.partition_index,
+                p.committed_offset,
+                metadata,
+            )
+        })
+    }));
+    let req = GroupRequest::TxnCommit {
+        request: native::OffsetCommitRequest {
+            group: r.group_id.to_string(),
+            member_id: r.member_id.to_string(),
+            generation: r.generation_id,
+            offsets,
+        },
+        producer: (r.producer_id.0, r.producer_epoch),
+    };
+    let codes = super::groups::commit_codes(core, req, &asked, bad).await;
+    let topics = r
+        .topics
+        .into_iter()
+        .map(|t| {
+            let name = t.name.to_string();
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let code = codes.get(&(name.clone(), p.partition_index)).copied();
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code.unwrap_or(E::UnknownServerError.code()))
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
