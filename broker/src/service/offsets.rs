@@ -20,6 +20,8 @@ pub enum OffsetQuery {
     Earliest,
     /// The high watermark.
     Latest,
+    /// The last stable offset (a read_committed reader's end).
+    LatestStable,
     /// The first offset whose timestamp is at or after this (ms).
     Timestamp(i64),
 }
@@ -98,6 +100,10 @@ pub async fn list_offsets(
                     epoch_at(epochs, o.log_start_offset),
                 ),
                 OffsetQuery::Latest => (Some(o.high_watermark), epochs.last().map(|e| e.0)),
+                OffsetQuery::LatestStable => (
+                    Some(o.last_stable_offset),
+                    epoch_at(epochs, o.last_stable_offset).or(epochs.last().map(|e| e.0)),
+                ),
                 OffsetQuery::Timestamp(_) => (
                     o.for_timestamp,
                     o.for_timestamp.and_then(|at| epoch_at(epochs, at)),

@@ -37,6 +37,8 @@ pub struct OffsetsOk {
     pub log_start_offset: u64,
     /// High watermark (what consumers can read up to).
     pub high_watermark: u64,
+    /// Last stable offset (what read_committed consumers can read up to).
+    pub last_stable_offset: u64,
     /// Size of the log, bytes.
     pub size_bytes: u64,
     /// Result of the timestamp lookup.

@@ -342,6 +342,7 @@ pub async fn offsets_local(
     };
     Ok(OffsetsOk {
         log_start_offset: log.log_start_offset(),
+        last_stable_offset: log.last_stable_offset().min(high_watermark),
         high_watermark,
         size_bytes: log.size_bytes(),
         for_timestamp,

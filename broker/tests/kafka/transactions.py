@@ -187,6 +187,15 @@ check(len(everything) == 250, f"read_uncommitted sees all 250 (got {len(everythi
 zombie = producer(f"{topic}-z")
 zombie.begin_transaction()
 send(zombie, "z", 20)
+# While it is open, read_committed ends at the last stable offset.
+def high(isolation):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-w", "isolation.level": isolation})
+    h = [c.get_watermark_offsets(TopicPartition(topic, q), 30)[1] for q in range(PARTITIONS)]
+    c.close()
+    return h
+stable, written = high("read_committed"), high("read_uncommitted")
+check(all(s_ < w for s_, w in zip(stable, written)),
+      f"an open transaction holds the last stable offsets {stable} below the high watermarks {written}")
 fresh = producer(f"{topic}-z")
 try:
     zombie.commit_transaction(30)

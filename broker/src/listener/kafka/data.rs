@@ -349,6 +349,7 @@ pub(super) async fn list_offsets(
         for p in t.partitions {
             let q = match p.timestamp {
                 -2 => Some(OffsetQuery::Earliest),
+                -1 if r.isolation_level == 1 => Some(OffsetQuery::LatestStable),
                 -1 => Some(OffsetQuery::Latest),
                 ts if ts >= 0 => Some(OffsetQuery::Timestamp(ts)),
                 _ => None,
