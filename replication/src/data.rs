@@ -36,6 +36,46 @@ pub enum DataRequest {
     },
     /// A follower fetches.
     Fetch(ReplicaFetch),
+    /// A transaction coordinator on another node writes the markers of a
+    /// decided transaction to partitions this core leads.
+    Markers(MarkerWrite),
+    /// A partition leader on another node asks this core, the transaction
+    /// coordinator of `id`, whether the partition is in the producer's
+    /// open transaction (KIP-890's verification).
+    VerifyTxn {
+        /// The transactional id.
+        id: String,
+        /// Its producer id.
+        producer_id: i64,
+        /// Its epoch.
+        producer_epoch: i16,
+        /// The partition written.
+        tp: (String, u32),
+    },
+}
+
+/// Markers ending producer `producer_id`'s transaction, one per partition.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Default)]
+pub struct MarkerWrite {
+    /// The transaction's producer id.
+    pub producer_id: i64,
+    /// The epoch the markers carry.
+    pub producer_epoch: i16,
+    /// Commit (else abort).
+    pub commit: bool,
+    /// The coordinator's epoch.
+    pub coordinator_epoch: i32,
+    /// (topic, partition) of each marker.
+    pub partitions: Vec<(String, u32)>,
+}
+
+/// One marker's outcome, in request order.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct MarkerResult {
+    /// Error code of the native protocol (0: written and durable).
+    pub error: u16,
+    /// Why, if it failed.
+    pub message: Option<String>,
 }
 
 /// Most partitions one [`ReplicaFetch`] may name (a leader refuses more).
@@ -82,6 +122,11 @@ pub enum DataResponse {
     Refused(String),
     /// Fetched batches follow the frame.
     Fetched(Vec<FetchedPart>),
+    /// The markers' outcomes.
+    Marked(Vec<MarkerResult>),
+    /// A verification's outcome (error 0: the partition is in the open
+    /// transaction).
+    Verified(MarkerResult),
 }
 
 /// One partition's answer, in request order.
@@ -162,6 +207,45 @@ impl DataLink {
     /// Whether the connection is closed.
     pub fn is_closed(&self) -> bool {
         self.conn.close_reason().is_some()
+    }
+
+    /// Writes transaction markers on the linked core; each one's outcome.
+    pub async fn markers(&self, req: &MarkerWrite) -> Result<Vec<MarkerResult>> {
+        let (mut send, mut recv) = self.conn.open_bi().await.map_err(open_stream)?;
+        let body = encode(&DataRequest::Markers(req.clone()));
+        write_frame_with_payload(&mut send, &body, &[]).await?;
+        match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(malformed)? {
+            DataResponse::Marked(r) if r.len() == req.partitions.len() => Ok(r),
+            DataResponse::Refused(why) => Err(Error::FetchRefused { reason: why }),
+            other => Err(Error::Unexpected {
+                message: format!("markers answered with {other:?}"),
+            }),
+        }
+    }
+
+    /// Asks the linked core (a transaction coordinator) whether `tp` is in
+    /// producer (id, epoch)'s open transaction of `id`.
+    pub async fn verify_txn(
+        &self,
+        id: &str,
+        producer: (i64, i16),
+        tp: (String, u32),
+    ) -> Result<MarkerResult> {
+        let (mut send, mut recv) = self.conn.open_bi().await.map_err(open_stream)?;
+        let req = DataRequest::VerifyTxn {
+            id: id.to_string(),
+            producer_id: producer.0,
+            producer_epoch: producer.1,
+            tp,
+        };
+        write_frame_with_payload(&mut send, &encode(&req), &[]).await?;
+        match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(malformed)? {
+            DataResponse::Verified(r) => Ok(r),
+            DataResponse::Refused(why) => Err(Error::FetchRefused { reason: why }),
+            other => Err(Error::Unexpected {
+                message: format!("a verification answered with {other:?}"),
+            }),
+        }
     }
 
     /// Sends a fetch; returns each partition's answer with its batches.
@@ -254,7 +338,7 @@ pub async fn accept_hello(conn: &quinn::Connection, cluster_id: &str) -> Result<
                 cluster_id: theirs,
             })
         }
-        DataRequest::Fetch(_) => {
+        DataRequest::Fetch(_) | DataRequest::Markers(_) | DataRequest::VerifyTxn { .. } => {
             conn.close(1u32.into(), b"hello first");
             Err(Error::NoHello)
         }

@@ -42,7 +42,7 @@ pub fn ensure(core: &Rc<Core>, target: (u64, u32)) {
 }
 
 /// Where node `node`'s core `core` listens for replication, if known.
-async fn leader_addr(core: &Core, node: u64, c: u32) -> Option<SocketAddr> {
+pub(crate) async fn leader_addr(core: &Core, node: u64, c: u32) -> Option<SocketAddr> {
     let state = core.shared.controller.state();
     let info = &state.nodes.get(&node)?.info;
     let port = *info.replication_core_ports.get(c as usize)?;

@@ -82,6 +82,36 @@ async fn accept_loop(core: Rc<Core>, endpoint: weir_replication::quinn::Endpoint
                             Ok(DataRequest::Hello { .. }) => {
                                 (DataResponse::Refused("hello twice".into()), Vec::new())
                             }
+                            Ok(DataRequest::Markers(m))
+                                if m.partitions.len()
+                                    > weir_replication::data::FETCH_PARTITIONS_MAX =>
+                            {
+                                (
+                                    DataResponse::Refused(format!(
+                                        "{} markers in one request",
+                                        m.partitions.len()
+                                    )),
+                                    Vec::new(),
+                                )
+                            }
+                            Ok(DataRequest::Markers(m)) => {
+                                (DataResponse::Marked(markers(&core, m).await), Vec::new())
+                            }
+                            Ok(DataRequest::VerifyTxn {
+                                id,
+                                producer_id,
+                                producer_epoch,
+                                tp,
+                            }) => {
+                                let r = crate::txns::coordinator::verify_here(
+                                    &core,
+                                    id,
+                                    (producer_id, producer_epoch),
+                                    tp,
+                                )
+                                .await;
+                                (DataResponse::Verified(r), Vec::new())
+                            }
                             Err(e) => (DataResponse::Refused(e), Vec::new()),
                         },
                         Err(_) => return,
@@ -99,6 +129,36 @@ async fn accept_loop(core: Rc<Core>, endpoint: weir_replication::quinn::Endpoint
         })
         .detach();
     }
+}
+
+/// Writes another node's transaction coordinator's markers to partitions
+/// this core leads (each durable as an acks=all write).
+async fn markers(
+    core: &Rc<Core>,
+    m: weir_replication::data::MarkerWrite,
+) -> Vec<weir_replication::data::MarkerResult> {
+    let mut out = Vec::with_capacity(m.partitions.len());
+    for (topic, partition) in &m.partitions {
+        let r = crate::txns::coordinator::marker_here(
+            core,
+            (topic, *partition),
+            (m.producer_id, m.producer_epoch),
+            m.commit,
+            m.coordinator_epoch,
+        )
+        .await;
+        out.push(match r {
+            Ok(()) => Default::default(),
+            Err(e) => {
+                let (error, message) = e.wire();
+                weir_replication::data::MarkerResult {
+                    error,
+                    message: Some(message),
+                }
+            }
+        });
+    }
+    out
 }
 
 /// Answers a follower's fetch: per partition, a divergence, an error, or

@@ -76,9 +76,37 @@ pub fn coordinator_of(core: &Core, id: &str) -> Result<usize, TxnRefusal> {
     })
 }
 
+/// The node coordinating `id` when it is another node than this one.
+fn coordinating_node(core: &Core, id: &str) -> Result<Option<u64>, TxnRefusal> {
+    let p = txn_partition(core, id)?;
+    let me = core.shared.config.cluster.node_id;
+    let leader = core
+        .metadata()
+        .get(TXN_TOPIC)
+        .and_then(|t| t.leaders.get(p as usize).copied())
+        .unwrap_or(0);
+    Ok((leader != 0 && leader != me).then_some(leader))
+}
+
 /// Serves a request from a connection on this core: on the coordinator's
 /// core, through the mesh if that is another.
 pub async fn serve(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
+    // A verification for a partition this node leads, of an id another
+    // node coordinates: asked there (a client's own requests go to the
+    // coordinator it found).
+    if let TxnRequest::Verify {
+        id,
+        producer_id,
+        epoch,
+        tp,
+    } = &req
+    {
+        if let Some(node) = coordinating_node(core, id)? {
+            return verify_on_node(core, node, id, (*producer_id, *epoch), tp.clone())
+                .await
+                .map(|()| None);
+        }
+    }
     let c = coordinator_of(core, req.id())?;
     if c == core.id {
         return handle(core, req).await;
@@ -334,8 +362,16 @@ async fn marker_to(
     coordinator_epoch: i32,
 ) -> Result<(), BrokerError> {
     let (topic, partition) = (tp.0.clone(), tp.1);
-    let c = core.locate(&topic, partition)?;
     let (producer_id, epoch, commit) = (m.producer_id, m.producer_epoch, m.commit);
+    let c = match core.locate(&topic, partition) {
+        Ok(c) => c,
+        Err(BrokerError::NotLeader { leader, .. })
+            if leader != 0 && leader != core.shared.config.cluster.node_id =>
+        {
+            return marker_on_node(core, leader, tp, m, coordinator_epoch).await;
+        }
+        Err(e) => return Err(e),
+    };
     if c == core.id {
         return marker_here(
             core,
@@ -356,6 +392,125 @@ async fn marker_to(
         reply,
     })
     .await?
+}
+
+/// A link to the core of node `node` that leads `tp` (node to node,
+/// mutual TLS, from this core's replication endpoint), or why not.
+async fn link_to(
+    core: &Rc<Core>,
+    node: u64,
+    tp: &Tp,
+) -> Result<weir_replication::data::DataLink, String> {
+    let leader_core = core
+        .metadata()
+        .get(&tp.0)
+        .and_then(|t| t.placement.get(tp.1 as usize).cloned())
+        .and_then(|pl| {
+            pl.replicas
+                .iter()
+                .find(|(n, _)| *n == node)
+                .map(|(_, c)| *c)
+        })
+        .ok_or_else(|| format!("node {node}'s core for {}-{} is not known", tp.0, tp.1))?;
+    let addr = crate::replica::fetcher::leader_addr(core, node, leader_core)
+        .await
+        .ok_or_else(|| format!("node {node}'s replication address is not known"))?;
+    let endpoint = core
+        .replication
+        .endpoint
+        .borrow()
+        .clone()
+        .ok_or("this core has no replication endpoint")?;
+    let cluster_id = core.shared.controller.state().cluster_id.clone();
+    let me = core.shared.config.cluster.node_id;
+    weir_replication::data::DataLink::connect(&endpoint, node, addr, &cluster_id, me)
+        .await
+        .map_err(|e| e.chain().to_string())
+}
+
+/// One marker on a partition node `node` leads, through its leading core.
+async fn marker_on_node(
+    core: &Rc<Core>,
+    node: u64,
+    tp: &Tp,
+    m: &Markers,
+    coordinator_epoch: i32,
+) -> Result<(), BrokerError> {
+    let unavailable = |why: String| {
+        BrokerError::Transaction(TxnRefusal::Storage(format!(
+            "the marker of {}-{} on node {node}: {why}",
+            tp.0, tp.1
+        )))
+    };
+    let link = link_to(core, node, tp).await.map_err(unavailable)?;
+    let req = weir_replication::data::MarkerWrite {
+        producer_id: m.producer_id,
+        producer_epoch: m.producer_epoch,
+        commit: m.commit,
+        coordinator_epoch,
+        partitions: vec![tp.clone()],
+    };
+    let results = link
+        .markers(&req)
+        .await
+        .map_err(|e| unavailable(e.chain().to_string()))?;
+    match results.first() {
+        Some(r) if r.error == 0 => Ok(()),
+        Some(r) => Err(unavailable(format!(
+            "refused: {}",
+            r.message.clone().unwrap_or_default()
+        ))),
+        None => Err(unavailable("no answer".into())),
+    }
+}
+
+/// KIP-890's verification asked of the coordinator on another node (the
+/// leader of `id`'s `__transaction_state` partition).
+async fn verify_on_node(
+    core: &Rc<Core>,
+    node: u64,
+    id: &str,
+    producer: (i64, i16),
+    tp: Tp,
+) -> Result<(), TxnRefusal> {
+    let p = txn_partition(core, id)?;
+    let at = (TXN_TOPIC.to_string(), p);
+    let unreachable = |why: String| {
+        TxnRefusal::NotCoordinator(format!("`{id}`'s coordinator on node {node}: {why}"))
+    };
+    let link = link_to(core, node, &at).await.map_err(unreachable)?;
+    let r = link
+        .verify_txn(id, producer, tp)
+        .await
+        .map_err(|e| unreachable(e.chain().to_string()))?;
+    match r.error {
+        0 => Ok(()),
+        _ => Err(TxnRefusal::Txn(weir_txn::TxnError::InvalidTxnState(
+            r.message.unwrap_or_default(),
+        ))),
+    }
+}
+
+/// Answers another node's verification (this core coordinates `id`).
+pub async fn verify_here(
+    core: &Rc<Core>,
+    id: String,
+    (producer_id, epoch): (i64, i16),
+    tp: Tp,
+) -> weir_replication::data::MarkerResult {
+    let req = TxnRequest::Verify {
+        id,
+        producer_id,
+        epoch,
+        tp,
+    };
+    match handle(core, req).await {
+        Ok(_) => Default::default(),
+        Err(e) => weir_replication::data::MarkerResult {
+            error: BrokerError::Transaction(e.clone()).code().as_u16(),
+            message: Some(e.to_string()),
+        },
+    }
 }
 
 /// A marker on a partition this core leads; in `__consumer_offsets`, the

@@ -1095,6 +1095,26 @@ fn each_kafka_listener_names_every_nodes_brokers_on_that_listener() {
     assert_eq!(read.lines().count(), 100, "{read}");
 }
 
+/// Kafka transactions whose partitions, coordinator and offsets live on
+/// different nodes: the markers cross nodes (the coordinator's node writes
+/// them on each leader's core, node to node); confluent-kafka's commit,
+/// abort, zombie fencing and consume-transform-produce all hold.
+#[test]
+fn transactions_commit_and_abort_across_nodes() {
+    let _serial = serial();
+    let c = Cluster::three();
+    let boot: Vec<String> = (1..=3).map(|id| c.nodes[&id].kafka.to_string()).collect();
+    let boot = boot.join(",");
+    let out =
+        crate::kafka_clients::python_script("transactions.py", &["confluent-kafka", &boot, "xn"]);
+    assert!(out.contains("\ndone"), "{out}");
+    let out = crate::kafka_clients::python_script(
+        "transactions.py",
+        &["confluent-kafka", &boot, "xn-ctp", "ctp"],
+    );
+    assert!(out.contains("\ndone"), "{out}");
+}
+
 #[test]
 fn the_sdk_produces_and_consumes_a_spread_topic_through_one_bootstrap_address() {
     use std::sync::Arc as A;

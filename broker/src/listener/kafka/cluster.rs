@@ -427,20 +427,15 @@ pub(super) fn find_coordinator(
     }
 }
 
-pub(super) async fn init_producer_id(
-    core: &Rc<Core>,
-    r: InitProducerIdRequest,
-    session: &Session,
-) -> InitProducerIdResponse {
+/// InitProducerId of an idempotent producer (a transactional one:
+/// `txn::init_transactional`).
+pub(super) async fn init_producer_id(core: &Rc<Core>, session: &Session) -> InitProducerIdResponse {
     // Kafka 2.8+: IdempotentWrite on the cluster, or Write on some topic.
     if !acl::may_write_idempotently(core, session) {
         return InitProducerIdResponse::default()
             .with_error_code(E::ClusterAuthorizationFailed.code())
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1);
-    }
-    if let Some(id) = r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
-        return super::txn::init_transactional(core, id.to_string(), &r).await;
     }
     match admin::init_producer_id(core).await {
         Ok(id) => InitProducerIdResponse::default()

@@ -170,10 +170,13 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
             answer(&h, KafkaResponse::TxnOffsetCommit(resp))
         }),
         KafkaRequest::InitProducerId(r) => later(async move {
-            answer(
-                &h,
-                KafkaResponse::InitProducerId(init_producer_id(&core, r, &session).await),
-            )
+            let resp = match r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
+                Some(id) => {
+                    super::txn::init_transactional(&core, id.to_string(), &r, &session).await
+                }
+                None => init_producer_id(&core, &session).await,
+            };
+            answer(&h, KafkaResponse::InitProducerId(resp))
         }),
         KafkaRequest::CreateTopics(r) => later(async move {
             answer(

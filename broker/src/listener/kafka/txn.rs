@@ -21,7 +21,14 @@ pub(super) async fn init_transactional(
     core: &Rc<Core>,
     id: String,
     r: &InitProducerIdRequest,
+    session: &Session,
 ) -> InitProducerIdResponse {
+    // Transactional-id ACLs are not built: a transactional producer needs
+    // what an idempotent one does (IdempotentWrite on the cluster, or
+    // Write on some topic).
+    if !acl::may_write_idempotently(core, session) {
+        return refused_init(E::ClusterAuthorizationFailed.code());
+    }
     // KIP-360 (v3+): the id and epoch the client had, if any.
     let expected = (r.producer_id.0 >= 0).then_some((r.producer_id.0, r.producer_epoch));
     let req = TxnRequest::InitProducerId {
