@@ -202,6 +202,12 @@ pub(crate) async fn connect(
             .map_err(|e| tls_error(format!("server name `{n}`: {e}")))?,
         None => ServerName::IpAddress(ip.into()),
     };
+    // rustls reads at most one record (4 KiB to 16 KiB) from its transport
+    // per `read_tls` call: straight on the socket, one recv syscall per
+    // record of a fetch answer. Under a read buffer one syscall fetches what
+    // the socket holds (up to TLS_READ_BUFFER_BYTES) and rustls takes it
+    // from memory. Writes pass through unbuffered (vectored).
+    let tcp = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, tcp);
     let tls = tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await
@@ -224,7 +230,10 @@ pub(crate) fn plain(tcp: TcpStream) -> (ReadHalf, WriteHalf) {
     (ReadHalf::Plain(r), WriteHalf::Plain(w))
 }
 
-type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+/// The read buffer under a TLS session: what one recv syscall may fetch.
+const TLS_READ_BUFFER_BYTES: usize = 256 << 10;
+
+type Tls = tokio_rustls::client::TlsStream<tokio::io::BufReader<TcpStream>>;
 
 /// A connection's read half, plain or TLS.
 pub(crate) enum ReadHalf {
