@@ -667,6 +667,11 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
                         }
                         Some(tls) => {
                             let failures = &core.metrics.tls_handshake_failures;
+                            // rustls reads at most one record (often 4 KiB) per
+                            // `read_tls`: on the bare socket, a recv syscall
+                            // each. Read ahead into a buffer instead.
+                            let buf = glommio::net::Preallocated::new(tls::READ_BUFFER_BYTES);
+                            let stream = stream.buffered_with(buf);
                             let Some(stream) = tls::handshake(tls, stream, &peer, failures).await
                             else {
                                 core.connections.set(core.connections.get() - 1);

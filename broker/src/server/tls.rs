@@ -30,6 +30,13 @@ use super::limits::TLS_HANDSHAKE_TIMEOUT_MS;
 /// How often core 0 looks at the certificate files' modification times.
 pub const RELOAD_CHECK_MS: u64 = 1000;
 
+/// The read buffer under a TLS connection: what one recv syscall may fetch
+/// (rustls asks for at most one record, often only 4 KiB, per read).
+/// Measured on a TLS produce of 16 partitions: 64 KiB took the broker's
+/// CPU time per GB received from 3.0–4.2 s to 2.3–2.4 s; 256 KiB did no
+/// better and costs four times the memory per connection.
+pub const READ_BUFFER_BYTES: usize = 64 << 10;
+
 /// A client listener's security protocol (Kafka's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SecurityProtocol {
