@@ -51,8 +51,9 @@ impl Bootstrap {
                         continue;
                     }
                 };
+                let named = crate::config_for_host(&config, crate::host_of(server));
                 for addr in addrs {
-                    let client = Client::connect_lazy(addr, config.clone());
+                    let client = Client::connect_lazy(addr, named.clone());
                     match client.conn.connect().await {
                         Ok(()) => return Ok(client),
                         // A refused certificate or bad TLS settings do not

@@ -250,7 +250,8 @@ impl Client {
                 Err(_) => return Ok(answer),
             };
             let addr = crate::resolve_advertised(&found.host, found.port, self.addr.ip()).await;
-            let client = Arc::new(Client::connect_lazy(addr, self.config.clone()));
+            let config = crate::config_for_host(&self.config, &found.host);
+            let client = Arc::new(Client::connect_lazy(addr, config));
             self.coordinators
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -279,7 +280,8 @@ impl Client {
             if addr == self.addr {
                 continue;
             }
-            let other = Client::connect_lazy(addr, self.config.clone());
+            let config = crate::config_for_host(&self.config, crate::host_of(&n.native));
+            let other = Client::connect_lazy(addr, config);
             if let Ok(r) = other.request(&ListGroupsRequest {}).await {
                 for g in r.groups {
                     all.entry(g.group.clone()).or_insert(g);

@@ -352,6 +352,26 @@ pub(crate) async fn resolve_advertised(host: &str, port: u16, fallback: IpAddr) 
     SocketAddr::new(fallback, port)
 }
 
+/// The configuration of a connection to a broker known as `host` (a
+/// bootstrap entry's, or what the broker advertises): over TLS its
+/// certificate must name that host, as Kafka clients check it (unless
+/// `weir.ssl.server.name` names another); an IP address is checked as the
+/// address connected to.
+pub(crate) fn config_for_host(config: &ClientConfig, host: &str) -> ClientConfig {
+    let mut c = config.clone();
+    let host = host.trim_matches(['[', ']']);
+    let named = !host.is_empty() && host.parse::<IpAddr>().is_err();
+    if c.security_protocol.tls() && c.tls.server_name.is_none() && named {
+        c.tls.server_name = Some(host.to_string());
+    }
+    c
+}
+
+/// The host of a `host:port` (the whole text if it has no port).
+pub(crate) fn host_of(host_port: &str) -> &str {
+    host_port.rsplit_once(':').map_or(host_port, |(h, _)| h)
+}
+
 /// A node's advertised `host:port` (as `DescribeCluster` lists it) as an
 /// address; `None` if it is not `host:port`.
 pub(crate) async fn node_addr(advertised: &str, fallback: IpAddr) -> Option<SocketAddr> {
@@ -776,7 +796,8 @@ impl Client {
             let Some(addr) = node_addr(&n.native, self.addr.ip()).await else {
                 continue;
             };
-            let other = Client::connect_lazy(addr, self.config.clone());
+            let config = config_for_host(&self.config, host_of(&n.native));
+            let other = Client::connect_lazy(addr, config);
             // A node paused or cut off must not hold the answer for a whole
             // request timeout: its partitions are left as this node sees
             // them.

@@ -360,7 +360,8 @@ impl ProducerBackend for Client {
 pub struct ShardRouter {
     bootstrap: Arc<Client>,
     cores: Mutex<HashMap<u32, Arc<Client>>>,
-    addrs: Mutex<HashMap<u32, std::net::SocketAddr>>,
+    /// Each core's address, and the host it was advertised as.
+    addrs: Mutex<HashMap<u32, (std::net::SocketAddr, String)>>,
     /// Layouts the consumer side learned (the producer keeps its own).
     layouts: Mutex<HashMap<String, TopicLayout>>,
 }
@@ -435,7 +436,7 @@ impl ShardRouter {
             let addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
             let mut seen = std::collections::HashSet::new();
             let mut cores: Vec<(u32, std::net::SocketAddr)> =
-                addrs.iter().map(|(c, a)| (*c, *a)).collect();
+                addrs.iter().map(|(c, (a, _))| (*c, *a)).collect();
             cores.sort_unstable();
             cores
                 .into_iter()
@@ -504,10 +505,11 @@ impl ShardRouter {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&c)
-            .copied();
+            .cloned();
         match addr {
-            Some(addr) => {
-                let client = Arc::new(Client::connect_lazy(addr, self.bootstrap.config().clone()));
+            Some((addr, host)) => {
+                let config = crate::config_for_host(self.bootstrap.config(), &host);
+                let client = Arc::new(Client::connect_lazy(addr, config));
                 cores.insert(c, client.clone());
                 client
             }
@@ -635,14 +637,17 @@ impl ProducerBackend for ShardRouter {
             for c in &md.cores {
                 resolved.push((
                     c.core,
-                    crate::resolve_advertised(&c.host, c.port, boot.ip()).await,
+                    (
+                        crate::resolve_advertised(&c.host, c.port, boot.ip()).await,
+                        c.host.clone(),
+                    ),
                 ));
             }
             {
                 let mut addrs = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
                 let mut cores = self.cores.lock().unwrap_or_else(|e| e.into_inner());
                 for (core, addr) in resolved {
-                    if addrs.insert(core, addr) != Some(addr) {
+                    if addrs.insert(core, addr.clone()) != Some(addr) {
                         cores.remove(&core);
                     }
                 }

@@ -6,7 +6,8 @@
 //! `security.protocol`, `ssl.ca.location`, `ssl.certificate.location`,
 //! `ssl.key.location` (PEM files) in `from_config`. The broker's
 //! certificate must chain to the CA file and name the address connected to
-//! (the IP address, unless [`TlsSettings::server_name`] names a host).
+//! (the host name the broker is known by — a bootstrap entry, or what it
+//! advertises — or the IP address; [`TlsSettings::server_name`] overrides).
 
 use std::io;
 use std::path::PathBuf;
@@ -79,8 +80,9 @@ pub struct TlsSettings {
     pub certificate_file: Option<PathBuf>,
     /// Its PEM private key (`ssl.key.location`).
     pub key_file: Option<PathBuf>,
-    /// The name the broker's certificate must carry (default: the IP
-    /// address connected to).
+    /// The name every broker's certificate must carry (default: the host
+    /// name the broker is known by — its bootstrap entry, or the host it
+    /// advertises — or the IP address connected to).
     pub server_name: Option<String>,
 }
 

@@ -702,7 +702,18 @@ fn endpoints(core: &Core, listener: SecurityProtocol) -> admin::ClusterEndpoints
         .iter()
         .position(|l| l.protocol == listener);
     let local = match more {
-        None => (config.listen.ip().to_string(), admin::core_ports(core)),
+        // The advertised host if there is one (clients check a TLS
+        // certificate against it), else the bound address.
+        None => {
+            let host = config
+                .cluster
+                .advertised_listen
+                .as_deref()
+                .and_then(|a| a.rsplit_once(':'))
+                .map(|(h, _)| h.trim_matches(['[', ']']).to_string())
+                .unwrap_or_else(|| config.listen.ip().to_string());
+            (host, admin::core_ports(core))
+        }
         Some(k) => {
             let l = &config.listen_more[k];
             let host = l

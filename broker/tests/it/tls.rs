@@ -52,6 +52,26 @@ impl Pki {
         self.dir.join(format!("{name}.pem"))
     }
 
+    /// Signs a server certificate that names `dns` only (no IP address).
+    pub(crate) fn sign_dns(&self, file: &str, dns: &str) -> (PathBuf, PathBuf) {
+        let mut p = CertificateParams::default();
+        p.distinguished_name.push(DnType::CommonName, dns);
+        p.not_before = rcgen::date_time_ymd(2024, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2099, 1, 1);
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.subject_alt_names = vec![SanType::DnsName(dns.try_into().unwrap())];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
+        let (c, k) = (
+            self.dir.join(format!("{file}.pem")),
+            self.dir.join(format!("{file}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+
     /// Signs a certificate: `server` for 127.0.0.1 and localhost, else a
     /// client named `cn`. Writes `<file>.pem` and `<file>.key`.
     pub(crate) fn sign(&self, file: &str, cn: &str, server: bool) -> (PathBuf, PathBuf) {
@@ -738,4 +758,65 @@ fn several_listeners_each_tell_clients_their_own_addresses() {
         tls_kcat(&["-t", "both", "-C", "-e"], b"").lines().count(),
         50
     );
+}
+
+/// The SDK checks each broker's certificate against the host name it knows
+/// the broker by (the bootstrap entry, then what the broker advertises),
+/// as Kafka clients do: a certificate naming `localhost` only is trusted
+/// for a broker bootstrapped and advertised as `localhost`, though the
+/// connections go to 127.0.0.1.
+#[test]
+fn the_sdk_checks_certificates_against_the_advertised_host_name() {
+    use weir_client::producer::{Producer, ProducerConfig, ProducerRecord};
+    use weir_client::{Client, ClientConfig, SecurityProtocol};
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign_dns("server", "localhost");
+    // (The advertised port is not what clients use: the cores' own.)
+    let node = start_with(
+        dir.path(),
+        &cert,
+        &key,
+        &pki.ca("ca"),
+        "none",
+        "metrics_listen = \"127.0.0.1:0\"\nadvertised_listen = \"localhost:9292\"\n",
+    );
+    let mut config = ClientConfig::default();
+    config.security_protocol = SecurityProtocol::Ssl;
+    config.tls.ca_file = Some(pki.ca("ca"));
+    common::runtime().block_on(async {
+        // By IP address: the certificate does not name it.
+        let by_ip = Client::connect_with(node.listen, config.clone()).await;
+        assert!(
+            matches!(by_ip, Err(weir_client::ClientError::Tls(_))),
+            "{by_ip:?}"
+        );
+        // By name: trusted, and so are the cores' ports it advertises.
+        let c = Client::bootstrap(&format!("localhost:{}", node.listen.port()), config.clone())
+            .await
+            .unwrap();
+        c.create_topic("named", 2, vec![]).await.unwrap();
+        // The cores are advertised at the node's host name.
+        let md = c.metadata(None).await.unwrap();
+        assert!(md.cores.iter().all(|k| k.host == "localhost"), "{md:?}");
+        // Each core's own port, by that name, is trusted too.
+        for k in &md.cores {
+            let own = Client::bootstrap(&format!("localhost:{}", k.port), config.clone())
+                .await
+                .unwrap();
+            own.list_topics().await.unwrap();
+        }
+        let c = std::sync::Arc::new(c);
+        let producer = Producer::new(c.clone(), ProducerConfig::default());
+        let mut acks = Vec::new();
+        for i in 0..20 {
+            let r = ProducerRecord::new("named", format!("v{i}")).partition(i % 2);
+            acks.push(producer.send(r).await.unwrap());
+        }
+        for a in acks {
+            a.await.unwrap();
+        }
+        producer.close().await;
+    });
 }
