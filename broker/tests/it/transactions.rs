@@ -70,3 +70,15 @@ fn confluent_kafka_consume_transform_produce_commits_output_and_offsets_together
     );
     b.stop();
 }
+
+#[test]
+fn a_transaction_left_open_by_a_dead_producer_is_aborted_after_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let out = python_script(
+        "transactions.py",
+        &["confluent-kafka", &b.kafka.to_string(), "dead", "timeout"],
+    );
+    assert!(out.contains("\ndone"), "{out}");
+    b.stop();
+}

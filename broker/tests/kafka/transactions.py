@@ -1,6 +1,6 @@
 """Kafka transactions against Weir with an unchanged client.
 
-    transactions.py CLIENT BOOTSTRAP TOPIC [ctp]
+    transactions.py CLIENT BOOTSTRAP TOPIC [ctp|timeout]
 
 CLIENT: confluent-kafka (librdkafka). On TOPIC (created here, 4
 partitions): a transactional producer commits 100 records, aborts 100,
@@ -19,6 +19,10 @@ up to 100 records, with the consumed offsets sent to the transaction
 output and offsets roll back and are read again). Then TOPIC-out read
 committed holds every input record's output exactly once, and the
 group's committed offsets are the input's end offsets.
+
+With `timeout`: a producer process dies with its transaction open; the
+coordinator aborts it after its 2 s timeout and read_committed's last
+stable offsets pass the abort markers.
 """
 
 import sys
@@ -156,8 +160,47 @@ def ctp():
     sys.exit(0)
 
 
+def timeout():
+    """A producer that dies with its transaction open: the coordinator
+    aborts it after transaction.timeout.ms and the last stable offset
+    moves past it; the records stay invisible to read_committed."""
+    import os
+    import subprocess
+    create()
+    # A child process opens a transaction and dies without ending it.
+    code = (
+        "from confluent_kafka import Producer\n"
+        f"p = Producer({{'bootstrap.servers': {bootstrap!r}, 'transactional.id': {topic + '-dead'!r},"
+        " 'transaction.timeout.ms': 2000})\n"
+        "p.init_transactions(30)\n"
+        "p.begin_transaction()\n"
+        f"[p.produce({topic!r}, value=b'dead%d' % i, partition=i % {PARTITIONS}) for i in range(20)]\n"
+        "p.flush(30)\n"
+        "import os; os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    def high(isolation):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-w", "isolation.level": isolation})
+        h = [c.get_watermark_offsets(TopicPartition(topic, q), 30)[1] for q in range(PARTITIONS)]
+        c.close()
+        return h
+    written = high("read_uncommitted")
+    check(high("read_committed") != written, "the dead producer's transaction holds the last stable offset")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and high("read_committed") != [w + 1 for w in written]:
+        time.sleep(0.2)
+    stable = high("read_committed")
+    check(stable == [w + 1 for w in written],
+          f"aborted after its timeout: the last stable offsets {stable} passed the abort markers ({written} + 1)")
+    check(read("read_committed", 0) == [], "nothing of the dead producer's transaction is visible")
+    print("done", flush=True)
+    sys.exit(0)
+
+
 if mode == "ctp":
     ctp()
+if mode == "timeout":
+    timeout()
 
 create()
 
