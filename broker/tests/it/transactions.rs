@@ -82,3 +82,24 @@ fn a_transaction_left_open_by_a_dead_producer_is_aborted_after_its_timeout() {
     assert!(out.contains("\ndone"), "{out}");
     b.stop();
 }
+
+/// kafka-python and aiokafka (`broker/tests/kafka/transactions_py.py`):
+/// commit, abort, commit seen right by read_committed and
+/// read_uncommitted consumers; a zombie's commit refused as fenced.
+fn python_client_transactions(client: &str, topic: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let out = python_script("transactions_py.py", &[client, &b.kafka.to_string(), topic]);
+    assert!(out.contains("\ndone"), "{out}");
+    b.stop();
+}
+
+#[test]
+fn kafka_python_commits_aborts_and_is_fenced_as_a_zombie() {
+    python_client_transactions("kafka-python", "kp");
+}
+
+#[test]
+fn aiokafka_commits_aborts_and_is_fenced_as_a_zombie() {
+    python_client_transactions("aiokafka", "ak");
+}

@@ -152,17 +152,17 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
             )
         }),
         KafkaRequest::AddPartitionsToTxn(r) => later(async move {
-            let resp = super::txn::add_partitions_to_txn(&core, r, &session).await;
+            let resp = super::txn::add_partitions_to_txn(&core, r, version, &session).await;
             answer(&h, KafkaResponse::AddPartitionsToTxn(resp))
         }),
         KafkaRequest::EndTxn(r) => later(async move {
             answer(
                 &h,
-                KafkaResponse::EndTxn(super::txn::end_txn(&core, r).await),
+                KafkaResponse::EndTxn(super::txn::end_txn(&core, r, version).await),
             )
         }),
         KafkaRequest::AddOffsetsToTxn(r) => later(async move {
-            let resp = super::txn::add_offsets_to_txn(&core, r).await;
+            let resp = super::txn::add_offsets_to_txn(&core, r, version).await;
             answer(&h, KafkaResponse::AddOffsetsToTxn(resp))
         }),
         KafkaRequest::TxnOffsetCommit(r) => later(async move {

@@ -33,6 +33,11 @@ pub fn broker_error_code(e: &BrokerError) -> i16 {
         // retriable code, so that a Kafka client retries rather than fails.
         BrokerError::CoreUnavailable { .. } => E::NotEnoughReplicas.code(),
         BrokerError::Unauthorized { .. } => weir_kafka::error::coordinator_code(e.code()),
+        // A refused transactional write: a fenced producer is told
+        // INVALID_PRODUCER_EPOCH, as Kafka's Produce tells it (KIP-588).
+        BrokerError::Transaction(crate::txns::api::TxnRefusal::Txn(
+            weir_txn::TxnError::ProducerFenced(_),
+        )) => E::InvalidProducerEpoch.code(),
         BrokerError::Transaction(r) => txn_code(r),
     }
 }

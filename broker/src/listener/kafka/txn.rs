@@ -53,6 +53,18 @@ fn refused_init(code: i16) -> InitProducerIdResponse {
         .with_producer_epoch(-1)
 }
 
+/// A refusal's code for a request of `version`: PRODUCER_FENCED came with
+/// KIP-588 (`since`: the first version that knows it); older versions are
+/// told INVALID_PRODUCER_EPOCH, as Kafka tells them.
+fn versioned_code(e: &TxnRefusal, version: i16, since: i16) -> i16 {
+    match e {
+        TxnRefusal::Txn(weir_txn::TxnError::ProducerFenced(_)) if version < since => {
+            E::InvalidProducerEpoch.code()
+        }
+        e => txn_code(e),
+    }
+}
+
 /// Kafka's InitProducerId answers a fenced expectation INVALID_PRODUCER_EPOCH
 /// (KIP-360: the client then bumps again or fails fatally).
 fn init_code(e: &TxnRefusal) -> i16 {
@@ -68,6 +80,7 @@ fn init_code(e: &TxnRefusal) -> i16 {
 pub(super) async fn add_partitions_to_txn(
     core: &Rc<Core>,
     r: AddPartitionsToTxnRequest,
+    version: i16,
     session: &Session,
 ) -> AddPartitionsToTxnResponse {
     let id = r.v3_and_below_transactional_id.to_string();
@@ -111,7 +124,7 @@ pub(super) async fn add_partitions_to_txn(
         };
         match txns::serve(core, req).await {
             Ok(_) => 0,
-            Err(e) => txn_code(&e),
+            Err(e) => versioned_code(&e, version, 2),
         }
     };
     let results = r
@@ -138,7 +151,7 @@ pub(super) async fn add_partitions_to_txn(
 
 /// EndTxn (v0–4): commit or abort; answered once the decision is
 /// durable (the markers follow).
-pub(super) async fn end_txn(core: &Rc<Core>, r: EndTxnRequest) -> EndTxnResponse {
+pub(super) async fn end_txn(core: &Rc<Core>, r: EndTxnRequest, version: i16) -> EndTxnResponse {
     let req = TxnRequest::EndTxn {
         id: r.transactional_id.to_string(),
         producer_id: r.producer_id.0,
@@ -147,7 +160,7 @@ pub(super) async fn end_txn(core: &Rc<Core>, r: EndTxnRequest) -> EndTxnResponse
     };
     match txns::serve(core, req).await {
         Ok(_) => EndTxnResponse::default(),
-        Err(e) => EndTxnResponse::default().with_error_code(txn_code(&e)),
+        Err(e) => EndTxnResponse::default().with_error_code(versioned_code(&e, version, 2)),
     }
 }
 
@@ -156,6 +169,7 @@ pub(super) async fn end_txn(core: &Rc<Core>, r: EndTxnRequest) -> EndTxnResponse
 pub(super) async fn add_offsets_to_txn(
     core: &Rc<Core>,
     r: AddOffsetsToTxnRequest,
+    version: i16,
 ) -> AddOffsetsToTxnResponse {
     let group = r.group_id.to_string();
     let Some(p) = crate::coordinator::partition_of(core, OFFSETS_TOPIC, &group) else {
@@ -170,7 +184,9 @@ pub(super) async fn add_offsets_to_txn(
     };
     match txns::serve(core, req).await {
         Ok(_) => AddOffsetsToTxnResponse::default(),
-        Err(e) => AddOffsetsToTxnResponse::default().with_error_code(txn_code(&e)),
+        Err(e) => {
+            AddOffsetsToTxnResponse::default().with_error_code(versioned_code(&e, version, 2))
+        }
     }
 }
 
