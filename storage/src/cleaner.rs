@@ -340,6 +340,37 @@ struct PassParams<'a> {
     first_dirty: u64,
     now: i64,
     cfg: &'a crate::config::LogConfig,
+    aborted: &'a Aborted,
+}
+
+/// The log's aborted transactions, by producer: (first offset, marker
+/// offset) of each. A transactional batch inside one of its producer's
+/// ranges is an aborted transaction's: the cleaner drops it (and keeps it
+/// out of the key map), as Kafka's cleaner does. Markers are kept.
+#[derive(Debug, Default)]
+struct Aborted(std::collections::HashMap<i64, Vec<(u64, u64)>>);
+
+impl Aborted {
+    fn of(st: &crate::log::LogState) -> Aborted {
+        let mut by = std::collections::HashMap::<i64, Vec<(u64, u64)>>::new();
+        for e in st.aborted_entries() {
+            by.entry(e.producer_id)
+                .or_default()
+                .push((e.first_offset, e.last_offset));
+        }
+        Aborted(by)
+    }
+
+    /// Whether batch `h` belongs to an aborted transaction.
+    fn holds(&self, h: &BatchHeader) -> bool {
+        if !h.attributes.is_transactional() || h.attributes.is_control() {
+            return false;
+        }
+        let at = h.base_offset as u64;
+        self.0
+            .get(&h.producer_id)
+            .is_some_and(|r| r.iter().any(|&(first, last)| first <= at && at <= last))
+    }
 }
 
 /// A cleanable segment, copied out of the log's state.
@@ -688,22 +719,16 @@ impl PartitionLog {
         inner.check_mode()?;
         let started = Instant::now();
         let now = inner.shard.clock.now_ms();
-        let (plan, cfg, size_before) = {
+        let (plan, cfg, size_before, aborted) = {
             let st = inner.state.borrow();
             if !st.config.cleanup_policy.compacts() {
-                return Ok(None);
-            }
-            if st.transactional() {
-                // Kafka's rules for markers and aborted records under
-                // compaction are not built: a log with transactions is
-                // left as it is (issue 32).
-                tracing::debug!(partition = %inner.name, "not compacted: it holds transactions");
                 return Ok(None);
             }
             (
                 plan_of(&st, now, true),
                 st.config.clone(),
                 st.segments.values().map(|s| s.size()).sum::<u64>(),
+                Aborted::of(&st),
             )
         };
         let ratio_before = plan.ratio();
@@ -759,8 +784,12 @@ impl PartitionLog {
                         full = true;
                         break 'sources;
                     }
-                    add_to_map(&mut map, h, b, first_dirty)
-                        .map_err(|e| corrupt(&src.cursor.path, e))?;
+                    // An aborted transaction's records never stand for
+                    // their keys.
+                    if !aborted.holds(h) {
+                        add_to_map(&mut map, h, b, first_dirty)
+                            .map_err(|e| corrupt(&src.cursor.path, e))?;
+                    }
                     map_end = last + 1;
                     since_yield += b.len() as u64;
                     if since_yield >= YIELD_EVERY_BYTES {
@@ -788,6 +817,7 @@ impl PartitionLog {
                         first_dirty,
                         now,
                         cfg: &cfg,
+                        aborted: &aborted,
                     },
                     &mut report,
                 )
@@ -912,6 +942,7 @@ impl PartitionLog {
             first_dirty,
             now,
             cfg,
+            aborted,
         } = *pass;
         let interval = cfg.index_interval_bytes;
         for (k, src) in group.iter().enumerate() {
@@ -943,6 +974,10 @@ impl PartitionLog {
                     }
                     let is_last = last_source && done && i + 1 == n;
                     report.records_read += h.records_count.max(0) as u64;
+                    if aborted.holds(&h) {
+                        report.records_removed += h.records_count.max(0) as u64;
+                        continue;
+                    }
                     let mut tombstones = 0u64;
                     let (f, removed) = filter_batch(&b, &h, is_last, |offset, key, tomb| {
                         let Some(key) = key else { return false };
@@ -1117,10 +1152,14 @@ fn plan_of(st: &crate::log::LogState, now: i64, with_sources: bool) -> Plan {
     let active = st.segments.keys().next_back().copied();
     let mut sources = Vec::new();
     let mut uncleanable = active.unwrap_or(st.next_offset);
+    // Nothing at or past the last stable offset is cleaned: an open
+    // transaction's records may still be aborted.
+    let unstable = st.first_unstable_offset().unwrap_or(u64::MAX);
     let (mut clean_bytes, mut dirty_bytes) = (0, 0);
     for s in st.segments.values() {
         let too_young = lag > 0 && s.max_timestamp > now.saturating_sub(lag);
-        if Some(s.base) == active || s.state != SegmentState::Finalized || too_young {
+        let open_txn = s.next_offset > unstable;
+        if Some(s.base) == active || s.state != SegmentState::Finalized || too_young || open_txn {
             uncleanable = s.base;
             break;
         }
@@ -1191,7 +1230,12 @@ impl LogInner {
         // Carry out: the replaced segments go, the new one takes the name.
         let replaced: Vec<PathBuf> = group[1..]
             .iter()
-            .flat_map(|s| segment::paths(&self.dir, s.base))
+            .flat_map(|s| {
+                let txn_index = crate::log::txn_index_path(&self.dir, s.base);
+                segment::paths(&self.dir, s.base)
+                    .into_iter()
+                    .chain([txn_index])
+            })
             .collect();
         checkpoint::run_blocking(move || replaced.iter().try_for_each(|p| remove_if_present(p)))
             .await?;
@@ -1220,6 +1264,7 @@ impl LogInner {
                 st.segments.remove(&s.base);
             }
             st.segments.insert(base, seg);
+            st.merge_aborted(base, group[1..].iter().map(|s| s.base));
         }
         self.uncache(|c, id| c.remove_range(id, base, end));
         Ok(true)

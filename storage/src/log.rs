@@ -284,10 +284,26 @@ impl LogState {
         .then(|| self.aborted_dirty.insert(seg_base));
     }
 
-    /// Whether a transaction was ever written here (see
-    /// [`ProducerStateTable::transactional`]).
-    pub(crate) fn transactional(&self) -> bool {
-        self.producers.transactional()
+    /// The aborted-transaction index of segments `merged` joins segment
+    /// `into`'s (the cleaner replaced them by one segment).
+    pub(crate) fn merge_aborted(&mut self, into: u64, merged: impl Iterator<Item = u64>) {
+        for b in merged {
+            self.aborted_dirty.remove(&b);
+            if let Some(entries) = self.aborted.remove(&b) {
+                self.aborted.entry(into).or_default().extend(entries);
+                self.aborted_dirty.insert(into);
+            }
+        }
+    }
+
+    /// Every aborted transaction the log indexes.
+    pub(crate) fn aborted_entries(&self) -> impl Iterator<Item = &AbortedTxn> {
+        self.aborted.values().flatten()
+    }
+
+    /// The first offset of the oldest open transaction.
+    pub(crate) fn first_unstable_offset(&self) -> Option<u64> {
+        self.producers.first_unstable_offset()
     }
 
     /// The last stable offset: the high watermark, or below it the first
@@ -507,7 +523,7 @@ fn write_txn_indexes(dir: &Path, files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
 }
 
 /// Path of segment `base`'s aborted-transaction index.
-fn txn_index_path(dir: &Path, base: u64) -> PathBuf {
+pub(crate) fn txn_index_path(dir: &Path, base: u64) -> PathBuf {
     dir.join(format!(
         "{}.{}",
         segment::file_stem(base),

@@ -845,3 +845,98 @@ fn a_crash_at_any_point_of_a_pass_leaves_old_or_new_segments() {
         round += 1;
     }
 }
+
+/// A keyed batch of producer `pid`'s transaction.
+fn txn_keyed(pid: i64, seq: i32, key: &str, value: &str, ts: i64) -> BytesMut {
+    let mut b = BatchBuilder::new(Compression::None).unwrap();
+    (
+        b.producer_id,
+        b.producer_epoch,
+        b.base_sequence,
+        b.transactional,
+    ) = (pid, 0, seq, true);
+    b.push(&RecordData {
+        key: Some(Bytes::copy_from_slice(key.as_bytes())),
+        value: Some(Bytes::copy_from_slice(value.as_bytes())),
+        headers: Vec::new(),
+        timestamp: ts,
+    })
+    .unwrap();
+    b.build().unwrap()
+}
+
+/// Compaction of a log with transactions (Kafka's rules): an aborted
+/// transaction's records are dropped and never stand for their key (an
+/// aborted later value does not remove a committed earlier one), the
+/// markers stay, and nothing at or past an open transaction is cleaned.
+#[test]
+fn compaction_drops_aborted_records_keeps_markers_and_stops_at_an_open_transaction() {
+    use weir_storage::txn::{Marker, MarkerKind};
+    run(|| async {
+        let marker = |kind| Marker {
+            kind,
+            coordinator_epoch: 0,
+        };
+        let (_dir, clock, _sh, log) = compacted_log().await;
+        let ts = clock.now_ms();
+        // Committed: k = "committed"; then aborted: k = "aborted".
+        log.append_acked(txn_keyed(1, 0, "k", "committed", ts))
+            .await
+            .unwrap();
+        let m = log
+            .append_marker(1, 0, marker(MarkerKind::Commit), ts)
+            .await
+            .unwrap();
+        log.wait_acked(&m).await.unwrap();
+        log.append_acked(txn_keyed(2, 0, "k", "aborted", ts))
+            .await
+            .unwrap();
+        log.append_acked(txn_keyed(2, 1, "j", "aborted", ts))
+            .await
+            .unwrap();
+        let m = log
+            .append_marker(2, 0, marker(MarkerKind::Abort), ts)
+            .await
+            .unwrap();
+        log.wait_acked(&m).await.unwrap();
+        // Enough plain records to roll segments, then an open transaction.
+        fill(&log, &clock, 200, 10).await;
+        let open_at = log.log_end_offset();
+        log.append_acked(txn_keyed(3, 0, "k", "open", ts))
+            .await
+            .unwrap();
+        fill(&log, &clock, 200, 10).await;
+        assert_eq!(log.last_stable_offset(), open_at);
+        let before = log.segment_count();
+        let rep = log.clean(true).await.unwrap().expect("a forced pass");
+        assert!(rep.records_removed > 0, "{rep:?}");
+        let all = read_all(&log).await;
+        let value = |k: &str| -> Vec<String> {
+            all.iter()
+                .filter(|r| r.key == k.as_bytes())
+                .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into())
+                .collect()
+        };
+        // The committed value stands; the aborted ones are gone; the open
+        // transaction's record (past the last stable offset) is untouched.
+        assert_eq!(value("k"), ["committed", "open"], "{before} segments");
+        assert!(value("j").is_empty());
+        // Both markers are still in the log.
+        let mut markers = 0;
+        let mut at = 0;
+        while at < log.high_watermark() {
+            let r = log.read(at, 1 << 20).await.unwrap();
+            for b in &r.batches {
+                let h = weir_proto::batch::BatchHeader::peek(b).unwrap();
+                markers += usize::from(h.attributes.is_control());
+                at = at.max(h.last_offset() as u64 + 1);
+            }
+            if r.batches.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(markers, 2);
+        assert_eq!(log.last_stable_offset(), open_at);
+        log.close().await.unwrap();
+    });
+}
