@@ -103,3 +103,21 @@ fn kafka_python_commits_aborts_and_is_fenced_as_a_zombie() {
 fn aiokafka_commits_aborts_and_is_fenced_as_a_zombie() {
     python_client_transactions("aiokafka", "ak");
 }
+
+/// The acceptance's consume-transform-produce: 20 000 records in
+/// transactions of up to 500 with `send_offsets_to_transaction`, the
+/// worker process SIGKILLed three times inside a transaction and started
+/// again with the same transactional id (its open transaction aborted by
+/// the new instance): read_committed, every input record's output exactly
+/// once, and the group's offsets at the input's ends.
+#[test]
+fn consume_transform_produce_survives_three_sigkills_of_the_worker_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let out = python_script(
+        "transactions.py",
+        &["confluent-kafka", &b.kafka.to_string(), "kill", "ctp-kill"],
+    );
+    assert!(out.contains("\ndone"), "{out}");
+    b.stop();
+}

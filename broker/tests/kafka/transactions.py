@@ -1,6 +1,6 @@
 """Kafka transactions against Weir with an unchanged client.
 
-    transactions.py CLIENT BOOTSTRAP TOPIC [ctp|timeout]
+    transactions.py CLIENT BOOTSTRAP TOPIC [ctp|timeout|ctp-kill]
 
 CLIENT: confluent-kafka (librdkafka). On TOPIC (created here, 4
 partitions): a transactional producer commits 100 records, aborts 100,
@@ -20,11 +20,17 @@ output and offsets roll back and are read again). Then TOPIC-out read
 committed holds every input record's output exactly once, and the
 group's committed offsets are the input's end offsets.
 
+With `ctp-kill`: 20 000 records through consume-transform-produce in
+transactions of up to 500, the worker process SIGKILLed three times
+inside a transaction and restarted with the same transactional id; then
+every input record's output exactly once, read committed.
+
 With `timeout`: a producer process dies with its transaction open; the
 coordinator aborts it after its 2 s timeout and read_committed's last
 stable offsets pass the abort markers.
 """
 
+import os
 import sys
 import time
 
@@ -197,10 +203,101 @@ def timeout():
     sys.exit(0)
 
 
+def ctp_worker():
+    """One instance of a consume-transform-produce application (assigned
+    partitions, no group membership): resumes from the group's committed
+    offsets, transforms in transactions of up to 500 records, and says
+    `begun` with each transaction open (then waits 0.2 s before its
+    commit, so that a kill lands inside it) and `committed N` after it."""
+    src, dst, group = f"{topic}-in", f"{topic}-out", f"{topic}-ctp"
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    tps = [TopicPartition(src, q) for q in range(PARTITIONS)]
+    start = c.committed(tps, 30)
+    c.assign([TopicPartition(src, t.partition, t.offset if t.offset >= 0 else 0) for t in start])
+    ends = [c.get_watermark_offsets(t, 30)[1] for t in tps]
+    p = producer(f"{topic}-ctp-tx")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done = [c.position([TopicPartition(src, q)])[0].offset for q in range(PARTITIONS)]
+        if all(d >= e for d, e in zip(done, ends)):
+            break
+        msgs = [m for m in c.consume(500, 1.0) if not m.error()]
+        if not msgs:
+            continue
+        p.begin_transaction()
+        for m in msgs:
+            p.produce(dst, key=m.key(), value=b"t-" + m.value(), partition=m.partition())
+        p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+        print("begun", flush=True)
+        time.sleep(0.2)
+        p.commit_transaction(30)
+        print(f"committed {len(msgs)}", flush=True)
+    c.close()
+    print("finished", flush=True)
+    sys.exit(0)
+
+
+def ctp_kill():
+    """Consume-transform-produce of 20 000 records whose worker process is
+    SIGKILLed three times inside a transaction and started again with the
+    same transactional id: read_committed, the output holds every input
+    record exactly once, and the group's offsets are the input's ends."""
+    import signal
+    import subprocess
+    src, dst, group = f"{topic}-in", f"{topic}-out", f"{topic}-ctp"
+    create(src)
+    create(dst)
+    n = 20000
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(n):
+        plain.produce(src, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % PARTITIONS)
+    plain.flush(30)
+    worker = [sys.executable, __file__, client, bootstrap, topic, "ctp-worker"]
+    kills = 0
+    for _ in range(3):
+        w = subprocess.Popen(worker, stdout=subprocess.PIPE, text=True)
+        committed = 0
+        for line in w.stdout:
+            if line.startswith("committed"):
+                committed += 1
+            elif line.startswith("begun") and committed >= 2:
+                os.kill(w.pid, signal.SIGKILL)
+                kills += 1
+                break
+            elif line.startswith("finished"):
+                break
+        w.wait(60)
+    check(kills == 3, f"the worker was killed inside a transaction {kills} times")
+    w = subprocess.run(worker, stdout=subprocess.PIPE, text=True, timeout=180)
+    check(w.returncode == 0 and "finished" in w.stdout, "the last worker finished")
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"})
+    committed = c.committed([TopicPartition(src, q) for q in range(PARTITIONS)], 30)
+    ends = [c.get_watermark_offsets(TopicPartition(src, q), 30)[1] for q in range(PARTITIONS)]
+    c.close()
+    check([t.offset for t in committed] == ends, f"the group's offsets {[t.offset for t in committed]} are the input's ends {ends}")
+    out = read("read_committed", n, dst)
+    check(len(out) == n and set(out) == {f"t-v{i}" for i in range(n)},
+          f"read_committed output holds every input record exactly once ({len(out)} records, {len(set(out))} distinct)")
+    print("done", flush=True)
+    sys.exit(0)
+
+
 if mode == "ctp":
     ctp()
 if mode == "timeout":
     timeout()
+if mode == "ctp-worker":
+    ctp_worker()
+if mode == "ctp-kill":
+    ctp_kill()
 
 create()
 
