@@ -319,13 +319,27 @@ pub async fn write_markers(core: &Rc<Core>, p: u32, markers: Markers) {
             // The next coordinator writes them.
             return;
         }
+        // Every partition's marker at once (each waits for its own durable
+        // write): a transaction ends in one write's time, not one per
+        // partition.
+        let shared = Rc::new(markers.clone());
+        let writes: Vec<_> = left
+            .into_iter()
+            .map(|tp| {
+                let (core, m) = (core.clone(), shared.clone());
+                glommio::spawn_local(async move {
+                    let r = marker_to(&core, &tp, &m, coordinator_epoch).await;
+                    (tp, r)
+                })
+            })
+            .collect();
         let mut failed = Vec::new();
-        for tp in left {
-            match marker_to(core, &tp, &markers, coordinator_epoch).await {
-                Ok(()) => {}
+        for w in writes {
+            match w.await {
+                (_, Ok(())) => {}
                 // A partition deleted meanwhile needs no marker.
-                Err(BrokerError::UnknownPartition { .. }) => {}
-                Err(e) => {
+                (_, Err(BrokerError::UnknownPartition { .. })) => {}
+                (tp, Err(e)) => {
                     if rounds % 50 == 0 {
                         tracing::warn!(topic = %tp.0, partition = tp.1, error = %e,
                             transactional_id = %markers.transactional_id,
