@@ -54,13 +54,24 @@ impl Pki {
 
     /// Signs a server certificate that names `dns` only (no IP address).
     pub(crate) fn sign_dns(&self, file: &str, dns: &str) -> (PathBuf, PathBuf) {
+        let mut p = Self::params(dns);
+        p.subject_alt_names = vec![SanType::DnsName(dns.try_into().unwrap())];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.issue(file, p)
+    }
+
+    /// A leaf certificate's common settings, named `cn`.
+    fn params(cn: &str) -> CertificateParams {
         let mut p = CertificateParams::default();
-        p.distinguished_name.push(DnType::CommonName, dns);
+        p.distinguished_name.push(DnType::CommonName, cn);
         p.not_before = rcgen::date_time_ymd(2024, 1, 1);
         p.not_after = rcgen::date_time_ymd(2099, 1, 1);
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        p.subject_alt_names = vec![SanType::DnsName(dns.try_into().unwrap())];
-        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        p
+    }
+
+    /// Signs `p` with the CA; writes `<file>.pem` and `<file>.key`.
+    fn issue(&self, file: &str, p: CertificateParams) -> (PathBuf, PathBuf) {
         let key = KeyPair::generate().unwrap();
         let cert = p.signed_by(&key, &self.issuer).unwrap();
         let (c, k) = (
@@ -75,11 +86,7 @@ impl Pki {
     /// Signs a certificate: `server` for 127.0.0.1 and localhost, else a
     /// client named `cn`. Writes `<file>.pem` and `<file>.key`.
     pub(crate) fn sign(&self, file: &str, cn: &str, server: bool) -> (PathBuf, PathBuf) {
-        let mut p = CertificateParams::default();
-        p.distinguished_name.push(DnType::CommonName, cn);
-        p.not_before = rcgen::date_time_ymd(2024, 1, 1);
-        p.not_after = rcgen::date_time_ymd(2099, 1, 1);
-        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let mut p = Self::params(cn);
         if server {
             p.subject_alt_names = vec![
                 SanType::DnsName("localhost".try_into().unwrap()),
@@ -89,15 +96,7 @@ impl Pki {
         } else {
             p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         }
-        let key = KeyPair::generate().unwrap();
-        let cert = p.signed_by(&key, &self.issuer).unwrap();
-        let (c, k) = (
-            self.dir.join(format!("{file}.pem")),
-            self.dir.join(format!("{file}.key")),
-        );
-        std::fs::write(&c, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
-        (c, k)
+        self.issue(file, p)
     }
 }
 

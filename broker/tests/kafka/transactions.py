@@ -114,6 +114,15 @@ def read(isolation, expect, name=None):
     return got
 
 
+def high(isolation):
+    """Each partition's end as a consumer of `isolation` sees it (the
+    last stable offset read_committed, the high watermark else)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-w", "isolation.level": isolation})
+    h = [c.get_watermark_offsets(TopicPartition(topic, q), 30)[1] for q in range(PARTITIONS)]
+    c.close()
+    return h
+
+
 def ctp():
     src, dst, group = f"{topic}-in", f"{topic}-out", f"{topic}-ctp"
     create(src)
@@ -185,11 +194,6 @@ def timeout():
         "import os; os._exit(0)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-    def high(isolation):
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-w", "isolation.level": isolation})
-        h = [c.get_watermark_offsets(TopicPartition(topic, q), 30)[1] for q in range(PARTITIONS)]
-        c.close()
-        return h
     written = high("read_uncommitted")
     check(high("read_committed") != written, "the dead producer's transaction holds the last stable offset")
     deadline = time.monotonic() + 30
@@ -328,11 +332,6 @@ zombie = producer(f"{topic}-z")
 zombie.begin_transaction()
 send(zombie, "z", 20)
 # While it is open, read_committed ends at the last stable offset.
-def high(isolation):
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-w", "isolation.level": isolation})
-    h = [c.get_watermark_offsets(TopicPartition(topic, q), 30)[1] for q in range(PARTITIONS)]
-    c.close()
-    return h
 stable, written = high("read_committed"), high("read_uncommitted")
 check(all(s_ < w for s_, w in zip(stable, written)),
       f"an open transaction holds the last stable offsets {stable} below the high watermarks {written}")
