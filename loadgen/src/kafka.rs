@@ -80,10 +80,14 @@ pub struct KafkaProducer {
 impl KafkaProducer {
     /// Creates the producer (it connects on first use); its delivery
     /// reports go to `on_delivery`.
+    /// With `transactional_id` (the workload's `transactionRecords`), the
+    /// producer is transactional: call [`KafkaProducer::init_transactions`]
+    /// before sending.
     pub fn new(
         bootstrap: &str,
         d: &DriverSettings,
         extra: &[(String, String)],
+        transactional_id: Option<&str>,
         on_delivery: OnDelivery,
     ) -> anyhow::Result<KafkaProducer> {
         let mut c = ClientConfig::new();
@@ -110,6 +114,9 @@ impl KafkaProducer {
                 QUEUE_MESSAGES_MAX.to_string(),
             )
             .set("partitioner", "murmur2_random");
+        if let Some(id) = transactional_id {
+            c.set("transactional.id", id);
+        }
         apply(&mut c, extra);
         let inner = c
             .create_with_context(Reports { on_delivery })
@@ -161,7 +168,38 @@ impl KafkaProducer {
     pub fn flush(&self) -> Result<(), KafkaError> {
         self.inner.flush(Timeout::After(FLUSH_TIMEOUT))
     }
+
+    /// A transactional producer's InitProducerId, then its first
+    /// transaction begun (blocks the thread).
+    pub fn init_transactions(&self) -> Result<(), KafkaError> {
+        self.inner
+            .init_transactions(Timeout::After(TRANSACTION_TIMEOUT))?;
+        self.inner.begin_transaction()
+    }
+
+    /// Commits the transaction under way (its records delivered first)
+    /// and begins the next one, unless `last` (blocks the thread).
+    pub fn commit_transaction(&self, last: bool) -> Result<(), KafkaError> {
+        self.inner
+            .commit_transaction(Timeout::After(TRANSACTION_TIMEOUT))?;
+        if last {
+            Ok(())
+        } else {
+            self.inner.begin_transaction()
+        }
+    }
+
+    /// Aborts the transaction under way (after a failed commit) and
+    /// begins the next one (blocks the thread).
+    pub fn abort_transaction(&self) -> Result<(), KafkaError> {
+        self.inner
+            .abort_transaction(Timeout::After(TRANSACTION_TIMEOUT))?;
+        self.inner.begin_transaction()
+    }
 }
+
+/// How long a transaction's init, commit or abort may take.
+const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Sets the user's librdkafka properties (`--kafka-config`) over ours.
 fn apply(c: &mut ClientConfig, extra: &[(String, String)]) {
@@ -247,10 +285,13 @@ const FETCH_QUEUE_BACKOFF_MS: u32 = 10;
 /// A group member reading `topic` from the earliest offset where its group
 /// has no commit; its context tells when it joined. The caller polls it
 /// (on a thread of its own: librdkafka's poll blocks).
+/// `isolation`: `isolation.level` if set (else librdkafka's default,
+/// read_committed).
 pub fn group_consumer(
     bootstrap: &str,
     group: &str,
     topic: &str,
+    isolation: Option<&str>,
     extra: &[(String, String)],
 ) -> anyhow::Result<BaseConsumer<Joined>> {
     let mut c = ClientConfig::new();
@@ -262,6 +303,9 @@ pub fn group_consumer(
         .set("auto.offset.reset", "earliest")
         .set("fetch.wait.max.ms", "100")
         .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string());
+    if let Some(level) = isolation {
+        c.set("isolation.level", level);
+    }
     apply(&mut c, extra);
     let c: BaseConsumer<Joined> = c
         .create_with_context(Joined::default())

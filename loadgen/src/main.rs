@@ -34,6 +34,10 @@ const SHIPPED: &[(&str, &str)] = &[
         include_str!("../workloads/max-rate-1-topic-16-partitions-100b.yaml"),
     ),
     (
+        "transactions-1-topic-16-partitions-1kb",
+        include_str!("../workloads/transactions-1-topic-16-partitions-1kb.yaml"),
+    ),
+    (
         "max-rate-1-topic-1-partition-1000b",
         include_str!("../workloads/max-rate-1-topic-1-partition-1000b.yaml"),
     ),

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use weir_client::{
@@ -206,6 +206,8 @@ struct Shared {
     payload_file: Option<Bytes>,
     /// The Weir SDK producers (their statistics give the client's stages).
     weir_producers: Mutex<Vec<Arc<Producer>>>,
+    /// Transactions committed (a transactional workload).
+    transactions: AtomicU64,
 }
 
 impl Shared {
@@ -321,6 +323,7 @@ impl Sender {
         w: &Workload,
         extra: &[(String, String)],
         shared: &Arc<Shared>,
+        index: u64,
     ) -> anyhow::Result<Sender> {
         Ok(match driver {
             Driver::Weir => {
@@ -336,14 +339,24 @@ impl Sender {
             Driver::Kafka => {
                 let tally = KafkaTally::new(shared.clone());
                 let reports = tally.clone();
+                // One transactional id per producer of this run.
+                let id = w
+                    .driver
+                    .transaction_records
+                    .map(|_| format!("weir-bench-{}-{index}", std::process::id()));
                 let p = crate::kafka::KafkaProducer::new(
                     &bootstrap.to_string(),
                     &w.driver,
                     extra,
+                    id.as_deref(),
                     Box::new(move |intended, bytes, outcome| {
                         reports.report(intended, bytes, outcome)
                     }),
                 )?;
+                if id.is_some() {
+                    tokio::task::block_in_place(|| p.init_transactions())
+                        .with_context(|| format!("init_transactions to {bootstrap}"))?;
+                }
                 Sender::Kafka(p, tally)
             }
         })
@@ -371,6 +384,33 @@ impl Sender {
                 .await
                 .map(|()| None)
                 .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Commits the transaction under way (and begins the next unless
+    /// `last`); a failed commit is counted as an error and the
+    /// transaction aborted. librdkafka only: the Weir driver refuses
+    /// transactional workloads.
+    fn commit(&self, shared: &Shared, last: bool) {
+        if let Sender::Kafka(p, tally) = self {
+            // librdkafka's commit blocks its thread until the records
+            // are delivered and the transaction has ended.
+            let r = tokio::task::block_in_place(|| p.commit_transaction(last));
+            tally.flush();
+            match r {
+                Ok(()) => {
+                    shared.transactions.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    shared.note_error(&format!("commit_transaction: {e}"));
+                    shared.publish_errors.fetch_add(1, Ordering::Relaxed);
+                    if !last {
+                        if let Err(e) = tokio::task::block_in_place(|| p.abort_transaction()) {
+                            shared.note_error(&format!("abort_transaction: {e}"));
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -427,7 +467,9 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
         limit_bytes,
     } = job;
     let partitions = w.partitions_per_topic;
-    let p = Sender::connect(driver, bootstrap, &w, &kafka_config, &shared).await?;
+    let p = Sender::connect(driver, bootstrap, &w, &kafka_config, &shared, index).await?;
+    let per_txn = w.driver.transaction_records;
+    let mut in_txn: u64 = 0;
     let pool: Vec<Bytes> = match &shared.payload_file {
         Some(p) => vec![p.clone()],
         None => payloads(&w).into_iter().map(Bytes::from).collect(),
@@ -564,6 +606,13 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
         }
         sent_bytes += bytes;
         k += 1;
+        if let Some(n) = per_txn {
+            in_txn += 1;
+            if in_txn >= n {
+                p.commit(&shared, false);
+                in_txn = 0;
+            }
+        }
         // A chunk goes to the acker when full, or after 1 ms (so that slow,
         // rate-limited producers are observed promptly).
         if chunk.len() >= CHUNK
@@ -583,6 +632,9 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
     }
     delay.merge_into(&shared.publish_delay);
     drop(tx);
+    if per_txn.is_some() && in_txn > 0 {
+        p.commit(&shared, true);
+    }
     p.flush().await;
     let _ = acker.await;
     p.close().await;
@@ -667,6 +719,7 @@ async fn consume_kafka(
     topic: String,
     group: String,
     bootstrap: SocketAddr,
+    isolation: Option<String>,
     kafka_config: Arc<[(String, String)]>,
     shared: Arc<Shared>,
 ) -> anyhow::Result<()> {
@@ -674,7 +727,14 @@ async fn consume_kafka(
     // its own (tokio's blocking pool), polling as librdkafka's own
     // examples do.
     tokio::task::spawn_blocking(move || {
-        consume_kafka_blocking(&topic, &group, bootstrap, &kafka_config, &shared)
+        consume_kafka_blocking(
+            &topic,
+            &group,
+            bootstrap,
+            isolation.as_deref(),
+            &kafka_config,
+            &shared,
+        )
     })
     .await?
 }
@@ -683,13 +743,19 @@ fn consume_kafka_blocking(
     topic: &str,
     group: &str,
     bootstrap: SocketAddr,
+    isolation: Option<&str>,
     kafka_config: &[(String, String)],
     shared: &Shared,
 ) -> anyhow::Result<()> {
     use rdkafka::consumer::Consumer;
     use rdkafka::message::Message;
-    let consumer =
-        crate::kafka::group_consumer(&bootstrap.to_string(), group, topic, kafka_config)?;
+    let consumer = crate::kafka::group_consumer(
+        &bootstrap.to_string(),
+        group,
+        topic,
+        isolation,
+        kafka_config,
+    )?;
     let mut local = Hist::new();
     let (mut n, mut bytes) = (0u64, 0u64);
     let mut last_flush = now_us();
@@ -741,6 +807,20 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         .collect();
     let configs = w.driver.topic_configs();
     let payload_file = w.read_payload_file(&opts.workload_dir)?.map(Bytes::from);
+    if opts.driver == Driver::Weir {
+        if w.driver.transaction_records.is_some() {
+            bail!(
+                "driver.transactionRecords needs --driver kafka: the Weir SDK has no \
+                 transactional producer yet"
+            );
+        }
+        if w.driver.isolation_level.as_deref() == Some("read_committed") {
+            bail!(
+                "driver.isolationLevel read_committed needs --driver kafka: the Weir SDK's \
+                 consumers read uncommitted"
+            );
+        }
+    }
     match opts.driver {
         Driver::Weir => {
             let admin = Client::connect_with(opts.bootstrap, opts.client.clone())
@@ -789,6 +869,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         consumers_joined: AtomicU64::new(0),
         payload_file,
         weir_producers: Mutex::new(Vec::new()),
+        transactions: AtomicU64::new(0),
     });
     let mut notes = Vec::new();
     let kafka_config: Arc<[(String, String)]> = opts.kafka_config.clone().into();
@@ -853,6 +934,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                             topic,
                             group,
                             opts.bootstrap,
+                            w.driver.isolation_level.clone(),
                             kafka_config.clone(),
                             shared,
                         )),
@@ -1057,6 +1139,12 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
     }
     if let Some(e) = shared.first_error.lock().expect("error").take() {
         notes.push(format!("first publish error: {e}"));
+    }
+    if let Some(n) = w.driver.transaction_records {
+        notes.push(format!(
+            "{} transactions of {n} records committed (whole run, warm-up included)",
+            shared.transactions.load(Ordering::Relaxed)
+        ));
     }
     let totals = Totals {
         published: end.0 - m_counts.0,

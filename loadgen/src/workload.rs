@@ -196,6 +196,16 @@ pub struct DriverSettings {
     /// `send` waits (Kafka's `buffer.memory`), at least 1 KiB. Default
     /// 64 MiB.
     pub buffer_memory: usize,
+    /// `transactionRecords`: if set, each producer writes in transactions
+    /// of this many records (Kafka's `transactional.id`, one per producer;
+    /// `--driver kafka` only), committing each; needs idempotence and
+    /// `acks: all`. Unset (default): no transactions.
+    pub transaction_records: Option<u64>,
+    /// `isolationLevel`: the consumers' `isolation.level`,
+    /// `read_uncommitted` or `read_committed`; unset (default): the
+    /// client's own default (the Weir SDK: read_uncommitted; librdkafka:
+    /// read_committed).
+    pub isolation_level: Option<String>,
 }
 
 impl Default for DriverSettings {
@@ -210,6 +220,8 @@ impl Default for DriverSettings {
             flush_ms: None,
             max_in_flight: 5,
             buffer_memory: 64 << 20,
+            transaction_records: None,
+            isolation_level: None,
         }
     }
 }
@@ -322,9 +334,37 @@ impl DriverSettings {
                 ),
             ));
         }
+        if let Some(n) = self.transaction_records {
+            if n == 0 || n > TRANSACTION_RECORDS_MAX {
+                return Err(WorkloadError::new(
+                    "driver.transactionRecords",
+                    format!("must be 1 to {TRANSACTION_RECORDS_MAX} or null (got {n})"),
+                ));
+            }
+            if !self.idempotence || self.acks != "all" {
+                return Err(WorkloadError::new(
+                    "driver.transactionRecords",
+                    "transactions need idempotence: true and acks: all",
+                ));
+            }
+        }
+        if let Some(l) = &self.isolation_level {
+            if !ISOLATION_LEVELS.contains(&l.as_str()) {
+                return Err(WorkloadError::new(
+                    "driver.isolationLevel",
+                    format!("must be read_uncommitted or read_committed (got `{l}`)"),
+                ));
+            }
+        }
         Ok(())
     }
 }
+
+/// Most records per transaction (`driver.transactionRecords`): a
+/// transaction must end well within `transaction.timeout.ms`.
+pub const TRANSACTION_RECORDS_MAX: u64 = 10_000_000;
+/// The accepted values of `driver.isolationLevel`.
+const ISOLATION_LEVELS: &[&str] = &["read_uncommitted", "read_committed"];
 
 /// Accepts a YAML string or number as a string (`acks: 1` as well as
 /// `acks: "1"`).

@@ -138,6 +138,62 @@ fn the_kafka_driver_runs_a_workload_through_librdkafka() {
     broker.stop().unwrap();
 }
 
+/// A transactional workload through librdkafka: every record committed
+/// in transactions of 100, read back read_committed; the log holds the
+/// records and one commit marker per partition per transaction. The Weir
+/// driver refuses the workload with a clear error.
+#[test]
+fn the_kafka_driver_commits_transactions_and_reads_them_committed() {
+    let broker = Embedded::start(1, None).unwrap();
+    let rt = runtime();
+    let w = workload(&[
+        ("driver.transactionRecords", "100"),
+        ("driver.isolationLevel", "read_committed"),
+    ]);
+    let mut opts = options(Mode::EndToEnd, broker.kafka.unwrap(), "txn");
+    opts.driver = Driver::Kafka;
+    let report = rt.block_on(run(&w, &opts)).unwrap();
+    assert!(
+        report.notes.iter().all(|n| !n.contains("failed")),
+        "{:?}",
+        report.notes
+    );
+    assert_eq!(report.totals.publish_errors, 0, "{:?}", report.notes);
+    let committed: u64 = report
+        .notes
+        .iter()
+        .find_map(|n| {
+            n.strip_suffix(" transactions of 100 records committed (whole run, warm-up included)")
+        })
+        .unwrap_or_else(|| panic!("no transaction count in {:?}", report.notes))
+        .parse()
+        .unwrap();
+    let acked = report.totals.acknowledged_all;
+    // Whole transactions of 100, and the last one (shorter) at the end.
+    assert_eq!(committed, acked.div_ceil(100), "acknowledged {acked}");
+    let held: u64 = rt.block_on(async {
+        let c = Client::connect(broker.addr).await.unwrap();
+        let t = c.describe_topic("test-0-txn").await.unwrap();
+        t.partitions.iter().map(|p| p.log_end_offset).sum()
+    });
+    // Each transaction wrote to the 4 partitions (records go round robin):
+    // a commit marker in each.
+    assert_eq!(held, acked + 4 * committed, "{committed} transactions");
+    // read_committed consumers saw the committed records (not the markers).
+    assert!(
+        report.totals.consumed_all <= acked && report.totals.consumed_all * 10 >= acked * 9,
+        "consumed {} of {acked}",
+        report.totals.consumed_all
+    );
+
+    let mut opts = options(Mode::EndToEnd, broker.addr, "txn-weir");
+    opts.driver = Driver::Weir;
+    let e = rt.block_on(run(&w, &opts)).unwrap_err().to_string();
+    assert!(e.contains("needs --driver kafka"), "{e}");
+    drop(rt);
+    broker.stop().unwrap();
+}
+
 #[test]
 fn rate_limited_producers_hold_the_rate() {
     let rt = runtime();

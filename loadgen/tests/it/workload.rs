@@ -91,6 +91,7 @@ fn every_shipped_workload_loads_and_validates() {
             "max-rate-1-topic-1-partition-1000b.yaml",
             "max-rate-1-topic-1-partition-100b.yaml",
             "max-rate-1-topic-16-partitions-100b.yaml",
+            "transactions-1-topic-16-partitions-1kb.yaml",
         ]
     );
     for path in &files {
@@ -116,6 +117,10 @@ fn every_shipped_workload_loads_and_validates() {
                 path.display()
             );
             assert_eq!(w.driver, DriverSettings::default(), "{}", path.display());
+        } else if text.contains("transactionRecords") {
+            // Issue 32's transactional produce: 16 partitions as OMB's.
+            assert_eq!(w.driver.transaction_records, Some(1000));
+            assert_eq!(w.partitions_per_topic, 16, "{}", path.display());
         } else {
             // The single-partition rows of docs/benchmarks.md.
             assert_eq!(
@@ -425,6 +430,25 @@ fn each_semantic_check_names_its_field() {
             &[("driver", "driver:\n  maxInFlight: 6")],
             "driver.maxInFlight",
         ),
+        (
+            &[("driver", "driver:\n  transactionRecords: 0")],
+            "driver.transactionRecords",
+        ),
+        (
+            &[(
+                "driver",
+                "driver:\n  transactionRecords: 100\n  idempotence: false",
+            )],
+            "driver.transactionRecords",
+        ),
+        (
+            &[("driver", "driver:\n  transactionRecords: 100\n  acks: 1")],
+            "driver.transactionRecords",
+        ),
+        (
+            &[("driver", "driver:\n  isolationLevel: committed")],
+            "driver.isolationLevel",
+        ),
     ];
     for (changes, field) in cases {
         let yaml = with_all(changes);
@@ -563,7 +587,7 @@ fn set_rejects_unknown_names() {
     assert!(names.contains(&"driver.maxInFlight".to_string()));
     assert!(names.contains(&"consumerBacklogSizeGB".to_string()));
     assert!(!names.contains(&"driver".to_string()));
-    assert_eq!(names.len(), 16 + 9);
+    assert_eq!(names.len(), 16 + 11);
 }
 
 #[test]
