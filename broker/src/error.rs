@@ -211,10 +211,18 @@ impl BrokerError {
                 Denied::Group => ErrorCode::GroupAuthorizationFailed,
                 Denied::Cluster => ErrorCode::ClusterAuthorizationFailed,
             },
-            // The native protocol has no transactions yet: the nearest.
             BrokerError::Transaction(r) => match r {
                 TxnRefusal::Txn(weir_txn::TxnError::ProducerFenced(_)) => {
                     ErrorCode::InvalidProducerEpoch
+                }
+                TxnRefusal::Txn(weir_txn::TxnError::InvalidTxnState(_)) => {
+                    ErrorCode::InvalidTxnState
+                }
+                TxnRefusal::Txn(weir_txn::TxnError::ConcurrentTransactions(_)) => {
+                    ErrorCode::ConcurrentTransactions
+                }
+                TxnRefusal::Txn(weir_txn::TxnError::InvalidProducerIdMapping(_)) => {
+                    ErrorCode::UnknownProducerId
                 }
                 TxnRefusal::NotCoordinator(_) => ErrorCode::NotCoordinator,
                 TxnRefusal::Loading(_) => ErrorCode::Recovering,

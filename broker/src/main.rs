@@ -4,6 +4,7 @@ mod acl_cli;
 mod cli;
 mod cluster_cli;
 mod quota_cli;
+mod txn_cli;
 mod user_cli;
 
 use clap::{Parser, Subcommand};
@@ -52,6 +53,9 @@ enum Command {
     Acl(acl_cli::AclArgs),
     /// Client quotas: byte rates and request time per user and client id.
     Quota(quota_cli::QuotaArgs),
+    /// Transactions: list, describe, a partition's producers, abort a
+    /// hanging one.
+    Txn(txn_cli::TxnArgs),
 }
 
 /// Logs go to stderr, filtered by `WEIR_LOG` (default `info`).
@@ -81,6 +85,7 @@ fn main() {
         Command::User(args) => user_cli::user(args),
         Command::Acl(args) => acl_cli::acl(args),
         Command::Quota(args) => quota_cli::quota(args),
+        Command::Txn(args) => txn_cli::txn(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

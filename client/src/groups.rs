@@ -265,14 +265,26 @@ impl Client {
     /// coordinates).
     pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
         let mine = self.request(&ListGroupsRequest {}).await?.groups;
-        let Ok(cluster) = self.describe_cluster().await else {
-            return Ok(mine);
-        };
-        if cluster.nodes.len() < 2 {
-            return Ok(mine);
-        }
         let mut all: BTreeMap<String, GroupListing> =
             mine.into_iter().map(|g| (g.group.clone(), g)).collect();
+        for other in self.other_nodes().await {
+            if let Ok(r) = other.request(&ListGroupsRequest {}).await {
+                for g in r.groups {
+                    all.entry(g.group.clone()).or_insert(g);
+                }
+            }
+        }
+        Ok(all.into_values().collect())
+    }
+
+    /// One (lazily connecting) client per other node of the cluster, as
+    /// DescribeCluster names them; none if the cluster cannot be
+    /// described.
+    pub(crate) async fn other_nodes(&self) -> Vec<Client> {
+        let mut out = Vec::new();
+        let Ok(cluster) = self.describe_cluster().await else {
+            return out;
+        };
         for n in &cluster.nodes {
             let Some(addr) = crate::node_addr(&n.native, self.addr.ip()).await else {
                 continue;
@@ -281,14 +293,9 @@ impl Client {
                 continue;
             }
             let config = crate::config_for_host(&self.config, crate::host_of(&n.native));
-            let other = Client::connect_lazy(addr, config);
-            if let Ok(r) = other.request(&ListGroupsRequest {}).await {
-                for g in r.groups {
-                    all.entry(g.group.clone()).or_insert(g);
-                }
-            }
+            out.push(Client::connect_lazy(addr, config));
         }
-        Ok(all.into_values().collect())
+        out
     }
 
     /// A group's state, generation, members (subscription, target

@@ -120,6 +120,7 @@ pub mod properties;
 pub mod sasl;
 pub mod stats;
 pub mod tls;
+pub mod txns;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -69,6 +69,10 @@ use kafka_protocol::messages::{
     CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
     DescribeAclsRequest, DescribeAclsResponse,
 };
+use kafka_protocol::messages::{
+    DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, ListTransactionsRequest, ListTransactionsResponse,
+};
 use kafka_protocol::protocol::buf::{ByteBuf, ByteBufMut};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 use kafka_protocol::ResponseError;
@@ -239,6 +243,12 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn as i16, 0, 3),
     // v3 adds the member's id and generation (KIP-447); v5 is KIP-890's v2.
     (ApiKey::TxnOffsetCommit as i16, 0, 4),
+    // Kafka 3.0+ (KIP-664): kafka-transactions.sh and Admin's
+    // describeProducers/describeTransactions/listTransactions. ListTransactions
+    // v1 adds the duration filter; v2's id pattern (4.1) is not served.
+    (ApiKey::DescribeProducers as i16, 0, 0),
+    (ApiKey::DescribeTransactions as i16, 0, 0),
+    (ApiKey::ListTransactions as i16, 0, 1),
 ];
 
 /// The advertised `(min, max)` versions of an API, if it is served.
@@ -447,6 +457,9 @@ kafka_apis! {
     EndTxn: EndTxnRequest => EndTxnResponse,
     AddOffsetsToTxn: AddOffsetsToTxnRequest => AddOffsetsToTxnResponse,
     TxnOffsetCommit: TxnOffsetCommitRequest => TxnOffsetCommitResponse,
+    DescribeProducers: DescribeProducersRequest => DescribeProducersResponse,
+    DescribeTransactions: DescribeTransactionsRequest => DescribeTransactionsResponse,
+    ListTransactions: ListTransactionsRequest => ListTransactionsResponse,
 }
 
 /// What identifies a request for its answer: readable from the first 8
@@ -1744,7 +1757,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), SUPPORTED.len(), "an api listed twice");
-        assert_eq!(SUPPORTED.len(), 39);
+        assert_eq!(SUPPORTED.len(), 42);
         for &(key, min, max) in SUPPORTED {
             let range = api(key).valid_versions();
             assert!(

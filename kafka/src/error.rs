@@ -74,6 +74,9 @@ pub fn coordinator_error(code: ErrorCode) -> Option<ResponseError> {
         ErrorCode::ClusterAuthorizationFailed => K::ClusterAuthorizationFailed,
         ErrorCode::SecurityDisabled => K::SecurityDisabled,
         ErrorCode::SaslAuthenticationFailed => K::SaslAuthenticationFailed,
+        ErrorCode::InvalidTxnState => K::InvalidTxnState,
+        ErrorCode::TransactionalIdNotFound => K::TransactionalIdNotFound,
+        ErrorCode::ConcurrentTransactions => K::ConcurrentTransactions,
     })
 }
 

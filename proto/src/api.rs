@@ -90,11 +90,19 @@ pub enum ApiKey {
     DescribeClientQuotas = 31,
     /// Sets and removes client quotas.
     AlterClientQuotas = 32,
+    /// The transactions this node coordinates (all, or the ids asked for).
+    ListTransactions = 33,
+    /// Aborts a transactional id's open transaction (an operator's
+    /// `weir txn abort`), fencing its producer.
+    AbortTransaction = 34,
+    /// The producers a partition's leader remembers (ids, epochs, last
+    /// sequences, open transactions).
+    DescribeProducers = 35,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 33] = [
+    pub const ALL: [ApiKey; 36] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -128,6 +136,9 @@ impl ApiKey {
         ApiKey::SaslAuthenticate,
         ApiKey::DescribeClientQuotas,
         ApiKey::AlterClientQuotas,
+        ApiKey::ListTransactions,
+        ApiKey::AbortTransaction,
+        ApiKey::DescribeProducers,
     ];
 
     /// The key on the wire.
@@ -172,6 +183,9 @@ impl ApiKey {
             30 => ApiKey::SaslAuthenticate,
             31 => ApiKey::DescribeClientQuotas,
             32 => ApiKey::AlterClientQuotas,
+            33 => ApiKey::ListTransactions,
+            34 => ApiKey::AbortTransaction,
+            35 => ApiKey::DescribeProducers,
             _ => return None,
         })
     }
@@ -212,6 +226,9 @@ impl ApiKey {
             ApiKey::SaslAuthenticate => "SaslAuthenticate",
             ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
             ApiKey::AlterClientQuotas => "AlterClientQuotas",
+            ApiKey::ListTransactions => "ListTransactions",
+            ApiKey::AbortTransaction => "AbortTransaction",
+            ApiKey::DescribeProducers => "DescribeProducers",
         }
     }
 

@@ -132,11 +132,18 @@ pub enum ErrorCode {
     SecurityDisabled = 52,
     /// A SASL login failed (wrong user or password, a malformed token).
     SaslAuthenticationFailed = 53,
+    /// The request does not fit the transaction's state (nothing open to
+    /// abort, …).
+    InvalidTxnState = 54,
+    /// No transactional id of that name.
+    TransactionalIdNotFound = 55,
+    /// The transactional id's previous transaction is still ending: retry.
+    ConcurrentTransactions = 56,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 48] = [
+    pub const ALL: [ErrorCode; 51] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -185,6 +192,9 @@ impl ErrorCode {
         ErrorCode::ClusterAuthorizationFailed,
         ErrorCode::SecurityDisabled,
         ErrorCode::SaslAuthenticationFailed,
+        ErrorCode::InvalidTxnState,
+        ErrorCode::TransactionalIdNotFound,
+        ErrorCode::ConcurrentTransactions,
     ];
 
     /// The number on the wire.
@@ -243,6 +253,9 @@ impl ErrorCode {
             51 => ErrorCode::ClusterAuthorizationFailed,
             52 => ErrorCode::SecurityDisabled,
             53 => ErrorCode::SaslAuthenticationFailed,
+            54 => ErrorCode::InvalidTxnState,
+            55 => ErrorCode::TransactionalIdNotFound,
+            56 => ErrorCode::ConcurrentTransactions,
             _ => ErrorCode::Unknown,
         }
     }
@@ -264,6 +277,7 @@ impl ErrorCode {
                 | ErrorCode::RequestTimedOut
                 | ErrorCode::NotEnoughReplicas
                 | ErrorCode::Recovering
+                | ErrorCode::ConcurrentTransactions
         )
     }
 
@@ -318,6 +332,9 @@ impl ErrorCode {
             ErrorCode::StaleMemberEpoch => "StaleMemberEpoch",
             ErrorCode::RebalanceInProgress => "RebalanceInProgress",
             ErrorCode::FencedInstanceId => "FencedInstanceId",
+            ErrorCode::InvalidTxnState => "InvalidTxnState",
+            ErrorCode::TransactionalIdNotFound => "TransactionalIdNotFound",
+            ErrorCode::ConcurrentTransactions => "ConcurrentTransactions",
         }
     }
 
@@ -372,6 +389,9 @@ impl ErrorCode {
             ErrorCode::StaleMemberEpoch => "stale member epoch",
             ErrorCode::RebalanceInProgress => "rebalance in progress",
             ErrorCode::FencedInstanceId => "fenced instance id",
+            ErrorCode::InvalidTxnState => "invalid transaction state",
+            ErrorCode::TransactionalIdNotFound => "unknown transactional id",
+            ErrorCode::ConcurrentTransactions => "the previous transaction is still ending",
         }
     }
 }

@@ -1291,6 +1291,125 @@ pub struct ReassignPartitionsResponse {
     pub partitions: Vec<ReassignmentResult>,
 }
 
+// --- ListTransactions (33) -------------------------------------------------------
+
+/// The transactions a node coordinates. Each node answers for the
+/// transactional ids it coordinates: ask every node for the cluster's.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ListTransactionsRequest {
+    /// Only these transactional ids (empty: all).
+    pub ids: Vec<String>,
+    /// Only transactions in these states (`Ongoing`, `PrepareCommit`, …;
+    /// empty: all).
+    pub states: Vec<String>,
+}
+
+/// One partition of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct TxnPartition {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+}
+
+/// A transactional id as its coordinator knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct TransactionInfo {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// Its producer id.
+    pub producer_id: i64,
+    /// Its producer epoch.
+    pub producer_epoch: i16,
+    /// `Empty`, `Ongoing`, `PrepareCommit`, `PrepareAbort`,
+    /// `CompleteCommit`, `CompleteAbort` or `Dead`.
+    pub state: String,
+    /// `transaction.timeout.ms`.
+    pub timeout_ms: u32,
+    /// When its transaction began (ms since the epoch; -1: none open).
+    pub start_ms: i64,
+    /// The partitions of its transaction.
+    pub partitions: Vec<TxnPartition>,
+}
+
+/// The answer to a [`ListTransactionsRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ListTransactionsResponse {
+    /// Error code (0 = none; `Recovering`: a partition of
+    /// `__transaction_state` is still loading, the list may be short).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// The answering node.
+    pub node_id: u64,
+    /// Its transactions, by transactional id.
+    pub transactions: Vec<TransactionInfo>,
+}
+
+// --- AbortTransaction (34) -------------------------------------------------------
+
+/// Aborts a transactional id's open transaction now (its producer fenced),
+/// at its coordinator (`NotCoordinator` elsewhere).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AbortTransactionRequest {
+    /// The transactional id.
+    pub transactional_id: String,
+}
+
+/// The answer to an [`AbortTransactionRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AbortTransactionResponse {
+    /// Error code (0 = none; `NotCoordinator`, `TransactionalIdNotFound`,
+    /// `InvalidTxnState`: nothing open, `ConcurrentTransactions`: already
+    /// ending).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// The producer id after the abort.
+    pub producer_id: i64,
+    /// The (bumped) producer epoch after the abort.
+    pub producer_epoch: i16,
+}
+
+// --- DescribeProducers (35) ------------------------------------------------------
+
+/// The producers a partition's leader remembers.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeProducersRequest {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+}
+
+/// One producer of a partition.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ProducerInfo {
+    /// Its id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+    /// Sequence of its last record (-1: none).
+    pub last_sequence: i32,
+    /// Largest timestamp of its last batch (ms).
+    pub last_timestamp: i64,
+    /// First offset of its open transaction (-1: none open).
+    pub txn_start_offset: i64,
+}
+
+/// The answer to a [`DescribeProducersRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct DescribeProducersResponse {
+    /// Error code (0 = none; `NotLeader`, `NotOwner`,
+    /// `UnknownTopicOrPartition`).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// The producers, by id.
+    pub producers: Vec<ProducerInfo>,
+}
+
 // --- trait impls -------------------------------------------------------------------
 
 macro_rules! impl_message {
@@ -1371,6 +1490,12 @@ impl_message!(
     DescribeClientQuotasResponse,
     AlterClientQuotasRequest,
     AlterClientQuotasResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    AbortTransactionRequest,
+    AbortTransactionResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
 );
 
 /// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
@@ -1494,4 +1619,7 @@ requests! {
     SaslAuthenticate => SaslAuthenticateRequest, SaslAuthenticateResponse;
     DescribeClientQuotas => DescribeClientQuotasRequest, DescribeClientQuotasResponse;
     AlterClientQuotas => AlterClientQuotasRequest, AlterClientQuotasResponse;
+    ListTransactions => ListTransactionsRequest, ListTransactionsResponse;
+    AbortTransaction => AbortTransactionRequest, AbortTransactionResponse;
+    DescribeProducers => DescribeProducersRequest, DescribeProducersResponse;
 }

@@ -465,6 +465,9 @@ fn error_codes_are_pinned() {
         ("ClusterAuthorizationFailed", 51),
         ("SecurityDisabled", 52),
         ("SaslAuthenticationFailed", 53),
+        ("InvalidTxnState", 54),
+        ("TransactionalIdNotFound", 55),
+        ("ConcurrentTransactions", 56),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -484,7 +487,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in (24..=29).chain(54..=u16::MAX) {
+    for n in (24..=29).chain(57..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -504,7 +507,8 @@ fn retriable_codes() {
             ErrorCode::NotEnoughReplicas,
             ErrorCode::Recovering,
             ErrorCode::NotLeader,
-            ErrorCode::NotCoordinator
+            ErrorCode::NotCoordinator,
+            ErrorCode::ConcurrentTransactions
         ]
     );
     assert_eq!(
@@ -549,6 +553,9 @@ fn api_keys_are_pinned() {
         ("SaslAuthenticate", 30),
         ("DescribeClientQuotas", 31),
         ("AlterClientQuotas", 32),
+        ("ListTransactions", 33),
+        ("AbortTransaction", 34),
+        ("DescribeProducers", 35),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -568,7 +575,7 @@ fn api_keys_are_pinned() {
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);
     }
-    for n in 33..=u16::MAX {
+    for n in 36..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

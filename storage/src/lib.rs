@@ -49,5 +49,5 @@ pub use config::{CleanupPolicy, LogConfig};
 pub use epochs::EpochCache;
 pub use error::{Result, StorageError};
 pub use log::{AppendInfo, PartitionLog, ReadResult, RecoveryReport, RetentionReport};
-pub use producer_state::ProducerStateTable;
+pub use producer_state::{ActiveProducer, ProducerStateTable};
 pub use shard::{ShardConfig, ShardStats, StorageShard};

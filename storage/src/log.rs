@@ -84,7 +84,9 @@ use crate::cleaner::CleanerCheckpoint;
 use crate::config::LogConfig;
 use crate::epochs::EpochCache;
 use crate::error::{Result, StorageError};
-use crate::producer_state::{ProducerStateTable, Verdict, PRODUCER_SNAPSHOT_INTERVAL_BYTES};
+use crate::producer_state::{
+    ActiveProducer, ProducerStateTable, Verdict, PRODUCER_SNAPSHOT_INTERVAL_BYTES,
+};
 use crate::segment::{self, FileKind, ScanSummary, Segment, SegmentState};
 use crate::shard::{bump, probe_device, ShardInner, StorageShard};
 use crate::tail_writer::WriteJob;
@@ -995,6 +997,25 @@ impl PartitionLog {
             .producers
             .open_transactions()
             .collect()
+    }
+
+    /// The producers this partition remembers (Kafka's
+    /// DescribeProducers), by producer id.
+    pub fn producers(&self) -> Vec<ActiveProducer> {
+        let st = self.inner.state.borrow();
+        let mut out: Vec<ActiveProducer> = st
+            .producers
+            .iter()
+            .map(|(producer_id, e)| ActiveProducer {
+                producer_id,
+                epoch: e.epoch,
+                last_sequence: e.last_batch().map_or(-1, |b| b.last_seq),
+                last_timestamp: e.last_timestamp,
+                txn_first_offset: e.txn_first_offset,
+            })
+            .collect();
+        out.sort_by_key(|p| p.producer_id);
+        out
     }
 
     /// The aborted transactions a read-committed read of `[from, upto)`

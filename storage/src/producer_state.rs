@@ -131,6 +131,22 @@ pub struct BatchMetadata {
     pub last_offset: u64,
 }
 
+/// One producer as a partition's leader describes it (Kafka's
+/// DescribeProducers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveProducer {
+    /// Its id.
+    pub producer_id: i64,
+    /// Its current epoch.
+    pub epoch: i16,
+    /// Sequence of its last record (-1: none remembered).
+    pub last_sequence: i32,
+    /// Largest timestamp of its last batch (ms).
+    pub last_timestamp: i64,
+    /// First offset of its open transaction, if one is open.
+    pub txn_first_offset: Option<u64>,
+}
+
 /// What the table knows about one producer id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerEntry {
@@ -223,6 +239,11 @@ impl ProducerStateTable {
     /// Whether no producer is remembered.
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
+    }
+
+    /// Every producer remembered, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(&pid, e)| (pid, e))
     }
 
     /// The entry of a producer id.

@@ -558,6 +558,39 @@ impl Transactions {
         self.store(next, None, Ok(())).record
     }
 
+    /// An operator's abort (`weir txn abort`): `transactional_id`'s open
+    /// transaction is aborted now, its producer fenced by an epoch bump (as
+    /// a timeout does). Refused unless a transaction is open.
+    pub fn abort(
+        &mut self,
+        transactional_id: &str,
+        now_ms: i64,
+        new_producer_id: &mut dyn FnMut() -> i64,
+    ) -> Step<(i64, i16)> {
+        let m = match self.txns.get(transactional_id) {
+            None => {
+                return Step::refused(TxnError::InvalidProducerIdMapping(format!(
+                    "no transactional id `{transactional_id}` is known to its coordinator"
+                )))
+            }
+            Some(m) => m.clone(),
+        };
+        match m.state {
+            TxnState::Ongoing => self.prepare(m, false, true, now_ms, new_producer_id),
+            TxnState::PrepareCommit | TxnState::PrepareAbort => {
+                Step::refused(TxnError::ConcurrentTransactions(format!(
+                    "`{transactional_id}`'s transaction is already ending ({}): its markers \
+                     are being written",
+                    m.state.name()
+                )))
+            }
+            s => Step::refused(TxnError::InvalidTxnState(format!(
+                "`{transactional_id}` has no open transaction ({})",
+                s.name()
+            ))),
+        }
+    }
+
     /// Timers at `now_ms`: an open transaction past its timeout is aborted
     /// (its producer fenced by an epoch bump); a transactional id idle for
     /// `transactional.id.expiration.ms` is forgotten (a tombstone).

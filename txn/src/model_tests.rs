@@ -19,6 +19,7 @@ enum Op {
     End { id: u8, who: u8, commit: bool },
     MarkersDone { which: u8 },
     Tick { ms: u16 },
+    Abort { id: u8 },
     Restart,
 }
 
@@ -34,6 +35,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0..3u8, 0..4u8, any::<bool>()).prop_map(|(id, who, commit)| Op::End { id, who, commit }),
         (0..4u8).prop_map(|which| Op::MarkersDone { which }),
         (0..3000u16).prop_map(|ms| Op::Tick { ms }),
+        (0..3u8).prop_map(|id| Op::Abort { id }),
         Just(Op::Restart),
     ]
 }
@@ -187,6 +189,21 @@ fn run(ops: Vec<Op>) {
                         m.given.remove(id);
                     }
                     m.keep(&s);
+                }
+            }
+            Op::Abort { id } => {
+                let id = format!("t{id}");
+                let was_ongoing = m.c.get(&id).is_some_and(|t| t.state == TxnState::Ongoing);
+                let before = m.current(&id);
+                let s = m.c.abort(&id, m.now, &mut alloc);
+                assert_eq!(s.answer.is_ok(), was_ongoing, "only an open transaction");
+                if let Some(mk) = &s.markers {
+                    assert!(!mk.commit);
+                    assert!(mk.producer_epoch > before.unwrap().1, "the abort fences");
+                }
+                m.keep(&s);
+                if let Ok(p) = s.answer {
+                    m.given.entry(id.clone()).or_default().push(p);
                 }
             }
             Op::Restart => {

@@ -251,6 +251,10 @@ fn needs(req: &AnyRequest) -> Vec<(Op, Resource<'_>)> {
         R::SaslHandshake(_) | R::SaslAuthenticate(_) => Vec::new(),
         R::DescribeClientQuotas(_) => vec![(Op::DescribeConfigs, Resource::Cluster)],
         R::AlterClientQuotas(_) => vec![(Op::AlterConfigs, Resource::Cluster)],
+        // Transactional-id ACLs are not built: the cluster stands for them.
+        R::ListTransactions(_) => vec![(Op::Describe, Resource::Cluster)],
+        R::AbortTransaction(_) => vec![(Op::Alter, Resource::Cluster)],
+        R::DescribeProducers(r) => vec![topic(Op::Read, &r.topic)],
         // An API added later: the most a request can need, until it says.
         _ => vec![(Op::Alter, Resource::Cluster)],
     }
@@ -588,12 +592,144 @@ async fn serve_other(
             corr,
             &alter_quotas(core, body!(AlterClientQuotasRequest)).await,
         ),
+        ApiKey::ListTransactions => ok(
+            corr,
+            &list_transactions(core, body!(ListTransactionsRequest)).await,
+        ),
+        ApiKey::AbortTransaction => ok(
+            corr,
+            &abort_transaction(core, body!(AbortTransactionRequest)).await,
+        ),
+        ApiKey::DescribeProducers => ok(
+            corr,
+            &describe_producers(core, body!(DescribeProducersRequest)).await,
+        ),
         _ => Answer::error(
             corr,
             ErrorCode::UnsupportedApi,
             "API not served by this broker",
             false,
         ),
+    }
+}
+
+/// The transactions this node coordinates (those asked for, in the
+/// states asked for).
+async fn list_transactions(
+    core: &Rc<Core>,
+    req: ListTransactionsRequest,
+) -> ListTransactionsResponse {
+    let node_id = core.shared.config.cluster.node_id;
+    if req.ids.len() > REQUEST_PARTITIONS_MAX {
+        return ListTransactionsResponse {
+            error: ErrorCode::InvalidRequest.as_u16(),
+            message: Some(format!(
+                "the request names {} transactional ids; at most {REQUEST_PARTITIONS_MAX}",
+                req.ids.len()
+            )),
+            node_id,
+            transactions: Vec::new(),
+        };
+    }
+    let ids = (!req.ids.is_empty()).then_some(req.ids);
+    let transactions = crate::txns::admin::node_states(core, ids)
+        .await
+        .into_iter()
+        .filter(|m| req.states.is_empty() || req.states.iter().any(|s| s == m.state.name()))
+        .map(|m| TransactionInfo {
+            state: m.state.name().to_string(),
+            partitions: m
+                .partitions
+                .iter()
+                .map(|(topic, partition)| TxnPartition {
+                    topic: topic.clone(),
+                    partition: *partition,
+                })
+                .collect(),
+            transactional_id: m.transactional_id,
+            producer_id: m.producer_id,
+            producer_epoch: m.producer_epoch,
+            timeout_ms: m.timeout_ms,
+            start_ms: m.start_ms,
+        })
+        .collect();
+    ListTransactionsResponse {
+        error: 0,
+        message: None,
+        node_id,
+        transactions,
+    }
+}
+
+/// An operator's abort of a transactional id's open transaction, at its
+/// coordinator.
+async fn abort_transaction(
+    core: &Rc<Core>,
+    req: AbortTransactionRequest,
+) -> AbortTransactionResponse {
+    let request = crate::txns::api::TxnRequest::Abort {
+        id: req.transactional_id.clone(),
+    };
+    // Only the coordinating node answers (others: NotCoordinator): a
+    // client asks each in turn.
+    match crate::txns::coordinator::serve(core, request).await {
+        Ok(pair) => {
+            let (producer_id, producer_epoch) = pair.unwrap_or((-1, -1));
+            AbortTransactionResponse {
+                error: 0,
+                message: None,
+                producer_id,
+                producer_epoch,
+            }
+        }
+        Err(e) => {
+            let not_found = matches!(
+                &e,
+                crate::txns::api::TxnRefusal::Txn(weir_txn::TxnError::InvalidProducerIdMapping(_))
+            );
+            let (error, message) = BrokerError::Transaction(e).wire();
+            AbortTransactionResponse {
+                error: if not_found {
+                    ErrorCode::TransactionalIdNotFound.as_u16()
+                } else {
+                    error
+                },
+                message: Some(message),
+                producer_id: -1,
+                producer_epoch: -1,
+            }
+        }
+    }
+}
+
+/// The producers a partition's leader (this node) remembers.
+async fn describe_producers(
+    core: &Rc<Core>,
+    req: DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    match crate::txns::admin::producers(core, &req.topic, req.partition).await {
+        Ok(producers) => DescribeProducersResponse {
+            error: 0,
+            message: None,
+            producers: producers
+                .into_iter()
+                .map(|a| ProducerInfo {
+                    producer_id: a.producer_id,
+                    producer_epoch: a.epoch,
+                    last_sequence: a.last_sequence,
+                    last_timestamp: a.last_timestamp,
+                    txn_start_offset: a.txn_first_offset.map_or(-1, |o| o as i64),
+                })
+                .collect(),
+        },
+        Err(e) => {
+            let (error, message) = e.wire();
+            DescribeProducersResponse {
+                error,
+                message: Some(message),
+                producers: Vec::new(),
+            }
+        }
     }
 }
 

@@ -100,6 +100,18 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             let r = crate::groups::coordinator::handle(core, request).await;
             reply.send(&core.mesh, r).await;
         }
+        CoreMsg::TxnStates { ids, reply } => {
+            let r = crate::txns::admin::local_states(core, ids.as_deref());
+            reply.send(&core.mesh, r).await;
+        }
+        CoreMsg::Producers {
+            topic,
+            partition,
+            reply,
+        } => {
+            let r = crate::txns::admin::producers_local(core, &topic, partition);
+            reply.send(&core.mesh, r).await;
+        }
         CoreMsg::Txn { request, reply } => {
             let r = crate::txns::coordinator::handle(core, request).await;
             reply.send(&core.mesh, r).await;

@@ -161,6 +161,23 @@ pub enum CoreMsg {
         /// Where the answer goes.
         reply: ReplyTo<TxnResponse>,
     },
+    /// The transactional ids this core coordinates (only these, if
+    /// given).
+    TxnStates {
+        /// The ids asked for (`None`: all).
+        ids: Option<Vec<String>>,
+        /// Where the answer goes.
+        reply: ReplyTo<Vec<weir_txn::TxnMetadata>>,
+    },
+    /// The producers a partition this core owns remembers.
+    Producers {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Where the answer goes.
+        reply: ReplyTo<Result<Vec<weir_storage::ActiveProducer>, BrokerError>>,
+    },
     /// Append a transaction marker to a partition this core owns and
     /// answer once it may be acknowledged (acks=all).
     Marker {

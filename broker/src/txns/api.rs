@@ -53,6 +53,12 @@ pub enum TxnRequest {
         /// Commit (else abort).
         commit: bool,
     },
+    /// An operator's abort of the id's open transaction (`weir txn
+    /// abort`): its producer fenced.
+    Abort {
+        /// The transactional id.
+        id: String,
+    },
 }
 
 impl TxnRequest {
@@ -62,7 +68,8 @@ impl TxnRequest {
             TxnRequest::InitProducerId { id, .. }
             | TxnRequest::AddPartitions { id, .. }
             | TxnRequest::Verify { id, .. }
-            | TxnRequest::EndTxn { id, .. } => id,
+            | TxnRequest::EndTxn { id, .. }
+            | TxnRequest::Abort { id } => id,
         }
     }
 }

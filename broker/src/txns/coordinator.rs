@@ -180,6 +180,9 @@ pub async fn handle(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
         })
         .await
         .map(Some),
+        TxnRequest::Abort { id } => step_then_markers(core, p, |t, ids| t.abort(&id, now, ids))
+            .await
+            .map(Some),
     }
 }
 

@@ -11,12 +11,15 @@
 //! * [`registry`]: what a core keeps (its partitions' state machines, a
 //!   pool of producer ids);
 //! * [`machine`]: the transactions as a machine of the runtime;
-//! * [`api`]: the requests and answers that travel the mesh.
+//! * [`api`]: the requests and answers that travel the mesh;
+//! * [`admin`]: what operators ask (the transactions a node coordinates,
+//!   the producers a partition remembers).
 //!
 //! Markers reach partitions led on this node (any core, through the
-//! mesh); a partition led by another node gets its marker when that node
-//! can be asked (not built yet: the transaction stays prepared, retried).
+//! mesh) and partitions led by other nodes (node to node, over the
+//! replication mesh's data requests).
 
+pub mod admin;
 pub mod api;
 pub mod coordinator;
 pub mod machine;

@@ -83,6 +83,29 @@ fn a_transaction_left_open_by_a_dead_producer_is_aborted_after_its_timeout() {
     b.stop();
 }
 
+/// A transaction left hanging by a dead producer (a 10 minute timeout):
+/// `weir txn list|describe|producers` and kafka-python's admin
+/// (ListTransactions, DescribeTransactions, DescribeProducers) show it;
+/// `weir txn abort` ends it at once and the last stable offsets move.
+#[test]
+fn an_operator_sees_and_aborts_a_hanging_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let out = python_script(
+        "transactions.py",
+        &[
+            "confluent-kafka",
+            &b.kafka.to_string(),
+            "hung",
+            "hang",
+            env!("CARGO_BIN_EXE_weir"),
+            &b.listen.to_string(),
+        ],
+    );
+    assert!(out.contains("\ndone"), "{out}");
+    b.stop();
+}
+
 /// kafka-python and aiokafka (`broker/tests/kafka/transactions_py.py`):
 /// commit, abort, commit seen right by read_committed and
 /// read_uncommitted consumers; a zombie's commit refused as fenced.

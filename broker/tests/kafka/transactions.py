@@ -28,6 +28,14 @@ every input record's output exactly once, read committed.
 With `timeout`: a producer process dies with its transaction open; the
 coordinator aborts it after its 2 s timeout and read_committed's last
 stable offsets pass the abort markers.
+
+With `hang WEIR NATIVE`: a producer process dies with its transaction open
+(timeout 10 minutes); `weir txn list|describe|producers` (the `weir`
+binary WEIR against the native listener NATIVE) and kafka-python's admin
+(ListTransactions, DescribeTransactions, DescribeProducers) show it
+Ongoing on its partitions, holding the last stable offsets; `weir txn
+abort` ends it at once (the last stable offsets pass its abort markers,
+nothing of it is visible read_committed) and a second abort is refused.
 """
 
 import os
@@ -44,11 +52,15 @@ PARTITIONS = 4
 DEADLINE_S = 60
 
 
+T0 = time.monotonic()
+
+
 def check(cond, what):
+    at = f"[{time.monotonic() - T0:.1f}s]"
     if not cond:
-        print(f"FAIL {what}", flush=True)
+        print(f"FAIL {at} {what}", flush=True)
         sys.exit(1)
-    print(f"ok {what}", flush=True)
+    print(f"ok {at} {what}", flush=True)
 
 
 def create(name=None):
@@ -175,18 +187,14 @@ def ctp():
     sys.exit(0)
 
 
-def timeout():
-    """A producer that dies with its transaction open: the coordinator
-    aborts it after transaction.timeout.ms and the last stable offset
-    moves past it; the records stay invisible to read_committed."""
-    import os
+def dead_producer(tid, timeout_ms):
+    """A child process opens a transaction of 20 records over the
+    partitions and dies without ending it."""
     import subprocess
-    create()
-    # A child process opens a transaction and dies without ending it.
     code = (
         "from confluent_kafka import Producer\n"
-        f"p = Producer({{'bootstrap.servers': {bootstrap!r}, 'transactional.id': {topic + '-dead'!r},"
-        " 'transaction.timeout.ms': 2000})\n"
+        f"p = Producer({{'bootstrap.servers': {bootstrap!r}, 'transactional.id': {tid!r},"
+        f" 'transaction.timeout.ms': {timeout_ms}}})\n"
         "p.init_transactions(30)\n"
         "p.begin_transaction()\n"
         f"[p.produce({topic!r}, value=b'dead%d' % i, partition=i % {PARTITIONS}) for i in range(20)]\n"
@@ -194,6 +202,15 @@ def timeout():
         "import os; os._exit(0)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def timeout():
+    """A producer that dies with its transaction open: the coordinator
+    aborts it after transaction.timeout.ms and the last stable offset
+    moves past it; the records stay invisible to read_committed."""
+    import os
+    create()
+    dead_producer(topic + "-dead", 2000)
     written = high("read_uncommitted")
     check(high("read_committed") != written, "the dead producer's transaction holds the last stable offset")
     deadline = time.monotonic() + 30
@@ -203,6 +220,67 @@ def timeout():
     check(stable == [w + 1 for w in written],
           f"aborted after its timeout: the last stable offsets {stable} passed the abort markers ({written} + 1)")
     check(read("read_committed", 0) == [], "nothing of the dead producer's transaction is visible")
+    print("done", flush=True)
+    sys.exit(0)
+
+
+def hang(weir, native):
+    import subprocess
+    from kafka import KafkaAdminClient
+    from kafka.structs import TopicPartition as KTp
+    create()
+    tid = topic + "-hung"
+    dead_producer(tid, 600000)
+    written = high("read_uncommitted")
+    check(high("read_committed") == [0] * PARTITIONS, "the hanging transaction holds the last stable offsets at 0")
+
+    def weir_txn(*args, ok=True):
+        r = subprocess.run([weir, "txn", *args, "--bootstrap", native], capture_output=True, text=True, timeout=60)
+        check((r.returncode == 0) == ok, f"weir txn {' '.join(args)} exits {r.returncode}: {r.stdout}{r.stderr}")
+        return r.stdout + r.stderr
+
+    out = weir_txn("list")
+    row = next((r for r in (l.split() for l in out.splitlines()) if r and r[0] == tid), None)
+    check(row is not None and row[3] == "Ongoing" and row[5] == str(PARTITIONS),
+          f"weir txn list shows {tid} Ongoing on {PARTITIONS} partitions: {row}")
+    out = weir_txn("list", "--state", "CompleteCommit")
+    check(tid not in out, "weir txn list --state filters")
+    out = weir_txn("describe", tid)
+    check("Ongoing" in out and f"{topic}-3" in out and "600000 ms" in out, "weir txn describe names its state, partitions, timeout")
+    out = weir_txn("producers", topic, "0")
+    rows = [l.split() for l in out.splitlines()[1:]]
+    check(len(rows) == 1 and rows[0][4] == "0", f"weir txn producers shows the open transaction from offset 0: {rows}")
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    listed = [t for per_node in admin.list_transactions().values() for t in per_node]
+    mine = [t for t in listed if t.transactional_id == tid]
+    check(len(mine) == 1 and mine[0].state == "Ongoing", f"kafka-python ListTransactions: {mine}")
+    longer = [t for n in admin.list_transactions(duration_filter_ms=3_600_000).values() for t in n]
+    check(longer == [], f"ListTransactions v1's duration filter: none open for an hour ({longer})")
+    d = admin.describe_transactions([tid])[tid]
+    check(d.state == "Ongoing" and d.transaction_timeout_ms == 600000
+          and d.topic_partitions == {KTp(topic, q) for q in range(PARTITIONS)},
+          f"kafka-python DescribeTransactions: {d}")
+    ps = admin.describe_producers([KTp(topic, 1)])[KTp(topic, 1)].active_producers
+    check(len(ps) == 1 and ps[0].current_transaction_start_offset == 0 and ps[0].producer_id == d.producer_id,
+          f"kafka-python DescribeProducers: {ps}")
+    try:
+        admin.describe_transactions(["no-such-id"])
+        check(False, "an unknown transactional id is refused")
+    except Exception as e:
+        check("TransactionalIdNotFound" in type(e).__name__, f"an unknown transactional id is refused ({type(e).__name__})")
+
+    out = weir_txn("abort", tid)
+    check("aborted" in out, f"weir txn abort: {out.strip()}")
+    stable = high("read_committed")
+    check(stable == [w + 1 for w in written],
+          f"aborted at once: the last stable offsets {stable} passed the abort markers ({written} + 1)")
+    check(read("read_committed", 0) == [], "nothing of the hanging transaction is visible")
+    out = weir_txn("abort", tid, ok=False)
+    check("InvalidTxnState" in out, f"a second abort is refused: {out.strip()}")
+    out = weir_txn("describe", tid)
+    check("CompleteAbort" in out, "weir txn describe shows it CompleteAbort")
+    admin.close()
     print("done", flush=True)
     sys.exit(0)
 
@@ -302,6 +380,8 @@ if mode == "ctp-worker":
     ctp_worker()
 if mode == "ctp-kill":
     ctp_kill()
+if mode == "hang":
+    hang(sys.argv[5], sys.argv[6])
 
 create()
 

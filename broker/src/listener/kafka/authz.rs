@@ -80,6 +80,16 @@ fn needs(body: &KafkaRequest, version: i16) -> Vec<(Op, Resource<'_>)> {
             vec![(Op::Alter, Resource::Cluster)]
         }
         R::DescribeAcls(_) => vec![(Op::Describe, Resource::Cluster)],
+        // Transactional-id ACLs are not built: describing transactions is
+        // describing the cluster.
+        R::DescribeTransactions(_) | R::ListTransactions(_) => {
+            vec![(Op::Describe, Resource::Cluster)]
+        }
+        R::DescribeProducers(r) => r
+            .topics
+            .iter()
+            .map(|t| (Op::Read, Resource::Topic(t.name.as_str())))
+            .collect(),
         R::DescribeClientQuotas(_) => vec![(Op::DescribeConfigs, Resource::Cluster)],
         R::DeleteTopics(r) => r
             .topic_names

@@ -165,6 +165,18 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
             let resp = super::txn::add_offsets_to_txn(&core, r, version).await;
             answer(&h, KafkaResponse::AddOffsetsToTxn(resp))
         }),
+        KafkaRequest::DescribeTransactions(r) => later(async move {
+            let resp = super::txn::describe_transactions(&core, r).await;
+            answer(&h, KafkaResponse::DescribeTransactions(resp))
+        }),
+        KafkaRequest::ListTransactions(r) => later(async move {
+            let resp = super::txn::list_transactions(&core, r).await;
+            answer(&h, KafkaResponse::ListTransactions(resp))
+        }),
+        KafkaRequest::DescribeProducers(r) => later(async move {
+            let resp = super::txn::describe_producers(&core, r).await;
+            answer(&h, KafkaResponse::DescribeProducers(resp))
+        }),
         KafkaRequest::TxnOffsetCommit(r) => later(async move {
             let resp = super::txn::txn_offset_commit(&core, r).await;
             answer(&h, KafkaResponse::TxnOffsetCommit(resp))

@@ -242,3 +242,189 @@ pub(super) async fn txn_offset_commit(
         .collect();
     TxnOffsetCommitResponse::default().with_topics(topics)
 }
+
+/// The coordinator's answer for a transactional id this node holds no
+/// state of: not its coordinator, still loading, or unknown.
+fn absent_code(core: &Core, id: &str) -> i16 {
+    match txns::coordinator_of(core, id) {
+        Ok(_) => E::TransactionalIdNotFound.code(),
+        Err(e) => txn_code(&e),
+    }
+}
+
+/// A transaction's partitions, by topic.
+fn topics_of(m: &weir_txn::TxnMetadata) -> Vec<(String, Vec<i32>)> {
+    let mut by_topic: Vec<(String, Vec<i32>)> = Vec::new();
+    for (t, p) in &m.partitions {
+        match by_topic.last_mut() {
+            Some((last, ps)) if last == t => ps.push(*p as i32),
+            _ => by_topic.push((t.clone(), vec![*p as i32])),
+        }
+    }
+    by_topic
+}
+
+/// DescribeTransactions (v0): each id as its coordinator (this node) knows
+/// it; NOT_COORDINATOR for an id another node coordinates.
+pub(super) async fn describe_transactions(
+    core: &Rc<Core>,
+    r: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
+    let ids: Vec<String> = r.transactional_ids.iter().map(|i| i.to_string()).collect();
+    let too_many = ids.len() > REQUEST_PARTITIONS_MAX;
+    let states = if too_many {
+        Vec::new()
+    } else {
+        crate::txns::admin::node_states(core, Some(ids.clone())).await
+    };
+    let transaction_states = r
+        .transactional_ids
+        .into_iter()
+        .map(|id| {
+            let base = TransactionState::default()
+                .with_transactional_id(id.clone())
+                .with_transaction_state(StrBytes::from_static_str(""))
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+                .with_transaction_start_time_ms(-1);
+            if too_many {
+                return base.with_error_code(E::InvalidRequest.code());
+            }
+            match states.iter().find(|m| m.transactional_id == id.as_str()) {
+                None => base.with_error_code(absent_code(core, &id)),
+                Some(m) => base
+                    .with_transaction_state(StrBytes::from_static_str(m.state.name()))
+                    .with_transaction_timeout_ms(m.timeout_ms.min(i32::MAX as u32) as i32)
+                    .with_transaction_start_time_ms(m.start_ms)
+                    .with_producer_id(ProducerId(m.producer_id))
+                    .with_producer_epoch(m.producer_epoch)
+                    .with_topics(
+                        topics_of(m)
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                TopicData::default()
+                                    .with_topic(TopicName(StrBytes::from_string(t)))
+                                    .with_partitions(ps)
+                            })
+                            .collect(),
+                    ),
+            }
+        })
+        .collect();
+    DescribeTransactionsResponse::default().with_transaction_states(transaction_states)
+}
+
+/// The states ListTransactions filters by (Kafka's names).
+const STATE_NAMES: [&str; 7] = [
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+    "Dead",
+];
+
+/// ListTransactions (v0–1): the transactional ids this core coordinates
+/// (each core is a broker to Kafka clients, and admin clients ask every
+/// broker), filtered by state, producer id and (v1) how long the
+/// transaction has run.
+pub(super) async fn list_transactions(
+    core: &Rc<Core>,
+    r: ListTransactionsRequest,
+) -> ListTransactionsResponse {
+    use kafka_protocol::messages::list_transactions_response::TransactionState;
+    let unknown: Vec<StrBytes> = r
+        .state_filters
+        .iter()
+        .filter(|s| !STATE_NAMES.contains(&s.as_str()))
+        .cloned()
+        .collect();
+    let now = core.storage.now_ms();
+    let states = crate::txns::admin::local_states(core, None);
+    let listed = states
+        .iter()
+        .filter(|m| {
+            r.state_filters.is_empty()
+                || r.state_filters.iter().any(|s| s.as_str() == m.state.name())
+        })
+        .filter(|m| {
+            r.producer_id_filters.is_empty()
+                || r.producer_id_filters.iter().any(|p| p.0 == m.producer_id)
+        })
+        .filter(|m| {
+            r.duration_filter < 0 || (m.start_ms >= 0 && now - m.start_ms >= r.duration_filter)
+        })
+        .map(|m| {
+            TransactionState::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_string(
+                    m.transactional_id.clone(),
+                )))
+                .with_producer_id(ProducerId(m.producer_id))
+                .with_transaction_state(StrBytes::from_static_str(m.state.name()))
+        })
+        .collect();
+    ListTransactionsResponse::default()
+        .with_unknown_state_filters(unknown)
+        .with_transaction_states(listed)
+}
+
+/// DescribeProducers (v0): the producers each partition's leader (this
+/// node) remembers; NOT_LEADER_OR_FOLLOWER for a partition led elsewhere.
+pub(super) async fn describe_producers(
+    core: &Rc<Core>,
+    r: DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    use kafka_protocol::messages::describe_producers_response::{
+        PartitionResponse, ProducerState, TopicResponse,
+    };
+    let asked: usize = r.topics.iter().map(|t| t.partition_indexes.len()).sum();
+    let too_many = asked > REQUEST_PARTITIONS_MAX;
+    let mut topics = Vec::with_capacity(r.topics.len());
+    for t in r.topics {
+        let name = t.name.to_string();
+        let mut partitions = Vec::with_capacity(t.partition_indexes.len());
+        for p in t.partition_indexes {
+            let base = PartitionResponse::default().with_partition_index(p);
+            let answer = if too_many {
+                base.with_error_code(E::InvalidRequest.code())
+                    .with_error_message(Some(StrBytes::from_string(format!(
+                        "the request names {asked} partitions; at most \
+                         {REQUEST_PARTITIONS_MAX} per request"
+                    ))))
+            } else if p < 0 {
+                base.with_error_code(E::UnknownTopicOrPartition.code())
+            } else {
+                match crate::txns::admin::producers(core, &name, p as u32).await {
+                    Err(e) => base
+                        .with_error_code(super::errors::broker_error_code(&e))
+                        .with_error_message(Some(StrBytes::from_string(e.to_string()))),
+                    Ok(producers) => base.with_active_producers(
+                        producers
+                            .into_iter()
+                            .map(|a| {
+                                ProducerState::default()
+                                    .with_producer_id(ProducerId(a.producer_id))
+                                    .with_producer_epoch(i32::from(a.epoch))
+                                    .with_last_sequence(a.last_sequence)
+                                    .with_last_timestamp(a.last_timestamp)
+                                    .with_coordinator_epoch(-1)
+                                    .with_current_txn_start_offset(
+                                        a.txn_first_offset.map_or(-1, |o| o as i64),
+                                    )
+                            })
+                            .collect(),
+                    ),
+                }
+            };
+            partitions.push(answer);
+        }
+        topics.push(
+            TopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(partitions),
+        );
+    }
+    DescribeProducersResponse::default().with_topics(topics)
+}
