@@ -31,6 +31,9 @@ pub enum GroupRequest {
     },
     /// OffsetFetch.
     Fetch(OffsetFetchRequest),
+    /// Kafka's OffsetFetch with `require_stable` (KIP-447): the offsets,
+    /// and the partitions whose offsets are pending in a transaction.
+    FetchStable(OffsetFetchRequest),
     /// DescribeGroup.
     Describe(DescribeGroupRequest),
     /// Kafka's DescribeGroups: the description, with classic members'
@@ -93,7 +96,7 @@ impl GroupRequest {
             GroupRequest::Heartbeat(r) => &r.group,
             GroupRequest::Leave(r) => &r.group,
             GroupRequest::Commit(r) | GroupRequest::TxnCommit { request: r, .. } => &r.group,
-            GroupRequest::Fetch(r) => &r.group,
+            GroupRequest::Fetch(r) | GroupRequest::FetchStable(r) => &r.group,
             GroupRequest::Describe(r) | GroupRequest::DescribeWithBytes(r) => &r.group,
             GroupRequest::Delete(r) => &r.group,
             GroupRequest::List => "",
@@ -112,6 +115,9 @@ pub enum GroupResponse {
     Commit(OffsetCommitResponse),
     /// To OffsetFetch.
     Fetch(OffsetFetchResponse),
+    /// To FetchStable: the offsets, and the partitions (topic, partition)
+    /// with offsets pending in an open transaction.
+    FetchStable(OffsetFetchResponse, Vec<(String, u32)>),
     /// To DescribeGroup.
     Describe(DescribeGroupResponse),
     /// To DescribeWithBytes: the description and, for each member of a
@@ -160,6 +166,14 @@ impl GroupResponse {
                 message,
                 ..f
             }),
+            GroupResponse::FetchStable(f, _) => GroupResponse::FetchStable(
+                OffsetFetchResponse {
+                    error,
+                    message,
+                    ..f
+                },
+                Vec::new(),
+            ),
             GroupResponse::Describe(d) => GroupResponse::Describe(DescribeGroupResponse {
                 error,
                 message,
@@ -208,6 +222,14 @@ impl GroupResponse {
                 message,
                 offsets: Vec::new(),
             }),
+            GroupRequest::FetchStable(_) => GroupResponse::FetchStable(
+                OffsetFetchResponse {
+                    error,
+                    message,
+                    offsets: Vec::new(),
+                },
+                Vec::new(),
+            ),
             GroupRequest::Describe(r) => GroupResponse::Describe(DescribeGroupResponse {
                 error,
                 message,

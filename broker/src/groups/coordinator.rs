@@ -195,6 +195,10 @@ pub async fn handle(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
             .await
             .map(GroupResponse::Commit),
         GroupRequest::Fetch(r) => Ok(GroupResponse::Fetch(fetch_offsets(core, r))),
+        GroupRequest::FetchStable(r) => Ok(GroupResponse::FetchStable(
+            fetch_offsets(core, r),
+            pending_offsets(core, &r.group),
+        )),
         GroupRequest::Describe(r) => describe(core, r).map(GroupResponse::Describe),
         GroupRequest::DescribeWithBytes(r) => describe(core, r).map(|d| {
             let bytes = classic_member_bytes(core, &r.group);
@@ -794,6 +798,24 @@ fn committed(g: &Group, filter: Option<&BTreeSet<Tp>>) -> Vec<CommittedOffset> {
             commit_timestamp: v.commit_timestamp,
         })
         .collect()
+}
+
+/// The partitions with offsets of `group` pending in an open
+/// transaction.
+fn pending_offsets(core: &Core, group: &str) -> Vec<(String, u32)> {
+    let groups = core.groups.groups.borrow();
+    let mut out: Vec<(String, u32)> = groups
+        .get(group)
+        .map(|g| {
+            g.pending_txn
+                .values()
+                .flat_map(|offsets| offsets.keys().cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out.dedup();
+    out
 }
 
 fn fetch_offsets(core: &Core, r: &OffsetFetchRequest) -> OffsetFetchResponse {

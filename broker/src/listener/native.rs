@@ -317,7 +317,7 @@ fn group_answer(corr: u32, r: GroupResponse) -> Answer {
         GroupResponse::Assignment(a) => ok(corr, &a),
         GroupResponse::Result(a) => ok(corr, &a),
         GroupResponse::Commit(a) => ok(corr, &a),
-        GroupResponse::Fetch(a) => ok(corr, &a),
+        GroupResponse::Fetch(a) | GroupResponse::FetchStable(a, _) => ok(corr, &a),
         GroupResponse::Describe(a) | GroupResponse::DescribeWithBytes(a, _) => ok(corr, &a),
         GroupResponse::List(groups) => ok(
             corr,

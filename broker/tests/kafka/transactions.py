@@ -42,7 +42,7 @@ import os
 import sys
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 client, bootstrap, topic = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -428,4 +428,33 @@ fresh.commit_transaction(30)
 committed = read("read_committed", 160)
 check(not any(v.startswith("z") for v in committed), "nothing the zombie wrote is visible committed")
 check(sum(v.startswith("f") for v in committed) == 10, "the new instance's commit is visible")
+
+# KIP-447: offsets pending in an open transaction are unstable to a
+# read_committed consumer (librdkafka asks OffsetFetch with require_stable
+# and retries), visible to others as the offsets before it.
+group = f"{topic}-stable"
+
+
+def committed_as(isolation, timeout):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": isolation,
+                  "enable.auto.commit": False})
+    try:
+        return c.committed([TopicPartition(topic, 0)], timeout)[0].offset
+    except KafkaException as e:
+        return e.args[0]
+    finally:
+        c.close()
+
+
+meta = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+p = producer(f"{topic}-stable")
+p.begin_transaction()
+p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], meta.consumer_group_metadata(), 30)
+pending = committed_as("read_committed", 3)
+check(isinstance(pending, KafkaError) and pending.code() in (KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError._TIMED_OUT),
+      f"read_committed: offsets pending in a transaction are unstable ({pending})")
+check(committed_as("read_uncommitted", 10) < 0, "read_uncommitted: the offsets before the transaction (none)")
+p.commit_transaction(30)
+check(committed_as("read_committed", 10) == 7, "read_committed: the offsets once the transaction commits")
+meta.close()
 print("done", flush=True)

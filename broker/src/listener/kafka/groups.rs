@@ -277,30 +277,57 @@ pub(super) async fn offset_commit(core: &Rc<Core>, r: OffsetCommitRequest) -> Of
 }
 
 /// One group's committed offsets for the asked partitions (`None`: all).
+/// A committed offset as OffsetFetch answers it: partition, offset,
+/// metadata, error code.
+pub(super) type CommittedRow = (i32, i64, Option<String>, i16);
+
+/// `group_id`'s committed offsets of the partitions `asked` (`None`: all
+/// it has). With `stable` (KIP-447's `require_stable`, what a
+/// read_committed consumer asks), a partition whose offsets are pending
+/// in an open transaction answers UNSTABLE_OFFSET_COMMIT: the client
+/// retries until the transaction ends, rather than starting from the
+/// offsets before it.
 pub(super) async fn committed(
     core: &Rc<Core>,
     group_id: &str,
     asked: Option<Vec<(String, Vec<i32>)>>,
-) -> (i16, Vec<(String, Vec<(i32, i64, Option<String>)>)>) {
-    let req = GroupRequest::Fetch(native::OffsetFetchRequest {
+    stable: bool,
+) -> (i16, Vec<(String, Vec<CommittedRow>)>) {
+    let r = native::OffsetFetchRequest {
         group: group_id.to_string(),
         partitions: None,
-    });
-    let offsets = match group(core, req).await {
-        GroupResponse::Fetch(f) if f.error == 0 => f.offsets,
-        GroupResponse::Fetch(f) => return (group_code(f.error), Vec::new()),
+    };
+    let req = if stable {
+        GroupRequest::FetchStable(r)
+    } else {
+        GroupRequest::Fetch(r)
+    };
+    let (offsets, pending) = match group(core, req).await {
+        GroupResponse::Fetch(f) if f.error == 0 => (f.offsets, Vec::new()),
+        GroupResponse::FetchStable(f, pending) if f.error == 0 => (f.offsets, pending),
+        GroupResponse::Fetch(f) | GroupResponse::FetchStable(f, _) => {
+            return (group_code(f.error), Vec::new())
+        }
         other => return (refused_code(&other), Vec::new()),
     };
-    let mut by: std::collections::BTreeMap<String, Vec<(i32, i64, Option<String>)>> =
-        Default::default();
+    let unstable = |t: &str, p: i32| pending.iter().any(|(pt, pp)| pt == t && *pp as i32 == p);
+    let mut by: std::collections::BTreeMap<String, Vec<CommittedRow>> = Default::default();
     for o in &offsets {
         by.entry(o.topic.clone()).or_default().push((
             o.partition as i32,
             o.offset as i64,
             o.metadata.clone(),
+            0,
         ));
     }
-    let out = match asked {
+    // Pending offsets of partitions without a committed one yet.
+    for (t, p) in &pending {
+        let rows = by.entry(t.clone()).or_default();
+        if !rows.iter().any(|r| r.0 == *p as i32) {
+            rows.push((*p as i32, -1, Some(String::new()), 0));
+        }
+    }
+    let out: Vec<(String, Vec<CommittedRow>)> = match asked {
         None => by.into_iter().collect(),
         Some(asked) => asked
             .into_iter()
@@ -309,14 +336,30 @@ pub(super) async fn committed(
                 let rows = ps
                     .into_iter()
                     .map(|p| {
-                        have.and_then(|h| h.iter().find(|(q, _, _)| *q == p).cloned())
-                            .unwrap_or((p, -1, Some(String::new())))
+                        have.and_then(|h| h.iter().find(|r| r.0 == p).cloned())
+                            .unwrap_or((p, -1, Some(String::new()), 0))
                     })
                     .collect();
                 (t, rows)
             })
             .collect(),
     };
+    let out = out
+        .into_iter()
+        .map(|(t, rows)| {
+            let rows = rows
+                .into_iter()
+                .map(|(p, o, m, e)| {
+                    if unstable(&t, p) {
+                        (p, -1, Some(String::new()), E::UnstableOffsetCommit.code())
+                    } else {
+                        (p, o, m, e)
+                    }
+                })
+                .collect();
+            (t, rows)
+        })
+        .collect();
     (0, out)
 }
 
@@ -329,12 +372,13 @@ macro_rules! committed_topics {
             .map(|(t, rows)| {
                 $topic::default().with_name(topic_name(t)).with_partitions(
                     rows.into_iter()
-                        .map(|(p, o, m)| {
+                        .map(|(p, o, m, e)| {
                             $partition::default()
                                 .with_partition_index(p)
                                 .with_committed_offset(o)
                                 .with_committed_leader_epoch(-1)
                                 .with_metadata(m.map(s))
+                                .with_error_code(e)
                         })
                         .collect(),
                 )
@@ -369,7 +413,7 @@ pub(super) async fn offset_fetch(
                 continue;
             }
             let wanted = asked(g.topics, |t| (t.name.to_string(), t.partition_indexes));
-            let (error, topics) = committed(core, &g.group_id, wanted).await;
+            let (error, topics) = committed(core, &g.group_id, wanted, r.require_stable).await;
             groups.push(
                 OffsetFetchResponseGroup::default()
                     .with_group_id(g.group_id)
@@ -384,7 +428,7 @@ pub(super) async fn offset_fetch(
         return OffsetFetchResponse::default().with_groups(groups);
     }
     let wanted = asked(r.topics, |t| (t.name.to_string(), t.partition_indexes));
-    let (error, topics) = committed(core, &r.group_id, wanted).await;
+    let (error, topics) = committed(core, &r.group_id, wanted, r.require_stable).await;
     OffsetFetchResponse::default()
         .with_error_code(error)
         .with_topics(committed_topics!(
