@@ -144,3 +144,145 @@ fn consume_transform_produce_survives_three_sigkills_of_the_worker_exactly_once(
     assert!(out.contains("\ndone"), "{out}");
     b.stop();
 }
+
+/// Bad transactional input on the Kafka listener: a transactional batch
+/// to a partition not added to the producer's transaction, and a commit
+/// marker sent as a producer's batch, are refused and nothing is
+/// appended; hostile counts in DescribeTransactions and DescribeProducers
+/// get INVALID_REQUEST per entry, nothing allocated on their word.
+#[test]
+fn transactional_bad_input_is_refused_and_nothing_is_appended() {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::ResponseError;
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let mut admin = b.client();
+    assert_eq!(admin.create_topic("bad", 1, &[]).error, 0);
+    let mut k = common::KafkaConn::connect(b.kafka);
+    // A transactional producer's id (its coordinator may be either core:
+    // retried on NOT_COORDINATOR through the core that coordinates it).
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("bad-tx"))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let mut init_on = |port: std::net::SocketAddr| {
+        let mut k = common::KafkaConn::connect(port);
+        k.send(ApiKey::InitProducerId, 4, &init);
+        k.read::<InitProducerIdResponse>(4)
+    };
+    let r = std::iter::once(b.kafka)
+        .chain(
+            b.kafka_core_ports
+                .iter()
+                .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], *p))),
+        )
+        .map(&mut init_on)
+        .find(|r| r.error_code == 0)
+        .expect("some core coordinates bad-tx");
+    let (pid, epoch) = (r.producer_id.0, r.producer_epoch);
+
+    let produce = |k: &mut common::KafkaConn, data: bytes::Bytes| -> i16 {
+        let req = ProduceRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("bad-tx"))))
+            .with_acks(-1)
+            .with_timeout_ms(5_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("bad")))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(data))])]);
+        k.send(ApiKey::Produce, 9, &req);
+        let r: ProduceResponse = k.read(9);
+        r.responses[0].partition_responses[0].error_code
+    };
+    // Transactional, but bad-0 was never added to the transaction.
+    let mut tx =
+        weir_proto::builder::BatchBuilder::new(weir_proto::batch::Compression::None).unwrap();
+    (
+        tx.producer_id,
+        tx.producer_epoch,
+        tx.base_sequence,
+        tx.transactional,
+    ) = (pid, epoch, 0, true);
+    tx.push(&weir_proto::record::RecordData {
+        key: None,
+        value: Some(bytes::Bytes::from_static(b"t")),
+        headers: Vec::new(),
+        timestamp: 1,
+    })
+    .unwrap();
+    let code = produce(&mut k, tx.finish().unwrap().freeze());
+    assert_ne!(
+        code, 0,
+        "a transactional write to a partition not in the transaction"
+    );
+    // A commit marker sent as a producer's batch.
+    let marker = weir_storage::txn::marker_batch(
+        pid,
+        epoch,
+        weir_storage::txn::Marker {
+            kind: weir_storage::txn::MarkerKind::Commit,
+            coordinator_epoch: 0,
+        },
+        1,
+    );
+    let code = produce(&mut k, marker.freeze());
+    assert_ne!(code, 0, "a producer's control batch");
+    let (ends, _) = admin.ok(
+        &weir_proto::messages::ListOffsetsRequest {
+            partitions: vec![weir_proto::messages::ListOffsetsPartition {
+                topic: "bad".into(),
+                partition: 0,
+                spec: weir_proto::messages::OffsetSpec::Latest,
+            }],
+        },
+        &[],
+    );
+    assert_eq!(ends.partitions[0].offset, Some(0), "nothing appended");
+
+    // Hostile counts.
+    let ids: Vec<TransactionalId> = (0..10_001)
+        .map(|i| TransactionalId(StrBytes::from_string(format!("id-{i}"))))
+        .collect();
+    k.send(
+        ApiKey::DescribeTransactions,
+        0,
+        &DescribeTransactionsRequest::default().with_transactional_ids(ids),
+    );
+    let r: DescribeTransactionsResponse = k.read(0);
+    assert_eq!(r.transaction_states.len(), 10_001);
+    assert!(r
+        .transaction_states
+        .iter()
+        .all(|s| s.error_code == ResponseError::InvalidRequest.code()));
+    k.send(
+        ApiKey::DescribeProducers,
+        0,
+        &DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+            .with_name(TopicName(StrBytes::from_static_str("bad")))
+            .with_partition_indexes((0..10_001).collect())]),
+    );
+    let r: DescribeProducersResponse = k.read(0);
+    let parts = &r.topics[0].partitions;
+    assert_eq!(parts.len(), 10_001);
+    assert!(parts
+        .iter()
+        .all(|p| p.error_code == ResponseError::InvalidRequest.code()));
+    // The listener still serves: a partition's producers, none yet.
+    k.send(
+        ApiKey::DescribeProducers,
+        0,
+        &DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+            .with_name(TopicName(StrBytes::from_static_str("bad")))
+            .with_partition_indexes(vec![0])]),
+    );
+    let r: DescribeProducersResponse = k.read(0);
+    let p = &r.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    assert!(p.active_producers.is_empty(), "{p:?}");
+    b.stop();
+}
