@@ -124,6 +124,7 @@ fn fetch_phase(b: &Broker, topic: &str, conns: usize, secs: f64) -> f64 {
                 // Start each partition at its last ~32 MiB: that part is in the cache.
                 let (lo, _) = c.ok(
                     &ListOffsetsRequest {
+                        read_committed: false,
                         partitions: (0..PARTITIONS)
                             .map(|p| ListOffsetsPartition {
                                 topic: topic.clone(),
@@ -153,6 +154,7 @@ fn fetch_phase(b: &Broker, topic: &str, conns: usize, secs: f64) -> f64 {
                 while Instant::now() < deadline {
                     corr += 1;
                     let req = FetchRequest {
+                        read_committed: false,
                         max_wait_ms: 0,
                         min_bytes: 0,
                         max_bytes: 8 << 20,

@@ -228,8 +228,23 @@ pub struct ConsumeArgs {
     /// With --group: range, roundrobin or cooperative-sticky.
     #[arg(long, default_value = "cooperative-sticky", requires = "group")]
     assignor: GroupAssignor,
+    /// Only records of committed transactions (Kafka's
+    /// `isolation.level=read_committed`): reads end at the last stable
+    /// offset, aborted transactions are skipped.
+    #[arg(long)]
+    read_committed: bool,
     #[command(flatten)]
     conn: Conn,
+}
+
+impl ConsumeArgs {
+    fn isolation(&self) -> weir_client::IsolationLevel {
+        if self.read_committed {
+            weir_client::IsolationLevel::ReadCommitted
+        } else {
+            weir_client::IsolationLevel::ReadUncommitted
+        }
+    }
 }
 
 fn parse_config(s: &str) -> Result<(String, String), String> {
@@ -908,6 +923,7 @@ pub fn consume(args: ConsumeArgs) -> Result<()> {
     let mut config = ConsumerConfig::default();
     config.max_poll_records = 10_000;
     config.auto_offset_reset = OffsetReset::Earliest;
+    config.isolation_level = args.isolation();
     let mut consumer = Consumer::new(client, config);
     consumer.assign(partitions.clone());
     rt.block_on(async {
@@ -1056,6 +1072,7 @@ fn consume_group(
     config.session_timeout = Duration::from_millis(args.session_timeout_ms);
     config.heartbeat_interval = Duration::from_millis((args.session_timeout_ms / 3).max(1));
     config.consumer.max_poll_records = 10_000;
+    config.consumer.isolation_level = args.isolation();
     config.consumer.auto_offset_reset = match args.from {
         StartAt::Earliest => OffsetReset::Earliest,
         StartAt::Latest => OffsetReset::Latest,

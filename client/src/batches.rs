@@ -15,6 +15,14 @@ pub struct FetchedBatches {
     pub high_watermark: u64,
     /// First offset still in the log.
     pub log_start_offset: u64,
+    /// The last stable offset: a read_committed reader's end (the high
+    /// watermark when no transaction is open).
+    pub last_stable_offset: u64,
+    /// Read committed: the transactions aborted within the fetched range
+    /// as (producer id, first offset), by first offset; a reader skips
+    /// the producer's transactional batches from there up to its abort
+    /// marker. Empty for a read_uncommitted fetch.
+    pub aborted: Vec<(i64, u64)>,
 }
 
 impl FetchedBatches {
@@ -88,7 +96,7 @@ mod tests {
         let f = FetchedBatches {
             batches: got,
             high_watermark: 9,
-            log_start_offset: 0,
+            ..Default::default()
         };
         assert_eq!(f.next_offset(), Some(5));
         assert_eq!(FetchedBatches::default().next_offset(), None);

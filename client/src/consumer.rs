@@ -66,6 +66,19 @@ pub enum OffsetReset {
     None,
 }
 
+/// What a consumer reads of transactional writes (Kafka's
+/// `isolation.level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsolationLevel {
+    /// Every record written, committed or not (the default, as Kafka's).
+    #[default]
+    ReadUncommitted,
+    /// Only records of committed transactions (and non-transactional
+    /// ones): reads end at the last stable offset, aborted transactions'
+    /// records are skipped.
+    ReadCommitted,
+}
+
 /// Settings of a [`Consumer`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -92,6 +105,9 @@ pub struct ConsumerConfig {
     /// a cluster of several nodes (a node serves only its own
     /// partitions). Default true; property `weir.shard.aware`.
     pub shard_aware: bool,
+    /// Read uncommitted (default) or only committed transactions;
+    /// property `isolation.level`.
+    pub isolation_level: IsolationLevel,
 }
 
 impl Default for ConsumerConfig {
@@ -104,6 +120,7 @@ impl Default for ConsumerConfig {
             auto_offset_reset: OffsetReset::Latest,
             prefetch: true,
             shard_aware: true,
+            isolation_level: IsolationLevel::ReadUncommitted,
         }
     }
 }
@@ -129,17 +146,19 @@ pub struct ConsumerRecord {
 
 /// What a [`Consumer`] reads through: a [`Client`], or a fake in tests.
 pub trait ConsumerBackend: Send + Sync + 'static {
-    /// As [`Client::fetch_many`].
+    /// As [`Client::fetch_many_at`].
     fn fetch_many(
         &self,
+        isolation: IsolationLevel,
         max_wait_ms: u32,
         max_bytes: u32,
         partitions: Vec<FetchPartition>,
     ) -> BoxFuture<'_, Result<Vec<Result<FetchedBatches>>>>;
 
-    /// As [`Client::list_offsets`].
+    /// As [`Client::list_offsets_at`].
     fn list_offsets<'a>(
         &'a self,
+        isolation: IsolationLevel,
         topic: &'a str,
         partition: u32,
         spec: OffsetSpec,
@@ -149,20 +168,30 @@ pub trait ConsumerBackend: Send + Sync + 'static {
 impl ConsumerBackend for Client {
     fn fetch_many(
         &self,
+        isolation: IsolationLevel,
         max_wait_ms: u32,
         max_bytes: u32,
         partitions: Vec<FetchPartition>,
     ) -> BoxFuture<'_, Result<Vec<Result<FetchedBatches>>>> {
-        Box::pin(Client::fetch_many(self, max_wait_ms, max_bytes, partitions))
+        Box::pin(Client::fetch_many_at(
+            self,
+            isolation,
+            max_wait_ms,
+            max_bytes,
+            partitions,
+        ))
     }
 
     fn list_offsets<'a>(
         &'a self,
+        isolation: IsolationLevel,
         topic: &'a str,
         partition: u32,
         spec: OffsetSpec,
     ) -> BoxFuture<'a, Result<Option<u64>>> {
-        Box::pin(Client::list_offsets(self, topic, partition, spec))
+        Box::pin(Client::list_offsets_at(
+            self, isolation, topic, partition, spec,
+        ))
     }
 }
 
@@ -422,7 +451,12 @@ impl Consumer {
         let i = self.index(topic, partition)?;
         let offset = match self
             .backend
-            .list_offsets(topic, partition, OffsetSpec::Timestamp(ts))
+            .list_offsets(
+                self.config.isolation_level,
+                topic,
+                partition,
+                OffsetSpec::Timestamp(ts),
+            )
             .await?
         {
             Some(o) => o,
@@ -442,7 +476,7 @@ impl Consumer {
     /// `list_offsets` for Earliest / Latest, which always have an answer.
     async fn lookup(&self, topic: &str, partition: u32, spec: OffsetSpec) -> Result<u64> {
         self.backend
-            .list_offsets(topic, partition, spec)
+            .list_offsets(self.config.isolation_level, topic, partition, spec)
             .await?
             .ok_or_else(|| {
                 ClientError::InvalidResponse(format!(
@@ -666,8 +700,9 @@ impl Consumer {
         // order, so a fetch waiting for data would hold back the fetch of a
         // `poll` after a seek. At the end of the log the fetch sent ahead
         // comes back empty at once, and `poll` then long-polls itself.
-        let max = self.config.fetch_max_bytes;
-        let task = tokio::spawn(async move { backend.fetch_many(0, max, request).await });
+        let (max, isolation) = (self.config.fetch_max_bytes, self.config.isolation_level);
+        let task =
+            tokio::spawn(async move { backend.fetch_many(isolation, 0, max, request).await });
         self.stats.fetch();
         self.prefetch = Some(Prefetch { targets, task });
     }
@@ -761,7 +796,12 @@ impl Consumer {
         self.stats.fetch();
         let results = self
             .backend
-            .fetch_many(wait_ms, self.config.fetch_max_bytes, targets)
+            .fetch_many(
+                self.config.isolation_level,
+                wait_ms,
+                self.config.fetch_max_bytes,
+                targets,
+            )
             .await?;
         if results.len() != self.parts.len() {
             return Err(ClientError::InvalidResponse(format!(
@@ -852,6 +892,21 @@ fn no_offset(topic: &str, partition: u32, why: String) -> ClientError {
     }
 }
 
+/// Whether a control batch is an abort marker (its record's key: version
+/// i16, type i16 — 0 abort, 1 commit).
+fn is_abort_marker(rb: &RecordBatch<'_>) -> bool {
+    let Ok(records) = rb.records() else {
+        return false;
+    };
+    match records.iter().next() {
+        Some(Ok(r)) => r
+            .record
+            .key
+            .is_some_and(|k| k.len() >= 4 && i16::from_be_bytes([k[2], k[3]]) == 0),
+        _ => false,
+    }
+}
+
 fn fetched_bytes(f: &FetchedBatches) -> u64 {
     f.batches.iter().map(|b| b.len() as u64).sum()
 }
@@ -860,11 +915,24 @@ fn fetched_bytes(f: &FetchedBatches) -> u64 {
 /// skipping records below the fetch offset. On a bad batch, the records
 /// before it stay buffered and the fetch offset stays at it.
 fn decode_into(p: &mut PartitionState, fetched: &FetchedBatches) -> Result<()> {
+    // Read committed: the transactions aborted in this range (Kafka's
+    // consumer's rule): from its first offset, a producer's transactional
+    // batches are skipped until its abort marker.
+    let mut aborted = fetched.aborted.iter().peekable();
+    let mut aborting: std::collections::HashSet<i64> = std::collections::HashSet::new();
     for batch in &fetched.batches {
         let rb = RecordBatch::parse(batch)?;
         let h = *rb.header();
         let last = u64::try_from(h.last_offset())
             .map_err(|_| ClientError::InvalidResponse("negative batch offset".into()))?;
+        while let Some(&&(pid, _)) = aborted.peek().filter(|(_, first)| *first <= last) {
+            aborting.insert(pid);
+            aborted.next();
+        }
+        let skip = h.attributes.is_transactional() && aborting.contains(&h.producer_id);
+        if h.attributes.is_control() && is_abort_marker(&rb) {
+            aborting.remove(&h.producer_id);
+        }
         if last < p.fetch_offset {
             continue;
         }
@@ -872,7 +940,7 @@ fn decode_into(p: &mut PartitionState, fetched: &FetchedBatches) -> Result<()> {
         // Records go straight into the buffer; if one of the batch's
         // records is bad, the batch's records are taken out again.
         let kept = p.buffered.len();
-        if !h.attributes.is_control() {
+        if !h.attributes.is_control() && !skip {
             let zero_copy = rb.compression() == Codec::None;
             let bytes = |s: &[u8]| {
                 if zero_copy {
@@ -921,4 +989,110 @@ fn decode_into(p: &mut PartitionState, fetched: &FetchedBatches) -> Result<()> {
         p.fetch_offset = last + 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_proto::batch::Compression;
+    use weir_proto::builder::BatchBuilder;
+    use weir_proto::record::RecordData;
+
+    /// A batch at `base` of producer `pid` (transactional if `txn`) with
+    /// `values`; a control batch of one marker (`abort`) if `marker`.
+    fn batch(base: u64, pid: i64, txn: bool, marker: Option<bool>, values: &[&str]) -> Bytes {
+        let mut b = BatchBuilder::new(Compression::None).unwrap();
+        (b.producer_id, b.producer_epoch, b.base_sequence) = (pid, 0, 0);
+        b.transactional = txn;
+        let record = |key: Option<Bytes>, value: Option<Bytes>| RecordData {
+            key,
+            value,
+            headers: Vec::new(),
+            timestamp: 1,
+        };
+        match marker {
+            Some(abort) => {
+                b.control = true;
+                let kind: i16 = if abort { 0 } else { 1 };
+                let mut key = 0i16.to_be_bytes().to_vec();
+                key.extend_from_slice(&kind.to_be_bytes());
+                let value = Bytes::from_static(&[0, 0, 0, 0, 0, 0]);
+                b.push(&record(Some(Bytes::from(key)), Some(value)))
+                    .unwrap();
+            }
+            None => {
+                for v in values {
+                    b.push(&record(None, Some(Bytes::from(v.to_string()))))
+                        .unwrap();
+                }
+            }
+        }
+        let mut out = b.finish().unwrap();
+        // The base offset is outside the CRC.
+        out[..8].copy_from_slice(&(base as i64).to_be_bytes());
+        out.freeze()
+    }
+
+    fn state() -> PartitionState {
+        PartitionState {
+            topic: Arc::from("t"),
+            partition: 0,
+            position: Some(0),
+            fetch_offset: 0,
+            buffered: VecDeque::new(),
+            skipped: 0,
+        }
+    }
+
+    fn values(p: &PartitionState) -> Vec<String> {
+        p.buffered
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn read_committed_skips_aborted_transactions_and_markers() {
+        let batches = vec![
+            batch(0, -1, false, None, &["a"]),
+            // Producer 7's transaction, aborted by the marker at 4.
+            batch(1, 7, true, None, &["t1", "t2"]),
+            // Producer 8's, committed at 5.
+            batch(3, 8, true, None, &["c1"]),
+            batch(4, 7, true, Some(true), &[]),
+            batch(5, 8, true, Some(false), &[]),
+            // Producer 7's next transaction, committed at 7.
+            batch(6, 7, true, None, &["t3"]),
+            batch(7, 7, true, Some(false), &[]),
+        ];
+        let fetched = FetchedBatches {
+            batches: batches.clone(),
+            high_watermark: 8,
+            log_start_offset: 0,
+            last_stable_offset: 8,
+            aborted: vec![(7, 1)],
+        };
+        let mut p = state();
+        decode_into(&mut p, &fetched).unwrap();
+        assert_eq!(values(&p), ["a", "c1", "t3"]);
+        assert_eq!(p.fetch_offset, 8, "past the markers");
+        // Read uncommitted: no aborted list, every data record.
+        let mut p = state();
+        let all = FetchedBatches {
+            aborted: Vec::new(),
+            ..fetched.clone()
+        };
+        decode_into(&mut p, &all).unwrap();
+        assert_eq!(values(&p), ["a", "t1", "t2", "c1", "t3"]);
+        // From the middle of the aborted transaction (a later fetch: the
+        // broker names it again as it ends at or after the fetch offset).
+        let mut p = state();
+        p.fetch_offset = 2;
+        let tail = FetchedBatches {
+            batches: batches[1..].to_vec(),
+            ..fetched
+        };
+        decode_into(&mut p, &tail).unwrap();
+        assert_eq!(values(&p), ["c1", "t3"]);
+    }
 }

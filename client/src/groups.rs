@@ -21,7 +21,7 @@ use weir_proto::messages::{
 };
 use weir_proto::reader::RecordBatch;
 
-use crate::consumer::ConsumerBackend;
+use crate::consumer::{ConsumerBackend, IsolationLevel};
 use crate::{Client, ClientError, Result};
 
 /// A partition: (topic, index).
@@ -359,13 +359,13 @@ impl Client {
         let router = crate::ShardRouter::new(Arc::new(self.reopen_lazy()));
         for ((t, p), row) in rows.iter_mut() {
             row.log_end = router
-                .list_offsets(t, *p, OffsetSpec::Latest)
+                .list_offsets(IsolationLevel::ReadUncommitted, t, *p, OffsetSpec::Latest)
                 .await?
                 .unwrap_or(0);
             let from = match row.committed {
                 Some(c) => c,
                 None => router
-                    .list_offsets(t, *p, OffsetSpec::Earliest)
+                    .list_offsets(IsolationLevel::ReadUncommitted, t, *p, OffsetSpec::Earliest)
                     .await?
                     .unwrap_or(0),
             };
@@ -394,7 +394,11 @@ async fn timestamp_at(
         max_bytes: 1,
     };
     {
-        let fetched = match from.fetch_many(0, 1, vec![target]).await?.pop() {
+        let fetched = match from
+            .fetch_many(IsolationLevel::ReadUncommitted, 0, 1, vec![target])
+            .await?
+            .pop()
+        {
             Some(Ok(f)) => f,
             Some(Err(e)) if e.code() == Some(ErrorCode::OffsetOutOfRange) => return Ok(None),
             Some(Err(e)) => return Err(e),

@@ -143,7 +143,7 @@ use weir_proto::messages::{
 pub use batches::{split_batches, FetchedBatches};
 pub use bootstrap::Bootstrap;
 pub use builder::{ConsumerBuilder, ProducerBuilder};
-pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, OffsetReset};
 pub use error::{ClientError, Result};
 pub use group_consumer::{GroupAssignor, GroupConsumer, GroupConsumerConfig, RebalanceListener};
 pub use groups::{PartitionLag, TopicPartition};
@@ -1076,6 +1076,27 @@ impl Client {
         max_bytes: u32,
         partitions: Vec<FetchPartition>,
     ) -> Result<Vec<Result<FetchedBatches>>> {
+        self.fetch_many_at(
+            IsolationLevel::ReadUncommitted,
+            max_wait_ms,
+            max_bytes,
+            partitions,
+        )
+        .await
+    }
+
+    /// [`Client::fetch_many`] at an isolation level: read committed, each
+    /// partition's batches end at its last stable offset and the
+    /// transactions aborted among them are named
+    /// ([`FetchedBatches::aborted`]; [`crate::consumer::Consumer`] skips
+    /// their records).
+    pub async fn fetch_many_at(
+        &self,
+        isolation: IsolationLevel,
+        max_wait_ms: u32,
+        max_bytes: u32,
+        partitions: Vec<FetchPartition>,
+    ) -> Result<Vec<Result<FetchedBatches>>> {
         if partitions.is_empty() {
             return Ok(Vec::new());
         }
@@ -1088,6 +1109,7 @@ impl Client {
             min_bytes: 1,
             max_bytes,
             partitions,
+            read_committed: isolation == IsolationLevel::ReadCommitted,
         };
         let wait = Duration::from_millis(max_wait_ms.into());
         let a = self
@@ -1121,6 +1143,12 @@ impl Client {
                 batches,
                 high_watermark: r.high_watermark,
                 log_start_offset: r.log_start_offset,
+                last_stable_offset: r.last_stable_offset,
+                aborted: r
+                    .aborted
+                    .into_iter()
+                    .map(|a| (a.producer_id, a.first_offset))
+                    .collect(),
             }));
         }
         Ok(out)
@@ -1136,12 +1164,26 @@ impl Client {
         partition: u32,
         spec: OffsetSpec,
     ) -> Result<Option<u64>> {
+        self.list_offsets_at(IsolationLevel::ReadUncommitted, topic, partition, spec)
+            .await
+    }
+
+    /// [`Client::list_offsets`] at an isolation level: read committed, the
+    /// log end ([`OffsetSpec::Latest`]) is the last stable offset.
+    pub async fn list_offsets_at(
+        &self,
+        isolation: IsolationLevel,
+        topic: &str,
+        partition: u32,
+        spec: OffsetSpec,
+    ) -> Result<Option<u64>> {
         let req = ListOffsetsRequest {
             partitions: vec![ListOffsetsPartition {
                 topic: topic.to_string(),
                 partition,
                 spec,
             }],
+            read_committed: isolation == IsolationLevel::ReadCommitted,
         };
         let r = self
             .request(&req)

@@ -532,6 +532,7 @@ impl ShardRouter {
 impl crate::consumer::ConsumerBackend for ShardRouter {
     fn fetch_many(
         &self,
+        isolation: crate::IsolationLevel,
         max_wait_ms: u32,
         max_bytes: u32,
         partitions: Vec<weir_proto::messages::FetchPartition>,
@@ -546,7 +547,7 @@ impl crate::consumer::ConsumerBackend for ShardRouter {
                 let route = *groups.keys().next().expect("one route");
                 let answers = self
                     .client_for(route)
-                    .fetch_many(max_wait_ms, max_bytes, partitions.clone())
+                    .fetch_many_at(isolation, max_wait_ms, max_bytes, partitions.clone())
                     .await
                     .inspect_err(|_| self.forget_topics(partitions.iter()))?;
                 self.relearn(&partitions, answers.iter().enumerate());
@@ -557,7 +558,9 @@ impl crate::consumer::ConsumerBackend for ShardRouter {
                 let client = self.client_for(route);
                 let parts: Vec<_> = idx.iter().map(|&i| partitions[i].clone()).collect();
                 tasks.spawn(async move {
-                    let r = client.fetch_many(max_wait_ms, max_bytes, parts).await;
+                    let r = client
+                        .fetch_many_at(isolation, max_wait_ms, max_bytes, parts)
+                        .await;
                     (idx, r)
                 });
             }
@@ -590,15 +593,7 @@ impl crate::consumer::ConsumerBackend for ShardRouter {
             }
             let answers: Vec<_> = out
                 .into_iter()
-                .map(|r| {
-                    r.unwrap_or_else(|| {
-                        Ok(crate::FetchedBatches {
-                            batches: Vec::new(),
-                            high_watermark: 0,
-                            log_start_offset: 0,
-                        })
-                    })
-                })
+                .map(|r| r.unwrap_or_else(|| Ok(crate::FetchedBatches::default())))
                 .collect();
             self.relearn(&partitions, answers.iter().enumerate());
             Ok(answers)
@@ -607,13 +602,16 @@ impl crate::consumer::ConsumerBackend for ShardRouter {
 
     fn list_offsets<'a>(
         &'a self,
+        isolation: crate::IsolationLevel,
         topic: &'a str,
         partition: u32,
         spec: weir_proto::messages::OffsetSpec,
     ) -> BoxFuture<'a, Result<Option<u64>>> {
         Box::pin(async move {
             let client = self.client_for(self.route_of(topic, partition).await);
-            client.list_offsets(topic, partition, spec).await
+            client
+                .list_offsets_at(isolation, topic, partition, spec)
+                .await
         })
     }
 }

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::consumer::ConsumerConfig;
+use crate::consumer::{ConsumerConfig, IsolationLevel};
 use crate::group_consumer::GroupConsumerConfig;
 use crate::producer::{Compression, ProducerConfig};
 use crate::{Acks, ClientConfig, OffsetReset};
@@ -252,6 +252,13 @@ pub(crate) fn apply_consumer(
                 _ => return Err(invalid(name, value, "earliest, latest or none")),
             }
         }
+        "isolation.level" => {
+            f.isolation_level = match value.to_ascii_lowercase().as_str() {
+                "read_uncommitted" => IsolationLevel::ReadUncommitted,
+                "read_committed" => IsolationLevel::ReadCommitted,
+                _ => return Err(invalid(name, value, "read_uncommitted or read_committed")),
+            }
+        }
         "max.poll.records" => f.max_poll_records = num(name, value)?,
         "fetch.max.bytes" => f.fetch_max_bytes = num(name, value)?,
         "max.partition.fetch.bytes" => f.max_partition_fetch_bytes = num(name, value)?,
@@ -334,5 +341,8 @@ mod tests {
         assert_eq!(c.consumer.max_poll_records, 10);
         assert!(c.enable_auto_commit);
         assert!(apply_consumer(&mut c, "auto.offset.reset", "smallest").is_err());
+        assert!(apply_consumer(&mut c, "isolation.level", "read_committed").unwrap());
+        assert_eq!(c.consumer.isolation_level, IsolationLevel::ReadCommitted);
+        assert!(apply_consumer(&mut c, "isolation.level", "committed").is_err());
     }
 }

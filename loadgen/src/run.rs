@@ -647,10 +647,14 @@ async fn consume(
     topic: String,
     group: String,
     bootstrap: SocketAddr,
+    isolation: Option<String>,
     shared: Arc<Shared>,
 ) -> anyhow::Result<()> {
     let client = Client::connect_with(bootstrap, shared.client.clone()).await?;
     let mut c = GroupConsumerConfig::new(group);
+    if isolation.as_deref() == Some("read_committed") {
+        c.consumer.isolation_level = weir_client::IsolationLevel::ReadCommitted;
+    }
     c.client_id = "weir-bench".into();
     c.enable_auto_commit = true;
     c.auto_commit_interval = Duration::from_secs(1);
@@ -807,19 +811,11 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         .collect();
     let configs = w.driver.topic_configs();
     let payload_file = w.read_payload_file(&opts.workload_dir)?.map(Bytes::from);
-    if opts.driver == Driver::Weir {
-        if w.driver.transaction_records.is_some() {
-            bail!(
-                "driver.transactionRecords needs --driver kafka: the Weir SDK has no \
-                 transactional producer yet"
-            );
-        }
-        if w.driver.isolation_level.as_deref() == Some("read_committed") {
-            bail!(
-                "driver.isolationLevel read_committed needs --driver kafka: the Weir SDK's \
-                 consumers read uncommitted"
-            );
-        }
+    if opts.driver == Driver::Weir && w.driver.transaction_records.is_some() {
+        bail!(
+            "driver.transactionRecords needs --driver kafka: the Weir SDK has no \
+             transactional producer yet"
+        );
     }
     match opts.driver {
         Driver::Weir => {
@@ -929,7 +925,13 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                     let (topic, group) = (t.clone(), format!("{t}-sub-{sub}"));
                     let shared = shared.clone();
                     tasks.push(match opts.driver {
-                        Driver::Weir => tokio::spawn(consume(topic, group, opts.bootstrap, shared)),
+                        Driver::Weir => tokio::spawn(consume(
+                            topic,
+                            group,
+                            opts.bootstrap,
+                            w.driver.isolation_level.clone(),
+                            shared,
+                        )),
                         Driver::Kafka => tokio::spawn(consume_kafka(
                             topic,
                             group,

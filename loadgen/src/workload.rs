@@ -201,10 +201,10 @@ pub struct DriverSettings {
     /// `--driver kafka` only), committing each; needs idempotence and
     /// `acks: all`. Unset (default): no transactions.
     pub transaction_records: Option<u64>,
-    /// `isolationLevel`: the consumers' `isolation.level`,
-    /// `read_uncommitted` or `read_committed`; unset (default): the
-    /// client's own default (the Weir SDK: read_uncommitted; librdkafka:
-    /// read_committed).
+    /// `isolationLevel`: the consumers' `isolation.level` (either
+    /// driver), `read_uncommitted` or `read_committed`; unset (default):
+    /// the client's own default (the Weir SDK: read_uncommitted;
+    /// librdkafka: read_committed).
     pub isolation_level: Option<String>,
 }
 

@@ -243,6 +243,9 @@ impl ApiKey {
             ApiKey::DescribeConfigs => 2,
             // v1: a replication factor per topic.
             ApiKey::CreateTopics => 1,
+            // v1: read_committed, the last stable offset and the aborted
+            // transactions of a fetch (and of ListOffsets' latest).
+            ApiKey::Fetch | ApiKey::ListOffsets => 1,
             _ => 0,
         }
     }
@@ -250,7 +253,7 @@ impl ApiKey {
     /// Newest version of this API this build speaks.
     pub const fn max_version(self) -> u16 {
         match self {
-            ApiKey::DescribeGroup | ApiKey::CreateTopics => 1,
+            ApiKey::DescribeGroup | ApiKey::CreateTopics | ApiKey::Fetch | ApiKey::ListOffsets => 1,
             ApiKey::DescribeConfigs => 2,
             _ => 0,
         }

@@ -352,6 +352,21 @@ pub struct FetchRequest {
     pub max_bytes: u32,
     /// The partitions to read.
     pub partitions: Vec<FetchPartition>,
+    /// v1: read committed only (Kafka's `isolation.level=read_committed`):
+    /// batches below each partition's last stable offset, with the aborted
+    /// transactions among them named (the reader skips their batches).
+    pub read_committed: bool,
+}
+
+/// A transaction aborted within a fetched range: the reader skips its
+/// producer's transactional batches from `first_offset` up to the
+/// producer's abort marker.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct AbortedTransaction {
+    /// Its producer.
+    pub producer_id: i64,
+    /// Offset of its first batch.
+    pub first_offset: u64,
 }
 
 /// One partition's batches in a fetch response.
@@ -373,6 +388,11 @@ pub struct FetchPartitionResult {
     pub payload_offset: u32,
     /// Bytes of its record batches (0 if none).
     pub payload_len: u32,
+    /// v1: the last stable offset (the end a read_committed reader sees).
+    pub last_stable_offset: u64,
+    /// v1, read_committed: the aborted transactions in the fetched range,
+    /// by first offset (empty otherwise).
+    pub aborted: Vec<AbortedTransaction>,
 }
 
 /// One result per fetched partition; the batches are in the frame's
@@ -412,6 +432,9 @@ pub struct ListOffsetsPartition {
 pub struct ListOffsetsRequest {
     /// The partitions to look up.
     pub partitions: Vec<ListOffsetsPartition>,
+    /// v1: [`OffsetSpec::Latest`] is the last stable offset (what a
+    /// read_committed reader's end is), not the high watermark.
+    pub read_committed: bool,
 }
 
 /// Result of one lookup.

@@ -562,12 +562,13 @@ fn api_keys_are_pinned() {
         assert_eq!(key.name(), name);
         assert_eq!(key.as_u16(), n);
         assert_eq!(ApiKey::from_u16(n), Some(key));
-        // DescribeGroup's body changed shape (members with epochs) and
-        // CreateTopics' (replication factor): v1 only; DescribeConfigs'
-        // twice (leader, replicas, ISR; then a move's target): v2 only;
-        // everything else is at v0.
+        // DescribeGroup's body changed shape (members with epochs),
+        // CreateTopics' (replication factor), Fetch's and ListOffsets'
+        // (read_committed): v1 only; DescribeConfigs' twice (leader,
+        // replicas, ISR; then a move's target): v2 only; everything else
+        // is at v0.
         let v = match key {
-            ApiKey::DescribeGroup | ApiKey::CreateTopics => 1,
+            ApiKey::DescribeGroup | ApiKey::CreateTopics | ApiKey::Fetch | ApiKey::ListOffsets => 1,
             ApiKey::DescribeConfigs => 2,
             _ => 0,
         };

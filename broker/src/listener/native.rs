@@ -993,9 +993,7 @@ async fn fetch(
         max_bytes: req.max_bytes,
         min_bytes: req.min_bytes,
         max_wait_ms: req.max_wait_ms,
-        // The native protocol reads everything written (no isolation
-        // level yet).
-        read_committed: false,
+        read_committed: req.read_committed,
     };
     service::quota::cap_fetch(core, session, &mut params);
     let results = match service::fetch::fetch(core, &parts, params, ctx).await {
@@ -1023,6 +1021,18 @@ async fn fetch(
                     log_start_offset: f.log_start_offset,
                     payload_offset: start as u32,
                     payload_len: (at - start) as u32,
+                    last_stable_offset: f.last_stable_offset,
+                    aborted: if req.read_committed {
+                        f.aborted
+                            .iter()
+                            .map(|&(producer_id, first_offset)| AbortedTransaction {
+                                producer_id,
+                                first_offset,
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
                 });
             }
             Err(e) => {
@@ -1036,6 +1046,8 @@ async fn fetch(
                     log_start_offset: 0,
                     payload_offset: at as u32,
                     payload_len: 0,
+                    last_stable_offset: 0,
+                    aborted: Vec::new(),
                 });
             }
         }
@@ -1061,6 +1073,7 @@ async fn list_offsets(
         .map(|p| {
             let q = match p.spec {
                 OffsetSpec::Earliest => OffsetQuery::Earliest,
+                OffsetSpec::Latest if req.read_committed => OffsetQuery::LatestStable,
                 OffsetSpec::Latest => OffsetQuery::Latest,
                 OffsetSpec::Timestamp(t) => OffsetQuery::Timestamp(t),
             };

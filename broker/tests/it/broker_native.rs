@@ -47,6 +47,7 @@ fn fetch(
 ) -> (FetchPartitionResult, Vec<u8>) {
     let (r, payload) = c.ok(
         &FetchRequest {
+            read_committed: false,
             max_wait_ms: wait_ms,
             min_bytes: 1,
             max_bytes: 1 << 20,
@@ -246,6 +247,7 @@ fn long_poll_wakes_when_data_arrives_and_offsets_by_time() {
     }
     let (r, _) = c.ok(
         &ListOffsetsRequest {
+            read_committed: false,
             partitions: vec![
                 ListOffsetsPartition {
                     topic: "lp".into(),
@@ -420,6 +422,7 @@ fn long_poll_over_several_partitions_returns_when_one_gets_data() {
         let mut c = Client::connect(addr);
         let (r, payload) = c.ok(
             &FetchRequest {
+                read_committed: false,
                 max_wait_ms: 20_000,
                 min_bytes: 1,
                 max_bytes: 1 << 20,

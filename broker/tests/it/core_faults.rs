@@ -214,6 +214,7 @@ fn bad_crc_batches_sent_across_cores_leave_no_reply_entries_behind() {
     // Nothing was appended.
     let (r, _) = c.ok(
         &ListOffsetsRequest {
+            read_committed: false,
             partitions: (0..2)
                 .map(|p| ListOffsetsPartition {
                     topic: "crc".into(),
@@ -235,6 +236,7 @@ fn a_fetch_naming_100000_partitions_is_refused_with_a_clear_error() {
     let mut c = b.client();
     assert_eq!(c.create_topic("f", 1, &[]).error, 0);
     let req = FetchRequest {
+        read_committed: false,
         max_wait_ms: 0,
         min_bytes: 0,
         max_bytes: 1 << 20,
@@ -269,6 +271,7 @@ fn a_long_poll_is_cancelled_when_its_connection_closes() {
     for _ in 0..8 {
         let mut c = b.client();
         let req = FetchRequest {
+            read_committed: false,
             max_wait_ms: 25_000,
             min_bytes: 1,
             max_bytes: 1 << 20,
@@ -337,6 +340,7 @@ fn a_panic_in_a_core_ends_the_process_and_a_restart_recovers_every_acknowledged_
     for p in 0..2u32 {
         let (r, payload) = c.ok(
             &FetchRequest {
+                read_committed: false,
                 max_wait_ms: 0,
                 min_bytes: 0,
                 max_bytes: 64 << 20,

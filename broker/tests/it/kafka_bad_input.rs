@@ -352,6 +352,7 @@ fn every_service_error_reaches_both_listeners_with_its_code() {
     // Storage OffsetOutOfRange: a fetch far past the end.
     let (r, _) = c.ok(
         &FetchRequest {
+            read_committed: false,
             max_wait_ms: 0,
             min_bytes: 1,
             max_bytes: 1 << 20,

@@ -43,7 +43,79 @@ fn confluent_kafka_commits_aborts_and_a_new_instance_fences_the_zombie() {
             .all(|v| !v.starts_with('a') && !v.starts_with('z')),
         "{text}"
     );
+    // The Weir SDK's consumer reads the same: read_committed the 160
+    // committed records (the aborted ones and the markers skipped),
+    // read_uncommitted all 280 written.
+    let committed = sdk_read(&b, "tx", 4, weir_client::IsolationLevel::ReadCommitted, 160);
+    assert_eq!(committed.len(), 160, "{committed:?}");
+    assert!(
+        committed
+            .iter()
+            .all(|v| !v.starts_with('a') && !v.starts_with('z')),
+        "{committed:?}"
+    );
+    let mut sorted = committed.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 160, "each committed record once");
+    let all = sdk_read(
+        &b,
+        "tx",
+        4,
+        weir_client::IsolationLevel::ReadUncommitted,
+        280,
+    );
+    assert_eq!(all.len(), 280, "{all:?}");
+    // And `weir consume --read-committed`.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["consume", "tx", "--read-committed", "--max-records", "161"])
+        .args(["--timeout-ms", "1000", "--bootstrap", &b.listen.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.lines().count(), 160, "{text}");
+    assert!(text
+        .lines()
+        .all(|v| !v.starts_with('a') && !v.starts_with('z')));
     b.stop();
+}
+
+/// Every value of `topic`'s `partitions` as a Weir SDK consumer at
+/// `isolation` reads them from the start, until `expect` arrived and every
+/// partition's end was reached (or 30 s).
+fn sdk_read(
+    b: &Broker,
+    topic: &str,
+    partitions: u32,
+    isolation: weir_client::IsolationLevel,
+    expect: usize,
+) -> Vec<String> {
+    use weir_client::{Client, Consumer, ConsumerConfig};
+    weir_testkit::runtime().block_on(async {
+        let mut config = ConsumerConfig::default();
+        config.isolation_level = isolation;
+        let mut c = Consumer::new(Client::connect(b.listen).await.unwrap(), config);
+        let all: Vec<(String, u32)> = (0..partitions).map(|p| (topic.to_string(), p)).collect();
+        c.assign(all.clone());
+        c.seek_to_beginning(&all).await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut got = Vec::new();
+        while got.len() < expect && std::time::Instant::now() < deadline {
+            for r in c.poll(std::time::Duration::from_millis(200)).await.unwrap() {
+                got.push(String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned());
+            }
+        }
+        // Nothing more after the expected count.
+        for r in c.poll(std::time::Duration::from_millis(300)).await.unwrap() {
+            got.push(String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned());
+        }
+        got
+    })
 }
 
 #[test]
@@ -234,6 +306,7 @@ fn transactional_bad_input_is_refused_and_nothing_is_appended() {
     assert_ne!(code, 0, "a producer's control batch");
     let (ends, _) = admin.ok(
         &weir_proto::messages::ListOffsetsRequest {
+            read_committed: false,
             partitions: vec![weir_proto::messages::ListOffsetsPartition {
                 topic: "bad".into(),
                 partition: 0,

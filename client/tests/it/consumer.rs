@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use weir_client::consumer::ConsumerBackend;
+use weir_client::consumer::{ConsumerBackend, IsolationLevel};
 use weir_client::producer::BoxFuture;
 use weir_client::{
     Client, ClientError, Consumer, ConsumerConfig, ConsumerRecord, FetchedBatches, OffsetReset,
@@ -111,6 +111,7 @@ fn last_offset(b: &Bytes) -> u64 {
 impl ConsumerBackend for Fake {
     fn fetch_many(
         &self,
+        _isolation: IsolationLevel,
         _max_wait_ms: u32,
         _max_bytes: u32,
         partitions: Vec<FetchPartition>,
@@ -144,6 +145,8 @@ impl ConsumerBackend for Fake {
                         batches,
                         high_watermark: log.end,
                         log_start_offset: log.start,
+                        last_stable_offset: log.end,
+                        aborted: Vec::new(),
                     })
                 })
                 .collect();
@@ -153,6 +156,7 @@ impl ConsumerBackend for Fake {
 
     fn list_offsets<'a>(
         &'a self,
+        _isolation: IsolationLevel,
         _topic: &'a str,
         partition: u32,
         spec: OffsetSpec,
@@ -537,6 +541,8 @@ async fn through_a_client() {
                             log_start_offset: 5,
                             payload_offset: 0,
                             payload_len: served.len() as u32,
+                            last_stable_offset: 8,
+                            aborted: Vec::new(),
                         }],
                     };
                     frame::encode_response_with_payload(&rh, &res, &[&served])

@@ -327,6 +327,8 @@ async fn fetch_many_slices_each_partitions_batches() {
             log_start_offset: 0,
             payload_offset: off as u32,
             payload_len: len as u32,
+            last_stable_offset: 15,
+            aborted: Vec::new(),
         };
         let n01 = e0.len() + e1.len();
         let body = FetchResponse {

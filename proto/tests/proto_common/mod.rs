@@ -150,6 +150,7 @@ pub fn fetch_request() -> impl Strategy<Value = FetchRequest> {
     )
         .prop_map(
             |(max_wait_ms, min_bytes, max_bytes, partitions)| FetchRequest {
+                read_committed: max_wait_ms % 2 == 0,
                 max_wait_ms,
                 min_bytes,
                 max_bytes,
@@ -177,7 +178,10 @@ pub fn list_offsets_request() -> impl Strategy<Value = ListOffsetsRequest> {
         }),
         0..5,
     )
-    .prop_map(|partitions| ListOffsetsRequest { partitions })
+    .prop_map(|partitions| ListOffsetsRequest {
+        partitions,
+        read_committed: false,
+    })
 }
 
 // --- responses --------------------------------------------------------------------
@@ -344,6 +348,11 @@ pub fn fetch_response() -> impl Strategy<Value = (FetchResponse, Vec<u8>)> {
                         log_start_offset,
                         payload_offset,
                         payload_len,
+                        last_stable_offset: high_watermark,
+                        aborted: vec![AbortedTransaction {
+                            producer_id: partition as i64,
+                            first_offset: log_start_offset,
+                        }],
                     },
                 )
                 .collect();
