@@ -20,9 +20,12 @@
 //! (through the mesh), each durable as an acks=all write; when all are,
 //! the transaction completes (another record). A partition that cannot
 //! take its marker now (no leader here, a leader moving) is retried every
-//! [`MARKER_RETRY_MS`] for as long as this core coordinates the id; a core
-//! that takes the partition of `__transaction_state` over writes the
-//! markers of every transaction still prepared.
+//! [`MARKER_RETRY_MS`] for as long as this core coordinates the id — a
+//! lapse of this node's leader lease pauses the markers, it does not end
+//! them; a core that takes the partition of `__transaction_state` over (or
+//! replays it after a failed write) writes the markers of every
+//! transaction still prepared. A retried EndTxn of a transaction already
+//! decided is answered once it completed.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -45,6 +48,8 @@ pub const EXPIRY_CHECK_MS: u64 = 1000;
 pub const END_WAITS_FOR_MARKERS_MS: u64 = 10_000;
 /// Wait between attempts at markers that could not be written.
 pub const MARKER_RETRY_MS: u64 = 200;
+/// How often a retried EndTxn looks whether its transaction completed.
+const END_RETRY_POLL_MS: u64 = 20;
 /// Producer ids kept at hand (a step uses at most one).
 const IDS_AT_HAND: usize = 2;
 
@@ -175,14 +180,16 @@ pub async fn handle(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
             producer_id,
             epoch,
             commit,
-        } => step_then_markers(core, p, |t, ids| {
+        } => step_then_markers(core, p, &id, |t, ids| {
             t.end_txn(&id, producer_id, epoch, commit, now, ids)
         })
         .await
         .map(Some),
-        TxnRequest::Abort { id } => step_then_markers(core, p, |t, ids| t.abort(&id, now, ids))
-            .await
-            .map(Some),
+        TxnRequest::Abort { id } => {
+            step_then_markers(core, p, &id, |t, ids| t.abort(&id, now, ids))
+                .await
+                .map(Some)
+        }
     }
 }
 
@@ -202,15 +209,22 @@ async fn step<T>(
 
 /// [`step`], answered once the markers it decided are written (at most
 /// [`END_WAITS_FOR_MARKERS_MS`]): a client that committed then reads its
-/// output read_committed, or its group's offsets, sees them.
+/// output read_committed, or its group's offsets, sees them. A retry of
+/// an end already decided (its markers written by an earlier step's task,
+/// or by a replay's) is answered once `id`'s transaction completed, as
+/// Kafka does.
 async fn step_then_markers<T>(
     core: &Rc<Core>,
     p: u32,
+    id: &str,
     f: impl FnOnce(&mut Transactions, &mut dyn FnMut() -> i64) -> Step<T>,
 ) -> Result<T, TxnRefusal> {
     // The partition's lock is free again once `run_step` returns: the
     // markers' completion takes it.
     let (answer, markers) = run_step(core, p, f).await?;
+    if markers.is_none() && answer.is_ok() {
+        decided_end_completed(core, p, id).await?;
+    }
     if let Some(mut task) = markers {
         let wait = Duration::from_millis(END_WAITS_FOR_MARKERS_MS);
         let done = futures_lite::future::or(
@@ -229,6 +243,44 @@ async fn step_then_markers<T>(
         }
     }
     answer.map_err(TxnRefusal::Txn)
+}
+
+/// A retried EndTxn of a transaction already decided: `Ok` once it has
+/// completed — its markers written, and its decision durable on the ISR
+/// (the completion's record, after it in the log, is) —
+/// CONCURRENT_TRANSACTIONS (retried by the client) if that takes more
+/// than [`END_WAITS_FOR_MARKERS_MS`]. The state it answers from may
+/// have been replayed after a write of the decision failed (say, while
+/// this node's lease lapsed): answering before the completion could tell
+/// the client of a decision that a new coordinator never sees.
+async fn decided_end_completed(core: &Rc<Core>, p: u32, id: &str) -> Result<(), TxnRefusal> {
+    let deadline = std::time::Instant::now() + Duration::from_millis(END_WAITS_FOR_MARKERS_MS);
+    loop {
+        if !core.txns.hosting.ready(p) {
+            return Err(TxnRefusal::Loading(format!(
+                "{TXN_TOPIC}-{p} is being loaded: retry"
+            )));
+        }
+        let preparing = match core.txns.parts.borrow().get(&p) {
+            None => {
+                return Err(TxnRefusal::NotCoordinator(format!(
+                    "{TXN_TOPIC}-{p} is no longer coordinated here: ask FindCoordinator"
+                )))
+            }
+            Some(t) => t.get(id).is_some_and(|m| m.state.preparing()),
+        };
+        if !preparing {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(TxnRefusal::Txn(weir_txn::TxnError::ConcurrentTransactions(
+                format!(
+                    "`{id}`'s transaction is still ending (its markers are being written): retry"
+                ),
+            )));
+        }
+        glommio::timer::sleep(Duration::from_millis(END_RETRY_POLL_MS)).await;
+    }
 }
 
 /// One step under partition `p`'s lock: decided, stored, markers started.
@@ -288,7 +340,8 @@ async fn commit_steps<T>(
     for s in steps {
         let task = s.markers.map(|m| {
             let core = core.clone();
-            glommio::spawn_local(async move { write_markers(&core, p, m).await })
+            let generation = core.txns.generation(p);
+            glommio::spawn_local(async move { write_markers(&core, p, generation, m).await })
         });
         answers.push((s.answer, task));
     }
@@ -307,8 +360,16 @@ async fn refill_ids(core: &Rc<Core>) -> Result<(), TxnRefusal> {
 }
 
 /// Writes a decided transaction's markers (see the module docs), then
-/// completes it.
-pub async fn write_markers(core: &Rc<Core>, p: u32, markers: Markers) {
+/// completes it. For partition `p`'s `generation` only: once `p` is
+/// forgotten (another core leads it, or it is replayed: the replay
+/// writes the markers of what it finds prepared) or the transaction has
+/// completed, it stops. While this node holds no leader lease it writes
+/// nothing and waits: a lapse of the lease (the controller's leader
+/// killed, say) forgets nothing, and nothing else would write these
+/// markers once the lease is back — the transaction would stay prepared,
+/// its producer refused CONCURRENT_TRANSACTIONS, for as long as this core
+/// coordinates it.
+pub async fn write_markers(core: &Rc<Core>, p: u32, generation: u64, markers: Markers) {
     let coordinator_epoch = core
         .metadata()
         .get(TXN_TOPIC)
@@ -317,10 +378,21 @@ pub async fn write_markers(core: &Rc<Core>, p: u32, markers: Markers) {
     let mut left: Vec<Tp> = markers.partitions.clone();
     let mut rounds = 0u64;
     while !left.is_empty() {
-        if core.shared.stopping() || coordinator_of(core, &markers.transactional_id) != Ok(core.id)
-        {
-            // The next coordinator writes them.
+        if core.shared.stopping() || !markers_still_ours(core, p, generation, &markers) {
+            // The next coordinator (or this core's replay) writes them, or
+            // they are written.
             return;
+        }
+        if let Err(e) = coordinator_of(core, &markers.transactional_id) {
+            // No lease now (or a leadership moving, which the metadata that
+            // says so ends by forgetting `p`): nothing is written as leader.
+            if rounds % 50 == 0 {
+                tracing::warn!(transactional_id = %markers.transactional_id, why = %e,
+                    "transaction markers wait: this core may not coordinate now");
+            }
+            rounds += 1;
+            glommio::timer::sleep(Duration::from_millis(MARKER_RETRY_MS)).await;
+            continue;
         }
         // Every partition's marker at once (each waits for its own durable
         // write): a transaction ends in one write's time, not one per
@@ -369,6 +441,18 @@ pub async fn write_markers(core: &Rc<Core>, p: u32, markers: Markers) {
         tracing::warn!(transactional_id = %markers.transactional_id, error = %e,
             "completing the transaction failed (its markers are written; a replay completes it)");
     }
+}
+
+/// Whether `markers` are still this core's to write: partition `p` is
+/// still at `generation` and its transaction still prepared with them.
+fn markers_still_ours(core: &Core, p: u32, generation: u64, markers: &Markers) -> bool {
+    core.txns.generation(p) == generation
+        && core
+            .txns
+            .parts
+            .borrow()
+            .get(&p)
+            .is_some_and(|t| t.pending_markers().contains(markers))
 }
 
 /// One marker, on the core of this node leading `tp`.

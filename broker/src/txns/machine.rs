@@ -36,6 +36,8 @@ impl Machine for Txns {
 
     fn forget(&self, p: u32, _n: u32) {
         self.parts.borrow_mut().remove(&p);
+        // Its markers tasks stop: a replay starts its own.
+        *self.generations.borrow_mut().entry(p).or_default() += 1;
     }
 
     fn replay(&self, _core: &Core, p: u32, key: Option<&[u8]>, value: Option<&[u8]>) {
@@ -66,9 +68,10 @@ impl Machine for Txns {
             .collect();
         for (q, markers) in pending {
             let core = core.clone();
-            glommio::spawn_local(
-                async move { coordinator::write_markers(&core, q, markers).await },
-            )
+            let generation = self.generation(q);
+            glommio::spawn_local(async move {
+                coordinator::write_markers(&core, q, generation, markers).await
+            })
             .detach();
         }
     }

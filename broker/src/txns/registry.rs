@@ -29,6 +29,11 @@ pub struct Txns {
     /// Producer ids taken from the cluster's allocator, handed to new
     /// transactional ids.
     pub ids: RefCell<VecDeque<i64>>,
+    /// Each partition's generation: raised whenever its state machine is
+    /// forgotten (another core leads it now, or it is replayed again). A
+    /// markers task writes for the generation it was started in only: the
+    /// replay starts the markers of what it finds prepared afresh.
+    pub generations: RefCell<HashMap<u32, u64>>,
 }
 
 impl std::fmt::Debug for Txns {
@@ -40,6 +45,11 @@ impl std::fmt::Debug for Txns {
 }
 
 impl Txns {
+    /// Partition `p`'s generation now.
+    pub fn generation(&self, p: u32) -> u64 {
+        self.generations.borrow().get(&p).copied().unwrap_or(0)
+    }
+
     /// The lock of partition `p`.
     pub fn lock(&self, p: u32) -> Rc<glommio::sync::Semaphore> {
         self.locks
