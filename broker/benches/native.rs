@@ -86,6 +86,7 @@ fn produce_phase(
                     .collect();
                 let payload: Vec<&[u8]> = (0..PARTITIONS).map(|_| &batch[..]).collect();
                 let req = ProduceRequest {
+                    transactional_id: None,
                     acks: -1,
                     timeout_ms: 30_000,
                     partitions,

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::group_consumer::{GroupConsumer, GroupConsumerConfig};
 use crate::producer::{DefaultPartitioner, Partitioner, Producer, ProducerConfig};
 use crate::properties::{apply_client, apply_consumer, apply_producer, PropertyError};
+use crate::transactional::TransactionalProducer;
 use crate::{Client, ClientConfig, ClientError, Consumer, ConsumerConfig, Result};
 
 /// The bootstrap list used when none is given.
@@ -134,6 +135,24 @@ impl ProducerBuilder {
             self.producer,
             self.partitioner,
         ))
+    }
+
+    /// Connects (as [`ProducerBuilder::build`]) and makes a transactional
+    /// producer of the `transactional.id` property (or
+    /// [`ClientConfig::transactional_id`]), with `transaction.timeout.ms`;
+    /// call its `init_transactions` next.
+    pub async fn build_transactional(self) -> Result<TransactionalProducer> {
+        if let Some(e) = self.error {
+            return Err(ClientError::Config(e));
+        }
+        if self.client.transactional_id.is_none() {
+            return Err(ClientError::InvalidArgument(
+                "a transactional producer needs `transactional.id`".into(),
+            ));
+        }
+        let servers = self.bootstrap.as_deref().unwrap_or(BOOTSTRAP_DEFAULT);
+        let client = Client::bootstrap(servers, self.client).await?;
+        TransactionalProducer::with_client(client, self.producer)
     }
 }
 

@@ -110,6 +110,16 @@ pub enum ClientError {
         /// How long `send` waited for buffer space.
         waited: Duration,
     },
+    /// A transactional producer was fenced: another instance initialized
+    /// the same transactional id (or its transaction timed out, or an
+    /// operator aborted it). Fatal for this producer: close it; a new one
+    /// with the same id takes over.
+    #[error("producer fenced: {0}")]
+    ProducerFenced(String),
+    /// The transaction cannot commit (a record of it failed, or a call
+    /// came out of order): abort it, then go on.
+    #[error("transaction must be aborted: {0}")]
+    TransactionAbortable(String),
 }
 
 // `Protocol` and `CorruptBatch` show their cause in their message, so they
@@ -209,6 +219,8 @@ impl ClientError {
             ClientError::InvalidArgument(m) => ClientError::InvalidArgument(m.clone()),
             ClientError::BufferFull { waited } => ClientError::BufferFull { waited: *waited },
             ClientError::Config(e) => ClientError::Config(e.clone()),
+            ClientError::ProducerFenced(m) => ClientError::ProducerFenced(m.clone()),
+            ClientError::TransactionAbortable(m) => ClientError::TransactionAbortable(m.clone()),
         }
     }
 

@@ -19,6 +19,7 @@ use weir_proto::messages::{
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, OffsetSpec,
     TopicPartitions,
 };
+use weir_proto::messages::{EndTxnResponse, InitProducerIdResponse, TxnResult};
 use weir_proto::reader::RecordBatch;
 
 use crate::consumer::{ConsumerBackend, IsolationLevel};
@@ -37,6 +38,24 @@ fn group_error(group: &str, code: u16, message: Option<String>) -> ClientError {
 }
 
 /// An answer of a group request: its error code.
+/// What a coordinator coordinates: a consumer group or a transactional id.
+pub(crate) enum Coordinated<'a> {
+    Group(&'a str),
+    Transaction(&'a str),
+}
+
+impl Coordinated<'_> {
+    /// Its entry in the client's coordinator cache (transactional ids
+    /// under a NUL-framed prefix: apart from any group id in practice; a
+    /// wrong entry would only cost a `NotCoordinator` and a lookup).
+    fn slot(&self) -> String {
+        match self {
+            Coordinated::Group(g) => g.to_string(),
+            Coordinated::Transaction(t) => format!("\0txn\0{t}"),
+        }
+    }
+}
+
 pub(crate) trait GroupAnswer {
     fn error(&self) -> u16;
 }
@@ -56,7 +75,10 @@ group_answers!(
     GroupResult,
     OffsetCommitResponse,
     OffsetFetchResponse,
-    DescribeGroupResponse
+    DescribeGroupResponse,
+    InitProducerIdResponse,
+    TxnResult,
+    EndTxnResponse
 );
 
 /// Partitions as the wire lists them (grouped by topic, sorted).
@@ -185,13 +207,26 @@ impl Client {
     /// Where `group`'s coordinator is: its node, cluster-wide core index
     /// and that core's address. Any node answers.
     pub async fn find_coordinator(&self, group: &str) -> Result<FindCoordinatorResponse> {
+        self.find_coordinator_of(&Coordinated::Group(group)).await
+    }
+
+    /// Where the coordinator of a group or transactional id is.
+    pub(crate) async fn find_coordinator_of(
+        &self,
+        key: &Coordinated<'_>,
+    ) -> Result<FindCoordinatorResponse> {
+        let (name, transaction) = match key {
+            Coordinated::Group(g) => (g, false),
+            Coordinated::Transaction(t) => (t, true),
+        };
         let r = self
             .request(&FindCoordinatorRequest {
-                group: group.to_string(),
+                group: name.to_string(),
+                transaction,
             })
             .await?;
         if r.error != 0 {
-            return Err(group_error(group, r.error, r.message));
+            return Err(group_error(name, r.error, r.message));
         }
         Ok(r)
     }
@@ -209,18 +244,34 @@ impl Client {
     where
         R::Response: GroupAnswer,
     {
+        self.coordinator_call(&Coordinated::Group(group), req, extra_wait)
+            .await
+    }
+
+    /// [`Client::group_call`] for a group's or a transactional id's
+    /// coordinator.
+    pub(crate) async fn coordinator_call<R: Request>(
+        &self,
+        key: &Coordinated<'_>,
+        req: &R,
+        extra_wait: Duration,
+    ) -> Result<R::Response>
+    where
+        R::Response: GroupAnswer,
+    {
+        let slot = key.slot();
         let cached = || {
             self.coordinators
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .get(group)
+                .get(&slot)
                 .cloned()
         };
         let forget = || {
             self.coordinators
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .remove(group);
+                .remove(&slot);
         };
         let mut via = cached();
         let mut tries = 0;
@@ -244,7 +295,7 @@ impl Client {
                 return Ok(answer);
             }
             forget();
-            let found = match self.find_coordinator(group).await {
+            let found = match self.find_coordinator_of(key).await {
                 Ok(f) => f,
                 // No live coordinator right now: the caller retries.
                 Err(_) => return Ok(answer),
@@ -255,7 +306,7 @@ impl Client {
             self.coordinators
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(group.to_string(), client.clone());
+                .insert(slot.clone(), client.clone());
             via = Some(client);
         }
     }

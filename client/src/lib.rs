@@ -120,6 +120,7 @@ pub mod properties;
 pub mod sasl;
 pub mod stats;
 pub mod tls;
+pub mod transactional;
 pub mod txns;
 
 use std::collections::HashMap;
@@ -210,6 +211,10 @@ pub struct ClientConfig {
     /// (`weir.sasl.oauthbearer.token.file`), read again at every login so
     /// that whatever refreshes it (an agent, a sidecar) is followed.
     pub sasl_oauthbearer_token_file: Option<std::path::PathBuf>,
+    /// The transactional id every produce request carries (set by
+    /// [`crate::transactional::TransactionalProducer`] on its own
+    /// connections; `None`: plain and idempotent producers).
+    pub transactional_id: Option<String>,
     /// The rustls configuration `tls` describes, once built.
     tls_built: tls::Built,
 }
@@ -280,6 +285,7 @@ impl Default for ClientConfig {
             sasl_username: None,
             sasl_password: None,
             sasl_oauthbearer_token_file: None,
+            transactional_id: None,
             tls_built: tls::Built::default(),
         }
     }
@@ -687,7 +693,7 @@ impl Client {
     /// Every call hands out a fresh id. A refusal is
     /// [`ClientError::Server`] with the server's code and message.
     pub async fn init_producer_id(&self) -> Result<(i64, i16)> {
-        let r = self.request(&InitProducerIdRequest {}).await?;
+        let r = self.request(&InitProducerIdRequest::default()).await?;
         if r.error != 0 {
             let code = ErrorCode::from_u16(r.error);
             return Err(ClientError::Server {
@@ -992,6 +998,7 @@ impl Client {
                 acks: acks.as_i8(),
                 timeout_ms: millis_u32(self.config.request_timeout),
                 partitions,
+                transactional_id: self.config.transactional_id.clone(),
             };
             let answer = self
                 .call(&req, &payload, Duration::ZERO, acks != Acks::None)

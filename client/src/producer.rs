@@ -165,6 +165,13 @@ pub struct ProducerConfig {
     /// current-thread runtime it then only runs when the application's
     /// task yields.
     pub io_thread: bool,
+    /// Batches carry the transactional attribute (set by
+    /// [`crate::transactional::TransactionalProducer`]; needs idempotence).
+    /// Default false.
+    pub transactional: bool,
+    /// A transactional producer's `transaction.timeout.ms`: its
+    /// coordinator aborts a transaction open longer. Default 60 s.
+    pub transaction_timeout_ms: u32,
 }
 
 impl Default for ProducerConfig {
@@ -184,6 +191,8 @@ impl Default for ProducerConfig {
             shard_aware: true,
             metadata_max_age_ms: 300_000,
             io_thread: true,
+            transactional: false,
+            transaction_timeout_ms: 60_000,
         }
     }
 }
@@ -1912,6 +1921,7 @@ impl Sender {
                 o.batch.builder.producer_id = pid;
                 o.batch.builder.producer_epoch = epoch;
                 o.batch.builder.base_sequence = lane.next_seq;
+                o.batch.builder.transactional = self.shared.config.transactional;
                 o.stamp = Some((generation, lane.next_seq));
                 lane.next_seq = seq_add(lane.next_seq, o.batch.builder.len() as u32);
             }

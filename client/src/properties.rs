@@ -153,6 +153,7 @@ pub(crate) fn apply_client(
         "reconnect.backoff.ms" => c.reconnect_backoff = ms(name, value)?,
         "reconnect.backoff.max.ms" => c.reconnect_backoff_max = ms(name, value)?,
         "weir.bootstrap.timeout.ms" => c.bootstrap_timeout = ms(name, value)?,
+        "transactional.id" => c.transactional_id = Some(value.to_string()),
         "security.protocol" => {
             c.security_protocol = value
                 .parse()
@@ -204,6 +205,7 @@ pub(crate) fn apply_producer(
         "delivery.timeout.ms" => c.delivery_timeout_ms = num(name, value)?,
         "max.in.flight.requests.per.connection" => c.max_in_flight = num(name, value)?,
         "enable.idempotence" => c.enable_idempotence = boolean(name, value)?,
+        "transaction.timeout.ms" => c.transaction_timeout_ms = num(name, value)?,
         "metadata.max.age.ms" => c.metadata_max_age_ms = num(name, value)?,
         "compression.type" => {
             let level = match c.compression {

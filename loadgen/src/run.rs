@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use weir_client::{
@@ -262,6 +262,8 @@ fn payloads(w: &Workload) -> Vec<Vec<u8>> {
 /// delivery reports go to).
 enum Sender {
     Weir(Arc<Producer>),
+    /// The Weir SDK's transactional producer (`driver.transactionRecords`).
+    WeirTxn(weir_client::transactional::TransactionalProducer),
     Kafka(crate::kafka::KafkaProducer, Arc<KafkaTally>),
 }
 
@@ -326,6 +328,21 @@ impl Sender {
         index: u64,
     ) -> anyhow::Result<Sender> {
         Ok(match driver {
+            Driver::Weir if w.driver.transaction_records.is_some() => {
+                let id = format!("weir-bench-{}-{index}", std::process::id());
+                let p = weir_client::transactional::TransactionalProducer::connect(
+                    bootstrap,
+                    shared.client.clone(),
+                    w.driver.producer_config(),
+                    &id,
+                )
+                .await?;
+                p.init_transactions()
+                    .await
+                    .with_context(|| format!("init_transactions to {bootstrap}"))?;
+                p.begin_transaction()?;
+                Sender::WeirTxn(p)
+            }
             Driver::Weir => {
                 let client = Client::connect_with(bootstrap, shared.client.clone()).await?;
                 let p = Arc::new(Producer::new(client, w.driver.producer_config()));
@@ -372,6 +389,7 @@ impl Sender {
     ) -> Result<Option<DeliveryFuture>, String> {
         match self {
             Sender::Weir(p) => p.send(record).await.map(Some).map_err(|e| e.to_string()),
+            Sender::WeirTxn(p) => p.send(record).await.map(Some).map_err(|e| e.to_string()),
             Sender::Kafka(p, _) => p
                 .send(
                     &record.topic,
@@ -389,9 +407,27 @@ impl Sender {
 
     /// Commits the transaction under way (and begins the next unless
     /// `last`); a failed commit is counted as an error and the
-    /// transaction aborted. librdkafka only: the Weir driver refuses
-    /// transactional workloads.
-    fn commit(&self, shared: &Shared, last: bool) {
+    /// transaction aborted.
+    async fn commit(&self, shared: &Shared, last: bool) {
+        if let Sender::WeirTxn(p) = self {
+            match p.commit_transaction().await {
+                Ok(()) => {
+                    shared.transactions.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    shared.note_error(&format!("commit_transaction: {e}"));
+                    shared.publish_errors.fetch_add(1, Ordering::Relaxed);
+                    if let Err(e) = p.abort_transaction().await {
+                        shared.note_error(&format!("abort_transaction: {e}"));
+                    }
+                }
+            }
+            if !last {
+                if let Err(e) = p.begin_transaction() {
+                    shared.note_error(&format!("begin_transaction: {e}"));
+                }
+            }
+        }
         if let Sender::Kafka(p, tally) = self {
             // librdkafka's commit blocks its thread until the records
             // are delivered and the transaction has ended.
@@ -418,6 +454,7 @@ impl Sender {
     async fn flush(&self) {
         match self {
             Sender::Weir(p) => p.flush().await,
+            Sender::WeirTxn(p) => p.flush().await,
             Sender::Kafka(p, tally) => {
                 // librdkafka's flush blocks its thread.
                 let _ = tokio::task::block_in_place(|| p.flush());
@@ -427,8 +464,10 @@ impl Sender {
     }
 
     async fn close(&self) {
-        if let Sender::Weir(p) = self {
-            p.close().await;
+        match self {
+            Sender::Weir(p) => p.close().await,
+            Sender::WeirTxn(p) => p.close().await,
+            Sender::Kafka(..) => {}
         }
     }
 }
@@ -609,7 +648,7 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
         if let Some(n) = per_txn {
             in_txn += 1;
             if in_txn >= n {
-                p.commit(&shared, false);
+                p.commit(&shared, false).await;
                 in_txn = 0;
             }
         }
@@ -633,7 +672,7 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
     delay.merge_into(&shared.publish_delay);
     drop(tx);
     if per_txn.is_some() && in_txn > 0 {
-        p.commit(&shared, true);
+        p.commit(&shared, true).await;
     }
     p.flush().await;
     let _ = acker.await;
@@ -811,12 +850,6 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         .collect();
     let configs = w.driver.topic_configs();
     let payload_file = w.read_payload_file(&opts.workload_dir)?.map(Bytes::from);
-    if opts.driver == Driver::Weir && w.driver.transaction_records.is_some() {
-        bail!(
-            "driver.transactionRecords needs --driver kafka: the Weir SDK has no \
-             transactional producer yet"
-        );
-    }
     match opts.driver {
         Driver::Weir => {
             let admin = Client::connect_with(opts.bootstrap, opts.client.clone())

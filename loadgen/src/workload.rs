@@ -197,9 +197,10 @@ pub struct DriverSettings {
     /// 64 MiB.
     pub buffer_memory: usize,
     /// `transactionRecords`: if set, each producer writes in transactions
-    /// of this many records (Kafka's `transactional.id`, one per producer;
-    /// `--driver kafka` only), committing each; needs idempotence and
-    /// `acks: all`. Unset (default): no transactions.
+    /// of this many records (a transactional id per producer: the Weir
+    /// SDK's transactional producer, or librdkafka's), committing each;
+    /// needs idempotence and `acks: all`. Unset (default): no
+    /// transactions.
     pub transaction_records: Option<u64>,
     /// `isolationLevel`: the consumers' `isolation.level` (either
     /// driver), `read_uncommitted` or `read_committed`; unset (default):

@@ -98,11 +98,19 @@ pub enum ApiKey {
     /// The producers a partition's leader remembers (ids, epochs, last
     /// sequences, open transactions).
     DescribeProducers = 35,
+    /// Adds partitions to a transactional producer's open transaction.
+    AddPartitionsToTxn = 36,
+    /// Adds a group's offsets to the open transaction.
+    AddOffsetsToTxn = 37,
+    /// Commits or aborts the open transaction.
+    EndTxn = 38,
+    /// Commits offsets as part of the open transaction.
+    TxnOffsetCommit = 39,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 36] = [
+    pub const ALL: [ApiKey; 40] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -139,6 +147,10 @@ impl ApiKey {
         ApiKey::ListTransactions,
         ApiKey::AbortTransaction,
         ApiKey::DescribeProducers,
+        ApiKey::AddPartitionsToTxn,
+        ApiKey::AddOffsetsToTxn,
+        ApiKey::EndTxn,
+        ApiKey::TxnOffsetCommit,
     ];
 
     /// The key on the wire.
@@ -186,6 +198,10 @@ impl ApiKey {
             33 => ApiKey::ListTransactions,
             34 => ApiKey::AbortTransaction,
             35 => ApiKey::DescribeProducers,
+            36 => ApiKey::AddPartitionsToTxn,
+            37 => ApiKey::AddOffsetsToTxn,
+            38 => ApiKey::EndTxn,
+            39 => ApiKey::TxnOffsetCommit,
             _ => return None,
         })
     }
@@ -229,6 +245,10 @@ impl ApiKey {
             ApiKey::ListTransactions => "ListTransactions",
             ApiKey::AbortTransaction => "AbortTransaction",
             ApiKey::DescribeProducers => "DescribeProducers",
+            ApiKey::AddPartitionsToTxn => "AddPartitionsToTxn",
+            ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
+            ApiKey::EndTxn => "EndTxn",
+            ApiKey::TxnOffsetCommit => "TxnOffsetCommit",
         }
     }
 
@@ -244,8 +264,14 @@ impl ApiKey {
             // v1: a replication factor per topic.
             ApiKey::CreateTopics => 1,
             // v1: read_committed, the last stable offset and the aborted
-            // transactions of a fetch (and of ListOffsets' latest).
-            ApiKey::Fetch | ApiKey::ListOffsets => 1,
+            // transactions of a fetch (and of ListOffsets' latest);
+            // transactional ids in FindCoordinator, InitProducerId and
+            // Produce.
+            ApiKey::Fetch
+            | ApiKey::ListOffsets
+            | ApiKey::FindCoordinator
+            | ApiKey::InitProducerId
+            | ApiKey::Produce => 1,
             _ => 0,
         }
     }
@@ -253,7 +279,13 @@ impl ApiKey {
     /// Newest version of this API this build speaks.
     pub const fn max_version(self) -> u16 {
         match self {
-            ApiKey::DescribeGroup | ApiKey::CreateTopics | ApiKey::Fetch | ApiKey::ListOffsets => 1,
+            ApiKey::DescribeGroup
+            | ApiKey::CreateTopics
+            | ApiKey::Fetch
+            | ApiKey::ListOffsets
+            | ApiKey::FindCoordinator
+            | ApiKey::InitProducerId
+            | ApiKey::Produce => 1,
             ApiKey::DescribeConfigs => 2,
             _ => 0,
         }

@@ -300,6 +300,9 @@ pub struct ProduceRequest {
     pub timeout_ms: u32,
     /// One entry per partition written.
     pub partitions: Vec<ProducePartition>,
+    /// v1: a transactional producer's transactional id (its transactional
+    /// batches must be of a partition added to its open transaction).
+    pub transactional_id: Option<String>,
 }
 
 /// Outcome of one partition's append.
@@ -464,9 +467,33 @@ pub struct ListOffsetsResponse {
 
 /// Asks for a new idempotent-producer identity. Every call hands out a
 /// fresh producer id (unique for the life of the data directory) with
-/// epoch 0.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
-pub struct InitProducerIdRequest {}
+/// epoch 0. v1: with a transactional id, sent to its coordinator, the
+/// id's producer (a new epoch: an older instance is fenced, its open
+/// transaction aborted).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct InitProducerIdRequest {
+    /// v1: the transactional id (`None`: an idempotent producer).
+    pub transactional_id: Option<String>,
+    /// v1: `transaction.timeout.ms` (at most the broker's
+    /// `transaction.max.timeout.ms`).
+    pub transaction_timeout_ms: u32,
+    /// v1: the producer id the client had (-1: none), to bump its epoch
+    /// (KIP-360).
+    pub producer_id: i64,
+    /// v1: its epoch (-1: none).
+    pub producer_epoch: i16,
+}
+
+impl Default for InitProducerIdRequest {
+    fn default() -> Self {
+        InitProducerIdRequest {
+            transactional_id: None,
+            transaction_timeout_ms: 60_000,
+            producer_id: -1,
+            producer_epoch: -1,
+        }
+    }
+}
 
 /// The identity an idempotent producer stamps on its batches.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
@@ -832,8 +859,11 @@ pub struct ChangeVotersRequest {
 /// coordinator's core), the coordinator's own port saves that hop.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
 pub struct FindCoordinatorRequest {
-    /// The group id.
+    /// The group id (or, with `transaction`, the transactional id).
     pub group: String,
+    /// v1: `group` is a transactional id: where its transaction
+    /// coordinator is (its partition of `__transaction_state`).
+    pub transaction: bool,
 }
 
 /// The answer to a [`FindCoordinatorRequest`].
@@ -1433,6 +1463,91 @@ pub struct DescribeProducersResponse {
     pub producers: Vec<ProducerInfo>,
 }
 
+// --- AddPartitionsToTxn (36) … TxnOffsetCommit (39) --------------------------------
+
+/// Adds partitions to a transactional producer's open transaction (opening
+/// it), at the id's coordinator.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AddPartitionsToTxnRequest {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// Its producer id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+    /// The partitions.
+    pub partitions: Vec<TxnPartition>,
+}
+
+/// Adds a group's offsets to the open transaction (its partition of
+/// `__consumer_offsets`), at the id's coordinator; then
+/// [`TxnOffsetCommitRequest`] at the group's.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AddOffsetsToTxnRequest {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// Its producer id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+    /// The consumer group.
+    pub group: String,
+}
+
+/// The answer to [`AddPartitionsToTxnRequest`] and
+/// [`AddOffsetsToTxnRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct TxnResult {
+    /// Error code (0 = none; `InvalidProducerEpoch`: fenced,
+    /// `NotCoordinator`, `ConcurrentTransactions`: retry).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+}
+
+/// Commits or aborts the open transaction, at the id's coordinator;
+/// answered once the markers are written (at most 10 s, then once the
+/// decision is durable).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct EndTxnRequest {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// Its producer id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+    /// Commit (else abort).
+    pub commit: bool,
+}
+
+/// The answer to an [`EndTxnRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct EndTxnResponse {
+    /// Error code (0 = none).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// The producer id to go on with.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+}
+
+/// Offsets committed in the transaction, at the group's coordinator:
+/// visible when it commits, dropped when it aborts.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct TxnOffsetCommitRequest {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// Its producer id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+    /// The offsets (a member id and generation if the producer is a
+    /// member, else empty and -1).
+    pub commit: OffsetCommitRequest,
+}
+
 // --- trait impls -------------------------------------------------------------------
 
 macro_rules! impl_message {
@@ -1519,6 +1634,12 @@ impl_message!(
     AbortTransactionResponse,
     DescribeProducersRequest,
     DescribeProducersResponse,
+    AddPartitionsToTxnRequest,
+    AddOffsetsToTxnRequest,
+    TxnResult,
+    EndTxnRequest,
+    EndTxnResponse,
+    TxnOffsetCommitRequest,
 );
 
 /// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
@@ -1645,4 +1766,8 @@ requests! {
     ListTransactions => ListTransactionsRequest, ListTransactionsResponse;
     AbortTransaction => AbortTransactionRequest, AbortTransactionResponse;
     DescribeProducers => DescribeProducersRequest, DescribeProducersResponse;
+    AddPartitionsToTxn => AddPartitionsToTxnRequest, TxnResult;
+    AddOffsetsToTxn => AddOffsetsToTxnRequest, TxnResult;
+    EndTxn => EndTxnRequest, EndTxnResponse;
+    TxnOffsetCommit => TxnOffsetCommitRequest, OffsetCommitResponse;
 }

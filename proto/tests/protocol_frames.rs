@@ -381,6 +381,7 @@ fn produce_with_real_batches_and_vectored_payload() {
         acks: -1,
         timeout_ms: 30_000,
         partitions,
+        transactional_id: None,
     };
     let header = RequestHeader::of::<ProduceRequest>(77);
     let head = encode_request(&header, &req, offset as usize)
@@ -556,6 +557,10 @@ fn api_keys_are_pinned() {
         ("ListTransactions", 33),
         ("AbortTransaction", 34),
         ("DescribeProducers", 35),
+        ("AddPartitionsToTxn", 36),
+        ("AddOffsetsToTxn", 37),
+        ("EndTxn", 38),
+        ("TxnOffsetCommit", 39),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -564,11 +569,18 @@ fn api_keys_are_pinned() {
         assert_eq!(ApiKey::from_u16(n), Some(key));
         // DescribeGroup's body changed shape (members with epochs),
         // CreateTopics' (replication factor), Fetch's and ListOffsets'
-        // (read_committed): v1 only; DescribeConfigs' twice (leader,
-        // replicas, ISR; then a move's target): v2 only; everything else
-        // is at v0.
+        // (read_committed), FindCoordinator's, InitProducerId's and
+        // Produce's (transactional ids): v1 only; DescribeConfigs' twice
+        // (leader, replicas, ISR; then a move's target): v2 only;
+        // everything else is at v0.
         let v = match key {
-            ApiKey::DescribeGroup | ApiKey::CreateTopics | ApiKey::Fetch | ApiKey::ListOffsets => 1,
+            ApiKey::DescribeGroup
+            | ApiKey::CreateTopics
+            | ApiKey::Fetch
+            | ApiKey::ListOffsets
+            | ApiKey::FindCoordinator
+            | ApiKey::InitProducerId
+            | ApiKey::Produce => 1,
             ApiKey::DescribeConfigs => 2,
             _ => 0,
         };
@@ -576,7 +588,7 @@ fn api_keys_are_pinned() {
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);
     }
-    for n in 36..=u16::MAX {
+    for n in 40..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

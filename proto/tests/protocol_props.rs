@@ -136,9 +136,10 @@ fn any_request() -> impl Strategy<Value = (AnyRequest, Vec<u8>)> {
         (fetch_request(), no_payload.clone()).prop_map(|(r, p)| (AnyRequest::Fetch(r), p)),
         (list_offsets_request(), no_payload.clone())
             .prop_map(|(r, p)| (AnyRequest::ListOffsets(r), p)),
-        no_payload
-            .clone()
-            .prop_map(|p| (AnyRequest::InitProducerId(InitProducerIdRequest {}), p)),
+        no_payload.clone().prop_map(|p| (
+            AnyRequest::InitProducerId(InitProducerIdRequest::default()),
+            p
+        )),
         (".{0,20}", any::<bool>(), no_payload)
             .prop_map(|(topic, run, p)| (AnyRequest::Compact(CompactRequest { topic, run }), p)),
     ]

@@ -236,6 +236,19 @@ fn needs(req: &AnyRequest) -> Vec<(Op, Resource<'_>)> {
         R::DeleteGroup(r) => vec![(Op::Delete, Resource::Group(&r.group))],
         R::FindCoordinator(r) => vec![(Op::Describe, Resource::Group(&r.group))],
         R::InitProducerId(_) => Vec::new(),
+        // Transactional-id ACLs are not built: the topics and the group.
+        R::AddPartitionsToTxn(r) => r
+            .partitions
+            .iter()
+            .map(|p| topic(Op::Write, &p.topic))
+            .collect(),
+        R::AddOffsetsToTxn(r) => vec![(Op::Read, Resource::Group(&r.group))],
+        R::EndTxn(_) => Vec::new(),
+        R::TxnOffsetCommit(r) => {
+            std::iter::once((Op::Read, Resource::Group(r.commit.group.as_str())))
+                .chain(r.commit.offsets.iter().map(|o| topic(Op::Read, &o.topic)))
+                .collect()
+        }
         // Filtered: only the groups the principal may describe.
         R::ListGroups(_) => Vec::new(),
         R::DescribeCluster(_) | R::DescribeUsers(_) | R::DescribeAcls(_) => {
@@ -393,7 +406,10 @@ async fn serve_other(
         }
         ApiKey::FindCoordinator => {
             let req = body!(FindCoordinatorRequest);
-            ok(corr, &find_coordinator(core, session.protocol, &req.group))
+            ok(
+                corr,
+                &find_coordinator(core, session.protocol, &req.group, req.transaction),
+            )
         }
         ApiKey::ChangeVoters => {
             let req = body!(ChangeVotersRequest);
@@ -581,8 +597,87 @@ async fn serve_other(
             }
         }
         ApiKey::InitProducerId => {
-            let _ = body!(InitProducerIdRequest);
-            ok(corr, &init_producer_id(core).await)
+            let req = body!(InitProducerIdRequest);
+            match req.transactional_id.clone() {
+                Some(id) => ok(corr, &init_transactional(core, id, &req).await),
+                None => ok(corr, &init_producer_id(core).await),
+            }
+        }
+        ApiKey::AddPartitionsToTxn => {
+            let req = body!(AddPartitionsToTxnRequest);
+            ok(corr, &add_partitions_to_txn(core, req).await)
+        }
+        ApiKey::AddOffsetsToTxn => {
+            let req = body!(AddOffsetsToTxnRequest);
+            let answer = match crate::coordinator::partition_of(
+                core,
+                crate::metadata::OFFSETS_TOPIC,
+                &req.group,
+            ) {
+                None => txn_result(Err(crate::txns::api::TxnRefusal::Loading(format!(
+                    "{} does not exist yet: retry",
+                    crate::metadata::OFFSETS_TOPIC
+                )))),
+                Some(p) => txn_result(
+                    crate::txns::coordinator::serve(
+                        core,
+                        crate::txns::api::TxnRequest::AddPartitions {
+                            id: req.transactional_id,
+                            producer_id: req.producer_id,
+                            epoch: req.producer_epoch,
+                            partitions: vec![(crate::metadata::OFFSETS_TOPIC.to_string(), p)],
+                        },
+                    )
+                    .await,
+                ),
+            };
+            ok(corr, &answer)
+        }
+        ApiKey::EndTxn => {
+            let req = body!(EndTxnRequest);
+            let r = crate::txns::coordinator::serve(
+                core,
+                crate::txns::api::TxnRequest::EndTxn {
+                    id: req.transactional_id,
+                    producer_id: req.producer_id,
+                    epoch: req.producer_epoch,
+                    commit: req.commit,
+                },
+            )
+            .await;
+            let answer = match r {
+                Ok(pair) => {
+                    let (producer_id, producer_epoch) =
+                        pair.unwrap_or((req.producer_id, req.producer_epoch));
+                    EndTxnResponse {
+                        producer_id,
+                        producer_epoch,
+                        ..Default::default()
+                    }
+                }
+                Err(e) => {
+                    let (error, message) = BrokerError::Transaction(e).wire();
+                    EndTxnResponse {
+                        error,
+                        message: Some(message),
+                        producer_id: -1,
+                        producer_epoch: -1,
+                    }
+                }
+            };
+            ok(corr, &answer)
+        }
+        ApiKey::TxnOffsetCommit => {
+            let req = body!(TxnOffsetCommitRequest);
+            let r = coordinator::serve(
+                core,
+                GroupRequest::TxnCommit {
+                    request: req.commit,
+                    producer: (req.producer_id, req.producer_epoch),
+                },
+            )
+            .await;
+            group_answer(corr, r)
         }
         ApiKey::DescribeClientQuotas => ok(
             corr,
@@ -733,6 +828,93 @@ async fn describe_producers(
     }
 }
 
+/// A transaction coordinator's answer as a [`TxnResult`].
+fn txn_result(r: crate::txns::api::TxnResponse) -> TxnResult {
+    match r {
+        Ok(_) => TxnResult::default(),
+        Err(e) => {
+            let (error, message) = BrokerError::Transaction(e).wire();
+            TxnResult {
+                error,
+                message: Some(message),
+            }
+        }
+    }
+}
+
+/// InitProducerId of a transactional producer, at its coordinator.
+async fn init_transactional(
+    core: &Rc<Core>,
+    id: String,
+    req: &InitProducerIdRequest,
+) -> InitProducerIdResponse {
+    let request = crate::txns::api::TxnRequest::InitProducerId {
+        id,
+        timeout_ms: i64::from(req.transaction_timeout_ms),
+        expected: (req.producer_id >= 0).then_some((req.producer_id, req.producer_epoch)),
+        version: weir_txn::TransactionVersion::V1,
+    };
+    match crate::txns::coordinator::serve(core, request).await {
+        Ok(Some((producer_id, producer_epoch))) => InitProducerIdResponse {
+            error: 0,
+            message: None,
+            producer_id,
+            producer_epoch,
+        },
+        Ok(None) => InitProducerIdResponse {
+            error: ErrorCode::Unknown.as_u16(),
+            message: Some("the coordinator handed out no producer id".into()),
+            producer_id: -1,
+            producer_epoch: -1,
+        },
+        Err(e) => {
+            let (error, message) = BrokerError::Transaction(e).wire();
+            InitProducerIdResponse {
+                error,
+                message: Some(message),
+                producer_id: -1,
+                producer_epoch: -1,
+            }
+        }
+    }
+}
+
+/// AddPartitionsToTxn: every partition must exist.
+async fn add_partitions_to_txn(core: &Rc<Core>, req: AddPartitionsToTxnRequest) -> TxnResult {
+    if req.partitions.len() > weir_txn::coordinator::TXN_PARTITIONS_MAX {
+        return TxnResult {
+            error: ErrorCode::InvalidRequest.as_u16(),
+            message: Some(format!(
+                "{} partitions; a transaction has at most {}",
+                req.partitions.len(),
+                weir_txn::coordinator::TXN_PARTITIONS_MAX
+            )),
+        };
+    }
+    let view = core.metadata();
+    if let Some(p) = req.partitions.iter().find(|p| {
+        view.get(&p.topic)
+            .is_none_or(|t| p.partition >= t.partitions())
+    }) {
+        return TxnResult {
+            error: ErrorCode::UnknownTopicOrPartition.as_u16(),
+            message: Some(format!("no partition {}-{}", p.topic, p.partition)),
+        };
+    }
+    drop(view);
+    let request = crate::txns::api::TxnRequest::AddPartitions {
+        id: req.transactional_id,
+        producer_id: req.producer_id,
+        epoch: req.producer_epoch,
+        partitions: req
+            .partitions
+            .into_iter()
+            .map(|p| (p.topic, p.partition))
+            .collect(),
+    };
+    txn_result(crate::txns::coordinator::serve(core, request).await)
+}
+
 async fn init_producer_id(core: &Rc<Core>) -> InitProducerIdResponse {
     match admin::init_producer_id(core).await {
         Ok(id) => InitProducerIdResponse {
@@ -871,18 +1053,23 @@ fn find_coordinator(
     core: &Core,
     listener: SecurityProtocol,
     group: &str,
+    transaction: bool,
 ) -> FindCoordinatorResponse {
     let endpoints = endpoints(core, listener);
-    let found =
-        crate::service::admin::coordinator_at(core, &endpoints, group).and_then(|(node, i)| {
-            let (host, port) = endpoints.cores.get(i as usize).ok_or_else(|| {
-                coordinator::Refusal(
-                    ErrorCode::NotCoordinator.as_u16(),
-                    format!("group {group}'s coordinator core {i} has no known address: retry"),
-                )
-            })?;
-            Ok((node, i, host.clone(), *port))
-        });
+    let found = if transaction {
+        crate::service::admin::coordinator_in(core, &endpoints, crate::txns::TXN_TOPIC, group)
+    } else {
+        crate::service::admin::coordinator_at(core, &endpoints, group)
+    };
+    let found = found.and_then(|(node, i)| {
+        let (host, port) = endpoints.cores.get(i as usize).ok_or_else(|| {
+            coordinator::Refusal(
+                ErrorCode::NotCoordinator.as_u16(),
+                format!("group {group}'s coordinator core {i} has no known address: retry"),
+            )
+        })?;
+        Ok((node, i, host.clone(), *port))
+    });
     match found {
         Ok((node_id, core, host, port)) => FindCoordinatorResponse {
             error: 0,
@@ -938,6 +1125,7 @@ async fn produce(
     ctx: Ctx,
     session: &Session,
 ) -> Result<impl Future<Output = Answer> + 'static, Answer> {
+    let transaction: Option<Rc<str>> = req.transactional_id.as_deref().map(Rc::from);
     let parts: Vec<ProducePart> = req
         .partitions
         .into_iter()
@@ -947,8 +1135,7 @@ async fn produce(
                 .map_err(|e| BrokerError::InvalidRequest(e.to_string())),
             topic: p.topic,
             partition: p.partition,
-            // The native protocol has no transactions yet.
-            transaction: None,
+            transaction: transaction.clone(),
         })
         .collect();
     // 0: no limit.

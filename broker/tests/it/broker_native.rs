@@ -29,6 +29,7 @@ fn produce(c: &mut Client, topic: &str, parts: &[(u32, &[u8])], acks: i8) -> Pro
     }
     c.ok(
         &ProduceRequest {
+            transactional_id: None,
             acks,
             timeout_ms: 30_000,
             partitions,
@@ -173,6 +174,7 @@ fn acked_records_survive_kill_9() {
             let p = i % 2;
             let batch = records_batch(&format!("r{i}"), 3, 5);
             let req = ProduceRequest {
+                transactional_id: None,
                 acks: -1,
                 timeout_ms: 30_000,
                 partitions: vec![ProducePartition {
@@ -521,7 +523,7 @@ fn producer_ids_start_past_an_earlier_versions_counter_and_never_repeat() {
         let b = Broker::start(dir.path(), 2);
         let mut c = b.client();
         for _ in 0..3 {
-            let (r, _) = c.ok(&InitProducerIdRequest {}, &[]);
+            let (r, _) = c.ok(&InitProducerIdRequest::default(), &[]);
             assert_eq!(r.error, 0);
             assert!(r.producer_id >= 5000, "{}", r.producer_id);
             assert!(

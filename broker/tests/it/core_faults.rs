@@ -30,6 +30,7 @@ fn topic_names(c: &mut Client) -> BTreeSet<String> {
 
 fn produce_req(topic: &str, partition: u32, len: usize, acks: i8) -> ProduceRequest {
     ProduceRequest {
+        transactional_id: None,
         acks,
         timeout_ms: 30_000,
         partitions: vec![ProducePartition {

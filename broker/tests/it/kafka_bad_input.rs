@@ -155,6 +155,7 @@ fn native_produce(port: std::net::SocketAddr, topic: &str, data: &[u8], acks: i8
     use weir_proto::messages::{ProducePartition, ProduceRequest};
     let mut c = common::Client::connect(port);
     let req = ProduceRequest {
+        transactional_id: None,
         acks,
         timeout_ms: 5_000,
         partitions: vec![ProducePartition {

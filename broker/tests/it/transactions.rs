@@ -359,3 +359,146 @@ fn transactional_bad_input_is_refused_and_nothing_is_appended() {
     assert!(p.active_producers.is_empty(), "{p:?}");
     b.stop();
 }
+
+/// The Weir SDK's transactional producer on the native protocol: a commit
+/// with offsets, an abort (its offsets dropped), a zombie fenced by a new
+/// instance (its commit fails `ProducerFenced`, its records never
+/// visible); read_committed readers (the SDK and kcat through the Kafka
+/// listener) see exactly the committed records, the group the committed
+/// offsets.
+#[test]
+fn the_sdk_transactional_producer_commits_aborts_and_is_fenced() {
+    use weir_client::transactional::TransactionalProducer;
+    use weir_client::{Client, ClientConfig, ClientError, ProducerConfig, ProducerRecord};
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let mut admin = b.client();
+    assert_eq!(admin.create_topic("sdk-tx", 4, &[]).error, 0);
+    assert_eq!(admin.create_topic("sdk-in", 1, &[]).error, 0);
+    let connect = || {
+        TransactionalProducer::connect(
+            b.listen,
+            ClientConfig::default(),
+            ProducerConfig::default(),
+            "sdk-app",
+        )
+    };
+    /// Sends `n` records and waits for them to be written.
+    async fn send(p: &TransactionalProducer, prefix: &str, n: u32) {
+        let mut acks = Vec::new();
+        for i in 0..n {
+            let r = ProducerRecord::new("sdk-tx", format!("{prefix}{i}")).partition(i % 4);
+            acks.push(p.send(r).await.unwrap());
+        }
+        for a in acks {
+            a.await.unwrap();
+        }
+    }
+    let offsets = weir_testkit::runtime().block_on(async {
+        // The input the offsets are of.
+        let input = weir_client::Producer::new(
+            Client::connect(b.listen).await.unwrap(),
+            ProducerConfig::default(),
+        );
+        for i in 0..100 {
+            let r = ProducerRecord::new("sdk-in", format!("in{i}")).partition(0);
+            drop(input.send(r).await.unwrap());
+        }
+        input.close().await;
+        let p = connect().await.unwrap();
+        // Before init_transactions, and outside a transaction: refused.
+        assert!(p.begin_transaction().is_err());
+        p.init_transactions().await.unwrap();
+        let (pid, epoch) = p.producer_identity().unwrap();
+        assert!(pid >= 0 && epoch >= 0);
+        assert!(p
+            .send(ProducerRecord::new("sdk-tx", "outside"))
+            .await
+            .is_err());
+
+        p.begin_transaction().unwrap();
+        send(&p, "c", 100).await;
+        p.send_offsets_to_transaction(&[("sdk-in".into(), 0, 42)], "sdk-group")
+            .await
+            .unwrap();
+        p.commit_transaction().await.unwrap();
+
+        p.begin_transaction().unwrap();
+        send(&p, "a", 50).await;
+        p.send_offsets_to_transaction(&[("sdk-in".into(), 0, 99)], "sdk-group")
+            .await
+            .unwrap();
+        p.abort_transaction().await.unwrap();
+
+        // A zombie: its transaction written, then a new instance with the
+        // same id fences it (and aborts what it wrote).
+        p.begin_transaction().unwrap();
+        send(&p, "z", 10).await;
+        // The new instance from Kafka's property names.
+        let fresh = weir_client::Producer::builder()
+            .bootstrap(b.listen.to_string())
+            .from_config([
+                ("transactional.id", "sdk-app"),
+                ("transaction.timeout.ms", "30000"),
+            ])
+            .build_transactional()
+            .await
+            .unwrap();
+        fresh.init_transactions().await.unwrap();
+        assert!(fresh.producer_identity().unwrap().1 > epoch, "a new epoch");
+        let e = p.commit_transaction().await.unwrap_err();
+        assert!(matches!(e, ClientError::ProducerFenced(_)), "{e}");
+        fresh.begin_transaction().unwrap();
+        send(&fresh, "f", 10).await;
+        fresh.commit_transaction().await.unwrap();
+        fresh.close().await;
+        p.close().await;
+
+        let c = Client::connect(b.listen).await.unwrap();
+        c.committed_offsets("sdk-group", None).await.unwrap()
+    });
+    assert_eq!(offsets.len(), 1, "{offsets:?}");
+    assert_eq!(
+        offsets[0].offset, 42,
+        "the aborted transaction's offsets dropped"
+    );
+
+    let committed = sdk_read(
+        &b,
+        "sdk-tx",
+        4,
+        weir_client::IsolationLevel::ReadCommitted,
+        110,
+    );
+    assert_eq!(committed.len(), 110, "{committed:?}");
+    assert!(
+        committed
+            .iter()
+            .all(|v| v.starts_with('c') || v.starts_with('f')),
+        "{committed:?}"
+    );
+    let all = sdk_read(
+        &b,
+        "sdk-tx",
+        4,
+        weir_client::IsolationLevel::ReadUncommitted,
+        170,
+    );
+    assert_eq!(all.len(), 170, "{all:?}");
+    let listed = common::kcat(
+        b.kafka,
+        &[
+            "-C",
+            "-t",
+            "sdk-tx",
+            "-e",
+            "-X",
+            "isolation.level=read_committed",
+            "-f",
+            "%s\n",
+        ],
+        b"",
+    );
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).lines().count(), 110);
+    b.stop();
+}

@@ -301,11 +301,14 @@ def ctp_worker():
             "auto.offset.reset": "earliest",
         }
     )
+    # init_transactions first (KIP-447's order): it fences the previous
+    # instance and aborts its open transaction, whose offsets would
+    # otherwise stay pending (a read_committed committed() waits on them).
+    p = producer(f"{topic}-ctp-tx")
     tps = [TopicPartition(src, q) for q in range(PARTITIONS)]
     start = c.committed(tps, 30)
     c.assign([TopicPartition(src, t.partition, t.offset if t.offset >= 0 else 0) for t in start])
     ends = [c.get_watermark_offsets(t, 30)[1] for t in tps]
-    p = producer(f"{topic}-ctp-tx")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         done = [c.position([TopicPartition(src, q)])[0].offset for q in range(PARTITIONS)]

@@ -122,6 +122,7 @@ pub fn produce_request() -> impl Strategy<Value = (ProduceRequest, Vec<u8>)> {
                 .collect();
             (
                 ProduceRequest {
+                    transactional_id: None,
                     acks,
                     timeout_ms,
                     partitions,
