@@ -180,6 +180,15 @@ impl KafkaProducer {
     /// Commits the transaction under way (its records delivered first)
     /// and begins the next one, unless `last` (blocks the thread).
     pub fn commit_transaction(&self, last: bool) -> Result<(), KafkaError> {
+        // rdkafka's commit flushes first, polling up to 100 ms at a time
+        // for events that the threaded producer's own thread takes: every
+        // commit took ≥ 100 ms. Waiting here for librdkafka's queue to
+        // drain (the thread serves the delivery reports) leaves its flush
+        // nothing to wait for.
+        let deadline = std::time::Instant::now() + TRANSACTION_TIMEOUT;
+        while self.inner.in_flight_count() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
         self.inner
             .commit_transaction(Timeout::After(TRANSACTION_TIMEOUT))?;
         if last {
