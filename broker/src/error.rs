@@ -28,6 +28,8 @@ pub enum StorageFailure {
     InvalidProducerEpoch,
     /// No state for the producer and the batch does not start a sequence.
     UnknownProducerId,
+    /// A transactional write came after its transaction ended.
+    TransactionEnded,
     /// A record breaks a rule of the topic (a keyless record in a
     /// compacted topic).
     InvalidRecord,
@@ -195,6 +197,7 @@ impl BrokerError {
                 StorageFailure::Recovering => ErrorCode::Recovering,
                 StorageFailure::OutOfOrderSequence => ErrorCode::OutOfOrderSequence,
                 StorageFailure::InvalidProducerEpoch => ErrorCode::InvalidProducerEpoch,
+                StorageFailure::TransactionEnded => ErrorCode::InvalidTxnState,
                 StorageFailure::UnknownProducerId => ErrorCode::UnknownProducerId,
                 StorageFailure::InvalidRecord => ErrorCode::InvalidRecord,
                 StorageFailure::Io => ErrorCode::StorageError,
@@ -263,6 +266,7 @@ impl From<&StorageError> for BrokerError {
             StorageError::Recovering { .. } => StorageFailure::Recovering,
             StorageError::OutOfOrderSequence { .. } => StorageFailure::OutOfOrderSequence,
             StorageError::InvalidProducerEpoch { .. } => StorageFailure::InvalidProducerEpoch,
+            StorageError::TransactionEnded { .. } => StorageFailure::TransactionEnded,
             StorageError::UnknownProducerId { .. } => StorageFailure::UnknownProducerId,
             StorageError::KeyRequired { .. } => StorageFailure::InvalidRecord,
             _ => StorageFailure::Io,

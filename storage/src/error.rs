@@ -149,6 +149,17 @@ pub enum StorageError {
         /// The batch's base sequence.
         got: i32,
     },
+    /// A transactional write verified with its coordinator found, when it
+    /// came to be appended, that its producer's transaction had ended
+    /// meanwhile (a marker after the verification): appended, it would
+    /// open a transaction nothing ends. Nothing was appended.
+    #[error("producer {producer_id}'s transaction on {partition} ended while the write was verified: a late write, refused")]
+    TransactionEnded {
+        /// `topic-partition`.
+        partition: String,
+        /// The producer id.
+        producer_id: i64,
+    },
     /// The batch's producer epoch is older than the producer's current
     /// epoch: a newer instance of the producer fenced this one. Nothing was
     /// appended.

@@ -887,6 +887,26 @@ impl PartitionLog {
         &self,
         batches: Vec<BytesMut>,
     ) -> (Vec<AppendInfo>, Option<StorageError>) {
+        self.append_many_guarded(batches, None).await
+    }
+
+    /// The guard of a transactional write of `producer_id` about to be
+    /// verified with its coordinator (see
+    /// [`PartitionLog::append_many_guarded`]).
+    pub fn txn_guard(&self, producer_id: i64) -> crate::producer_state::TxnGuard {
+        self.inner.state.borrow().producers.txn_guard(producer_id)
+    }
+
+    /// [`PartitionLog::append_many`] of a transactional producer's batches
+    /// verified under `guard`: refused
+    /// ([`StorageError::TransactionEnded`]) if a batch would open a
+    /// transaction and a marker of the producer came after the guard was
+    /// taken — checked under the append order, which markers take too.
+    pub async fn append_many_guarded(
+        &self,
+        batches: Vec<BytesMut>,
+        guard: Option<crate::producer_state::TxnGuard>,
+    ) -> (Vec<AppendInfo>, Option<StorageError>) {
         let inner = &self.inner;
         let mut done = Vec::with_capacity(batches.len());
         // What can be refused without the log's state is checked for every
@@ -901,6 +921,17 @@ impl PartitionLog {
         let Ok(_order) = inner.append_lock.acquire_permit(1).await else {
             return (done, Some(inner.closed()));
         };
+        if let Some(g) = guard {
+            if !inner.state.borrow().producers.guard_holds(&g) {
+                return (
+                    done,
+                    Some(StorageError::TransactionEnded {
+                        partition: inner.name.clone(),
+                        producer_id: g.producer_id,
+                    }),
+                );
+            }
+        }
         for (data, h) in batches.into_iter().zip(headers) {
             match self.append_locked(data, false, Some(h)).await {
                 Ok(info) => done.push(info),

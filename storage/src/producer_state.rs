@@ -160,6 +160,23 @@ pub struct ProducerEntry {
     age: u64,
     /// First offset of its open transaction, if one is open.
     pub txn_first_offset: Option<u64>,
+    /// Markers recorded for it since the table was built (not stored):
+    /// a write verified against its coordinator checks that none came
+    /// between the verification and the append ([`TxnGuard`]).
+    pub markers: u64,
+}
+
+/// What a transactional write saw of its producer on the partition before
+/// it was verified with the coordinator: a marker after it (the
+/// transaction ended meanwhile) makes a write that would open a
+/// transaction a late one, refused — else it would open a transaction
+/// that nothing ends (KIP-890's hanging transaction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnGuard {
+    /// The producer.
+    pub producer_id: i64,
+    /// Its markers then.
+    pub markers: u64,
 }
 
 impl ProducerEntry {
@@ -239,6 +256,25 @@ impl ProducerStateTable {
     /// Whether no producer is remembered.
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
+    }
+
+    /// The guard of a transactional write of `producer_id` about to be
+    /// verified ([`TxnGuard`]).
+    pub fn txn_guard(&self, producer_id: i64) -> TxnGuard {
+        TxnGuard {
+            producer_id,
+            markers: self.producers.get(&producer_id).map_or(0, |e| e.markers),
+        }
+    }
+
+    /// Whether a transactional batch written under `guard` may be
+    /// appended: it continues the producer's open transaction, or no
+    /// marker of the producer came since the guard was taken.
+    pub fn guard_holds(&self, guard: &TxnGuard) -> bool {
+        match self.producers.get(&guard.producer_id) {
+            Some(e) => e.txn_first_offset.is_some() || e.markers == guard.markers,
+            None => guard.markers == 0,
+        }
     }
 
     /// Every producer remembered, in no particular order.
@@ -333,6 +369,7 @@ impl ProducerStateTable {
             batches: VecDeque::new(),
             age: 0,
             txn_first_offset: None,
+            markers: 0,
         });
         if e.epoch != h.producer_epoch {
             e.epoch = h.producer_epoch;
@@ -366,12 +403,14 @@ impl ProducerStateTable {
             batches: VecDeque::new(),
             age: 0,
             txn_first_offset: None,
+            markers: 0,
         });
         if epoch > e.epoch {
             e.epoch = epoch;
             e.batches.clear();
         }
         e.age = offset;
+        e.markers += 1;
         let first = e.txn_first_offset.take();
         self.insert(pid, e);
         first
@@ -583,6 +622,7 @@ impl ProducerStateTable {
                     batches,
                     age,
                     txn_first_offset,
+                    markers: 0,
                 },
             );
         }

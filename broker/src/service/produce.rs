@@ -135,27 +135,19 @@ async fn append_partition(
     if data.is_empty() {
         return Err(BrokerError::Corrupt("empty record set".into()));
     }
-    if let Some(producer) = transactional_producer(&data)? {
-        // KIP-890: the partition must be in the producer's open
-        // transaction (a zombie's or a late write is refused), else it
-        // would open a transaction in the log that nothing ends.
-        let Some(id) = transaction else {
-            return Err(BrokerError::InvalidRequest(
-                "a transactional batch without a transactional id".into(),
-            ));
-        };
-        let verify = crate::txns::api::TxnRequest::Verify {
-            id: id.to_string(),
-            producer_id: producer.0,
-            epoch: producer.1,
-            tp: (topic.to_string(), partition),
-        };
-        crate::txns::coordinator::serve(core, verify)
-            .await
-            .map_err(BrokerError::Transaction)?;
-    }
+    let txn = match transactional_producer(&data)? {
+        None => None,
+        Some(producer) => {
+            let Some(id) = transaction else {
+                return Err(BrokerError::InvalidRequest(
+                    "a transactional batch without a transactional id".into(),
+                ));
+            };
+            Some((id.to_string(), producer))
+        }
+    };
     if owner == core.id {
-        let (log, infos) = partition::append_local(core, topic, partition, data, acks).await?;
+        let (log, infos) = append_here(core, topic, partition, data, acks, txn).await?;
         return Ok(ack_waits(core, topic, partition, log, infos, acks));
     }
     // Two answers: appended (so the connection's next request follows
@@ -167,6 +159,7 @@ async fn append_partition(
         partition,
         batches: data,
         acks,
+        transaction: txn,
         appended: appended_tx,
         reply: reply_tx,
     };
@@ -177,6 +170,40 @@ async fn append_partition(
     Ok(vec![Box::pin(
         async move { reply_rx.await.and_then(|r| r) },
     )])
+}
+
+/// Appends on the owner core (this one). A transactional producer's
+/// batches (`txn`: its transactional id, producer id and epoch) are first
+/// verified with its coordinator (KIP-890: the partition must be in the
+/// producer's open transaction, else a zombie's or a late write would open
+/// a transaction in the log that nothing ends), under a guard taken before
+/// the verification: a marker of the producer appended meanwhile (its
+/// transaction ended) refuses a write that would open a new one.
+pub async fn append_here(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    data: Bytes,
+    acks: i8,
+    txn: Option<(String, (i64, i16))>,
+) -> Result<(weir_storage::PartitionLog, Vec<weir_storage::AppendInfo>)> {
+    let guard = match txn {
+        None => None,
+        Some((id, (producer_id, epoch))) => {
+            let guard = core.owned_log(topic, partition)?.txn_guard(producer_id);
+            let verify = crate::txns::api::TxnRequest::Verify {
+                id,
+                producer_id,
+                epoch,
+                tp: (topic.to_string(), partition),
+            };
+            crate::txns::coordinator::serve(core, verify)
+                .await
+                .map_err(BrokerError::Transaction)?;
+            Some(guard)
+        }
+    };
+    partition::append_local_guarded(core, topic, partition, data, acks, guard).await
 }
 
 /// The producer (id, epoch) of a payload's transactional batches, if it

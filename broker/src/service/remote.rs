@@ -7,8 +7,8 @@ use std::rc::Rc;
 use crate::shard::mesh::CoreMsg;
 use crate::shard::partition::{ack_waits, all_acked};
 use crate::shard::partition::{
-    append_local, compact_local, delete_records_local, fetch_local, init_producer_id_local,
-    log_ends_local, offsets_local,
+    compact_local, delete_records_local, fetch_local, init_producer_id_local, log_ends_local,
+    offsets_local,
 };
 use crate::shard::Core;
 
@@ -20,9 +20,19 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             partition,
             batches,
             acks,
+            transaction,
             appended,
             reply,
-        } => match append_local(core, &topic, partition, batches, acks).await {
+        } => match crate::service::produce::append_here(
+            core,
+            &topic,
+            partition,
+            batches,
+            acks,
+            transaction,
+        )
+        .await
+        {
             Err(e) => appended.send(&core.mesh, Err(e)).await,
             Ok((log, infos)) => {
                 appended.send(&core.mesh, Ok(())).await;

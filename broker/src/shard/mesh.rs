@@ -64,6 +64,11 @@ pub enum CoreMsg {
         batches: Bytes,
         /// 0, 1 or -1 (all).
         acks: i8,
+        /// A transactional producer's batches: its transactional id and
+        /// (producer id, epoch), verified with its coordinator here, on
+        /// the owner core (so that the verification and the append cannot
+        /// be split by a marker).
+        transaction: Option<(String, (i64, i16))>,
         /// Whether the batch was queued.
         appended: ReplyTo<Result<(), BrokerError>>,
         /// The acknowledgement.

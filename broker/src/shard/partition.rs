@@ -41,6 +41,20 @@ pub async fn append_local(
     data: Bytes,
     acks: i8,
 ) -> Result<(PartitionLog, Vec<AppendInfo>), BrokerError> {
+    append_local_guarded(core, topic, partition, data, acks, None).await
+}
+
+/// [`append_local`] of a transactional producer's batches verified with
+/// its coordinator under `guard` (see
+/// [`weir_storage::PartitionLog::append_many_guarded`]).
+pub async fn append_local_guarded(
+    core: &Core,
+    topic: &str,
+    partition: u32,
+    data: Bytes,
+    acks: i8,
+    guard: Option<weir_storage::producer_state::TxnGuard>,
+) -> Result<(PartitionLog, Vec<AppendInfo>), BrokerError> {
     if core.shared.config.test_panic_on_produce_to.as_deref() == Some(topic) {
         panic!("test-only trigger: produce to `{topic}` (--test-panic-on-produce-to)");
     }
@@ -59,7 +73,7 @@ pub async fn append_local(
         at += h.total_len();
     }
     let started = Instant::now();
-    let (infos, refused) = log.append_many(batches).await;
+    let (infos, refused) = log.append_many_guarded(batches, guard).await;
     if let Some(e) = refused {
         return Err(append_error(core, topic, partition, e));
     }

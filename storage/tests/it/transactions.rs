@@ -227,3 +227,70 @@ fn a_producer_may_not_write_a_control_batch() {
         log.close().await.unwrap();
     });
 }
+
+/// A transactional write verified under a guard: refused if its
+/// producer's transaction ended (a marker) between the guard and the
+/// append and the write would open a new transaction — a late write that
+/// nothing would end; accepted when it continues the open transaction or
+/// no marker came.
+#[test]
+fn a_write_verified_before_its_transaction_ended_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let shard = StorageShard::new(ShardConfig::default());
+        let log = open(&shard, &path).await;
+        let v = payload(0, 100);
+        // No marker since the guard: the write opens the transaction.
+        let g = log.txn_guard(7);
+        let (done, refused) = log
+            .append_many_guarded(vec![tbatch(7, 0, 0, 1, &v)], Some(g))
+            .await;
+        assert!(refused.is_none(), "{refused:?}");
+        assert_eq!(done.len(), 1);
+        // A guard taken while it is open, continuing it: accepted.
+        let g = log.txn_guard(7);
+        let (_, refused) = log
+            .append_many_guarded(vec![tbatch(7, 0, 1, 1, &v)], Some(g))
+            .await;
+        assert!(refused.is_none(), "{refused:?}");
+        // The guard of a write verified while the transaction was open…
+        let late = log.txn_guard(7);
+        // …then the transaction ends (its commit marker)…
+        log.append_marker(7, 0, marker(MarkerKind::Commit), 1)
+            .await
+            .unwrap();
+        // …and the late write would open a new one: refused, nothing
+        // appended, nothing left open.
+        let end = log.log_end_offset();
+        let (done, refused) = log
+            .append_many_guarded(vec![tbatch(7, 0, 2, 1, &v)], Some(late))
+            .await;
+        assert!(done.is_empty());
+        assert!(
+            matches!(
+                refused,
+                Some(StorageError::TransactionEnded { producer_id: 7, .. })
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(log.log_end_offset(), end);
+        assert!(log.open_transactions().is_empty());
+        // Verified afresh (a guard after the marker): the next transaction.
+        let g = log.txn_guard(7);
+        let (_, refused) = log
+            .append_many_guarded(vec![tbatch(7, 0, 2, 1, &v)], Some(g))
+            .await;
+        assert!(refused.is_none(), "{refused:?}");
+        assert_eq!(log.open_transactions(), vec![(7, 3)]);
+        // Another producer's marker does not refuse producer 8's write.
+        let g8 = log.txn_guard(8);
+        log.append_marker(7, 0, marker(MarkerKind::Abort), 1)
+            .await
+            .unwrap();
+        let (_, refused) = log
+            .append_many_guarded(vec![tbatch(8, 0, 0, 1, &v)], Some(g8))
+            .await;
+        assert!(refused.is_none(), "{refused:?}");
+    });
+}

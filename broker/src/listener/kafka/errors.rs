@@ -20,6 +20,7 @@ pub fn broker_error_code(e: &BrokerError) -> i16 {
             StorageFailure::Recovering => E::NotLeaderOrFollower.code(),
             StorageFailure::OutOfOrderSequence => E::OutOfOrderSequenceNumber.code(),
             StorageFailure::InvalidProducerEpoch => E::InvalidProducerEpoch.code(),
+            StorageFailure::TransactionEnded => E::InvalidTxnState.code(),
             StorageFailure::UnknownProducerId => E::UnknownProducerId.code(),
             StorageFailure::InvalidRecord => E::InvalidRecord.code(),
             StorageFailure::Io => E::UnknownServerError.code(),
