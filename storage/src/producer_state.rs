@@ -147,8 +147,10 @@ pub struct ActiveProducer {
     pub txn_first_offset: Option<u64>,
 }
 
-/// What the table knows about one producer id.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the table knows about one producer id. Equal entries hold the
+/// same state a snapshot or a rebuild restores (`markers`, a count of
+/// this process's, is left out).
+#[derive(Debug, Clone)]
 pub struct ProducerEntry {
     /// The producer's current epoch.
     pub epoch: i16,
@@ -178,6 +180,18 @@ pub struct TxnGuard {
     /// Its markers then.
     pub markers: u64,
 }
+
+impl PartialEq for ProducerEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.epoch == other.epoch
+            && self.last_timestamp == other.last_timestamp
+            && self.batches == other.batches
+            && self.age == other.age
+            && self.txn_first_offset == other.txn_first_offset
+    }
+}
+
+impl Eq for ProducerEntry {}
 
 impl ProducerEntry {
     /// Its remembered batches, oldest first.
