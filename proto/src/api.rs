@@ -252,33 +252,16 @@ impl ApiKey {
         }
     }
 
-    /// Oldest version of this API this build speaks.
-    pub const fn min_version(self) -> u16 {
+    /// The one version of this API this build speaks: an API whose body
+    /// changes shape moves to the next version and drops the older
+    /// (pre-1.0: client and broker ship together).
+    pub const fn version(self) -> u16 {
         match self {
-            // v1: members with epochs and revoking partitions; the v0
-            // body is no longer produced.
-            ApiKey::DescribeGroup => 1,
-            // v1: leader, epoch, replicas and ISR per partition; v2: the
-            // target of a reassignment under way.
-            ApiKey::DescribeConfigs => 2,
-            // v1: a replication factor per topic.
-            ApiKey::CreateTopics => 1,
-            // v1: read_committed, the last stable offset and the aborted
-            // transactions of a fetch (and of ListOffsets' latest);
-            // transactional ids in FindCoordinator, InitProducerId and
-            // Produce.
-            ApiKey::Fetch
-            | ApiKey::ListOffsets
-            | ApiKey::FindCoordinator
-            | ApiKey::InitProducerId
-            | ApiKey::Produce => 1,
-            _ => 0,
-        }
-    }
-
-    /// Newest version of this API this build speaks.
-    pub const fn max_version(self) -> u16 {
-        match self {
+            // DescribeGroup v1: members with epochs and revoking
+            // partitions. CreateTopics v1: a replication factor per topic.
+            // Fetch/ListOffsets v1: read_committed, the last stable offset
+            // and the aborted transactions. FindCoordinator,
+            // InitProducerId and Produce v1: transactional ids.
             ApiKey::DescribeGroup
             | ApiKey::CreateTopics
             | ApiKey::Fetch
@@ -286,9 +269,21 @@ impl ApiKey {
             | ApiKey::FindCoordinator
             | ApiKey::InitProducerId
             | ApiKey::Produce => 1,
+            // v1: leader, epoch, replicas and ISR per partition; v2: the
+            // target of a reassignment under way.
             ApiKey::DescribeConfigs => 2,
             _ => 0,
         }
+    }
+
+    /// Oldest version of this API this build speaks ([`ApiKey::version`]).
+    pub const fn min_version(self) -> u16 {
+        self.version()
+    }
+
+    /// Newest version of this API this build speaks ([`ApiKey::version`]).
+    pub const fn max_version(self) -> u16 {
+        self.version()
     }
 
     /// Whether this build speaks `version` of this API.
