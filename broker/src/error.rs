@@ -227,6 +227,9 @@ impl BrokerError {
                 TxnRefusal::Txn(weir_txn::TxnError::InvalidProducerIdMapping(_)) => {
                     ErrorCode::UnknownProducerId
                 }
+                TxnRefusal::Txn(weir_txn::TxnError::TransactionalIdNotFound(_)) => {
+                    ErrorCode::TransactionalIdNotFound
+                }
                 TxnRefusal::NotCoordinator(_) => ErrorCode::NotCoordinator,
                 TxnRefusal::Loading(_) => ErrorCode::Recovering,
                 TxnRefusal::Storage(_) => ErrorCode::StorageError,

@@ -218,6 +218,8 @@ pub enum TxnError {
     InvalidTransactionTimeout(String),
     /// Malformed or oversized.
     InvalidRequest(String),
+    /// No such transactional id (an operator's abort of an unknown id).
+    TransactionalIdNotFound(String),
 }
 
 impl TxnError {
@@ -229,7 +231,8 @@ impl TxnError {
             | TxnError::ConcurrentTransactions(m)
             | TxnError::InvalidTxnState(m)
             | TxnError::InvalidTransactionTimeout(m)
-            | TxnError::InvalidRequest(m) => m,
+            | TxnError::InvalidRequest(m)
+            | TxnError::TransactionalIdNotFound(m) => m,
         }
     }
 }
@@ -298,6 +301,14 @@ impl Transactions {
             .filter(|m| m.state.preparing())
             .map(markers_of)
             .collect()
+    }
+
+    /// Whether `markers` are still to be written: their transaction is
+    /// prepared with them (not completed, nor replaced by a later one).
+    pub fn is_pending(&self, markers: &Markers) -> bool {
+        self.txns
+            .get(&markers.transactional_id)
+            .is_some_and(|m| m.state.preparing() && markers_of(m) == *markers)
     }
 
     /// InitProducerId for `transactional_id`: a producer id and epoch for
@@ -569,7 +580,7 @@ impl Transactions {
     ) -> Step<(i64, i16)> {
         let m = match self.txns.get(transactional_id) {
             None => {
-                return Step::refused(TxnError::InvalidProducerIdMapping(format!(
+                return Step::refused(TxnError::TransactionalIdNotFound(format!(
                     "no transactional id `{transactional_id}` is known to its coordinator"
                 )))
             }

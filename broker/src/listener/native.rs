@@ -778,17 +778,9 @@ async fn abort_transaction(
             }
         }
         Err(e) => {
-            let not_found = matches!(
-                &e,
-                crate::txns::api::TxnRefusal::Txn(weir_txn::TxnError::InvalidProducerIdMapping(_))
-            );
             let (error, message) = BrokerError::Transaction(e).wire();
             AbortTransactionResponse {
-                error: if not_found {
-                    ErrorCode::TransactionalIdNotFound.as_u16()
-                } else {
-                    error
-                },
+                error,
                 message: Some(message),
                 producer_id: -1,
                 producer_epoch: -1,

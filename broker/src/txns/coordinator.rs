@@ -452,7 +452,7 @@ fn markers_still_ours(core: &Core, p: u32, generation: u64, markers: &Markers) -
             .parts
             .borrow()
             .get(&p)
-            .is_some_and(|t| t.pending_markers().contains(markers))
+            .is_some_and(|t| t.is_pending(markers))
 }
 
 /// One marker, on the core of this node leading `tp`.

@@ -54,6 +54,7 @@ pub(super) fn txn_code(r: &crate::txns::api::TxnRefusal) -> i16 {
         R::Txn(T::InvalidTxnState(_)) => E::InvalidTxnState.code(),
         R::Txn(T::InvalidTransactionTimeout(_)) => E::InvalidTransactionTimeout.code(),
         R::Txn(T::InvalidRequest(_)) => E::InvalidRequest.code(),
+        R::Txn(T::TransactionalIdNotFound(_)) => E::TransactionalIdNotFound.code(),
         R::NotCoordinator(_) => E::NotCoordinator.code(),
         R::Loading(_) => E::CoordinatorLoadInProgress.code(),
         R::Storage(_) => E::CoordinatorNotAvailable.code(),
