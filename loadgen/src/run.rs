@@ -409,43 +409,42 @@ impl Sender {
     /// `last`); a failed commit is counted as an error and the
     /// transaction aborted.
     async fn commit(&self, shared: &Shared, last: bool) {
-        if let Sender::WeirTxn(p) = self {
-            match p.commit_transaction().await {
-                Ok(()) => {
-                    shared.transactions.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    shared.note_error(&format!("commit_transaction: {e}"));
-                    shared.publish_errors.fetch_add(1, Ordering::Relaxed);
-                    if let Err(e) = p.abort_transaction().await {
-                        shared.note_error(&format!("abort_transaction: {e}"));
-                    }
-                }
+        let committed = match self {
+            Sender::WeirTxn(p) => p.commit_transaction().await.map_err(|e| e.to_string()),
+            Sender::Kafka(p, tally) => {
+                // librdkafka's commit blocks its thread until the records
+                // are delivered and the transaction has ended (and begins
+                // the next unless `last`).
+                let r = tokio::task::block_in_place(|| p.commit_transaction(last));
+                tally.flush();
+                r.map_err(|e| e.to_string())
             }
-            if !last {
-                if let Err(e) = p.begin_transaction() {
-                    shared.note_error(&format!("begin_transaction: {e}"));
+            Sender::Weir(_) => return,
+        };
+        match committed {
+            Ok(()) => {
+                shared.transactions.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                shared.note_error(&format!("commit_transaction: {e}"));
+                shared.publish_errors.fetch_add(1, Ordering::Relaxed);
+                let aborted = match self {
+                    Sender::WeirTxn(p) => p.abort_transaction().await.map_err(|e| e.to_string()),
+                    // librdkafka's abort begins the next transaction.
+                    Sender::Kafka(p, _) if !last => {
+                        tokio::task::block_in_place(|| p.abort_transaction())
+                            .map_err(|e| e.to_string())
+                    }
+                    _ => Ok(()),
+                };
+                if let Err(e) = aborted {
+                    shared.note_error(&format!("abort_transaction: {e}"));
                 }
             }
         }
-        if let Sender::Kafka(p, tally) = self {
-            // librdkafka's commit blocks its thread until the records
-            // are delivered and the transaction has ended.
-            let r = tokio::task::block_in_place(|| p.commit_transaction(last));
-            tally.flush();
-            match r {
-                Ok(()) => {
-                    shared.transactions.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    shared.note_error(&format!("commit_transaction: {e}"));
-                    shared.publish_errors.fetch_add(1, Ordering::Relaxed);
-                    if !last {
-                        if let Err(e) = tokio::task::block_in_place(|| p.abort_transaction()) {
-                            shared.note_error(&format!("abort_transaction: {e}"));
-                        }
-                    }
-                }
+        if let (Sender::WeirTxn(p), false) = (self, last) {
+            if let Err(e) = p.begin_transaction() {
+                shared.note_error(&format!("begin_transaction: {e}"));
             }
         }
     }
