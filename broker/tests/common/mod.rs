@@ -311,6 +311,35 @@ impl KafkaConn {
         R::decode(&mut b, version).unwrap()
     }
 
+    /// Produce v9 of `data` to `topic`-0 with `acks` (as the
+    /// transactional producer `transactional_id`, if given): the
+    /// partition's error code.
+    pub fn produce(
+        &mut self,
+        topic: &str,
+        data: bytes::Bytes,
+        acks: i16,
+        transactional_id: Option<&str>,
+    ) -> i16 {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::*;
+        use kafka_protocol::protocol::StrBytes;
+        let req = ProduceRequest::default()
+            .with_transactional_id(
+                transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.into()))),
+            )
+            .with_acks(acks)
+            .with_timeout_ms(5_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.into())))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(data))])]);
+        self.send(ApiKey::Produce, 9, &req);
+        let r: ProduceResponse = self.read(9);
+        r.responses[0].partition_responses[0].error_code
+    }
+
     /// Metadata v12 of `topic`: each partition's (leader broker, leader
     /// epoch).
     pub fn leaders(&mut self, topic: &str) -> Vec<(i32, i32)> {

@@ -174,21 +174,7 @@ fn native_produce(port: std::net::SocketAddr, topic: &str, data: &[u8], acks: i8
 /// The Kafka code of producing `data` to `topic`-0 (Produce v9) through
 /// `port`.
 fn kafka_produce(port: std::net::SocketAddr, topic: &str, data: bytes::Bytes, acks: i16) -> i16 {
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
-    use kafka_protocol::protocol::StrBytes;
-    let mut k = common::KafkaConn::connect(port);
-    let req = ProduceRequest::default()
-        .with_acks(acks)
-        .with_timeout_ms(5_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string(topic.into())))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(data))])]);
-    k.send(ApiKey::Produce, 9, &req);
-    let r: ProduceResponse = k.read(9);
-    r.responses[0].partition_responses[0].error_code
+    common::KafkaConn::connect(port).produce(topic, data, acks, None)
 }
 
 /// Every variant of the service's error (`BrokerError`, and each kind of

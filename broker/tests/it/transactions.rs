@@ -7,15 +7,22 @@
 use crate::common::{self, Broker};
 use crate::kafka_clients::python_script;
 
+/// Runs `transactions.py` with confluent-kafka against `b`'s Kafka
+/// listener (`args`: the topic, then the mode and its arguments), which
+/// must end with `done`.
+fn confluent(b: &Broker, args: &[&str]) {
+    let kafka = b.kafka.to_string();
+    let mut all = vec!["confluent-kafka", kafka.as_str()];
+    all.extend_from_slice(args);
+    let out = python_script("transactions.py", &all);
+    assert!(out.contains("\ndone"), "{out}");
+}
+
 #[test]
 fn confluent_kafka_commits_aborts_and_a_new_instance_fences_the_zombie() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start_with(dir.path(), 2, &["--group-initial-rebalance-delay-ms", "0"]);
-    let out = python_script(
-        "transactions.py",
-        &["confluent-kafka", &b.kafka.to_string(), "tx"],
-    );
-    assert!(out.contains("\ndone"), "{out}");
+    confluent(&b, &["tx"]);
     // The transactions' state and markers survive a restart: the log
     // holds what the coordinator decided.
     b.stop();
@@ -122,11 +129,7 @@ fn sdk_read(
 fn confluent_kafka_consume_transform_produce_commits_output_and_offsets_together() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start_with(dir.path(), 2, &["--group-initial-rebalance-delay-ms", "0"]);
-    let out = python_script(
-        "transactions.py",
-        &["confluent-kafka", &b.kafka.to_string(), "ctp", "ctp"],
-    );
-    assert!(out.contains("\ndone"), "{out}");
+    confluent(&b, &["ctp", "ctp"]);
     // The offsets committed in transactions survive a restart (replayed
     // with their markers).
     b.stop();
@@ -147,11 +150,7 @@ fn confluent_kafka_consume_transform_produce_commits_output_and_offsets_together
 fn a_transaction_left_open_by_a_dead_producer_is_aborted_after_its_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
-    let out = python_script(
-        "transactions.py",
-        &["confluent-kafka", &b.kafka.to_string(), "dead", "timeout"],
-    );
-    assert!(out.contains("\ndone"), "{out}");
+    confluent(&b, &["dead", "timeout"]);
     b.stop();
 }
 
@@ -163,18 +162,15 @@ fn a_transaction_left_open_by_a_dead_producer_is_aborted_after_its_timeout() {
 fn an_operator_sees_and_aborts_a_hanging_transaction() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
-    let out = python_script(
-        "transactions.py",
+    confluent(
+        &b,
         &[
-            "confluent-kafka",
-            &b.kafka.to_string(),
             "hung",
             "hang",
             env!("CARGO_BIN_EXE_weir"),
             &b.listen.to_string(),
         ],
     );
-    assert!(out.contains("\ndone"), "{out}");
     b.stop();
 }
 
@@ -209,11 +205,7 @@ fn aiokafka_commits_aborts_and_is_fenced_as_a_zombie() {
 fn consume_transform_produce_survives_three_sigkills_of_the_worker_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start(dir.path(), 2);
-    let out = python_script(
-        "transactions.py",
-        &["confluent-kafka", &b.kafka.to_string(), "kill", "ctp-kill"],
-    );
-    assert!(out.contains("\ndone"), "{out}");
+    confluent(&b, &["kill", "ctp-kill"]);
     b.stop();
 }
 
@@ -225,7 +217,6 @@ fn consume_transform_produce_survives_three_sigkills_of_the_worker_exactly_once(
 #[test]
 fn transactional_bad_input_is_refused_and_nothing_is_appended() {
     use kafka_protocol::messages::describe_producers_request::TopicRequest;
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::*;
     use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::ResponseError;
@@ -258,18 +249,7 @@ fn transactional_bad_input_is_refused_and_nothing_is_appended() {
     let (pid, epoch) = (r.producer_id.0, r.producer_epoch);
 
     let produce = |k: &mut common::KafkaConn, data: bytes::Bytes| -> i16 {
-        let req = ProduceRequest::default()
-            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("bad-tx"))))
-            .with_acks(-1)
-            .with_timeout_ms(5_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_static_str("bad")))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(data))])]);
-        k.send(ApiKey::Produce, 9, &req);
-        let r: ProduceResponse = k.read(9);
-        r.responses[0].partition_responses[0].error_code
+        k.produce("bad", data, -1, Some("bad-tx"))
     };
     // Transactional, but bad-0 was never added to the transaction.
     let mut tx =

@@ -135,15 +135,22 @@ def high(isolation):
     return h
 
 
-def ctp():
+def ctp_input(n):
+    """The topics of a consume-transform-produce run, `n` plain records in
+    its input: (input, output, group)."""
     src, dst, group = f"{topic}-in", f"{topic}-out", f"{topic}-ctp"
     create(src)
     create(dst)
-    n = 2000
     plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(n):
         plain.produce(src, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % PARTITIONS)
     plain.flush(30)
+    return src, dst, group
+
+
+def ctp():
+    n = 2000
+    src, dst, group = ctp_input(n)
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -337,14 +344,8 @@ def ctp_kill():
     record exactly once, and the group's offsets are the input's ends."""
     import signal
     import subprocess
-    src, dst, group = f"{topic}-in", f"{topic}-out", f"{topic}-ctp"
-    create(src)
-    create(dst)
     n = 20000
-    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(n):
-        plain.produce(src, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % PARTITIONS)
-    plain.flush(30)
+    src, dst, group = ctp_input(n)
     worker = [sys.executable, __file__, client, bootstrap, topic, "ctp-worker"]
     kills = 0
     for _ in range(3):
