@@ -2704,18 +2704,30 @@ fn a_metadata_answer_queued_behind_a_slow_produce_names_the_leader_as_of_sending
     c.converged(&[1, 2, 3], Duration::from_secs(20));
     c.replicated_topic("slow", 1);
     c.replicated_topic("moved", 3);
+    let view = c.converged(&[1, 2, 3], Duration::from_secs(20));
     let (a, followers) = leader_and_followers(&c.partition_rows("slow")[0]);
-    // A follower of slow-0 that leads a partition of `moved`.
+    // A follower of slow-0 that leads a partition of `moved` and is not
+    // the controller's leader: pausing that one would lapse every node's
+    // leader lease until a new one is elected, and a leader without its
+    // lease answers its waiting acks=all produces NOT_LEADER at once (a
+    // different story from the one told here).
     let moved = c.partition_rows("moved");
     let (b, q) = followers
         .iter()
+        .filter(|f| **f != view.controller_leader)
         .find_map(|f| {
             moved
                 .iter()
                 .position(|r| r[1] == f.to_string())
                 .map(|q| (*f, q))
         })
-        .expect("a follower of slow-0 leads a partition of `moved`");
+        .unwrap_or_else(|| {
+            panic!(
+                "a follower of slow-0 ({followers:?}) leads a partition of `moved` ({moved:?}) \
+                 and is not the controller's leader (node {})",
+                view.controller_leader
+            )
+        });
     let mut conn = KafkaConn::connect(c.nodes[&a].kafka);
     let before = conn.leaders("moved")[q];
     c.nodes[&b].pause();
