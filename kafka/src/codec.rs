@@ -235,14 +235,16 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (ApiKey::DescribeClientQuotas as i16, 0, 1),
     (ApiKey::AlterClientQuotas as i16, 0, 1),
     // Transactions, the client's flow: v4–5 are broker-to-broker
-    // (KIP-890 verification), not a client's.
+    // (KIP-890 verification), not a client's (Weir's brokers verify over
+    // their own mesh).
     (ApiKey::AddPartitionsToTxn as i16, 0, 3),
-    // v5 is KIP-890's v2 (the epoch bumped at every end): not served.
-    (ApiKey::EndTxn as i16, 0, 4),
-    // v4 is KIP-890's (TRANSACTION_ABORTABLE).
-    (ApiKey::AddOffsetsToTxn as i16, 0, 3),
-    // v3 adds the member's id and generation (KIP-447); v5 is KIP-890's v2.
-    (ApiKey::TxnOffsetCommit as i16, 0, 4),
+    // v5 is KIP-890's v2: the epoch bumped at every end, answered.
+    (ApiKey::EndTxn as i16, 0, 5),
+    // v4 is KIP-890's (TRANSACTION_ABORTABLE, which Weir does not send).
+    (ApiKey::AddOffsetsToTxn as i16, 0, 4),
+    // v3 adds the member's id and generation (KIP-447); v5 is KIP-890's
+    // v2 (the offsets partition added implicitly).
+    (ApiKey::TxnOffsetCommit as i16, 0, 5),
     // Kafka 3.0+ (KIP-664): kafka-transactions.sh and Admin's
     // describeProducers/describeTransactions/listTransactions. ListTransactions
     // v1 adds the duration filter; v2's id pattern (4.1) is not served.
@@ -264,9 +266,23 @@ pub fn is_supported(api_key: i16, api_version: i16) -> bool {
     supported_versions(api_key).is_some_and(|(min, max)| (min..=max).contains(&api_version))
 }
 
+/// The feature levels Weir finalizes (ApiVersions v3+): `transaction.version`
+/// 2 is KIP-890's v2 transaction protocol, which Kafka's clients (Java
+/// 4.0+) use only when the broker finalizes it. `(name, min, max)`.
+pub const FINALIZED_FEATURES: &[(&str, i16, i16)] = &[("transaction.version", 2, 2)];
+
+/// The features' epoch: Weir's levels are fixed (they move with the
+/// binary, not with a cluster-wide upgrade), so it never changes.
+pub const FINALIZED_FEATURES_EPOCH: i64 = 1;
+
 /// A successful ApiVersions response listing [`SUPPORTED`], in api key
-/// order. The caller adds throttling or features if it has any.
+/// order, and [`FINALIZED_FEATURES`] (supported from 0: a client may
+/// speak an older level). The caller adds throttling if it has any.
 pub fn api_versions_response() -> ApiVersionsResponse {
+    use kafka_protocol::messages::api_versions_response::{
+        FinalizedFeatureKey, SupportedFeatureKey,
+    };
+    use kafka_protocol::protocol::StrBytes;
     let mut api_keys: Vec<ApiVersion> = SUPPORTED
         .iter()
         .map(|&(key, min, max)| {
@@ -280,6 +296,25 @@ pub fn api_versions_response() -> ApiVersionsResponse {
     api_keys.sort_by_key(|a| a.api_key);
     let mut response = ApiVersionsResponse::default();
     response.api_keys = api_keys;
+    response.supported_features = FINALIZED_FEATURES
+        .iter()
+        .map(|&(name, _, max)| {
+            SupportedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_min_version(0)
+                .with_max_version(max)
+        })
+        .collect();
+    response.finalized_features = FINALIZED_FEATURES
+        .iter()
+        .map(|&(name, min, max)| {
+            FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_min_version_level(min)
+                .with_max_version_level(max)
+        })
+        .collect();
+    response.finalized_features_epoch = FINALIZED_FEATURES_EPOCH;
     response
 }
 
@@ -1772,13 +1807,22 @@ mod tests {
                 );
             }
         }
-        // Transactions: the v1 client flow only (no broker-to-broker
-        // markers or verification).
+        // Transactions: both client flows (KIP-890's v2: EndTxn v5,
+        // TxnOffsetCommit v5), no broker-to-broker markers or verification.
         assert_eq!(
             supported_versions(ApiKey::AddPartitionsToTxn as i16),
             Some((0, 3))
         );
-        assert_eq!(supported_versions(ApiKey::EndTxn as i16), Some((0, 4)));
+        assert_eq!(supported_versions(ApiKey::EndTxn as i16), Some((0, 5)));
+        assert_eq!(
+            supported_versions(ApiKey::TxnOffsetCommit as i16),
+            Some((0, 5))
+        );
+        let features = api_versions_response();
+        assert!(features
+            .finalized_features
+            .iter()
+            .any(|f| f.name.as_str() == "transaction.version" && f.max_version_level == 2));
         assert!(supported_versions(ApiKey::WriteTxnMarkers as i16).is_none());
         assert_eq!(supported_versions(ApiKey::Produce as i16), Some((3, 13)));
         // What old clients send (KIP-896 removed them from Kafka 4).
@@ -1810,8 +1854,18 @@ mod tests {
             let bytes = encode_response(&h, &r.clone().into()).unwrap();
             let (corr, body) = parse_response(&bytes, h.api_key, v);
             assert_eq!(corr, 11);
-            assert_eq!(body, KafkaResponse::ApiVersions(r.clone()));
+            assert_eq!(body, KafkaResponse::ApiVersions(features_at(r.clone(), v)));
         }
+    }
+
+    /// `r` as version `v` carries it: the features are v3's (tagged).
+    fn features_at(mut r: ApiVersionsResponse, v: i16) -> ApiVersionsResponse {
+        if v < 3 {
+            r.supported_features.clear();
+            r.finalized_features.clear();
+            r.finalized_features_epoch = -1;
+        }
+        r
     }
 
     // -- round trips ----------------------------------------------------------
@@ -1871,7 +1925,7 @@ mod tests {
                 r.topics = vec![t];
                 r.into()
             }
-            ApiKey::ApiVersions => api_versions_response().into(),
+            ApiKey::ApiVersions => features_at(api_versions_response(), version).into(),
             other => KafkaResponse::default_of(other).unwrap(),
         }
     }

@@ -51,6 +51,9 @@ pub enum DataRequest {
         producer_epoch: i16,
         /// The partition written.
         tp: (String, u32),
+        /// Add the partition to the transaction (KIP-890 v2's implicit
+        /// add) rather than check it.
+        add: bool,
     },
 }
 
@@ -224,12 +227,14 @@ impl DataLink {
     }
 
     /// Asks the linked core (a transaction coordinator) whether `tp` is in
-    /// producer (id, epoch)'s open transaction of `id`.
+    /// producer (id, epoch)'s open transaction of `id` (with `add`: to add
+    /// it, KIP-890 v2).
     pub async fn verify_txn(
         &self,
         id: &str,
         producer: (i64, i16),
         tp: (String, u32),
+        add: bool,
     ) -> Result<MarkerResult> {
         let (mut send, mut recv) = self.conn.open_bi().await.map_err(open_stream)?;
         let req = DataRequest::VerifyTxn {
@@ -237,6 +242,7 @@ impl DataLink {
             producer_id: producer.0,
             producer_epoch: producer.1,
             tp,
+            add,
         };
         write_frame_with_payload(&mut send, &encode(&req), &[]).await?;
         match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(malformed)? {

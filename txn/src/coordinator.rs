@@ -419,6 +419,7 @@ impl Transactions {
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[Tp],
+        version: TransactionVersion,
         now_ms: i64,
     ) -> Step<()> {
         let m = match self.current(transactional_id, producer_id, producer_epoch) {
@@ -455,6 +456,10 @@ impl Transactions {
             next.partitions.clear();
             next.start_ms = now_ms;
         }
+        // The protocol of the request that adds decides the end's (a
+        // KIP-890 client's implicit adds are v2; Kafka keeps it the same
+        // way, per request).
+        next.version = version;
         next.partitions.extend(new.into_iter().cloned());
         next.update_ms = now_ms;
         self.store(next, None, Ok(()))
@@ -489,9 +494,9 @@ impl Transactions {
     pub fn end_txn(
         &mut self,
         transactional_id: &str,
-        producer_id: i64,
-        producer_epoch: i16,
+        (producer_id, producer_epoch): (i64, i16),
         commit: bool,
+        version: TransactionVersion,
         now_ms: i64,
         new_producer_id: &mut dyn FnMut() -> i64,
     ) -> Step<(i64, i16)> {
@@ -505,7 +510,7 @@ impl Transactions {
             (TxnState::PrepareAbort, TxnState::CompleteAbort)
         };
         // A v2 retry: the end already bumped the epoch the client still has.
-        let retry = m.version == TransactionVersion::V2
+        let retry = version == TransactionVersion::V2
             && producer_epoch == m.last_producer_epoch
             && (producer_id == m.producer_id || producer_id == m.previous_producer_id);
         if retry {
@@ -521,17 +526,22 @@ impl Transactions {
             return Step::refused(e);
         }
         match m.state {
-            TxnState::Ongoing => self.prepare(m, commit, false, now_ms, new_producer_id),
+            TxnState::Ongoing => {
+                let mut m = m;
+                m.version = version;
+                self.prepare(m, commit, false, now_ms, new_producer_id)
+            }
             s if s == decided.0 => Step::answered(continue_with(&m)),
-            s if s == decided.1 && m.version == TransactionVersion::V1 => {
+            s if s == decided.1 && version == TransactionVersion::V1 => {
                 Step::answered((m.producer_id, m.producer_epoch))
             }
-            TxnState::Empty if !commit && m.version == TransactionVersion::V2 => {
+            TxnState::Empty if !commit && version == TransactionVersion::V2 => {
                 // Nothing to abort: the epoch moves on all the same, so
                 // the client's view matches a real end's.
                 let mut next = m;
                 next.last_producer_epoch = next.producer_epoch;
                 next.producer_epoch += 1;
+                next.version = version;
                 next.state = TxnState::CompleteAbort;
                 next.update_ms = now_ms;
                 let answer = (next.producer_id, next.producer_epoch);
@@ -811,15 +821,15 @@ mod tests {
         let s = c.init_producer_id("app", 60_000, None, V1, 0, &mut ids);
         assert_eq!(s.answer, Ok((1000, 0)));
         assert!(s.record.is_some() && s.markers.is_none());
-        let s = c.add_partitions("app", 1000, 0, &[tp("out", 0), tp("out", 1)], 10);
+        let s = c.add_partitions("app", 1000, 0, &[tp("out", 0), tp("out", 1)], V1, 10);
         assert_eq!(s.answer, Ok(()));
         assert_eq!(c.get("app").unwrap().state, TxnState::Ongoing);
         // The same partitions again: nothing to store.
-        let s = c.add_partitions("app", 1000, 0, &[tp("out", 1)], 11);
+        let s = c.add_partitions("app", 1000, 0, &[tp("out", 1)], V1, 11);
         assert_eq!((s.answer, s.record), (Ok(()), None));
         assert_eq!(c.verify("app", 1000, 0, &tp("out", 1)), Ok(()));
         assert!(c.verify("app", 1000, 0, &tp("out", 2)).is_err());
-        let s = c.end_txn("app", 1000, 0, true, 20, &mut ids);
+        let s = c.end_txn("app", (1000, 0), true, V1, 20, &mut ids);
         assert_eq!(s.answer, Ok((1000, 0)), "v1: the epoch stays");
         let m = s.markers.unwrap();
         assert_eq!(
@@ -832,27 +842,27 @@ mod tests {
             (1000, 0, true, vec![tp("out", 0), tp("out", 1)])
         );
         // While the markers are written: retry later.
-        let s = c.add_partitions("app", 1000, 0, &[tp("out", 3)], 21);
+        let s = c.add_partitions("app", 1000, 0, &[tp("out", 3)], V1, 21);
         assert!(matches!(s.answer, Err(TxnError::ConcurrentTransactions(_))));
         let r = c.markers_written(&m, 30).unwrap();
         assert_eq!(r.1.unwrap().state, TxnState::CompleteCommit);
         assert_eq!(c.markers_written(&m, 31), None, "once");
         // A retried EndTxn (v1) is answered the same; the other end is not.
-        let s = c.end_txn("app", 1000, 0, true, 32, &mut ids);
+        let s = c.end_txn("app", (1000, 0), true, V1, 32, &mut ids);
         assert_eq!((s.answer, s.record), (Ok((1000, 0)), None));
-        let s = c.end_txn("app", 1000, 0, false, 33, &mut ids);
+        let s = c.end_txn("app", (1000, 0), false, V1, 33, &mut ids);
         assert!(matches!(s.answer, Err(TxnError::InvalidTxnState(_))));
         // The next transaction reopens.
-        let s = c.add_partitions("app", 1000, 0, &[tp("out", 5)], 40);
+        let s = c.add_partitions("app", 1000, 0, &[tp("out", 5)], V1, 40);
         assert_eq!(s.answer, Ok(()));
         assert_eq!(c.get("app").unwrap().partitions.len(), 1);
         assert_eq!(c.get("app").unwrap().start_ms, 40);
         // The client's own abort (v1) keeps the epoch.
-        let s = c.end_txn("app", 1000, 0, false, 41, &mut ids);
+        let s = c.end_txn("app", (1000, 0), false, V1, 41, &mut ids);
         assert_eq!(s.answer, Ok((1000, 0)));
         assert_eq!(s.markers.as_ref().unwrap().producer_epoch, 0);
         let _ = c.markers_written(&s.markers.unwrap(), 42).unwrap();
-        let s = c.add_partitions("app", 1000, 0, &[tp("out", 6)], 43);
+        let s = c.add_partitions("app", 1000, 0, &[tp("out", 6)], V1, 43);
         assert_eq!(s.answer, Ok(()));
     }
 
@@ -860,27 +870,27 @@ mod tests {
     fn v2_bumps_the_epoch_at_every_end_and_fences_the_old_one() {
         let (mut c, mut ids) = coordinator();
         let _ = c.init_producer_id("app", 60_000, None, V2, 0, &mut ids);
-        let _ = c.add_partitions("app", 1000, 0, &[tp("out", 0)], 1);
-        let s = c.end_txn("app", 1000, 0, false, 2, &mut ids);
+        let _ = c.add_partitions("app", 1000, 0, &[tp("out", 0)], V2, 1);
+        let s = c.end_txn("app", (1000, 0), false, V2, 2, &mut ids);
         assert_eq!(s.answer, Ok((1000, 1)));
         let m = s.markers.unwrap();
         assert_eq!((m.producer_epoch, m.commit), (1, false));
         // A retry with the old epoch, before and after the markers.
-        let s = c.end_txn("app", 1000, 0, false, 3, &mut ids);
+        let s = c.end_txn("app", (1000, 0), false, V2, 3, &mut ids);
         assert_eq!((s.answer, s.record), (Ok((1000, 1)), None));
         let _ = c.markers_written(&m, 4).unwrap();
-        let s = c.end_txn("app", 1000, 0, false, 5, &mut ids);
+        let s = c.end_txn("app", (1000, 0), false, V2, 5, &mut ids);
         assert_eq!(s.answer, Ok((1000, 1)));
         // The old epoch is a zombie for anything else.
-        let s = c.add_partitions("app", 1000, 0, &[tp("out", 0)], 6);
+        let s = c.add_partitions("app", 1000, 0, &[tp("out", 0)], V2, 6);
         assert!(matches!(s.answer, Err(TxnError::ProducerFenced(_))));
-        let s = c.add_partitions("app", 1000, 1, &[tp("out", 0)], 7);
+        let s = c.add_partitions("app", 1000, 1, &[tp("out", 0)], V2, 7);
         assert_eq!(s.answer, Ok(()));
         // Aborting nothing still moves the epoch (v2).
-        let _ = c.add_partitions("app", 1000, 1, &[tp("out", 1)], 8);
-        let s = c.end_txn("app", 1000, 1, true, 9, &mut ids);
+        let _ = c.add_partitions("app", 1000, 1, &[tp("out", 1)], V2, 8);
+        let s = c.end_txn("app", (1000, 1), true, V2, 9, &mut ids);
         let _ = c.markers_written(&s.markers.unwrap(), 10);
-        let s = c.end_txn("app", 1000, 2, false, 11, &mut ids);
+        let s = c.end_txn("app", (1000, 2), false, V2, 11, &mut ids);
         assert!(
             matches!(s.answer, Err(TxnError::InvalidTxnState(_))),
             "{:?}",
@@ -889,10 +899,27 @@ mod tests {
     }
 
     #[test]
+    fn the_protocol_of_the_requests_decides_the_end() {
+        // Kafka's InitProducerId does not say which protocol the client
+        // speaks; its adds and ends do.
+        let (mut c, mut ids) = coordinator();
+        let _ = c.init_producer_id("app", 60_000, None, V1, 0, &mut ids);
+        let _ = c.add_partitions("app", 1000, 0, &[tp("out", 0)], V2, 1);
+        let s = c.end_txn("app", (1000, 0), true, V2, 2, &mut ids);
+        assert_eq!(s.answer, Ok((1000, 1)), "a v2 end bumps the epoch");
+        let _ = c.markers_written(&s.markers.unwrap(), 3).unwrap();
+        // The same client goes on at its new epoch; a v1 end keeps it.
+        let _ = c.add_partitions("app", 1000, 1, &[tp("out", 1)], V1, 4);
+        let s = c.end_txn("app", (1000, 1), true, V1, 5, &mut ids);
+        assert_eq!(s.answer, Ok((1000, 1)));
+        assert_eq!(s.markers.unwrap().producer_epoch, 1);
+    }
+
+    #[test]
     fn a_new_instance_fences_the_old_and_aborts_what_it_left_open() {
         let (mut c, mut ids) = coordinator();
         let _ = c.init_producer_id("app", 60_000, None, V1, 0, &mut ids);
-        let _ = c.add_partitions("app", 1000, 0, &[tp("out", 0)], 1);
+        let _ = c.add_partitions("app", 1000, 0, &[tp("out", 0)], V1, 1);
         // The new instance: the open transaction is aborted first.
         let s = c.init_producer_id("app", 60_000, None, V1, 2, &mut ids);
         assert!(matches!(s.answer, Err(TxnError::ConcurrentTransactions(_))));
@@ -904,9 +931,9 @@ mod tests {
         let s = c.init_producer_id("app", 60_000, None, V1, 5, &mut ids);
         assert_eq!(s.answer, Ok((1000, 2)));
         // The zombie: fenced everywhere.
-        let s = c.end_txn("app", 1000, 0, true, 6, &mut ids);
+        let s = c.end_txn("app", (1000, 0), true, V1, 6, &mut ids);
         assert!(matches!(s.answer, Err(TxnError::ProducerFenced(_))));
-        let s = c.add_partitions("app", 1000, 1, &[tp("out", 0)], 7);
+        let s = c.add_partitions("app", 1000, 1, &[tp("out", 0)], V1, 7);
         assert!(matches!(s.answer, Err(TxnError::ProducerFenced(_))));
         // KIP-360: the current instance retrying its init gets the same;
         // another's expectation is fenced.
@@ -923,7 +950,7 @@ mod tests {
         let (mut c, mut ids) = coordinator();
         let _ = c.init_producer_id("slow", 1_000, None, V2, 0, &mut ids);
         let _ = c.init_producer_id("idle", 1_000, None, V2, 0, &mut ids);
-        let _ = c.add_partitions("slow", 1000, 0, &[tp("out", 0)], 100);
+        let _ = c.add_partitions("slow", 1000, 0, &[tp("out", 0)], V2, 100);
         assert!(c.expire(1_099, &mut ids).is_empty());
         let steps = c.expire(1_100, &mut ids);
         assert_eq!(steps.len(), 1);
@@ -933,7 +960,7 @@ mod tests {
             ("slow", false, 1)
         );
         assert_eq!(c.get("slow").unwrap().state, TxnState::PrepareAbort);
-        let s = c.end_txn("slow", 1000, 0, true, 1_200, &mut ids);
+        let s = c.end_txn("slow", (1000, 0), true, V2, 1_200, &mut ids);
         assert!(s.answer.is_err(), "the producer was fenced");
         let week = TxnConfig::default().id_expiration_ms;
         let steps = c.expire(week, &mut ids);
@@ -950,8 +977,8 @@ mod tests {
         let mut m = c.get("app").unwrap().clone();
         m.producer_epoch = i16::MAX - 1;
         c.replay(("app".into(), Some(m)));
-        let _ = c.add_partitions("app", 1000, i16::MAX - 1, &[tp("out", 0)], 1);
-        let s = c.end_txn("app", 1000, i16::MAX - 1, true, 2, &mut ids);
+        let _ = c.add_partitions("app", 1000, i16::MAX - 1, &[tp("out", 0)], V2, 1);
+        let s = c.end_txn("app", (1000, i16::MAX - 1), true, V2, 2, &mut ids);
         assert_eq!(s.answer, Ok((1001, 0)), "the next producer id");
         let mk = s.markers.unwrap();
         assert_eq!((mk.producer_id, mk.producer_epoch), (1000, i16::MAX));
@@ -959,7 +986,7 @@ mod tests {
         let now = c.get("app").unwrap();
         assert_eq!((now.producer_id, now.producer_epoch), (1001, 0));
         // Its retry still gets the new id.
-        let s = c.end_txn("app", 1000, i16::MAX - 1, true, 4, &mut ids);
+        let s = c.end_txn("app", (1000, i16::MAX - 1), true, V2, 4, &mut ids);
         assert_eq!((s.answer, s.record), (Ok((1001, 0)), None));
         // InitProducerId rotates before the end too.
         let mut m = c.get("app").unwrap().clone();
@@ -981,13 +1008,13 @@ mod tests {
             .init_producer_id(&long, 1000, None, V2, 0, &mut ids)
             .answer
             .is_err());
-        let s = c.add_partitions("nobody", 1, 0, &[tp("t", 0)], 0);
+        let s = c.add_partitions("nobody", 1, 0, &[tp("t", 0)], V2, 0);
         assert!(matches!(
             s.answer,
             Err(TxnError::InvalidProducerIdMapping(_))
         ));
         let _ = c.init_producer_id("x", 1000, None, V2, 0, &mut ids);
-        let s = c.add_partitions("x", 77, 0, &[tp("t", 0)], 0);
+        let s = c.add_partitions("x", 77, 0, &[tp("t", 0)], V2, 0);
         assert!(matches!(
             s.answer,
             Err(TxnError::InvalidProducerIdMapping(_))
@@ -995,11 +1022,11 @@ mod tests {
         let many: Vec<Tp> = (0..=TXN_PARTITIONS_MAX as u32)
             .map(|p| tp("t", p))
             .collect();
-        let s = c.add_partitions("x", 1000, 0, &many, 0);
+        let s = c.add_partitions("x", 1000, 0, &many, V2, 0);
         assert!(matches!(s.answer, Err(TxnError::InvalidRequest(_))) && s.record.is_none());
-        let s = c.add_partitions("x", 1000, 0, &[tp("", 0)], 0);
+        let s = c.add_partitions("x", 1000, 0, &[tp("", 0)], V2, 0);
         assert!(s.answer.is_err());
-        let s = c.end_txn("x", 1000, 0, true, 0, &mut ids);
+        let s = c.end_txn("x", (1000, 0), true, V2, 0, &mut ids);
         assert!(
             matches!(s.answer, Err(TxnError::InvalidTxnState(_))),
             "commit of nothing"

@@ -51,6 +51,8 @@ struct Model {
     added: BTreeMap<String, BTreeSet<Tp>>,
     now: i64,
     next_pid: i64,
+    /// The protocol each id's client speaks.
+    versions: BTreeMap<String, TransactionVersion>,
 }
 
 impl Model {
@@ -78,6 +80,14 @@ impl Model {
             .copied()
     }
 
+    /// The protocol `id`'s client speaks (that of its last init).
+    fn version(&self, id: &str) -> TransactionVersion {
+        self.versions
+            .get(id)
+            .copied()
+            .unwrap_or(TransactionVersion::V1)
+    }
+
     fn current(&self, id: &str) -> Option<(i64, i16)> {
         self.c.get(id).map(|m| (m.producer_id, m.producer_epoch))
     }
@@ -96,6 +106,7 @@ fn run(ops: Vec<Op>) {
         added: BTreeMap::new(),
         now: 0,
         next_pid: 100,
+        versions: BTreeMap::new(),
     };
     for op in ops {
         let mut next_pid = m.next_pid;
@@ -116,6 +127,7 @@ fn run(ops: Vec<Op>) {
                 let before = m.current(&id);
                 let s =
                     m.c.init_producer_id(&id, 5_000, expected, v, m.now, &mut alloc);
+                m.versions.insert(id.clone(), v);
                 if was_ongoing {
                     let mk = s.markers.as_ref().expect("an open transaction is aborted");
                     assert!(!mk.commit);
@@ -136,7 +148,8 @@ fn run(ops: Vec<Op>) {
                     .iter()
                     .map(|p| ("out".to_string(), *p as u32))
                     .collect();
-                let s = m.c.add_partitions(&id, pair.0, pair.1, &parts, m.now);
+                let v = m.version(&id);
+                let s = m.c.add_partitions(&id, pair.0, pair.1, &parts, v, m.now);
                 if s.answer.is_ok() {
                     assert_eq!(Some(pair), before, "only the current producer adds");
                     m.added.entry(id.clone()).or_default().extend(parts);
@@ -150,7 +163,8 @@ fn run(ops: Vec<Op>) {
                 };
                 let was_ongoing = m.c.get(&id).is_some_and(|t| t.state == TxnState::Ongoing);
                 let before = m.current(&id);
-                let s = m.c.end_txn(&id, pair.0, pair.1, commit, m.now, &mut alloc);
+                let v = m.version(&id);
+                let s = m.c.end_txn(&id, pair, commit, v, m.now, &mut alloc);
                 if let Some(mk) = &s.markers {
                     assert!(
                         was_ongoing && Some(pair) == before,

@@ -626,6 +626,7 @@ async fn serve_other(
                             producer_id: req.producer_id,
                             epoch: req.producer_epoch,
                             partitions: vec![(crate::metadata::OFFSETS_TOPIC.to_string(), p)],
+                            version: weir_txn::TransactionVersion::V1,
                         },
                     )
                     .await,
@@ -642,6 +643,7 @@ async fn serve_other(
                     producer_id: req.producer_id,
                     epoch: req.producer_epoch,
                     commit: req.commit,
+                    version: weir_txn::TransactionVersion::V1,
                 },
             )
             .await;
@@ -903,6 +905,7 @@ async fn add_partitions_to_txn(core: &Rc<Core>, req: AddPartitionsToTxnRequest) 
             .into_iter()
             .map(|p| (p.topic, p.partition))
             .collect(),
+        version: weir_txn::TransactionVersion::V1,
     };
     txn_result(crate::txns::coordinator::serve(core, request).await)
 }
@@ -1128,6 +1131,7 @@ async fn produce(
             topic: p.topic,
             partition: p.partition,
             transaction: transaction.clone(),
+            adds_to_txn: false,
         })
         .collect();
     // 0: no limit.

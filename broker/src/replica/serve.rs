@@ -102,12 +102,14 @@ async fn accept_loop(core: Rc<Core>, endpoint: weir_replication::quinn::Endpoint
                                 producer_id,
                                 producer_epoch,
                                 tp,
+                                add,
                             }) => {
                                 let r = crate::txns::coordinator::verify_here(
                                     &core,
                                     id,
                                     (producer_id, producer_epoch),
                                     tp,
+                                    add,
                                 )
                                 .await;
                                 (DataResponse::Verified(r), Vec::new())

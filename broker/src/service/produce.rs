@@ -32,6 +32,23 @@ pub struct ProducePart {
     /// The transactional id of a transactional producer's request (its
     /// batches are checked against its open transaction).
     pub transaction: Option<Rc<str>>,
+    /// The client speaks KIP-890's v2 protocol (Kafka's Produce v12+): its
+    /// transactional writes add their partition to the transaction
+    /// rather than being checked against it.
+    pub adds_to_txn: bool,
+}
+
+/// A transactional producer's write, checked on its partition's owner
+/// core ([`append_here`]).
+#[derive(Debug, Clone)]
+pub struct TxnWrite {
+    /// The transactional id.
+    pub id: String,
+    /// The batches' producer id and epoch.
+    pub producer: (i64, i16),
+    /// Add the partition to the transaction (KIP-890 v2) rather than
+    /// check that it is in it.
+    pub add: bool,
 }
 
 /// The outcome for one partition: the first batch's offsets, or why not.
@@ -67,7 +84,8 @@ pub async fn produce(
                 let r = match p.data {
                     Ok(data) => {
                         let tp = (p.topic.as_str(), p.partition);
-                        append_partition(&core, tp, data, p.transaction, acks, ctx).await
+                        let txn = p.transaction.map(|id| (id, p.adds_to_txn));
+                        append_partition(&core, tp, data, txn, acks, ctx).await
                     }
                     Err(e) => Err(e),
                 };
@@ -113,7 +131,7 @@ async fn append_partition(
     core: &Rc<Core>,
     (topic, partition): (&str, u32),
     data: Bytes,
-    transaction: Option<Rc<str>>,
+    transaction: Option<(Rc<str>, bool)>,
     acks: i8,
     ctx: Ctx,
 ) -> Result<Vec<AckWait>> {
@@ -138,12 +156,16 @@ async fn append_partition(
     let txn = match transactional_producer(&data)? {
         None => None,
         Some(producer) => {
-            let Some(id) = transaction else {
+            let Some((id, add)) = transaction else {
                 return Err(BrokerError::InvalidRequest(
                     "a transactional batch without a transactional id".into(),
                 ));
             };
-            Some((id.to_string(), producer))
+            Some(TxnWrite {
+                id: id.to_string(),
+                producer,
+                add,
+            })
         }
     };
     if owner == core.id {
@@ -173,34 +195,54 @@ async fn append_partition(
 }
 
 /// Appends on the owner core (this one). A transactional producer's
-/// batches (`txn`: its transactional id, producer id and epoch) are first
-/// verified with its coordinator (KIP-890: the partition must be in the
-/// producer's open transaction, else a zombie's or a late write would open
-/// a transaction in the log that nothing ends), under a guard taken before
-/// the verification: a marker of the producer appended meanwhile (its
-/// transaction ended) refuses a write that would open a new one.
+/// batches (`txn`) are first verified with its coordinator (KIP-890: the
+/// partition must be in the producer's open transaction, else a zombie's
+/// or a late write would open a transaction in the log that nothing ends),
+/// under a guard taken before the verification: a marker of the producer
+/// appended meanwhile (its transaction ended) refuses a write that would
+/// open a new one.
+///
+/// A v2 client's write (`txn.add`) adds the partition instead; its guard
+/// is taken once the add answered, as the add may wait for the markers of
+/// the previous transaction (which carry the epoch this write has: v2
+/// bumps the epoch at every end, so a late write of an ended transaction
+/// is refused by its epoch, and the guard still catches an end that
+/// races this write).
 pub async fn append_here(
     core: &Rc<Core>,
     topic: &str,
     partition: u32,
     data: Bytes,
     acks: i8,
-    txn: Option<(String, (i64, i16))>,
+    txn: Option<TxnWrite>,
 ) -> Result<(weir_storage::PartitionLog, Vec<weir_storage::AppendInfo>)> {
     let guard = match txn {
         None => None,
-        Some((id, (producer_id, epoch))) => {
-            let guard = core.owned_log(topic, partition)?.txn_guard(producer_id);
+        Some(TxnWrite {
+            id,
+            producer: (producer_id, epoch),
+            add,
+        }) => {
+            let early = (!add)
+                .then(|| {
+                    core.owned_log(topic, partition)
+                        .map(|l| l.txn_guard(producer_id))
+                })
+                .transpose()?;
             let verify = crate::txns::api::TxnRequest::Verify {
                 id,
                 producer_id,
                 epoch,
                 tp: (topic.to_string(), partition),
+                add,
             };
             crate::txns::coordinator::serve(core, verify)
                 .await
                 .map_err(BrokerError::Transaction)?;
-            Some(guard)
+            match early {
+                Some(g) => Some(g),
+                None => Some(core.owned_log(topic, partition)?.txn_guard(producer_id)),
+            }
         }
     };
     partition::append_local_guarded(core, topic, partition, data, acks, guard).await

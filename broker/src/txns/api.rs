@@ -30,8 +30,13 @@ pub enum TxnRequest {
         epoch: i16,
         /// The partitions.
         partitions: Vec<Tp>,
+        /// The protocol of the request.
+        version: TransactionVersion,
     },
-    /// KIP-890's check before a transactional write lands.
+    /// KIP-890's check before a transactional write lands: is the
+    /// partition in the producer's open transaction? With `add` (a v2
+    /// client's write: Produce v12+), it joins the transaction instead,
+    /// which opens if none is.
     Verify {
         /// The transactional id.
         id: String,
@@ -41,6 +46,8 @@ pub enum TxnRequest {
         epoch: i16,
         /// The partition written.
         tp: Tp,
+        /// Add it (KIP-890 v2) rather than check it.
+        add: bool,
     },
     /// EndTxn.
     EndTxn {
@@ -52,6 +59,8 @@ pub enum TxnRequest {
         epoch: i16,
         /// Commit (else abort).
         commit: bool,
+        /// The protocol of the request (v2: the epoch is bumped).
+        version: TransactionVersion,
     },
     /// An operator's abort of the id's open transaction (`weir txn
     /// abort`): its producer fenced.

@@ -31,7 +31,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use weir_txn::{records, Markers, Step, Transactions};
+use weir_txn::{records, Markers, Step, TransactionVersion, Transactions};
 
 use super::api::{Tp, TxnRefusal, TxnRequest, TxnResponse};
 use super::registry::txn_config;
@@ -50,6 +50,13 @@ pub const END_WAITS_FOR_MARKERS_MS: u64 = 10_000;
 pub const MARKER_RETRY_MS: u64 = 200;
 /// How often a retried EndTxn looks whether its transaction completed.
 const END_RETRY_POLL_MS: u64 = 20;
+/// How long a v2 write's implicit add waits for the previous
+/// transaction's markers before answering CONCURRENT_TRANSACTIONS (Kafka's
+/// `add.partitions.to.txn.retry.backoff.max.ms`).
+pub const IMPLICIT_ADD_WAIT_MS: u64 = 100;
+/// Between two tries of an implicit add (Kafka's
+/// `add.partitions.to.txn.retry.backoff.ms`).
+const IMPLICIT_ADD_RETRY_MS: u64 = 5;
 /// Producer ids kept at hand (a step uses at most one).
 const IDS_AT_HAND: usize = 2;
 
@@ -104,10 +111,11 @@ pub async fn serve(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
         producer_id,
         epoch,
         tp,
+        add,
     } = &req
     {
         if let Some(node) = coordinating_node(core, id)? {
-            return verify_on_node(core, node, id, (*producer_id, *epoch), tp.clone())
+            return verify_on_node(core, node, id, (*producer_id, *epoch), tp.clone(), *add)
                 .await
                 .map(|()| None);
         }
@@ -154,8 +162,9 @@ pub async fn handle(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
             producer_id,
             epoch,
             partitions,
+            version,
         } => step(core, p, |t, _| {
-            t.add_partitions(&id, producer_id, epoch, &partitions, now)
+            t.add_partitions(&id, producer_id, epoch, &partitions, version, now)
         })
         .await
         .map(|()| None),
@@ -164,7 +173,13 @@ pub async fn handle(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
             producer_id,
             epoch,
             tp,
+            add,
         } => {
+            if add {
+                return implicit_add(core, p, &id, (producer_id, epoch), tp)
+                    .await
+                    .map(|()| None);
+            }
             let parts = core.txns.parts.borrow();
             let t = parts.get(&p).ok_or_else(|| {
                 TxnRefusal::Txn(weir_txn::TxnError::InvalidProducerIdMapping(format!(
@@ -180,8 +195,9 @@ pub async fn handle(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
             producer_id,
             epoch,
             commit,
+            version,
         } => step_then_markers(core, p, &id, |t, ids| {
-            t.end_txn(&id, producer_id, epoch, commit, now, ids)
+            t.end_txn(&id, (producer_id, epoch), commit, version, now, ids)
         })
         .await
         .map(Some),
@@ -189,6 +205,44 @@ pub async fn handle(core: &Rc<Core>, req: TxnRequest) -> TxnResponse {
             step_then_markers(core, p, &id, |t, ids| t.abort(&id, now, ids))
                 .await
                 .map(Some)
+        }
+    }
+}
+
+/// KIP-890 v2: a transactional write adds its partition to the producer's
+/// transaction (which opens if none is). While the previous transaction's
+/// markers are still being written (CONCURRENT_TRANSACTIONS) the add is
+/// tried again for up to [`IMPLICIT_ADD_WAIT_MS`], as Kafka's partition
+/// leaders do: a produce is expensive to retry from the client.
+async fn implicit_add(
+    core: &Rc<Core>,
+    p: u32,
+    id: &str,
+    (producer_id, epoch): (i64, i16),
+    tp: Tp,
+) -> Result<(), TxnRefusal> {
+    let deadline = std::time::Instant::now() + Duration::from_millis(IMPLICIT_ADD_WAIT_MS);
+    let partitions = [tp];
+    loop {
+        let now = core.storage.now_ms();
+        let r = step(core, p, |t, _| {
+            t.add_partitions(
+                id,
+                producer_id,
+                epoch,
+                &partitions,
+                TransactionVersion::V2,
+                now,
+            )
+        })
+        .await;
+        match r {
+            Err(TxnRefusal::Txn(weir_txn::TxnError::ConcurrentTransactions(_)))
+                if std::time::Instant::now() < deadline =>
+            {
+                glommio::timer::sleep(Duration::from_millis(IMPLICIT_ADD_RETRY_MS)).await;
+            }
+            r => return r,
         }
     }
 }
@@ -573,6 +627,7 @@ async fn verify_on_node(
     id: &str,
     producer: (i64, i16),
     tp: Tp,
+    add: bool,
 ) -> Result<(), TxnRefusal> {
     let p = txn_partition(core, id)?;
     let at = (TXN_TOPIC.to_string(), p);
@@ -581,15 +636,24 @@ async fn verify_on_node(
     };
     let link = link_to(core, node, &at).await.map_err(unreachable)?;
     let r = link
-        .verify_txn(id, producer, tp)
+        .verify_txn(id, producer, tp, add)
         .await
         .map_err(|e| unreachable(e.chain().to_string()))?;
-    match r.error {
-        0 => Ok(()),
-        _ => Err(TxnRefusal::Txn(weir_txn::TxnError::InvalidTxnState(
-            r.message.unwrap_or_default(),
-        ))),
+    if r.error == 0 {
+        return Ok(());
     }
+    let message = r.message.unwrap_or_default();
+    use weir_proto::error_code::ErrorCode as C;
+    use weir_txn::TxnError as T;
+    Err(match C::from_u16(r.error) {
+        C::InvalidProducerEpoch => TxnRefusal::Txn(T::ProducerFenced(message)),
+        C::ConcurrentTransactions => TxnRefusal::Txn(T::ConcurrentTransactions(message)),
+        C::UnknownProducerId => TxnRefusal::Txn(T::InvalidProducerIdMapping(message)),
+        C::NotCoordinator => TxnRefusal::NotCoordinator(message),
+        C::Recovering => TxnRefusal::Loading(message),
+        C::StorageError => TxnRefusal::Storage(message),
+        _ => TxnRefusal::Txn(T::InvalidTxnState(message)),
+    })
 }
 
 /// Answers another node's verification (this core coordinates `id`).
@@ -598,12 +662,14 @@ pub async fn verify_here(
     id: String,
     (producer_id, epoch): (i64, i16),
     tp: Tp,
+    add: bool,
 ) -> weir_replication::data::MarkerResult {
     let req = TxnRequest::Verify {
         id,
         producer_id,
         epoch,
         tp,
+        add,
     };
     match handle(core, req).await {
         Ok(_) => Default::default(),

@@ -402,3 +402,29 @@ pub fn kcat(kafka: SocketAddr, args: &[&str], stdin: &[u8]) -> std::process::Out
     child.stdin.take().unwrap().write_all(stdin).unwrap();
     child.wait_with_output().unwrap()
 }
+
+/// One record batch of `values` (uncompressed, timestamp 1); of producer
+/// `(id, epoch)` from sequence `seq`, transactional or not, if `producer`
+/// is given.
+pub fn batch_of_values(values: &[&str], producer: Option<(i64, i16, i32, bool)>) -> bytes::Bytes {
+    let mut b =
+        weir_proto::builder::BatchBuilder::new(weir_proto::batch::Compression::None).unwrap();
+    if let Some((id, epoch, seq, transactional)) = producer {
+        (
+            b.producer_id,
+            b.producer_epoch,
+            b.base_sequence,
+            b.transactional,
+        ) = (id, epoch, seq, transactional);
+    }
+    for v in values {
+        b.push(&weir_proto::record::RecordData {
+            key: None,
+            value: Some(bytes::Bytes::copy_from_slice(v.as_bytes())),
+            headers: Vec::new(),
+            timestamp: 1,
+        })
+        .unwrap();
+    }
+    b.finish().unwrap().freeze()
+}

@@ -339,22 +339,8 @@ fn bad_input_gets_clear_errors_and_hurts_no_one() {
     assert_eq!(r.partitions[0].error, UNKNOWN_TOPIC);
     // A transactional batch (no transaction serves it yet) and a forged
     // transaction marker: refused, nothing appended.
-    let mut tx =
-        weir_proto::builder::BatchBuilder::new(weir_proto::batch::Compression::None).unwrap();
-    (
-        tx.producer_id,
-        tx.producer_epoch,
-        tx.base_sequence,
-        tx.transactional,
-    ) = (5, 0, 0, true);
-    tx.push(&weir_proto::record::RecordData {
-        key: None,
-        value: Some(bytes::Bytes::from_static(b"t")),
-        headers: Vec::new(),
-        timestamp: 1,
-    })
-    .unwrap();
-    let r = produce(&mut c, "ok", &[(0, &tx.finish().unwrap())], -1);
+    let tx = crate::common::batch_of_values(&["t"], Some((5, 0, 0, true)));
+    let r = produce(&mut c, "ok", &[(0, &tx[..])], -1);
     assert_eq!(r.partitions[0].error, ErrorCode::InvalidRequest.as_u16());
     let m = r.partitions[0].message.clone().unwrap_or_default();
     assert!(m.contains("transactional batch"), "{m}");

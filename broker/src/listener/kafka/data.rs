@@ -46,6 +46,9 @@ pub(super) async fn produce(
                 partition: p.index.max(0) as u32,
                 data,
                 transaction: transaction.clone(),
+                // KIP-890 v2: a client that sends v12+ speaks it (Kafka's
+                // clients cap Produce at v11 otherwise).
+                adds_to_txn: h.api_version >= 12,
             });
         }
     }
@@ -98,6 +101,27 @@ pub(super) async fn produce(
     }
 }
 
+/// A refused partition's code in a Produce answer of `version`. A
+/// transactional write whose check (or v2 add) the coordinator could not
+/// answer now is told NOT_ENOUGH_REPLICAS, as Kafka tells it: retriable,
+/// and without the metadata refresh a NOT_COORDINATOR would cost (older
+/// clients do not retry coordinator errors on a produce). From v12 a
+/// CONCURRENT_TRANSACTIONS stays itself: v2 clients retry it.
+fn produce_error_code(e: &BrokerError, version: i16) -> i16 {
+    use crate::txns::api::TxnRefusal as R;
+    match e {
+        BrokerError::Transaction(R::NotCoordinator(_) | R::Loading(_) | R::Storage(_)) => {
+            E::NotEnoughReplicas.code()
+        }
+        BrokerError::Transaction(R::Txn(weir_txn::TxnError::ConcurrentTransactions(_)))
+            if version < 12 =>
+        {
+            E::NotEnoughReplicas.code()
+        }
+        e => broker_error_code(e),
+    }
+}
+
 /// The Produce answer; a partition refused for leadership names its
 /// leader as this node knows it now (KIP-951, v10+).
 pub(super) fn produce_answer(
@@ -122,7 +146,7 @@ pub(super) fn produce_answer(
                         .with_log_append_time_ms(-1)
                         .with_log_start_offset(ok.log_start_offset as i64),
                     Err(e) => {
-                        let code = broker_error_code(&e);
+                        let code = produce_error_code(&e, h.api_version);
                         let mut d = PartitionProduceResponse::default()
                             .with_index(p as i32)
                             .with_error_code(code)

@@ -178,7 +178,7 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
             answer(&h, KafkaResponse::DescribeProducers(resp))
         }),
         KafkaRequest::TxnOffsetCommit(r) => later(async move {
-            let resp = super::txn::txn_offset_commit(&core, r).await;
+            let resp = super::txn::txn_offset_commit(&core, r, version).await;
             answer(&h, KafkaResponse::TxnOffsetCommit(resp))
         }),
         KafkaRequest::InitProducerId(r) => later(async move {

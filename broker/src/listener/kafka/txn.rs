@@ -1,8 +1,13 @@
-//! Transactions (KIP-98, the v1 client flow): InitProducerId with a
-//! transactional id, AddPartitionsToTxn (v0–3), EndTxn (v0–4), and the
-//! coordinator lookup (FindCoordinator key type 1), onto the transaction
-//! coordinator ([`crate::txns`]). Transactional Produce is checked in
-//! the service (the partition must be in the producer's transaction).
+//! Transactions: InitProducerId with a transactional id,
+//! AddPartitionsToTxn (v0–3), AddOffsetsToTxn, TxnOffsetCommit, EndTxn,
+//! and the coordinator lookup (FindCoordinator key type 1), onto the
+//! transaction coordinator ([`crate::txns`]). Both client protocols:
+//! KIP-98's v1 (the client adds every partition; EndTxn v0–4) and
+//! KIP-890's v2, which clients use when ApiVersions finalizes
+//! `transaction.version` 2 (EndTxn v5 bumps the epoch at every end;
+//! Produce v12+ and TxnOffsetCommit v5 add their partition themselves).
+//! Transactional Produce is checked, or its partition added, in the
+//! service.
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
@@ -121,6 +126,7 @@ pub(super) async fn add_partitions_to_txn(
             producer_id: r.v3_and_below_producer_id.0,
             epoch: r.v3_and_below_producer_epoch,
             partitions: tps,
+            version: TransactionVersion::V1,
         };
         match txns::serve(core, req).await {
             Ok(_) => 0,
@@ -149,18 +155,39 @@ pub(super) async fn add_partitions_to_txn(
     AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
 }
 
-/// EndTxn (v0–4): commit or abort; answered once the decision is
-/// durable (the markers follow).
+/// EndTxn: commit or abort; answered once the markers are written (at
+/// most `END_WAITS_FOR_MARKERS_MS`). v5 is KIP-890's v2: the end bumps
+/// the epoch, and the answer names the producer id and epoch the client
+/// goes on with.
 pub(super) async fn end_txn(core: &Rc<Core>, r: EndTxnRequest, version: i16) -> EndTxnResponse {
     let req = TxnRequest::EndTxn {
         id: r.transactional_id.to_string(),
         producer_id: r.producer_id.0,
         epoch: r.producer_epoch,
         commit: r.committed,
+        version: end_txn_version(version),
     };
     match txns::serve(core, req).await {
-        Ok(_) => EndTxnResponse::default(),
-        Err(e) => EndTxnResponse::default().with_error_code(versioned_code(&e, version, 2)),
+        Ok(pair) => {
+            let (pid, epoch) = pair.unwrap_or((r.producer_id.0, r.producer_epoch));
+            EndTxnResponse::default()
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+        }
+        Err(e) => EndTxnResponse::default()
+            .with_error_code(versioned_code(&e, version, 2))
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    }
+}
+
+/// The transaction protocol an EndTxn of `version` speaks (Kafka's rule:
+/// v5+ is KIP-890's v2).
+fn end_txn_version(version: i16) -> TransactionVersion {
+    if version >= 5 {
+        TransactionVersion::V2
+    } else {
+        TransactionVersion::V1
     }
 }
 
@@ -181,6 +208,7 @@ pub(super) async fn add_offsets_to_txn(
         producer_id: r.producer_id.0,
         epoch: r.producer_epoch,
         partitions: vec![(OFFSETS_TOPIC.to_string(), p)],
+        version: TransactionVersion::V1,
     };
     match txns::serve(core, req).await {
         Ok(_) => AddOffsetsToTxnResponse::default(),
@@ -190,15 +218,20 @@ pub(super) async fn add_offsets_to_txn(
     }
 }
 
-/// TxnOffsetCommit (v0–4): offsets committed as part of the transaction,
-/// at the group's coordinator; visible when the transaction commits.
+/// TxnOffsetCommit: offsets committed as part of the transaction, at the
+/// group's coordinator; visible when the transaction commits. From v5
+/// (KIP-890's v2) the client sends no AddOffsetsToTxn: the group's
+/// `__consumer_offsets` partition joins the transaction here first.
 pub(super) async fn txn_offset_commit(
     core: &Rc<Core>,
     r: TxnOffsetCommitRequest,
+    version: i16,
 ) -> TxnOffsetCommitResponse {
-    use kafka_protocol::messages::txn_offset_commit_response::{
-        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
-    };
+    if version >= 5 {
+        if let Some(code) = implicit_add_offsets(core, &r).await {
+            return txn_offset_commit_answer(r, |_, _| code);
+        }
+    }
     let (offsets, bad, asked) = super::groups::commit_offsets(r.topics.iter().flat_map(|t| {
         t.partitions.iter().map(|p| {
             let metadata = p.committed_metadata.as_ref().map(|m| m.to_string());
@@ -220,19 +253,56 @@ pub(super) async fn txn_offset_commit(
         producer: (r.producer_id.0, r.producer_epoch),
     };
     let codes = super::groups::commit_codes(core, req, &asked, bad).await;
+    txn_offset_commit_answer(r, |topic, p| {
+        codes
+            .get(&(topic.to_string(), p))
+            .copied()
+            .unwrap_or(E::UnknownServerError.code())
+    })
+}
+
+/// KIP-890 v2's implicit AddOffsetsToTxn of a TxnOffsetCommit v5: the
+/// group's offsets partition joins the transaction (waiting out the
+/// previous transaction's markers, as a v2 write does); the refusal's
+/// code if it does not.
+async fn implicit_add_offsets(core: &Rc<Core>, r: &TxnOffsetCommitRequest) -> Option<i16> {
+    let Some(p) = crate::coordinator::partition_of(core, OFFSETS_TOPIC, r.group_id.as_str()) else {
+        return Some(E::CoordinatorNotAvailable.code());
+    };
+    let req = TxnRequest::Verify {
+        id: r.transactional_id.to_string(),
+        producer_id: r.producer_id.0,
+        epoch: r.producer_epoch,
+        tp: (OFFSETS_TOPIC.to_string(), p),
+        add: true,
+    };
+    match txns::serve(core, req).await {
+        Ok(_) => None,
+        // A fenced producer learns it as a v5 client expects.
+        Err(e) => Some(txn_code(&e)),
+    }
+}
+
+/// The TxnOffsetCommit answer: each partition of the request with
+/// `code_of(topic, partition)`.
+fn txn_offset_commit_answer(
+    r: TxnOffsetCommitRequest,
+    code_of: impl Fn(&str, i32) -> i16,
+) -> TxnOffsetCommitResponse {
+    use kafka_protocol::messages::txn_offset_commit_response::{
+        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+    };
     let topics = r
         .topics
         .into_iter()
         .map(|t| {
-            let name = t.name.to_string();
             let partitions = t
                 .partitions
                 .iter()
                 .map(|p| {
-                    let code = codes.get(&(name.clone(), p.partition_index)).copied();
                     TxnOffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
-                        .with_error_code(code.unwrap_or(E::UnknownServerError.code()))
+                        .with_error_code(code_of(t.name.as_str(), p.partition_index))
                 })
                 .collect();
             TxnOffsetCommitResponseTopic::default()
