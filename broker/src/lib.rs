@@ -30,6 +30,7 @@ pub mod replica;
 pub mod server;
 pub mod service;
 pub mod shard;
+pub mod share;
 pub mod txns;
 
 #[cfg(test)]

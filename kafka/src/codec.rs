@@ -73,6 +73,10 @@ use kafka_protocol::messages::{
     DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest,
     DescribeTransactionsResponse, ListTransactionsRequest, ListTransactionsResponse,
 };
+use kafka_protocol::messages::{
+    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+};
 use kafka_protocol::protocol::buf::{ByteBuf, ByteBufMut};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 use kafka_protocol::ResponseError;
@@ -251,6 +255,12 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (ApiKey::DescribeProducers as i16, 0, 0),
     (ApiKey::DescribeTransactions as i16, 0, 0),
     (ApiKey::ListTransactions as i16, 0, 1),
+    // Share groups (KIP-932): v1 is Kafka 4.1's and librdkafka's (its
+    // ShareConsumer, confluent-kafka 2.16's preview); v0 was 4.0's early
+    // access.
+    (ApiKey::ShareGroupHeartbeat as i16, 1, 1),
+    (ApiKey::ShareFetch as i16, 1, 1),
+    (ApiKey::ShareAcknowledge as i16, 1, 1),
 ];
 
 /// The advertised `(min, max)` versions of an API, if it is served.
@@ -495,6 +505,9 @@ kafka_apis! {
     DescribeProducers: DescribeProducersRequest => DescribeProducersResponse,
     DescribeTransactions: DescribeTransactionsRequest => DescribeTransactionsResponse,
     ListTransactions: ListTransactionsRequest => ListTransactionsResponse,
+    ShareGroupHeartbeat: ShareGroupHeartbeatRequest => ShareGroupHeartbeatResponse,
+    ShareFetch: ShareFetchRequest => ShareFetchResponse,
+    ShareAcknowledge: ShareAcknowledgeRequest => ShareAcknowledgeResponse,
 }
 
 /// What identifies a request for its answer: readable from the first 8
@@ -1201,7 +1214,8 @@ pub fn encode_fetch_response(
 /// * Other served APIs: at versions whose response has a top-level error
 ///   code (Fetch 7+, Metadata 13, FindCoordinator 0–3, JoinGroup, SyncGroup,
 ///   Heartbeat, LeaveGroup, ListGroups, OffsetFetch 2–7, InitProducerId,
-///   DescribeCluster, ConsumerGroupHeartbeat), the response with only that
+///   DescribeCluster, ConsumerGroupHeartbeat, the share-group APIs), the
+///   response with only that
 ///   code set. The others report errors per topic or partition, which needs
 ///   the request's body: `None`.
 /// * APIs not served: `None` (Kafka closes the connection).
@@ -1252,6 +1266,11 @@ pub fn error_response(header: &RequestHeaderInfo, error_code: i16) -> Option<Byt
         ApiKey::ConsumerGroupHeartbeat if in_range(0..2) => {
             with_error!(ConsumerGroupHeartbeatResponse)
         }
+        ApiKey::ShareGroupHeartbeat if in_range(1..2) => {
+            with_error!(ShareGroupHeartbeatResponse)
+        }
+        ApiKey::ShareFetch if in_range(1..2) => with_error!(ShareFetchResponse),
+        ApiKey::ShareAcknowledge if in_range(1..2) => with_error!(ShareAcknowledgeResponse),
         _ => return None,
     };
     encode_response(header, &response)
@@ -1792,7 +1811,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), SUPPORTED.len(), "an api listed twice");
-        assert_eq!(SUPPORTED.len(), 42);
+        assert_eq!(SUPPORTED.len(), 45);
         for &(key, min, max) in SUPPORTED {
             let range = api(key).valid_versions();
             assert!(
@@ -2055,6 +2074,9 @@ mod tests {
             (ApiKey::InitProducerId, 0..7),
             (ApiKey::DescribeCluster, 0..3),
             (ApiKey::ConsumerGroupHeartbeat, 0..2),
+            (ApiKey::ShareGroupHeartbeat, 1..2),
+            (ApiKey::ShareFetch, 1..2),
+            (ApiKey::ShareAcknowledge, 1..2),
             (ApiKey::DescribeAcls, 1..4),
             (ApiKey::DescribeClientQuotas, 0..2),
         ];
@@ -2109,6 +2131,9 @@ mod tests {
             KafkaResponse::InitProducerId(m) => m.error_code = code,
             KafkaResponse::DescribeCluster(m) => m.error_code = code,
             KafkaResponse::ConsumerGroupHeartbeat(m) => m.error_code = code,
+            KafkaResponse::ShareGroupHeartbeat(m) => m.error_code = code,
+            KafkaResponse::ShareFetch(m) => m.error_code = code,
+            KafkaResponse::ShareAcknowledge(m) => m.error_code = code,
             KafkaResponse::DescribeAcls(m) => m.error_code = code,
             KafkaResponse::DescribeClientQuotas(m) => m.error_code = code,
             other => panic!("no top-level error in {other:?}"),

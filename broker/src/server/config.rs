@@ -285,6 +285,26 @@ pub struct BrokerArgs {
     /// (Kafka's `group.initial.rebalance.delay.ms`) [default: 3000].
     #[arg(long, env = "WEIR_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     pub group_initial_rebalance_delay_ms: Option<u64>,
+    /// Where a share group starts reading a partition it has no state of
+    /// (Kafka's `share.auto.offset.reset`): `latest` (the log's end) or
+    /// `earliest` (its start) [default: latest].
+    #[arg(long, env = "WEIR_SHARE_AUTO_OFFSET_RESET")]
+    pub share_auto_offset_reset: Option<String>,
+    /// How long a share-group member holds the records it acquired
+    /// (Kafka's `group.share.record.lock.duration.ms`, 1000..=3600000)
+    /// [default: 30000].
+    #[arg(long, env = "WEIR_GROUP_SHARE_RECORD_LOCK_DURATION_MS")]
+    pub group_share_record_lock_duration_ms: Option<u64>,
+    /// Deliveries of a record to share-group members before it is
+    /// archived (Kafka's `group.share.delivery.count.limit`, 2..=10)
+    /// [default: 5].
+    #[arg(long, env = "WEIR_GROUP_SHARE_DELIVERY_COUNT_LIMIT")]
+    pub group_share_delivery_count_limit: Option<u16>,
+    /// A share-group member that does not heartbeat for this long is
+    /// removed and its partitions go to the others (Kafka's
+    /// `group.share.session.timeout.ms`, 1000..=3600000) [default: 45000].
+    #[arg(long, env = "WEIR_GROUP_SHARE_SESSION_TIMEOUT_MS")]
+    pub group_share_session_timeout_ms: Option<u64>,
     /// Once a request's first byte has arrived, the whole frame must arrive
     /// within this many ms or the connection is closed [default: 30000].
     #[arg(long, env = "WEIR_FRAME_READ_TIMEOUT_MS")]
@@ -402,6 +422,10 @@ struct FileConfig {
     offsets_segment_bytes: Option<u64>,
     offsets_retention_ms: Option<u64>,
     group_initial_rebalance_delay_ms: Option<u64>,
+    share_auto_offset_reset: Option<String>,
+    group_share_record_lock_duration_ms: Option<u64>,
+    group_share_delivery_count_limit: Option<u16>,
+    group_share_session_timeout_ms: Option<u64>,
     frame_read_timeout_ms: Option<u64>,
     max_connections_per_core: Option<usize>,
     advertised_listen: Option<String>,
@@ -580,6 +604,12 @@ pub struct BrokerConfig {
     pub offsets_retention_ms: u64,
     /// Initial rebalance delay of classic groups, ms.
     pub group_initial_rebalance_delay_ms: u64,
+    /// Share groups start at the log's start (`true`) or end.
+    pub share_from_earliest: bool,
+    /// Share partitions' settings (lock duration, delivery limit).
+    pub share: weir_share::partition::ShareConfig,
+    /// Share groups' settings (session timeout, heartbeat interval).
+    pub share_group: weir_share::group::GroupConfig,
     /// Frame read deadline, ms.
     pub frame_read_timeout_ms: u64,
     /// Open connections per core.
@@ -765,6 +795,9 @@ impl BrokerConfig {
             offsets_segment_bytes: OFFSETS_SEGMENT_BYTES_DEFAULT,
             offsets_retention_ms: OFFSETS_RETENTION_MS_DEFAULT,
             group_initial_rebalance_delay_ms: GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT,
+            share_from_earliest: false,
+            share: weir_share::partition::ShareConfig::default(),
+            share_group: weir_share::group::GroupConfig::default(),
             frame_read_timeout_ms: FRAME_READ_TIMEOUT_MS_DEFAULT,
             max_connections_per_core: CONNECTIONS_PER_CORE_MAX_DEFAULT,
             test_panic_on_produce_to: None,
@@ -1149,6 +1182,62 @@ impl BrokerConfig {
                 .group_initial_rebalance_delay_ms
                 .or(file.group_initial_rebalance_delay_ms)
                 .unwrap_or(GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT),
+            share_from_earliest: match args
+                .share_auto_offset_reset
+                .as_deref()
+                .or(file.share_auto_offset_reset.as_deref())
+                .unwrap_or("latest")
+            {
+                "latest" => false,
+                "earliest" => true,
+                other => {
+                    bail!("--share-auto-offset-reset {other:?}: use latest or earliest")
+                }
+            },
+            share: {
+                use weir_share::limits::*;
+                let lock_ms = args
+                    .group_share_record_lock_duration_ms
+                    .or(file.group_share_record_lock_duration_ms)
+                    .map_or(RECORD_LOCK_DURATION_MS_DEFAULT, |v| v as i64);
+                if !(RECORD_LOCK_DURATION_MS_MIN..=RECORD_LOCK_DURATION_MS_MAX).contains(&lock_ms) {
+                    bail!(
+                        "--group-share-record-lock-duration-ms {lock_ms}: use \
+                         {RECORD_LOCK_DURATION_MS_MIN}..={RECORD_LOCK_DURATION_MS_MAX}"
+                    );
+                }
+                let delivery_limit = args
+                    .group_share_delivery_count_limit
+                    .or(file.group_share_delivery_count_limit)
+                    .unwrap_or(DELIVERY_COUNT_LIMIT_DEFAULT);
+                if !(DELIVERY_COUNT_LIMIT_MIN..=DELIVERY_COUNT_LIMIT_MAX).contains(&delivery_limit)
+                {
+                    bail!(
+                        "--group-share-delivery-count-limit {delivery_limit}: use \
+                         {DELIVERY_COUNT_LIMIT_MIN}..={DELIVERY_COUNT_LIMIT_MAX}"
+                    );
+                }
+                weir_share::partition::ShareConfig {
+                    lock_ms,
+                    delivery_limit,
+                    ..weir_share::partition::ShareConfig::default()
+                }
+            },
+            share_group: {
+                let session = args
+                    .group_share_session_timeout_ms
+                    .or(file.group_share_session_timeout_ms)
+                    .map_or(weir_share::limits::SESSION_TIMEOUT_MS_DEFAULT, |v| v as i64);
+                if !(1_000..=3_600_000).contains(&session) {
+                    bail!("--group-share-session-timeout-ms {session}: use 1000..=3600000");
+                }
+                weir_share::group::GroupConfig {
+                    session_timeout_ms: session,
+                    // Kafka's default ratio (45 s / 5 s), at most 5 s.
+                    heartbeat_interval_ms: (session / 9).clamp(100, 5_000),
+                    ..weir_share::group::GroupConfig::default()
+                }
+            },
             frame_read_timeout_ms: args
                 .frame_read_timeout_ms
                 .or(file.frame_read_timeout_ms)

@@ -464,6 +464,7 @@ async fn core_main(
         })?;
         shared.replication_core_ports[c].store(bound, Ordering::Release);
         glommio::spawn_local(crate::replica::isr_loop(core.clone())).detach();
+        glommio::spawn_local(crate::share::service::expiry_loop(core.clone())).detach();
     }
     {
         let shared = shared.clone();

@@ -18,6 +18,7 @@ use crate::server::limits::REQUEST_PARTITIONS_MAX;
 use crate::shard::mesh::CoreMsg;
 use crate::shard::partition::{self, ack_waits, all_acked, AckWait};
 use crate::shard::Core;
+use crate::txns::api::TxnWrite;
 
 /// One partition's part of a produce request: its record batches as sent
 /// (or why the listener could not cut them out of the request).
@@ -36,19 +37,6 @@ pub struct ProducePart {
     /// transactional writes add their partition to the transaction
     /// rather than being checked against it.
     pub adds_to_txn: bool,
-}
-
-/// A transactional producer's write, checked on its partition's owner
-/// core ([`append_here`]).
-#[derive(Debug, Clone)]
-pub struct TxnWrite {
-    /// The transactional id.
-    pub id: String,
-    /// The batches' producer id and epoch.
-    pub producer: (i64, i16),
-    /// Add the partition to the transaction (KIP-890 v2) rather than
-    /// check that it is in it.
-    pub add: bool,
 }
 
 /// The outcome for one partition: the first batch's offsets, or why not.

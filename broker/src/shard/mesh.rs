@@ -68,7 +68,7 @@ pub enum CoreMsg {
         /// (producer id, epoch), verified with its coordinator here, on
         /// the owner core (so that the verification and the append cannot
         /// be split by a marker).
-        transaction: Option<crate::service::produce::TxnWrite>,
+        transaction: Option<crate::txns::api::TxnWrite>,
         /// Whether the batch was queued.
         appended: ReplyTo<Result<(), BrokerError>>,
         /// The acknowledgement.

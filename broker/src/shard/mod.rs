@@ -164,6 +164,9 @@ pub struct Core {
     pub groups: crate::groups::registry::Groups,
     /// The transactional ids this core coordinates.
     pub txns: crate::txns::registry::Txns,
+    /// Share groups: those this core coordinates, and the share
+    /// partitions and sessions of the partitions it owns.
+    pub shares: crate::share::registry::Shares,
     /// The metadata writer's queue (core 0 only).
     pub(crate) metadata_writer: RefCell<Option<crate::metadata::Writer>>,
     /// The replicas this core holds: roles, followers, fetchers.
@@ -209,6 +212,7 @@ impl Core {
             producer_ids_reserving: glommio::sync::Semaphore::new(1),
             groups: Default::default(),
             txns: Default::default(),
+            shares: Default::default(),
             metadata_writer: RefCell::new(None),
             replication: Default::default(),
             logins: Default::default(),

@@ -110,3 +110,16 @@ impl std::fmt::Display for TxnRefusal {
 /// The answer: a producer id and epoch (InitProducerId, EndTxn), or
 /// nothing, or the refusal.
 pub type TxnResponse = Result<Option<(i64, i16)>, TxnRefusal>;
+
+/// A transactional producer's write, checked on its partition's owner
+/// core (`service::produce::append_here`).
+#[derive(Debug, Clone)]
+pub struct TxnWrite {
+    /// The transactional id.
+    pub id: String,
+    /// The batches' producer id and epoch.
+    pub producer: (i64, i16),
+    /// Add the partition to the transaction (KIP-890 v2) rather than
+    /// check that it is in it.
+    pub add: bool,
+}

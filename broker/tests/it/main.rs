@@ -24,5 +24,6 @@ mod oauth;
 mod quota;
 mod sasl;
 mod sdk;
+mod share;
 mod tls;
 mod transactions;

@@ -47,6 +47,18 @@ fn needs(body: &KafkaRequest, version: i16) -> Vec<(Op, Resource<'_>)> {
         R::TxnOffsetCommit(r) => vec![group(Op::Read, r.group_id.as_str())],
         R::AddOffsetsToTxn(r) => vec![group(Op::Read, r.group_id.as_str())],
         R::ConsumerGroupHeartbeat(r) => vec![group(Op::Read, r.group_id.as_str())],
+        R::ShareGroupHeartbeat(r) => vec![group(Op::Read, r.group_id.as_str())],
+        // Topics are checked by the handler (per partition).
+        R::ShareFetch(r) => r
+            .group_id
+            .iter()
+            .map(|g| group(Op::Read, g.as_str()))
+            .collect(),
+        R::ShareAcknowledge(r) => r
+            .group_id
+            .iter()
+            .map(|g| group(Op::Read, g.as_str()))
+            .collect(),
         R::OffsetFetch(r) if version < 8 => vec![group(Op::Describe, r.group_id.as_str())],
         // v8+ (several groups): checked per group by the handler.
         R::OffsetFetch(_) => Vec::new(),

@@ -302,6 +302,20 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
                 KafkaResponse::DescribeCluster(describe_cluster(&core, session.protocol)),
             )
         }),
+        KafkaRequest::ShareGroupHeartbeat(r) => later(async move {
+            answer(
+                &h,
+                KafkaResponse::ShareGroupHeartbeat(super::share::heartbeat(&core, r)),
+            )
+        }),
+        KafkaRequest::ShareFetch(r) => later(async move {
+            let resp = super::share::fetch(&core, r, &session).await;
+            answer(&h, KafkaResponse::ShareFetch(resp))
+        }),
+        KafkaRequest::ShareAcknowledge(r) => later(async move {
+            let resp = super::share::acknowledge(&core, r, &session).await;
+            answer(&h, KafkaResponse::ShareAcknowledge(resp))
+        }),
         KafkaRequest::ConsumerGroupHeartbeat(r) => later(async move {
             answer(
                 &h,

@@ -38,6 +38,7 @@ mod errors;
 mod groups;
 mod quotas;
 mod security;
+mod share;
 mod topics;
 mod txn;
 

@@ -1,0 +1,382 @@
+//! Share groups (KIP-932, v1 of the APIs: Kafka 4.1's and librdkafka's
+//! ShareConsumer): ShareGroupHeartbeat on the group's coordinator core,
+//! ShareFetch and ShareAcknowledge on the core that owns each partition
+//! ([`crate::share`]).
+
+use kafka_protocol::messages::share_acknowledge_response::{
+    PartitionData as AckPartitionData, ShareAcknowledgeTopicResponse,
+};
+use kafka_protocol::messages::share_fetch_response::{
+    AcquiredRecords, PartitionData as SharePartitionData, ShareFetchableTopicResponse,
+};
+use kafka_protocol::messages::share_group_heartbeat_response::{
+    Assignment as ShareAssignment, TopicPartitions as ShareTopicPartitions,
+};
+use kafka_protocol::messages::{
+    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+};
+use weir_share::group::{Heartbeat, ShareGroupError};
+use weir_share::partition::{AckBatch, AckType, ShareError};
+
+use super::cluster::*;
+use super::common::*;
+use super::errors::*;
+use crate::service::acl::{self, Op, Resource};
+use crate::service::auth::Session;
+use crate::share::service::{PartRequest, ShareRefusal, ShareRequest};
+
+/// Records acquired per ShareFetch when the client says none (v1's
+/// `MaxRecords` 0).
+const MAX_RECORDS_DEFAULT: usize = 500;
+
+fn refusal_code(e: &ShareRefusal) -> i16 {
+    match e {
+        ShareRefusal::NotCoordinator(_) => E::NotCoordinator.code(),
+        ShareRefusal::Group(ShareGroupError::UnknownMember(_)) => E::UnknownMemberId.code(),
+        ShareRefusal::Group(ShareGroupError::FencedMemberEpoch(_)) => E::FencedMemberEpoch.code(),
+        ShareRefusal::Group(ShareGroupError::InvalidRequest(_))
+        | ShareRefusal::InvalidRequest(_) => E::InvalidRequest.code(),
+        ShareRefusal::Group(ShareGroupError::GroupMaxSize(_)) => E::GroupMaxSizeReached.code(),
+        ShareRefusal::InconsistentGroupProtocol(_) => E::InconsistentGroupProtocol.code(),
+        ShareRefusal::SessionNotFound(_) => E::ShareSessionNotFound.code(),
+        ShareRefusal::InvalidSessionEpoch(_) => E::InvalidShareSessionEpoch.code(),
+    }
+}
+
+fn ack_error_code(e: &ShareError) -> i16 {
+    match e {
+        ShareError::InvalidRecordState(_) => E::InvalidRecordState.code(),
+        ShareError::InvalidRequest(_) => E::InvalidRequest.code(),
+    }
+}
+
+pub(super) fn heartbeat(
+    core: &Rc<Core>,
+    r: ShareGroupHeartbeatRequest,
+) -> ShareGroupHeartbeatResponse {
+    let hb = Heartbeat {
+        member_id: r.member_id.to_string(),
+        member_epoch: r.member_epoch,
+        subscribed: r
+            .subscribed_topic_names
+            .map(|ts| ts.into_iter().map(|t| t.to_string()).collect()),
+        rack: r.rack_id.map(|r| r.to_string()),
+    };
+    match crate::share::service::heartbeat(core, r.group_id.as_str(), &hb) {
+        Ok(a) => {
+            let assignment = a.assignment.map(|tps| {
+                let mut by_topic: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
+                for (t, p) in tps {
+                    by_topic.entry(t).or_default().push(p as i32);
+                }
+                ShareAssignment::default().with_topic_partitions(
+                    by_topic
+                        .into_iter()
+                        .filter_map(|(t, ps)| {
+                            core.metadata().get(&t).map(|m| {
+                                ShareTopicPartitions::default()
+                                    .with_topic_id(uuid_of(m))
+                                    .with_partitions(ps)
+                            })
+                        })
+                        .collect(),
+                )
+            });
+            ShareGroupHeartbeatResponse::default()
+                .with_member_id(Some(r.member_id))
+                .with_member_epoch(a.member_epoch)
+                .with_heartbeat_interval_ms(a.heartbeat_interval_ms as i32)
+                .with_assignment(assignment)
+        }
+        Err(e) => ShareGroupHeartbeatResponse::default()
+            .with_error_code(refusal_code(&e))
+            .with_error_message(Some(s(e.to_string()))),
+    }
+}
+
+/// Kafka's acknowledgement batches, checked for their types.
+fn ack_batches(
+    batches: impl Iterator<Item = (i64, i64, Vec<i8>)>,
+) -> Result<Vec<AckBatch>, ShareError> {
+    batches
+        .map(|(first, last, types)| {
+            if first < 0 || last < 0 {
+                return Err(ShareError::InvalidRequest(format!(
+                    "acknowledgement batch {first}..={last}"
+                )));
+            }
+            let types = types
+                .into_iter()
+                .map(|t| {
+                    u8::try_from(t)
+                        .ok()
+                        .and_then(AckType::from_byte)
+                        .ok_or_else(|| ShareError::InvalidRequest(format!("acknowledge type {t}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(AckBatch {
+                first: first as u64,
+                last: last as u64,
+                types,
+            })
+        })
+        .collect()
+}
+
+/// One request partition: resolved, readable, its acknowledgements.
+struct Named {
+    topic_id: uuid::Uuid,
+    index: i32,
+    /// The topic's name, or the code to answer at once.
+    topic: Result<String, i16>,
+    acks: Result<Vec<AckBatch>, ShareError>,
+}
+
+fn resolve(
+    core: &Core,
+    session: &Session,
+    topic_id: uuid::Uuid,
+    index: i32,
+    acks: Result<Vec<AckBatch>, ShareError>,
+) -> Named {
+    let ids = TopicIds::new(core);
+    let topic = match ids.name(topic_id) {
+        None => Err(E::UnknownTopicId.code()),
+        Some(_) if index < 0 => Err(E::UnknownTopicOrPartition.code()),
+        Some(n) if !acl::allowed(core, session, Op::Read, Resource::Topic(&n)) => {
+            Err(E::TopicAuthorizationFailed.code())
+        }
+        Some(n) => Ok(n),
+    };
+    Named {
+        topic_id,
+        index,
+        topic,
+        acks,
+    }
+}
+
+/// The request's partitions, resolved (ShareFetch and ShareAcknowledge
+/// name them alike, in types of their own).
+macro_rules! named_of {
+    ($core:expr, $session:expr, $topics:expr) => {{
+        let mut named: Vec<Named> = Vec::new();
+        for t in &$topics {
+            for p in &t.partitions {
+                let acks = ack_batches(
+                    p.acknowledgement_batches
+                        .iter()
+                        .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone())),
+                );
+                named.push(resolve(
+                    $core,
+                    $session,
+                    t.topic_id,
+                    p.partition_index,
+                    acks,
+                ));
+            }
+        }
+        named
+    }};
+}
+
+pub(super) async fn fetch(
+    core: &Rc<Core>,
+    r: ShareFetchRequest,
+    session: &Session,
+) -> ShareFetchResponse {
+    let named = named_of!(core, session, r.topics);
+    let ids = TopicIds::new(core);
+    let forgotten: Vec<(String, u32)> = r
+        .forgotten_topics_data
+        .iter()
+        .filter_map(|t| ids.name(t.topic_id).map(|n| (n, &t.partitions)))
+        .flat_map(|(n, ps)| {
+            ps.iter()
+                .filter(|p| **p >= 0)
+                .map(move |p| (n.clone(), *p as u32))
+        })
+        .collect();
+    let (req, early) = request_of(
+        &r.group_id.map(|g| g.to_string()),
+        &r.member_id,
+        r.share_session_epoch,
+        &named,
+    );
+    let req = ShareRequest {
+        forgotten,
+        max_records: if r.max_records > 0 {
+            r.max_records as usize
+        } else {
+            MAX_RECORDS_DEFAULT
+        },
+        max_bytes: r.max_bytes.clamp(1, 64 << 20) as u64,
+        max_wait_ms: r.max_wait_ms.max(0) as u32,
+        ..req
+    };
+    let lock_ms = core.shared.config.share.lock_ms as i32;
+    let answers = match crate::share::service::fetch(core, req).await {
+        Ok(a) => a,
+        Err(e) => {
+            return ShareFetchResponse::default()
+                .with_error_code(refusal_code(&e))
+                .with_error_message(Some(s(e.to_string())))
+                .with_acquisition_lock_timeout_ms(lock_ms)
+        }
+    };
+    // By topic id, in the order met.
+    let mut topics: Vec<ShareFetchableTopicResponse> = Vec::new();
+    let mut push = |id: uuid::Uuid, d: SharePartitionData| match topics
+        .iter_mut()
+        .find(|t| t.topic_id == id)
+    {
+        Some(t) => t.partitions.push(d),
+        None => topics.push(
+            ShareFetchableTopicResponse::default()
+                .with_topic_id(id)
+                .with_partitions(vec![d]),
+        ),
+    };
+    for (id, index, code, ack_code) in early {
+        push(
+            id,
+            SharePartitionData::default()
+                .with_partition_index(index)
+                .with_error_code(code)
+                .with_acknowledge_error_code(ack_code)
+                .with_records(Some(Bytes::new())),
+        );
+    }
+    for a in answers {
+        let Some(m) = core.metadata().get(&a.topic).cloned() else {
+            continue;
+        };
+        let mut d = SharePartitionData::default()
+            .with_partition_index(a.partition as i32)
+            .with_records(Some(if a.batches.len() == 1 {
+                a.batches[0].clone()
+            } else {
+                Bytes::from(a.batches.concat())
+            }))
+            .with_acquired_records(
+                a.acquired
+                    .iter()
+                    .map(|x| {
+                        AcquiredRecords::default()
+                            .with_first_offset(x.first as i64)
+                            .with_last_offset(x.last as i64)
+                            .with_delivery_count(x.delivery_count as i16)
+                    })
+                    .collect(),
+            );
+        if let Some(e) = &a.error {
+            d = d
+                .with_error_code(broker_error_code(e))
+                .with_error_message(Some(s(e.to_string())));
+        }
+        if let Some(e) = &a.ack_error {
+            d = d
+                .with_acknowledge_error_code(ack_error_code(e))
+                .with_acknowledge_error_message(Some(s(e.to_string())));
+        }
+        push(uuid_of(&m), d);
+    }
+    ShareFetchResponse::default()
+        .with_acquisition_lock_timeout_ms(lock_ms)
+        .with_responses(topics)
+}
+
+/// The share request of the resolved partitions, and the partitions
+/// answered at once: (topic id, partition, error code, acknowledgement
+/// error code).
+#[allow(clippy::type_complexity)]
+fn request_of(
+    group: &Option<String>,
+    member: &Option<StrBytes>,
+    epoch: i32,
+    named: &[Named],
+) -> (ShareRequest, Vec<(uuid::Uuid, i32, i16, i16)>) {
+    let mut early = Vec::new();
+    let mut parts = Vec::new();
+    for n in named {
+        match (&n.topic, &n.acks) {
+            (Err(code), _) => early.push((n.topic_id, n.index, *code, 0)),
+            (Ok(_), Err(e)) => early.push((n.topic_id, n.index, 0, ack_error_code(e))),
+            (Ok(t), Ok(acks)) => parts.push(PartRequest {
+                topic: t.clone(),
+                partition: n.index as u32,
+                acks: acks.clone(),
+            }),
+        }
+    }
+    let req = ShareRequest {
+        group: group.clone().unwrap_or_default(),
+        member: member.as_ref().map(|m| m.to_string()).unwrap_or_default(),
+        epoch,
+        parts,
+        forgotten: Vec::new(),
+        max_records: 0,
+        max_bytes: 0,
+        max_wait_ms: 0,
+    };
+    (req, early)
+}
+
+pub(super) async fn acknowledge(
+    core: &Rc<Core>,
+    r: ShareAcknowledgeRequest,
+    session: &Session,
+) -> ShareAcknowledgeResponse {
+    let named = named_of!(core, session, r.topics);
+    let (req, early) = request_of(
+        &r.group_id.map(|g| g.to_string()),
+        &r.member_id,
+        r.share_session_epoch,
+        &named,
+    );
+    let answers = match crate::share::service::fetch(core, req).await {
+        Ok(a) => a,
+        Err(e) => {
+            return ShareAcknowledgeResponse::default()
+                .with_error_code(refusal_code(&e))
+                .with_error_message(Some(s(e.to_string())))
+        }
+    };
+    let mut topics: Vec<ShareAcknowledgeTopicResponse> = Vec::new();
+    let mut push =
+        |id: uuid::Uuid, d: AckPartitionData| match topics.iter_mut().find(|t| t.topic_id == id) {
+            Some(t) => t.partitions.push(d),
+            None => topics.push(
+                ShareAcknowledgeTopicResponse::default()
+                    .with_topic_id(id)
+                    .with_partitions(vec![d]),
+            ),
+        };
+    for (id, index, code, ack_code) in early {
+        push(
+            id,
+            AckPartitionData::default()
+                .with_partition_index(index)
+                .with_error_code(if code != 0 { code } else { ack_code }),
+        );
+    }
+    for a in answers {
+        let Some(m) = core.metadata().get(&a.topic).cloned() else {
+            continue;
+        };
+        let mut d = AckPartitionData::default().with_partition_index(a.partition as i32);
+        if let Some(e) = &a.error {
+            d = d
+                .with_error_code(broker_error_code(e))
+                .with_error_message(Some(s(e.to_string())));
+        } else if let Some(e) = &a.ack_error {
+            d = d
+                .with_error_code(ack_error_code(e))
+                .with_error_message(Some(s(e.to_string())));
+        }
+        push(uuid_of(&m), d);
+    }
+    ShareAcknowledgeResponse::default().with_responses(topics)
+}

@@ -1,0 +1,22 @@
+//! Share groups (KIP-932: several members read one partition, each record
+//! acknowledged on its own) on the broker, hosting `weir-share`'s
+//! machines:
+//!
+//! * **membership** ([`service::heartbeat`]) on the group's coordinator core — the
+//!   core leading the group's `__consumer_offsets` partition, as for
+//!   consumer groups (FindCoordinator names it);
+//! * **share partitions** ([`service::fetch`], which serves ShareAcknowledge too) on the core that
+//!   owns the topic partition: Kafka's clients send ShareFetch and
+//!   ShareAcknowledge to the partition's leader, which on Weir is a core;
+//! * **share sessions** (the partitions a member fetches from one core,
+//!   and the session epoch) beside them.
+//!
+//! [`registry`] is the state a core holds; [`service`] acts on it.
+//!
+//! State is in memory: a restart forgets membership (members join again)
+//! and the share partitions (they start again from
+//! `--share-auto-offset-reset`); their durable state in
+//! `__share_group_state` is the next step of issue 33.
+
+pub mod registry;
+pub mod service;

@@ -1,0 +1,501 @@
+//! Serving share groups on a core: membership (ShareGroupHeartbeat),
+//! share fetches and acknowledgements, expiry ([`super`] says where each
+//! runs).
+
+use std::collections::BTreeSet;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use weir_share::group::{Heartbeat, HeartbeatAnswer, ShareGroup, ShareGroupError};
+use weir_share::partition::{
+    AckBatch, Acquired, LogBatch, RecordState, ShareError, SharePartition,
+};
+use weir_share::records::ShareKey;
+
+use super::registry::Session;
+use crate::error::BrokerError;
+use crate::shard::Core;
+
+/// How often a core looks for expired locks and sessions.
+pub const EXPIRY_CHECK_MS: u64 = 100;
+
+/// Why a share request was refused as a whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShareRefusal {
+    /// Another core or node coordinates the group: FindCoordinator.
+    NotCoordinator(String),
+    /// The membership machine's refusal.
+    Group(ShareGroupError),
+    /// The group id is a consumer group's.
+    InconsistentGroupProtocol(String),
+    /// No share session of this member with this core (epoch > 0).
+    SessionNotFound(String),
+    /// The session's epoch is another.
+    InvalidSessionEpoch(String),
+    /// Malformed.
+    InvalidRequest(String),
+}
+
+impl std::fmt::Display for ShareRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShareRefusal::Group(e) => write!(f, "{e}"),
+            ShareRefusal::NotCoordinator(m)
+            | ShareRefusal::InconsistentGroupProtocol(m)
+            | ShareRefusal::SessionNotFound(m)
+            | ShareRefusal::InvalidSessionEpoch(m)
+            | ShareRefusal::InvalidRequest(m) => f.write_str(m),
+        }
+    }
+}
+
+/// ShareGroupHeartbeat, on the group's coordinator core (this one, or
+/// `NotCoordinator`).
+pub fn heartbeat(
+    core: &Core,
+    group: &str,
+    hb: &Heartbeat,
+) -> Result<HeartbeatAnswer, ShareRefusal> {
+    if group.is_empty() {
+        return Err(ShareRefusal::InvalidRequest("an empty group id".into()));
+    }
+    match crate::groups::coordinator::coordinator_of(core, group) {
+        Ok(c) if c == core.id => {}
+        Ok(c) => {
+            return Err(ShareRefusal::NotCoordinator(format!(
+                "share group {group} is coordinated by core {c}: ask FindCoordinator"
+            )))
+        }
+        Err(e) => return Err(ShareRefusal::NotCoordinator(e.1)),
+    }
+    if core.groups.groups.borrow().contains_key(group) {
+        return Err(ShareRefusal::InconsistentGroupProtocol(format!(
+            "{group} is a consumer group, not a share group"
+        )));
+    }
+    let now = core.storage.now_ms();
+    let view = core.metadata();
+    let partitions_of = |t: &str| view.get(t).map(|m| m.partitions());
+    let mut groups = core.shares.groups.borrow_mut();
+    let g = groups
+        .entry(group.to_string())
+        .or_insert_with(|| ShareGroup::new(core.shared.config.share_group));
+    g.expire(now, &partitions_of);
+    g.heartbeat(hb, &partitions_of, now)
+        .map_err(ShareRefusal::Group)
+}
+
+/// One partition of a share fetch or acknowledgement.
+#[derive(Debug, Clone)]
+pub struct PartRequest {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// Its acknowledgements (checked and applied before acquiring).
+    pub acks: Vec<AckBatch>,
+}
+
+/// A share fetch or acknowledgement of one member with this core.
+#[derive(Debug, Clone)]
+pub struct ShareRequest {
+    /// The share group.
+    pub group: String,
+    /// The member.
+    pub member: String,
+    /// Its session epoch: 0 opens a session, -1 closes it.
+    pub epoch: i32,
+    /// Partitions named (with acknowledgements).
+    pub parts: Vec<PartRequest>,
+    /// Partitions leaving the session (fetch only).
+    pub forgotten: Vec<(String, u32)>,
+    /// Records to acquire, about (whole batches); 0: acknowledge only.
+    pub max_records: usize,
+    /// Bytes to read per partition, at most.
+    pub max_bytes: u64,
+    /// How long to wait when nothing can be acquired.
+    pub max_wait_ms: u32,
+}
+
+/// The answer for one partition.
+#[derive(Debug, Clone, Default)]
+pub struct PartAnswer {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// Why it was not read.
+    pub error: Option<BrokerError>,
+    /// Why its acknowledgements were refused (nothing of them applied).
+    pub ack_error: Option<ShareError>,
+    /// Whether the request acknowledged something here.
+    pub acked: bool,
+    /// The batches holding the acquired records.
+    pub batches: Vec<Bytes>,
+    /// The records acquired.
+    pub acquired: Vec<Acquired>,
+}
+
+/// ShareFetch (with `max_records > 0`) or ShareAcknowledge on this core:
+/// the session checked and moved on, acknowledgements applied, records
+/// acquired from the session's partitions (waiting up to `max_wait_ms`
+/// when there is none). Answers the session's partitions that were
+/// named, acknowledged or got records (all of them when it opened).
+pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>, ShareRefusal> {
+    if req.group.is_empty() || req.member.is_empty() {
+        return Err(ShareRefusal::InvalidRequest(
+            "a share fetch names its group and member".into(),
+        ));
+    }
+    let key = (req.group.clone(), req.member.clone());
+    let named: Vec<(String, u32)> = req
+        .parts
+        .iter()
+        .map(|p| (p.topic.clone(), p.partition))
+        .collect();
+    let partitions = {
+        let mut sessions = core.shares.sessions.borrow_mut();
+        match req.epoch {
+            0 => {
+                let s = Session {
+                    epoch: 1,
+                    partitions: named.iter().cloned().collect(),
+                };
+                let all = s.partitions.clone();
+                sessions.insert(key.clone(), s);
+                all
+            }
+            e => {
+                let Some(s) = sessions.get_mut(&key) else {
+                    return Err(ShareRefusal::SessionNotFound(format!(
+                        "member {} of {} has no share session with this broker: open one (epoch 0)",
+                        req.member, req.group
+                    )));
+                };
+                if e != -1 && e != s.epoch {
+                    return Err(ShareRefusal::InvalidSessionEpoch(format!(
+                        "share session epoch {e}; the session is at {}",
+                        s.epoch
+                    )));
+                }
+                // A fetch names the partitions it adds to the session; an
+                // acknowledgement (no records wanted) leaves them as they are.
+                if req.max_records > 0 {
+                    s.partitions.extend(named.iter().cloned());
+                }
+                for f in &req.forgotten {
+                    s.partitions.remove(f);
+                }
+                s.epoch = next_epoch(s.epoch);
+                let all = s.partitions.clone();
+                if e == -1 {
+                    sessions.remove(&key);
+                }
+                all
+            }
+        }
+    };
+    let member: Rc<str> = Rc::from(req.member.as_str());
+    let closing = req.epoch == -1;
+    tracing::debug!(group = %req.group, member = %req.member, epoch = req.epoch,
+        fetch = req.max_records > 0, "share request");
+    // Partitions forgotten, or the whole session when it closes: what
+    // the member holds there goes back.
+    let released: Vec<(String, u32)> = if closing {
+        partitions.iter().cloned().collect()
+    } else {
+        req.forgotten.clone()
+    };
+    let now = || core.storage.now_ms();
+    let mut answers: Vec<PartAnswer> = Vec::new();
+    // Acknowledgements first, all of them, then the releases.
+    for p in &req.parts {
+        let mut a = PartAnswer {
+            topic: p.topic.clone(),
+            partition: p.partition,
+            ..Default::default()
+        };
+        if !p.acks.is_empty() {
+            a.acked = true;
+            match share_partition(core, &req.group, &p.topic, p.partition) {
+                Err(e) => a.error = Some(e),
+                Ok(k) => {
+                    let mut parts = core.shares.parts.borrow_mut();
+                    let sp = parts.get_mut(&k).expect("made by share_partition");
+                    if let Err(e) = sp.acknowledge(&req.member, &p.acks, now()) {
+                        tracing::debug!(group = %req.group, member = %req.member, error = %e,
+                            "share acknowledgement refused");
+                        a.ack_error = Some(e);
+                    }
+                }
+            }
+        }
+        answers.push(a);
+    }
+    for (topic, partition) in &released {
+        let k = key_of(&req.group, topic, *partition);
+        if let Some(sp) = core.shares.parts.borrow_mut().get_mut(&k) {
+            sp.release_member(&req.member);
+        }
+    }
+    if closing || req.max_records == 0 {
+        return Ok(answers);
+    }
+    let mut got = acquire_all(core, &req, &member, &partitions, &mut answers).await;
+    if !got && req.max_wait_ms > 0 {
+        wait_for_records(core, &req.group, &partitions, req.max_wait_ms).await;
+        got = acquire_all(core, &req, &member, &partitions, &mut answers).await;
+    }
+    let _ = got;
+    if req.epoch == 0 {
+        // A new session answers every partition it holds.
+        for (topic, partition) in &partitions {
+            if !answers
+                .iter()
+                .any(|a| a.topic == *topic && a.partition == *partition)
+            {
+                answers.push(PartAnswer {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    Ok(answers)
+}
+
+/// The session epoch after `e` (1 after the largest: 0 and -1 are
+/// special).
+fn next_epoch(e: i32) -> i32 {
+    if !(1..i32::MAX).contains(&e) {
+        1
+    } else {
+        e + 1
+    }
+}
+
+fn key_of(group: &str, topic: &str, partition: u32) -> ShareKey {
+    ShareKey {
+        group: group.to_string(),
+        topic: topic.to_string(),
+        partition,
+    }
+}
+
+/// The share partition of `group` on `topic`-`partition`, made if this
+/// core owns the partition and the group has none here yet (starting at
+/// the log's end, or start with `--share-auto-offset-reset earliest`).
+fn share_partition(
+    core: &Core,
+    group: &str,
+    topic: &str,
+    partition: u32,
+) -> Result<ShareKey, BrokerError> {
+    let owner = core.locate(topic, partition)?;
+    if owner != core.id {
+        return Err(crate::service::admin::not_owner(
+            core, topic, partition, owner,
+        ));
+    }
+    if let Some(r) = core.replication.get(topic, partition) {
+        r.check_leader()?;
+    }
+    let k = key_of(group, topic, partition);
+    let log = core.owned_log(topic, partition)?;
+    let mut parts = core.shares.parts.borrow_mut();
+    let sp = parts.entry(k.clone()).or_insert_with(|| {
+        let start = if core.shared.config.share_from_earliest {
+            log.log_start_offset()
+        } else {
+            log.high_watermark()
+        };
+        SharePartition::new(start, core.shared.config.share)
+    });
+    // Records retention removed can never be delivered.
+    sp.truncate_below(log.log_start_offset());
+    Ok(k)
+}
+
+/// Acquires records for `member` in each partition of its session;
+/// whether any was acquired. Answers are added to (or merged into)
+/// `answers`.
+async fn acquire_all(
+    core: &Rc<Core>,
+    req: &ShareRequest,
+    member: &Rc<str>,
+    partitions: &BTreeSet<(String, u32)>,
+    answers: &mut Vec<PartAnswer>,
+) -> bool {
+    let mut any = false;
+    let mut budget = req.max_records;
+    for (topic, partition) in partitions {
+        if budget == 0 {
+            break;
+        }
+        let i = match answers
+            .iter()
+            .position(|a| a.topic == *topic && a.partition == *partition)
+        {
+            Some(i) => i,
+            None => {
+                answers.push(PartAnswer {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    ..Default::default()
+                });
+                answers.len() - 1
+            }
+        };
+        if answers[i].error.is_some() || !answers[i].acquired.is_empty() {
+            continue;
+        }
+        match acquire_one(
+            core,
+            &req.group,
+            member,
+            (topic, *partition),
+            budget,
+            req.max_bytes,
+        )
+        .await
+        {
+            Ok((batches, acquired)) => {
+                let n: u64 = acquired.iter().map(|a| a.last - a.first + 1).sum();
+                budget = budget.saturating_sub(n as usize);
+                any |= !acquired.is_empty();
+                answers[i].batches = batches;
+                answers[i].acquired = acquired;
+            }
+            Err(e) => answers[i].error = Some(e),
+        }
+    }
+    // Partitions with nothing to say are left out of an incremental answer.
+    answers.retain(|a| a.error.is_some() || a.acked || !a.acquired.is_empty() || req.epoch == 0);
+    any
+}
+
+/// Acquires up to `max_records` of one partition: the Available records
+/// of its window, then new batches from the log.
+async fn acquire_one(
+    core: &Rc<Core>,
+    group: &str,
+    member: &Rc<str>,
+    (topic, partition): (&str, u32),
+    max_records: usize,
+    max_bytes: u64,
+) -> Result<(Vec<Bytes>, Vec<Acquired>), BrokerError> {
+    let k = share_partition(core, group, topic, partition)?;
+    let from = {
+        let parts = core.shares.parts.borrow();
+        let sp = &parts[&k];
+        first_available(sp).unwrap_or(sp.end())
+    };
+    let read =
+        crate::shard::partition::fetch_local(core, topic, partition, from, max_bytes.max(1), 0)
+            .await;
+    let batches = match read {
+        Ok(f) => f.batches,
+        // The window starts past the log's end (a reset, or a log cut
+        // back): nothing to read now.
+        Err(BrokerError::Storage { .. }) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let bounds: Vec<LogBatch> = batches
+        .iter()
+        .filter_map(|b| weir_proto::batch::BatchHeader::peek(b).ok())
+        .map(|h| LogBatch {
+            base: h.base_offset as u64,
+            last: h.last_offset() as u64,
+            control: h.attributes.is_control(),
+        })
+        .collect();
+    let now = core.storage.now_ms();
+    let acquired = {
+        let mut parts = core.shares.parts.borrow_mut();
+        let Some(sp) = parts.get_mut(&k) else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        sp.acquire(member, &bounds, max_records, now)
+    };
+    // The batches holding an acquired record, as they are.
+    let out: Vec<Bytes> = batches
+        .into_iter()
+        .zip(bounds.iter())
+        .filter(|(_, b)| {
+            acquired
+                .iter()
+                .any(|a| a.first <= b.last && b.base <= a.last)
+        })
+        .map(|(bytes, _)| bytes)
+        .collect();
+    Ok((out, acquired))
+}
+
+/// The first Available offset of the window.
+fn first_available(sp: &SharePartition) -> Option<u64> {
+    (sp.start()..sp.end()).find(|o| {
+        sp.state_of(*o)
+            .is_some_and(|(s, _)| s == RecordState::Available)
+    })
+}
+
+/// Waits until a partition of the session has records past its share
+/// partition's end, or `wait_ms`.
+async fn wait_for_records(
+    core: &Rc<Core>,
+    group: &str,
+    partitions: &BTreeSet<(String, u32)>,
+    wait_ms: u32,
+) {
+    let wait_ms = wait_ms.min(crate::server::limits::FETCH_WAIT_MS_MAX);
+    let parts: Vec<crate::service::fetch::FetchPart> = partitions
+        .iter()
+        .filter_map(|(topic, partition)| {
+            let k = key_of(group, topic, *partition);
+            let end = core.shares.parts.borrow().get(&k).map(|sp| sp.end())?;
+            Some(crate::service::fetch::FetchPart {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: end,
+                max_bytes: 1,
+            })
+        })
+        .collect();
+    if parts.is_empty() {
+        glommio::timer::sleep(std::time::Duration::from_millis(u64::from(wait_ms))).await;
+        return;
+    }
+    let params = crate::service::fetch::FetchParams {
+        max_bytes: 1,
+        min_bytes: 1,
+        max_wait_ms: wait_ms,
+        read_committed: false,
+    };
+    let _ =
+        crate::service::fetch::fetch(core, &parts, params, crate::service::Ctx::default()).await;
+}
+
+/// Every [`EXPIRY_CHECK_MS`]: releases the records whose locks expired,
+/// and removes members whose sessions ended (of the groups this core
+/// coordinates).
+pub async fn expiry_loop(core: Rc<Core>) {
+    while !core.shared.stopping() {
+        glommio::timer::sleep(std::time::Duration::from_millis(EXPIRY_CHECK_MS)).await;
+        let now = core.storage.now_ms();
+        for sp in core.shares.parts.borrow_mut().values_mut() {
+            if sp.next_deadline().is_some_and(|d| d <= now) {
+                sp.expire(now);
+            }
+        }
+        let view = core.metadata();
+        let partitions_of = |t: &str| view.get(t).map(|m| m.partitions());
+        let mut groups = core.shares.groups.borrow_mut();
+        for g in groups.values_mut() {
+            if g.next_deadline().is_some_and(|d| d <= now) {
+                g.expire(now, &partitions_of);
+            }
+        }
+        groups.retain(|_, g| !g.is_empty());
+    }
+}
