@@ -55,6 +55,18 @@ pub enum DataRequest {
         /// add) rather than check it.
         add: bool,
     },
+    /// A share partition's durable state (KIP-932), asked of or stored
+    /// at the core leading its `__share_group_state` partition: read
+    /// (`write` false) or written (`value`: the record's value, `None` a
+    /// tombstone), answered once durable.
+    ShareState {
+        /// The record's key.
+        key: Vec<u8>,
+        /// The value to store.
+        value: Option<Vec<u8>>,
+        /// Store (else read).
+        write: bool,
+    },
 }
 
 /// Markers ending producer `producer_id`'s transaction, one per partition.
@@ -130,6 +142,8 @@ pub enum DataResponse {
     /// A verification's outcome (error 0: the partition is in the open
     /// transaction).
     Verified(MarkerResult),
+    /// A share state's read or write: its outcome, and the value read.
+    ShareState(MarkerResult, Option<Vec<u8>>),
 }
 
 /// One partition's answer, in request order.
@@ -254,6 +268,27 @@ impl DataLink {
         }
     }
 
+    /// Reads (`write` false) or stores the share state under `key` at the
+    /// linked core (the leader of its `__share_group_state` partition):
+    /// the outcome, and the value read.
+    pub async fn share_state(
+        &self,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        write: bool,
+    ) -> Result<(MarkerResult, Option<Vec<u8>>)> {
+        let (mut send, mut recv) = self.conn.open_bi().await.map_err(open_stream)?;
+        let req = DataRequest::ShareState { key, value, write };
+        write_frame_with_payload(&mut send, &encode(&req), &[]).await?;
+        match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(malformed)? {
+            DataResponse::ShareState(r, v) => Ok((r, v)),
+            DataResponse::Refused(why) => Err(Error::FetchRefused { reason: why }),
+            other => Err(Error::Unexpected {
+                message: format!("a share state answered with {other:?}"),
+            }),
+        }
+    }
+
     /// Sends a fetch; returns each partition's answer with its batches.
     pub async fn fetch(&self, req: &ReplicaFetch) -> Result<Vec<(FetchedPart, Bytes)>> {
         let (mut send, mut recv) = self.conn.open_bi().await.map_err(open_stream)?;
@@ -344,7 +379,10 @@ pub async fn accept_hello(conn: &quinn::Connection, cluster_id: &str) -> Result<
                 cluster_id: theirs,
             })
         }
-        DataRequest::Fetch(_) | DataRequest::Markers(_) | DataRequest::VerifyTxn { .. } => {
+        DataRequest::Fetch(_)
+        | DataRequest::Markers(_)
+        | DataRequest::VerifyTxn { .. }
+        | DataRequest::ShareState { .. } => {
             conn.close(1u32.into(), b"hello first");
             Err(Error::NoHello)
         }

@@ -3,8 +3,8 @@
 //! core leading that partition (Kafka 4's group coordinator runs on the
 //! same kind of runtime). The consumer groups are its first machine
 //! (`__consumer_offsets`, [`crate::groups`]); the transaction coordinator
-//! (`__transaction_state`) and share-group state (`__share_group_state`)
-//! are to be machines on it, not new hosts.
+//! (`__transaction_state`) and share partitions' state
+//! (`__share_group_state`) are machines on it too.
 //!
 //! What the runtime does for every machine, so that no machine does it
 //! itself:
@@ -107,8 +107,8 @@ pub trait Machine {
 
 /// The machines of a core. A new machine is added here (and its state to
 /// [`Core`]).
-pub fn machines(core: &Core) -> [&dyn Machine; 2] {
-    [&core.groups, &core.txns]
+pub fn machines(core: &Core) -> [&dyn Machine; 3] {
+    [&core.groups, &core.txns, &core.shares.states]
 }
 
 /// The machine keeping its state in `topic`, if any.
@@ -125,6 +125,21 @@ pub struct TopicPlan {
     pub configs: BTreeMap<String, String>,
     /// Replicas wanted (at most the live nodes get them).
     pub replication_factor: u32,
+}
+
+impl TopicPlan {
+    /// A compacted topic kept forever (the latest record of each key is
+    /// the state), with the replicas `__consumer_offsets` is given.
+    pub fn compacted(core: &Core, partitions: u32) -> TopicPlan {
+        TopicPlan {
+            partitions,
+            configs: BTreeMap::from([
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                ("retention.ms".to_string(), "-1".to_string()),
+            ]),
+            replication_factor: core.shared.config.offsets_replication_factor,
+        }
+    }
 }
 
 /// The partition of `key` among `partitions` (`crc32c(key) % partitions`).

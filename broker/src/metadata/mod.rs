@@ -71,9 +71,11 @@ pub const REGISTRY_FILE: &str = "topics.toml";
 pub use weir_groups::records::OFFSETS_TOPIC;
 /// The internal topic of the transaction coordinator's records.
 pub const TXN_TOPIC: &str = "__transaction_state";
+/// The internal topic of share partitions' durable state (KIP-932).
+pub const SHARE_STATE_TOPIC: &str = "__share_group_state";
 /// The internal topics: the coordinator runtime's machines write them
 /// (clients do not; they are left out of topic listings unless asked for).
-pub const INTERNAL_TOPICS: [&str; 2] = [OFFSETS_TOPIC, TXN_TOPIC];
+pub const INTERNAL_TOPICS: [&str; 3] = [OFFSETS_TOPIC, TXN_TOPIC, SHARE_STATE_TOPIC];
 
 /// Whether `topic` is internal (see [`INTERNAL_TOPICS`]).
 pub fn is_internal(topic: &str) -> bool {

@@ -334,3 +334,37 @@ pub(crate) fn propose_isr(core: &Rc<Core>, r: &Rc<Replica>, epoch: u32, proposal
     })
     .detach();
 }
+
+/// A link to the core of node `node` that leads `tp` (node to node,
+/// mutual TLS, from this core's replication endpoint), or why not.
+pub(crate) async fn link_to(
+    core: &Rc<Core>,
+    node: u64,
+    tp: &(String, u32),
+) -> Result<weir_replication::data::DataLink, String> {
+    let leader_core = core
+        .metadata()
+        .get(&tp.0)
+        .and_then(|t| t.placement.get(tp.1 as usize).cloned())
+        .and_then(|pl| {
+            pl.replicas
+                .iter()
+                .find(|(n, _)| *n == node)
+                .map(|(_, c)| *c)
+        })
+        .ok_or_else(|| format!("node {node}'s core for {}-{} is not known", tp.0, tp.1))?;
+    let addr = crate::replica::fetcher::leader_addr(core, node, leader_core)
+        .await
+        .ok_or_else(|| format!("node {node}'s replication address is not known"))?;
+    let endpoint = core
+        .replication
+        .endpoint
+        .borrow()
+        .clone()
+        .ok_or("this core has no replication endpoint")?;
+    let cluster_id = core.shared.controller.state().cluster_id.clone();
+    let me = core.shared.config.cluster.node_id;
+    weir_replication::data::DataLink::connect(&endpoint, node, addr, &cluster_id, me)
+        .await
+        .map_err(|e| e.chain().to_string())
+}

@@ -114,6 +114,12 @@ async fn accept_loop(core: Rc<Core>, endpoint: weir_replication::quinn::Endpoint
                                 .await;
                                 (DataResponse::Verified(r), Vec::new())
                             }
+                            Ok(DataRequest::ShareState { key, value, write }) => {
+                                let (r, v) =
+                                    crate::share::state::serve_remote(&core, key, value, write)
+                                        .await;
+                                (DataResponse::ShareState(r, v), Vec::new())
+                            }
                             Err(e) => (DataResponse::Refused(e), Vec::new()),
                         },
                         Err(_) => return,

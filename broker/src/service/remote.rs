@@ -122,6 +122,16 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             let r = crate::txns::admin::producers_local(core, &topic, partition);
             reply.send(&core.mesh, r).await;
         }
+        CoreMsg::ShareState {
+            partition,
+            key,
+            value,
+            write,
+            reply,
+        } => {
+            let r = crate::share::state::here(core, partition, key, value, write).await;
+            reply.send(&core.mesh, r).await;
+        }
         CoreMsg::Txn { request, reply } => {
             let r = crate::txns::coordinator::handle(core, request).await;
             reply.send(&core.mesh, r).await;

@@ -158,6 +158,20 @@ pub enum CoreMsg {
         /// Where the answer goes.
         reply: ReplyTo<GroupResponse>,
     },
+    /// A share partition's durable state, read or stored in a
+    /// `__share_group_state` partition this core leads.
+    ShareState {
+        /// The partition of `__share_group_state`.
+        partition: u32,
+        /// The share partition.
+        key: weir_share::records::ShareKey,
+        /// The value to store (`Some(None)`: a tombstone).
+        value: Option<Option<Vec<u8>>>,
+        /// Store (else read).
+        write: bool,
+        /// Where the answer goes: the value read.
+        reply: ReplyTo<Result<Option<Vec<u8>>, BrokerError>>,
+    },
     /// A transaction request for a transactional id this core
     /// coordinates.
     Txn {

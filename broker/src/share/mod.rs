@@ -13,10 +13,11 @@
 //!
 //! [`registry`] is the state a core holds; [`service`] acts on it.
 //!
-//! State is in memory: a restart forgets membership (members join again)
-//! and the share partitions (they start again from
-//! `--share-auto-offset-reset`); their durable state in
-//! `__share_group_state` is the next step of issue 33.
+//! A share partition's state is durable in `__share_group_state`
+//! ([`state`]): stored before an acknowledgement is answered, loaded
+//! when a core first serves the share partition (after a restart or a
+//! change of leader). Membership is not stored: members join again.
 
 pub mod registry;
 pub mod service;
+pub mod state;

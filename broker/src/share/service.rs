@@ -128,6 +128,10 @@ pub struct PartAnswer {
     pub error: Option<BrokerError>,
     /// Why its acknowledgements were refused (nothing of them applied).
     pub ack_error: Option<ShareError>,
+    /// Its acknowledgements were applied but could not be stored (they
+    /// hold while this core serves the share partition; a new leader
+    /// may deliver those records again).
+    pub store_error: Option<BrokerError>,
     /// Whether the request acknowledged something here.
     pub acked: bool,
     /// The batches holding the acquired records.
@@ -217,15 +221,23 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
         };
         if !p.acks.is_empty() {
             a.acked = true;
-            match share_partition(core, &req.group, &p.topic, p.partition) {
+            match ensure(core, &req.group, &p.topic, p.partition).await {
                 Err(e) => a.error = Some(e),
                 Ok(k) => {
-                    let mut parts = core.shares.parts.borrow_mut();
-                    let sp = parts.get_mut(&k).expect("made by share_partition");
-                    if let Err(e) = sp.acknowledge(&req.member, &p.acks, now()) {
-                        tracing::debug!(group = %req.group, member = %req.member, error = %e,
-                            "share acknowledgement refused");
-                        a.ack_error = Some(e);
+                    let applied = {
+                        let mut parts = core.shares.parts.borrow_mut();
+                        let (_, sp) = parts.get_mut(&k).expect("made by ensure");
+                        sp.acknowledge(&req.member, &p.acks, now())
+                    };
+                    match applied {
+                        Err(e) => {
+                            tracing::debug!(group = %req.group, member = %req.member, error = %e,
+                                "share acknowledgement refused");
+                            a.ack_error = Some(e);
+                        }
+                        // Durable before it is answered.
+                        Ok(true) => a.store_error = persist(core, &k).await.err(),
+                        Ok(false) => {}
                     }
                 }
             }
@@ -234,7 +246,7 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
     }
     for (topic, partition) in &released {
         let k = key_of(&req.group, topic, *partition);
-        if let Some(sp) = core.shares.parts.borrow_mut().get_mut(&k) {
+        if let Some((_, sp)) = core.shares.parts.borrow_mut().get_mut(&k) {
             sp.release_member(&req.member);
         }
     }
@@ -283,11 +295,14 @@ fn key_of(group: &str, topic: &str, partition: u32) -> ShareKey {
     }
 }
 
-/// The share partition of `group` on `topic`-`partition`, made if this
-/// core owns the partition and the group has none here yet (starting at
-/// the log's end, or start with `--share-auto-offset-reset earliest`).
-fn share_partition(
-    core: &Core,
+/// The share partition of `group` on `topic`-`partition`, which this
+/// core must own (and lead). Loaded from `__share_group_state` when this
+/// core first serves it, or again once the partition's leader epoch
+/// moved (another replica led it meanwhile: its state is the stored
+/// one); made afresh if nothing is stored (at the log's end, or start
+/// with `--share-auto-offset-reset earliest`).
+async fn ensure(
+    core: &Rc<Core>,
     group: &str,
     topic: &str,
     partition: u32,
@@ -298,23 +313,95 @@ fn share_partition(
             core, topic, partition, owner,
         ));
     }
-    if let Some(r) = core.replication.get(topic, partition) {
-        r.check_leader()?;
-    }
+    let epoch = match core.replication.get(topic, partition) {
+        Some(r) => {
+            r.check_leader()?;
+            r.epoch()
+        }
+        None => 0,
+    };
     let k = key_of(group, topic, partition);
     let log = core.owned_log(topic, partition)?;
-    let mut parts = core.shares.parts.borrow_mut();
-    let sp = parts.entry(k.clone()).or_insert_with(|| {
-        let start = if core.shared.config.share_from_earliest {
-            log.log_start_offset()
-        } else {
-            log.high_watermark()
+    let current = core
+        .shares
+        .parts
+        .borrow()
+        .get(&k)
+        .is_some_and(|(e, _)| *e == epoch);
+    if !current {
+        let stored = super::state::load(core, &k)
+            .await
+            .map_err(|e| unavailable(&k, e))?;
+        let config = core.shared.config.share;
+        let sp = match stored.map(|s| SharePartition::restore(&s, config)) {
+            Some(Ok(sp)) => sp,
+            Some(Err(why)) => {
+                tracing::warn!(
+                    group,
+                    topic,
+                    partition,
+                    why,
+                    "stored share state refused: starting afresh"
+                );
+                fresh(core, &log)
+            }
+            None => fresh(core, &log),
         };
-        SharePartition::new(start, core.shared.config.share)
-    });
+        let mut parts = core.shares.parts.borrow_mut();
+        // Another request may have loaded it meanwhile: the first stays.
+        if parts.get(&k).is_none_or(|(e, _)| *e != epoch) {
+            parts.insert(k.clone(), (epoch, sp));
+        }
+    }
     // Records retention removed can never be delivered.
-    sp.truncate_below(log.log_start_offset());
+    if let Some((_, sp)) = core.shares.parts.borrow_mut().get_mut(&k) {
+        sp.truncate_below(log.log_start_offset());
+    }
     Ok(k)
+}
+
+/// A share partition with nothing stored.
+fn fresh(core: &Core, log: &weir_storage::PartitionLog) -> SharePartition {
+    let start = if core.shared.config.share_from_earliest {
+        log.log_start_offset()
+    } else {
+        log.high_watermark()
+    };
+    SharePartition::new(start, core.shared.config.share)
+}
+
+/// A share state that could not be read or stored: retriable.
+fn unavailable(k: &ShareKey, e: BrokerError) -> BrokerError {
+    BrokerError::CoreUnavailable {
+        core: 0,
+        reason: format!(
+            "the share state of {} on {}-{} is not available now ({e}): retry",
+            k.group, k.topic, k.partition
+        ),
+    }
+}
+
+/// Stores share partition `k`'s state now (after acknowledgements): the
+/// snapshot is taken under the partition's store lock, so stores land in
+/// the order of the changes.
+async fn persist(core: &Rc<Core>, k: &ShareKey) -> Result<(), BrokerError> {
+    let lock = core.shares.store_lock(k);
+    let _one = lock
+        .acquire_permit(1)
+        .await
+        .map_err(|_| unavailable(k, BrokerError::TimedOut("store lock closed".into())))?;
+    let snap = core
+        .shares
+        .parts
+        .borrow()
+        .get(k)
+        .map(|(_, sp)| sp.snapshot());
+    match snap {
+        Some(s) => super::state::store(core, k, Some(&s))
+            .await
+            .map_err(|e| unavailable(k, e)),
+        None => Ok(()),
+    }
 }
 
 /// Acquires records for `member` in each partition of its session;
@@ -385,10 +472,10 @@ async fn acquire_one(
     max_records: usize,
     max_bytes: u64,
 ) -> Result<(Vec<Bytes>, Vec<Acquired>), BrokerError> {
-    let k = share_partition(core, group, topic, partition)?;
+    let k = ensure(core, group, topic, partition).await?;
     let from = {
         let parts = core.shares.parts.borrow();
-        let sp = &parts[&k];
+        let (_, sp) = &parts[&k];
         first_available(sp).unwrap_or(sp.end())
     };
     let read =
@@ -413,7 +500,7 @@ async fn acquire_one(
     let now = core.storage.now_ms();
     let acquired = {
         let mut parts = core.shares.parts.borrow_mut();
-        let Some(sp) = parts.get_mut(&k) else {
+        let Some((_, sp)) = parts.get_mut(&k) else {
             return Ok((Vec::new(), Vec::new()));
         };
         sp.acquire(member, &bounds, max_records, now)
@@ -453,7 +540,7 @@ async fn wait_for_records(
         .iter()
         .filter_map(|(topic, partition)| {
             let k = key_of(group, topic, *partition);
-            let end = core.shares.parts.borrow().get(&k).map(|sp| sp.end())?;
+            let end = core.shares.parts.borrow().get(&k).map(|(_, sp)| sp.end())?;
             Some(crate::service::fetch::FetchPart {
                 topic: topic.clone(),
                 partition: *partition,
@@ -483,7 +570,7 @@ pub async fn expiry_loop(core: Rc<Core>) {
     while !core.shared.stopping() {
         glommio::timer::sleep(std::time::Duration::from_millis(EXPIRY_CHECK_MS)).await;
         let now = core.storage.now_ms();
-        for sp in core.shares.parts.borrow_mut().values_mut() {
+        for (_, sp) in core.shares.parts.borrow_mut().values_mut() {
             if sp.next_deadline().is_some_and(|d| d <= now) {
                 sp.expire(now);
             }

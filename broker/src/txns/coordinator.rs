@@ -549,40 +549,6 @@ async fn marker_to(
     .await?
 }
 
-/// A link to the core of node `node` that leads `tp` (node to node,
-/// mutual TLS, from this core's replication endpoint), or why not.
-async fn link_to(
-    core: &Rc<Core>,
-    node: u64,
-    tp: &Tp,
-) -> Result<weir_replication::data::DataLink, String> {
-    let leader_core = core
-        .metadata()
-        .get(&tp.0)
-        .and_then(|t| t.placement.get(tp.1 as usize).cloned())
-        .and_then(|pl| {
-            pl.replicas
-                .iter()
-                .find(|(n, _)| *n == node)
-                .map(|(_, c)| *c)
-        })
-        .ok_or_else(|| format!("node {node}'s core for {}-{} is not known", tp.0, tp.1))?;
-    let addr = crate::replica::fetcher::leader_addr(core, node, leader_core)
-        .await
-        .ok_or_else(|| format!("node {node}'s replication address is not known"))?;
-    let endpoint = core
-        .replication
-        .endpoint
-        .borrow()
-        .clone()
-        .ok_or("this core has no replication endpoint")?;
-    let cluster_id = core.shared.controller.state().cluster_id.clone();
-    let me = core.shared.config.cluster.node_id;
-    weir_replication::data::DataLink::connect(&endpoint, node, addr, &cluster_id, me)
-        .await
-        .map_err(|e| e.chain().to_string())
-}
-
 /// One marker on a partition node `node` leads, through its leading core.
 async fn marker_on_node(
     core: &Rc<Core>,
@@ -597,7 +563,9 @@ async fn marker_on_node(
             tp.0, tp.1
         )))
     };
-    let link = link_to(core, node, tp).await.map_err(unavailable)?;
+    let link = crate::replica::link_to(core, node, tp)
+        .await
+        .map_err(unavailable)?;
     let req = weir_replication::data::MarkerWrite {
         producer_id: m.producer_id,
         producer_epoch: m.producer_epoch,
@@ -634,7 +602,9 @@ async fn verify_on_node(
     let unreachable = |why: String| {
         TxnRefusal::NotCoordinator(format!("`{id}`'s coordinator on node {node}: {why}"))
     };
-    let link = link_to(core, node, &at).await.map_err(unreachable)?;
+    let link = crate::replica::link_to(core, node, &at)
+        .await
+        .map_err(unreachable)?;
     let r = link
         .verify_txn(id, producer, tp, add)
         .await

@@ -4,7 +4,6 @@
 //! markers of transactions left prepared are written again, and the
 //! timeouts start once the core's replay is done.
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use weir_txn::{records, Transactions};
@@ -24,14 +23,7 @@ impl Machine for Txns {
     }
 
     fn topic_plan(&self, core: &Core) -> TopicPlan {
-        TopicPlan {
-            partitions: TXN_TOPIC_PARTITIONS,
-            configs: BTreeMap::from([
-                ("cleanup.policy".to_string(), "compact".to_string()),
-                ("retention.ms".to_string(), "-1".to_string()),
-            ]),
-            replication_factor: core.shared.config.offsets_replication_factor,
-        }
+        TopicPlan::compacted(core, TXN_TOPIC_PARTITIONS)
     }
 
     fn forget(&self, p: u32, _n: u32) {

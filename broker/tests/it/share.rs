@@ -6,21 +6,20 @@
 use crate::common::Broker;
 use crate::kafka_clients::python_script;
 
+/// The broker's share-group flags in these tests.
+const FLAGS: [&str; 6] = [
+    "--share-auto-offset-reset",
+    "earliest",
+    "--group-share-record-lock-duration-ms",
+    "2000",
+    "--group-share-session-timeout-ms",
+    "3000",
+];
+
 /// Runs `share.py` in `mode` on a fresh broker; it must end with `done`.
 fn share(mode: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let b = Broker::start_with(
-        dir.path(),
-        2,
-        &[
-            "--share-auto-offset-reset",
-            "earliest",
-            "--group-share-record-lock-duration-ms",
-            "2000",
-            "--group-share-session-timeout-ms",
-            "3000",
-        ],
-    );
+    let b = Broker::start_with(dir.path(), 2, &FLAGS);
     let kafka = b.kafka.to_string();
     let topic = format!("share-{mode}");
     let out = python_script("share.py", &[kafka.as_str(), &topic, mode]);
@@ -51,4 +50,29 @@ fn a_poison_record_is_archived_at_the_delivery_limit() {
 #[test]
 fn records_held_by_a_killed_member_are_delivered_again_after_their_lock() {
     share("kill");
+}
+
+/// Acknowledgements are durable (`__share_group_state`): the broker
+/// SIGKILLed and restarted, no accepted record comes back and every other
+/// one is delivered exactly once.
+#[test]
+fn acknowledgements_survive_a_broker_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let accepted = dir.path().join("accepted.txt");
+    let data = dir.path().join("data");
+    let path = accepted.to_str().unwrap();
+    let b = Broker::start_with(&data, 2, &FLAGS);
+    let out = python_script(
+        "share.py",
+        &[&b.kafka.to_string(), "restart", "restart-1", path],
+    );
+    assert!(out.contains("\ndone"), "{out}");
+    b.kill();
+    let b = Broker::start_with(&data, 2, &FLAGS);
+    let out = python_script(
+        "share.py",
+        &[&b.kafka.to_string(), "restart", "restart-2", path],
+    );
+    assert!(out.contains("\ndone"), "{out}");
+    b.stop();
 }

@@ -20,6 +20,11 @@ poison: 10 records, one of them released by every member every time: it
 is delivered exactly delivery.count.limit (5) times, then archived —
 never delivered again — while the other 9 are accepted once.
 
+restart-1 PATH / restart-2 PATH (the broker SIGKILLed and restarted in
+between): acknowledgements survive the crash — a member accepts 400 of
+1 000 records and holds more; after the restart the others are each
+delivered exactly once and none of the 400 again.
+
 kill: 1 000 records; a member in another process acquires records and is
 SIGKILLed holding them (explicit mode, nothing acknowledged); another
 member gets them once their lock expires (the broker runs with a short
@@ -253,7 +258,63 @@ def kill(bootstrap, topic):
     check(not again, f"the held records came back once their locks expired, delivery count 2 ({again[:5]})")
 
 
+def restart_1(bootstrap, topic, path):
+    """Before the broker's SIGKILL: 1 000 records; a member accepts at
+    least 400 (their values written to PATH) and leaves without a word,
+    holding what it acquired after them."""
+    n = 1_000
+    setup(bootstrap, topic, n)
+    c = member(bootstrap, "share-restart", topic, explicit=True)
+    accepted = []
+    deadline = time.time() + 30
+    while time.time() < deadline and len(accepted) < 400:
+        msgs = c.poll(0.5)
+        for m in msgs:
+            accepted.append(int(m.value()))
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        if msgs:
+            c.commit_sync()
+    # Acquired and never acknowledged: delivered again after the restart.
+    held = [int(m.value()) for m in c.poll(2.0)]
+    with open(path, "w") as f:
+        f.write(" ".join(map(str, accepted)))
+    check(len(accepted) >= 400, f"{len(accepted)} accepted, {len(held)} more held")
+    print("done", flush=True)
+    os._exit(0)
+
+
+def restart_2(bootstrap, topic, path):
+    """After the restart: every record not accepted before is delivered
+    exactly once; none accepted before comes back."""
+    n = 1_000
+    with open(path) as f:
+        before = {int(v) for v in f.read().split()}
+    got = []
+    c = member(bootstrap, "share-restart", topic, explicit=True)
+    deadline = time.time() + 30
+    while time.time() < deadline and len(got) < n - len(before):
+        msgs = c.poll(0.5)
+        for m in msgs:
+            got.append(int(m.value()))
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        if msgs:
+            c.commit_sync()
+    # Nothing more comes.
+    for m in c.poll(2.0):
+        got.append(int(m.value()))
+    c.close()
+    again = sorted(set(got) & before)
+    check(not again, f"no record accepted before the restart came back ({again[:5]})")
+    check(len(got) == len(set(got)) == n - len(before),
+          f"the {n - len(before)} others delivered exactly once ({len(got)} deliveries)")
+
+
 if __name__ == "__main__":
+    if sys.argv[3] in ("restart-1", "restart-2"):
+        {"restart-1": restart_1, "restart-2": restart_2}[sys.argv[3]](
+            sys.argv[1], sys.argv[2], sys.argv[4])
+        print("done", flush=True)
+        sys.exit(0)
     bootstrap, topic, mode = sys.argv[1], sys.argv[2], sys.argv[3]
     {"all": all_accept, "acks": acks, "poison": poison, "kill": kill, "holder": holder}[mode](
         bootstrap, topic)

@@ -280,6 +280,10 @@ pub(super) async fn fetch(
             d = d
                 .with_acknowledge_error_code(ack_error_code(e))
                 .with_acknowledge_error_message(Some(s(e.to_string())));
+        } else if let Some(e) = &a.store_error {
+            d = d
+                .with_acknowledge_error_code(broker_error_code(e))
+                .with_acknowledge_error_message(Some(s(e.to_string())));
         }
         push(uuid_of(&m), d);
     }
@@ -374,6 +378,10 @@ pub(super) async fn acknowledge(
         } else if let Some(e) = &a.ack_error {
             d = d
                 .with_error_code(ack_error_code(e))
+                .with_error_message(Some(s(e.to_string())));
+        } else if let Some(e) = &a.store_error {
+            d = d
+                .with_error_code(broker_error_code(e))
                 .with_error_message(Some(s(e.to_string())));
         }
         push(uuid_of(&m), d);
