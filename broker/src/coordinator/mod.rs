@@ -11,7 +11,8 @@
 //! - **Topic:** core 0 creates the machine's internal topic at start-up
 //!   (or gives an existing one the configs this build asks for), with as
 //!   many replicas as the cluster has live nodes, up to the wanted factor
-//!   (`ensure_topic`).
+//!   (`ensure_topic`); an on-demand machine's topic is created when it
+//!   first writes ([`create_on_demand`]).
 //! - **Placement:** a key (a group id, a transactional id) belongs to
 //!   partition `crc32c(key) % partitions` of the topic ([`partition_of`]);
 //!   the core leading that partition hosts it. (Kafka hashes with Java's
@@ -103,6 +104,14 @@ pub trait Machine {
     /// This core's replay at start-up is done: start the machine's own
     /// work (timers, expiry).
     fn started(&self, core: &Rc<Core>);
+
+    /// Its topic is created when the machine first writes
+    /// ([`create_on_demand`]), not at start-up: a cluster that never
+    /// uses the machine pays nothing for it (Kafka creates its internal
+    /// topics on demand too).
+    fn on_demand(&self) -> bool {
+        false
+    }
 }
 
 /// The machines of a core. A new machine is added here (and its state to
@@ -159,6 +168,9 @@ pub fn partition_of(core: &Core, topic: &str, key: &str) -> Option<u32> {
 pub async fn start(core: &Rc<Core>) -> Result<(), BrokerError> {
     if core.id == 0 {
         for m in machines(core) {
+            if m.on_demand() && core.metadata().get(m.topic()).is_none() {
+                continue;
+            }
             let plan = m.topic_plan(core);
             ensure_topic(core, m.topic(), plan).await?;
         }
@@ -396,6 +408,18 @@ async fn replicas(core: &Core, want: u32) -> u32 {
 
 /// Creates `topic` if it does not exist, or gives an existing one the
 /// configs `plan` asks for (core 0, start-up).
+/// Creates the topic of an on-demand machine ([`Machine::on_demand`]) if
+/// it does not exist yet (from any core: the metadata writer takes the
+/// change). Its partitions are then led, replayed (empty) and served as
+/// any that a core starts leading ([`leaderships`]).
+pub async fn create_on_demand(core: &Rc<Core>, m: &dyn Machine) -> Result<(), BrokerError> {
+    if core.metadata().get(m.topic()).is_some() {
+        return Ok(());
+    }
+    let plan = m.topic_plan(core);
+    ensure_topic(core, m.topic(), plan).await
+}
+
 async fn ensure_topic(core: &Rc<Core>, topic: &str, plan: TopicPlan) -> Result<(), BrokerError> {
     let existing = core.metadata().get(topic).cloned();
     let change = match existing {

@@ -22,6 +22,8 @@ pub struct Session {
     pub epoch: i32,
     /// The partitions of the session.
     pub partitions: BTreeSet<(String, u32)>,
+    /// When it was last used (ms since the epoch).
+    pub used_ms: i64,
 }
 
 /// What one core holds of share groups.

@@ -18,6 +18,14 @@ use crate::shard::Core;
 
 /// How often a core looks for expired locks and sessions.
 pub const EXPIRY_CHECK_MS: u64 = 100;
+/// Share sessions one core keeps (Kafka's `group.share.max.share.sessions`
+/// is per broker; a core is one here). A new one beyond it is refused
+/// SHARE_SESSION_LIMIT_REACHED.
+pub const SESSIONS_MAX: usize = 2_000;
+/// A share session unused this long is dropped (its member died without
+/// closing it): its records are released. Kafka keeps a session as long
+/// as its connection; here a session outlives its connection by this.
+pub const SESSION_IDLE_MS: i64 = 120_000;
 
 /// Why a share request was refused as a whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +42,8 @@ pub enum ShareRefusal {
     InvalidSessionEpoch(String),
     /// Malformed.
     InvalidRequest(String),
+    /// This core keeps [`SESSIONS_MAX`] share sessions.
+    SessionLimitReached(String),
 }
 
 impl std::fmt::Display for ShareRefusal {
@@ -44,7 +54,8 @@ impl std::fmt::Display for ShareRefusal {
             | ShareRefusal::InconsistentGroupProtocol(m)
             | ShareRefusal::SessionNotFound(m)
             | ShareRefusal::InvalidSessionEpoch(m)
-            | ShareRefusal::InvalidRequest(m) => f.write_str(m),
+            | ShareRefusal::InvalidRequest(m)
+            | ShareRefusal::SessionLimitReached(m) => f.write_str(m),
         }
     }
 }
@@ -161,9 +172,15 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
         let mut sessions = core.shares.sessions.borrow_mut();
         match req.epoch {
             0 => {
+                if !sessions.contains_key(&key) && sessions.len() >= SESSIONS_MAX {
+                    return Err(ShareRefusal::SessionLimitReached(format!(
+                        "{SESSIONS_MAX} share sessions on this core: retry later"
+                    )));
+                }
                 let s = Session {
                     epoch: 1,
                     partitions: named.iter().cloned().collect(),
+                    used_ms: core.storage.now_ms(),
                 };
                 let all = s.partitions.clone();
                 sessions.insert(key.clone(), s);
@@ -191,6 +208,7 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                     s.partitions.remove(f);
                 }
                 s.epoch = next_epoch(s.epoch);
+                s.used_ms = core.storage.now_ms();
                 let all = s.partitions.clone();
                 if e == -1 {
                     sessions.remove(&key);
@@ -253,12 +271,10 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
     if closing || req.max_records == 0 {
         return Ok(answers);
     }
-    let mut got = acquire_all(core, &req, &member, &partitions, &mut answers).await;
-    if !got && req.max_wait_ms > 0 {
+    if !acquire_all(core, &req, &member, &partitions, &mut answers).await && req.max_wait_ms > 0 {
         wait_for_records(core, &req.group, &partitions, req.max_wait_ms).await;
-        got = acquire_all(core, &req, &member, &partitions, &mut answers).await;
+        acquire_all(core, &req, &member, &partitions, &mut answers).await;
     }
-    let _ = got;
     if req.epoch == 0 {
         // A new session answers every partition it holds.
         for (topic, partition) in &partitions {
@@ -575,6 +591,7 @@ pub async fn expiry_loop(core: Rc<Core>) {
                 sp.expire(now);
             }
         }
+        drop_idle_sessions(&core, now);
         let view = core.metadata();
         let partitions_of = |t: &str| view.get(t).map(|m| m.partitions());
         let mut groups = core.shares.groups.borrow_mut();
@@ -584,5 +601,29 @@ pub async fn expiry_loop(core: Rc<Core>) {
             }
         }
         groups.retain(|_, g| !g.is_empty());
+    }
+}
+
+/// Drops the share sessions unused for [`SESSION_IDLE_MS`], releasing
+/// what their members hold in them.
+fn drop_idle_sessions(core: &Core, now: i64) {
+    let idle: Vec<((String, String), Session)> = {
+        let mut sessions = core.shares.sessions.borrow_mut();
+        let keys: Vec<(String, String)> = sessions
+            .iter()
+            .filter(|(_, s)| now - s.used_ms >= SESSION_IDLE_MS)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| sessions.remove(&k).map(|s| (k, s)))
+            .collect()
+    };
+    let mut parts = core.shares.parts.borrow_mut();
+    for ((group, member), s) in idle {
+        for (topic, partition) in &s.partitions {
+            if let Some((_, sp)) = parts.get_mut(&key_of(&group, topic, *partition)) {
+                sp.release_member(&member);
+            }
+        }
     }
 }

@@ -81,6 +81,10 @@ impl Machine for ShareStates {
     fn replayed(&self, _core: &Rc<Core>, _p: Option<(u32, u32)>) {}
 
     fn started(&self, _core: &Rc<Core>) {}
+
+    fn on_demand(&self) -> bool {
+        true
+    }
 }
 
 /// The string a share partition is placed by.
@@ -95,16 +99,17 @@ enum Home {
     Node(u64, u32),
 }
 
-fn home_of(core: &Core, k: &ShareKey) -> Result<Home, BrokerError> {
-    let q = crate::coordinator::partition_of(core, SHARE_STATE_TOPIC, &placement_key(k))
-        .ok_or_else(|| BrokerError::NotLeader {
-            topic: SHARE_STATE_TOPIC.to_string(),
-            partition: 0,
-            leader: 0,
-        })?;
+/// `None`: the topic does not exist (nothing was ever stored).
+fn home_of(core: &Core, k: &ShareKey) -> Result<Option<Home>, BrokerError> {
+    let Some(q) = crate::coordinator::partition_of(core, SHARE_STATE_TOPIC, &placement_key(k))
+    else {
+        return Ok(None);
+    };
     match core.locate(SHARE_STATE_TOPIC, q) {
-        Ok(c) => Ok(Home::Core(c, q)),
-        Err(BrokerError::NotLeader { leader, .. }) if leader != 0 => Ok(Home::Node(leader, q)),
+        Ok(c) => Ok(Some(Home::Core(c, q))),
+        Err(BrokerError::NotLeader { leader, .. }) if leader != 0 => {
+            Ok(Some(Home::Node(leader, q)))
+        }
         Err(e) => Err(e),
     }
 }
@@ -120,14 +125,45 @@ pub async fn load(core: &Rc<Core>, k: &ShareKey) -> Result<Option<ShareSnapshot>
 
 /// Stores share partition `k`'s state (`None`: forgets it); returns once
 /// durable.
+///
+/// A partition of `__share_group_state` not served yet (just created on
+/// demand, being replayed after a change of leader) is waited for, up to
+/// [`STORE_WAIT_MS`]: the acknowledgement waiting on this store is
+/// answered late rather than refused.
 pub async fn store(
     core: &Rc<Core>,
     k: &ShareKey,
     s: Option<&ShareSnapshot>,
 ) -> Result<(), BrokerError> {
-    at_home(core, k, Some(s.map(records::encode_value)), true)
-        .await
-        .map(|_| ())
+    let value = s.map(records::encode_value);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(STORE_WAIT_MS);
+    loop {
+        match at_home(core, k, Some(value.clone()), true).await {
+            Err(e) if transient(&e) && std::time::Instant::now() < deadline => {
+                glommio::timer::sleep(std::time::Duration::from_millis(STORE_RETRY_MS)).await;
+            }
+            r => return r.map(|_| ()),
+        }
+    }
+}
+
+/// How long a store waits for its partition to be served.
+pub const STORE_WAIT_MS: u64 = 5_000;
+/// Between two tries of a store.
+const STORE_RETRY_MS: u64 = 20;
+
+/// An error that a moment fixes: the partition is being replayed, or its
+/// leader is moving.
+fn transient(e: &BrokerError) -> bool {
+    matches!(
+        e,
+        BrokerError::NotLeader { .. }
+            | BrokerError::CoreUnavailable { .. }
+            | BrokerError::Storage {
+                kind: crate::error::StorageFailure::Recovering,
+                ..
+            }
+    )
 }
 
 /// Reads or writes at the state's home.
@@ -137,7 +173,22 @@ async fn at_home(
     value: Option<Option<Vec<u8>>>,
     write: bool,
 ) -> Result<Option<Vec<u8>>, BrokerError> {
-    match home_of(core, k)? {
+    let home = match home_of(core, k)? {
+        Some(h) => h,
+        // Nothing was ever stored: nothing to read; the first store
+        // creates the topic (then retried by the client if its
+        // partitions are not served yet).
+        None if !write => return Ok(None),
+        None => {
+            crate::coordinator::create_on_demand(core, &core.shares.states).await?;
+            home_of(core, k)?.ok_or_else(|| BrokerError::NotLeader {
+                topic: SHARE_STATE_TOPIC.to_string(),
+                partition: 0,
+                leader: 0,
+            })?
+        }
+    };
+    match home {
         Home::Core(c, q) if c == core.id => here(core, q, k.clone(), value, write).await,
         Home::Core(c, q) => {
             let key = k.clone();
@@ -235,7 +286,9 @@ pub async fn serve_remote(
             "share state key: {why}"
         ))),
         Ok(k) => match home_of(core, &k) {
-            Ok(Home::Core(c, q)) if c == core.id => here(core, q, k, Some(value), write).await,
+            Ok(Some(Home::Core(c, q))) if c == core.id => {
+                here(core, q, k, Some(value), write).await
+            }
             Ok(_) => Err(BrokerError::NotLeader {
                 topic: SHARE_STATE_TOPIC.to_string(),
                 partition: 0,

@@ -41,6 +41,7 @@ fn refusal_code(e: &ShareRefusal) -> i16 {
         ShareRefusal::InconsistentGroupProtocol(_) => E::InconsistentGroupProtocol.code(),
         ShareRefusal::SessionNotFound(_) => E::ShareSessionNotFound.code(),
         ShareRefusal::InvalidSessionEpoch(_) => E::InvalidShareSessionEpoch.code(),
+        ShareRefusal::SessionLimitReached(_) => E::ShareSessionLimitReached.code(),
     }
 }
 
