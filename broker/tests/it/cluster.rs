@@ -20,6 +20,7 @@ use weir_testkit::{poll_until, wait_until, Node, NodeBuilder, Process};
 use crate::common;
 
 mod faults;
+mod share_faults;
 mod txn_faults;
 
 /// One cluster at a time: three nodes of two cores each already
