@@ -998,6 +998,18 @@ fn list(core: &Core) -> Vec<(GroupListing, &'static str)> {
             };
             (listing, kind)
         })
+        .chain(core.shares.groups.borrow().iter().map(|(name, g)| {
+            // Share groups (KIP-932) this core coordinates: their members;
+            // one that lost them all is forgotten (its share partitions'
+            // state stays in `__share_group_state`).
+            let listing = GroupListing {
+                group: name.clone(),
+                state: if g.is_empty() { "Empty" } else { "Stable" }.into(),
+                members: g.members().count() as u32,
+                assignor: "simple".into(),
+            };
+            (listing, "share")
+        }))
         .collect()
 }
 

@@ -76,3 +76,59 @@ fn acknowledgements_survive_a_broker_sigkill() {
     assert!(out.contains("\ndone"), "{out}");
     b.stop();
 }
+
+/// A share group is listed with its type (Kafka's ListGroups v5, types
+/// filter `share`) while it has members, and not as a consumer group.
+#[test]
+fn share_groups_are_listed_with_their_type() {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_with(dir.path(), 2, &FLAGS);
+    let mut admin = b.client();
+    assert_eq!(admin.create_topic("listed", 1, &[]).error, 0);
+    // The member joins at the group's coordinator (FindCoordinator).
+    let mut k = crate::common::KafkaConn::connect(b.kafka);
+    let find = FindCoordinatorRequest::default()
+        .with_key_type(0)
+        .with_coordinator_keys(vec![StrBytes::from_static_str("pool")]);
+    k.send(ApiKey::FindCoordinator, 4, &find);
+    let found: FindCoordinatorResponse = k.read(4);
+    let port = found.coordinators[0].port as u16;
+    let mut at =
+        crate::common::KafkaConn::connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    let join = ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("pool")))
+        .with_member_id(StrBytes::from_static_str("worker-1"))
+        .with_member_epoch(0)
+        .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str("listed"))]));
+    at.send(ApiKey::ShareGroupHeartbeat, 1, &join);
+    let joined: ShareGroupHeartbeatResponse = at.read(1);
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    assert!(joined.member_epoch > 0);
+    let parts: Vec<i32> = joined
+        .assignment
+        .unwrap()
+        .topic_partitions
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .collect();
+    assert_eq!(parts, [0]);
+    let mut list = |types: &[&'static str]| -> Vec<(String, String)> {
+        let req = ListGroupsRequest::default()
+            .with_types_filter(types.iter().map(|t| StrBytes::from_static_str(t)).collect());
+        k.send(ApiKey::ListGroups, 5, &req);
+        let r: ListGroupsResponse = k.read(5);
+        assert_eq!(r.error_code, 0);
+        r.groups
+            .into_iter()
+            .map(|g| (g.group_id.to_string(), g.group_type.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        list(&["share"]),
+        [("pool".to_string(), "share".to_string())]
+    );
+    assert!(list(&["consumer"]).is_empty());
+    b.stop();
+}

@@ -439,7 +439,7 @@ pub(super) async fn offset_fetch(
 }
 
 /// ListGroups: every group with its type (`consumer`: KIP-848 and native
-/// members; `classic`), filtered by state (v4+) and type (v5+) as asked
+/// members; `classic`; `share`), filtered by state (v4+) and type (v5+) as asked
 /// (case-insensitive; an empty filter keeps all).
 pub(super) async fn list_groups(core: &Rc<Core>, r: ListGroupsRequest) -> ListGroupsResponse {
     let keep = |filter: &[StrBytes], v: &str| {
@@ -452,7 +452,7 @@ pub(super) async fn list_groups(core: &Rc<Core>, r: ListGroupsRequest) -> ListGr
                 .map(|(g, kind)| {
                     ListedGroup::default()
                         .with_group_id(GroupId(s(g.group)))
-                        .with_protocol_type(s("consumer"))
+                        .with_protocol_type(s(if kind == "share" { "share" } else { "consumer" }))
                         .with_group_state(s(g.state))
                         .with_group_type(s(kind))
                 })
