@@ -186,6 +186,21 @@ pub async fn handle(core: &Rc<Core>, req: GroupRequest) -> GroupResponse {
         );
         return GroupResponse::refused(&req, e);
     }
+    // A share group's id is not a consumer group's (Kafka answers
+    // GROUP_ID_NOT_FOUND: "not a consumer group").
+    let joins = matches!(
+        req,
+        GroupRequest::Join(_)
+            | GroupRequest::ConsumerHeartbeat { .. }
+            | GroupRequest::ClassicJoin { .. }
+    );
+    if joins && core.shares.groups.borrow().contains_key(req.group()) {
+        let e = Refusal(
+            ErrorCode::GroupIdNotFound.as_u16(),
+            format!("{} is a share group, not a consumer group", req.group()),
+        );
+        return GroupResponse::refused(&req, e);
+    }
     let r = match &req {
         GroupRequest::Join(r) => join(core, r).await.map(GroupResponse::Assignment),
         GroupRequest::Heartbeat(r) => heartbeat(core, r).await.map(GroupResponse::Assignment),

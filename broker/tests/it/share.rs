@@ -130,5 +130,20 @@ fn share_groups_are_listed_with_their_type() {
         [("pool".to_string(), "share".to_string())]
     );
     assert!(list(&["consumer"]).is_empty());
+    // Its id is not a consumer group's.
+    let consumer = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("pool")))
+        .with_member_id(StrBytes::from_static_str("c-1"))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str("listed"))]))
+        .with_topic_partitions(Some(Vec::new()));
+    at.send(ApiKey::ConsumerGroupHeartbeat, 1, &consumer);
+    let refused: ConsumerGroupHeartbeatResponse = at.read(1);
+    assert_eq!(
+        refused.error_code,
+        kafka_protocol::ResponseError::GroupIdNotFound.code(),
+        "{refused:?}"
+    );
     b.stop();
 }
