@@ -356,6 +356,15 @@ pub(crate) async fn link_to(
     let addr = crate::replica::fetcher::leader_addr(core, node, leader_core)
         .await
         .ok_or_else(|| format!("node {node}'s replication address is not known"))?;
+    // One link per peer core, kept while it lives (its keep-alives notice
+    // a dead peer within the mesh's idle timeout): a marker, a
+    // verification or a share-state store does not pay a QUIC handshake
+    // each.
+    if let Some(link) = core.replication.links.borrow().get(&(node, addr)) {
+        if !link.is_closed() {
+            return Ok(link.clone());
+        }
+    }
     let endpoint = core
         .replication
         .endpoint
@@ -364,7 +373,11 @@ pub(crate) async fn link_to(
         .ok_or("this core has no replication endpoint")?;
     let cluster_id = core.shared.controller.state().cluster_id.clone();
     let me = core.shared.config.cluster.node_id;
-    weir_replication::data::DataLink::connect(&endpoint, node, addr, &cluster_id, me)
+    let link = weir_replication::data::DataLink::connect(&endpoint, node, addr, &cluster_id, me)
         .await
-        .map_err(|e| e.chain().to_string())
+        .map_err(|e| e.chain().to_string())?;
+    let mut links = core.replication.links.borrow_mut();
+    links.retain(|_, l| !l.is_closed());
+    links.insert((node, addr), link.clone());
+    Ok(link)
 }

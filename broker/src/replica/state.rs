@@ -181,6 +181,10 @@ pub struct Replication {
     pub(crate) fetchers: RefCell<HashMap<(u64, u32), ()>>,
     /// This core's QUIC endpoint (serves followers, connects to leaders).
     pub(crate) endpoint: RefCell<Option<weir_replication::quinn::Endpoint>>,
+    /// Links to other nodes' cores for markers, verifications and share
+    /// state (`super::link_to`), by (node, address).
+    pub(crate) links:
+        RefCell<HashMap<(u64, std::net::SocketAddr), weir_replication::data::DataLink>>,
 }
 
 impl Replication {
