@@ -204,9 +204,18 @@ messages!(
 
 /// The producer's backend: adds each partition to the transaction before
 /// its first batch goes out, hands out the transaction's producer id.
+///
+/// Requests must reach their connections in the order the producer formed
+/// them (an idempotent partition's batches carry consecutive sequences:
+/// one overtaken by the next is refused out of order). The producer
+/// ensures it by polling each call once as it forms it; a call that first
+/// waits for AddPartitionsToTxn would lose that place. So calls pass
+/// `order` (a FIFO lock, taken on their first poll) until their request
+/// is on its connection: a later one waits for an earlier one's add.
 struct TxnBackend {
     inner: Arc<dyn ProducerBackend>,
     txn: Arc<TxnState>,
+    order: tokio::sync::Mutex<()>,
 }
 
 impl ProducerBackend for TxnBackend {
@@ -217,6 +226,7 @@ impl ProducerBackend for TxnBackend {
         batches: Vec<(String, u32, Bytes)>,
     ) -> BoxFuture<'_, Result<Vec<Result<Option<u64>>>>> {
         Box::pin(async move {
+            let turn = self.order.lock().await;
             let new: Vec<(String, u32)> = {
                 let added = self.txn.added.lock().unwrap_or_else(|e| e.into_inner());
                 let mut new: Vec<(String, u32)> = batches
@@ -231,7 +241,16 @@ impl ProducerBackend for TxnBackend {
             if !new.is_empty() {
                 self.txn.add_partitions(new).await?;
             }
-            let r = self.inner.produce(route, acks, batches).await;
+            // Polled once under the lock: the request is on its connection
+            // before the next call's goes.
+            let mut call = self.inner.produce(route, acks, batches);
+            let first =
+                std::future::poll_fn(|cx| std::task::Poll::Ready(call.as_mut().poll(cx))).await;
+            drop(turn);
+            let r = match first {
+                std::task::Poll::Ready(r) => r,
+                std::task::Poll::Pending => call.await,
+            };
             match &r {
                 Err(e) => self.txn.note(e),
                 Ok(results) => results
@@ -304,6 +323,7 @@ impl TransactionalProducer {
             Arc::new(bootstrap.reopen_lazy())
         };
         let backend = Arc::new(TxnBackend {
+            order: tokio::sync::Mutex::new(()),
             inner,
             txn: txn.clone(),
         });
