@@ -432,7 +432,16 @@ async fn acquire_all(
 ) -> bool {
     let mut any = false;
     let mut budget = req.max_records;
-    for (topic, partition) in partitions {
+    // Each fetch starts at another partition of the session (by its
+    // epoch): one with a backlog does not starve the others of the
+    // record budget.
+    let all: Vec<&(String, u32)> = partitions.iter().collect();
+    let first = if all.is_empty() {
+        0
+    } else {
+        req.epoch.max(0) as usize % all.len()
+    };
+    for (topic, partition) in all[first..].iter().chain(all[..first].iter()).copied() {
         if budget == 0 {
             break;
         }
