@@ -21,8 +21,9 @@ use crate::records;
 enum Op {
     /// The log grows by a batch of `n` records (a control batch if `control`).
     Append { n: u8, control: bool },
-    /// Member `who` acquires up to `max` records.
-    Acquire { who: u8, max: u8 },
+    /// Member `who` acquires up to `max` records, sent the first `take`
+    /// batches from the window's start (a fetch's byte budget).
+    Acquire { who: u8, max: u8, take: u8 },
     /// Member `who` acknowledges its `k`-th held range (or an arbitrary
     /// range, which may be refused) with `t`.
     Ack {
@@ -42,7 +43,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (1u8..20, prop::bool::weighted(0.1)).prop_map(|(n, control)| Op::Append { n, control }),
-        4 => (0u8..3, 1u8..30).prop_map(|(who, max)| Op::Acquire { who, max }),
+        4 => (0u8..3, 1u8..30, 1u8..8).prop_map(|(who, max, take)| Op::Acquire { who, max, take }),
         5 => (0u8..3, any::<u8>(), 0u8..5, prop::option::weighted(0.15, (0u8..60, 0u8..10)))
             .prop_map(|(who, k, t, arbitrary)| Op::Ack { who, k, t, arbitrary }),
         1 => (1u16..300).prop_map(|ms| Op::Tick { ms }),
@@ -89,11 +90,15 @@ impl Model {
         assert!(self.p.end() <= self.log_end);
     }
 
-    fn acquired(&mut self, who: u8, got: &[Acquired]) {
+    fn acquired(&mut self, who: u8, got: &[Acquired], sent: &[LogBatch]) {
         let deadline = self.now + self.config.lock_ms;
         for a in got {
             assert!(a.delivery_count >= 1 && a.delivery_count <= self.config.delivery_limit);
             for o in a.first..=a.last {
+                assert!(
+                    sent.iter().any(|b| b.base <= o && o <= b.last),
+                    "offset {o} acquired without its batch sent"
+                );
                 assert!(
                     !self.accepted.contains(&o),
                     "accepted offset {o} delivered again"
@@ -144,13 +149,20 @@ fn run(ops: Vec<Op>) {
                 });
                 m.log_end = last + 1;
             }
-            Op::Acquire { who, max } => {
-                let from = m.p.end();
-                let batches: Vec<LogBatch> =
-                    m.log.iter().filter(|b| b.last >= from).copied().collect();
+            Op::Acquire { who, max, take } => {
+                // The batches a fetch would send: from the window's start
+                // (its Available records) on, as many as its budget takes.
+                let from = m.p.start();
+                let batches: Vec<LogBatch> = m
+                    .log
+                    .iter()
+                    .filter(|b| b.last >= from)
+                    .take(take as usize)
+                    .copied()
+                    .collect();
                 let got =
                     m.p.acquire(&Model::member(who), &batches, max as usize, m.now);
-                m.acquired(who, &got);
+                m.acquired(who, &got, &batches);
             }
             Op::Ack {
                 who,
@@ -222,13 +234,13 @@ fn run(ops: Vec<Op>) {
     m.held.clear();
     let drainer = Model::member(9);
     for _ in 0..10_000 {
-        let from = m.p.end();
+        let from = m.p.start();
         let batches: Vec<LogBatch> = m.log.iter().filter(|b| b.last >= from).copied().collect();
         let got = m.p.acquire(&drainer, &batches, 50, m.now);
         if got.is_empty() {
             break;
         }
-        m.acquired(9, &got);
+        m.acquired(9, &got, &batches);
         let acks: Vec<AckBatch> = got
             .iter()
             .map(|a| AckBatch {

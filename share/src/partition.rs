@@ -425,9 +425,9 @@ impl SharePartition {
 
     /// Hands `member` up to about `max_records` records (whole log
     /// batches: the last may take it past; the window's bound is never
-    /// passed, a batch is then acquired in part): first the window's Available
-    /// records, then `batches` of the log read from the end offset (in
-    /// offset order; batches below the end offset are skipped). Every
+    /// passed, a batch is then acquired in part) of `batches`, the log's
+    /// batches the member is sent (in offset order): first the window's
+    /// Available records they hold, then records from the end offset on. Every
     /// record acquired counts a delivery and is locked until
     /// `now_ms + lock_ms`. Returns the ranges acquired, in offset order.
     pub fn acquire(
@@ -455,12 +455,19 @@ impl SharePartition {
                 }),
             }
         };
-        // Released or expired records first, oldest first.
+        // Released or expired records first, oldest first — those whose
+        // batch the member is sent (`batches` covers them: a record
+        // acquired but not sent would count a delivery nobody got).
+        let sent = |o: u64| {
+            batches
+                .iter()
+                .any(|b| !b.control && b.base <= o && o <= b.last)
+        };
         for i in 0..self.slots.len() {
             if taken >= max_records {
                 break;
             }
-            if self.slots[i].state == RecordState::Available {
+            if self.slots[i].state == RecordState::Available && sent(self.start + i as u64) {
                 let o = self.start + i as u64;
                 take(&mut self.slots[i], o, &mut out);
                 taken += 1;
@@ -882,7 +889,21 @@ mod tests {
         assert!(p.expire(190));
         assert_eq!(p.state_of(1), Some((RecordState::Available, 1)));
         // Rejected is never delivered again.
-        assert_eq!(p.acquire(&a, &[], 10, 200), [acq(1, 1, 2)]);
+        assert_eq!(p.acquire(&a, &[batch(0, 1)], 10, 200), [acq(1, 1, 2)]);
+    }
+
+    #[test]
+    fn only_records_whose_batch_is_sent_are_acquired_again() {
+        let mut p = SharePartition::new(0, ShareConfig::default());
+        let (a, b) = (m("a"), m("b"));
+        p.acquire(&a, &[batch(0, 9), batch(10, 19)], 100, 0);
+        assert!(p.release_member("a"));
+        // b is sent only the first batch (a fetch's byte budget): only its
+        // records are acquired; the others stay Available.
+        assert_eq!(p.acquire(&b, &[batch(0, 9)], 100, 1), [acq(0, 9, 2)]);
+        assert_eq!(p.state_of(10), Some((RecordState::Available, 1)));
+        assert!(p.acquire(&b, &[], 100, 2).is_empty());
+        assert_eq!(p.acquire(&b, &[batch(10, 19)], 100, 3), [acq(10, 19, 2)]);
     }
 
     #[test]
@@ -977,7 +998,7 @@ mod tests {
         assert!(p.release_member("a"));
         assert!(!p.release_member("a"));
         assert_eq!(p.acquired(), 5);
-        assert_eq!(p.acquire(&b, &[], 10, 1), [acq(0, 4, 2)]);
+        assert_eq!(p.acquire(&b, &[batch(0, 4)], 10, 1), [acq(0, 4, 2)]);
         p.reset(50);
         assert_eq!(
             (p.start(), p.end(), p.acquired(), p.state_epoch()),
