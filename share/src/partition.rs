@@ -458,19 +458,19 @@ impl SharePartition {
         // Released or expired records first, oldest first — those whose
         // batch the member is sent (`batches` covers them: a record
         // acquired but not sent would count a delivery nobody got).
-        let sent = |o: u64| {
-            batches
-                .iter()
-                .any(|b| !b.control && b.base <= o && o <= b.last)
-        };
-        for i in 0..self.slots.len() {
-            if taken >= max_records {
-                break;
-            }
-            if self.slots[i].state == RecordState::Available && sent(self.start + i as u64) {
-                let o = self.start + i as u64;
-                take(&mut self.slots[i], o, &mut out);
-                taken += 1;
+        // One walk of the batches over the window: each slot is looked at
+        // once.
+        let window_end = self.end();
+        'window: for b in batches.iter().filter(|b| !b.control) {
+            for o in b.base.max(self.start)..b.last.saturating_add(1).min(window_end) {
+                if taken >= max_records {
+                    break 'window;
+                }
+                let i = (o - self.start) as usize;
+                if self.slots[i].state == RecordState::Available {
+                    take(&mut self.slots[i], o, &mut out);
+                    taken += 1;
+                }
             }
         }
         // Then the log, whole batches, while the window has room.
