@@ -136,12 +136,12 @@ struct Named {
 
 fn resolve(
     core: &Core,
+    ids: &TopicIds<'_>,
     session: &Session,
     topic_id: uuid::Uuid,
     index: i32,
     acks: Result<Vec<AckBatch>, ShareError>,
 ) -> Named {
-    let ids = TopicIds::new(core);
     let topic = match ids.name(topic_id) {
         None => Err(E::UnknownTopicId.code()),
         Some(_) if index < 0 => Err(E::UnknownTopicOrPartition.code()),
@@ -161,7 +161,7 @@ fn resolve(
 /// The request's partitions, resolved (ShareFetch and ShareAcknowledge
 /// name them alike, in types of their own).
 macro_rules! named_of {
-    ($core:expr, $session:expr, $topics:expr) => {{
+    ($core:expr, $ids:expr, $session:expr, $topics:expr) => {{
         let mut named: Vec<Named> = Vec::new();
         for t in &$topics {
             for p in &t.partitions {
@@ -172,6 +172,7 @@ macro_rules! named_of {
                 );
                 named.push(resolve(
                     $core,
+                    $ids,
                     $session,
                     t.topic_id,
                     p.partition_index,
@@ -188,8 +189,8 @@ pub(super) async fn fetch(
     r: ShareFetchRequest,
     session: &Session,
 ) -> ShareFetchResponse {
-    let named = named_of!(core, session, r.topics);
     let ids = TopicIds::new(core);
+    let named = named_of!(core, &ids, session, r.topics);
     let forgotten: Vec<(String, u32)> = r
         .forgotten_topics_data
         .iter()
@@ -250,8 +251,9 @@ pub(super) async fn fetch(
                 .with_records(Some(Bytes::new())),
         );
     }
+    let view = core.metadata();
     for a in answers {
-        let Some(m) = core.metadata().get(&a.topic).cloned() else {
+        let Some(m) = view.get(&a.topic) else {
             continue;
         };
         let mut d = SharePartitionData::default()
@@ -286,7 +288,7 @@ pub(super) async fn fetch(
                 .with_acknowledge_error_code(broker_error_code(e))
                 .with_acknowledge_error_message(Some(s(e.to_string())));
         }
-        push(uuid_of(&m), d);
+        push(uuid_of(m), d);
     }
     ShareFetchResponse::default()
         .with_acquisition_lock_timeout_ms(lock_ms)
@@ -334,7 +336,8 @@ pub(super) async fn acknowledge(
     r: ShareAcknowledgeRequest,
     session: &Session,
 ) -> ShareAcknowledgeResponse {
-    let named = named_of!(core, session, r.topics);
+    let ids = TopicIds::new(core);
+    let named = named_of!(core, &ids, session, r.topics);
     let (req, early) = request_of(
         &r.group_id.map(|g| g.to_string()),
         &r.member_id,
@@ -367,8 +370,9 @@ pub(super) async fn acknowledge(
                 .with_error_code(if code != 0 { code } else { ack_code }),
         );
     }
+    let view = core.metadata();
     for a in answers {
-        let Some(m) = core.metadata().get(&a.topic).cloned() else {
+        let Some(m) = view.get(&a.topic) else {
             continue;
         };
         let mut d = AckPartitionData::default().with_partition_index(a.partition as i32);
@@ -385,7 +389,7 @@ pub(super) async fn acknowledge(
                 .with_error_code(broker_error_code(e))
                 .with_error_message(Some(s(e.to_string())));
         }
-        push(uuid_of(&m), d);
+        push(uuid_of(m), d);
     }
     ShareAcknowledgeResponse::default().with_responses(topics)
 }
