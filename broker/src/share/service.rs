@@ -162,6 +162,13 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
             "a share fetch names its group and member".into(),
         ));
     }
+    let limit = crate::server::limits::REQUEST_PARTITIONS_MAX;
+    if req.parts.len() + req.forgotten.len() > limit {
+        return Err(ShareRefusal::InvalidRequest(format!(
+            "the request names {} partitions; at most {limit}",
+            req.parts.len() + req.forgotten.len()
+        )));
+    }
     let key = (req.group.clone(), req.member.clone());
     let named: Vec<(String, u32)> = req
         .parts
@@ -203,6 +210,14 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                 // acknowledgement (no records wanted) leaves them as they are.
                 if req.max_records > 0 {
                     s.partitions.extend(named.iter().cloned());
+                    if s.partitions.len() > limit {
+                        for tp in &named {
+                            s.partitions.remove(tp);
+                        }
+                        return Err(ShareRefusal::InvalidRequest(format!(
+                            "a share session of more than {limit} partitions"
+                        )));
+                    }
                 }
                 for f in &req.forgotten {
                     s.partitions.remove(f);
@@ -596,7 +611,8 @@ pub async fn expiry_loop(core: Rc<Core>) {
         glommio::timer::sleep(std::time::Duration::from_millis(EXPIRY_CHECK_MS)).await;
         let now = core.storage.now_ms();
         for (_, sp) in core.shares.parts.borrow_mut().values_mut() {
-            if sp.next_deadline().is_some_and(|d| d <= now) {
+            // (`acquired` is kept, the deadline scan only where locks are.)
+            if sp.acquired() > 0 && sp.next_deadline().is_some_and(|d| d <= now) {
                 sp.expire(now);
             }
         }
