@@ -936,57 +936,73 @@ fn decode_into(p: &mut PartitionState, fetched: &FetchedBatches) -> Result<()> {
         if last < p.fetch_offset {
             continue;
         }
-        let records = rb.records()?;
-        // Records go straight into the buffer; if one of the batch's
-        // records is bad, the batch's records are taken out again.
-        let kept = p.buffered.len();
         if !h.attributes.is_control() && !skip {
-            let zero_copy = rb.compression() == Codec::None;
-            let bytes = |s: &[u8]| {
-                if zero_copy {
-                    batch.slice_ref(s)
-                } else {
-                    Bytes::copy_from_slice(s)
-                }
-            };
-            for r in &records {
-                let r = match r {
-                    Ok(r) => r,
-                    Err(e) => {
-                        p.buffered.truncate(kept);
-                        return Err(e.into());
-                    }
-                };
-                let Ok(offset) = u64::try_from(r.offset) else {
-                    p.buffered.truncate(kept);
-                    return Err(ClientError::InvalidResponse(
-                        "negative record offset".into(),
-                    ));
-                };
-                if offset < p.fetch_offset {
-                    continue;
-                }
-                p.buffered.push_back(ConsumerRecord {
-                    topic: p.topic.clone(),
-                    partition: p.partition,
-                    offset,
-                    timestamp: r.timestamp,
-                    key: r.record.key.map(bytes),
-                    value: r.record.value.map(bytes),
-                    headers: r
-                        .record
-                        .headers()
-                        .map(|h| {
-                            (
-                                String::from_utf8_lossy(h.key).into_owned(),
-                                h.value.map(bytes),
-                            )
-                        })
-                        .collect(),
-                });
-            }
+            let from = p.fetch_offset;
+            let mut out = Vec::new();
+            decode_records(batch, &rb, &p.topic, p.partition, |o| o >= from, &mut out)?;
+            p.buffered.extend(out);
         }
         p.fetch_offset = last + 1;
+    }
+    Ok(())
+}
+
+/// Decodes the records of one parsed (non-control) batch whose offsets
+/// `keep` accepts onto `out`: all of them, or none if one is bad. Keys,
+/// values and headers point into `batch` when it is not compressed.
+pub(crate) fn decode_records(
+    batch: &Bytes,
+    rb: &RecordBatch<'_>,
+    topic: &Arc<str>,
+    partition: u32,
+    keep: impl Fn(u64) -> bool,
+    out: &mut Vec<ConsumerRecord>,
+) -> Result<()> {
+    let records = rb.records()?;
+    let zero_copy = rb.compression() == Codec::None;
+    let bytes = |s: &[u8]| {
+        if zero_copy {
+            batch.slice_ref(s)
+        } else {
+            Bytes::copy_from_slice(s)
+        }
+    };
+    let kept = out.len();
+    for r in &records {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                out.truncate(kept);
+                return Err(e.into());
+            }
+        };
+        let Ok(offset) = u64::try_from(r.offset) else {
+            out.truncate(kept);
+            return Err(ClientError::InvalidResponse(
+                "negative record offset".into(),
+            ));
+        };
+        if !keep(offset) {
+            continue;
+        }
+        out.push(ConsumerRecord {
+            topic: topic.clone(),
+            partition,
+            offset,
+            timestamp: r.timestamp,
+            key: r.record.key.map(bytes),
+            value: r.record.value.map(bytes),
+            headers: r
+                .record
+                .headers()
+                .map(|h| {
+                    (
+                        String::from_utf8_lossy(h.key).into_owned(),
+                        h.value.map(bytes),
+                    )
+                })
+                .collect(),
+        });
     }
     Ok(())
 }

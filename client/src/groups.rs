@@ -19,7 +19,9 @@ use weir_proto::messages::{
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, OffsetSpec,
     TopicPartitions,
 };
-use weir_proto::messages::{EndTxnResponse, InitProducerIdResponse, TxnResult};
+use weir_proto::messages::{
+    EndTxnResponse, InitProducerIdResponse, ShareGroupHeartbeatResponse, TxnResult,
+};
 use weir_proto::reader::RecordBatch;
 
 use crate::consumer::{ConsumerBackend, IsolationLevel};
@@ -28,7 +30,7 @@ use crate::{Client, ClientError, Result};
 /// A partition: (topic, index).
 pub type TopicPartition = (String, u32);
 
-fn group_error(group: &str, code: u16, message: Option<String>) -> ClientError {
+pub(crate) fn group_error(group: &str, code: u16, message: Option<String>) -> ClientError {
     let code = ErrorCode::from_u16(code);
     ClientError::Group {
         group: group.to_string(),
@@ -71,6 +73,7 @@ macro_rules! group_answers {
 }
 
 group_answers!(
+    ShareGroupHeartbeatResponse,
     GroupAssignment,
     GroupResult,
     OffsetCommitResponse,

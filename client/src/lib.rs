@@ -118,6 +118,7 @@ pub mod partitioner;
 pub mod producer;
 pub mod properties;
 pub mod sasl;
+pub mod share_consumer;
 pub mod stats;
 pub mod tls;
 pub mod transactional;
@@ -153,6 +154,9 @@ pub use producer::{
     ProducerRecord, RecordMetadata, ShardRouter,
 };
 pub use properties::{Properties, PropertyError};
+pub use share_consumer::{
+    AcknowledgeType, AcknowledgementMode, ShareConsumer, ShareConsumerConfig, ShareRecord,
+};
 pub use stats::{ConsumerStats, ProducerStats};
 pub use tls::{SecurityProtocol, TlsSettings};
 

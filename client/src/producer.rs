@@ -501,6 +501,20 @@ impl ShardRouter {
         }
     }
 
+    /// The connection to the core that owns a partition (the bootstrap
+    /// one while its layout is not known).
+    pub(crate) async fn client_of(&self, topic: &str, partition: u32) -> Arc<Client> {
+        self.client_for(self.route_of(topic, partition).await)
+    }
+
+    /// Forgets a topic's layout (learned again on next use).
+    pub(crate) fn forget_topic(&self, topic: &str) {
+        self.layouts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(topic);
+    }
+
     fn client_for(&self, route: Route) -> Arc<Client> {
         let Route::Core(c) = route else {
             return self.bootstrap.clone();

@@ -77,6 +77,12 @@ pub fn coordinator_error(code: ErrorCode) -> Option<ResponseError> {
         ErrorCode::InvalidTxnState => K::InvalidTxnState,
         ErrorCode::TransactionalIdNotFound => K::TransactionalIdNotFound,
         ErrorCode::ConcurrentTransactions => K::ConcurrentTransactions,
+        ErrorCode::ShareSessionNotFound => K::ShareSessionNotFound,
+        ErrorCode::InvalidShareSessionEpoch => K::InvalidShareSessionEpoch,
+        ErrorCode::ShareSessionLimitReached => K::ShareSessionLimitReached,
+        ErrorCode::InvalidRecordState => K::InvalidRecordState,
+        ErrorCode::GroupMaxSizeReached => K::GroupMaxSizeReached,
+        ErrorCode::InconsistentGroupProtocol => K::InconsistentGroupProtocol,
     })
 }
 

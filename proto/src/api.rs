@@ -106,11 +106,20 @@ pub enum ApiKey {
     EndTxn = 38,
     /// Commits offsets as part of the open transaction.
     TxnOffsetCommit = 39,
+    /// A share group member's heartbeat: joins, keeps alive, leaves
+    /// (epoch -1), and answers the partitions it reads (KIP-932).
+    ShareGroupHeartbeat = 40,
+    /// Acquires records of a share group's partitions on the core that
+    /// owns them (acknowledging earlier ones on the way).
+    ShareFetch = 41,
+    /// Acknowledges acquired records (accept, release, reject) without
+    /// acquiring more.
+    ShareAcknowledge = 42,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 40] = [
+    pub const ALL: [ApiKey; 43] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -151,6 +160,9 @@ impl ApiKey {
         ApiKey::AddOffsetsToTxn,
         ApiKey::EndTxn,
         ApiKey::TxnOffsetCommit,
+        ApiKey::ShareGroupHeartbeat,
+        ApiKey::ShareFetch,
+        ApiKey::ShareAcknowledge,
     ];
 
     /// The key on the wire.
@@ -202,6 +214,9 @@ impl ApiKey {
             37 => ApiKey::AddOffsetsToTxn,
             38 => ApiKey::EndTxn,
             39 => ApiKey::TxnOffsetCommit,
+            40 => ApiKey::ShareGroupHeartbeat,
+            41 => ApiKey::ShareFetch,
+            42 => ApiKey::ShareAcknowledge,
             _ => return None,
         })
     }
@@ -249,6 +264,9 @@ impl ApiKey {
             ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
             ApiKey::EndTxn => "EndTxn",
             ApiKey::TxnOffsetCommit => "TxnOffsetCommit",
+            ApiKey::ShareGroupHeartbeat => "ShareGroupHeartbeat",
+            ApiKey::ShareFetch => "ShareFetch",
+            ApiKey::ShareAcknowledge => "ShareAcknowledge",
         }
     }
 

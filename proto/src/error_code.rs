@@ -139,11 +139,23 @@ pub enum ErrorCode {
     TransactionalIdNotFound = 55,
     /// The transactional id's previous transaction is still ending: retry.
     ConcurrentTransactions = 56,
+    /// No share session of this member with this core: open one (epoch 0).
+    ShareSessionNotFound = 57,
+    /// The share session's epoch is another.
+    InvalidShareSessionEpoch = 58,
+    /// The core keeps as many share sessions as it may: retry later.
+    ShareSessionLimitReached = 59,
+    /// An acknowledgement of records not acquired by this member (never acquired, acquired by another, or whose lock expired): nothing of it applied.
+    InvalidRecordState = 60,
+    /// The group has as many members as it may.
+    GroupMaxSizeReached = 61,
+    /// The group id is another kind of group's (a share group's id used by a consumer group, or the reverse).
+    InconsistentGroupProtocol = 62,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 51] = [
+    pub const ALL: [ErrorCode; 57] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -195,6 +207,12 @@ impl ErrorCode {
         ErrorCode::InvalidTxnState,
         ErrorCode::TransactionalIdNotFound,
         ErrorCode::ConcurrentTransactions,
+        ErrorCode::ShareSessionNotFound,
+        ErrorCode::InvalidShareSessionEpoch,
+        ErrorCode::ShareSessionLimitReached,
+        ErrorCode::InvalidRecordState,
+        ErrorCode::GroupMaxSizeReached,
+        ErrorCode::InconsistentGroupProtocol,
     ];
 
     /// The number on the wire.
@@ -256,6 +274,12 @@ impl ErrorCode {
             54 => ErrorCode::InvalidTxnState,
             55 => ErrorCode::TransactionalIdNotFound,
             56 => ErrorCode::ConcurrentTransactions,
+            57 => ErrorCode::ShareSessionNotFound,
+            58 => ErrorCode::InvalidShareSessionEpoch,
+            59 => ErrorCode::ShareSessionLimitReached,
+            60 => ErrorCode::InvalidRecordState,
+            61 => ErrorCode::GroupMaxSizeReached,
+            62 => ErrorCode::InconsistentGroupProtocol,
             _ => ErrorCode::Unknown,
         }
     }
@@ -278,6 +302,7 @@ impl ErrorCode {
                 | ErrorCode::NotEnoughReplicas
                 | ErrorCode::Recovering
                 | ErrorCode::ConcurrentTransactions
+                | ErrorCode::ShareSessionLimitReached
         )
     }
 
@@ -335,6 +360,12 @@ impl ErrorCode {
             ErrorCode::InvalidTxnState => "InvalidTxnState",
             ErrorCode::TransactionalIdNotFound => "TransactionalIdNotFound",
             ErrorCode::ConcurrentTransactions => "ConcurrentTransactions",
+            ErrorCode::ShareSessionNotFound => "ShareSessionNotFound",
+            ErrorCode::InvalidShareSessionEpoch => "InvalidShareSessionEpoch",
+            ErrorCode::ShareSessionLimitReached => "ShareSessionLimitReached",
+            ErrorCode::InvalidRecordState => "InvalidRecordState",
+            ErrorCode::GroupMaxSizeReached => "GroupMaxSizeReached",
+            ErrorCode::InconsistentGroupProtocol => "InconsistentGroupProtocol",
         }
     }
 
@@ -392,6 +423,12 @@ impl ErrorCode {
             ErrorCode::InvalidTxnState => "invalid transaction state",
             ErrorCode::TransactionalIdNotFound => "unknown transactional id",
             ErrorCode::ConcurrentTransactions => "the previous transaction is still ending",
+            ErrorCode::ShareSessionNotFound => "no share session",
+            ErrorCode::InvalidShareSessionEpoch => "invalid share session epoch",
+            ErrorCode::ShareSessionLimitReached => "share session limit reached",
+            ErrorCode::InvalidRecordState => "records not acquired by this member",
+            ErrorCode::GroupMaxSizeReached => "group full",
+            ErrorCode::InconsistentGroupProtocol => "group of another type",
         }
     }
 }

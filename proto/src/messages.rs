@@ -1548,6 +1548,161 @@ pub struct TxnOffsetCommitRequest {
     pub commit: OffsetCommitRequest,
 }
 
+// --- Share groups (40–42) ------------------------------------------------------------
+
+/// A share group member's heartbeat, at the group's coordinator: epoch 0
+/// joins (with a member id the client made, a UUID), -1 leaves; the
+/// answer names the partitions the member reads (shared with other
+/// members: a share group spreads each partition's records, not the
+/// partitions).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ShareGroupHeartbeatRequest {
+    /// The share group.
+    pub group: String,
+    /// The member id (made by the client, stable for its life).
+    pub member_id: String,
+    /// 0 to join, the last epoch answered, -1 to leave.
+    pub member_epoch: i32,
+    /// The topics it subscribes to (`None`: unchanged).
+    pub topics: Option<Vec<String>>,
+}
+
+/// The answer to a [`ShareGroupHeartbeatRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ShareGroupHeartbeatResponse {
+    /// Error code (0 = none; `NotCoordinator`: find it again;
+    /// `UnknownMemberId`, `FencedMemberEpoch`: join again with epoch 0).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// The member's epoch now.
+    pub member_epoch: i32,
+    /// Heartbeat at least this often.
+    pub heartbeat_interval_ms: u32,
+    /// The partitions it reads, if they changed (`None`: as before).
+    pub assignment: Option<Vec<TopicPartitions>>,
+}
+
+/// Acknowledgements of a range of acquired records: one type for all of
+/// them, or one per offset. Types: 0 gap (no record at that offset),
+/// 1 accept, 2 release (deliver again), 3 reject (never again), 4 renew
+/// (keep holding: the lock starts again, KIP-1222).
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ShareAckBatch {
+    /// First offset.
+    pub first: u64,
+    /// Last offset (inclusive).
+    pub last: u64,
+    /// One type, or `last - first + 1` of them.
+    pub types: Vec<u8>,
+}
+
+/// One partition of a share fetch or acknowledgement.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct SharePartitionRequest {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// Acknowledgements of records acquired before (applied first,
+    /// all or nothing).
+    pub acks: Vec<ShareAckBatch>,
+}
+
+/// Acquires records of a share group's partitions, at the core that owns
+/// them, in the member's share session with that core (epoch 0 opens it
+/// with the partitions named, then 1, 2, …; a fetch adds the partitions
+/// it names; -1 closes it, releasing what the member holds there).
+/// Batches are answered as stored, in the frame's payload; the records
+/// acquired are named by range (others in those batches are not the
+/// member's).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ShareFetchRequest {
+    /// The share group.
+    pub group: String,
+    /// The member id.
+    pub member_id: String,
+    /// The share session's epoch.
+    pub session_epoch: i32,
+    /// How long to wait when nothing can be acquired.
+    pub max_wait_ms: u32,
+    /// Records to acquire, about (whole batches; 0: 500).
+    pub max_records: u32,
+    /// Bytes to read per partition, at most.
+    pub max_bytes: u32,
+    /// Partitions named (added to the session), with acknowledgements.
+    pub partitions: Vec<SharePartitionRequest>,
+    /// Partitions leaving the session.
+    pub forgotten: Vec<TopicPartitions>,
+}
+
+/// Acknowledges acquired records without acquiring more, in the share
+/// session (its epoch moves on as with a fetch).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ShareAcknowledgeRequest {
+    /// The share group.
+    pub group: String,
+    /// The member id.
+    pub member_id: String,
+    /// The share session's epoch (-1 closes it once applied).
+    pub session_epoch: i32,
+    /// The acknowledgements, by partition.
+    pub partitions: Vec<SharePartitionRequest>,
+}
+
+/// Records acquired: offsets `first..=last`, delivered for the
+/// `delivery_count`th time.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct AcquiredRange {
+    /// First offset.
+    pub first: u64,
+    /// Last offset (inclusive).
+    pub last: u64,
+    /// How many times these records were delivered, this one included.
+    pub delivery_count: u16,
+}
+
+/// One partition of a share fetch's or acknowledgement's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct SharePartitionResult {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// Error code of the read (0 = none; `NotOwner`/`NotLeader`: ask
+    /// another core).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// Error code of the request's acknowledgements here (0 = applied;
+    /// `InvalidRecordState`: not this member's acquired records, nothing
+    /// applied).
+    pub ack_error: u16,
+    /// Why they were refused, if they were.
+    pub ack_message: Option<String>,
+    /// The records acquired.
+    pub acquired: Vec<AcquiredRange>,
+    /// Start of its batches, relative to the payload's start.
+    pub payload_offset: u32,
+    /// Bytes of its batches (0 if none).
+    pub payload_len: u32,
+}
+
+/// The answer to a [`ShareFetchRequest`] or [`ShareAcknowledgeRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct ShareFetchResponse {
+    /// Error code of the whole request (0 = none;
+    /// `ShareSessionNotFound`, `InvalidShareSessionEpoch`: open a new
+    /// session, epoch 0).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// How long acquired records stay locked to the member.
+    pub lock_timeout_ms: u32,
+    /// The partitions answered.
+    pub partitions: Vec<SharePartitionResult>,
+}
+
 // --- trait impls -------------------------------------------------------------------
 
 macro_rules! impl_message {
@@ -1640,6 +1795,11 @@ impl_message!(
     EndTxnRequest,
     EndTxnResponse,
     TxnOffsetCommitRequest,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+    ShareFetchRequest,
+    ShareAcknowledgeRequest,
+    ShareFetchResponse,
 );
 
 /// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
@@ -1770,4 +1930,7 @@ requests! {
     AddOffsetsToTxn => AddOffsetsToTxnRequest, TxnResult;
     EndTxn => EndTxnRequest, EndTxnResponse;
     TxnOffsetCommit => TxnOffsetCommitRequest, OffsetCommitResponse;
+    ShareGroupHeartbeat => ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse;
+    ShareFetch => ShareFetchRequest, ShareFetchResponse;
+    ShareAcknowledge => ShareAcknowledgeRequest, ShareFetchResponse;
 }

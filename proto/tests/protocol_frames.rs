@@ -469,6 +469,12 @@ fn error_codes_are_pinned() {
         ("InvalidTxnState", 54),
         ("TransactionalIdNotFound", 55),
         ("ConcurrentTransactions", 56),
+        ("ShareSessionNotFound", 57),
+        ("InvalidShareSessionEpoch", 58),
+        ("ShareSessionLimitReached", 59),
+        ("InvalidRecordState", 60),
+        ("GroupMaxSizeReached", 61),
+        ("InconsistentGroupProtocol", 62),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -488,7 +494,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in (24..=29).chain(57..=u16::MAX) {
+    for n in (24..=29).chain(63..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -509,7 +515,8 @@ fn retriable_codes() {
             ErrorCode::Recovering,
             ErrorCode::NotLeader,
             ErrorCode::NotCoordinator,
-            ErrorCode::ConcurrentTransactions
+            ErrorCode::ConcurrentTransactions,
+            ErrorCode::ShareSessionLimitReached
         ]
     );
     assert_eq!(
@@ -561,6 +568,9 @@ fn api_keys_are_pinned() {
         ("AddOffsetsToTxn", 37),
         ("EndTxn", 38),
         ("TxnOffsetCommit", 39),
+        ("ShareGroupHeartbeat", 40),
+        ("ShareFetch", 41),
+        ("ShareAcknowledge", 42),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -588,7 +598,7 @@ fn api_keys_are_pinned() {
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);
     }
-    for n in 40..=u16::MAX {
+    for n in 43..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

@@ -7,6 +7,7 @@ pub mod connection;
 pub mod http;
 pub mod kafka;
 pub mod native;
+pub mod native_share;
 
 use std::time::Duration;
 

@@ -179,6 +179,30 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Rc<Se
             }
             Err(e) => Pending::Ready(bad_body(corr, &e)),
         },
+        ApiKey::ShareGroupHeartbeat => match frame::decode_body(body) {
+            Ok(req) => Pending::Ready(ok(corr, &super::native_share::heartbeat(core, req))),
+            Err(e) => Pending::Ready(bad_body(corr, &e)),
+        },
+        // Tasks: a share fetch may wait for records, and an
+        // acknowledgement for its state to be stored.
+        ApiKey::ShareFetch => match frame::decode_body(body) {
+            Ok(req) => {
+                let core = core.clone();
+                Pending::Later(glommio::spawn_local(async move {
+                    super::native_share::fetch(&core, corr, req).await
+                }))
+            }
+            Err(e) => Pending::Ready(bad_body(corr, &e)),
+        },
+        ApiKey::ShareAcknowledge => match frame::decode_body(body) {
+            Ok(req) => {
+                let core = core.clone();
+                Pending::Later(glommio::spawn_local(async move {
+                    super::native_share::acknowledge(&core, corr, req).await
+                }))
+            }
+            Err(e) => Pending::Ready(bad_body(corr, &e)),
+        },
         _ => Pending::Ready(serve_other(core, corr, api, body, session).await),
     }
 }
@@ -268,6 +292,14 @@ fn needs(req: &AnyRequest) -> Vec<(Op, Resource<'_>)> {
         R::ListTransactions(_) => vec![(Op::Describe, Resource::Cluster)],
         R::AbortTransaction(_) => vec![(Op::Alter, Resource::Cluster)],
         R::DescribeProducers(r) => vec![topic(Op::Read, &r.topic)],
+        // Kafka's: Read on the group, Read on each topic.
+        R::ShareGroupHeartbeat(r) => vec![(Op::Read, Resource::Group(&r.group))],
+        R::ShareFetch(r) => std::iter::once((Op::Read, Resource::Group(r.group.as_str())))
+            .chain(r.partitions.iter().map(|p| topic(Op::Read, &p.topic)))
+            .collect(),
+        R::ShareAcknowledge(r) => std::iter::once((Op::Read, Resource::Group(r.group.as_str())))
+            .chain(r.partitions.iter().map(|p| topic(Op::Read, &p.topic)))
+            .collect(),
         // An API added later: the most a request can need, until it says.
         _ => vec![(Op::Alter, Resource::Cluster)],
     }

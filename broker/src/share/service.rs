@@ -128,6 +128,28 @@ pub struct ShareRequest {
     pub max_wait_ms: u32,
 }
 
+impl ShareRequest {
+    /// An acknowledgement (no records wanted) of `member` in its session
+    /// at `epoch`; a fetch sets the acquisition fields on top.
+    pub fn acknowledging(
+        group: String,
+        member: String,
+        epoch: i32,
+        parts: Vec<PartRequest>,
+    ) -> ShareRequest {
+        ShareRequest {
+            group,
+            member,
+            epoch,
+            parts,
+            forgotten: Vec::new(),
+            max_records: 0,
+            max_bytes: 0,
+            max_wait_ms: 0,
+        }
+    }
+}
+
 /// The answer for one partition.
 #[derive(Debug, Clone, Default)]
 pub struct PartAnswer {

@@ -25,5 +25,6 @@ mod quota;
 mod sasl;
 mod sdk;
 mod share;
+mod share_sdk;
 mod tls;
 mod transactions;

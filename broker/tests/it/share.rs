@@ -7,7 +7,7 @@ use crate::common::Broker;
 use crate::kafka_clients::python_script;
 
 /// The broker's share-group flags in these tests.
-const FLAGS: [&str; 6] = [
+pub(crate) const FLAGS: [&str; 6] = [
     "--share-auto-offset-reset",
     "earliest",
     "--group-share-record-lock-duration-ms",

@@ -25,6 +25,12 @@ between): acknowledgements survive the crash — a member accepts 400 of
 1 000 records and holds more; after the restart the others are each
 delivered exactly once and none of the 400 again.
 
+produce N: only creates TOPIC (2 partitions) and writes values 0..N-1
+(records the Weir SDK's share consumers then read).
+
+read N: TOPIC was written by the Weir SDK (values 0..N-1): 4 share
+consumers read every value exactly once.
+
 kill: 1 000 records; a member in another process acquires records and is
 SIGKILLed holding them (explicit mode, nothing acknowledged); another
 member gets them once their lock expires (the broker runs with a short
@@ -309,7 +315,40 @@ def restart_2(bootstrap, topic, path):
           f"the {n - len(before)} others delivered exactly once ({len(got)} deliveries)")
 
 
+def produce_only(bootstrap, topic, n):
+    setup(bootstrap, topic, n)
+
+
+def read_sdk_records(bootstrap, topic, n):
+    lock = threading.Lock()
+    got = []
+
+    def body(i):
+        c = member(bootstrap, "share-read", topic)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            for m in c.poll(0.5):
+                if m.error():
+                    continue
+                with lock:
+                    got.append(int(m.value()))
+            with lock:
+                if len(got) >= n:
+                    break
+        c.commit_sync()
+        c.close()
+
+    run_members(4, body, 30)
+    check(sorted(got) == list(range(n)),
+          f"{len(got)} deliveries, {len(set(got))} distinct of the SDK's {n} records")
+
+
 if __name__ == "__main__":
+    if sys.argv[3] in ("produce", "read"):
+        {"produce": produce_only, "read": read_sdk_records}[sys.argv[3]](
+            sys.argv[1], sys.argv[2], int(sys.argv[4]))
+        print("done", flush=True)
+        sys.exit(0)
     if sys.argv[3] in ("restart-1", "restart-2"):
         {"restart-1": restart_1, "restart-2": restart_2}[sys.argv[3]](
             sys.argv[1], sys.argv[2], sys.argv[4])

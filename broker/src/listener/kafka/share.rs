@@ -318,16 +318,12 @@ fn request_of(
             }),
         }
     }
-    let req = ShareRequest {
-        group: group.clone().unwrap_or_default(),
-        member: member.as_ref().map(|m| m.to_string()).unwrap_or_default(),
+    let req = ShareRequest::acknowledging(
+        group.clone().unwrap_or_default(),
+        member.as_ref().map(|m| m.to_string()).unwrap_or_default(),
         epoch,
         parts,
-        forgotten: Vec::new(),
-        max_records: 0,
-        max_bytes: 0,
-        max_wait_ms: 0,
-    };
+    );
     (req, early)
 }
 

@@ -1,0 +1,446 @@
+//! Share groups through the Weir SDK (`weir_client::ShareConsumer`, the
+//! native protocol): the scenarios `share.rs` runs with confluent-kafka's
+//! ShareConsumer, records written by Kafka clients read by the SDK and
+//! the reverse, and bad acknowledgements refused with nothing changed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+use weir_client::{
+    AcknowledgeType, AcknowledgementMode, Client, ErrorCode, Producer, ProducerConfig,
+    ProducerRecord, ShareConsumer, ShareConsumerConfig,
+};
+use weir_proto::messages::{
+    ShareAckBatch, ShareAcknowledgeRequest, ShareFetchRequest, ShareGroupHeartbeatRequest,
+    SharePartitionRequest,
+};
+
+use crate::common::{runtime, Broker};
+use crate::kafka_clients::python_script;
+use crate::share::FLAGS;
+
+/// Writes values `from..to` (as text) round-robin over `partitions`.
+async fn produce_over(
+    addr: std::net::SocketAddr,
+    topic: &str,
+    from: u32,
+    to: u32,
+    partitions: u32,
+) {
+    let mut c = ProducerConfig::default();
+    c.linger_ms = 2;
+    let p = Producer::new(Client::connect(addr).await.unwrap(), c);
+    let mut acks = Vec::new();
+    for i in from..to {
+        let r = ProducerRecord::new(topic, Bytes::from(i.to_string())).partition(i % partitions);
+        acks.push(p.send(r).await.unwrap());
+    }
+    for a in acks {
+        a.await.unwrap();
+    }
+    p.close().await;
+}
+
+/// [`produce_over`] 2 partitions.
+async fn produce(addr: std::net::SocketAddr, topic: &str, from: u32, to: u32) {
+    produce_over(addr, topic, from, to, 2).await
+}
+
+fn member(group: &str, explicit: bool) -> ShareConsumerConfig {
+    let mut c = ShareConsumerConfig::new(group);
+    c.max_wait = Duration::from_millis(200);
+    if explicit {
+        c.acknowledgement_mode = AcknowledgementMode::Explicit;
+    }
+    c
+}
+
+fn value(r: &weir_client::ShareRecord) -> u32 {
+    std::str::from_utf8(r.record.value.as_ref().unwrap())
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// 8 SDK members on 2 partitions, 20 000 records — half written by
+/// confluent-kafka's producer, half by the SDK: every record delivered
+/// exactly once, to more than one member. Then records the SDK wrote
+/// are read by confluent-kafka's ShareConsumer, each exactly once.
+#[test]
+fn eight_sdk_share_consumers_get_every_record_exactly_once_whoever_wrote_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_with(dir.path(), 2, &FLAGS);
+    let kafka = b.kafka.to_string();
+    let out = python_script("share.py", &[&kafka, "mixed", "produce", "10000"]);
+    assert!(out.contains("\ndone"), "{out}");
+    let addr = b.listen;
+    runtime().block_on(async move {
+        produce(addr, "mixed", 10_000, 20_000).await;
+        let n = 20_000usize;
+        let got: Arc<Mutex<Vec<(u32, usize)>>> = Arc::default();
+        let mut tasks = Vec::new();
+        for i in 0..8usize {
+            let got = got.clone();
+            tasks.push(tokio::spawn(async move {
+                let client = Client::connect(addr).await.unwrap();
+                let mut c = ShareConsumer::new(client, member("sdk-all", false));
+                c.subscribe(&["mixed"]).unwrap();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while Instant::now() < deadline && got.lock().unwrap().len() < n {
+                    for r in c.poll(Duration::from_millis(300)).await.unwrap() {
+                        got.lock().unwrap().push((value(&r), i));
+                    }
+                }
+                c.commit_sync().await.unwrap();
+                c.close().await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let got = got.lock().unwrap().clone();
+        let distinct: BTreeSet<u32> = got.iter().map(|(v, _)| *v).collect();
+        assert_eq!(got.len(), n, "deliveries");
+        assert_eq!(distinct.len(), n, "each record exactly once");
+        let members: BTreeSet<usize> = got.iter().map(|(_, m)| *m).collect();
+        assert!(members.len() > 1, "{} members got records", members.len());
+        Client::connect(addr)
+            .await
+            .unwrap()
+            .create_topic("sdk-made", 2, vec![])
+            .await
+            .unwrap();
+        produce(addr, "sdk-made", 0, 2_000).await;
+    });
+    let out = python_script("share.py", &[&kafka, "sdk-made", "read", "2000"]);
+    assert!(out.contains("\ndone"), "{out}");
+    b.stop();
+}
+
+/// Explicit acknowledgement: multiples of 7 released the first time come
+/// back (delivery count 2) and are accepted; multiples of 11 rejected
+/// never come back; a record released every time is delivered exactly 5
+/// times (the delivery limit) and then archived.
+#[test]
+fn sdk_released_records_come_back_rejected_never_and_a_poison_one_is_archived() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_with(dir.path(), 2, &FLAGS);
+    let addr = b.listen;
+    runtime().block_on(async move {
+        let admin = Client::connect(addr).await.unwrap();
+        admin.create_topic("acks", 2, vec![]).await.unwrap();
+        produce(addr, "acks", 0, 2_000).await;
+        // value → delivery counts seen, and what was done.
+        let seen: Arc<Mutex<BTreeMap<u32, Vec<u16>>>> = Arc::default();
+        let accepted: Arc<Mutex<Vec<u32>>> = Arc::default();
+        let rejected: Arc<Mutex<BTreeSet<u32>>> = Arc::default();
+        let expected = (0..2_000u32).filter(|v| v % 7 == 0 || v % 11 != 0).count();
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let (seen, accepted, rejected) = (seen.clone(), accepted.clone(), rejected.clone());
+            tasks.push(tokio::spawn(async move {
+                let client = Client::connect(addr).await.unwrap();
+                let mut c = ShareConsumer::new(client, member("sdk-acks", true));
+                c.subscribe(&["acks"]).unwrap();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while Instant::now() < deadline && accepted.lock().unwrap().len() < expected {
+                    for r in c.poll(Duration::from_millis(300)).await.unwrap() {
+                        let v = value(&r);
+                        seen.lock()
+                            .unwrap()
+                            .entry(v)
+                            .or_default()
+                            .push(r.delivery_count);
+                        let kind = if v % 7 == 0 && r.delivery_count == 1 {
+                            AcknowledgeType::Release
+                        } else if v % 7 != 0 && v % 11 == 0 {
+                            rejected.lock().unwrap().insert(v);
+                            AcknowledgeType::Reject
+                        } else {
+                            accepted.lock().unwrap().push(v);
+                            AcknowledgeType::Accept
+                        };
+                        c.acknowledge(&r, kind).unwrap();
+                    }
+                    c.commit_sync().await.unwrap();
+                }
+                // Nothing more comes to anyone.
+                let late = c.poll(Duration::from_millis(500)).await.unwrap();
+                assert!(
+                    late.is_empty(),
+                    "{} records after all were acknowledged",
+                    late.len()
+                );
+                c.close().await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let seen = seen.lock().unwrap().clone();
+        let accepted = accepted.lock().unwrap().clone();
+        let distinct: BTreeSet<u32> = accepted.iter().copied().collect();
+        assert_eq!(accepted.len(), expected, "each accepted once");
+        assert_eq!(distinct.len(), expected);
+        for (v, counts) in seen.iter() {
+            if v % 7 == 0 {
+                assert_eq!(counts, &vec![1, 2], "released {v}: delivered again once");
+            } else {
+                assert_eq!(counts, &vec![1], "{v} delivered once");
+            }
+        }
+        assert!(rejected.lock().unwrap().iter().all(|v| seen[v].len() == 1));
+
+        // A poison record: released by every member every time.
+        admin.create_topic("poison", 2, vec![]).await.unwrap();
+        produce(addr, "poison", 0, 10).await;
+        let mut c = ShareConsumer::new(
+            Client::connect(addr).await.unwrap(),
+            member("sdk-poison", true),
+        );
+        c.subscribe(&["poison"]).unwrap();
+        let mut poison_counts = Vec::new();
+        let mut others = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline && (others.len() < 9 || poison_counts.len() < 5) {
+            for r in c.poll(Duration::from_millis(300)).await.unwrap() {
+                if value(&r) == 3 {
+                    poison_counts.push(r.delivery_count);
+                    c.acknowledge(&r, AcknowledgeType::Release).unwrap();
+                } else {
+                    others.push(value(&r));
+                    c.acknowledge(&r, AcknowledgeType::Accept).unwrap();
+                }
+            }
+            c.commit_sync().await.unwrap();
+        }
+        assert!(c.poll(Duration::from_millis(500)).await.unwrap().is_empty());
+        assert_eq!(
+            poison_counts,
+            vec![1, 2, 3, 4, 5],
+            "archived after 5 deliveries"
+        );
+        others.sort_unstable();
+        assert_eq!(others, vec![0, 1, 2, 4, 5, 6, 7, 8, 9]);
+        c.close().await.unwrap();
+    });
+    b.stop();
+}
+
+/// A member that vanishes holding records (dropped: no acknowledgement,
+/// no goodbye): another member gets them once their locks expire, with
+/// delivery count 2, and every record is accepted exactly once.
+#[test]
+fn records_held_by_a_vanished_sdk_member_come_back_after_their_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_with(dir.path(), 2, &FLAGS);
+    let addr = b.listen;
+    runtime().block_on(async move {
+        let admin = Client::connect(addr).await.unwrap();
+        admin.create_topic("held", 2, vec![]).await.unwrap();
+        produce(addr, "held", 0, 1_000).await;
+        let mut holder = ShareConsumer::new(
+            Client::connect(addr).await.unwrap(),
+            member("sdk-held", true),
+        );
+        holder.subscribe(&["held"]).unwrap();
+        let mut held = BTreeSet::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while held.is_empty() && Instant::now() < deadline {
+            held.extend(
+                holder
+                    .poll(Duration::from_millis(300))
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(value),
+            );
+        }
+        assert!(!held.is_empty());
+        drop(holder);
+
+        let mut c = ShareConsumer::new(
+            Client::connect(addr).await.unwrap(),
+            member("sdk-held", false),
+        );
+        c.subscribe(&["held"]).unwrap();
+        let mut got: Vec<(u32, u16)> = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got.len() < 1_000 && Instant::now() < deadline {
+            got.extend(
+                c.poll(Duration::from_millis(300))
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| (value(r), r.delivery_count)),
+            );
+        }
+        c.commit_sync().await.unwrap();
+        let values: BTreeSet<u32> = got.iter().map(|(v, _)| *v).collect();
+        assert_eq!(got.len(), 1_000, "every record once");
+        assert_eq!(values.len(), 1_000);
+        for (v, count) in &got {
+            let want = if held.contains(v) { 2 } else { 1 };
+            assert_eq!(*count, want, "record {v}");
+        }
+        c.close().await.unwrap();
+    });
+    b.stop();
+}
+
+/// Acknowledgements of offsets never acquired, of another member's
+/// records, of records whose lock expired, or of an unknown type are
+/// refused (InvalidRecordState / InvalidRequest) and change nothing;
+/// hostile counts are bounded.
+#[test]
+fn bad_share_acknowledgements_are_refused_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_with(dir.path(), 1, &FLAGS);
+    let addr = b.listen;
+    runtime().block_on(async move {
+        let client = Client::connect(addr).await.unwrap();
+        client.create_topic("bad", 1, vec![]).await.unwrap();
+        produce_over(addr, "bad", 0, 10, 1).await;
+        for m in ["m1", "m2"] {
+            let a = client
+                .share_group_heartbeat(&ShareGroupHeartbeatRequest {
+                    group: "g".into(),
+                    member_id: m.into(),
+                    member_epoch: 0,
+                    topics: Some(vec!["bad".into()]),
+                })
+                .await
+                .unwrap();
+            assert_eq!(a.error, 0, "{:?}", a.message);
+        }
+        let part = |acks: Vec<ShareAckBatch>| SharePartitionRequest {
+            topic: "bad".into(),
+            partition: 0,
+            acks,
+        };
+        let fetch = |member: &str, epoch: i32, acks: Vec<ShareAckBatch>| ShareFetchRequest {
+            group: "g".into(),
+            member_id: member.into(),
+            session_epoch: epoch,
+            max_wait_ms: 500,
+            max_records: u32::MAX,
+            max_bytes: u32::MAX,
+            partitions: vec![part(acks)],
+            forgotten: vec![],
+        };
+        let ack = |first: u64, last: u64, t: u8| ShareAckBatch {
+            first,
+            last,
+            types: vec![t],
+        };
+        // m1 acquires all 10 (a hostile max_records and max_bytes are
+        // bounded, not refused).
+        let (a, _) = client
+            .share_fetch(&fetch("m1", 0, vec![]), Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(a.error, 0, "{:?}", a.message);
+        let acquired: u64 = a.partitions[0]
+            .acquired
+            .iter()
+            .map(|r| r.last - r.first + 1)
+            .sum();
+        assert_eq!(acquired, 10);
+        let ack_req =
+            |member: &str, epoch: i32, acks: Vec<ShareAckBatch>| ShareAcknowledgeRequest {
+                group: "g".into(),
+                member_id: member.into(),
+                session_epoch: epoch,
+                partitions: vec![part(acks)],
+            };
+        // Offsets never acquired: refused, nothing applied (the batch
+        // also names m1's offset 9).
+        let r = client
+            .share_acknowledge(&ack_req("m1", 1, vec![ack(9, 20, 1)]))
+            .await
+            .unwrap();
+        assert_eq!(
+            r.partitions[0].ack_error,
+            ErrorCode::InvalidRecordState.as_u16(),
+            "{r:?}"
+        );
+        // An unknown acknowledge type.
+        let r = client
+            .share_acknowledge(&ack_req("m1", 2, vec![ack(0, 0, 9)]))
+            .await
+            .unwrap();
+        assert_eq!(
+            r.partitions[0].ack_error,
+            ErrorCode::InvalidRequest.as_u16()
+        );
+        // m2 acknowledging m1's records.
+        let (r, _) = client
+            .share_fetch(&fetch("m2", 0, vec![ack(0, 4, 1)]), Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(
+            r.partitions[0].ack_error,
+            ErrorCode::InvalidRecordState.as_u16()
+        );
+        // A wrong session epoch refuses the whole request.
+        let r = client
+            .share_acknowledge(&ack_req("m1", 77, vec![ack(0, 0, 1)]))
+            .await
+            .unwrap();
+        assert_eq!(r.error, ErrorCode::InvalidShareSessionEpoch.as_u16());
+        // Too many partitions named.
+        let mut huge = fetch("m3", 0, vec![]);
+        huge.partitions = (0..10_001)
+            .map(|p| SharePartitionRequest {
+                topic: "bad".into(),
+                partition: p,
+                acks: vec![],
+            })
+            .collect();
+        let (r, _) = client.share_fetch(&huge, Duration::ZERO).await.unwrap();
+        assert_eq!(r.error, ErrorCode::InvalidRequest.as_u16());
+        // Nothing changed: m1 still holds all 10 and accepts 0..=4.
+        let r = client
+            .share_acknowledge(&ack_req("m1", 3, vec![ack(0, 4, 1)]))
+            .await
+            .unwrap();
+        assert_eq!(r.partitions[0].ack_error, 0, "{r:?}");
+        // m1's locks on 5..=9 expire (2 s): m2 acquires them, delivery
+        // count 2 (awaited by fetching, not by sleeping).
+        let mut epoch = 1;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let again = loop {
+            let (r, _) = client
+                .share_fetch(&fetch("m2", epoch, vec![]), Duration::ZERO)
+                .await
+                .unwrap();
+            assert_eq!(r.error, 0, "{:?}", r.message);
+            epoch += 1;
+            if let Some(p) = r.partitions.iter().find(|p| !p.acquired.is_empty()) {
+                break p.acquired.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "m1's expired records never came back"
+            );
+        };
+        assert_eq!(again.len(), 1);
+        assert_eq!(
+            (again[0].first, again[0].last, again[0].delivery_count),
+            (5, 9, 2)
+        );
+        // m1's late acknowledgement of them is refused.
+        let r = client
+            .share_acknowledge(&ack_req("m1", 4, vec![ack(5, 9, 1)]))
+            .await
+            .unwrap();
+        assert_eq!(
+            r.partitions[0].ack_error,
+            ErrorCode::InvalidRecordState.as_u16()
+        );
+    });
+    b.stop();
+}

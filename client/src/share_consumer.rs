@@ -1,0 +1,852 @@
+//! A [`ShareConsumer`]: a member of a share group (KIP-932's queues on
+//! the log).
+//!
+//! Where a consumer group gives each partition to one member, a share
+//! group lets every member read every partition: the broker hands out
+//! records, not partitions. Each record a poll returns is *acquired* by
+//! this member for the group's lock duration (30 s by default,
+//! [`ShareConsumer::lock_timeout`]); the member then acknowledges it:
+//!
+//! * [`AcknowledgeType::Accept`]: processed, never delivered again;
+//! * [`AcknowledgeType::Release`]: give it to any member again (its
+//!   delivery count grows; past the group's delivery limit, 5 by
+//!   default, it is archived — a poison record stops there);
+//! * [`AcknowledgeType::Reject`]: never deliver it again (archived);
+//! * [`AcknowledgeType::Renew`]: keep holding it, the lock starts again.
+//!
+//! A record not acknowledged before its lock expires (the member died,
+//! or is too slow) becomes available to the others. Acknowledgements are
+//! stored by the partition's leader before they are answered: a leader
+//! failover or restart loses none, and delivers again only records that
+//! were acquired and not acknowledged.
+//!
+//! ## Implicit and explicit acknowledgement
+//!
+//! [`AcknowledgementMode::Implicit`] (the default, Kafka's `implicit`):
+//! every record a poll returned is accepted by the next poll,
+//! [`ShareConsumer::commit_sync`] or [`ShareConsumer::close`].
+//! [`AcknowledgementMode::Explicit`]: each record is acknowledged with
+//! [`ShareConsumer::acknowledge`]; a record the application did not
+//! acknowledge stays acquired until its lock expires.
+//!
+//! Acknowledgements travel with the next fetch (or with `commit_sync`,
+//! which waits for the broker's answer and reports a refusal).
+//!
+//! ## Connections
+//!
+//! Membership heartbeats go to the group's coordinator (a background
+//! task); fetches go to the core that owns each partition, one share
+//! session per core, all of them in parallel.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasher, Hasher};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use weir_proto::error_code::ErrorCode;
+use weir_proto::frame;
+use weir_proto::messages::{
+    ShareAckBatch, ShareAcknowledgeRequest, ShareFetchRequest, ShareFetchResponse,
+    ShareGroupHeartbeatRequest, SharePartitionRequest, TopicPartitions,
+};
+use weir_proto::reader::RecordBatch;
+
+use crate::groups::{group_error, TopicPartition};
+use crate::{Client, ClientError, ConsumerRecord, Result, ShardRouter};
+
+/// What a member says of a record it acquired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AcknowledgeType {
+    /// Processed: never delivered again.
+    Accept,
+    /// Deliver it again, to any member.
+    Release,
+    /// Never deliver it again (archived).
+    Reject,
+    /// Keep holding it: its lock starts again (KIP-1222).
+    Renew,
+}
+
+impl AcknowledgeType {
+    /// The byte on the wire (Kafka's).
+    fn byte(self) -> u8 {
+        match self {
+            AcknowledgeType::Accept => 1,
+            AcknowledgeType::Release => 2,
+            AcknowledgeType::Reject => 3,
+            AcknowledgeType::Renew => 4,
+        }
+    }
+}
+
+impl std::str::FromStr for AcknowledgeType {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "accept" => Ok(AcknowledgeType::Accept),
+            "release" => Ok(AcknowledgeType::Release),
+            "reject" => Ok(AcknowledgeType::Reject),
+            "renew" => Ok(AcknowledgeType::Renew),
+            _ => Err(format!(
+                "unknown acknowledge type `{s}`: use accept, release, reject or renew"
+            )),
+        }
+    }
+}
+
+/// How records are acknowledged (Kafka's `share.acknowledgement.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AcknowledgementMode {
+    /// What a poll returned is accepted by the next poll, `commit_sync`
+    /// or `close`.
+    #[default]
+    Implicit,
+    /// Each record is acknowledged with [`ShareConsumer::acknowledge`].
+    Explicit,
+}
+
+/// Settings of a [`ShareConsumer`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ShareConsumerConfig {
+    /// The share group.
+    pub group_id: String,
+    /// Implicit (default) or explicit acknowledgement.
+    pub acknowledgement_mode: AcknowledgementMode,
+    /// Records to acquire per fetch of one core, about (whole batches).
+    /// Default 500 (Kafka's `max.poll.records`).
+    pub max_records: u32,
+    /// Longest a fetch waits for records. Default 500 ms.
+    pub max_wait: Duration,
+    /// Most bytes read from one partition per fetch. Default 1 MiB.
+    pub max_partition_bytes: u32,
+}
+
+impl ShareConsumerConfig {
+    /// The defaults for `group_id`.
+    pub fn new(group_id: impl Into<String>) -> ShareConsumerConfig {
+        ShareConsumerConfig {
+            group_id: group_id.into(),
+            acknowledgement_mode: AcknowledgementMode::Implicit,
+            max_records: 500,
+            max_wait: Duration::from_millis(500),
+            max_partition_bytes: 1 << 20,
+        }
+    }
+}
+
+/// A record a poll returned: acquired by this member until it
+/// acknowledges it or its lock expires.
+#[derive(Debug, Clone)]
+pub struct ShareRecord {
+    /// The record.
+    pub record: ConsumerRecord,
+    /// How many times it was delivered, this time included (more than 1:
+    /// another member released it, or its lock expired).
+    pub delivery_count: u16,
+}
+
+/// The membership, shared with the heartbeat task.
+#[derive(Debug, Default)]
+struct Membership {
+    epoch: i32,
+    topics: Vec<String>,
+    /// Send the subscription with the next heartbeat.
+    topics_changed: bool,
+    assignment: BTreeSet<TopicPartition>,
+    /// The last refusal that is not retried (shown by `poll`).
+    fatal: Option<ClientError>,
+    leaving: bool,
+}
+
+/// A share session with one core.
+#[derive(Debug)]
+struct Session {
+    client: Arc<Client>,
+    epoch: i32,
+    partitions: BTreeSet<TopicPartition>,
+}
+
+/// A share group member. See the [module docs](self).
+pub struct ShareConsumer {
+    config: ShareConsumerConfig,
+    bootstrap: Arc<Client>,
+    router: Arc<ShardRouter>,
+    member_id: String,
+    membership: Arc<Mutex<Membership>>,
+    /// Wakes the heartbeat task (subscription changed, leaving).
+    wake: Arc<Notify>,
+    /// Signalled when an assignment arrives.
+    assigned: Arc<Notify>,
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
+    sessions: HashMap<SocketAddr, Session>,
+    /// Records acquired and not yet acknowledged to the broker: per
+    /// partition, the session it was acquired in and each offset's
+    /// acknowledgement (`None`: not yet given).
+    in_flight: BTreeMap<TopicPartition, (SocketAddr, BTreeMap<u64, Option<u8>>)>,
+    /// The group's lock duration, as the broker last said.
+    lock_timeout: Duration,
+}
+
+impl std::fmt::Debug for ShareConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShareConsumer")
+            .field("group", &self.config.group_id)
+            .field("member_id", &self.member_id)
+            .finish()
+    }
+}
+
+/// A fresh member id: 128 random bits as a UUID-shaped string.
+fn new_member_id() -> String {
+    let mut halves = [0u64; 2];
+    for (i, h) in halves.iter_mut().enumerate() {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        hasher.write_u32(std::process::id());
+        hasher.write_usize(i);
+        *h = hasher.finish();
+    }
+    let x = (u128::from(halves[0]) << 64) | u128::from(halves[1]);
+    let s = format!("{x:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &s[0..8],
+        &s[8..12],
+        &s[12..16],
+        &s[16..20],
+        &s[20..32]
+    )
+}
+
+impl ShareConsumer {
+    /// A member of `config.group_id` through `client`'s broker (it joins
+    /// on [`ShareConsumer::subscribe`]).
+    pub fn new(client: impl Into<Arc<Client>>, config: ShareConsumerConfig) -> ShareConsumer {
+        let bootstrap: Arc<Client> = client.into();
+        ShareConsumer {
+            router: Arc::new(ShardRouter::new(bootstrap.clone())),
+            bootstrap,
+            config,
+            member_id: new_member_id(),
+            membership: Arc::new(Mutex::new(Membership::default())),
+            wake: Arc::new(Notify::new()),
+            assigned: Arc::new(Notify::new()),
+            heartbeat: None,
+            sessions: HashMap::new(),
+            in_flight: BTreeMap::new(),
+            lock_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The member id (made by the client, as Kafka's share consumers do).
+    pub fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ShareConsumerConfig {
+        &self.config
+    }
+
+    /// How long acquired records stay locked to this member (the group's
+    /// `record.lock.duration.ms`, learned from the first fetch).
+    pub fn lock_timeout(&self) -> Duration {
+        self.lock_timeout
+    }
+
+    /// The partitions this member reads now (shared with other members).
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.lock().assignment.iter().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Membership> {
+        self.membership.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Subscribes to `topics` (replacing the subscription), joining the
+    /// group on first call. Records come with the next polls.
+    pub fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        if topics.is_empty() {
+            return Err(ClientError::InvalidArgument(
+                "subscribe to at least one topic".into(),
+            ));
+        }
+        {
+            let mut m = self.lock();
+            m.topics = topics.iter().map(|t| t.to_string()).collect();
+            m.topics.sort();
+            m.topics.dedup();
+            m.topics_changed = true;
+        }
+        if self.heartbeat.is_none() {
+            self.heartbeat = Some(tokio::spawn(heartbeat_loop(
+                self.bootstrap.clone(),
+                self.config.group_id.clone(),
+                self.member_id.clone(),
+                self.membership.clone(),
+                self.wake.clone(),
+                self.assigned.clone(),
+            )));
+        } else {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Acknowledges one record a poll returned (explicit mode; in
+    /// implicit mode it overrides the accept). Sent with the next poll or
+    /// [`ShareConsumer::commit_sync`]. Refused for a record this member
+    /// does not hold.
+    pub fn acknowledge(&mut self, record: &ShareRecord, kind: AcknowledgeType) -> Result<()> {
+        let r = &record.record;
+        let slot = self
+            .in_flight
+            .get_mut(&(r.topic.to_string(), r.partition))
+            .and_then(|(_, offsets)| offsets.get_mut(&r.offset));
+        match slot {
+            Some(s) => {
+                *s = Some(kind.byte());
+                Ok(())
+            }
+            None => Err(ClientError::InvalidArgument(format!(
+                "{}-{} offset {} is not held by this member (acknowledged already, or never returned)",
+                r.topic, r.partition, r.offset
+            ))),
+        }
+    }
+
+    /// In implicit mode: accepts every record returned and not
+    /// acknowledged otherwise.
+    fn accept_implicitly(&mut self) {
+        if self.config.acknowledgement_mode != AcknowledgementMode::Implicit {
+            return;
+        }
+        for (_, offsets) in self.in_flight.values_mut() {
+            for a in offsets.values_mut() {
+                a.get_or_insert(AcknowledgeType::Accept.byte());
+            }
+        }
+    }
+
+    /// Takes the acknowledgements given, by session and partition, as
+    /// ack batches (runs of consecutive offsets).
+    fn take_acks(&mut self) -> HashMap<SocketAddr, Vec<SharePartitionRequest>> {
+        let mut out: HashMap<SocketAddr, Vec<SharePartitionRequest>> = HashMap::new();
+        for ((topic, partition), (addr, offsets)) in self.in_flight.iter_mut() {
+            let given: Vec<(u64, u8)> = offsets
+                .iter()
+                .filter_map(|(o, a)| a.map(|a| (*o, a)))
+                .collect();
+            if given.is_empty() {
+                continue;
+            }
+            for (o, _) in &given {
+                offsets.remove(o);
+            }
+            let mut batches: Vec<ShareAckBatch> = Vec::new();
+            for (o, a) in given {
+                match batches.last_mut() {
+                    Some(b) if b.last + 1 == o => {
+                        b.last = o;
+                        b.types.push(a);
+                    }
+                    _ => batches.push(ShareAckBatch {
+                        first: o,
+                        last: o,
+                        types: vec![a],
+                    }),
+                }
+            }
+            // One type for a run of one kind.
+            for b in &mut batches {
+                if b.types.windows(2).all(|w| w[0] == w[1]) {
+                    b.types.truncate(1);
+                }
+            }
+            out.entry(*addr).or_default().push(SharePartitionRequest {
+                topic: topic.clone(),
+                partition: *partition,
+                acks: batches,
+            });
+        }
+        self.in_flight.retain(|_, (_, o)| !o.is_empty());
+        out
+    }
+
+    /// Returns records acquired for this member, waiting up to `timeout`
+    /// for some (an empty result when none came). Acknowledgements given
+    /// since the last poll (and, in implicit mode, the acceptance of the
+    /// last poll's records) travel with its fetches.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareRecord>> {
+        let deadline = Instant::now() + timeout;
+        self.accept_implicitly();
+        let mut acks = self.take_acks();
+        loop {
+            if let Some(e) = self.lock().fatal.take() {
+                return Err(e);
+            }
+            let assignment: BTreeSet<TopicPartition> = self.lock().assignment.clone();
+            if assignment.is_empty() && acks.is_empty() {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(Vec::new());
+                }
+                let _ = tokio::time::timeout(deadline - now, self.assigned.notified()).await;
+                continue;
+            }
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(self.config.max_wait);
+            let records = self.fetch_round(&assignment, &mut acks, wait).await?;
+            if !records.is_empty() || Instant::now() >= deadline {
+                return Ok(records);
+            }
+        }
+    }
+
+    /// One fetch per core whose partitions this member reads (or holds
+    /// acknowledgements for), in parallel; every answer is awaited (an
+    /// abandoned share fetch would leave records locked and the session's
+    /// epoch unknown).
+    async fn fetch_round(
+        &mut self,
+        assignment: &BTreeSet<TopicPartition>,
+        acks: &mut HashMap<SocketAddr, Vec<SharePartitionRequest>>,
+        wait: Duration,
+    ) -> Result<Vec<ShareRecord>> {
+        // Where each assigned partition lives now.
+        let mut wanted: HashMap<SocketAddr, (Arc<Client>, BTreeSet<TopicPartition>)> =
+            HashMap::new();
+        for (t, p) in assignment {
+            let c = self.router.client_of(t, *p).await;
+            wanted
+                .entry(c.addr())
+                .or_insert_with(|| (c.clone(), BTreeSet::new()))
+                .1
+                .insert((t.clone(), *p));
+        }
+        // Acknowledgements for a core no partition is fetched from now
+        // go alone.
+        let lone: Vec<SocketAddr> = acks
+            .keys()
+            .filter(|a| !wanted.contains_key(a))
+            .copied()
+            .collect();
+        for addr in lone {
+            let parts = acks.remove(&addr).unwrap_or_default();
+            self.acknowledge_at(addr, parts, false).await?;
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for (addr, (client, parts)) in wanted {
+            let session = self.sessions.entry(addr).or_insert_with(|| Session {
+                client: client.clone(),
+                epoch: 0,
+                partitions: BTreeSet::new(),
+            });
+            let mut ack_parts = acks.remove(&addr).unwrap_or_default();
+            // A new session names all its partitions; a running one those
+            // it adds, and those with acknowledgements.
+            let mut named: BTreeSet<TopicPartition> = if session.epoch == 0 {
+                parts.clone()
+            } else {
+                parts.difference(&session.partitions).cloned().collect()
+            };
+            let forgotten: Vec<TopicPartition> = if session.epoch == 0 {
+                Vec::new()
+            } else {
+                session.partitions.difference(&parts).cloned().collect()
+            };
+            for a in &ack_parts {
+                named.remove(&(a.topic.clone(), a.partition));
+            }
+            ack_parts.extend(
+                named
+                    .into_iter()
+                    .map(|(topic, partition)| SharePartitionRequest {
+                        topic,
+                        partition,
+                        acks: Vec::new(),
+                    }),
+            );
+            let req = ShareFetchRequest {
+                group: self.config.group_id.clone(),
+                member_id: self.member_id.clone(),
+                session_epoch: session.epoch,
+                max_wait_ms: crate::millis_u32(wait),
+                max_records: self.config.max_records,
+                max_bytes: self.config.max_partition_bytes,
+                partitions: ack_parts,
+                forgotten: TopicPartitions::group(forgotten.iter()),
+            };
+            // The session as it will be once answered.
+            session.partitions = parts;
+            session.epoch = next_epoch(session.epoch);
+            let client = session.client.clone();
+            tasks.spawn(async move {
+                let r = client.share_fetch(&req, wait).await;
+                (addr, r)
+            });
+        }
+        let mut records = Vec::new();
+        let mut first_error = None;
+        while let Some(done) = tasks.join_next().await {
+            let (addr, r) =
+                done.map_err(|e| ClientError::InvalidResponse(format!("share fetch task: {e}")))?;
+            match r {
+                Ok((body, payload)) => {
+                    if let Err(e) = self.take_answer(addr, body, &payload, &mut records) {
+                        first_error.get_or_insert(e);
+                    }
+                }
+                Err(e) => {
+                    // Whether the broker served it is unknown: a new session.
+                    self.sessions.remove(&addr);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if records.is_empty() => Err(e),
+            Some(e) => {
+                tracing::debug!(error = %e, "share fetch of one core failed");
+                Ok(records)
+            }
+            None => Ok(records),
+        }
+    }
+
+    /// Reads one core's answer: its records (those acquired), the
+    /// acquired offsets without a record (acknowledged as gaps), errors.
+    fn take_answer(
+        &mut self,
+        addr: SocketAddr,
+        body: ShareFetchResponse,
+        payload: &bytes::Bytes,
+        records: &mut Vec<ShareRecord>,
+    ) -> Result<()> {
+        if body.error != 0 {
+            let code = ErrorCode::from_u16(body.error);
+            self.sessions.remove(&addr);
+            if matches!(
+                code,
+                ErrorCode::ShareSessionNotFound | ErrorCode::InvalidShareSessionEpoch
+            ) {
+                // Opened again on the next poll.
+                return Ok(());
+            }
+            return Err(group_error(&self.config.group_id, body.error, body.message));
+        }
+        if body.lock_timeout_ms > 0 {
+            self.lock_timeout = Duration::from_millis(body.lock_timeout_ms.into());
+        }
+        let mut first_error = None;
+        for p in body.partitions {
+            if p.ack_error != 0 {
+                first_error.get_or_insert(ClientError::partition(
+                    &p.topic,
+                    p.partition,
+                    p.ack_error,
+                    p.ack_message.clone(),
+                ));
+            }
+            if p.error != 0 {
+                let code = ErrorCode::from_u16(p.error);
+                if matches!(
+                    code,
+                    ErrorCode::NotOwner | ErrorCode::NotLeader | ErrorCode::UnknownTopicOrPartition
+                ) {
+                    // Fetched from its owner next time.
+                    self.router.forget_topic(&p.topic);
+                    if let Some(s) = self.sessions.get_mut(&addr) {
+                        s.partitions.remove(&(p.topic.clone(), p.partition));
+                    }
+                } else {
+                    first_error.get_or_insert(ClientError::partition(
+                        &p.topic,
+                        p.partition,
+                        p.error,
+                        p.message,
+                    ));
+                }
+                continue;
+            }
+            if p.acquired.is_empty() {
+                continue;
+            }
+            let data = frame::payload_slice(payload, p.payload_offset, p.payload_len)?;
+            let batches = crate::split_batches(&payload.slice_ref(data))?;
+            let topic: Arc<str> = Arc::from(p.topic.as_str());
+            let mut got: Vec<ConsumerRecord> = Vec::new();
+            let held = |o: u64| p.acquired.iter().any(|a| a.first <= o && o <= a.last);
+            for b in &batches {
+                let rb = RecordBatch::parse(b)?;
+                if rb.header().attributes.is_control() {
+                    continue;
+                }
+                crate::consumer::decode_records(b, &rb, &topic, p.partition, held, &mut got)?;
+            }
+            let (_, offsets) = self
+                .in_flight
+                .entry((p.topic.clone(), p.partition))
+                .or_insert_with(|| (addr, BTreeMap::new()));
+            let mut present = BTreeSet::new();
+            for r in got {
+                present.insert(r.offset);
+                let delivery_count = p
+                    .acquired
+                    .iter()
+                    .find(|a| a.first <= r.offset && r.offset <= a.last)
+                    .map_or(1, |a| a.delivery_count);
+                offsets.insert(r.offset, None);
+                records.push(ShareRecord {
+                    record: r,
+                    delivery_count,
+                });
+            }
+            // Offsets acquired without a record (compacted away, control
+            // records): gaps.
+            for a in &p.acquired {
+                for o in a.first..=a.last {
+                    if !present.contains(&o) {
+                        offsets.insert(o, Some(0));
+                    }
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends acknowledgements to one core's session and waits for the
+    /// answer (closing the session with `close`).
+    async fn acknowledge_at(
+        &mut self,
+        addr: SocketAddr,
+        partitions: Vec<SharePartitionRequest>,
+        close: bool,
+    ) -> Result<()> {
+        let Some(session) = self.sessions.get_mut(&addr) else {
+            // No session there any more: the broker released what this
+            // member held (or will, when its locks expire).
+            return Ok(());
+        };
+        if session.epoch == 0 || (partitions.is_empty() && !close) {
+            return Ok(());
+        }
+        let req = ShareAcknowledgeRequest {
+            group: self.config.group_id.clone(),
+            member_id: self.member_id.clone(),
+            session_epoch: if close { -1 } else { session.epoch },
+            partitions,
+        };
+        session.epoch = next_epoch(session.epoch);
+        let client = session.client.clone();
+        if close {
+            self.sessions.remove(&addr);
+        }
+        match client.share_acknowledge(&req).await {
+            Ok(body) => {
+                let mut ignored = Vec::new();
+                self.take_answer(addr, body, &bytes::Bytes::new(), &mut ignored)
+            }
+            Err(e) => {
+                self.sessions.remove(&addr);
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends the acknowledgements given (in implicit mode, the acceptance
+    /// of every record returned) and waits until the broker stored them;
+    /// the first refusal is returned (`InvalidRecordState`: the records'
+    /// lock expired, or they were never this member's).
+    pub async fn commit_sync(&mut self) -> Result<()> {
+        self.accept_implicitly();
+        let acks = self.take_acks();
+        let mut first = None;
+        for (addr, parts) in acks {
+            if let Err(e) = self.acknowledge_at(addr, parts, false).await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Leaves the group: acknowledges what was given (implicit mode:
+    /// accepts what was returned), closes the share sessions (records
+    /// still held go back to the others at once) and stops heartbeating.
+    pub async fn close(mut self) -> Result<()> {
+        self.accept_implicitly();
+        let mut acks = self.take_acks();
+        let addrs: Vec<SocketAddr> = self.sessions.keys().copied().collect();
+        let mut first = None;
+        for addr in addrs {
+            let parts = acks.remove(&addr).unwrap_or_default();
+            if let Err(e) = self.acknowledge_at(addr, parts, true).await {
+                first.get_or_insert(e);
+            }
+        }
+        self.lock().leaving = true;
+        self.wake.notify_one();
+        if let Some(h) = self.heartbeat.take() {
+            let _ = h.await;
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for ShareConsumer {
+    fn drop(&mut self) {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+    }
+}
+
+/// The share session epoch after `e` (1 after the largest).
+fn next_epoch(e: i32) -> i32 {
+    if !(0..i32::MAX).contains(&e) {
+        1
+    } else {
+        e + 1
+    }
+}
+
+/// Heartbeats the member to its group's coordinator until it leaves:
+/// joins (epoch 0), learns its partitions, joins again when fenced.
+async fn heartbeat_loop(
+    client: Arc<Client>,
+    group: String,
+    member_id: String,
+    membership: Arc<Mutex<Membership>>,
+    wake: Arc<Notify>,
+    assigned: Arc<Notify>,
+) {
+    let lock = || membership.lock().unwrap_or_else(|e| e.into_inner());
+    let mut interval: Duration;
+    loop {
+        let (epoch, topics, leaving) = {
+            let mut m = lock();
+            let topics = (m.topics_changed || m.epoch == 0).then(|| m.topics.clone());
+            m.topics_changed = false;
+            (if m.leaving { -1 } else { m.epoch }, topics, m.leaving)
+        };
+        let req = ShareGroupHeartbeatRequest {
+            group: group.clone(),
+            member_id: member_id.clone(),
+            member_epoch: epoch,
+            topics,
+        };
+        let answer = client.share_group_heartbeat(&req).await;
+        if leaving {
+            return;
+        }
+        match answer {
+            Ok(a) if a.error == 0 => {
+                interval = Duration::from_millis(a.heartbeat_interval_ms.max(100).into());
+                let mut m = lock();
+                m.epoch = a.member_epoch;
+                if let Some(tps) = a.assignment {
+                    m.assignment = TopicPartitions::pairs(&tps).collect();
+                    assigned.notify_waiters();
+                    assigned.notify_one();
+                }
+            }
+            Ok(a) => {
+                let code = ErrorCode::from_u16(a.error);
+                let mut m = lock();
+                match code {
+                    // Expelled: join again.
+                    ErrorCode::UnknownMemberId | ErrorCode::FencedMemberEpoch => {
+                        m.epoch = 0;
+                        m.assignment.clear();
+                        continue;
+                    }
+                    ErrorCode::NotCoordinator | ErrorCode::Recovering | ErrorCode::StorageError => {
+                        interval = Duration::from_millis(200);
+                    }
+                    _ => {
+                        m.fatal = Some(group_error(&group, a.error, a.message));
+                        interval = Duration::from_secs(1);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(group, error = %e, "share heartbeat failed: retrying");
+                interval = Duration::from_millis(200);
+            }
+        }
+        let _ = tokio::time::timeout(interval, wake.notified()).await;
+    }
+}
+
+impl Client {
+    /// Sends a share group member's heartbeat to the group's coordinator
+    /// (found as for consumer groups). The answer's `error` is not
+    /// turned into an `Err`. Normally sent by a [`ShareConsumer`].
+    pub async fn share_group_heartbeat(
+        &self,
+        req: &ShareGroupHeartbeatRequest,
+    ) -> Result<weir_proto::messages::ShareGroupHeartbeatResponse> {
+        self.group_call(&req.group, req, Duration::ZERO).await
+    }
+
+    /// Sends a share fetch to this connection's core and returns its
+    /// answer and payload (each partition's batches at its
+    /// `payload_offset`). Errors in the answer are not turned into an
+    /// `Err`. Normally sent by a [`ShareConsumer`].
+    pub async fn share_fetch(
+        &self,
+        req: &ShareFetchRequest,
+        wait: Duration,
+    ) -> Result<(ShareFetchResponse, bytes::Bytes)> {
+        let a = self
+            .call(req, &[], wait, true)
+            .await?
+            .expect("an answer was expected");
+        Ok((a.body, a.payload))
+    }
+
+    /// Sends share acknowledgements to this connection's core. Errors in
+    /// the answer are not turned into an `Err`. Normally sent by a
+    /// [`ShareConsumer`].
+    pub async fn share_acknowledge(
+        &self,
+        req: &ShareAcknowledgeRequest,
+    ) -> Result<ShareFetchResponse> {
+        self.request(req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_ids_are_uuid_shaped_and_differ() {
+        let a = new_member_id();
+        let b = new_member_id();
+        assert_eq!(a.len(), 36);
+        assert_eq!(a.matches('-').count(), 4);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn session_epochs_wrap_to_one() {
+        assert_eq!(next_epoch(0), 1);
+        assert_eq!(next_epoch(7), 8);
+        assert_eq!(next_epoch(i32::MAX), 1);
+        assert_eq!(next_epoch(-1), 1);
+    }
+}
