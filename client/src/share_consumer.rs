@@ -190,7 +190,17 @@ pub struct ShareConsumer {
     in_flight: BTreeMap<TopicPartition, (SocketAddr, BTreeMap<u64, Option<u8>>)>,
     /// The group's lock duration, as the broker last said.
     lock_timeout: Duration,
+    /// The fetch that is out, if one is (a poll's that timed out).
+    out: Option<Round>,
+    /// Records fetched and not yet handed out (a fetch `commit_sync`
+    /// waited for).
+    buffered: Vec<(SocketAddr, ShareRecord)>,
 }
+
+/// Each core's answer to a round of fetches.
+type RoundAnswers = Vec<(SocketAddr, Result<(ShareFetchResponse, bytes::Bytes)>)>;
+/// A round of fetches under way.
+type Round = tokio::task::JoinHandle<RoundAnswers>;
 
 impl std::fmt::Debug for ShareConsumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -244,6 +254,8 @@ impl ShareConsumer {
             sessions: HashMap::new(),
             in_flight: BTreeMap::new(),
             lock_timeout: Duration::from_secs(30),
+            out: None,
+            buffered: Vec::new(),
         }
     }
 
@@ -385,17 +397,42 @@ impl ShareConsumer {
     /// Returns records acquired for this member, waiting up to `timeout`
     /// for some (an empty result when none came). Acknowledgements given
     /// since the last poll (and, in implicit mode, the acceptance of the
-    /// last poll's records) travel with its fetches.
+    /// last poll's records) travel with its fetch.
+    ///
+    /// A fetch still out when `timeout` passes (the broker holds it up to
+    /// [`ShareConsumerConfig::max_wait`]) is not abandoned: the next poll
+    /// takes its answer (acknowledgements given meanwhile wait for the
+    /// fetch after it).
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareRecord>> {
         let deadline = Instant::now() + timeout;
         self.accept_implicitly();
-        let mut acks = self.take_acks();
+        if !self.buffered.is_empty() {
+            let records = std::mem::take(&mut self.buffered);
+            return Ok(self.hand_out(records));
+        }
         loop {
             if let Some(e) = self.lock().fatal.take() {
                 return Err(e);
             }
-            let assignment: BTreeSet<TopicPartition> = self.lock().assignment.clone();
-            if assignment.is_empty() && acks.is_empty() {
+            if let Some(pending) = self.out.as_mut() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let Ok(joined) = tokio::time::timeout(left, pending).await else {
+                    // Still out: the next poll takes its answer.
+                    return Ok(Vec::new());
+                };
+                self.out = None;
+                let answers = joined
+                    .map_err(|e| ClientError::InvalidResponse(format!("share fetch task: {e}")))?;
+                let records = self.take_round(answers)?;
+                if !records.is_empty() {
+                    return Ok(self.hand_out(records));
+                }
+                if Instant::now() >= deadline {
+                    return Ok(Vec::new());
+                }
+            }
+            let idle = self.lock().assignment.is_empty() && !self.has_acks();
+            if idle {
                 let now = Instant::now();
                 if now >= deadline {
                     return Ok(Vec::new());
@@ -403,26 +440,70 @@ impl ShareConsumer {
                 let _ = tokio::time::timeout(deadline - now, self.assigned.notified()).await;
                 continue;
             }
-            let wait = deadline
-                .saturating_duration_since(Instant::now())
-                .min(self.config.max_wait);
-            let records = self.fetch_round(&assignment, &mut acks, wait).await?;
-            if !records.is_empty() || Instant::now() >= deadline {
-                return Ok(records);
-            }
+            self.send_out().await?;
         }
     }
 
-    /// One fetch per core whose partitions this member reads (or holds
-    /// acknowledgements for), in parallel; every answer is awaited (an
-    /// abandoned share fetch would leave records locked and the session's
-    /// epoch unknown).
-    async fn fetch_round(
+    /// Whether acknowledgements wait to be sent.
+    fn has_acks(&self) -> bool {
+        self.in_flight
+            .values()
+            .any(|(_, offsets)| offsets.values().any(|a| a.is_some()))
+    }
+
+    /// Records handed to the application: held (in flight) until
+    /// acknowledged.
+    fn hand_out(&mut self, records: Vec<(SocketAddr, ShareRecord)>) -> Vec<ShareRecord> {
+        records
+            .into_iter()
+            .map(|(addr, r)| {
+                let slot = self
+                    .in_flight
+                    .entry((r.record.topic.to_string(), r.record.partition))
+                    .or_insert_with(|| (addr, BTreeMap::new()));
+                slot.0 = addr;
+                slot.1.insert(r.record.offset, None);
+                r
+            })
+            .collect()
+    }
+
+    /// Sends a fetch to every core (with the acknowledgements given so
+    /// far), unless one is out already.
+    async fn send_out(&mut self) -> Result<()> {
+        if self.out.is_some() {
+            return Ok(());
+        }
+        let assignment: BTreeSet<TopicPartition> = self.lock().assignment.clone();
+        let mut acks = self.take_acks();
+        let wait = self.config.max_wait;
+        self.out = Some(self.send_round(&assignment, &mut acks, wait).await?);
+        Ok(())
+    }
+
+    /// Waits for the fetch that is out, keeping its records for the next
+    /// poll (before a request that must follow it on the sessions).
+    async fn settle_out(&mut self) -> Result<()> {
+        if let Some(pending) = self.out.take() {
+            let answers = pending
+                .await
+                .map_err(|e| ClientError::InvalidResponse(format!("share fetch task: {e}")))?;
+            let records = self.take_round(answers)?;
+            self.buffered.extend(records);
+        }
+        Ok(())
+    }
+
+    /// Sends one fetch per core whose partitions this member reads (or
+    /// holds acknowledgements for), in parallel, in a task; every answer
+    /// is awaited (an abandoned share fetch would leave records locked
+    /// and the session's epoch unknown).
+    async fn send_round(
         &mut self,
         assignment: &BTreeSet<TopicPartition>,
         acks: &mut HashMap<SocketAddr, Vec<SharePartitionRequest>>,
         wait: Duration,
-    ) -> Result<Vec<ShareRecord>> {
+    ) -> Result<Round> {
         // Where each assigned partition lives now.
         let mut wanted: HashMap<SocketAddr, (Arc<Client>, BTreeSet<TopicPartition>)> =
             HashMap::new();
@@ -445,7 +526,7 @@ impl ShareConsumer {
             let parts = acks.remove(&addr).unwrap_or_default();
             self.acknowledge_at(addr, parts, false).await?;
         }
-        let mut tasks = tokio::task::JoinSet::new();
+        let mut requests = Vec::new();
         for (addr, (client, parts)) in wanted {
             let session = self.sessions.entry(addr).or_insert_with(|| Session {
                 client: client.clone(),
@@ -490,17 +571,30 @@ impl ShareConsumer {
             // The session as it will be once answered.
             session.partitions = parts;
             session.epoch = next_epoch(session.epoch);
-            let client = session.client.clone();
-            tasks.spawn(async move {
-                let r = client.share_fetch(&req, wait).await;
-                (addr, r)
-            });
+            requests.push((addr, session.client.clone(), req));
         }
+        Ok(tokio::spawn(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for (addr, client, req) in requests {
+                tasks.spawn(async move { (addr, client.share_fetch(&req, wait).await) });
+            }
+            let mut out = Vec::new();
+            while let Some(done) = tasks.join_next().await {
+                match done {
+                    Ok(answer) => out.push(answer),
+                    Err(e) => tracing::warn!(error = %e, "a share fetch task failed"),
+                }
+            }
+            out
+        }))
+    }
+
+    /// Reads the answers of a round: the records acquired (not yet handed
+    /// out), sessions and errors.
+    fn take_round(&mut self, answers: RoundAnswers) -> Result<Vec<(SocketAddr, ShareRecord)>> {
         let mut records = Vec::new();
         let mut first_error = None;
-        while let Some(done) = tasks.join_next().await {
-            let (addr, r) =
-                done.map_err(|e| ClientError::InvalidResponse(format!("share fetch task: {e}")))?;
+        for (addr, r) in answers {
             match r {
                 Ok((body, payload)) => {
                     if let Err(e) = self.take_answer(addr, body, &payload, &mut records) {
@@ -531,7 +625,7 @@ impl ShareConsumer {
         addr: SocketAddr,
         body: ShareFetchResponse,
         payload: &bytes::Bytes,
-        records: &mut Vec<ShareRecord>,
+        records: &mut Vec<(SocketAddr, ShareRecord)>,
     ) -> Result<()> {
         if body.error != 0 {
             let code = ErrorCode::from_u16(body.error);
@@ -606,11 +700,13 @@ impl ShareConsumer {
                     .iter()
                     .find(|a| a.first <= r.offset && r.offset <= a.last)
                     .map_or(1, |a| a.delivery_count);
-                offsets.insert(r.offset, None);
-                records.push(ShareRecord {
-                    record: r,
-                    delivery_count,
-                });
+                records.push((
+                    addr,
+                    ShareRecord {
+                        record: r,
+                        delivery_count,
+                    },
+                ));
             }
             // Offsets acquired without a record (compacted away, control
             // records): gaps.
@@ -672,6 +768,7 @@ impl ShareConsumer {
     /// the first refusal is returned (`InvalidRecordState`: the records'
     /// lock expired, or they were never this member's).
     pub async fn commit_sync(&mut self) -> Result<()> {
+        self.settle_out().await?;
         self.accept_implicitly();
         let acks = self.take_acks();
         let mut first = None;
@@ -687,6 +784,10 @@ impl ShareConsumer {
     /// accepts what was returned), closes the share sessions (records
     /// still held go back to the others at once) and stops heartbeating.
     pub async fn close(mut self) -> Result<()> {
+        // Records fetched and not handed out go back with the
+        // sessions' close.
+        let settled = self.settle_out().await;
+        self.buffered.clear();
         self.accept_implicitly();
         let mut acks = self.take_acks();
         let addrs: Vec<SocketAddr> = self.sessions.keys().copied().collect();
@@ -702,6 +803,7 @@ impl ShareConsumer {
         if let Some(h) = self.heartbeat.take() {
             let _ = h.await;
         }
+        settled?;
         first.map_or(Ok(()), Err)
     }
 }

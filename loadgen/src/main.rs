@@ -34,6 +34,10 @@ const SHIPPED: &[(&str, &str)] = &[
         include_str!("../workloads/max-rate-1-topic-16-partitions-100b.yaml"),
     ),
     (
+        "share-1-topic-2-partitions-1kb",
+        include_str!("../workloads/share-1-topic-2-partitions-1kb.yaml"),
+    ),
+    (
         "transactions-1-topic-16-partitions-1kb",
         include_str!("../workloads/transactions-1-topic-16-partitions-1kb.yaml"),
     ),

@@ -30,6 +30,15 @@
 //! a partition that moves while the group forms is resumed where its
 //! previous owner stopped. Topics are fresh for each run, so every member
 //! starts at the earliest offset where nothing is committed.
+//!
+//! With `subscriptionType: share` a subscription is a share group
+//! (`<topic>-share-<n>`) of `ShareConsumer`s (implicit acknowledgement:
+//! a poll's records are accepted by the next poll): every member reads
+//! every partition, each record delivered to one of them. A share group
+//! starts at the log's end (the broker's `--share-auto-offset-reset`), so
+//! its members open their share sessions before the producers start.
+//! `consumerProcessingMicros` makes each record cost its consumer that
+//! much waiting after each poll (a call to another service, say).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,7 +55,7 @@ use weir_client::{
 
 use crate::report::{Interval, Machine, Percentiles, Report, Totals};
 use crate::stages;
-use crate::workload::{KeyDistributor, Workload};
+use crate::workload::{KeyDistributor, SubscriptionType, Workload};
 
 /// What to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -686,6 +695,7 @@ async fn consume(
     group: String,
     bootstrap: SocketAddr,
     isolation: Option<String>,
+    processing_us: u64,
     shared: Arc<Shared>,
 ) -> anyhow::Result<()> {
     let client = Client::connect_with(bootstrap, shared.client.clone()).await?;
@@ -706,27 +716,72 @@ async fn consume(
         .with_context(|| format!("joining the group of {topic}"))?;
     while !shared.stop_consuming.load(Ordering::Relaxed) {
         let records = consumer.poll(Duration::from_millis(100)).await?;
-        if records.is_empty() {
-            continue;
+        let values = records
+            .iter()
+            .map(|r| (r.value.as_deref().unwrap_or_default(), r.timestamp));
+        consumed(&shared, values, processing_us).await;
+    }
+    consumer.close().await?;
+    Ok(())
+}
+
+/// Counts a poll's records (bytes, end-to-end latency), then spends the
+/// workload's processing cost on them.
+async fn consumed<'a>(
+    shared: &Shared,
+    values: impl Iterator<Item = (&'a [u8], i64)>,
+    processing_us: u64,
+) {
+    let now = now_us();
+    let measured = shared.measured();
+    let (mut n, mut bytes) = (0u64, 0u64);
+    {
+        let mut h = shared.e2e.lock().expect("histogram");
+        for (v, ts) in values {
+            n += 1;
+            bytes += v.len() as u64;
+            h.record(now.saturating_sub(sent_us(v, ts)), measured);
         }
-        let now = now_us();
-        let measured = shared.measured();
-        let mut bytes = 0u64;
-        {
-            let mut h = shared.e2e.lock().expect("histogram");
-            for r in &records {
-                let v = r.value.as_deref().unwrap_or_default();
-                bytes += v.len() as u64;
-                h.record(now.saturating_sub(sent_us(v, r.timestamp)), measured);
-            }
+    }
+    shared.consumed.fetch_add(n, Ordering::Relaxed);
+    shared.consumed_bytes.fetch_add(bytes, Ordering::Relaxed);
+    shared
+        .last_consume_us
+        .fetch_max(now_us(), Ordering::Relaxed);
+    if processing_us > 0 && n > 0 {
+        tokio::time::sleep(Duration::from_micros(n * processing_us)).await;
+    }
+}
+
+/// One member of a share-group subscription: opens its share sessions
+/// (counted as joined), then reads and accepts records.
+async fn consume_share(
+    topic: String,
+    group: String,
+    bootstrap: SocketAddr,
+    processing_us: u64,
+    shared: Arc<Shared>,
+) -> anyhow::Result<()> {
+    let client = Client::connect_with(bootstrap, shared.client.clone()).await?;
+    let mut c = weir_client::ShareConsumerConfig::new(group);
+    c.max_wait = Duration::from_millis(100);
+    let mut consumer = weir_client::ShareConsumer::new(client, c);
+    consumer.subscribe(&[topic.as_str()])?;
+    let mut joined = false;
+    while !shared.stop_consuming.load(Ordering::Relaxed) {
+        let records = consumer.poll(Duration::from_millis(100)).await?;
+        if !joined && !consumer.assignment().is_empty() {
+            // The sessions this poll opened start the share partitions.
+            joined = true;
+            shared.consumers_joined.fetch_add(1, Ordering::Relaxed);
         }
-        shared
-            .consumed
-            .fetch_add(records.len() as u64, Ordering::Relaxed);
-        shared.consumed_bytes.fetch_add(bytes, Ordering::Relaxed);
-        shared
-            .last_consume_us
-            .fetch_max(now_us(), Ordering::Relaxed);
+        let values = records.iter().map(|r| {
+            (
+                r.record.value.as_deref().unwrap_or_default(),
+                r.record.timestamp,
+            )
+        });
+        consumed(&shared, values, processing_us).await;
     }
     consumer.close().await?;
     Ok(())
@@ -849,6 +904,11 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         .collect();
     let configs = w.driver.topic_configs();
     let payload_file = w.read_payload_file(&opts.workload_dir)?.map(Bytes::from);
+    if w.subscription_type == SubscriptionType::Share && opts.driver == Driver::Kafka {
+        anyhow::bail!(
+            "subscriptionType share runs with the weir driver only (librdkafka's share consumer is not wrapped)"
+        );
+    }
     match opts.driver {
         Driver::Weir => {
             let admin = Client::connect_with(opts.bootstrap, opts.client.clone())
@@ -900,6 +960,13 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         transactions: AtomicU64::new(0),
     });
     let mut notes = Vec::new();
+    if opts.mode == Mode::Consume && w.subscription_type == SubscriptionType::Share {
+        notes.push(
+            "share groups start at the log's end unless the broker runs with \
+             --share-auto-offset-reset earliest: without it the backlog is not read"
+                .to_string(),
+        );
+    }
     let kafka_config: Arc<[(String, String)]> = opts.kafka_config.clone().into();
     let producers_total = u64::from(w.producers_per_topic * w.topics);
     let per_producer_rate = if producers_total > 0 {
@@ -956,15 +1023,24 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                 for _ in 0..w.consumer_per_subscription.max(1) {
                     let (topic, group) = (t.clone(), format!("{t}-sub-{sub}"));
                     let shared = shared.clone();
-                    tasks.push(match opts.driver {
-                        Driver::Weir => tokio::spawn(consume(
+                    let processing = w.consumer_processing_micros;
+                    tasks.push(match (opts.driver, w.subscription_type) {
+                        (Driver::Weir, SubscriptionType::Share) => tokio::spawn(consume_share(
+                            topic,
+                            format!("{t}-share-{sub}"),
+                            opts.bootstrap,
+                            processing,
+                            shared,
+                        )),
+                        (Driver::Weir, SubscriptionType::Group) => tokio::spawn(consume(
                             topic,
                             group,
                             opts.bootstrap,
                             w.driver.isolation_level.clone(),
+                            processing,
                             shared,
                         )),
-                        Driver::Kafka => tokio::spawn(consume_kafka(
+                        (Driver::Kafka, _) => tokio::spawn(consume_kafka(
                             topic,
                             group,
                             opts.bootstrap,
@@ -980,7 +1056,9 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
     // The native consumers join before their first poll; librdkafka's join
     // in the background: producers start once every member has its first
     // assignment (bounded), so that what is measured is not the join.
-    if opts.driver == Driver::Kafka && !tasks.is_empty() {
+    let joins_later =
+        opts.driver == Driver::Kafka || w.subscription_type == SubscriptionType::Share;
+    if joins_later && !tasks.is_empty() {
         let deadline = Instant::now() + KAFKA_JOIN_TIMEOUT;
         while shared.consumers_joined.load(Ordering::Relaxed) < tasks.len() as u64 {
             if Instant::now() >= deadline || opts.stop.load(Ordering::Relaxed) {

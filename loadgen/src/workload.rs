@@ -140,6 +140,19 @@ pub struct Workload {
     /// `consumerPerSubscription`: consumers sharing each subscription's
     /// partitions; at least 1 when `subscriptionsPerTopic` is not 0.
     pub consumer_per_subscription: u32,
+    /// `subscriptionType` (Weir's; default `group`): what a subscription
+    /// is — `group`, a consumer group whose members split the partitions;
+    /// `share`, a share group (KIP-932) whose members all read every
+    /// partition and acknowledge records one by one (the Weir driver
+    /// only).
+    #[serde(default)]
+    pub subscription_type: SubscriptionType,
+    /// `consumerProcessingMicros` (Weir's; default 0): the work each
+    /// consumed record costs its consumer, in µs, spent waiting (as a
+    /// call to another service would) after each poll, before the next;
+    /// at most [`PROCESSING_MICROS_MAX`].
+    #[serde(default)]
+    pub consumer_processing_micros: u64,
     /// `producerRate`: records per second over all producers together (OMB's
     /// meaning); 0 means as fast as possible. Ignored without producers.
     pub producer_rate: f64,
@@ -389,6 +402,22 @@ fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error>
     d.deserialize_any(V)
 }
 
+/// Most `consumerProcessingMicros`: 1 s of work per record.
+pub const PROCESSING_MICROS_MAX: u64 = 1_000_000;
+
+/// What a subscription is (`subscriptionType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SubscriptionType {
+    /// `group` (the default): a consumer group; each partition is read by
+    /// one member.
+    #[default]
+    Group,
+    /// `share`: a share group; every member reads every partition, each
+    /// record delivered to one member.
+    Share,
+}
+
 /// How records are keyed (`keyDistributor`), with OMB's names and meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -573,6 +602,15 @@ impl Workload {
                 ),
             ));
         }
+        if self.consumer_processing_micros > PROCESSING_MICROS_MAX {
+            return Err(WorkloadError::new(
+                "consumerProcessingMicros",
+                format!(
+                    "must be at most {PROCESSING_MICROS_MAX} (got {})",
+                    self.consumer_processing_micros
+                ),
+            ));
+        }
         check_range("producerRate", self.producer_rate, 0.0, false, f64::MAX)?;
         // Keeps backlog_bytes() within u64.
         check_range(
@@ -666,6 +704,8 @@ impl Workload {
             producers_per_topic: 1,
             subscriptions_per_topic: 1,
             consumer_per_subscription: 1,
+            subscription_type: SubscriptionType::Group,
+            consumer_processing_micros: 0,
             producer_rate: 0.0,
             consumer_backlog_size_gb: 0.0,
             warmup_duration_minutes: 0.0,

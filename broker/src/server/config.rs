@@ -300,6 +300,12 @@ pub struct BrokerArgs {
     /// [default: 5].
     #[arg(long, env = "WEIR_GROUP_SHARE_DELIVERY_COUNT_LIMIT")]
     pub group_share_delivery_count_limit: Option<u16>,
+    /// Records in flight in one share partition (from its first record
+    /// not yet acknowledged to the last acquired): no more are acquired
+    /// beyond it (Kafka's `group.share.partition.max.record.locks`,
+    /// 100..=10000) [default: 2000].
+    #[arg(long, env = "WEIR_GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS")]
+    pub group_share_partition_max_record_locks: Option<usize>,
     /// A share-group member that does not heartbeat for this long is
     /// removed and its partitions go to the others (Kafka's
     /// `group.share.session.timeout.ms`, 1000..=3600000) [default: 45000].
@@ -425,6 +431,7 @@ struct FileConfig {
     share_auto_offset_reset: Option<String>,
     group_share_record_lock_duration_ms: Option<u64>,
     group_share_delivery_count_limit: Option<u16>,
+    group_share_partition_max_record_locks: Option<usize>,
     group_share_session_timeout_ms: Option<u64>,
     frame_read_timeout_ms: Option<u64>,
     max_connections_per_core: Option<usize>,
@@ -1217,10 +1224,22 @@ impl BrokerConfig {
                          {DELIVERY_COUNT_LIMIT_MIN}..={DELIVERY_COUNT_LIMIT_MAX}"
                     );
                 }
+                let max_in_flight = args
+                    .group_share_partition_max_record_locks
+                    .or(file.group_share_partition_max_record_locks)
+                    .unwrap_or(PARTITION_MAX_RECORD_LOCKS_DEFAULT);
+                if !(PARTITION_MAX_RECORD_LOCKS_MIN..=PARTITION_MAX_RECORD_LOCKS_MAX)
+                    .contains(&max_in_flight)
+                {
+                    bail!(
+                        "--group-share-partition-max-record-locks {max_in_flight}: use \
+                         {PARTITION_MAX_RECORD_LOCKS_MIN}..={PARTITION_MAX_RECORD_LOCKS_MAX}"
+                    );
+                }
                 weir_share::partition::ShareConfig {
                     lock_ms,
                     delivery_limit,
-                    ..weir_share::partition::ShareConfig::default()
+                    max_in_flight,
                 }
             },
             share_group: {

@@ -2,7 +2,7 @@
 //! share partitions of the topic partitions it owns, and the members'
 //! share sessions with it. What acts on it is [`super::service`].
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 
 use std::collections::BTreeMap;
@@ -36,9 +36,12 @@ pub struct Shares {
     pub(crate) parts: RefCell<HashMap<ShareKey, (u32, SharePartition)>>,
     /// Share sessions with this core, by (group, member).
     pub(crate) sessions: RefCell<HashMap<(String, String), Session>>,
-    /// One store of a share partition's state at a time (each snapshot
-    /// is taken under it, so stores land in the order of the changes).
-    pub(crate) store_locks: RefCell<HashMap<ShareKey, Rc<glommio::sync::Semaphore>>>,
+    /// Share fetches waiting for records to become acquirable in share
+    /// partitions whose window is full (woken by any acknowledgement,
+    /// release or expiry on this core).
+    pub(crate) waiting: RefCell<Vec<futures_channel::oneshot::Sender<()>>>,
+    /// The stores of each share partition's state.
+    pub(crate) store_lines: RefCell<HashMap<ShareKey, Rc<StoreLine>>>,
     /// The durable states this core keeps (the `__share_group_state`
     /// partitions it leads).
     pub states: ShareStates,
@@ -55,13 +58,48 @@ pub struct ShareStates {
     pub parts: RefCell<BTreeMap<u32, HashMap<ShareKey, ShareSnapshot>>>,
 }
 
+/// The stores of one share partition's state: one at a time (each
+/// snapshot is taken under the lock, so stores land in the order of the
+/// changes), and a change that a store finished since covers is not
+/// stored again — acknowledgements of many members arriving together
+/// share one write (a group commit).
+pub(crate) struct StoreLine {
+    /// Held while a snapshot is taken and stored.
+    pub(crate) lock: glommio::sync::Semaphore,
+    /// Changes made to the share partition (counted).
+    pub(crate) changed: Cell<u64>,
+    /// Changes covered by a finished store.
+    pub(crate) stored: Cell<u64>,
+}
+
 impl Shares {
-    /// The store lock of share partition `k`.
-    pub(crate) fn store_lock(&self, k: &ShareKey) -> Rc<glommio::sync::Semaphore> {
-        self.store_locks
+    /// The store line of share partition `k`.
+    pub(crate) fn store_line(&self, k: &ShareKey) -> Rc<StoreLine> {
+        self.store_lines
             .borrow_mut()
             .entry(k.clone())
-            .or_insert_with(|| Rc::new(glommio::sync::Semaphore::new(1)))
+            .or_insert_with(|| {
+                Rc::new(StoreLine {
+                    lock: glommio::sync::Semaphore::new(1),
+                    changed: Cell::new(0),
+                    stored: Cell::new(0),
+                })
+            })
             .clone()
+    }
+
+    /// Wakes the share fetches waiting for records to free up.
+    pub(crate) fn wake(&self) {
+        for tx in self.waiting.borrow_mut().drain(..) {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Counts a change of share partition `k`'s durable state (made just
+    /// now): the number a store must cover for it.
+    pub(crate) fn changed(&self, k: &ShareKey) -> u64 {
+        let line = self.store_line(k);
+        line.changed.set(line.changed.get() + 1);
+        line.changed.get()
     }
 }

@@ -267,6 +267,9 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
     };
     let now = || core.storage.now_ms();
     let mut answers: Vec<PartAnswer> = Vec::new();
+    // Stores of acknowledged state, running while records are acquired
+    // (the answer waits for them: durable before answered).
+    let mut stores: Vec<(ShareKey, glommio::Task<Result<(), BrokerError>>)> = Vec::new();
     // Acknowledgements first, all of them, then the releases.
     for p in &req.parts {
         let mut a = PartAnswer {
@@ -284,6 +287,9 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                         let (_, sp) = parts.get_mut(&k).expect("made by ensure");
                         sp.acknowledge(&req.member, &p.acks, now())
                     };
+                    if applied.is_ok() {
+                        core.shares.wake();
+                    }
                     match applied {
                         Err(e) => {
                             tracing::debug!(group = %req.group, member = %req.member, error = %e,
@@ -291,7 +297,15 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                             a.ack_error = Some(e);
                         }
                         // Durable before it is answered.
-                        Ok(true) => a.store_error = persist(core, &k).await.err(),
+                        Ok(true) => {
+                            let seq = core.shares.changed(&k);
+                            let (core, key) = (core.clone(), k.clone());
+                            let task =
+                                glommio::spawn_local(
+                                    async move { persist(&core, &key, seq).await },
+                                );
+                            stores.push((k, task));
+                        }
                         Ok(false) => {}
                     }
                 }
@@ -305,13 +319,24 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
             sp.release_member(&req.member);
         }
     }
+    if !released.is_empty() {
+        core.shares.wake();
+    }
     if closing || req.max_records == 0 {
+        settle(stores, &mut answers).await;
         return Ok(answers);
     }
     if !acquire_all(core, &req, &member, &partitions, &mut answers).await && req.max_wait_ms > 0 {
-        wait_for_records(core, &req.group, &partitions, req.max_wait_ms).await;
-        acquire_all(core, &req, &member, &partitions, &mut answers).await;
+        // Stored first: a member waiting for records holds its
+        // acknowledgements' answer no longer than their store.
+        if !stores.is_empty() {
+            settle(std::mem::take(&mut stores), &mut answers).await;
+        } else {
+            wait_for_records(core, &req.group, &partitions, req.max_wait_ms).await;
+            acquire_all(core, &req, &member, &partitions, &mut answers).await;
+        }
     }
+    settle(stores, &mut answers).await;
     if req.epoch == 0 {
         // A new session answers every partition it holds.
         for (topic, partition) in &partitions {
@@ -328,6 +353,24 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
         }
     }
     Ok(answers)
+}
+
+/// Waits for the stores of acknowledged state, noting a failed one on
+/// its partition's answer.
+async fn settle(
+    stores: Vec<(ShareKey, glommio::Task<Result<(), BrokerError>>)>,
+    answers: &mut [PartAnswer],
+) {
+    for (k, task) in stores {
+        if let Err(e) = task.await {
+            if let Some(a) = answers
+                .iter_mut()
+                .find(|a| a.topic == k.topic && a.partition == k.partition)
+            {
+                a.store_error = Some(e);
+            }
+        }
+    }
 }
 
 /// The session epoch after `e` (1 after the largest: 0 and -1 are
@@ -434,27 +477,34 @@ fn unavailable(k: &ShareKey, e: BrokerError) -> BrokerError {
     }
 }
 
-/// Stores share partition `k`'s state now (after acknowledgements): the
+/// Stores share partition `k`'s state, unless a store that finished
+/// since covers change `seq` (then that store made it durable). The
 /// snapshot is taken under the partition's store lock, so stores land in
 /// the order of the changes.
-async fn persist(core: &Rc<Core>, k: &ShareKey) -> Result<(), BrokerError> {
-    let lock = core.shares.store_lock(k);
-    let _one = lock
+async fn persist(core: &Rc<Core>, k: &ShareKey, seq: u64) -> Result<(), BrokerError> {
+    let line = core.shares.store_line(k);
+    let _one = line
+        .lock
         .acquire_permit(1)
         .await
         .map_err(|_| unavailable(k, BrokerError::TimedOut("store lock closed".into())))?;
+    if line.stored.get() >= seq {
+        return Ok(());
+    }
+    let covers = line.changed.get();
     let snap = core
         .shares
         .parts
         .borrow()
         .get(k)
         .map(|(_, sp)| sp.snapshot());
-    match snap {
-        Some(s) => super::state::store(core, k, Some(&s))
+    if let Some(s) = snap {
+        super::state::store(core, k, Some(&s))
             .await
-            .map_err(|e| unavailable(k, e)),
-        None => Ok(()),
+            .map_err(|e| unavailable(k, e))?;
     }
+    line.stored.set(line.stored.get().max(covers));
+    Ok(())
 }
 
 /// Acquires records for `member` in each partition of its session;
@@ -598,11 +648,21 @@ async fn wait_for_records(
     wait_ms: u32,
 ) {
     let wait_ms = wait_ms.min(crate::server::limits::FETCH_WAIT_MS_MAX);
+    let sleep = || glommio::timer::sleep(std::time::Duration::from_millis(u64::from(wait_ms)));
+    // A share partition whose window is full waits for its records to
+    // free up (an acknowledgement, a release, an expiry), the others for
+    // records past their end.
     let parts: Vec<crate::service::fetch::FetchPart> = partitions
         .iter()
         .filter_map(|(topic, partition)| {
             let k = key_of(group, topic, *partition);
-            let end = core.shares.parts.borrow().get(&k).map(|(_, sp)| sp.end())?;
+            let end = core
+                .shares
+                .parts
+                .borrow()
+                .get(&k)
+                .filter(|(_, sp)| sp.has_room())
+                .map(|(_, sp)| sp.end())?;
             Some(crate::service::fetch::FetchPart {
                 topic: topic.clone(),
                 partition: *partition,
@@ -611,8 +671,21 @@ async fn wait_for_records(
             })
         })
         .collect();
+    let (tx, rx) = futures_channel::oneshot::channel();
+    if parts.len() < partitions.len() {
+        let mut waiting = core.shares.waiting.borrow_mut();
+        // (Those whose fetch has ended since go.)
+        waiting.retain(|tx| !tx.is_canceled());
+        waiting.push(tx);
+    }
+    let freed = async {
+        // Never woken when no partition is full (its sender is dropped).
+        if rx.await.is_err() {
+            futures_lite::future::pending::<()>().await;
+        }
+    };
     if parts.is_empty() {
-        glommio::timer::sleep(std::time::Duration::from_millis(u64::from(wait_ms))).await;
+        futures_lite::future::or(freed, sleep()).await;
         return;
     }
     let params = crate::service::fetch::FetchParams {
@@ -621,8 +694,11 @@ async fn wait_for_records(
         max_wait_ms: wait_ms,
         read_committed: false,
     };
-    let _ =
-        crate::service::fetch::fetch(core, &parts, params, crate::service::Ctx::default()).await;
+    let arrived = async {
+        let _ = crate::service::fetch::fetch(core, &parts, params, crate::service::Ctx::default())
+            .await;
+    };
+    futures_lite::future::or(freed, arrived).await;
 }
 
 /// Every [`EXPIRY_CHECK_MS`]: releases the records whose locks expired,
@@ -632,13 +708,18 @@ pub async fn expiry_loop(core: Rc<Core>) {
     while !core.shared.stopping() {
         glommio::timer::sleep(std::time::Duration::from_millis(EXPIRY_CHECK_MS)).await;
         let now = core.storage.now_ms();
+        let mut expired = false;
         for (_, sp) in core.shares.parts.borrow_mut().values_mut() {
             // (`acquired` is kept, the deadline scan only where locks are.)
             if sp.acquired() > 0 && sp.next_deadline().is_some_and(|d| d <= now) {
                 sp.expire(now);
+                expired = true;
             }
         }
-        drop_idle_sessions(&core, now);
+        expired |= drop_idle_sessions(&core, now);
+        if expired {
+            core.shares.wake();
+        }
         let view = core.metadata();
         let partitions_of = |t: &str| view.get(t).map(|m| m.partitions());
         let mut groups = core.shares.groups.borrow_mut();
@@ -652,8 +733,8 @@ pub async fn expiry_loop(core: Rc<Core>) {
 }
 
 /// Drops the share sessions unused for [`SESSION_IDLE_MS`], releasing
-/// what their members hold in them.
-fn drop_idle_sessions(core: &Core, now: i64) {
+/// what their members hold in them; whether it dropped one.
+fn drop_idle_sessions(core: &Core, now: i64) -> bool {
     let idle: Vec<((String, String), Session)> = {
         let mut sessions = core.shares.sessions.borrow_mut();
         let keys: Vec<(String, String)> = sessions
@@ -665,6 +746,7 @@ fn drop_idle_sessions(core: &Core, now: i64) {
             .filter_map(|k| sessions.remove(&k).map(|s| (k, s)))
             .collect()
     };
+    let dropped = !idle.is_empty();
     let mut parts = core.shares.parts.borrow_mut();
     for ((group, member), s) in idle {
         for (topic, partition) in &s.partitions {
@@ -673,4 +755,5 @@ fn drop_idle_sessions(core: &Core, now: i64) {
             }
         }
     }
+    dropped
 }

@@ -102,6 +102,52 @@ fn an_embedded_end_to_end_run_reports_what_the_broker_holds() {
     broker.stop().unwrap();
 }
 
+/// A share-group subscription (4 members on 2 partitions, each record
+/// costing 200 µs of work): the members read what was produced, each
+/// record once (no more consumed than the broker holds); with the Kafka
+/// driver it is refused with a clear error.
+#[test]
+fn a_share_group_subscription_reads_every_record_once() {
+    let broker = Embedded::start(1, None).unwrap();
+    let rt = runtime();
+    let w = workload(&[
+        ("partitionsPerTopic", "2"),
+        ("consumerPerSubscription", "4"),
+        ("subscriptionType", "share"),
+        ("consumerProcessingMicros", "200"),
+        ("producerRate", "2000"),
+    ]);
+    let report = rt
+        .block_on(run(&w, &options(Mode::EndToEnd, broker.addr, "share")))
+        .unwrap();
+    assert!(
+        report.notes.iter().all(|n| !n.contains("failed")),
+        "{:?}",
+        report.notes
+    );
+    let held: u64 = rt.block_on(async {
+        let c = Client::connect(broker.addr).await.unwrap();
+        let t = c.describe_topic("test-0-share").await.unwrap();
+        t.partitions.iter().map(|p| p.log_end_offset).sum()
+    });
+    assert!(
+        report.totals.consumed_all <= held,
+        "{} of {held}",
+        report.totals.consumed_all
+    );
+    assert!(
+        report.totals.consumed_all * 10 >= held * 9,
+        "consumed {} of {held}",
+        report.totals.consumed_all
+    );
+    let mut opts = options(Mode::EndToEnd, broker.addr, "share-kafka");
+    opts.driver = Driver::Kafka;
+    let e = rt.block_on(run(&w, &opts)).unwrap_err().to_string();
+    assert!(e.contains("subscriptionType share"), "{e}");
+    drop(rt);
+    broker.stop().unwrap();
+}
+
 /// The same workload through librdkafka on the embedded broker's Kafka
 /// listener: the topic made with CreateTopics, every acknowledged record in
 /// the broker, the group of two librdkafka consumers reading them.

@@ -91,6 +91,7 @@ fn every_shipped_workload_loads_and_validates() {
             "max-rate-1-topic-1-partition-1000b.yaml",
             "max-rate-1-topic-1-partition-100b.yaml",
             "max-rate-1-topic-16-partitions-100b.yaml",
+            "share-1-topic-2-partitions-1kb.yaml",
             "transactions-1-topic-16-partitions-1kb.yaml",
         ]
     );
@@ -121,6 +122,14 @@ fn every_shipped_workload_loads_and_validates() {
             // Issue 32's transactional produce: 16 partitions as OMB's.
             assert_eq!(w.driver.transaction_records, Some(1000));
             assert_eq!(w.partitions_per_topic, 16, "{}", path.display());
+        } else if text.contains("subscriptionType: share") {
+            // Issue 33's share group: 8 members on 2 partitions.
+            assert_eq!(
+                (w.partitions_per_topic, w.consumer_per_subscription),
+                (2, 8),
+                "{}",
+                path.display()
+            );
         } else {
             // The single-partition rows of docs/benchmarks.md.
             assert_eq!(
@@ -368,6 +377,13 @@ fn each_semantic_check_names_its_field() {
             &[("consumerPerSubscription", "consumerPerSubscription: 0")],
             "consumerPerSubscription",
         ),
+        (
+            &[(
+                "consumerProcessingMicros",
+                "consumerProcessingMicros: 1000001",
+            )],
+            "consumerProcessingMicros",
+        ),
         (&[("producerRate", "producerRate: -1")], "producerRate"),
         (&[("producerRate", "producerRate: .inf")], "producerRate"),
         (
@@ -586,8 +602,9 @@ fn set_rejects_unknown_names() {
     let names = Workload::field_names();
     assert!(names.contains(&"driver.maxInFlight".to_string()));
     assert!(names.contains(&"consumerBacklogSizeGB".to_string()));
+    assert!(names.contains(&"subscriptionType".to_string()));
     assert!(!names.contains(&"driver".to_string()));
-    assert_eq!(names.len(), 16 + 11);
+    assert_eq!(names.len(), 18 + 11);
 }
 
 #[test]
