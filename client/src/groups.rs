@@ -381,7 +381,10 @@ impl Client {
     /// assigned to a member): committed offset, log end, lag in records
     /// and in seconds (now − the timestamp of the record at the committed
     /// offset; 0 when caught up), and the member it is assigned to. Sorted
-    /// by topic and partition.
+    /// by topic and partition. A share group's "committed" offset is its
+    /// share partition's start (the first record not acknowledged), its
+    /// lag the records not acknowledged from there to the log's end, and
+    /// a partition several members read shows how many.
     pub async fn group_lag(
         &self,
         group: &DescribeGroupResponse,
@@ -397,16 +400,36 @@ impl Client {
             lag_seconds: 0.0,
             consumer: None,
         };
+        let share = group.kind == "share";
+        // A share group's records past its start already acknowledged
+        // (its offsets' metadata: "N acknowledged past the start").
+        let mut done: BTreeMap<TopicPartition, u64> = BTreeMap::new();
         for o in &group.offsets {
             rows.entry((o.topic.clone(), o.partition))
                 .or_insert_with(|| blank(&o.topic, o.partition))
                 .committed = Some(o.offset);
+            if share {
+                let n = o
+                    .metadata
+                    .as_deref()
+                    .and_then(|m| m.split(' ').next()?.parse().ok());
+                done.insert((o.topic.clone(), o.partition), n.unwrap_or(0));
+            }
         }
+        let mut readers: BTreeMap<TopicPartition, Vec<&str>> = BTreeMap::new();
         for m in &group.members {
             for (t, p) in from_wire(&m.assignment) {
-                rows.entry((t.clone(), p))
-                    .or_insert_with(|| blank(&t, p))
-                    .consumer = Some(m.member_id.clone());
+                rows.entry((t.clone(), p)).or_insert_with(|| blank(&t, p));
+                readers.entry((t, p)).or_default().push(&m.member_id);
+            }
+        }
+        // A share group's partition is read by several members.
+        for (tp, ids) in readers {
+            if let Some(row) = rows.get_mut(&tp) {
+                row.consumer = Some(match ids.as_slice() {
+                    [one] => one.to_string(),
+                    many => format!("{} members", many.len()),
+                });
             }
         }
         // Each partition is asked of the node and core that holds it.
@@ -424,6 +447,9 @@ impl Client {
                     .unwrap_or(0),
             };
             row.lag = row.log_end.saturating_sub(from);
+            if let Some(d) = done.get(&(t.clone(), *p)) {
+                row.lag = row.lag.saturating_sub(*d);
+            }
             if row.lag > 0 {
                 if let Some(ts) = timestamp_at(&router, t, *p, from).await? {
                     row.lag_seconds = ((now_ms - ts) as f64 / 1000.0).max(0.0);

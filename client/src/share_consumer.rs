@@ -117,8 +117,8 @@ pub struct ShareConsumerConfig {
     pub group_id: String,
     /// Implicit (default) or explicit acknowledgement.
     pub acknowledgement_mode: AcknowledgementMode,
-    /// Records to acquire per fetch of one core, about (whole batches).
-    /// Default 500 (Kafka's `max.poll.records`).
+    /// Records to acquire per poll, about (whole batches), shared among
+    /// the cores fetched from. Default 500 (Kafka's `max.poll.records`).
     pub max_records: u32,
     /// Longest a fetch waits for records. Default 500 ms.
     pub max_wait: Duration,
@@ -527,6 +527,8 @@ impl ShareConsumer {
             self.acknowledge_at(addr, parts, false).await?;
         }
         let mut requests = Vec::new();
+        // `max_records` is the poll's: shared among the cores fetched.
+        let per_core = self.config.max_records.div_ceil(wanted.len().max(1) as u32);
         for (addr, (client, parts)) in wanted {
             let session = self.sessions.entry(addr).or_insert_with(|| Session {
                 client: client.clone(),
@@ -563,7 +565,7 @@ impl ShareConsumer {
                 member_id: self.member_id.clone(),
                 session_epoch: session.epoch,
                 max_wait_ms: crate::millis_u32(wait),
-                max_records: self.config.max_records,
+                max_records: per_core.max(1),
                 max_bytes: self.config.max_partition_bytes,
                 partitions: ack_parts,
                 forgotten: TopicPartitions::group(forgotten.iter()),

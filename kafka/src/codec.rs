@@ -74,6 +74,10 @@ use kafka_protocol::messages::{
     DescribeTransactionsResponse, ListTransactionsRequest, ListTransactionsResponse,
 };
 use kafka_protocol::messages::{
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
+};
+use kafka_protocol::messages::{
     ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
     ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
 };
@@ -261,6 +265,8 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (ApiKey::ShareGroupHeartbeat as i16, 1, 1),
     (ApiKey::ShareFetch as i16, 1, 1),
     (ApiKey::ShareAcknowledge as i16, 1, 1),
+    (ApiKey::ShareGroupDescribe as i16, 1, 1),
+    (ApiKey::DescribeShareGroupOffsets as i16, 0, 0),
 ];
 
 /// The advertised `(min, max)` versions of an API, if it is served.
@@ -508,6 +514,8 @@ kafka_apis! {
     ShareGroupHeartbeat: ShareGroupHeartbeatRequest => ShareGroupHeartbeatResponse,
     ShareFetch: ShareFetchRequest => ShareFetchResponse,
     ShareAcknowledge: ShareAcknowledgeRequest => ShareAcknowledgeResponse,
+    ShareGroupDescribe: ShareGroupDescribeRequest => ShareGroupDescribeResponse,
+    DescribeShareGroupOffsets: DescribeShareGroupOffsetsRequest => DescribeShareGroupOffsetsResponse,
 }
 
 /// What identifies a request for its answer: readable from the first 8
@@ -1811,7 +1819,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), SUPPORTED.len(), "an api listed twice");
-        assert_eq!(SUPPORTED.len(), 45);
+        assert_eq!(SUPPORTED.len(), 47);
         for &(key, min, max) in SUPPORTED {
             let range = api(key).valid_versions();
             assert!(

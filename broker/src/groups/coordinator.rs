@@ -848,7 +848,9 @@ fn fetch_offsets(core: &Core, r: &OffsetFetchRequest) -> OffsetFetchResponse {
 
 fn describe(core: &Core, r: &DescribeGroupRequest) -> Result<DescribeGroupResponse, Refusal> {
     let groups = core.groups.groups.borrow();
-    let g = groups.get(&r.group).ok_or_else(|| not_found(&r.group))?;
+    let Some(g) = groups.get(&r.group) else {
+        return describe_share(core, r).ok_or_else(|| not_found(&r.group));
+    };
     if let Some(c) = &g.classic {
         let generation = c.generation();
         return Ok(DescribeGroupResponse {
@@ -906,6 +908,40 @@ fn describe(core: &Core, r: &DescribeGroupRequest) -> Result<DescribeGroupRespon
             })
             .collect(),
         offsets: committed(g, None),
+    })
+}
+
+/// A share group this core coordinates (KIP-932), as a group
+/// description: its members and the partitions each reads (shared with
+/// the others). The share partitions' offsets are not the coordinator's:
+/// the listener adds them from `__share_group_state`.
+fn describe_share(core: &Core, r: &DescribeGroupRequest) -> Option<DescribeGroupResponse> {
+    let shares = core.shares.groups.borrow();
+    let g = shares.get(&r.group)?;
+    Some(DescribeGroupResponse {
+        error: 0,
+        message: None,
+        group: r.group.clone(),
+        kind: "share".into(),
+        state: if g.is_empty() { "Empty" } else { "Stable" }.into(),
+        generation: g.epoch(),
+        assignment_epoch: g.epoch(),
+        assignor: "simple".into(),
+        coordinator_core: core.id as u32,
+        members: g
+            .members()
+            .map(|m| MemberDescription {
+                member_id: m.id.clone(),
+                client_id: String::new(),
+                instance_id: None,
+                member_epoch: m.epoch,
+                topics: m.subscribed.iter().cloned().collect(),
+                assignment: to_wire(&m.assigned),
+                owned: to_wire(&m.assigned),
+                revoking: Vec::new(),
+            })
+            .collect(),
+        offsets: Vec::new(),
     })
 }
 

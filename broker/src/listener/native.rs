@@ -174,6 +174,12 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Rc<Se
                     if let GroupResponse::List(groups) = &mut r {
                         groups.retain(|(g, _)| acl::may_describe_group(&core, &session, &g.group));
                     }
+                    // A share group's offsets are its share partitions' starts.
+                    if let GroupResponse::Describe(d) = &mut r {
+                        if d.kind == "share" {
+                            d.offsets = share_offsets(&core, d).await;
+                        }
+                    }
                     group_answer(corr, r)
                 }))
             }
@@ -205,6 +211,39 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Rc<Se
         },
         _ => Pending::Ready(serve_other(core, corr, api, body, session).await),
     }
+}
+
+/// The offsets of a described share group: for each partition its
+/// members read, where its share partition starts (the first record not
+/// acknowledged; the metadata says how many past it are acknowledged
+/// already). Partitions with nothing stored are left out.
+async fn share_offsets(core: &Rc<Core>, d: &DescribeGroupResponse) -> Vec<CommittedOffset> {
+    let partitions: Vec<(String, u32)> = d
+        .members
+        .iter()
+        .flat_map(|m| TopicPartitions::pairs(&m.assignment))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let starts = crate::share::service::stored_starts(core, &d.group, &partitions).await;
+    partitions
+        .into_iter()
+        .zip(starts)
+        .filter_map(|((topic, partition), r)| match r {
+            Ok(Some((start, done))) => Some(CommittedOffset {
+                topic,
+                partition,
+                offset: start,
+                metadata: Some(format!("{done} acknowledged past the start")),
+                commit_timestamp: -1,
+            }),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(topic, partition, error = %e, "share state not read");
+                None
+            }
+        })
+        .collect()
 }
 
 fn topic(op: Op, t: &str) -> (Op, Resource<'_>) {

@@ -373,6 +373,33 @@ async fn settle(
     }
 }
 
+/// The stored state of `group`'s share partitions on `partitions`: where
+/// each starts (its first record not acknowledged) and how many records
+/// past the start are acknowledged already; `None` where nothing is
+/// stored (nothing was acknowledged yet).
+pub async fn stored_starts(
+    core: &Rc<Core>,
+    group: &str,
+    partitions: &[(String, u32)],
+) -> Vec<Result<Option<(u64, u64)>, BrokerError>> {
+    let mut out = Vec::with_capacity(partitions.len());
+    for (topic, partition) in partitions {
+        let k = key_of(group, topic, *partition);
+        out.push(super::state::load(core, &k).await.map(|s| {
+            s.map(|s| {
+                let done: u64 = s
+                    .runs
+                    .iter()
+                    .filter(|r| r.state.terminal())
+                    .map(|r| r.last - r.first + 1)
+                    .sum();
+                (s.start, done)
+            })
+        }));
+    }
+    out
+}
+
 /// The session epoch after `e` (1 after the largest: 0 and -1 are
 /// special).
 fn next_epoch(e: i32) -> i32 {

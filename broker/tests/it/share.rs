@@ -78,7 +78,8 @@ fn acknowledgements_survive_a_broker_sigkill() {
 }
 
 /// A share group is listed with its type (Kafka's ListGroups v5, types
-/// filter `share`) while it has members, and not as a consumer group.
+/// filter `share`) while it has members, and not as a consumer group;
+/// ShareGroupDescribe and DescribeShareGroupOffsets describe it.
 #[test]
 fn share_groups_are_listed_with_their_type() {
     use kafka_protocol::messages::*;
@@ -144,6 +145,38 @@ fn share_groups_are_listed_with_their_type() {
         refused.error_code,
         kafka_protocol::ResponseError::GroupIdNotFound.code(),
         "{refused:?}"
+    );
+    // Described (ShareGroupDescribe v1): the member and its partition.
+    let describe = ShareGroupDescribeRequest::default()
+        .with_group_ids(vec![GroupId(StrBytes::from_static_str("pool"))]);
+    at.send(ApiKey::ShareGroupDescribe, 1, &describe);
+    let d: ShareGroupDescribeResponse = at.read(1);
+    let g = &d.groups[0];
+    assert_eq!(
+        (g.error_code, g.group_state.as_str()),
+        (0, "Stable"),
+        "{d:?}"
+    );
+    assert_eq!(g.members.len(), 1);
+    assert_eq!(g.members[0].member_id.as_str(), "worker-1");
+    assert_eq!(g.members[0].assignment.topic_partitions[0].partitions, [0]);
+    // Nothing acknowledged yet: no start offset stored (-1).
+    let offsets = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("pool")))
+            .with_topics(None),
+    ]);
+    at.send(ApiKey::DescribeShareGroupOffsets, 0, &offsets);
+    let o: DescribeShareGroupOffsetsResponse = at.read(0);
+    assert_eq!(o.groups[0].error_code, 0, "{o:?}");
+    let t = &o.groups[0].topics[0];
+    assert_eq!(t.topic_name.as_str(), "listed", "{o:?}");
+    assert_eq!(
+        (
+            t.partitions[0].partition_index,
+            t.partitions[0].start_offset
+        ),
+        (0, -1)
     );
     b.stop();
 }

@@ -286,6 +286,15 @@ fn records_held_by_a_vanished_sdk_member_come_back_after_their_lock() {
             let want = if held.contains(v) { 2 } else { 1 };
             assert_eq!(*count, want, "record {v}");
         }
+        // Described as `weir group describe` does: one member reading
+        // both partitions, every record acknowledged (each share
+        // partition starts at its log's end), no lag.
+        let d = admin.describe_group("sdk-held").await.unwrap();
+        assert_eq!((d.kind.as_str(), d.members.len()), ("share", 1), "{d:?}");
+        let starts: Vec<(u32, u64)> = d.offsets.iter().map(|o| (o.partition, o.offset)).collect();
+        assert_eq!(starts, vec![(0, 500), (1, 500)], "{d:?}");
+        let lag = admin.group_lag(&d, 0).await.unwrap();
+        assert_eq!(lag.iter().map(|l| l.lag).sum::<u64>(), 0, "{lag:?}");
         c.close().await.unwrap();
     });
     b.stop();

@@ -80,6 +80,17 @@ fn needs(body: &KafkaRequest, version: i16) -> Vec<(Op, Resource<'_>)> {
             .iter()
             .map(|g| group(Op::Describe, g.as_str()))
             .collect(),
+        R::ShareGroupDescribe(r) => r
+            .group_ids
+            .iter()
+            .map(|g| group(Op::Describe, g.as_str()))
+            .collect(),
+        // Kafka's: Describe on the group (topics are not checked).
+        R::DescribeShareGroupOffsets(r) => r
+            .groups
+            .iter()
+            .map(|g| group(Op::Describe, g.group_id.as_str()))
+            .collect(),
         R::DeleteGroups(r) => r
             .groups_names
             .iter()

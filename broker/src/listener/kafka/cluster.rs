@@ -199,6 +199,22 @@ pub(super) fn uuid_of(meta: &TopicMeta) -> uuid::Uuid {
     uuid::Uuid::parse_str(&meta.id).unwrap_or_default()
 }
 
+/// Partitions as the describe APIs name them: (topic id, name, indexes),
+/// topics no longer known left out.
+pub(super) fn described_partitions(
+    core: &Core,
+    tps: Vec<weir_proto::messages::TopicPartitions>,
+) -> Vec<(uuid::Uuid, TopicName, Vec<i32>)> {
+    let view = core.metadata();
+    tps.into_iter()
+        .filter_map(|tp| {
+            let id = view.get(&tp.topic).map(uuid_of)?;
+            let parts = tp.partitions.into_iter().map(|p| p as i32).collect();
+            Some((id, super::common::topic_name(tp.topic), parts))
+        })
+        .collect()
+}
+
 /// Topic names by id for one request: the index is built at most once,
 /// and only if the request names a topic by id, so a lookup is a hash
 /// probe rather than a scan of every topic.

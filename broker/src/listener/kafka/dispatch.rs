@@ -316,6 +316,14 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
             let resp = super::share::acknowledge(&core, r, &session).await;
             answer(&h, KafkaResponse::ShareAcknowledge(resp))
         }),
+        KafkaRequest::ShareGroupDescribe(r) => later(async move {
+            let resp = super::share::describe(&core, r).await;
+            answer(&h, KafkaResponse::ShareGroupDescribe(resp))
+        }),
+        KafkaRequest::DescribeShareGroupOffsets(r) => later(async move {
+            let resp = super::share::describe_offsets(&core, r).await;
+            answer(&h, KafkaResponse::DescribeShareGroupOffsets(resp))
+        }),
         KafkaRequest::ConsumerGroupHeartbeat(r) => later(async move {
             answer(
                 &h,

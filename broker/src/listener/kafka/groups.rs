@@ -547,15 +547,13 @@ pub(super) async fn consumer_group_describe(
     };
     let assignment = |tps: Vec<native::TopicPartitions>| {
         Assignment::default().with_topic_partitions(
-            tps.into_iter()
-                .filter_map(|tp| {
-                    let id = core.metadata().get(&tp.topic).map(uuid_of)?;
-                    Some(
-                        CgTopicPartitions::default()
-                            .with_topic_id(id)
-                            .with_topic_name(topic_name(tp.topic))
-                            .with_partitions(tp.partitions.into_iter().map(|p| p as i32).collect()),
-                    )
+            described_partitions(core, tps)
+                .into_iter()
+                .map(|(id, name, parts)| {
+                    CgTopicPartitions::default()
+                        .with_topic_id(id)
+                        .with_topic_name(name)
+                        .with_partitions(parts)
                 })
                 .collect(),
         )

@@ -13,8 +13,9 @@ use kafka_protocol::messages::share_group_heartbeat_response::{
     Assignment as ShareAssignment, TopicPartitions as ShareTopicPartitions,
 };
 use kafka_protocol::messages::{
-    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
-    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, ShareAcknowledgeRequest,
+    ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse, ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
 };
 use weir_share::group::{Heartbeat, ShareGroupError};
 use weir_share::partition::{AckBatch, AckType, ShareError};
@@ -388,4 +389,154 @@ pub(super) async fn acknowledge(
         push(uuid_of(m), d);
     }
     ShareAcknowledgeResponse::default().with_responses(topics)
+}
+
+/// The share group `g` as its coordinator describes it (a consumer
+/// group's id: `None`, with the refusal to answer).
+async fn described(
+    core: &Rc<Core>,
+    g: &str,
+) -> Result<weir_proto::messages::DescribeGroupResponse, (i16, String)> {
+    let req = GroupRequest::Describe(weir_proto::messages::DescribeGroupRequest {
+        group: g.to_string(),
+    });
+    match super::groups::group(core, req).await {
+        GroupResponse::Describe(x) if x.error == 0 && x.kind == "share" => Ok(x),
+        GroupResponse::Describe(x) if x.error == 0 => Err((
+            E::GroupIdNotFound.code(),
+            format!("Group {g} is not a share group."),
+        )),
+        GroupResponse::Describe(x) => Err((group_code(x.error), x.message.unwrap_or_default())),
+        other => Err((super::groups::refused_code(&other), String::new())),
+    }
+}
+
+/// ShareGroupDescribe (v1): members, their epochs and the partitions
+/// each reads; a consumer group's id is GROUP_ID_NOT_FOUND ("not a share
+/// group"), as Kafka answers.
+pub(super) async fn describe(
+    core: &Rc<Core>,
+    r: ShareGroupDescribeRequest,
+) -> ShareGroupDescribeResponse {
+    use kafka_protocol::messages::share_group_describe_response::{
+        Assignment, DescribedGroup, Member, TopicPartitions as DescribedPartitions,
+    };
+    let mut out = Vec::new();
+    for g in r.group_ids {
+        let d = DescribedGroup::default().with_group_id(g.clone());
+        out.push(match described(core, g.as_str()).await {
+            Ok(x) => d
+                .with_group_state(s(x.state))
+                .with_group_epoch(x.generation)
+                .with_assignment_epoch(x.assignment_epoch)
+                .with_assignor_name(s(x.assignor))
+                .with_members(
+                    x.members
+                        .into_iter()
+                        .map(|m| {
+                            let parts = described_partitions(core, m.assignment)
+                                .into_iter()
+                                .map(|(id, name, parts)| {
+                                    DescribedPartitions::default()
+                                        .with_topic_id(id)
+                                        .with_topic_name(name)
+                                        .with_partitions(parts)
+                                })
+                                .collect();
+                            Member::default()
+                                .with_member_id(s(m.member_id))
+                                .with_member_epoch(m.member_epoch)
+                                .with_client_id(s(m.client_id))
+                                .with_subscribed_topic_names(
+                                    m.topics.into_iter().map(topic_name).collect(),
+                                )
+                                .with_assignment(Assignment::default().with_topic_partitions(parts))
+                        })
+                        .collect(),
+                ),
+            Err((code, why)) => d.with_error_code(code).with_error_message(Some(s(why))),
+        });
+    }
+    ShareGroupDescribeResponse::default().with_groups(out)
+}
+
+/// DescribeShareGroupOffsets (v0): each share partition's start offset
+/// (the first record not acknowledged; -1 where nothing is stored) — of
+/// the topics named, or of the partitions the members read.
+pub(super) async fn describe_offsets(
+    core: &Rc<Core>,
+    r: DescribeShareGroupOffsetsRequest,
+) -> DescribeShareGroupOffsetsResponse {
+    use kafka_protocol::messages::describe_share_group_offsets_response::{
+        DescribeShareGroupOffsetsResponseGroup as Group,
+        DescribeShareGroupOffsetsResponsePartition as Partition,
+        DescribeShareGroupOffsetsResponseTopic as Topic,
+    };
+    let mut groups = Vec::new();
+    for g in r.groups {
+        let d = Group::default().with_group_id(g.group_id.clone());
+        let wanted: Vec<(String, u32)> = match &g.topics {
+            Some(ts) => ts
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .filter(|p| **p >= 0)
+                        .map(move |p| (t.topic_name.to_string(), *p as u32))
+                })
+                .collect(),
+            None => match described(core, g.group_id.as_str()).await {
+                Ok(x) => x
+                    .members
+                    .iter()
+                    .flat_map(|m| weir_proto::messages::TopicPartitions::pairs(&m.assignment))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect(),
+                Err((code, why)) => {
+                    groups.push(d.with_error_code(code).with_error_message(Some(s(why))));
+                    continue;
+                }
+            },
+        };
+        let limit = crate::server::limits::REQUEST_PARTITIONS_MAX;
+        if wanted.len() > limit {
+            groups.push(
+                d.with_error_code(E::InvalidRequest.code())
+                    .with_error_message(Some(s(format!(
+                        "{} partitions named; at most {limit}",
+                        wanted.len()
+                    )))),
+            );
+            continue;
+        }
+        let starts = crate::share::service::stored_starts(core, g.group_id.as_str(), &wanted).await;
+        let view = core.metadata();
+        let mut topics: Vec<Topic> = Vec::new();
+        for ((topic, partition), r) in wanted.into_iter().zip(starts) {
+            let p = Partition::default().with_partition_index(partition as i32);
+            let p = match r {
+                Ok(Some((start, _))) => p.with_start_offset(start as i64),
+                Ok(None) => p.with_start_offset(-1),
+                Err(e) => p
+                    .with_start_offset(-1)
+                    .with_error_code(broker_error_code(&e))
+                    .with_error_message(Some(s(e.to_string()))),
+            };
+            match topics.iter_mut().find(|t| t.topic_name.as_str() == topic) {
+                Some(t) => t.partitions.push(p),
+                None => {
+                    let id = view.get(&topic).map(uuid_of).unwrap_or_default();
+                    topics.push(
+                        Topic::default()
+                            .with_topic_name(topic_name(topic))
+                            .with_topic_id(id)
+                            .with_partitions(vec![p]),
+                    )
+                }
+            }
+        }
+        groups.push(d.with_topics(topics));
+    }
+    DescribeShareGroupOffsetsResponse::default().with_groups(groups)
 }
