@@ -139,6 +139,10 @@ impl ShareConsumerConfig {
     }
 }
 
+/// The pause before fetching again after a retriable failure (a node
+/// down, a leader moving).
+const RETRY_BACKOFF: Duration = Duration::from_millis(50);
+
 /// A record a poll returned: acquired by this member until it
 /// acknowledges it or its lock expires.
 #[derive(Debug, Clone)]
@@ -402,7 +406,9 @@ impl ShareConsumer {
     /// A fetch still out when `timeout` passes (the broker holds it up to
     /// [`ShareConsumerConfig::max_wait`]) is not abandoned: the next poll
     /// takes its answer (acknowledgements given meanwhile wait for the
-    /// fetch after it).
+    /// fetch after it). Retriable failures (a node down, a leader moving)
+    /// are retried within `timeout`, the partitions' leaders looked up
+    /// again; other errors are returned.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareRecord>> {
         let deadline = Instant::now() + timeout;
         self.accept_implicitly();
@@ -423,7 +429,18 @@ impl ShareConsumer {
                 self.out = None;
                 let answers = joined
                     .map_err(|e| ClientError::InvalidResponse(format!("share fetch task: {e}")))?;
-                let records = self.take_round(answers)?;
+                let records = match self.take_round(answers) {
+                    Ok(records) => records,
+                    // A node down, a leader moving: fetched again (from
+                    // where the metadata says now) after a moment.
+                    Err(e) if e.is_retriable() => {
+                        tracing::debug!(error = %e, "share fetch failed: retrying");
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        tokio::time::sleep(RETRY_BACKOFF.min(left)).await;
+                        Vec::new()
+                    }
+                    Err(e) => return Err(e),
+                };
                 if !records.is_empty() {
                     return Ok(self.hand_out(records));
                 }
@@ -604,8 +621,13 @@ impl ShareConsumer {
                     }
                 }
                 Err(e) => {
-                    // Whether the broker served it is unknown: a new session.
-                    self.sessions.remove(&addr);
+                    // Whether the broker served it is unknown: a new
+                    // session; and where its partitions live is asked again.
+                    if let Some(s) = self.sessions.remove(&addr) {
+                        for (topic, _) in &s.partitions {
+                            self.router.forget_topic(topic);
+                        }
+                    }
                     first_error.get_or_insert(e);
                 }
             }

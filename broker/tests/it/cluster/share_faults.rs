@@ -145,3 +145,120 @@ fn acknowledgements_survive_the_share_partition_leaders_sigkill() {
     c.start(leader);
     c.isr_full("q", 3, Duration::from_secs(30));
 }
+
+/// The same through the Weir SDK's `ShareConsumer` (native protocol): a
+/// member accepts 50 of the 100 records it holds, the partition's leader
+/// is SIGKILLed, and a new member (bootstrapped on a surviving node) is
+/// handed exactly the other 50, each a second time.
+#[test]
+fn sdk_share_consumers_keep_acknowledgements_across_the_leaders_sigkill() {
+    use weir_client::{
+        AcknowledgeType, AcknowledgementMode, Client, Producer, ProducerConfig, ProducerRecord,
+        ShareConsumer, ShareConsumerConfig,
+    };
+    let _serial = serial();
+    let mut c = Cluster::three();
+    c.replicated_topic("q", 1);
+    let (leader, followers) = leader_and_followers(&c.partition_rows("q")[0]);
+    let at_leader = c.nodes[&leader].listen;
+    let at_follower = c.nodes[&followers[0]].listen;
+    let config = || {
+        let mut s = ShareConsumerConfig::new("sdk-workers");
+        s.acknowledgement_mode = AcknowledgementMode::Explicit;
+        s.max_wait = Duration::from_millis(200);
+        s
+    };
+    let rt = common::runtime();
+    let held = rt.block_on(async {
+        let mut first = ShareConsumer::new(Client::connect(at_leader).await.unwrap(), config());
+        first.subscribe(&["q"]).unwrap();
+        // Its first fetch starts the share partition at the log's end.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while first.assignment().is_empty() {
+            assert!(first
+                .poll(Duration::from_millis(200))
+                .await
+                .unwrap()
+                .is_empty());
+            assert!(tokio::time::Instant::now() < deadline, "never assigned");
+        }
+        assert!(first
+            .poll(Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_empty());
+        let p = Producer::new(
+            Client::connect(at_leader).await.unwrap(),
+            ProducerConfig::default(),
+        );
+        let mut acks = Vec::new();
+        for i in 0..100u32 {
+            acks.push(
+                p.send(ProducerRecord::new("q", i.to_string()))
+                    .await
+                    .unwrap(),
+            );
+        }
+        for a in acks {
+            a.await.unwrap();
+        }
+        p.close().await;
+        let mut held = Vec::new();
+        while held.len() < 100 {
+            held.extend(first.poll(Duration::from_millis(500)).await.unwrap());
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} of 100 acquired",
+                held.len()
+            );
+        }
+        held.sort_by_key(|r| r.record.offset);
+        for r in &held[..50] {
+            first.acknowledge(r, AcknowledgeType::Accept).unwrap();
+        }
+        // Stored before answered.
+        first.commit_sync().await.unwrap();
+        // The member vanishes with the node (no goodbye).
+        drop(first);
+        held.iter().map(|r| r.record.offset).collect::<Vec<u64>>()
+    });
+    assert_eq!(held, (0..100).collect::<Vec<u64>>());
+
+    c.nodes.remove(&leader).unwrap().kill();
+    let got: Vec<(u64, u16)> = rt.block_on(async {
+        let mut second = ShareConsumer::new(Client::connect(at_follower).await.unwrap(), config());
+        second.subscribe(&["q"]).unwrap();
+        let mut got = Vec::new();
+        // Failover, the coordinator and the share state moving: a
+        // retriable refusal is polled again.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while got.len() < 50 && tokio::time::Instant::now() < deadline {
+            match second.poll(Duration::from_millis(500)).await {
+                Ok(records) => {
+                    for r in records {
+                        second.acknowledge(&r, AcknowledgeType::Accept).unwrap();
+                        got.push((r.record.offset, r.delivery_count));
+                    }
+                }
+                Err(e) => {
+                    assert!(e.is_retriable() || e.code().is_none(), "{e}")
+                }
+            }
+        }
+        // Nothing more: none of the accepted 50 comes back.
+        let _ = second.commit_sync().await;
+        if let Ok(late) = second.poll(Duration::from_millis(500)).await {
+            got.extend(late.iter().map(|r| (r.record.offset, r.delivery_count)));
+        }
+        got.sort_unstable();
+        got
+    });
+    assert_eq!(
+        got,
+        (50..100).map(|o| (o, 2)).collect::<Vec<_>>(),
+        "exactly the acquired and unacknowledged records, a second delivery each"
+    );
+    drop(rt);
+    c.start(leader);
+    c.isr_full("q", 3, Duration::from_secs(30));
+}
