@@ -433,7 +433,16 @@ impl ShareConsumer {
                     Ok(records) => records,
                     // A node down, a leader moving: fetched again (from
                     // where the metadata says now) after a moment.
-                    Err(e) if e.is_retriable() => {
+                    Err(e)
+                        if e.is_retriable()
+                            || matches!(
+                                e.code(),
+                                Some(
+                                    ErrorCode::ShareSessionNotFound
+                                        | ErrorCode::InvalidShareSessionEpoch
+                                )
+                            ) =>
+                    {
                         tracing::debug!(error = %e, "share fetch failed: retrying");
                         let left = deadline.saturating_duration_since(Instant::now());
                         tokio::time::sleep(RETRY_BACKOFF.min(left)).await;
@@ -541,7 +550,10 @@ impl ShareConsumer {
             .collect();
         for addr in lone {
             let parts = acks.remove(&addr).unwrap_or_default();
-            self.acknowledge_at(addr, parts, false).await?;
+            // One core's refusal must not keep the others' from going.
+            if let Err(e) = self.acknowledge_at(addr, parts, false).await {
+                tracing::debug!(error = %e, "share acknowledgement refused");
+            }
         }
         let mut requests = Vec::new();
         // `max_records` is the poll's: shared among the cores fetched.
@@ -587,8 +599,17 @@ impl ShareConsumer {
                 partitions: ack_parts,
                 forgotten: TopicPartitions::group(forgotten.iter()),
             };
-            // The session as it will be once answered.
+            // The session as it will be once answered: a partition named
+            // only for its acknowledgements joins it too (and is forgotten
+            // by the next fetch).
+            let acked_only: Vec<TopicPartition> = req
+                .partitions
+                .iter()
+                .map(|p| (p.topic.clone(), p.partition))
+                .filter(|tp| !parts.contains(tp))
+                .collect();
             session.partitions = parts;
+            session.partitions.extend(acked_only);
             session.epoch = next_epoch(session.epoch);
             requests.push((addr, session.client.clone(), req));
         }
@@ -616,7 +637,7 @@ impl ShareConsumer {
         for (addr, r) in answers {
             match r {
                 Ok((body, payload)) => {
-                    if let Err(e) = self.take_answer(addr, body, &payload, &mut records) {
+                    if let Err(e) = self.take_answer(addr, body, &payload, &mut records, false) {
                         first_error.get_or_insert(e);
                     }
                 }
@@ -650,17 +671,12 @@ impl ShareConsumer {
         body: ShareFetchResponse,
         payload: &bytes::Bytes,
         records: &mut Vec<(SocketAddr, ShareRecord)>,
+        acking: bool,
     ) -> Result<()> {
         if body.error != 0 {
-            let code = ErrorCode::from_u16(body.error);
+            // The whole request was refused (its acknowledgements too);
+            // a new session is opened by the next fetch.
             self.sessions.remove(&addr);
-            if matches!(
-                code,
-                ErrorCode::ShareSessionNotFound | ErrorCode::InvalidShareSessionEpoch
-            ) {
-                // Opened again on the next poll.
-                return Ok(());
-            }
             return Err(group_error(&self.config.group_id, body.error, body.message));
         }
         if body.lock_timeout_ms > 0 {
@@ -682,10 +698,16 @@ impl ShareConsumer {
                     code,
                     ErrorCode::NotOwner | ErrorCode::NotLeader | ErrorCode::UnknownTopicOrPartition
                 ) {
-                    // Fetched from its owner next time.
+                    // Fetched from its owner next time (it stays in this
+                    // session until the next fetch here forgets it).
                     self.router.forget_topic(&p.topic);
-                    if let Some(s) = self.sessions.get_mut(&addr) {
-                        s.partitions.remove(&(p.topic.clone(), p.partition));
+                    if acking {
+                        first_error.get_or_insert(ClientError::partition(
+                            &p.topic,
+                            p.partition,
+                            p.error,
+                            p.message,
+                        ));
                     }
                 } else {
                     first_error.get_or_insert(ClientError::partition(
@@ -757,9 +779,12 @@ impl ShareConsumer {
         close: bool,
     ) -> Result<()> {
         let Some(session) = self.sessions.get_mut(&addr) else {
-            // No session there any more: the broker released what this
-            // member held (or will, when its locks expire).
-            return Ok(());
+            if partitions.iter().all(|p| p.acks.is_empty()) {
+                return Ok(());
+            }
+            // Its session failed: these records come back to the group
+            // once their locks expire.
+            return Err(ClientError::Disconnected);
         };
         if session.epoch == 0 || (partitions.is_empty() && !close) {
             return Ok(());
@@ -778,7 +803,7 @@ impl ShareConsumer {
         match client.share_acknowledge(&req).await {
             Ok(body) => {
                 let mut ignored = Vec::new();
-                self.take_answer(addr, body, &bytes::Bytes::new(), &mut ignored)
+                self.take_answer(addr, body, &bytes::Bytes::new(), &mut ignored, true)
             }
             Err(e) => {
                 self.sessions.remove(&addr);
@@ -863,9 +888,8 @@ async fn heartbeat_loop(
     let mut interval: Duration;
     loop {
         let (epoch, topics, leaving) = {
-            let mut m = lock();
+            let m = lock();
             let topics = (m.topics_changed || m.epoch == 0).then(|| m.topics.clone());
-            m.topics_changed = false;
             (if m.leaving { -1 } else { m.epoch }, topics, m.leaving)
         };
         let req = ShareGroupHeartbeatRequest {
@@ -883,6 +907,11 @@ async fn heartbeat_loop(
                 interval = Duration::from_millis(a.heartbeat_interval_ms.max(100).into());
                 let mut m = lock();
                 m.epoch = a.member_epoch;
+                // The subscription sent is known (a change made since is
+                // sent next time).
+                if req.topics.as_ref() == Some(&m.topics) {
+                    m.topics_changed = false;
+                }
                 if let Some(tps) = a.assignment {
                     m.assignment = TopicPartitions::pairs(&tps).collect();
                     assigned.notify_waiters();
@@ -897,7 +926,7 @@ async fn heartbeat_loop(
                     ErrorCode::UnknownMemberId | ErrorCode::FencedMemberEpoch => {
                         m.epoch = 0;
                         m.assignment.clear();
-                        continue;
+                        interval = Duration::from_millis(100);
                     }
                     ErrorCode::NotCoordinator | ErrorCode::Recovering | ErrorCode::StorageError => {
                         interval = Duration::from_millis(200);

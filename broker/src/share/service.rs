@@ -231,9 +231,14 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                 // A fetch names the partitions it adds to the session; an
                 // acknowledgement (no records wanted) leaves them as they are.
                 if req.max_records > 0 {
-                    s.partitions.extend(named.iter().cloned());
+                    let added: Vec<(String, u32)> = named
+                        .iter()
+                        .filter(|tp| !s.partitions.contains(*tp))
+                        .cloned()
+                        .collect();
+                    s.partitions.extend(added.iter().cloned());
                     if s.partitions.len() > limit {
-                        for tp in &named {
+                        for tp in &added {
                             s.partitions.remove(tp);
                         }
                         return Err(ShareRefusal::InvalidRequest(format!(
@@ -299,11 +304,11 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                         // Durable before it is answered.
                         Ok(true) => {
                             let seq = core.shares.changed(&k);
+                            let epoch = core.shares.parts.borrow().get(&k).map_or(0, |(e, _)| *e);
                             let (core, key) = (core.clone(), k.clone());
-                            let task =
-                                glommio::spawn_local(
-                                    async move { persist(&core, &key, seq).await },
-                                );
+                            let task = glommio::spawn_local(async move {
+                                persist(&core, &key, seq, epoch).await
+                            });
                             stores.push((k, task));
                         }
                         Ok(false) => {}
@@ -508,13 +513,33 @@ fn unavailable(k: &ShareKey, e: BrokerError) -> BrokerError {
 /// since covers change `seq` (then that store made it durable). The
 /// snapshot is taken under the partition's store lock, so stores land in
 /// the order of the changes.
-async fn persist(core: &Rc<Core>, k: &ShareKey, seq: u64) -> Result<(), BrokerError> {
+async fn persist(core: &Rc<Core>, k: &ShareKey, seq: u64, epoch: u32) -> Result<(), BrokerError> {
     let line = core.shares.store_line(k);
     let _one = line
         .lock
         .acquire_permit(1)
         .await
         .map_err(|_| unavailable(k, BrokerError::TimedOut("store lock closed".into())))?;
+    // The change was made under the partition's leader epoch `epoch`: if
+    // this core no longer leads it, or the share partition was loaded
+    // again since (another leader served it meanwhile), its state is not
+    // this core's to store, and the change may not be in it.
+    let leading = match core.replication.get(&k.topic, k.partition) {
+        Some(r) => r.check_leader().is_ok() && r.epoch() == epoch,
+        None => true,
+    };
+    let current = core
+        .shares
+        .parts
+        .borrow()
+        .get(k)
+        .is_some_and(|(e, _)| *e == epoch);
+    if !leading || !current {
+        return Err(unavailable(
+            k,
+            BrokerError::TimedOut("the partition's leadership moved before the store".into()),
+        ));
+    }
     if line.stored.get() >= seq {
         return Ok(());
     }
@@ -690,6 +715,12 @@ async fn wait_for_records(
                 .get(&k)
                 .filter(|(_, sp)| sp.has_room())
                 .map(|(_, sp)| sp.end())?;
+            // A partition this core no longer owns, or whose window ends
+            // past its log (cut back), would end the wait at once.
+            let log = core.owned_log(topic, *partition).ok()?;
+            if end > log.high_watermark() {
+                return None;
+            }
             Some(crate::service::fetch::FetchPart {
                 topic: topic.clone(),
                 partition: *partition,
