@@ -132,12 +132,15 @@ impl ShareConsumerConfig {
         ShareConsumerConfig {
             group_id: group_id.into(),
             acknowledgement_mode: AcknowledgementMode::Implicit,
-            max_records: 500,
+            max_records: MAX_RECORDS_DEFAULT,
             max_wait: Duration::from_millis(500),
             max_partition_bytes: 1 << 20,
         }
     }
 }
+
+/// Records a poll acquires by default (Kafka's `max.poll.records`).
+pub const MAX_RECORDS_DEFAULT: u32 = 500;
 
 /// The pause before fetching again after a retriable failure (a node
 /// down, a leader moving).

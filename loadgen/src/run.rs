@@ -768,7 +768,7 @@ fn share_poll_records(processing_us: u64) -> u32 {
     if processing_us == 0 {
         1000
     } else {
-        weir_client::ShareConsumerConfig::new("").max_records
+        weir_client::share_consumer::MAX_RECORDS_DEFAULT
     }
 }
 

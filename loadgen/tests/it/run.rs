@@ -26,6 +26,13 @@ fn workload(yaml_overrides: &[(&str, &str)]) -> Workload {
     w
 }
 
+/// Records the broker holds in `topic` (the sum of its log ends).
+async fn held_records(addr: std::net::SocketAddr, topic: &str) -> u64 {
+    let c = Client::connect(addr).await.unwrap();
+    let t = c.describe_topic(topic).await.unwrap();
+    t.partitions.iter().map(|p| p.log_end_offset).sum()
+}
+
 fn options(mode: Mode, bootstrap: std::net::SocketAddr, id: &str) -> RunOptions {
     RunOptions {
         client: weir_client::ClientConfig::default(),
@@ -64,11 +71,7 @@ fn an_embedded_end_to_end_run_reports_what_the_broker_holds() {
         report.notes
     );
     // Every acknowledged record is in the broker, and nothing else.
-    let held: u64 = rt.block_on(async {
-        let c = Client::connect(broker.addr).await.unwrap();
-        let t = c.describe_topic("test-0-e2e").await.unwrap();
-        t.partitions.iter().map(|p| p.log_end_offset).sum()
-    });
+    let held = rt.block_on(held_records(broker.addr, "test-0-e2e"));
     assert_eq!(held, report.totals.acknowledged_all);
     assert!(report.totals.published > 0 && report.totals.published <= held);
     assert_eq!(report.totals.publish_errors, 0);
@@ -125,11 +128,7 @@ fn a_share_group_subscription_reads_every_record_once() {
         "{:?}",
         report.notes
     );
-    let held: u64 = rt.block_on(async {
-        let c = Client::connect(broker.addr).await.unwrap();
-        let t = c.describe_topic("test-0-share").await.unwrap();
-        t.partitions.iter().map(|p| p.log_end_offset).sum()
-    });
+    let held = rt.block_on(held_records(broker.addr, "test-0-share"));
     assert!(
         report.totals.consumed_all <= held,
         "{} of {held}",
@@ -220,11 +219,7 @@ fn transactional_run(driver: Driver, id: &str) {
     let acked = report.totals.acknowledged_all;
     // Whole transactions of 100, and the last one (shorter) at the end.
     assert_eq!(committed, acked.div_ceil(100), "acknowledged {acked}");
-    let held: u64 = rt.block_on(async {
-        let c = Client::connect(broker.addr).await.unwrap();
-        let t = c.describe_topic(&format!("test-0-{id}")).await.unwrap();
-        t.partitions.iter().map(|p| p.log_end_offset).sum()
-    });
+    let held = rt.block_on(held_records(broker.addr, &format!("test-0-{id}")));
     // Each transaction wrote to the 4 partitions (records go round robin):
     // a commit marker in each.
     assert_eq!(held, acked + 4 * committed, "{committed} transactions");
