@@ -7,6 +7,7 @@
 //! - [`isr`]: a leader's ISR and high watermark, sans-IO.
 //! - [`meta`]: the replicated cluster metadata and its commands, and
 //!   replica placement.
+//! - [`remote`]: tiered storage's remote log metadata (part of [`meta`]).
 //! - [`raft`]: the metadata quorum on openraft, with its durable log.
 //! - [`controller`]: a node's controller (endpoint, Raft member, liveness)
 //!   on its own thread.
@@ -30,6 +31,8 @@ pub mod tls;
 pub mod data;
 #[allow(missing_docs)]
 pub mod meta;
+#[allow(missing_docs)]
+pub mod remote;
 #[allow(missing_docs)]
 pub mod wire;
 

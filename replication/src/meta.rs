@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use rkyv::{Archive, Deserialize, Serialize};
 
+pub use crate::remote::{RemoteCopy, RemoteSegment, RemoteSegmentState, RemoteState, RemoteTopic};
+
 pub use crate::security::{
     AclBinding, QuotaAlteration, QuotaEntityPart, QuotaEntry, ScramDeletion, ScramUpsertion,
     SecurityState, StoredScram, UserCredentials,
@@ -191,6 +193,8 @@ pub struct ClusterState {
     pub next_producer_id: i64,
     /// Users' credentials, ACLs and client quotas (format 4).
     pub security: SecurityState,
+    /// Tiered storage: the remote segments of every partition.
+    pub remote: RemoteState,
 }
 
 /// A change to the metadata.
@@ -335,6 +339,44 @@ pub enum Command {
     AlterClientQuotas {
         /// Changes, in order.
         changes: Vec<QuotaAlteration>,
+    },
+    /// A partition's leader begins uploading a segment to the remote tier
+    /// (tiered storage): recorded as started, if it still leads at its
+    /// epoch and the segment continues the remote log.
+    RemoteCopyStarted(Box<RemoteCopy>),
+    /// The upload is complete: the segment becomes readable, if its
+    /// uploader still leads at `leader_epoch` and it still continues the
+    /// remote log (else the uploader deletes its objects).
+    RemoteCopyFinished {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The proposing leader.
+        leader: u64,
+        /// Its leader epoch.
+        leader_epoch: u32,
+        /// The segment.
+        id: [u8; 16],
+    },
+    /// Remote segments are to be deleted (retention, DeleteRecords, or the
+    /// cleanup of a copy that never finished): no longer read.
+    RemoteDeleteStarted {
+        /// Topic id.
+        topic_id: [u8; 16],
+        /// Partition.
+        partition: u32,
+        /// Segments.
+        ids: Vec<[u8; 16]>,
+    },
+    /// Remote segments' objects are deleted: forgotten.
+    RemoteDeleteFinished {
+        /// Topic id.
+        topic_id: [u8; 16],
+        /// Partition.
+        partition: u32,
+        /// Segments.
+        ids: Vec<[u8; 16]>,
     },
 }
 
@@ -602,7 +644,10 @@ impl ClusterState {
                 Ok(())
             }
             Command::DeleteTopic { name } => match self.topics.remove(name) {
-                Some(_) => Ok(()),
+                Some(t) => {
+                    self.remote.topic_deleted(t.id);
+                    Ok(())
+                }
                 None => Err(refuse(Unknown, format!("unknown topic `{name}`"))),
             },
             Command::AlterConfigs { name, from, to } => {
@@ -674,7 +719,73 @@ impl ClusterState {
                 self.security.alter_quotas(changes);
                 Ok(())
             }
+            Command::RemoteCopyStarted(copy) => {
+                let id =
+                    self.leading(&copy.topic, copy.partition, copy.leader, copy.leader_epoch)?;
+                self.remote
+                    .copy_started(id, copy)
+                    .map_err(|m| refuse(Conflict, m))
+            }
+            Command::RemoteCopyFinished {
+                topic,
+                partition,
+                leader,
+                leader_epoch,
+                id,
+            } => {
+                let topic_id = self.leading(topic, *partition, *leader, *leader_epoch)?;
+                self.remote
+                    .copy_finished(topic_id, *partition, *id)
+                    .map_err(|m| refuse(Conflict, m))
+            }
+            Command::RemoteDeleteStarted {
+                topic_id,
+                partition,
+                ids,
+            } => self
+                .remote
+                .delete_started(*topic_id, *partition, ids)
+                .map_err(|m| refuse(Conflict, m)),
+            Command::RemoteDeleteFinished {
+                topic_id,
+                partition,
+                ids,
+            } => {
+                self.remote.delete_finished(*topic_id, *partition, ids);
+                Ok(())
+            }
         }
+    }
+
+    /// The id of `topic` if `leader` leads its `partition` at
+    /// `leader_epoch` (a deposed leader's proposal is refused).
+    fn leading(
+        &self,
+        topic: &str,
+        partition: u32,
+        leader: u64,
+        leader_epoch: u32,
+    ) -> Result<[u8; 16], Refusal> {
+        let t = self
+            .topics
+            .get(topic)
+            .ok_or_else(|| refuse(RefusalKind::Unknown, format!("unknown topic `{topic}`")))?;
+        let p = t.partitions.get(partition as usize).ok_or_else(|| {
+            refuse(
+                RefusalKind::Unknown,
+                format!("`{topic}` has no partition {partition}"),
+            )
+        })?;
+        if p.leader != Some(leader) || p.leader_epoch != leader_epoch {
+            return Err(refuse(
+                RefusalKind::Conflict,
+                format!(
+                    "{topic}-{partition} is led by {:?} at epoch {}, not by {leader} at {leader_epoch}",
+                    p.leader, p.leader_epoch
+                ),
+            ));
+        }
+        Ok(t.id)
     }
 
     /// Checks a placement and makes its partitions (led by their first

@@ -14,6 +14,9 @@
 //! | `min.cleanable.dirty.ratio` | 0.5 | the cleaner picks a compacted log when its dirty bytes / (clean + dirty) bytes reach this |
 //! | `min.compaction.lag.ms` | 0 | a segment is cleaned only once its newest record is at least this old |
 //! | `delete.retention.ms` | 86400000 (24 h) | a tombstone (null value) is kept this long after the segment holding it was first cleaned |
+//! | `remote.storage.enable` | `false` | tiered storage: closed segments are uploaded to the object store; local retention then deletes only uploaded ones |
+//! | `local.retention.ms` | `-2` (= `retention.ms`) | with tiering: how long closed, uploaded segments stay on local disk (`-1`: forever) |
+//! | `local.retention.bytes` | `-2` (= `retention.bytes`) | with tiering: how many bytes of uploaded segments stay on local disk (`-1`: no limit) |
 
 use crate::error::{Result, StorageError};
 
@@ -126,6 +129,14 @@ pub struct LogConfig {
     /// `unclean.leader.election.enable`: a replica out of the ISR may be
     /// elected leader when no ISR member is live (losing what it missed).
     pub unclean_leader_election: bool,
+    /// `remote.storage.enable`: tiered storage.
+    pub remote_storage: bool,
+    /// `local.retention.ms`: `-2` follows `retention.ms`, `-1` keeps
+    /// uploaded segments forever.
+    pub local_retention_ms: i64,
+    /// `local.retention.bytes`: `-2` follows `retention.bytes`, `-1` sets
+    /// no limit.
+    pub local_retention_bytes: i64,
 }
 
 impl Default for LogConfig {
@@ -145,6 +156,9 @@ impl Default for LogConfig {
             min_insync_replicas: 1,
             unclean_leader_election: false,
             delete_retention_ms: DELETE_RETENTION_MS_DEFAULT,
+            remote_storage: false,
+            local_retention_ms: -2,
+            local_retention_bytes: -2,
         }
     }
 }
@@ -165,9 +179,75 @@ pub const KEYS: &[&str] = &[
     "delete.retention.ms",
     "min.insync.replicas",
     "unclean.leader.election.enable",
+    "remote.storage.enable",
+    "local.retention.ms",
+    "local.retention.bytes",
 ];
 
 impl LogConfig {
+    /// How long closed segments stay on local disk: `retention.ms`
+    /// without tiering; with it `local.retention.ms` (or `retention.ms`).
+    pub fn local_retention_ms(&self) -> Option<i64> {
+        match (self.remote_storage, self.local_retention_ms) {
+            (false, _) | (true, -2) => self.retention_ms,
+            (true, -1) => None,
+            (true, n) => Some(n),
+        }
+    }
+
+    /// How many bytes stay on local disk: `retention.bytes` without
+    /// tiering; with it `local.retention.bytes` (or `retention.bytes`).
+    pub fn local_retention_bytes(&self) -> Option<u64> {
+        match (self.remote_storage, self.local_retention_bytes) {
+            (false, _) | (true, -2) => self.retention_bytes,
+            (true, -1) => None,
+            (true, n) => Some(n as u64),
+        }
+    }
+
+    /// Checks what single keys cannot: tiering is not for compacted logs
+    /// (Kafka refuses it too), and the local retention is at most the
+    /// total.
+    pub fn validate(&self) -> Result<()> {
+        if !self.remote_storage {
+            return Ok(());
+        }
+        let bad = |key: &str, value: String, reason: &str| StorageError::Config {
+            key: key.to_string(),
+            value,
+            reason: reason.to_string(),
+        };
+        if self.cleanup_policy.compacts() {
+            return Err(bad(
+                "remote.storage.enable",
+                "true".into(),
+                "tiered storage is not supported with cleanup.policy=compact",
+            ));
+        }
+        let within = |local: Option<i64>, total: Option<i64>| match (local, total) {
+            (_, None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(t)) => l <= t,
+        };
+        if !within(self.local_retention_ms(), self.retention_ms) {
+            return Err(bad(
+                "local.retention.ms",
+                self.local_retention_ms.to_string(),
+                "must be at most retention.ms",
+            ));
+        }
+        let total_bytes = self.retention_bytes.map(|b| b as i64);
+        let local_bytes = self.local_retention_bytes().map(|b| b as i64);
+        if !within(local_bytes, total_bytes) {
+            return Err(bad(
+                "local.retention.bytes",
+                self.local_retention_bytes.to_string(),
+                "must be at most retention.bytes",
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether an acknowledged append must wait for fdatasync.
     pub fn sync_every_append(&self) -> bool {
         self.flush_messages <= 1
@@ -191,6 +271,14 @@ impl LogConfig {
             }
             "unclean.leader.election.enable" => {
                 self.unclean_leader_election = match value.trim() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(bad("must be true or false")),
+                };
+                return Ok(());
+            }
+            "remote.storage.enable" => {
+                self.remote_storage = match value.trim() {
                     "true" => true,
                     "false" => false,
                     _ => return Err(bad("must be true or false")),
@@ -239,6 +327,18 @@ impl LogConfig {
             "max.message.bytes" => {
                 self.max_message_bytes = positive(weir_proto::batch::HEADER_BYTES as i64)? as u64
             }
+            "local.retention.ms" | "local.retention.bytes" => {
+                if n < -2 {
+                    return Err(bad(
+                        "must be -2 (follow retention), -1 (unlimited) or at least 0",
+                    ));
+                }
+                if key == "local.retention.ms" {
+                    self.local_retention_ms = n;
+                } else {
+                    self.local_retention_bytes = n;
+                }
+            }
             "min.compaction.lag.ms" => self.min_compaction_lag_ms = positive(0)?,
             "delete.retention.ms" => self.delete_retention_ms = positive(0)?,
             "min.insync.replicas" => {
@@ -268,6 +368,9 @@ impl LogConfig {
             "delete.retention.ms" => self.delete_retention_ms.to_string(),
             "min.insync.replicas" => self.min_insync_replicas.to_string(),
             "unclean.leader.election.enable" => self.unclean_leader_election.to_string(),
+            "remote.storage.enable" => self.remote_storage.to_string(),
+            "local.retention.ms" => self.local_retention_ms.to_string(),
+            "local.retention.bytes" => self.local_retention_bytes.to_string(),
             _ => return None,
         })
     }
@@ -294,6 +397,25 @@ mod tests {
         assert_eq!(c.get("cleanup.policy").unwrap(), "compact,delete");
         c.set("min.cleanable.dirty.ratio", "0.25").unwrap();
         assert_eq!(c.min_cleanable_dirty_ratio, 0.25);
+    }
+
+    #[test]
+    fn local_retention_follows_the_total_unless_tiered() {
+        let mut c = LogConfig::default();
+        c.set("retention.bytes", "100").unwrap();
+        c.set("local.retention.bytes", "10").unwrap();
+        assert_eq!(c.local_retention_bytes(), Some(100), "not tiered");
+        c.set("remote.storage.enable", "true").unwrap();
+        assert_eq!(c.local_retention_bytes(), Some(10));
+        assert_eq!(c.local_retention_ms(), c.retention_ms, "-2 follows");
+        c.validate().unwrap();
+        c.set("local.retention.bytes", "1000").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("at most retention.bytes"), "{e}");
+        c.set("local.retention.bytes", "-2").unwrap();
+        c.set("cleanup.policy", "compact").unwrap();
+        assert!(c.validate().is_err());
+        assert!(c.set("local.retention.ms", "-3").is_err());
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CleanupPolicy, LogConfig};
 pub use epochs::EpochCache;
 pub use error::{Result, StorageError};
-pub use log::{AppendInfo, PartitionLog, ReadResult, RecoveryReport, RetentionReport};
+pub use log::{
+    AppendInfo, PartitionLog, ReadResult, RecoveryReport, RetentionReport, SealedSegment,
+};
 pub use producer_state::{ActiveProducer, ProducerStateTable};
 pub use shard::{ShardConfig, ShardStats, StorageShard};

@@ -350,7 +350,33 @@ pub(crate) struct LogInner {
     read_ahead_runs: Cell<u64>,
     /// Where the last read ended: a read starting there is sequential.
     last_read_end: Cell<u64>,
+    /// Tiered storage: the offset below which every record is in the
+    /// remote tier (committed remote metadata); with
+    /// `remote.storage.enable`, local retention deletes only segments
+    /// ending at or below it. 0: nothing is remote.
+    remote_end: Cell<u64>,
     pub(crate) state: RefCell<LogState>,
+}
+
+/// A closed segment, as tiered storage uploads it
+/// ([`PartitionLog::sealed_segments`]).
+#[derive(Debug, Clone)]
+pub struct SealedSegment {
+    /// Offset of its first record (its base).
+    pub base: u64,
+    /// Offset after its last record.
+    pub end: u64,
+    /// Bytes of its `.log` file holding batches.
+    pub bytes: u64,
+    /// Largest record timestamp.
+    pub max_timestamp: i64,
+    /// Its `.log` file.
+    pub log_path: PathBuf,
+    /// Its offset index, encoded as in the `.index` file (exact: no
+    /// padding).
+    pub index: Vec<u8>,
+    /// Its time index, encoded as in the `.timeindex` file.
+    pub time_index: Vec<u8>,
 }
 
 /// A read-ahead in flight (see [`PartitionLog::read`]).
@@ -693,6 +719,7 @@ impl PartitionLog {
             read_ahead: RefCell::new(None),
             read_ahead_runs: Cell::new(0),
             last_read_end: Cell::new(u64::MAX),
+            remote_end: Cell::new(0),
             state: RefCell::new(LogState {
                 config,
                 segments,
@@ -814,6 +841,46 @@ impl PartitionLog {
     /// Number of segments.
     pub fn segment_count(&self) -> usize {
         self.segment_bases().len()
+    }
+
+    /// Tiered storage: every record below `end` is in the remote tier
+    /// (its metadata committed), so local retention may delete the
+    /// segments wholly below it. Never lowered.
+    pub fn set_remote_end(&self, end: u64) {
+        let e = &self.inner.remote_end;
+        e.set(e.get().max(end));
+    }
+
+    /// Tiered storage: the offset below which records are remote, as last
+    /// set.
+    pub fn remote_end(&self) -> u64 {
+        self.inner.remote_end.get()
+    }
+
+    /// Closed segments (not the active one) that end at or below `upto`
+    /// and after `from`, oldest first: what tiered storage may upload.
+    pub fn sealed_segments(&self, from: u64, upto: u64) -> Vec<SealedSegment> {
+        let st = self.inner.state.borrow();
+        let active = st.segments.keys().next_back().copied();
+        st.segments
+            .values()
+            .filter(|s| {
+                Some(s.base) != active
+                    && s.state == SegmentState::Finalized
+                    && s.next_offset > from
+                    && s.next_offset <= upto
+                    && s.next_offset > s.base
+            })
+            .map(|s| SealedSegment {
+                base: s.base,
+                end: s.next_offset,
+                bytes: s.size(),
+                max_timestamp: s.max_timestamp,
+                log_path: crate::segment::paths(&self.inner.dir, s.base)[0].clone(),
+                index: s.index.encode_all(),
+                time_index: s.time_index.encode_all(),
+            })
+            .collect()
     }
 
     /// Base offsets of the segments, in order.
@@ -1753,16 +1820,22 @@ impl PartitionLog {
             let active = *st.segments.keys().next_back().expect("active");
             let mut doomed = Vec::new();
             let mut bytes = 0;
+            // With tiering, only segments already remote leave local disk,
+            // by the local retention; the remote tier's retention is the
+            // broker's.
+            let remote_end = cfg.remote_storage.then(|| inner.remote_end.get());
+            let (retention_ms, retention_bytes) =
+                (cfg.local_retention_ms(), cfg.local_retention_bytes());
             for s in st.segments.values() {
                 if s.base == active || s.state != SegmentState::Finalized {
                     break;
                 }
-                let by_time = cfg
-                    .retention_ms
-                    .is_some_and(|ms| s.max_timestamp < now.saturating_sub(ms));
-                let by_size = cfg
-                    .retention_bytes
-                    .is_some_and(|max| total - s.size() >= max);
+                if remote_end.is_some_and(|end| s.next_offset > end) {
+                    break;
+                }
+                let by_time =
+                    retention_ms.is_some_and(|ms| s.max_timestamp < now.saturating_sub(ms));
+                let by_size = retention_bytes.is_some_and(|max| total - s.size() >= max);
                 if !(by_time || by_size) {
                     break;
                 }

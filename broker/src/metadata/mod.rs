@@ -177,6 +177,8 @@ pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, Topic
     for (k, v) in configs {
         c.set(k, v).map_err(|e| TopicError::Config(e.to_string()))?;
     }
+    c.validate()
+        .map_err(|e| TopicError::Config(e.to_string()))?;
     Ok(c)
 }
 

@@ -100,12 +100,14 @@ pub struct LogStore {
 /// cluster build (no file); 2: per-core replication ports and
 /// `AlterPartition`; 3: partition reassignments (`ReassignPartition`, a
 /// partition's target replicas); 4: users, ACLs and quotas
-/// (`ClusterState::security` and four commands after the others). A
-/// format-3 directory is migrated in place ([`migrate_3_to_4`]).
-pub const FORMAT: u32 = 4;
+/// (`ClusterState::security` and four commands after the others); 5:
+/// tiered storage's remote log metadata (`ClusterState::remote` and four
+/// commands after the others). A format-3 or -4 directory is migrated in
+/// place ([`migrate`]).
+pub const FORMAT: u32 = 5;
 
-/// `size_of::<ArchivedCommand>()` in format 3: format-3 log records are
-/// read in format 4 only while it stays so (a test checks).
+/// `size_of::<ArchivedCommand>()` in format 3: format-3 and -4 log records
+/// are read in format 5 only while it stays so (a test checks).
 #[cfg(test)]
 const FORMAT_3_ARCHIVED_COMMAND_BYTES: usize = 88;
 
@@ -119,30 +121,55 @@ struct ClusterStateV3 {
     next_producer_id: i64,
 }
 
-/// Migrates a format-3 Raft directory: its log records and vote read
-/// the same in format 4 (the commands added come after the others and are
-/// no larger), its snapshot gains an empty security state. The snapshot
-/// is replaced atomically before the marker says 4, so a crash in between
-/// leaves a format-3 marker over a format-4 snapshot, which the next start
-/// recognises (it is not a format-3 encoding) and finishes.
-fn migrate_3_to_4(dir: &Path) -> crate::Result<()> {
+/// The cluster state of format 4: [`ClusterState`] without `remote`.
+#[derive(Archive, Serialize, Deserialize, Debug)]
+struct ClusterStateV4 {
+    cluster_id: String,
+    nodes: BTreeMap<u64, crate::meta::NodeState>,
+    topics: BTreeMap<String, crate::meta::TopicState>,
+    version: u64,
+    next_producer_id: i64,
+    security: crate::security::SecurityState,
+}
+
+/// Migrates a format-3 or -4 Raft directory: its log records and vote
+/// read the same in format 5 (the commands added come after the others
+/// and are no larger), its snapshot gains the empty states added since.
+/// The snapshot is replaced atomically before the marker says 5, so a
+/// crash in between leaves an old marker over a newer snapshot, which the
+/// next start recognises (it is not an old encoding) and finishes.
+fn migrate(dir: &Path, from: u32) -> crate::Result<()> {
     let path = dir.join("snapshot");
     if let Some(bytes) = read_optional(&path).map_err(Error::io("reading", &path))? {
         let mut stored: StoredSnapshot = decode(&bytes).map_err(corrupt(&path))?;
-        // A format-3 state re-encodes to the very same bytes (rkyv's
-        // encoding is deterministic); a format-4 one (a migration cut
-        // short after the snapshot was replaced) does not decode so.
-        let v3 = decode::<ClusterStateV3>(&stored.data)
+        // A value of another layout that happens to decode does not encode
+        // back to the same bytes (rkyv's encoding is deterministic).
+        let data = &stored.data;
+        let v3 = decode::<ClusterStateV3>(data)
             .ok()
-            .filter(|old| encode(old) == stored.data);
-        if let Some(old) = v3 {
-            let state = ClusterState {
+            .filter(|v| encode(v) == *data);
+        let v4 = match v3 {
+            Some(old) => Some(ClusterStateV4 {
                 cluster_id: old.cluster_id,
                 nodes: old.nodes,
                 topics: old.topics,
                 version: old.version,
                 next_producer_id: old.next_producer_id,
                 security: Default::default(),
+            }),
+            None => decode::<ClusterStateV4>(data)
+                .ok()
+                .filter(|v| encode(v) == *data),
+        };
+        if let Some(old) = v4 {
+            let state = ClusterState {
+                cluster_id: old.cluster_id,
+                nodes: old.nodes,
+                topics: old.topics,
+                version: old.version,
+                next_producer_id: old.next_producer_id,
+                security: old.security,
+                remote: Default::default(),
             };
             stored.data = encode(&state);
             replace_file(dir, "snapshot", &encode(&stored))
@@ -155,7 +182,7 @@ fn migrate_3_to_4(dir: &Path) -> crate::Result<()> {
             source,
         },
     )?;
-    tracing::info!(dir = %dir.display(), "Raft directory migrated from format 3 to 4");
+    tracing::info!(dir = %dir.display(), from, to = FORMAT, "Raft directory migrated");
     Ok(())
 }
 
@@ -170,8 +197,8 @@ fn check_format(dir: &Path) -> crate::Result<()> {
                 path: marker.clone(),
                 text: text.to_string(),
             })?;
-            if found == 3 {
-                return migrate_3_to_4(dir);
+            if found == 3 || found == 4 {
+                return migrate(dir, found);
             }
             if found != FORMAT {
                 return Err(Error::RaftFormat {
@@ -768,7 +795,7 @@ mod tests {
     }
 
     #[test]
-    fn a_format_3_directory_is_migrated_with_its_snapshot() {
+    fn format_3_and_4_directories_are_migrated_with_their_snapshots() {
         use crate::meta::TopicState;
         let dir = tempfile::tempdir().unwrap();
         let mut topics = BTreeMap::new();
@@ -801,7 +828,7 @@ mod tests {
         };
         std::fs::write(dir.path().join("snapshot"), encode(&stored)).unwrap();
         std::fs::write(dir.path().join("format"), b"3").unwrap();
-        // Twice: the second open finds format 4 and changes nothing.
+        // Twice: the second open finds format 5 and changes nothing.
         for _ in 0..2 {
             drop(LogStore::open(dir.path()).unwrap());
             let (tx, _rx) = watch::channel(Arc::new(ClusterState::default()));
@@ -811,17 +838,53 @@ mod tests {
             assert_eq!(sm.state.next_producer_id, 1000);
             assert_eq!(sm.state.topics["t"].id, [7; 16]);
             assert_eq!(sm.state.security, Default::default());
+            assert_eq!(sm.state.remote, Default::default());
             assert_eq!(
                 std::fs::read_to_string(dir.path().join("format")).unwrap(),
-                "4"
+                "5"
             );
         }
         // A migration cut short after the snapshot was replaced: marker 3
-        // over a format-4 snapshot is finished, not misread.
-        std::fs::write(dir.path().join("format"), b"3").unwrap();
+        // or 4 over a format-5 snapshot is finished, not misread.
+        for marker in [b"3", b"4"] {
+            std::fs::write(dir.path().join("format"), marker).unwrap();
+            drop(LogStore::open(dir.path()).unwrap());
+            let (tx, _rx) = watch::channel(Arc::new(ClusterState::default()));
+            assert_eq!(StateMachine::open(dir.path(), tx).unwrap().state.version, 9);
+        }
+        // A format-4 snapshot (with users) gains the remote state.
+        let mut security = crate::security::SecurityState::default();
+        security.alter_scram(
+            &[],
+            &[crate::security::ScramUpsertion {
+                user: "alice".into(),
+                mechanism: 1,
+                credential: crate::security::StoredScram {
+                    salt: vec![1; 16],
+                    iterations: 4096,
+                    stored_key: vec![2; 32],
+                    server_key: vec![3; 32],
+                },
+            }],
+        );
+        let v4 = ClusterStateV4 {
+            cluster_id: "c1".into(),
+            nodes: BTreeMap::new(),
+            topics: BTreeMap::new(),
+            version: 11,
+            next_producer_id: 1000,
+            security: security.clone(),
+        };
+        let stored = StoredSnapshot {
+            data: encode(&v4),
+            ..stored
+        };
+        std::fs::write(dir.path().join("snapshot"), encode(&stored)).unwrap();
+        std::fs::write(dir.path().join("format"), b"4").unwrap();
         drop(LogStore::open(dir.path()).unwrap());
         let (tx, _rx) = watch::channel(Arc::new(ClusterState::default()));
-        assert_eq!(StateMachine::open(dir.path(), tx).unwrap().state.version, 9);
+        let sm = StateMachine::open(dir.path(), tx).unwrap();
+        assert_eq!((sm.state.version, &sm.state.security), (11, &security));
         // Format-3 log records read the same: the commands added are no
         // larger than the largest one before them.
         let before = std::mem::size_of::<crate::meta::ArchivedCommand>();

@@ -1,0 +1,462 @@
+//! The object store, on a runtime of its own.
+//!
+//! `object_store` runs on tokio; the broker's cores run glommio and must
+//! not block. A [`RemoteStore`] owns a small multi-thread tokio runtime
+//! (threads `weir-tier`): each call is spawned onto it and its answer
+//! awaited from any executor. Requests in flight are bounded
+//! ([`RemoteConfig::max_in_flight`]); each request has a timeout and is
+//! retried with backoff (object_store's `RetryConfig`: 5xx answers such as
+//! S3's 503 SlowDown, connection errors) until the retry timeout; reads
+//! are bounded by [`RemoteConfig::read_timeout`] on top, so that a fetch
+//! served from the remote tier fails fast instead of hanging.
+
+use std::future::Future;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_lite::StreamExt;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjectPath;
+use object_store::prefix::PrefixStore;
+use object_store::{
+    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
+    WriteMultipart,
+};
+
+/// Where and how to reach the object store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteConfig {
+    /// `s3://bucket[/prefix]` (credentials, region and endpoint from the
+    /// usual `AWS_*` variables or [`RemoteConfig::options`]) or
+    /// `file:///path` (a local directory).
+    pub url: String,
+    /// S3 options by object_store's names (`endpoint`, `region`,
+    /// `access_key_id`, `secret_access_key`, `allow_http`,
+    /// `virtual_hosted_style_request`, …), after the environment's.
+    pub options: Vec<(String, String)>,
+    /// One request's timeout.
+    pub request_timeout: Duration,
+    /// Retries stop this long after a request's first attempt.
+    pub retry_timeout: Duration,
+    /// Retries of one request at most.
+    pub max_retries: usize,
+    /// A read (fetch from the remote tier) fails after this long, retries
+    /// included.
+    pub read_timeout: Duration,
+    /// Requests in flight at most (every core's together).
+    pub max_in_flight: usize,
+    /// Objects larger than this are uploaded in parts of this size.
+    pub part_bytes: usize,
+}
+
+impl RemoteConfig {
+    /// Defaults for `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        RemoteConfig {
+            url: url.into(),
+            options: Vec::new(),
+            request_timeout: Duration::from_secs(30),
+            retry_timeout: Duration::from_secs(60),
+            max_retries: 10,
+            read_timeout: Duration::from_secs(10),
+            max_in_flight: 16,
+            part_bytes: 8 << 20,
+        }
+    }
+}
+
+/// Why a remote call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TierError {
+    /// The configuration cannot be used.
+    #[error("remote storage: {0}")]
+    Config(String),
+    /// No such object.
+    #[error("remote object {0} not found")]
+    NotFound(String),
+    /// The store answered an error (after its retries).
+    #[error("remote storage: {op} {key}: {message}")]
+    Store {
+        /// What was done.
+        op: &'static str,
+        /// The object.
+        key: String,
+        /// The store's error.
+        message: String,
+    },
+    /// No answer in time.
+    #[error("remote storage: {op} {key}: no answer within {after:?}")]
+    TimedOut {
+        /// What was done.
+        op: &'static str,
+        /// The object.
+        key: String,
+        /// The limit.
+        after: Duration,
+    },
+    /// A local file to upload could not be read.
+    #[error("reading {path} to upload it: {source}")]
+    Local {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The store's runtime is gone (shutting down).
+    #[error("remote storage is shutting down")]
+    Stopped,
+}
+
+fn store_error(op: &'static str, key: &str, e: object_store::Error) -> TierError {
+    match e {
+        object_store::Error::NotFound { .. } => TierError::NotFound(key.to_string()),
+        e => TierError::Store {
+            op,
+            key: key.to_string(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// The object store of a node's tiered storage. Cheap to clone; callable
+/// from any executor.
+#[derive(Clone)]
+pub struct RemoteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn ObjectStore>,
+    runtime: Option<tokio::runtime::Runtime>,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    config: RemoteConfig,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for RemoteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RemoteStore({})", self.inner.config.url)
+    }
+}
+
+impl RemoteStore {
+    /// Opens the store `config` names (nothing is sent yet: a store that
+    /// cannot be reached shows in the first calls' errors).
+    pub fn open(config: RemoteConfig) -> Result<RemoteStore, TierError> {
+        // reqwest is built without a default crypto provider: rustls with
+        // ring, as the rest of the broker.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let store = build(&config)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(8)
+            .thread_name("weir-tier")
+            .enable_all()
+            .build()
+            .map_err(|e| TierError::Config(format!("cannot start its runtime: {e}")))?;
+        Ok(RemoteStore {
+            inner: Arc::new(Inner {
+                store,
+                runtime: Some(runtime),
+                in_flight: Arc::new(tokio::sync::Semaphore::new(config.max_in_flight.max(1))),
+                config,
+            }),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RemoteConfig {
+        &self.inner.config
+    }
+
+    /// Runs `f` on the store's runtime, one of the requests in flight.
+    async fn run<T, F>(&self, f: F) -> Result<T, TierError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, TierError>> + Send + 'static,
+    {
+        let rt = self.inner.runtime.as_ref().ok_or(TierError::Stopped)?;
+        let permits = self.inner.in_flight.clone();
+        rt.spawn(async move {
+            let _permit = permits
+                .acquire_owned()
+                .await
+                .map_err(|_| TierError::Stopped)?;
+            f.await
+        })
+        .await
+        .map_err(|_| TierError::Stopped)?
+    }
+
+    /// Writes an object whole.
+    pub async fn put(&self, key: &str, data: Bytes) -> Result<(), TierError> {
+        let (store, k) = (self.inner.store.clone(), key.to_string());
+        self.run(async move {
+            store
+                .put(&ObjectPath::from(k.as_str()), PutPayload::from(data))
+                .await
+                .map_err(|e| store_error("put", &k, e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Uploads bytes `range` of a local file as one object: in parts of
+    /// [`RemoteConfig::part_bytes`] (two in flight) when it is larger, an
+    /// unfinished multipart upload aborted on error. The file is read on
+    /// the store's blocking threads.
+    pub async fn put_file(
+        &self,
+        key: &str,
+        path: PathBuf,
+        range: Range<u64>,
+    ) -> Result<(), TierError> {
+        let (store, k) = (self.inner.store.clone(), key.to_string());
+        let part = self.inner.config.part_bytes.max(5 << 20) as u64;
+        self.run(async move {
+            let loc = ObjectPath::from(k.as_str());
+            let len = range.end.saturating_sub(range.start);
+            if len <= part {
+                let data = read_file(path, range).await?;
+                store
+                    .put(&loc, PutPayload::from(data))
+                    .await
+                    .map_err(|e| store_error("put", &k, e))?;
+                return Ok(());
+            }
+            let upload = store
+                .put_multipart(&loc)
+                .await
+                .map_err(|e| store_error("start multipart upload of", &k, e))?;
+            let mut w = WriteMultipart::new_with_chunk_size(upload, part as usize);
+            let mut at = range.start;
+            while at < range.end {
+                let to = (at + part).min(range.end);
+                let data = match read_file(path.clone(), at..to).await {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let _ = w.abort().await;
+                        return Err(e);
+                    }
+                };
+                if let Err(e) = w.wait_for_capacity(2).await {
+                    return Err(store_error("upload a part of", &k, e));
+                }
+                w.put(data);
+                at = to;
+            }
+            w.finish()
+                .await
+                .map_err(|e| store_error("finish multipart upload of", &k, e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Reads bytes `range` of an object, within the read timeout.
+    pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, TierError> {
+        let (store, k) = (self.inner.store.clone(), key.to_string());
+        let after = self.inner.config.read_timeout;
+        self.run(async move {
+            let loc = ObjectPath::from(k.as_str());
+            match tokio::time::timeout(after, store.get_range(&loc, range)).await {
+                Ok(r) => r.map_err(|e| store_error("read", &k, e)),
+                Err(_) => Err(TierError::TimedOut {
+                    op: "read",
+                    key: k,
+                    after,
+                }),
+            }
+        })
+        .await
+    }
+
+    /// Reads a whole object, within the read timeout.
+    pub async fn get(&self, key: &str) -> Result<Bytes, TierError> {
+        let (store, k) = (self.inner.store.clone(), key.to_string());
+        let after = self.inner.config.read_timeout;
+        self.run(async move {
+            let loc = ObjectPath::from(k.as_str());
+            let read = async {
+                store
+                    .get(&loc)
+                    .await
+                    .map_err(|e| store_error("read", &k, e))?
+                    .bytes()
+                    .await
+                    .map_err(|e| store_error("read", &k, e))
+            };
+            match tokio::time::timeout(after, read).await {
+                Ok(r) => r,
+                Err(_) => Err(TierError::TimedOut {
+                    op: "read",
+                    key: k.clone(),
+                    after,
+                }),
+            }
+        })
+        .await
+    }
+
+    /// Deletes an object; one already gone is no error.
+    pub async fn delete(&self, key: &str) -> Result<(), TierError> {
+        let (store, k) = (self.inner.store.clone(), key.to_string());
+        self.run(async move {
+            match store.delete(&ObjectPath::from(k.as_str())).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(store_error("delete", &k, e)),
+            }
+        })
+        .await
+    }
+
+    /// The keys under a folder (`prefix`, no trailing slash), at any depth.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, TierError> {
+        let (store, p) = (self.inner.store.clone(), prefix.to_string());
+        self.run(async move {
+            let loc = ObjectPath::from(p.as_str());
+            let mut stream = store.list(Some(&loc));
+            let mut out = Vec::new();
+            while let Some(meta) = stream.next().await {
+                match meta {
+                    Ok(m) => out.push(m.location.to_string()),
+                    Err(object_store::Error::NotFound { .. }) => break,
+                    Err(e) => return Err(store_error("list", &p, e)),
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+/// Reads bytes `range` of a local file on a blocking thread.
+async fn read_file(path: PathBuf, range: Range<u64>) -> Result<Bytes, TierError> {
+    tokio::task::spawn_blocking(move || {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open(&path).map_err(|source| TierError::Local {
+            path: path.clone(),
+            source,
+        })?;
+        let mut buf = vec![0u8; (range.end - range.start) as usize];
+        f.read_exact_at(&mut buf, range.start)
+            .map_err(|source| TierError::Local { path, source })?;
+        Ok(Bytes::from(buf))
+    })
+    .await
+    .map_err(|_| TierError::Stopped)?
+}
+
+/// The object store `config.url` names.
+fn build(config: &RemoteConfig) -> Result<Arc<dyn ObjectStore>, TierError> {
+    let url = config.url.trim();
+    if let Some(path) = url.strip_prefix("file://") {
+        if !path.starts_with('/') {
+            return Err(TierError::Config(format!(
+                "{url}: a file URL names an absolute path (file:///var/lib/weir-remote)"
+            )));
+        }
+        std::fs::create_dir_all(path)
+            .map_err(|e| TierError::Config(format!("cannot create {path}: {e}")))?;
+        let fs = LocalFileSystem::new_with_prefix(path)
+            .map_err(|e| TierError::Config(format!("{url}: {e}")))?
+            .with_automatic_cleanup(true);
+        return Ok(Arc::new(fs));
+    }
+    let Some(rest) = url.strip_prefix("s3://") else {
+        return Err(TierError::Config(format!(
+            "{url}: unsupported remote storage URL (s3://bucket[/prefix] or file:///path)"
+        )));
+    };
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(TierError::Config(format!("{url}: no bucket")));
+    }
+    let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    let mut plain_http = std::env::var("AWS_ENDPOINT")
+        .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
+        .is_ok_and(|e| e.starts_with("http://"));
+    for (k, v) in &config.options {
+        let key = AmazonS3ConfigKey::from_str(k)
+            .map_err(|_| TierError::Config(format!("unknown S3 option `{k}`")))?;
+        if key == AmazonS3ConfigKey::Endpoint {
+            plain_http = v.starts_with("http://");
+        }
+        b = b.with_config(key, v);
+    }
+    if plain_http {
+        b = b.with_allow_http(true);
+    }
+    let retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            base: 2.0,
+        },
+        max_retries: config.max_retries,
+        retry_timeout: config.retry_timeout,
+    };
+    let client = ClientOptions::new()
+        .with_timeout(config.request_timeout)
+        .with_connect_timeout(Duration::from_secs(5));
+    let s3 = b
+        .with_retry(retry)
+        .with_client_options(client)
+        .build()
+        .map_err(|e| TierError::Config(format!("{url}: {e}")))?;
+    let prefix = prefix.trim_matches('/');
+    Ok(if prefix.is_empty() {
+        Arc::new(s3)
+    } else {
+        Arc::new(PrefixStore::new(s3, prefix))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block<T>(f: impl Future<Output = T>) -> T {
+        futures_lite::future::block_on(f)
+    }
+
+    #[test]
+    fn a_directory_store_round_trips_objects_and_parts() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = RemoteConfig::new(format!("file://{}", dir.path().display()));
+        cfg.part_bytes = 5 << 20;
+        let s = RemoteStore::open(cfg).unwrap();
+        let src = dir.path().join("src");
+        let data: Vec<u8> = (0..(12u32 << 20)).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&src, &data).unwrap();
+        // 11 MiB from offset 1 MiB: three parts.
+        block(s.put_file("t/0/a.log", src.clone(), (1 << 20)..(12 << 20))).unwrap();
+        let got = block(s.get_range("t/0/a.log", 0..(11 << 20))).unwrap();
+        assert!(got[..] == data[1 << 20..], "the object is the file's range");
+        block(s.put("t/0/a.index", Bytes::from_static(b"idx"))).unwrap();
+        assert_eq!(&block(s.get("t/0/a.index")).unwrap()[..], b"idx");
+        let mut keys = block(s.list("t")).unwrap();
+        keys.sort();
+        assert_eq!(keys, vec!["t/0/a.index", "t/0/a.log"]);
+        block(s.delete("t/0/a.log")).unwrap();
+        block(s.delete("t/0/a.log")).unwrap();
+        assert!(matches!(
+            block(s.get("t/0/a.log")),
+            Err(TierError::NotFound(_))
+        ));
+        assert!(RemoteStore::open(RemoteConfig::new("ftp://x")).is_err());
+        assert!(RemoteStore::open(RemoteConfig::new("file://relative")).is_err());
+    }
+}
