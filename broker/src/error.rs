@@ -35,6 +35,9 @@ pub enum StorageFailure {
     InvalidRecord,
     /// I/O or another failure of the storage engine.
     Io,
+    /// The remote tier (tiered storage) did not answer a read in time, or
+    /// failed it: retriable.
+    RemoteUnavailable,
 }
 
 /// Why a request, or one partition of it, failed.
@@ -201,6 +204,7 @@ impl BrokerError {
                 StorageFailure::UnknownProducerId => ErrorCode::UnknownProducerId,
                 StorageFailure::InvalidRecord => ErrorCode::InvalidRecord,
                 StorageFailure::Io => ErrorCode::StorageError,
+                StorageFailure::RemoteUnavailable => ErrorCode::StorageError,
             },
             BrokerError::Corrupt(_) => ErrorCode::CorruptMessage,
             BrokerError::Policy(_) => ErrorCode::PolicyViolation,

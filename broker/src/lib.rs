@@ -31,6 +31,7 @@ pub mod server;
 pub mod service;
 pub mod shard;
 pub mod share;
+pub mod tier;
 pub mod txns;
 
 #[cfg(test)]

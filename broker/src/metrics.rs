@@ -258,7 +258,26 @@ pub struct Snapshot {
     /// The reactor: longest timer lateness (µs), longest stall (µs),
     /// stalls.
     pub(crate) reactor: (u64, u64, u64),
+    /// Tiered storage: the counters of [`TIER_COUNTERS`], in its order.
+    pub(crate) tier: Vec<u64>,
+    /// Tiered storage: bytes of tiered partitions' logs this core holds
+    /// not yet in the remote tier (upload lag; local disk they hold).
+    pub(crate) tier_upload_lag_bytes: u64,
 }
+
+/// Tiered storage's counters: name, help.
+pub const TIER_COUNTERS: [(&str, &str); 10] = [
+    ("weir_remote_uploads_total", "Segments uploaded to the remote tier (metadata committed)."),
+    ("weir_remote_uploaded_bytes_total", "Bytes of segments uploaded to the remote tier."),
+    ("weir_remote_upload_errors_total", "Uploads to the remote tier that failed (retried at the next pass)."),
+    ("weir_remote_deletes_total", "Remote segments deleted by retention."),
+    ("weir_remote_delete_errors_total", "Deletions of remote objects that failed."),
+    ("weir_remote_fetches_total", "Fetches served from the remote tier."),
+    ("weir_remote_fetch_bytes_total", "Bytes of batches served from the remote tier."),
+    ("weir_remote_fetch_errors_total", "Fetches from the remote tier that failed (answered retriable)."),
+    ("weir_remote_fetch_seconds_total", "Time spent serving fetches from the remote tier (divide by weir_remote_fetches_total for the mean)."),
+    ("weir_remote_chunks_read_total", "Chunks of remote segments read from the object store (misses and read-ahead)."),
+];
 
 /// A one-sample-per-core metric: name, type, help, value.
 type Simple = (
@@ -545,6 +564,32 @@ pub fn render(snaps: &[Snapshot]) -> String {
         for s in snaps {
             let _ = writeln!(o, "{name}{{core=\"{}\"}} {}", s.core, f(s));
         }
+    }
+    for (i, (name, help)) in TIER_COUNTERS.iter().enumerate() {
+        family(name, "counter", help, &mut o);
+        for s in snaps {
+            let v = s.tier.get(i).copied().unwrap_or(0);
+            // The time counter is kept in µs.
+            let v = if name.ends_with("_seconds_total") {
+                v as f64 / 1e6
+            } else {
+                v as f64
+            };
+            let _ = writeln!(o, "{name}{{core=\"{}\"}} {v}", s.core);
+        }
+    }
+    family(
+        "weir_remote_upload_lag_bytes",
+        "gauge",
+        "Bytes of tiered partitions' logs not yet in the remote tier (held on local disk until uploaded).",
+        &mut o,
+    );
+    for s in snaps {
+        let _ = writeln!(
+            o,
+            "weir_remote_upload_lag_bytes{{core=\"{}\"}} {}",
+            s.core, s.tier_upload_lag_bytes
+        );
     }
     family(
         "weir_fsync_duration_seconds",

@@ -594,7 +594,7 @@ impl PartitionLog {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| dir.display().to_string());
         let now = sh.clock.now_ms();
-        let step = sh.config.prealloc_step;
+        let step = prealloc_step(sh.config.prealloc_step, config.segment_bytes);
         crate::cleaner::recover_swaps(&dir)?;
         let clean_leo = checkpoint::take_clean_marker(&dir)?;
         let ckpt = Checkpoint::load(&dir)?.unwrap_or_default();
@@ -1288,8 +1288,11 @@ impl PartitionLog {
             (!seg.is_empty() && (full || old || rel_overflow)).then_some(st.next_offset)
         };
         if let Some(base) = roll_base {
-            let seg =
-                Segment::create(&inner.dir, base, now, inner.shard.config.prealloc_step).await?;
+            let step = prealloc_step(
+                inner.shard.config.prealloc_step,
+                inner.state.borrow().config.segment_bytes,
+            );
+            let seg = Segment::create(&inner.dir, base, now, step).await?;
             let mut st = inner.state.borrow_mut();
             if let Some(active) = st.segments.values_mut().next_back() {
                 active.state = SegmentState::Sealed;
@@ -2013,7 +2016,18 @@ fn check_keys(name: &str, policy: crate::config::CleanupPolicy, data: &[u8]) -> 
 /// The offset of the first record with timestamp `>= ts` in a batch whose
 /// max timestamp is `>= ts` (decompressing it if needed); the batch's base
 /// offset if its records cannot be decoded.
-fn first_at_or_after(h: &BatchHeader, bytes: &Bytes, ts: i64) -> u64 {
+/// A segment's preallocation step: the shard's, but no more than its
+/// segment size (rounded up to a MiB; a segment exceeds it by one batch at
+/// most, preallocated by a further step): a log of small segments does not
+/// hold 32 MiB of zeros per active segment.
+fn prealloc_step(shard_step: u64, segment_bytes: u64) -> u64 {
+    shard_step.min(segment_bytes.div_ceil(1 << 20) << 20)
+}
+
+/// The offset of the first record of batch `bytes` (header `h`) whose
+/// timestamp is at or after `ts` (the batch's base offset if none can be
+/// read).
+pub fn first_at_or_after(h: &BatchHeader, bytes: &Bytes, ts: i64) -> u64 {
     let found = weir_proto::reader::RecordBatch::parse(bytes)
         .and_then(|b| b.records())
         .ok()

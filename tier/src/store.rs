@@ -265,6 +265,12 @@ impl RemoteStore {
         .await
     }
 
+    /// Reads bytes `range` of a local file on the store's blocking threads
+    /// (for a caller that must not block, as a glommio core).
+    pub async fn read_local(&self, path: PathBuf, range: Range<u64>) -> Result<Bytes, TierError> {
+        self.run(read_file(path, range)).await
+    }
+
     /// Reads bytes `range` of an object, within the read timeout.
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, TierError> {
         let (store, k) = (self.inner.store.clone(), key.to_string());

@@ -146,8 +146,29 @@ pub async fn submit(core: &Rc<Core>, change: Change) -> Result<u64, TopicError> 
     .unwrap_or_else(|e| Err(TopicError::NotApplied(e.to_string())))
 }
 
+/// Refuses to tier a topic on a broker without an object store.
+fn check_remote(core: &Core, change: &Change) -> Result<(), TopicError> {
+    let enables = |k: &str, v: &str| k == "remote.storage.enable" && v.trim() == "true";
+    let tiers = match change {
+        Change::Create(_, spec) => spec.configs.iter().any(|(k, v)| enables(k, v)),
+        Change::Alter(_, ops) => ops
+            .iter()
+            .any(|op| matches!(op, ConfigOp::Set(k, v) if enables(k, v))),
+        _ => false,
+    };
+    if tiers && core.shared.remote.is_none() {
+        return Err(TopicError::Config(
+            "remote.storage.enable=true needs tiered storage on the broker: \
+             start it with --remote-storage (s3://bucket/prefix or file:///path)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Queues a change on core 0 and waits for its outcome.
 pub async fn submit_local(core: &Rc<Core>, change: Change) -> Result<u64, TopicError> {
+    check_remote(core, &change)?;
     let queue = core
         .metadata_writer
         .borrow()
@@ -190,6 +211,7 @@ fn apply_to(next: &mut MetadataView, change: Change, cores: usize) -> Result<(),
 /// Whether `change` would be applied to the current view (validate_only
 /// requests): the writer's own checks, on a copy, nothing stored.
 pub fn check(core: &Core, change: Change) -> Result<(), TopicError> {
+    check_remote(core, &change)?;
     let mut next = (*core.metadata()).clone();
     command_for(&core.shared.controller.state(), &change)?;
     apply_to(&mut next, change, core.cores())

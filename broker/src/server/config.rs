@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 
@@ -30,6 +31,8 @@ pub const KAFKA_CORE_PORT_BASE_DEFAULT: u16 = 9500;
 pub const DATA_DIR_DEFAULT: &str = "./weir-data";
 /// Default retention interval (Kafka's `log.retention.check.interval.ms`).
 pub const RETENTION_CHECK_MS_DEFAULT: u64 = 300_000;
+/// Default `--remote-log-task-interval-ms`.
+pub const REMOTE_LOG_TASK_INTERVAL_MS_DEFAULT: u64 = 5_000;
 /// Default partition count of `__consumer_offsets` (used when the broker
 /// creates it; fixed afterwards).
 pub const OFFSETS_PARTITIONS_DEFAULT: u32 = 16;
@@ -246,6 +249,26 @@ pub struct BrokerArgs {
     /// How often retention runs, ms (`log.retention.check.interval.ms`) [default: 300000].
     #[arg(long, env = "WEIR_RETENTION_CHECK_MS")]
     pub retention_check_ms: Option<u64>,
+    /// Tiered storage's object store: `s3://bucket[/prefix]` (credentials,
+    /// region and endpoint from the `AWS_*` variables or
+    /// `--remote-storage-option`) or `file:///path`. Topics with
+    /// `remote.storage.enable=true` need it [default: none].
+    #[arg(long, env = "WEIR_REMOTE_STORAGE")]
+    pub remote_storage: Option<String>,
+    /// An S3 option for `--remote-storage`, `KEY=VALUE` by object_store's
+    /// names (`endpoint=http://127.0.0.1:9000`, `region=eu-west-1`,
+    /// `access_key_id=…`); repeatable.
+    #[arg(long = "remote-storage-option", value_name = "KEY=VALUE")]
+    pub remote_storage_options: Vec<String>,
+    /// How often a core looks for segments to upload, remote segments to
+    /// delete and uploads left unfinished, ms
+    /// (`remote.log.manager.task.interval.ms`) [default: 5000].
+    #[arg(long, env = "WEIR_REMOTE_LOG_TASK_INTERVAL_MS")]
+    pub remote_log_task_interval_ms: Option<u64>,
+    /// A read from the remote tier fails (retriable) after this long,
+    /// retries included, ms [default: 10000].
+    #[arg(long, env = "WEIR_REMOTE_READ_TIMEOUT_MS")]
+    pub remote_read_timeout_ms: Option<u64>,
     /// How long a core's cleaner sleeps between looks at its compacted
     /// partitions, ms (`log.cleaner.backoff.ms`) [default: 15000].
     #[arg(long, env = "WEIR_LOG_CLEANER_BACKOFF_MS")]
@@ -419,6 +442,11 @@ struct FileConfig {
     default_partitions: Option<u32>,
     cache_bytes_per_core: Option<u64>,
     retention_check_ms: Option<u64>,
+    remote_storage: Option<String>,
+    #[serde(default)]
+    remote_storage_options: Vec<String>,
+    remote_log_task_interval_ms: Option<u64>,
+    remote_read_timeout_ms: Option<u64>,
     log_cleaner_backoff_ms: Option<u64>,
     log_cleaner_dedupe_buffer_size: Option<u64>,
     log_cleaner_io_max_bytes_per_second: Option<u64>,
@@ -592,6 +620,10 @@ pub struct BrokerConfig {
     pub cache_bytes_per_core: u64,
     /// Retention interval, ms.
     pub retention_check_ms: u64,
+    /// Tiered storage's object store, if any.
+    pub remote_storage: Option<weir_tier::RemoteConfig>,
+    /// How often the tiering task runs on each core, ms.
+    pub remote_log_task_interval_ms: u64,
     /// Cleaner back-off, ms.
     pub log_cleaner_backoff_ms: u64,
     /// Cleaner key-map memory per core, bytes.
@@ -791,6 +823,8 @@ impl BrokerConfig {
             default_partitions: 1,
             cache_bytes_per_core: weir_storage::CACHE_BYTES_PER_CORE_DEFAULT,
             retention_check_ms: RETENTION_CHECK_MS_DEFAULT,
+            remote_storage: None,
+            remote_log_task_interval_ms: REMOTE_LOG_TASK_INTERVAL_MS_DEFAULT,
             log_cleaner_backoff_ms: weir_storage::cleaner::CLEANER_BACKOFF_MS_DEFAULT,
             log_cleaner_dedupe_buffer_size: weir_storage::cleaner::DEDUPE_BUFFER_BYTES_DEFAULT,
             log_cleaner_io_max_bytes_per_second: None,
@@ -1138,6 +1172,39 @@ impl BrokerConfig {
                 .or(file.retention_check_ms)
                 .unwrap_or(RETENTION_CHECK_MS_DEFAULT)
                 .max(1),
+            remote_storage: match args.remote_storage.clone().or(file.remote_storage.clone()) {
+                None => {
+                    if !args.remote_storage_options.is_empty() {
+                        bail!("--remote-storage-option needs --remote-storage");
+                    }
+                    None
+                }
+                Some(url) => {
+                    let mut c = weir_tier::RemoteConfig::new(url);
+                    let given = file
+                        .remote_storage_options
+                        .iter()
+                        .chain(&args.remote_storage_options);
+                    for kv in given {
+                        let Some((k, v)) = kv.split_once('=') else {
+                            bail!("--remote-storage-option {kv}: use KEY=VALUE");
+                        };
+                        c.options.push((k.trim().to_string(), v.trim().to_string()));
+                    }
+                    if let Some(ms) = args.remote_read_timeout_ms.or(file.remote_read_timeout_ms) {
+                        if ms == 0 {
+                            bail!("--remote-read-timeout-ms 0: use at least 1");
+                        }
+                        c.read_timeout = Duration::from_millis(ms);
+                    }
+                    Some(c)
+                }
+            },
+            remote_log_task_interval_ms: args
+                .remote_log_task_interval_ms
+                .or(file.remote_log_task_interval_ms)
+                .unwrap_or(REMOTE_LOG_TASK_INTERVAL_MS_DEFAULT)
+                .max(10),
             log_cleaner_backoff_ms: args
                 .log_cleaner_backoff_ms
                 .or(file.log_cleaner_backoff_ms)

@@ -184,7 +184,14 @@ pub fn run_with(
     };
     let more_core_ports = unbound(config.listen_more.len());
     let kafka_more_core_ports = unbound(config.kafka_more.len());
+    let remote = config
+        .remote_storage
+        .clone()
+        .map(weir_tier::RemoteStore::open)
+        .transpose()
+        .context("--remote-storage")?;
     let shared = Arc::new(Shared {
+        remote,
         node_tls,
         replication_core_ports: (0..n).map(|_| AtomicU16::new(0)).collect(),
         kafka_listen,
@@ -447,6 +454,9 @@ async fn core_main(
         glommio::spawn_local(crate::listener::http::serve_http(core.clone(), l, tls)).detach();
     }
     glommio::spawn_local(retention_loop(core.clone())).detach();
+    if shared.remote.is_some() {
+        glommio::spawn_local(crate::tier::upload::task_loop(core.clone())).detach();
+    }
     {
         // This core's replication endpoint: the replication address's IP,
         // its port + 1 + core (free ports when that port is 0, or with

@@ -23,7 +23,7 @@ use glommio::channels::local_channel;
 use super::{admin, BrokerError, Ctx, FetchOk, Result};
 use crate::server::limits::{FETCH_WAIT_MS_MAX, REQUEST_PARTITIONS_MAX};
 use crate::shard::mesh::CoreMsg;
-use crate::shard::{partition, Core};
+use crate::shard::Core;
 
 /// One partition of a fetch request.
 #[derive(Debug, Clone)]
@@ -151,7 +151,8 @@ async fn read_one(
     }
     let owner = core.locate(topic, partition)?;
     if owner == core.id {
-        return partition::fetch_local(core, topic, partition, offset, max_bytes, wait_ms).await;
+        return crate::tier::read::fetch_owned(core, topic, partition, offset, max_bytes, wait_ms)
+            .await;
     }
     let wait = Duration::from_millis(u64::from(wait_ms));
     core.call(owner, wait, |reply| CoreMsg::Fetch {

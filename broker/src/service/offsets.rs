@@ -53,7 +53,7 @@ pub async fn offsets(
         core,
         topic,
         partition,
-        partition::offsets_local(core, topic, partition, ts),
+        crate::tier::read::offsets_owned(core, topic, partition, ts),
         |reply| CoreMsg::Offsets {
             topic: topic.to_string(),
             partition,

@@ -7,8 +7,7 @@ use std::rc::Rc;
 use crate::shard::mesh::CoreMsg;
 use crate::shard::partition::{ack_waits, all_acked};
 use crate::shard::partition::{
-    compact_local, delete_records_local, fetch_local, init_producer_id_local, log_ends_local,
-    offsets_local,
+    compact_local, delete_records_local, init_producer_id_local, log_ends_local,
 };
 use crate::shard::Core;
 
@@ -53,7 +52,9 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             wait_ms,
             reply,
         } => {
-            let r = fetch_local(core, &topic, partition, offset, max_bytes, wait_ms).await;
+            let r =
+                crate::tier::read::fetch_owned(core, &topic, partition, offset, max_bytes, wait_ms)
+                    .await;
             reply.send(&core.mesh, r).await;
         }
         CoreMsg::Offsets {
@@ -62,7 +63,7 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             timestamp,
             reply,
         } => {
-            let r = offsets_local(core, &topic, partition, timestamp).await;
+            let r = crate::tier::read::offsets_owned(core, &topic, partition, timestamp).await;
             reply.send(&core.mesh, r).await;
         }
         CoreMsg::DeleteRecords {

@@ -82,6 +82,8 @@ pub struct Shared {
     pub quota_config: published::Published<weir_replication::meta::QuotaEntry>,
     /// The quotas' budgets.
     pub meters: quotas::Meters,
+    /// Tiered storage's object store (`--remote-storage`), if configured.
+    pub remote: Option<weir_tier::RemoteStore>,
 }
 
 impl Shared {
@@ -167,6 +169,8 @@ pub struct Core {
     /// Share groups: those this core coordinates, and the share
     /// partitions and sessions of the partitions it owns.
     pub shares: crate::share::registry::Shares,
+    /// Tiered storage: remote chunks and indexes read, counters.
+    pub tier: crate::tier::state::TierState,
     /// The metadata writer's queue (core 0 only).
     pub(crate) metadata_writer: RefCell<Option<crate::metadata::Writer>>,
     /// The replicas this core holds: roles, followers, fetchers.
@@ -213,6 +217,7 @@ impl Core {
             groups: Default::default(),
             txns: Default::default(),
             shares: Default::default(),
+            tier: Default::default(),
             metadata_writer: RefCell::new(None),
             replication: Default::default(),
             logins: Default::default(),

@@ -53,6 +53,28 @@ pub fn snapshot(core: &Core) -> Snapshot {
             .filter(|(_, l)| l.config().cleanup_policy.compacts())
             .map(|((t, p), l)| (t.clone(), *p, l.dirty_ratio()))
             .collect(),
+        tier: {
+            let c = &core.tier.counters;
+            vec![
+                c.uploads.get(),
+                c.uploaded_bytes.get(),
+                c.upload_errors.get(),
+                c.deletes.get(),
+                c.delete_errors.get(),
+                c.reads.get(),
+                c.read_bytes.get(),
+                c.read_errors.get(),
+                c.read_micros.get(),
+                c.chunks_read.get(),
+            ]
+        },
+        tier_upload_lag_bytes: core
+            .logs
+            .borrow()
+            .values()
+            .filter(|l| l.config().remote_storage)
+            .map(|l| l.bytes_from(l.remote_end().max(l.log_start_offset())))
+            .sum(),
         replication_in: m.replication_in.get(),
         replication_out: m.replication_out.get(),
         reactor: (

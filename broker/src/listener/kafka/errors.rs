@@ -24,6 +24,8 @@ pub fn broker_error_code(e: &BrokerError) -> i16 {
             StorageFailure::UnknownProducerId => E::UnknownProducerId.code(),
             StorageFailure::InvalidRecord => E::InvalidRecord.code(),
             StorageFailure::Io => E::UnknownServerError.code(),
+            // Kafka's answer to a remote read that failed: retriable.
+            StorageFailure::RemoteUnavailable => E::KafkaStorageError.code(),
         },
         BrokerError::Corrupt(_) => E::CorruptMessage.code(),
         BrokerError::Policy(_) => E::PolicyViolation.code(),

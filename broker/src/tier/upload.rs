@@ -1,0 +1,479 @@
+//! The tiering task of each core: every `--remote-log-task-interval-ms`,
+//! for each tiered partition this core holds,
+//!
+//! 1. tells the log where the remote tier ends (local retention deletes
+//!    only segments below it — on followers too, which never upload);
+//! 2. where this node leads: cleans up what an earlier pass or leader left
+//!    (copies started and never finished, deletions started): their
+//!    objects are deleted, then their metadata;
+//! 3. applies the total retention (`retention.ms`, `retention.bytes`,
+//!    local and remote bytes together) to the remote segments, oldest
+//!    first: metadata marked (no longer read), objects deleted, metadata
+//!    removed;
+//! 4. uploads the closed segments wholly below the high watermark that
+//!    the remote log does not hold yet, oldest first, one at a time: the
+//!    copy recorded as started (fenced by the leader epoch), the indexes,
+//!    the leader epochs and then the records uploaded under the segment's
+//!    own id, the copy recorded as finished — only then is it read, and
+//!    only then may local retention delete it. A segment that begins
+//!    before the remote end (a new leader's segments need not be cut where
+//!    the old leader's were) is uploaded from its batch at the remote end.
+//!
+//! Core 0 of the node leading the metadata quorum also deletes the remote
+//! objects of deleted topics. A failure ends the partition's pass; the
+//! next pass starts over from the committed metadata.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use weir_proto::batch::{BatchHeader, HEADER_BYTES};
+use weir_replication::meta::{Command, RemoteCopy, RemoteSegment, RemoteSegmentState};
+use weir_storage::offset_index::OffsetIndex;
+use weir_storage::time_index::TimeIndex;
+use weir_storage::{PartitionLog, SealedSegment};
+use weir_tier::layout::{encode_epochs, object_key, ObjectKind};
+use weir_tier::RemoteStore;
+
+use super::state::bump;
+use crate::shard::Core;
+
+/// Runs the tiering passes until the broker stops.
+pub async fn task_loop(core: Rc<Core>) {
+    let interval = core.shared.config.remote_log_task_interval_ms;
+    loop {
+        let mut waited = 0;
+        while waited < interval {
+            if core.shared.stopping() {
+                return;
+            }
+            let step = interval.min(100);
+            glommio::timer::sleep(Duration::from_millis(step)).await;
+            waited += step;
+        }
+        pass(&core).await;
+    }
+}
+
+/// One pass over the core's tiered partitions.
+pub async fn pass(core: &Rc<Core>) {
+    let Some(store) = core.shared.remote.clone() else {
+        return;
+    };
+    let logs: Vec<_> = core
+        .logs
+        .borrow()
+        .iter()
+        .filter(|(_, l)| l.config().remote_storage)
+        .map(|((t, p), l)| (t.clone(), *p, l.clone()))
+        .collect();
+    for (topic, partition, log) in logs {
+        if core.shared.stopping() {
+            return;
+        }
+        let Some(topic_id) = super::topic_id(core, &topic) else {
+            continue;
+        };
+        let part = Part {
+            core,
+            store: &store,
+            topic: &topic,
+            topic_id,
+            partition,
+            log: &log,
+        };
+        if let Err(e) = part.run().await {
+            tracing::warn!(partition = %format!("{topic}-{partition}"), error = %e, "tiering pass failed; retried at the next");
+        }
+    }
+    if core.id == 0 && core.shared.controller.leader() == Some(core.shared.config.cluster.node_id) {
+        if let Err(e) = delete_deleted_topics(core, &store).await {
+            tracing::warn!(error = %e, "deleting the remote data of deleted topics failed; retried at the next pass");
+        }
+    }
+}
+
+/// One tiered partition in a pass.
+struct Part<'a> {
+    core: &'a Rc<Core>,
+    store: &'a RemoteStore,
+    topic: &'a str,
+    topic_id: [u8; 16],
+    partition: u32,
+    log: &'a PartitionLog,
+}
+
+type PassResult = Result<(), String>;
+
+impl Part<'_> {
+    fn name(&self) -> String {
+        format!("{}-{}", self.topic, self.partition)
+    }
+
+    fn segments(&self) -> Vec<RemoteSegment> {
+        self.core
+            .shared
+            .controller
+            .state()
+            .remote
+            .segments(&self.topic_id, self.partition)
+            .to_vec()
+    }
+
+    fn key(&self, seg: &RemoteSegment, kind: ObjectKind) -> String {
+        object_key(
+            self.topic,
+            &self.topic_id,
+            self.partition,
+            seg.base,
+            &seg.id,
+            kind,
+        )
+    }
+
+    /// This node's leader epoch of the partition, if it leads it now.
+    fn leader_epoch(&self) -> Option<u32> {
+        let me = self.core.shared.config.cluster.node_id;
+        let view = self.core.metadata();
+        let t = view.get(self.topic)?;
+        if t.leaders.get(self.partition as usize).copied() != Some(me) {
+            return None;
+        }
+        if let Some(r) = self.core.replication.get(self.topic, self.partition) {
+            r.check_leader().ok()?;
+        }
+        t.placement
+            .get(self.partition as usize)
+            .map(|p| p.leader_epoch)
+    }
+
+    /// The high watermark: what every in-sync replica holds.
+    fn high_watermark(&self) -> u64 {
+        match self.core.replication.get(self.topic, self.partition) {
+            Some(r) if r.replicated() => r.high_watermark(),
+            _ => self.log.high_watermark(),
+        }
+    }
+
+    async fn propose(&self, c: Command) -> Result<(), String> {
+        self.core
+            .shared
+            .controller
+            .propose(c)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn run(&self) -> PassResult {
+        let remote_end = |segs: &[RemoteSegment]| {
+            segs.iter()
+                .filter(|s| s.state == RemoteSegmentState::CopyFinished)
+                .map(|s| s.end)
+                .last()
+        };
+        if let Some(end) = remote_end(&self.segments()) {
+            self.log.set_remote_end(end);
+        }
+        let Some(epoch) = self.leader_epoch() else {
+            return Ok(());
+        };
+        self.clean_up().await?;
+        self.retention().await?;
+        loop {
+            let end = remote_end(&self.segments());
+            let hw = self.high_watermark();
+            let next = self
+                .log
+                .sealed_segments(end.unwrap_or(0), hw)
+                .into_iter()
+                .next();
+            let Some(seg) = next else {
+                return Ok(());
+            };
+            if self.core.shared.stopping() || self.leader_epoch() != Some(epoch) {
+                return Ok(());
+            }
+            self.upload(&seg, end, epoch).await?;
+        }
+    }
+
+    /// Deletes the objects of copies never finished and of deletions
+    /// started, then their metadata. Nothing of this partition is being
+    /// uploaded meanwhile: one core owns it and runs its pass in turn.
+    async fn clean_up(&self) -> PassResult {
+        let stale: Vec<RemoteSegment> = self
+            .segments()
+            .into_iter()
+            .filter(|s| s.state != RemoteSegmentState::CopyFinished)
+            .collect();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        self.delete_objects(&stale).await?;
+        self.propose(Command::RemoteDeleteFinished {
+            topic_id: self.topic_id,
+            partition: self.partition,
+            ids: stale.iter().map(|s| s.id).collect(),
+        })
+        .await?;
+        tracing::info!(partition = %self.name(), segments = stale.len(), "unfinished remote copies and deletions cleaned up");
+        Ok(())
+    }
+
+    async fn delete_objects(&self, segs: &[RemoteSegment]) -> PassResult {
+        for s in segs {
+            for kind in ObjectKind::ALL {
+                if let Err(e) = self.store.delete(&self.key(s, kind)).await {
+                    bump(&self.core.tier.counters.delete_errors, 1);
+                    return Err(e.to_string());
+                }
+            }
+            self.core.tier.chunks.borrow_mut().forget(&s.id);
+            self.core.tier.indexes.borrow_mut().remove(&s.id);
+        }
+        Ok(())
+    }
+
+    /// The total retention over the remote segments: the oldest go while
+    /// older than `retention.ms`, or while the partition (remote and
+    /// local) is larger than `retention.bytes` without them.
+    async fn retention(&self) -> PassResult {
+        let cfg = self.log.config();
+        if !cfg.cleanup_policy.deletes() {
+            return Ok(());
+        }
+        let readable: Vec<RemoteSegment> = self
+            .segments()
+            .into_iter()
+            .filter(|s| s.state == RemoteSegmentState::CopyFinished)
+            .collect();
+        let Some(last) = readable.last() else {
+            return Ok(());
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let local = self
+            .log
+            .bytes_from(last.end.max(self.log.log_start_offset()));
+        let mut total: u64 = readable.iter().map(|s| s.bytes).sum::<u64>() + local;
+        let mut doomed = Vec::new();
+        for s in &readable {
+            let by_time = cfg
+                .retention_ms
+                .is_some_and(|ms| s.max_timestamp < now.saturating_sub(ms));
+            let by_size = cfg
+                .retention_bytes
+                .is_some_and(|max| total - s.bytes >= max);
+            if !(by_time || by_size) {
+                break;
+            }
+            total -= s.bytes;
+            doomed.push(s.clone());
+        }
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<[u8; 16]> = doomed.iter().map(|s| s.id).collect();
+        self.propose(Command::RemoteDeleteStarted {
+            topic_id: self.topic_id,
+            partition: self.partition,
+            ids: ids.clone(),
+        })
+        .await?;
+        self.delete_objects(&doomed).await?;
+        self.propose(Command::RemoteDeleteFinished {
+            topic_id: self.topic_id,
+            partition: self.partition,
+            ids,
+        })
+        .await?;
+        bump(&self.core.tier.counters.deletes, doomed.len() as u64);
+        tracing::info!(partition = %self.name(), segments = doomed.len(), "remote retention deleted segments");
+        Ok(())
+    }
+
+    /// Uploads `seg` from the remote end `end` (its base if the remote log
+    /// is empty).
+    async fn upload(&self, seg: &SealedSegment, end: Option<u64>, epoch: u32) -> PassResult {
+        let base = end.unwrap_or(seg.base).max(seg.base);
+        if end.is_some_and(|e| e < seg.base) {
+            return Err(format!(
+                "the remote log ends at {} but the local log's next closed segment starts at {}: \
+                 the records between are in neither; not uploading past the gap",
+                end.unwrap_or_default(),
+                seg.base
+            ));
+        }
+        // Where `base` is in the local file (0 unless the segment begins
+        // before the remote end).
+        let from = if base == seg.base {
+            0
+        } else {
+            self.position_of(seg, base).await?
+        };
+        let (index, time_index) = rebase(seg, base, from);
+        let epochs: Vec<(u32, u64)> = {
+            let all = self.log.leader_epochs();
+            let mut out: Vec<(u32, u64)> = Vec::new();
+            for (e, start) in all {
+                if start >= seg.end {
+                    break;
+                }
+                if start <= base {
+                    out.clear();
+                }
+                out.push((e, start.max(base)));
+            }
+            out
+        };
+        let meta = RemoteSegment {
+            id: *uuid::Uuid::new_v4().as_bytes(),
+            base,
+            end: seg.end,
+            bytes: seg.bytes - from,
+            max_timestamp: seg.max_timestamp,
+            leader_epoch: epoch,
+            node: self.core.shared.config.cluster.node_id,
+            epochs: epochs.clone(),
+            state: RemoteSegmentState::CopyStarted,
+        };
+        self.propose(Command::RemoteCopyStarted(Box::new(RemoteCopy {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+            leader: meta.node,
+            leader_epoch: epoch,
+            segment: meta.clone(),
+        })))
+        .await?;
+        let put = async {
+            let store = self.store;
+            store
+                .put(&self.key(&meta, ObjectKind::Index), Bytes::from(index))
+                .await?;
+            store
+                .put(
+                    &self.key(&meta, ObjectKind::TimeIndex),
+                    Bytes::from(time_index),
+                )
+                .await?;
+            store
+                .put(
+                    &self.key(&meta, ObjectKind::Epochs),
+                    Bytes::from(encode_epochs(&epochs)),
+                )
+                .await?;
+            store
+                .put_file(
+                    &self.key(&meta, ObjectKind::Log),
+                    seg.log_path.clone(),
+                    from..seg.bytes,
+                )
+                .await
+        };
+        if let Err(e) = put.await {
+            bump(&self.core.tier.counters.upload_errors, 1);
+            // Left as started: the next pass deletes what was written.
+            return Err(format!("uploading {}..{}: {e}", meta.base, meta.end));
+        }
+        let finished = Command::RemoteCopyFinished {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+            leader: meta.node,
+            leader_epoch: epoch,
+            id: meta.id,
+        };
+        if let Err(e) = self.propose(finished).await {
+            bump(&self.core.tier.counters.upload_errors, 1);
+            return Err(format!(
+                "the upload of {}..{} was not recorded: {e}",
+                meta.base, meta.end
+            ));
+        }
+        self.log.set_remote_end(meta.end);
+        bump(&self.core.tier.counters.uploads, 1);
+        bump(&self.core.tier.counters.uploaded_bytes, meta.bytes);
+        tracing::info!(partition = %self.name(), base = meta.base, end = meta.end, bytes = meta.bytes, "segment uploaded to the remote tier");
+        Ok(())
+    }
+
+    /// The position in `seg`'s file of the batch starting at `offset`
+    /// (read from the file from the index entry at or below it).
+    async fn position_of(&self, seg: &SealedSegment, offset: u64) -> Result<u64, String> {
+        let idx = OffsetIndex::decode(&seg.index);
+        let rel = u32::try_from(offset - seg.base).map_err(|_| "offset out of the segment")?;
+        let mut pos = idx.lookup(rel).map_or(0, |(_, p)| p as u64);
+        while pos + HEADER_BYTES as u64 <= seg.bytes {
+            let head = self
+                .store
+                .read_local(seg.log_path.clone(), pos..pos + HEADER_BYTES as u64)
+                .await
+                .map_err(|e| e.to_string())?;
+            let h = BatchHeader::peek(&head).map_err(|e| e.to_string())?;
+            let b = h.base_offset as u64;
+            if b == offset {
+                return Ok(pos);
+            }
+            if b > offset {
+                break;
+            }
+            pos += h.total_len() as u64;
+        }
+        Err(format!(
+            "no batch starts at {offset} in the segment at {}",
+            seg.base
+        ))
+    }
+}
+
+/// The segment's indexes for an object starting at offset `base`, file
+/// position `from`: entries before it dropped, the rest made relative to
+/// it, a first entry at the object's start.
+fn rebase(seg: &SealedSegment, base: u64, from: u64) -> (Vec<u8>, Vec<u8>) {
+    if base == seg.base {
+        return (seg.index.clone(), seg.time_index.clone());
+    }
+    let delta = (base - seg.base) as u32;
+    let from = from as u32;
+    let mut offsets = OffsetIndex::default();
+    offsets.push(0, 0);
+    for &(rel, pos) in OffsetIndex::decode(&seg.index).entries() {
+        if rel > delta && pos > from {
+            offsets.push(rel - delta, pos - from);
+        }
+    }
+    let mut times = TimeIndex::default();
+    for &(ts, rel) in TimeIndex::decode(&seg.time_index).entries() {
+        if rel >= delta {
+            times.push(ts, rel - delta);
+        }
+    }
+    (offsets.encode_all(), times.encode_all())
+}
+
+/// Deletes the objects of deleted topics, then their metadata.
+async fn delete_deleted_topics(core: &Rc<Core>, store: &RemoteStore) -> Result<(), String> {
+    let state = core.shared.controller.state();
+    for (topic_id, t) in state.remote.topics.iter().filter(|(_, t)| t.deleted) {
+        for (partition, segs) in &t.partitions {
+            for s in segs {
+                for kind in ObjectKind::ALL {
+                    let key = object_key(&t.name, topic_id, *partition, s.base, &s.id, kind);
+                    store.delete(&key).await.map_err(|e| e.to_string())?;
+                }
+            }
+            core.shared
+                .controller
+                .propose(Command::RemoteDeleteFinished {
+                    topic_id: *topic_id,
+                    partition: *partition,
+                    ids: segs.iter().map(|s| s.id).collect(),
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        tracing::info!(topic = %t.name, "remote data of the deleted topic removed");
+    }
+    Ok(())
+}
