@@ -132,6 +132,10 @@ pub struct RemoteStore {
 
 struct Inner {
     store: Arc<dyn ObjectStore>,
+    /// The directory of a `file://` store: a write killed half way leaves
+    /// a staging file (`<name>#<n>`) beside the object's name there, which
+    /// [`RemoteStore::delete`] removes too.
+    local_root: Option<PathBuf>,
     runtime: Option<tokio::runtime::Runtime>,
     in_flight: Arc<tokio::sync::Semaphore>,
     config: RemoteConfig,
@@ -159,6 +163,7 @@ impl RemoteStore {
         // ring, as the rest of the broker.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let store = build(&config)?;
+        let local_root = config.url.trim().strip_prefix("file://").map(PathBuf::from);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .max_blocking_threads(8)
@@ -170,6 +175,7 @@ impl RemoteStore {
             inner: Arc::new(Inner {
                 store,
                 runtime: Some(runtime),
+                local_root,
                 in_flight: Arc::new(tokio::sync::Semaphore::new(config.max_in_flight.max(1))),
                 config,
             }),
@@ -316,14 +322,22 @@ impl RemoteStore {
         .await
     }
 
-    /// Deletes an object; one already gone is no error.
+    /// Deletes an object; one already gone is no error. In a `file://`
+    /// store, the staging files a killed write of it left go too.
     pub async fn delete(&self, key: &str) -> Result<(), TierError> {
         let (store, k) = (self.inner.store.clone(), key.to_string());
+        let staged = self.inner.local_root.as_ref().map(|r| r.join(key));
         self.run(async move {
             match store.delete(&ObjectPath::from(k.as_str())).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) => Err(store_error("delete", &k, e)),
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(store_error("delete", &k, e)),
             }
+            if let Some(path) = staged {
+                tokio::task::spawn_blocking(move || remove_staged(&path))
+                    .await
+                    .map_err(|_| TierError::Stopped)?;
+            }
+            Ok(())
         })
         .await
     }
@@ -345,6 +359,22 @@ impl RemoteStore {
             Ok(out)
         })
         .await
+    }
+}
+
+/// Removes `<path>#*`: what a write to `path` killed half way left.
+fn remove_staged(path: &std::path::Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}#", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 
@@ -390,21 +420,6 @@ fn build(config: &RemoteConfig) -> Result<Arc<dyn ObjectStore>, TierError> {
     if bucket.is_empty() {
         return Err(TierError::Config(format!("{url}: no bucket")));
     }
-    let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
-    let mut plain_http = std::env::var("AWS_ENDPOINT")
-        .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
-        .is_ok_and(|e| e.starts_with("http://"));
-    for (k, v) in &config.options {
-        let key = AmazonS3ConfigKey::from_str(k)
-            .map_err(|_| TierError::Config(format!("unknown S3 option `{k}`")))?;
-        if key == AmazonS3ConfigKey::Endpoint {
-            plain_http = v.starts_with("http://");
-        }
-        b = b.with_config(key, v);
-    }
-    if plain_http {
-        b = b.with_allow_http(true);
-    }
     let retry = RetryConfig {
         backoff: BackoffConfig {
             init_backoff: Duration::from_millis(100),
@@ -414,12 +429,32 @@ fn build(config: &RemoteConfig) -> Result<Arc<dyn ObjectStore>, TierError> {
         max_retries: config.max_retries,
         retry_timeout: config.retry_timeout,
     };
+    // An endpoint over plain HTTP (a local S3-compatible store) needs
+    // `allow_http`; `with_client_options` replaces what `from_env` read, so
+    // the variable is read here, and the options given come after.
+    let env = |k: &str| std::env::var(k).ok();
+    let plain_http = config
+        .options
+        .iter()
+        .find(|(k, _)| k == "endpoint" || k == "aws_endpoint" || k == "endpoint_url")
+        .map(|(_, v)| v.clone())
+        .or_else(|| env("AWS_ENDPOINT").or_else(|| env("AWS_ENDPOINT_URL")))
+        .is_some_and(|e| e.starts_with("http://"))
+        || env("AWS_ALLOW_HTTP").is_some_and(|v| v == "true");
     let client = ClientOptions::new()
         .with_timeout(config.request_timeout)
-        .with_connect_timeout(Duration::from_secs(5));
-    let s3 = b
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_allow_http(plain_http);
+    let mut b = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
         .with_retry(retry)
-        .with_client_options(client)
+        .with_client_options(client);
+    for (k, v) in &config.options {
+        let key = AmazonS3ConfigKey::from_str(k)
+            .map_err(|_| TierError::Config(format!("unknown S3 option `{k}`")))?;
+        b = b.with_config(key, v);
+    }
+    let s3 = b
         .build()
         .map_err(|e| TierError::Config(format!("{url}: {e}")))?;
     let prefix = prefix.trim_matches('/');
@@ -456,8 +491,11 @@ mod tests {
         let mut keys = block(s.list("t")).unwrap();
         keys.sort();
         assert_eq!(keys, vec!["t/0/a.index", "t/0/a.log"]);
+        // What a killed write leaves goes with the object.
+        std::fs::write(dir.path().join("t/0/a.log#3"), b"half").unwrap();
         block(s.delete("t/0/a.log")).unwrap();
         block(s.delete("t/0/a.log")).unwrap();
+        assert!(!dir.path().join("t/0/a.log#3").exists());
         assert!(matches!(
             block(s.get("t/0/a.log")),
             Err(TierError::NotFound(_))

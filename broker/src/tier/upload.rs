@@ -168,9 +168,9 @@ impl Part<'_> {
     async fn run(&self) -> PassResult {
         let remote_end = |segs: &[RemoteSegment]| {
             segs.iter()
-                .filter(|s| s.state == RemoteSegmentState::CopyFinished)
+                .rev()
+                .find(|s| s.state == RemoteSegmentState::CopyFinished)
                 .map(|s| s.end)
-                .last()
         };
         if let Some(end) = remote_end(&self.segments()) {
             self.log.set_remote_end(end);

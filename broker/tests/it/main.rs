@@ -26,5 +26,6 @@ mod sasl;
 mod sdk;
 mod share;
 mod share_sdk;
+mod tiered;
 mod tls;
 mod transactions;
