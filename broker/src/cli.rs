@@ -607,6 +607,13 @@ fn describe_text(
     if dirty.is_some() {
         head.push("DIRTY-RATIO".into());
     }
+    let tiered = t
+        .configs
+        .iter()
+        .any(|(k, v)| k == "remote.storage.enable" && v == "true");
+    if tiered {
+        head.extend(["LOCAL-START", "REMOTE-BYTES", "REMOTE-SEGMENTS"].map(String::from));
+    }
     let moving = t.partitions.iter().any(|p| !p.target.is_empty());
     if moving {
         head.push("MOVING-TO".into());
@@ -635,6 +642,13 @@ fn describe_text(
                     .find(|x| x.partition == p.partition && x.error == 0)
                     .map_or_else(|| "-".to_string(), |x| ratio(x.dirty_ratio_ppm)),
             );
+        }
+        if tiered {
+            row.extend([
+                known(p.local_log_start_offset),
+                known(p.remote_bytes),
+                known(u64::from(p.remote_segments)),
+            ]);
         }
         if moving {
             row.push(if p.target.is_empty() {
@@ -1401,6 +1415,9 @@ mod tests {
                         log_start_offset: 0,
                         log_end_offset: 0,
                         size_bytes: 0,
+                        local_log_start_offset: 0,
+                        remote_bytes: 0,
+                        remote_segments: 0,
                         leader: replicas[0],
                         leader_epoch: 0,
                         replicas: replicas.to_vec(),

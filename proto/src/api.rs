@@ -288,8 +288,9 @@ impl ApiKey {
             | ApiKey::InitProducerId
             | ApiKey::Produce => 1,
             // v1: leader, epoch, replicas and ISR per partition; v2: the
-            // target of a reassignment under way.
-            ApiKey::DescribeConfigs => 2,
+            // target of a reassignment under way; v3: the local log start
+            // and the remote tier's bytes and segments (tiered storage).
+            ApiKey::DescribeConfigs => 3,
             _ => 0,
         }
     }

@@ -200,12 +200,19 @@ pub struct PartitionDescription {
     pub partition: u32,
     /// The core that owns it (on its leader's node).
     pub core: u32,
-    /// First offset still in the log.
+    /// First offset still in the log (in the remote tier, for a tiered
+    /// partition with remote segments).
     pub log_start_offset: u64,
     /// Offset the next appended record gets.
     pub log_end_offset: u64,
-    /// Bytes on disk.
+    /// Bytes on local disk.
     pub size_bytes: u64,
+    /// First offset on local disk (`log_start_offset` unless tiered).
+    pub local_log_start_offset: u64,
+    /// Bytes in the remote tier (tiered storage; readable segments).
+    pub remote_bytes: u64,
+    /// Segments in the remote tier.
+    pub remote_segments: u32,
     /// The leading node (0: no live leader).
     pub leader: u64,
     /// The leader epoch (bumped at every leader change).

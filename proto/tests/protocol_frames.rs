@@ -580,8 +580,9 @@ fn api_keys_are_pinned() {
         // DescribeGroup's body changed shape (members with epochs),
         // CreateTopics' (replication factor), Fetch's and ListOffsets'
         // (read_committed), FindCoordinator's, InitProducerId's and
-        // Produce's (transactional ids): v1 only; DescribeConfigs' twice
-        // (leader, replicas, ISR; then a move's target): v2 only;
+        // Produce's (transactional ids): v1 only; DescribeConfigs' three
+        // times (leader, replicas, ISR; a move's target; the local log
+        // start and the remote tier): v3 only;
         // everything else is at v0.
         let v = match key {
             ApiKey::DescribeGroup
@@ -591,7 +592,7 @@ fn api_keys_are_pinned() {
             | ApiKey::FindCoordinator
             | ApiKey::InitProducerId
             | ApiKey::Produce => 1,
-            ApiKey::DescribeConfigs => 2,
+            ApiKey::DescribeConfigs => 3,
             _ => 0,
         };
         assert!(key.supports(v));

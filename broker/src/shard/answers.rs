@@ -45,6 +45,12 @@ pub struct OffsetsOk {
     pub for_timestamp: Option<u64>,
     /// The log's leader epochs with their start offsets, oldest first.
     pub leader_epochs: Vec<(u32, u64)>,
+    /// First offset on local disk (`log_start_offset` unless tiered).
+    pub local_log_start_offset: u64,
+    /// Bytes in the remote tier (tiered storage).
+    pub remote_bytes: u64,
+    /// Segments in the remote tier.
+    pub remote_segments: u32,
 }
 
 /// The outcome of a compaction request on one partition.

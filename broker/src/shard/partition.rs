@@ -355,6 +355,9 @@ pub async fn offsets_local(
         None => log.high_watermark(),
     };
     Ok(OffsetsOk {
+        local_log_start_offset: log.log_start_offset(),
+        remote_bytes: 0,
+        remote_segments: 0,
         log_start_offset: log.log_start_offset(),
         last_stable_offset: log.last_stable_offset().min(high_watermark),
         high_watermark,

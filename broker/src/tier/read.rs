@@ -91,6 +91,11 @@ pub async fn offsets_owned(
     let mut ok = crate::shard::partition::offsets_local(core, topic, partition, timestamp).await?;
     let local_start = ok.log_start_offset;
     ok.log_start_offset = super::log_start(core, topic, partition, local_start);
+    if let Some(id) = super::topic_id(core, topic).filter(|_| core.shared.remote.is_some()) {
+        let remote = super::readable(core, &id, partition);
+        ok.remote_bytes = remote.iter().map(|s| s.bytes).sum();
+        ok.remote_segments = remote.len() as u32;
+    }
     if let (Some(ts), true) = (timestamp, ok.log_start_offset < local_start) {
         if let Some(found) = offset_for_timestamp(core, topic, partition, ts, local_start).await? {
             ok.for_timestamp = Some(found);

@@ -267,6 +267,14 @@ fn a_tiered_topic_keeps_little_on_local_disk_and_replays_every_record_from_s3() 
             .await
             .unwrap();
         assert_eq!(at, Some(2_500));
+        // What `weir topic describe` shows: the local and the remote log.
+        let d = c.describe_topic("logs").await.unwrap();
+        let p = &d.partitions[0];
+        assert_eq!(p.log_start_offset, 0);
+        assert!(p.local_log_start_offset >= 30_000, "{p:?}");
+        assert!(p.remote_bytes >= 30 << 20, "{p:?}");
+        assert!(p.size_bytes <= 8 << 20, "{p:?}");
+        assert!(p.remote_segments >= 30, "{p:?}");
     });
     assert!(metric(&b, "weir_remote_fetches_total") > 0.0);
     let out = python_script(
