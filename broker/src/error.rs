@@ -204,7 +204,7 @@ impl BrokerError {
                 StorageFailure::UnknownProducerId => ErrorCode::UnknownProducerId,
                 StorageFailure::InvalidRecord => ErrorCode::InvalidRecord,
                 StorageFailure::Io => ErrorCode::StorageError,
-                StorageFailure::RemoteUnavailable => ErrorCode::StorageError,
+                StorageFailure::RemoteUnavailable => ErrorCode::RemoteStorageError,
             },
             BrokerError::Corrupt(_) => ErrorCode::CorruptMessage,
             BrokerError::Policy(_) => ErrorCode::PolicyViolation,

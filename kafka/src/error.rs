@@ -83,6 +83,7 @@ pub fn coordinator_error(code: ErrorCode) -> Option<ResponseError> {
         ErrorCode::InvalidRecordState => K::InvalidRecordState,
         ErrorCode::GroupMaxSizeReached => K::GroupMaxSizeReached,
         ErrorCode::InconsistentGroupProtocol => K::InconsistentGroupProtocol,
+        ErrorCode::RemoteStorageError => K::KafkaStorageError,
     })
 }
 

@@ -151,11 +151,14 @@ pub enum ErrorCode {
     GroupMaxSizeReached = 61,
     /// The group id is another kind of group's (a share group's id used by a consumer group, or the reverse).
     InconsistentGroupProtocol = 62,
+    /// A read from the remote tier (tiered storage) failed or timed out:
+    /// retry (Kafka's KAFKA_STORAGE_ERROR for such a read).
+    RemoteStorageError = 63,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 57] = [
+    pub const ALL: [ErrorCode; 58] = [
         ErrorCode::None,
         ErrorCode::Unknown,
         ErrorCode::CorruptMessage,
@@ -213,6 +216,7 @@ impl ErrorCode {
         ErrorCode::InvalidRecordState,
         ErrorCode::GroupMaxSizeReached,
         ErrorCode::InconsistentGroupProtocol,
+        ErrorCode::RemoteStorageError,
     ];
 
     /// The number on the wire.
@@ -280,6 +284,7 @@ impl ErrorCode {
             60 => ErrorCode::InvalidRecordState,
             61 => ErrorCode::GroupMaxSizeReached,
             62 => ErrorCode::InconsistentGroupProtocol,
+            63 => ErrorCode::RemoteStorageError,
             _ => ErrorCode::Unknown,
         }
     }
@@ -303,6 +308,7 @@ impl ErrorCode {
                 | ErrorCode::Recovering
                 | ErrorCode::ConcurrentTransactions
                 | ErrorCode::ShareSessionLimitReached
+                | ErrorCode::RemoteStorageError
         )
     }
 
@@ -366,6 +372,7 @@ impl ErrorCode {
             ErrorCode::InvalidRecordState => "InvalidRecordState",
             ErrorCode::GroupMaxSizeReached => "GroupMaxSizeReached",
             ErrorCode::InconsistentGroupProtocol => "InconsistentGroupProtocol",
+            ErrorCode::RemoteStorageError => "RemoteStorageError",
         }
     }
 
@@ -429,6 +436,7 @@ impl ErrorCode {
             ErrorCode::InvalidRecordState => "records not acquired by this member",
             ErrorCode::GroupMaxSizeReached => "group full",
             ErrorCode::InconsistentGroupProtocol => "group of another type",
+            ErrorCode::RemoteStorageError => "the remote tier could not be read",
         }
     }
 }

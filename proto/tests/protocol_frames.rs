@@ -475,6 +475,7 @@ fn error_codes_are_pinned() {
         ("InvalidRecordState", 60),
         ("GroupMaxSizeReached", 61),
         ("InconsistentGroupProtocol", 62),
+        ("RemoteStorageError", 63),
     ];
     assert_eq!(table.len(), ErrorCode::ALL.len());
     for (&(name, n), code) in table.iter().zip(ErrorCode::ALL) {
@@ -494,7 +495,7 @@ fn error_codes_are_pinned() {
 
 #[test]
 fn unknown_error_numbers_map_to_unknown() {
-    for n in (24..=29).chain(63..=u16::MAX) {
+    for n in (24..=29).chain(64..=u16::MAX) {
         assert_eq!(ErrorCode::from_u16(n), ErrorCode::Unknown, "{n}");
     }
     assert_eq!(ErrorCode::from(1u16), ErrorCode::Unknown);
@@ -516,7 +517,8 @@ fn retriable_codes() {
             ErrorCode::NotLeader,
             ErrorCode::NotCoordinator,
             ErrorCode::ConcurrentTransactions,
-            ErrorCode::ShareSessionLimitReached
+            ErrorCode::ShareSessionLimitReached,
+            ErrorCode::RemoteStorageError
         ]
     );
     assert_eq!(

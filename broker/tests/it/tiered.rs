@@ -315,7 +315,8 @@ fn with_the_object_store_stopped_produce_goes_on_and_remote_reads_fail_fast() {
         produce(&c, "logs", 10_000, 20_000).await;
         let t = Instant::now();
         let e = c.fetch("logs", 0, 0, 1 << 20, 0).await.unwrap_err();
-        assert_eq!(e.code(), Some(ErrorCode::StorageError), "{e}");
+        assert_eq!(e.code(), Some(ErrorCode::RemoteStorageError), "{e}");
+        assert!(ErrorCode::RemoteStorageError.is_retriable());
         assert!(
             t.elapsed() < Duration::from_secs(6),
             "failed fast: {:?}",
