@@ -477,3 +477,40 @@ async fn delete_deleted_topics(core: &Rc<Core>, store: &RemoteStore) -> Result<(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_uploaded_from_the_remote_end_has_its_indexes_rebased() {
+        let mut idx = OffsetIndex::default();
+        for (rel, pos) in [(0, 0), (10, 4096), (20, 8192), (30, 12288)] {
+            idx.push(rel, pos);
+        }
+        let mut times = TimeIndex::default();
+        for (ts, rel) in [(100, 0), (110, 10), (120, 20), (130, 30)] {
+            times.push(ts, rel);
+        }
+        let seg = SealedSegment {
+            base: 1000,
+            end: 1040,
+            bytes: 16384,
+            max_timestamp: 139,
+            log_path: "/nowhere".into(),
+            index: idx.encode_all(),
+            time_index: times.encode_all(),
+        };
+        assert_eq!(
+            rebase(&seg, 1000, 0),
+            (seg.index.clone(), seg.time_index.clone())
+        );
+        // From the batch at offset 1015, position 6000.
+        let (i, t) = rebase(&seg, 1015, 6000);
+        assert_eq!(
+            OffsetIndex::decode(&i).entries(),
+            [(0, 0), (5, 2192), (15, 6288)]
+        );
+        assert_eq!(TimeIndex::decode(&t).entries(), [(120, 5), (130, 15)]);
+    }
+}

@@ -21,6 +21,7 @@ use crate::common;
 
 mod faults;
 mod share_faults;
+mod tier_faults;
 mod txn_faults;
 
 /// One cluster at a time: three nodes of two cores each already

@@ -146,7 +146,7 @@ fn create_tiered(b: &Broker, topic: &str) {
 
 /// Writes records `from..to` (`{i:08}-` and padding, timestamp `TS0 + i`)
 /// to partition 0, 100 per batch, acks=all.
-async fn produce(c: &Client, topic: &str, from: u64, to: u64) {
+pub(crate) async fn produce(c: &Client, topic: &str, from: u64, to: u64) {
     let mut i = from;
     while i < to {
         let mut b = BatchBuilder::new(Compression::None).unwrap();
@@ -174,7 +174,7 @@ async fn produce(c: &Client, topic: &str, from: u64, to: u64) {
 /// Reads partition 0 from `from` up to `to`, every batch's CRC checked and
 /// every record's value its offset's; returns the log start offset the
 /// broker answered first.
-async fn read_all(c: &Client, topic: &str, from: u64, to: u64) -> u64 {
+pub(crate) async fn read_all(c: &Client, topic: &str, from: u64, to: u64) -> u64 {
     let mut next = from;
     let mut log_start = None;
     while next < to {
@@ -205,7 +205,7 @@ async fn read_all(c: &Client, topic: &str, from: u64, to: u64) -> u64 {
 }
 
 /// Bytes of the partition's files on local disk (allocated, as `du`).
-fn local_bytes(dir: &Path, topic: &str) -> u64 {
+pub(crate) fn local_bytes(dir: &Path, topic: &str) -> u64 {
     use std::os::unix::fs::MetadataExt;
     std::fs::read_dir(dir.join(format!("{topic}-0")))
         .unwrap()
@@ -342,7 +342,8 @@ fn with_the_object_store_stopped_produce_goes_on_and_remote_reads_fail_fast() {
 /// SIGKILL mid-upload, 20 rounds (local-directory backend): afterwards
 /// every acknowledged record reads back, and the remote folder holds only
 /// whole segments — one upload per base offset, each with all its
-/// objects: what a killed upload left was cleaned up.
+/// objects: what a killed upload left was cleaned up. Deleting the topic
+/// then deletes them all.
 #[test]
 fn sigkill_mid_upload_leaves_no_half_segment_served_or_kept() {
     let dir = tempfile::tempdir().unwrap();
@@ -396,7 +397,7 @@ fn sigkill_mid_upload_leaves_no_half_segment_served_or_kept() {
     assert!(objects >= 4 * 30);
 }
 
-fn walk(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
