@@ -38,6 +38,10 @@ const SHIPPED: &[(&str, &str)] = &[
         include_str!("../workloads/share-1-topic-2-partitions-1kb.yaml"),
     ),
     (
+        "tiered-backlog-1-topic-1-partition-1000b-2gb",
+        include_str!("../workloads/tiered-backlog-1-topic-1-partition-1000b-2gb.yaml"),
+    ),
+    (
         "transactions-1-topic-16-partitions-1kb",
         include_str!("../workloads/transactions-1-topic-16-partitions-1kb.yaml"),
     ),

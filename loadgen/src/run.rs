@@ -1033,6 +1033,9 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         }
         backlog_records = shared.published.load(Ordering::Relaxed);
         notes.push(format!("backlog prepared: {backlog_records} records"));
+        if w.driver.tiered() {
+            notes.push(wait_remote(opts.broker_metrics, &topics, backlog).await);
+        }
         shared.published.store(0, Ordering::Relaxed);
         shared.published_bytes.store(0, Ordering::Relaxed);
         *shared.publish_latency.lock().expect("histogram") = Hist::new();
@@ -1315,6 +1318,54 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
         notes,
     })
 }
+
+/// Tiered topics (`driver.topicConfigs` with `remote.storage.enable=true`)
+/// in consume mode: waits until the backlog is in the remote tier and off
+/// local disk — the broker's `weir_remote_upload_lag_bytes` and the
+/// topics' `weir_partition_size_bytes` each at most a tenth of the backlog
+/// — so that the drain measures a replay from the remote tier. Bounded by
+/// [`TIERED_WAIT`]; returns the note saying how it went.
+async fn wait_remote(metrics: Option<SocketAddr>, topics: &[String], backlog: u64) -> String {
+    let Some(addr) = metrics else {
+        return "tiered topics: the broker's metrics are not known (--broker-metrics): \
+                the drain did not wait for the uploads"
+            .into();
+    };
+    let start = Instant::now();
+    let bound = backlog as f64 / 10.0;
+    loop {
+        let lag = stages::read_sum(addr, "weir_remote_upload_lag_bytes", "").await;
+        let mut local = 0.0;
+        for t in topics {
+            let label = format!("topic=\"{t}\"");
+            local += stages::read_sum(addr, "weir_partition_size_bytes", &label)
+                .await
+                .unwrap_or(f64::MAX);
+        }
+        match lag {
+            Ok(lag) if lag <= bound && local <= bound => {
+                return format!(
+                    "tiered topics: the drain started once the backlog was remote, after {:.1} s \
+                     (upload lag {:.0} MB, {:.0} MB left on local disk)",
+                    start.elapsed().as_secs_f64(),
+                    lag / 1e6,
+                    local / 1e6
+                );
+            }
+            Err(e) => return format!("tiered topics: not waited for the uploads: {e:#}"),
+            _ if start.elapsed() >= TIERED_WAIT => {
+                return format!(
+                    "tiered topics: the backlog was not all remote after {TIERED_WAIT:?}: \
+                     the drain read part of it locally"
+                )
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// The longest [`wait_remote`] waits.
+const TIERED_WAIT: Duration = Duration::from_secs(900);
 
 /// The SDK producers' and (if its metrics endpoint is known) the broker's
 /// cumulative stage figures now; a failed broker reading becomes a note.

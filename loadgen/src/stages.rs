@@ -111,6 +111,22 @@ pub async fn read_broker(addr: SocketAddr) -> anyhow::Result<BrokerReading> {
     Ok(parse(&page))
 }
 
+/// The sum of every series of metric `name` on the broker's `/metrics`
+/// whose labels contain `label` (all of them for `""`).
+pub async fn read_sum(addr: SocketAddr, name: &str, label: &str) -> anyhow::Result<f64> {
+    let page = tokio::time::timeout(SCRAPE_TIMEOUT, fetch_page(addr))
+        .await
+        .with_context(|| format!("reading http://{addr}/metrics took over {SCRAPE_TIMEOUT:?}"))??;
+    Ok(page
+        .lines()
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, labels) = series.split_once('{').unwrap_or((series, ""));
+            (n == name && labels.contains(label)).then(|| value.parse::<f64>().ok())?
+        })
+        .sum())
+}
+
 async fn fetch_page(addr: SocketAddr) -> anyhow::Result<String> {
     let mut s = tokio::net::TcpStream::connect(addr)
         .await

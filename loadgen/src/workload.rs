@@ -220,6 +220,10 @@ pub struct DriverSettings {
     /// the client's own default (the Weir SDK: read_uncommitted;
     /// librdkafka: read_committed).
     pub isolation_level: Option<String>,
+    /// `topicConfigs`: more configs of the run's topics, by Kafka name,
+    /// `key=value` separated by commas (e.g.
+    /// `remote.storage.enable=true,segment.bytes=1048576`). Default empty.
+    pub topic_configs: String,
 }
 
 impl Default for DriverSettings {
@@ -236,6 +240,7 @@ impl Default for DriverSettings {
             buffer_memory: 64 << 20,
             transaction_records: None,
             isolation_level: None,
+            topic_configs: String::new(),
         }
     }
 }
@@ -275,7 +280,26 @@ impl DriverSettings {
         if let Some(ms) = self.flush_ms {
             configs.push(("flush.ms".to_string(), ms.to_string()));
         }
+        configs.extend(self.extra_topic_configs());
         configs
+    }
+
+    /// `topicConfigs` as pairs (entries without `=` are left out; they
+    /// fail validation).
+    fn extra_topic_configs(&self) -> Vec<(String, String)> {
+        self.topic_configs
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect()
+    }
+
+    /// Whether the run's topics are tiered (`remote.storage.enable=true`
+    /// in `topicConfigs`).
+    pub fn tiered(&self) -> bool {
+        self.extra_topic_configs()
+            .iter()
+            .any(|(k, v)| k == "remote.storage.enable" && v == "true")
     }
 
     fn validate(&self) -> Result<(), WorkloadError> {
@@ -331,6 +355,17 @@ impl DriverSettings {
                     format!("must be 0 to {} or null (got {ms})", i64::MAX),
                 ));
             }
+        }
+        if let Some(bad) = self.topic_configs.split(',').map(str::trim).find(|kv| {
+            !kv.is_empty()
+                && !kv
+                    .split_once('=')
+                    .is_some_and(|(k, _)| !k.trim().is_empty())
+        }) {
+            return Err(WorkloadError::new(
+                "driver.topicConfigs",
+                format!("entries are key=value, separated by commas (got `{bad}`)"),
+            ));
         }
         if self.max_in_flight == 0 {
             return Err(WorkloadError::new(

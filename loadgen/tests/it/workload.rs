@@ -443,6 +443,10 @@ fn each_semantic_check_names_its_field() {
             "driver.maxInFlight",
         ),
         (
+            &[("driver", "driver:\n  topicConfigs: remote.storage.enable")],
+            "driver.topicConfigs",
+        ),
+        (
             &[("driver", "driver:\n  maxInFlight: 6")],
             "driver.maxInFlight",
         ),
@@ -565,6 +569,21 @@ fn set_overrides_driver_fields() {
             ("flush.ms".to_string(), "50".to_string())
         ]
     );
+    w.set(
+        "driver.topicConfigs",
+        "remote.storage.enable=true, segment.bytes=1048576",
+    )
+    .unwrap();
+    assert!(w.driver.tiered());
+    assert_eq!(
+        w.driver.topic_configs()[2..],
+        [
+            ("remote.storage.enable".to_string(), "true".to_string()),
+            ("segment.bytes".to_string(), "1048576".to_string())
+        ]
+    );
+    w.set("driver.topicConfigs", "").unwrap();
+    assert!(!w.driver.tiered());
     w.set("driver.flushMs", "").unwrap();
     assert_eq!(w.driver.flush_ms, None);
     let c = w.driver.producer_config();
@@ -604,7 +623,7 @@ fn set_rejects_unknown_names() {
     assert!(names.contains(&"consumerBacklogSizeGB".to_string()));
     assert!(names.contains(&"subscriptionType".to_string()));
     assert!(!names.contains(&"driver".to_string()));
-    assert_eq!(names.len(), 18 + 11);
+    assert_eq!(names.len(), 18 + 12);
 }
 
 #[test]
