@@ -53,6 +53,9 @@ pub struct RemoteSegment {
     pub node: u64,
     /// Leader epochs of its records: (epoch, first offset), ascending.
     pub epochs: Vec<(u32, u64)>,
+    /// Aborted transactions whose abort marker it holds (0: it has no
+    /// `.txnindex` object).
+    pub aborted_txns: u32,
     /// Life stage.
     pub state: RemoteSegmentState,
 }
@@ -264,6 +267,7 @@ mod tests {
             leader_epoch: 1,
             node: 1,
             epochs: vec![(1, base)],
+            aborted_txns: 0,
             state: RemoteSegmentState::CopyStarted,
         }
     }

@@ -377,6 +377,9 @@ pub struct SealedSegment {
     pub index: Vec<u8>,
     /// Its time index, encoded as in the `.timeindex` file.
     pub time_index: Vec<u8>,
+    /// The aborted transactions whose abort marker it holds (its
+    /// `.txnindex`).
+    pub aborted: Vec<crate::txn::AbortedTxn>,
 }
 
 /// A read-ahead in flight (see [`PartitionLog::read`]).
@@ -879,6 +882,7 @@ impl PartitionLog {
                 log_path: crate::segment::paths(&self.inner.dir, s.base)[0].clone(),
                 index: s.index.encode_all(),
                 time_index: s.time_index.encode_all(),
+                aborted: st.aborted.get(&s.base).cloned().unwrap_or_default(),
             })
             .collect()
     }

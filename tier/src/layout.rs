@@ -9,13 +9,16 @@
 //!                                                                     .index
 //!                                                                     .timeindex
 //!                                                                     .epochs
+//!                                                                     .txnindex (if any)
 //! ```
 //!
 //! `.log` holds the segment's record batches byte for byte as stored,
 //! `.index` and `.timeindex` its offset and time indexes in the local
 //! files' formats (relative to the object's base offset and positions in
 //! the object), `.epochs` the leader epochs of its records in Kafka's
-//! `leader-epoch-checkpoint` text format.
+//! `leader-epoch-checkpoint` text format, `.txnindex` (only for a segment
+//! holding abort markers) the aborted transactions whose marker it holds,
+//! in the local `.txnindex` format.
 
 use std::fmt::Write as _;
 
@@ -30,16 +33,19 @@ pub enum ObjectKind {
     TimeIndex,
     /// The leader epochs.
     Epochs,
+    /// The aborted transactions whose abort marker the segment holds
+    /// (only for segments that hold some).
+    TxnIndex,
 }
 
 impl ObjectKind {
-    /// Every kind, the `.log` first (uploaded last: see the broker's
-    /// uploader) .
-    pub const ALL: [ObjectKind; 4] = [
+    /// Every kind (what deleting a segment deletes).
+    pub const ALL: [ObjectKind; 5] = [
         ObjectKind::Log,
         ObjectKind::Index,
         ObjectKind::TimeIndex,
         ObjectKind::Epochs,
+        ObjectKind::TxnIndex,
     ];
 
     /// The object name's suffix.
@@ -49,6 +55,7 @@ impl ObjectKind {
             ObjectKind::Index => "index",
             ObjectKind::TimeIndex => "timeindex",
             ObjectKind::Epochs => "epochs",
+            ObjectKind::TxnIndex => "txnindex",
         }
     }
 }

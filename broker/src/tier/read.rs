@@ -155,10 +155,23 @@ async fn fetch(
         partition,
         seg,
     };
-    let r = read_batches(core, &src, offset, max_bytes).await;
+    let r = match read_batches(core, &src, offset, max_bytes).await {
+        Ok(batches) => {
+            let end = batches
+                .last()
+                .and_then(|b| BatchHeader::peek(b).ok())
+                .map_or(offset, |h| h.last_offset() as u64 + 1);
+            aborted(
+                core, &store, topic, topic_id, partition, &segments, offset, end,
+            )
+            .await
+            .map(|a| (batches, a))
+        }
+        Err(e) => Err(e),
+    };
     bump(&counters.read_micros, started.elapsed().as_micros() as u64);
     match r {
-        Ok(batches) => {
+        Ok((batches, aborted)) => {
             bump(&counters.reads, 1);
             bump(
                 &counters.read_bytes,
@@ -169,7 +182,7 @@ async fn fetch(
                 high_watermark: hw,
                 log_start_offset: log_start,
                 last_stable_offset: lso,
-                aborted: Vec::new(),
+                aborted,
             }))
         }
         Err(e) => {
@@ -178,6 +191,64 @@ async fn fetch(
             Err(e)
         }
     }
+}
+
+/// The aborted transactions a read of `from..upto` from the remote tier
+/// overlaps (producer id, first offset), for read_committed readers: the
+/// `.txnindex` objects of the remote segments from the one holding `from`
+/// on (only those that have one), then the local log's — until an entry
+/// written when the last stable offset had passed `upto` (no transaction
+/// open across the range is aborted later), as the local read does.
+#[allow(clippy::too_many_arguments)]
+async fn aborted(
+    core: &Rc<Core>,
+    store: &RemoteStore,
+    topic: &str,
+    topic_id: [u8; 16],
+    partition: u32,
+    segments: &[RemoteSegment],
+    from: u64,
+    upto: u64,
+) -> Result<Vec<(i64, u64)>, BrokerError> {
+    let mut out = Vec::new();
+    if upto <= from {
+        return Ok(out);
+    }
+    for seg in segments
+        .iter()
+        .filter(|s| s.end > from && s.aborted_txns > 0)
+    {
+        let key = object_key(
+            topic,
+            &topic_id,
+            partition,
+            seg.base,
+            &seg.id,
+            ObjectKind::TxnIndex,
+        );
+        let bytes = store.get(&key).await.map_err(super::unavailable)?;
+        let entries = weir_storage::txn::decode(&bytes)
+            .map_err(|e| super::unavailable(format!("{key}: {e}")))?;
+        for e in entries {
+            if e.last_offset >= from && e.first_offset < upto {
+                out.push((e.producer_id, e.first_offset));
+            }
+            if e.last_stable_offset >= upto {
+                return Ok(out);
+            }
+        }
+    }
+    let log = core.owned_log(topic, partition)?;
+    out.extend(
+        log.aborted_transactions(log.log_start_offset(), upto)
+            .into_iter()
+            .filter(|a| a.last_offset >= from && a.first_offset < upto)
+            .map(|a| (a.producer_id, a.first_offset)),
+    );
+    // A marker in a segment both remote and still local is in both lists.
+    out.sort_unstable_by_key(|&(pid, first)| (first, pid));
+    out.dedup();
+    Ok(out)
 }
 
 /// The remote offset at or after `ts`: the first record with a timestamp

@@ -328,7 +328,15 @@ impl Part<'_> {
             }
             out
         };
+        // The abort markers of the part uploaded.
+        let aborted: Vec<_> = seg
+            .aborted
+            .iter()
+            .filter(|a| a.last_offset >= base)
+            .copied()
+            .collect();
         let meta = RemoteSegment {
+            aborted_txns: aborted.len() as u32,
             id: *uuid::Uuid::new_v4().as_bytes(),
             base,
             end: seg.end,
@@ -364,6 +372,14 @@ impl Part<'_> {
                     Bytes::from(encode_epochs(&epochs)),
                 )
                 .await?;
+            if !aborted.is_empty() {
+                store
+                    .put(
+                        &self.key(&meta, ObjectKind::TxnIndex),
+                        Bytes::from(weir_storage::txn::encode(&aborted)),
+                    )
+                    .await?;
+            }
             store
                 .put_file(
                     &self.key(&meta, ObjectKind::Log),
@@ -500,6 +516,7 @@ mod tests {
             log_path: "/nowhere".into(),
             index: idx.encode_all(),
             time_index: times.encode_all(),
+            aborted: Vec::new(),
         };
         assert_eq!(
             rebase(&seg, 1000, 0),

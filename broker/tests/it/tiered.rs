@@ -452,3 +452,140 @@ fn tiering_needs_an_object_store_and_a_delete_policy() {
 fn msg(r: &weir_proto::messages::TopicResult) -> &str {
     r.message.as_deref().unwrap_or_default()
 }
+
+/// Transactions in remote segments: 10 committed and 10 aborted
+/// transactions interleaved, then enough records to push them all out of
+/// local disk; a read_committed SDK consumer replaying from offset 0 (all
+/// of it from the remote tier, the aborted transactions known from the
+/// segments' `.txnindex` objects) gets every committed record and no
+/// aborted one; read_uncommitted gets both.
+#[test]
+fn read_committed_replays_from_the_remote_tier_skip_aborted_transactions() {
+    use weir_client::transactional::TransactionalProducer;
+    use weir_client::{
+        ClientConfig, Consumer, ConsumerConfig, IsolationLevel, Producer, ProducerConfig,
+        ProducerRecord,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let flags = vec![
+        "--remote-storage".to_string(),
+        format!("file://{}", dir.path().join("remote").display()),
+    ];
+    let data = dir.path().join("data");
+    let b = start(&data, &flags);
+    let r = b.client().create_topic(
+        "tx",
+        1,
+        &[
+            ("remote.storage.enable", "true"),
+            ("segment.bytes", "65536"),
+            ("local.retention.bytes", "65536"),
+        ],
+    );
+    assert_eq!(r.error, 0, "{r:?}");
+    let addr = b.listen;
+    let pad = "p".repeat(400);
+    let rt = runtime();
+    let end = rt.block_on(async {
+        let p = TransactionalProducer::connect(
+            addr,
+            ClientConfig::default(),
+            ProducerConfig::default(),
+            "tiered-tx",
+        )
+        .await
+        .unwrap();
+        p.init_transactions().await.unwrap();
+        for round in 0..10 {
+            for (kind, commit) in [("c", true), ("a", false)] {
+                p.begin_transaction().unwrap();
+                let mut acks = Vec::new();
+                for i in 0..50 {
+                    let v = format!("{kind}{round}-{i}-{pad}");
+                    acks.push(
+                        p.send(ProducerRecord::new("tx", v).partition(0))
+                            .await
+                            .unwrap(),
+                    );
+                }
+                for a in acks {
+                    a.await.unwrap();
+                }
+                if commit {
+                    p.commit_transaction().await.unwrap();
+                } else {
+                    p.abort_transaction().await.unwrap();
+                }
+            }
+        }
+        // Plain records after them, so that their segments close and go.
+        let plain = Producer::new(
+            Client::connect(addr).await.unwrap(),
+            ProducerConfig::default(),
+        );
+        let mut acks = Vec::new();
+        for i in 0..1_000 {
+            acks.push(
+                plain
+                    .send(ProducerRecord::new("tx", format!("t{i}-{pad}")).partition(0))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let mut last = 0;
+        for a in acks {
+            last = a.await.unwrap().offset.unwrap();
+        }
+        plain.close().await;
+        last
+    });
+    // Every transaction's records are remote only.
+    wait_until(
+        Instant::now() + Duration::from_secs(30),
+        "the transactions' segments are remote only",
+        || {
+            rt.block_on(async {
+                let c = Client::connect(addr).await.unwrap();
+                let d = c.describe_topic("tx").await.unwrap();
+                d.partitions[0].local_log_start_offset > 1_100
+            })
+        },
+    );
+    let read = |isolation| {
+        rt.block_on(async {
+            let mut config = ConsumerConfig::default();
+            config.isolation_level = isolation;
+            let mut c = Consumer::new(Client::connect(addr).await.unwrap(), config);
+            c.assign(vec![("tx".to_string(), 0)]);
+            c.seek_to_beginning(&[("tx".to_string(), 0)]).await.unwrap();
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut at = 0;
+            while at < end && Instant::now() < deadline {
+                for r in c.poll(Duration::from_millis(200)).await.unwrap() {
+                    at = r.offset;
+                    let v = String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned();
+                    got.push(
+                        v.split('-').next().unwrap().to_string()
+                            + "-"
+                            + v.split('-').nth(1).unwrap(),
+                    );
+                }
+            }
+            got
+        })
+    };
+    let committed = read(IsolationLevel::ReadCommitted);
+    assert_eq!(committed.iter().filter(|v| v.starts_with('c')).count(), 500);
+    assert_eq!(
+        committed.iter().filter(|v| v.starts_with('a')).count(),
+        0,
+        "no aborted record"
+    );
+    assert_eq!(
+        committed.iter().filter(|v| v.starts_with('t')).count(),
+        1_000
+    );
+    let all = read(IsolationLevel::ReadUncommitted);
+    assert_eq!(all.iter().filter(|v| v.starts_with('a')).count(), 500);
+}
