@@ -369,6 +369,21 @@ pub enum Command {
         /// Segments.
         ids: Vec<[u8; 16]>,
     },
+    /// DeleteRecords on a tiered partition: its log start is raised to
+    /// `offset` (remote segments wholly below it are to be deleted), if
+    /// `leader` still leads it at `leader_epoch`.
+    RemoteLogStart {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The proposing leader.
+        leader: u64,
+        /// Its leader epoch.
+        leader_epoch: u32,
+        /// The new log start.
+        offset: u64,
+    },
     /// Remote segments' objects are deleted: forgotten.
     RemoteDeleteFinished {
         /// Topic id.
@@ -752,6 +767,17 @@ impl ClusterState {
                 ids,
             } => {
                 self.remote.delete_finished(*topic_id, *partition, ids);
+                Ok(())
+            }
+            Command::RemoteLogStart {
+                topic,
+                partition,
+                leader,
+                leader_epoch,
+                offset,
+            } => {
+                let id = self.leading(topic, *partition, *leader, *leader_epoch)?;
+                self.remote.raise_log_start(id, topic, *partition, *offset);
                 Ok(())
             }
         }

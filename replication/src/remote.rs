@@ -71,6 +71,10 @@ pub struct RemoteTopic {
     pub deleted: bool,
     /// Each partition's segments, by base offset order.
     pub partitions: BTreeMap<u32, Vec<RemoteSegment>>,
+    /// Each partition's log start raised by DeleteRecords, where it is
+    /// above its first remote segment's base (records below it are no
+    /// longer served).
+    pub log_starts: BTreeMap<u32, u64>,
 }
 
 /// The remote log metadata of the cluster.
@@ -235,9 +239,43 @@ impl RemoteState {
                 topic.partitions.remove(&partition);
             }
         }
-        if topic.partitions.is_empty() {
+        if topic.partitions.is_empty() && (topic.deleted || topic.log_starts.is_empty()) {
             self.topics.remove(&topic_id);
         }
+    }
+
+    /// The log start of a partition (DeleteRecords): records below
+    /// `offset` are no longer served, and the readable segments wholly
+    /// below it are to be deleted. Never lowered.
+    pub(crate) fn raise_log_start(
+        &mut self,
+        topic_id: [u8; 16],
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) {
+        let t = self.topics.entry(topic_id).or_default();
+        if t.name.is_empty() {
+            t.name = topic.to_string();
+        }
+        let start = t.log_starts.entry(partition).or_default();
+        *start = (*start).max(offset);
+        if let Some(list) = t.partitions.get_mut(&partition) {
+            for x in list.iter_mut() {
+                if x.state == RemoteSegmentState::CopyFinished && x.end <= offset {
+                    x.state = RemoteSegmentState::DeleteStarted;
+                }
+            }
+        }
+    }
+
+    /// A partition's log start as DeleteRecords raised it (0: never).
+    pub fn log_start(&self, topic_id: &[u8; 16], partition: u32) -> u64 {
+        self.topics
+            .get(topic_id)
+            .and_then(|t| t.log_starts.get(&partition))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// A topic is deleted: every segment of it is being deleted.
@@ -326,6 +364,11 @@ mod tests {
             1,
             "a readable one is never removed"
         );
+        r.raise_log_start(T, "t", 0, 25);
+        assert_eq!(r.log_start(&T, 0), 25);
+        r.raise_log_start(T, "t", 0, 5);
+        assert_eq!(r.log_start(&T, 0), 25, "never lowered");
+        assert_eq!(r.readable(&T, 0).len(), 1, "20..30 holds 25: kept");
         r.topic_deleted(T);
         assert!(r.readable(&T, 0).is_empty());
         r.delete_finished(T, 0, &[[3; 16]]);

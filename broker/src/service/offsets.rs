@@ -11,7 +11,7 @@ use super::{BrokerError, OffsetsOk, Result};
 use crate::metadata::OFFSETS_TOPIC;
 use crate::server::limits::REQUEST_PARTITIONS_MAX;
 use crate::shard::mesh::{CoreMsg, ReplyTo};
-use crate::shard::{partition, Core};
+use crate::shard::Core;
 
 /// Which offset a list-offsets request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,7 +140,7 @@ pub async fn delete_records(
         core,
         topic,
         partition,
-        partition::delete_records_local(core, topic, partition, before),
+        crate::tier::read::delete_records_owned(core, topic, partition, before),
         |reply| CoreMsg::DeleteRecords {
             topic: topic.to_string(),
             partition,

@@ -6,9 +6,7 @@ use std::rc::Rc;
 
 use crate::shard::mesh::CoreMsg;
 use crate::shard::partition::{ack_waits, all_acked};
-use crate::shard::partition::{
-    compact_local, delete_records_local, init_producer_id_local, log_ends_local,
-};
+use crate::shard::partition::{compact_local, init_producer_id_local, log_ends_local};
 use crate::shard::Core;
 
 /// Handles one request from another core.
@@ -72,7 +70,7 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             before,
             reply,
         } => {
-            let r = delete_records_local(core, &topic, partition, before).await;
+            let r = crate::tier::read::delete_records_owned(core, &topic, partition, before).await;
             reply.send(&core.mesh, r).await;
         }
         CoreMsg::Compact {

@@ -41,8 +41,9 @@ pub(crate) fn readable(core: &Core, topic_id: &[u8; 16], partition: u32) -> Vec<
         .collect()
 }
 
-/// A partition's log start offset for clients: its first remote offset if
-/// it is tiered and has remote segments below its local log start.
+/// A partition's log start offset for clients: its first remote offset
+/// (or the log start DeleteRecords raised it to) if it is tiered and has
+/// remote segments below its local log start.
 pub fn log_start(core: &Core, topic: &str, partition: u32, local_start: u64) -> u64 {
     if core.shared.remote.is_none() {
         return local_start;
@@ -51,11 +52,27 @@ pub fn log_start(core: &Core, topic: &str, partition: u32, local_start: u64) -> 
         return local_start;
     };
     let state = core.shared.controller.state();
+    let raised = state.remote.log_start(&id, partition);
     state
         .remote
         .readable(&id, partition)
         .first()
-        .map_or(local_start, |s| s.base.min(local_start))
+        .map_or(local_start, |s| s.base.max(raised).min(local_start))
+}
+
+/// This node's leader epoch of a partition, if it leads it now (the
+/// metadata names it, and its replica on this core is the leader).
+pub(crate) fn leader_epoch(core: &Core, topic: &str, partition: u32) -> Option<u32> {
+    let me = core.shared.config.cluster.node_id;
+    let view = core.metadata();
+    let t = view.get(topic)?;
+    if t.leaders.get(partition as usize).copied() != Some(me) {
+        return None;
+    }
+    if let Some(r) = core.replication.get(topic, partition) {
+        r.check_leader().ok()?;
+    }
+    t.placement.get(partition as usize).map(|p| p.leader_epoch)
 }
 
 /// Remote-read failures as the broker answers them: retriable.

@@ -104,6 +104,50 @@ pub async fn offsets_owned(
     Ok(ok)
 }
 
+/// DeleteRecords on a partition this core owns: for a tiered one, its
+/// log start is raised in the remote log metadata first (remote segments
+/// wholly below it are then deleted by the tiering task, metadata first),
+/// then on local disk. Returns the partition's new log start.
+pub async fn delete_records_owned(
+    core: &Rc<Core>,
+    topic: &str,
+    partition: u32,
+    before: i64,
+) -> Result<u64, BrokerError> {
+    let log = core.owned_log(topic, partition)?;
+    let local =
+        |before| crate::shard::partition::delete_records_local(core, topic, partition, before);
+    if core.shared.remote.is_none() || !log.config().remote_storage {
+        return local(before).await;
+    }
+    let (hw, _) = visible(core, topic, partition)?;
+    let to = match before {
+        -1 => hw,
+        b if b >= 0 && b as u64 <= hw => b as u64,
+        // Refused with the local path's message.
+        b => return local(b).await,
+    };
+    let epoch = super::leader_epoch(core, topic, partition)
+        .ok_or_else(|| core.not_held(topic, partition))?;
+    core.shared
+        .controller
+        .propose(weir_replication::meta::Command::RemoteLogStart {
+            topic: topic.to_string(),
+            partition,
+            leader: core.shared.config.cluster.node_id,
+            leader_epoch: epoch,
+            offset: to,
+        })
+        .await
+        .map_err(|e| {
+            BrokerError::TimedOut(format!(
+                "raising the remote log start of {topic}-{partition}: {e}"
+            ))
+        })?;
+    let local_start = local(to as i64).await?;
+    Ok(super::log_start(core, topic, partition, local_start).max(to))
+}
+
 /// The leader's check and the visible limits of a partition (the high
 /// watermark, and the last stable offset below it).
 fn visible(core: &Core, topic: &str, partition: u32) -> Result<(u64, u64), BrokerError> {
@@ -136,7 +180,22 @@ async fn fetch(
     let Some(seg) = segments.iter().find(|s| s.base <= offset && offset < s.end) else {
         return Ok(None);
     };
-    let log_start = segments.first().map_or(offset, |s| s.base);
+    let raised = core
+        .shared
+        .controller
+        .state()
+        .remote
+        .log_start(&topic_id, partition);
+    let log_start = segments.first().map_or(offset, |s| s.base).max(raised);
+    if offset < log_start {
+        return Err(BrokerError::Storage {
+            kind: StorageFailure::OffsetOutOfRange,
+            message: format!(
+                "offset {offset} is out of range for {topic}-{partition}: records before \
+                 {log_start} were deleted (DeleteRecords)"
+            ),
+        });
+    }
     let counters = &core.tier.counters;
     let _permit =
         core.tier

@@ -133,18 +133,7 @@ impl Part<'_> {
 
     /// This node's leader epoch of the partition, if it leads it now.
     fn leader_epoch(&self) -> Option<u32> {
-        let me = self.core.shared.config.cluster.node_id;
-        let view = self.core.metadata();
-        let t = view.get(self.topic)?;
-        if t.leaders.get(self.partition as usize).copied() != Some(me) {
-            return None;
-        }
-        if let Some(r) = self.core.replication.get(self.topic, self.partition) {
-            r.check_leader().ok()?;
-        }
-        t.placement
-            .get(self.partition as usize)
-            .map(|p| p.leader_epoch)
+        super::leader_epoch(self.core, self.topic, self.partition)
     }
 
     /// The high watermark: what every in-sync replica holds.

@@ -342,8 +342,10 @@ fn with_the_object_store_stopped_produce_goes_on_and_remote_reads_fail_fast() {
 /// SIGKILL mid-upload, 20 rounds (local-directory backend): afterwards
 /// every acknowledged record reads back, and the remote folder holds only
 /// whole segments — one upload per base offset, each with all its
-/// objects: what a killed upload left was cleaned up. Deleting the topic
-/// then deletes them all.
+/// objects: what a killed upload left was cleaned up. DeleteRecords
+/// below the local log start then moves the log start into the remote
+/// tier and deletes the remote segments below it; deleting the topic
+/// deletes them all.
 #[test]
 fn sigkill_mid_upload_leaves_no_half_segment_served_or_kept() {
     let dir = tempfile::tempdir().unwrap();
