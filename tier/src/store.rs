@@ -168,6 +168,7 @@ impl RemoteStore {
             .worker_threads(2)
             .max_blocking_threads(8)
             .thread_name("weir-tier")
+            .on_thread_start(background_priority)
             .enable_all()
             .build()
             .map_err(|e| TierError::Config(format!("cannot start its runtime: {e}")))?;
@@ -359,6 +360,32 @@ impl RemoteStore {
             Ok(out)
         })
         .await
+    }
+}
+
+/// Lowers the calling thread's CPU and I/O priority: the object store's
+/// threads (copying segments, HTTP, reading files to upload) yield to the
+/// broker's cores, whose produce latency would otherwise pay for every
+/// upload on a machine with few CPUs (docs/benchmarks.md, "Tiered
+/// storage"). Best effort: a refusal changes nothing else.
+fn background_priority() {
+    // SAFETY: plain syscalls on the calling thread's own id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+        // ioprio_set(IOPRIO_WHO_PROCESS, tid, IOPRIO_CLASS_IDLE): the
+        // files read for uploads (from disk: segments are written with
+        // direct I/O, so not in the page cache) queue behind the cores'
+        // writes — mq-deadline serves reads first otherwise — and its
+        // aging (prio_aging_expire) keeps them from starving.
+        const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+        const IOPRIO_CLASS_IDLE: libc::c_long = 3;
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            tid as libc::c_long,
+            IOPRIO_CLASS_IDLE << 13,
+        );
     }
 }
 
