@@ -356,12 +356,11 @@ impl DriverSettings {
                 ));
             }
         }
-        if let Some(bad) = self.topic_configs.split(',').map(str::trim).find(|kv| {
-            !kv.is_empty()
-                && !kv
-                    .split_once('=')
-                    .is_some_and(|(k, _)| !k.trim().is_empty())
-        }) {
+        let malformed = |kv: &&str| {
+            let key = kv.split_once('=').map(|(k, _)| k.trim());
+            !kv.is_empty() && key.is_none_or(str::is_empty)
+        };
+        if let Some(bad) = self.topic_configs.split(',').map(str::trim).find(malformed) {
             return Err(WorkloadError::new(
                 "driver.topicConfigs",
                 format!("entries are key=value, separated by commas (got `{bad}`)"),

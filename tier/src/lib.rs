@@ -17,4 +17,4 @@
 pub mod layout;
 pub mod store;
 
-pub use store::{RemoteConfig, RemoteStore, TierError};
+pub use store::{RemoteConfig, RemoteStore, TierError, Upload};

@@ -272,6 +272,66 @@ impl RemoteStore {
         .await
     }
 
+    /// Starts writing the object `key` of `len` bytes from parts handed to
+    /// [`Upload::write`] (from any executor; two parts queued at most):
+    /// one request if it is at most [`RemoteConfig::part_bytes`], else a
+    /// multipart upload, aborted if the parts do not add up to `len`.
+    pub fn upload(&self, key: &str, len: u64) -> Result<Upload, TierError> {
+        let rt = self.inner.runtime.as_ref().ok_or(TierError::Stopped)?;
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+        let (store, k) = (self.inner.store.clone(), key.to_string());
+        let part = self.inner.config.part_bytes.max(5 << 20);
+        let permits = self.inner.in_flight.clone();
+        let done = rt.spawn(async move {
+            let _permit = permits
+                .acquire_owned()
+                .await
+                .map_err(|_| TierError::Stopped)?;
+            let loc = ObjectPath::from(k.as_str());
+            let short = |got: u64| TierError::Store {
+                op: "upload",
+                key: k.clone(),
+                message: format!("given {got} bytes of {len}"),
+            };
+            if len <= part as u64 {
+                let mut buf = bytes::BytesMut::with_capacity(len as usize);
+                while let Some(b) = rx.recv().await {
+                    buf.extend_from_slice(&b);
+                }
+                if buf.len() as u64 != len {
+                    return Err(short(buf.len() as u64));
+                }
+                store
+                    .put(&loc, PutPayload::from(buf.freeze()))
+                    .await
+                    .map_err(|e| store_error("put", &k, e))?;
+                return Ok(());
+            }
+            let upload = store
+                .put_multipart(&loc)
+                .await
+                .map_err(|e| store_error("start multipart upload of", &k, e))?;
+            let mut w = WriteMultipart::new_with_chunk_size(upload, part);
+            let mut total = 0u64;
+            while let Some(b) = rx.recv().await {
+                if let Err(e) = w.wait_for_capacity(2).await {
+                    return Err(store_error("upload a part of", &k, e));
+                }
+                total += b.len() as u64;
+                w.put(b);
+            }
+            if total != len {
+                let _ = w.abort().await;
+                return Err(short(total));
+            }
+            w.finish()
+                .await
+                .map_err(|e| store_error("finish multipart upload of", &k, e))?;
+            Ok(())
+        });
+        Ok(Upload { tx: Some(tx), done })
+    }
+
     /// Reads bytes `range` of a local file on the store's blocking threads
     /// (for a caller that must not block, as a glommio core).
     pub async fn read_local(&self, path: PathBuf, range: Range<u64>) -> Result<Bytes, TierError> {
@@ -360,6 +420,37 @@ impl RemoteStore {
             Ok(out)
         })
         .await
+    }
+}
+
+/// An object being written part by part ([`RemoteStore::upload`]).
+pub struct Upload {
+    tx: Option<tokio::sync::mpsc::Sender<Bytes>>,
+    done: tokio::task::JoinHandle<Result<(), TierError>>,
+}
+
+impl Upload {
+    /// Hands over the next bytes (waits while two parts are queued).
+    pub async fn write(&mut self, bytes: Bytes) -> Result<(), TierError> {
+        let sent = match &self.tx {
+            Some(tx) => tx.send(bytes).await.is_ok(),
+            None => false,
+        };
+        if sent {
+            return Ok(());
+        }
+        // The upload ended early: its error.
+        self.tx = None;
+        match (&mut self.done).await {
+            Ok(Err(e)) => Err(e),
+            _ => Err(TierError::Stopped),
+        }
+    }
+
+    /// Every byte handed over: waits until the object is written.
+    pub async fn finish(mut self) -> Result<(), TierError> {
+        self.tx = None;
+        (&mut self.done).await.map_err(|_| TierError::Stopped)?
     }
 }
 
@@ -513,6 +604,22 @@ mod tests {
         block(s.put_file("t/0/a.log", src.clone(), (1 << 20)..(12 << 20))).unwrap();
         let got = block(s.get_range("t/0/a.log", 0..(11 << 20))).unwrap();
         assert!(got[..] == data[1 << 20..], "the object is the file's range");
+        // Part by part: 11 MiB in pieces of 1 MiB, then one too short.
+        let mut up = s.upload("t/0/b.log", 11 << 20).unwrap();
+        for piece in data[1 << 20..].chunks(1 << 20) {
+            block(up.write(Bytes::copy_from_slice(piece))).unwrap();
+        }
+        block(up.finish()).unwrap();
+        let got = block(s.get("t/0/b.log")).unwrap();
+        assert!(got[..] == data[1 << 20..]);
+        let mut up = s.upload("t/0/c.log", 100).unwrap();
+        block(up.write(Bytes::from_static(b"short"))).unwrap();
+        assert!(block(up.finish()).is_err());
+        assert!(matches!(
+            block(s.get("t/0/c.log")),
+            Err(TierError::NotFound(_))
+        ));
+        block(s.delete("t/0/b.log")).unwrap();
         block(s.put("t/0/a.index", Bytes::from_static(b"idx"))).unwrap();
         assert_eq!(&block(s.get("t/0/a.index")).unwrap()[..], b"idx");
         let mut keys = block(s.list("t")).unwrap();

@@ -38,6 +38,9 @@ use weir_tier::RemoteStore;
 use super::state::bump;
 use crate::shard::Core;
 
+/// Bytes of batches an upload asks of the log at a time.
+const UPLOAD_READ_BYTES: u64 = 4 << 20;
+
 /// Runs the tiering passes until the broker stops.
 pub async fn task_loop(core: Rc<Core>) {
     let interval = core.shared.config.remote_log_task_interval_ms;
@@ -369,13 +372,11 @@ impl Part<'_> {
                     )
                     .await?;
             }
-            store
-                .put_file(
-                    &self.key(&meta, ObjectKind::Log),
-                    seg.log_path.clone(),
-                    from..seg.bytes,
-                )
-                .await
+            Ok::<(), weir_tier::TierError>(())
+        };
+        let put = async {
+            put.await.map_err(|e| e.to_string())?;
+            self.upload_records(seg, &meta).await
         };
         if let Err(e) = put.await {
             bump(&self.core.tier.counters.upload_errors, 1);
@@ -401,6 +402,50 @@ impl Part<'_> {
         bump(&self.core.tier.counters.uploaded_bytes, meta.bytes);
         tracing::info!(partition = %self.name(), base = meta.base, end = meta.end, bytes = meta.bytes, "segment uploaded to the remote tier");
         Ok(())
+    }
+
+    /// Uploads the record batches of `meta.base..meta.end` as the
+    /// segment's `.log` object, read through the log — from the core's
+    /// batch cache where they still are (a segment just closed is), else
+    /// with the core's direct I/O — rather than from the file through the
+    /// page cache: a disk read per upload made the partition's own writes
+    /// wait (docs/benchmarks.md, "Tiered storage").
+    async fn upload_records(&self, seg: &SealedSegment, meta: &RemoteSegment) -> PassResult {
+        let mut up = self
+            .store
+            .upload(&self.key(meta, ObjectKind::Log), meta.bytes)
+            .map_err(|e| e.to_string())?;
+        let (mut at, mut sent) = (meta.base, 0u64);
+        while at < meta.end {
+            let r = self
+                .log
+                .read(at, UPLOAD_READ_BYTES)
+                .await
+                .map_err(|e| format!("reading {at} to upload it: {e}"))?;
+            let before = at;
+            for b in r.batches {
+                let h = BatchHeader::peek(&b).map_err(|e| e.to_string())?;
+                if h.base_offset as u64 >= meta.end {
+                    break;
+                }
+                if (h.last_offset() as u64) < at {
+                    continue;
+                }
+                at = h.last_offset() as u64 + 1;
+                sent += b.len() as u64;
+                up.write(b).await.map_err(|e| e.to_string())?;
+            }
+            if at == before {
+                return Err(format!("no batch at {at} of the segment at {}", seg.base));
+            }
+        }
+        if sent != meta.bytes {
+            return Err(format!(
+                "the batches of {}..{} are {sent} bytes, the segment {}",
+                meta.base, meta.end, meta.bytes
+            ));
+        }
+        up.finish().await.map_err(|e| e.to_string())
     }
 
     /// The position in `seg`'s file of the batch starting at `offset`

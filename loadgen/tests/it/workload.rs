@@ -92,6 +92,7 @@ fn every_shipped_workload_loads_and_validates() {
             "max-rate-1-topic-1-partition-100b.yaml",
             "max-rate-1-topic-16-partitions-100b.yaml",
             "share-1-topic-2-partitions-1kb.yaml",
+            "tiered-backlog-1-topic-1-partition-1000b-2gb.yaml",
             "transactions-1-topic-16-partitions-1kb.yaml",
         ]
     );
