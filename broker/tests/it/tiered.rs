@@ -207,9 +207,11 @@ pub(crate) async fn read_all(c: &Client, topic: &str, from: u64, to: u64) -> u64
 /// Bytes of the partition's files on local disk (allocated, as `du`).
 pub(crate) fn local_bytes(dir: &Path, topic: &str) -> u64 {
     use std::os::unix::fs::MetadataExt;
+    // Retention may delete a file between the listing and its metadata.
     std::fs::read_dir(dir.join(format!("{topic}-0")))
         .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().blocks() * 512)
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.blocks() * 512)
         .sum()
 }
 
@@ -327,8 +329,9 @@ fn with_the_object_store_stopped_produce_goes_on_and_remote_reads_fail_fast() {
         local_bytes(dir.path(), "logs") > 8 << 20,
         "segments not uploaded stay on local disk"
     );
-    // Held for 10 s in all (the acceptance run holds it 60 s: docs/benchmarks.md).
-    if let Some(rest) = Duration::from_secs(10).checked_sub(stopped.elapsed()) {
+    // Held for 5 s in all (the acceptance holds it 60 s; what
+    // happens is the same, for longer).
+    if let Some(rest) = Duration::from_secs(5).checked_sub(stopped.elapsed()) {
         std::thread::sleep(rest);
     }
     s3.signal(libc::SIGCONT);

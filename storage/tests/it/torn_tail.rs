@@ -753,10 +753,11 @@ fn h_a_segment_after_a_lost_tail_is_removed() {
 
 #[test]
 fn i_the_report_counts_the_data_cut_not_the_preallocated_rest() {
-    // A crashed log's active segment is preallocated (32 MiB by default)
-    // far past its data. Recovery must report the bytes of data after the
-    // valid end — up to the last non-zero byte — not the file's remainder.
-    const SEGMENT: u64 = 1 << 20;
+    // A crashed log's active segment is preallocated (32 MiB by default,
+    // at most its segment size: 64 MiB segments here) far past its data.
+    // Recovery must report the bytes of data after the valid end — up to
+    // the last non-zero byte — not the file's remainder.
+    const SEGMENT: u64 = 64 << 20;
     /// Garbage right after the last batch, then (after a zero gap)
     /// garbage again: `(bytes, gap, bytes)`.
     const CASES: [(u64, u64, u64); 3] = [(300_000, 0, 0), (1000, 8192, 1000), (1, 0, 0)];
