@@ -859,7 +859,7 @@ impl tracing_subscriber::fmt::time::FormatTime for SimTime {
 
 /// The seeds run in CI, split over [`PARTS`] tests so that the test
 /// runner spreads them over the cores.
-const SEEDS: u64 = 200;
+const SEEDS: u64 = 120;
 const PARTS: u64 = 4;
 
 /// Runs part `part` of the seeds (every [`PARTS`]th from the base;
