@@ -220,58 +220,6 @@ impl RemoteStore {
         .await
     }
 
-    /// Uploads bytes `range` of a local file as one object: in parts of
-    /// [`RemoteConfig::part_bytes`] (two in flight) when it is larger, an
-    /// unfinished multipart upload aborted on error. The file is read on
-    /// the store's blocking threads.
-    pub async fn put_file(
-        &self,
-        key: &str,
-        path: PathBuf,
-        range: Range<u64>,
-    ) -> Result<(), TierError> {
-        let (store, k) = (self.inner.store.clone(), key.to_string());
-        let part = self.inner.config.part_bytes.max(5 << 20) as u64;
-        self.run(async move {
-            let loc = ObjectPath::from(k.as_str());
-            let len = range.end.saturating_sub(range.start);
-            if len <= part {
-                let data = read_file(path, range).await?;
-                store
-                    .put(&loc, PutPayload::from(data))
-                    .await
-                    .map_err(|e| store_error("put", &k, e))?;
-                return Ok(());
-            }
-            let upload = store
-                .put_multipart(&loc)
-                .await
-                .map_err(|e| store_error("start multipart upload of", &k, e))?;
-            let mut w = WriteMultipart::new_with_chunk_size(upload, part as usize);
-            let mut at = range.start;
-            while at < range.end {
-                let to = (at + part).min(range.end);
-                let data = match read_file(path.clone(), at..to).await {
-                    Ok(d) => d,
-                    Err(e) => {
-                        let _ = w.abort().await;
-                        return Err(e);
-                    }
-                };
-                if let Err(e) = w.wait_for_capacity(2).await {
-                    return Err(store_error("upload a part of", &k, e));
-                }
-                w.put(data);
-                at = to;
-            }
-            w.finish()
-                .await
-                .map_err(|e| store_error("finish multipart upload of", &k, e))?;
-            Ok(())
-        })
-        .await
-    }
-
     /// Starts writing the object `key` of `len` bytes from parts handed to
     /// [`Upload::write`] (from any executor; two parts queued at most):
     /// one request if it is at most [`RemoteConfig::part_bytes`], else a
@@ -600,10 +548,15 @@ mod tests {
         let src = dir.path().join("src");
         let data: Vec<u8> = (0..(12u32 << 20)).map(|i| (i % 251) as u8).collect();
         std::fs::write(&src, &data).unwrap();
-        // 11 MiB from offset 1 MiB: three parts.
-        block(s.put_file("t/0/a.log", src.clone(), (1 << 20)..(12 << 20))).unwrap();
+        // 11 MiB in one piece: three parts.
+        let mut up = s.upload("t/0/a.log", 11 << 20).unwrap();
+        block(up.write(Bytes::copy_from_slice(&data[1 << 20..]))).unwrap();
+        block(up.finish()).unwrap();
         let got = block(s.get_range("t/0/a.log", 0..(11 << 20))).unwrap();
-        assert!(got[..] == data[1 << 20..], "the object is the file's range");
+        assert!(got[..] == data[1 << 20..], "the object is what was written");
+        // A local file's range, read on the store's threads.
+        let head = block(s.read_local(src.clone(), 5..9)).unwrap();
+        assert_eq!(&head[..], &data[5..9]);
         // Part by part: 11 MiB in pieces of 1 MiB, then one too short.
         let mut up = s.upload("t/0/b.log", 11 << 20).unwrap();
         for piece in data[1 << 20..].chunks(1 << 20) {

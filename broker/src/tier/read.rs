@@ -64,9 +64,12 @@ pub async fn fetch_owned(
     max_bytes: u64,
     wait_ms: u32,
 ) -> Result<FetchOk, BrokerError> {
-    if core.shared.remote.is_some() {
+    // Only a tiered partition pays for a look at the remote metadata.
+    let tiered =
+        core.shared.remote.is_some() && core.owned_log(topic, partition)?.config().remote_storage;
+    if tiered {
         let log = core.owned_log(topic, partition)?;
-        if log.config().remote_storage && offset < log.log_start_offset() && max_bytes > 0 {
+        if offset < log.log_start_offset() && max_bytes > 0 {
             if let Some(r) = fetch(core, topic, partition, offset, max_bytes).await? {
                 return Ok(r);
             }
@@ -75,7 +78,9 @@ pub async fn fetch_owned(
     let mut r =
         crate::shard::partition::fetch_local(core, topic, partition, offset, max_bytes, wait_ms)
             .await?;
-    r.log_start_offset = super::log_start(core, topic, partition, r.log_start_offset);
+    if tiered {
+        r.log_start_offset = super::log_start(core, topic, partition, r.log_start_offset);
+    }
     Ok(r)
 }
 
@@ -89,9 +94,12 @@ pub async fn offsets_owned(
     timestamp: Option<i64>,
 ) -> Result<OffsetsOk, BrokerError> {
     let mut ok = crate::shard::partition::offsets_local(core, topic, partition, timestamp).await?;
+    if core.shared.remote.is_none() || !core.owned_log(topic, partition)?.config().remote_storage {
+        return Ok(ok);
+    }
     let local_start = ok.log_start_offset;
     ok.log_start_offset = super::log_start(core, topic, partition, local_start);
-    if let Some(id) = super::topic_id(core, topic).filter(|_| core.shared.remote.is_some()) {
+    if let Some(id) = super::topic_id(core, topic) {
         let remote = super::readable(core, &id, partition);
         ok.remote_bytes = remote.iter().map(|s| s.bytes).sum();
         ok.remote_segments = remote.len() as u32;
