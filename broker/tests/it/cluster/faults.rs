@@ -538,18 +538,18 @@ fn network_fault(c: &mut Cluster, w: &Workload, topic: &str, name: &str) -> Stri
     let n = c.bind.len();
     eprintln!("fault: {name}");
     let what = match name {
-        // Partition 0's leader's answers to its clients are lost for 4 s:
-        // requests arrive and are written, producers time out and send
-        // them again.
+        // Partition 0's leader's answers to its clients are lost for 2.5 s
+        // (the producers' request timeout is 2 s): requests arrive and are
+        // written, producers time out and send them again.
         "mute-leader" => {
             let leader = c.agreed_leader(topic);
             c.net.as_mut().unwrap().mute_to_clients(ix(leader));
-            std::thread::sleep(Duration::from_secs(4));
+            std::thread::sleep(Duration::from_millis(2_500));
             let dropped = c.net.as_ref().unwrap().dropped(ix(leader));
             assert!(dropped > 0, "the mute dropped nothing");
             c.net.as_mut().unwrap().heal();
             w.more_acks(c, 100, settle, "after the leader's answers were lost");
-            format!("leader {leader}'s answers to clients lost for 4 s: {dropped} dropped")
+            format!("leader {leader}'s answers to clients lost for 2.5 s: {dropped} dropped")
         }
         // Partition 0's leader isolated from the other nodes (its clients
         // still reach it): it must stop acknowledging; another node leads.
@@ -609,16 +609,16 @@ fn network_fault(c: &mut Cluster, w: &Workload, topic: &str, name: &str) -> Stri
             assert!(dropped > 0, "the bridge dropped nothing");
             format!("bridge through node 2: {dropped} dropped")
         }
-        // Each node in turn isolated for a second, then healed for one.
+        // Each node in turn isolated for a second, then healed for half
+        // of one.
         "flapping" => {
             let mut dropped = 0;
-            for round in 0..2 * n {
-                let i = round % n;
+            for i in 0..n {
                 c.net.as_mut().unwrap().isolate(i);
                 std::thread::sleep(Duration::from_secs(1));
                 dropped += c.net.as_ref().unwrap().dropped(i);
                 c.net.as_mut().unwrap().heal();
-                std::thread::sleep(Duration::from_secs(1));
+                std::thread::sleep(Duration::from_millis(500));
             }
             assert!(dropped > 0, "the isolations dropped nothing");
             w.more_acks(c, 100, settle, "after flapping");
