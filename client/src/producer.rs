@@ -112,6 +112,15 @@ pub struct ProducerConfig {
     /// How long a batch waits for more records after its first one.
     /// Default 5 ms.
     pub linger_ms: u64,
+    /// A batch of a partition with nothing in flight and nothing waiting
+    /// is sent at once, without lingering; while the partition has a
+    /// request in flight its records gather (up to `linger_ms` or
+    /// `batch_size`) and go when the answer comes back. At a low rate each
+    /// record then costs one round trip, not `linger_ms` plus one; at a
+    /// high rate the batches fill as before (property
+    /// `weir.linger.adaptive`).
+    /// Default true.
+    pub linger_adaptive: bool,
     /// A batch is sent as soon as its (estimated, uncompressed) size
     /// reaches this. A record that would take a non-empty batch past it
     /// starts a new batch. Default 128 KiB.
@@ -178,6 +187,7 @@ impl Default for ProducerConfig {
     fn default() -> Self {
         ProducerConfig {
             linger_ms: 5,
+            linger_adaptive: true,
             batch_size: 128 << 10,
             buffer_memory: 32 << 20,
             max_block_ms: 60_000,
@@ -936,10 +946,19 @@ impl State {
 
     /// Closes an open batch: it goes to the sender, and its partition stops
     /// being sticky.
-    fn close(&mut self, mut b: Batch) {
+    fn close(&mut self, b: Batch) {
+        self.close_sticky(b, true);
+    }
+
+    /// Closes `b`; with `move_on`, keyless records then go to another
+    /// sticky partition. A batch sent early because its partition was idle
+    /// ([`ProducerConfig::linger_adaptive`]) keeps the partition sticky:
+    /// moving on would spread one-record batches over every idle
+    /// partition.
+    fn close_sticky(&mut self, mut b: Batch, move_on: bool) {
         b.closed_at = Some(Instant::now());
         if let Some(s) = self.sticky.get_mut(&*b.topic) {
-            if s.partition == b.partition {
+            if move_on && s.partition == b.partition {
                 s.active = false;
             }
         }
@@ -1437,26 +1456,34 @@ impl Shared {
     /// accumulator. So `linger_ms = 0` sends at once while there is room in
     /// flight and batches whatever arrives meanwhile, instead of closing a
     /// batch per record and queueing them behind the in-flight limit.
+    ///
+    /// With [`ProducerConfig::linger_adaptive`], a batch of a partition
+    /// that is neither waiting nor `busy` (a batch in flight) is due at
+    /// once.
     fn take_ready(
         &self,
         now: Instant,
         waiting: &HashSet<Key, FastHash>,
+        busy: &HashSet<Key, FastHash>,
     ) -> (Vec<Batch>, Option<Instant>, bool) {
         let mut st = self.lock();
         let linger = Duration::from_millis(self.config.linger_ms);
-        let due: Vec<Key> = st
+        let adaptive = self.config.linger_adaptive;
+        // (key, whether the batch lingered its time or was forced)
+        let due: Vec<(Key, bool)> = st
             .open
             .iter()
-            .filter(|(k, b)| {
-                st.closed
-                    || b.id < st.force_below
-                    || (b.created + linger <= now && !waiting.contains(*k))
+            .filter_map(|(k, b)| {
+                let lingered = st.closed || b.id < st.force_below || b.created + linger <= now;
+                let forced = st.closed || b.id < st.force_below;
+                let idle = adaptive && !busy.contains(k);
+                (forced || ((lingered || idle) && !waiting.contains(k)))
+                    .then(|| (k.clone(), lingered))
             })
-            .map(|(k, _)| k.clone())
             .collect();
-        for k in due {
+        for (k, lingered) in due {
             let b = st.open.remove(&k).expect("listed");
-            st.close(b);
+            st.close_sticky(b, lingered);
         }
         // Held batches wake nobody: the sender looks again when their
         // partition's waiting batch is sent.
@@ -1614,6 +1641,15 @@ impl Sender {
         }
     }
 
+    /// Partitions with a batch in flight.
+    fn busy(&self) -> HashSet<Key, FastHash> {
+        self.lanes
+            .iter()
+            .filter(|(_, l)| l.in_flight_count > 0)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// Partitions with a closed batch not yet sent.
     fn waiting(&self) -> HashSet<Key, FastHash> {
         self.lanes
@@ -1626,7 +1662,13 @@ impl Sender {
     async fn run(mut self) {
         let mut waiting = HashSet::default();
         loop {
-            let (ready, deadline, closed_empty) = self.shared.take_ready(Instant::now(), &waiting);
+            let busy = if self.shared.config.linger_adaptive {
+                self.busy()
+            } else {
+                HashSet::default()
+            };
+            let (ready, deadline, closed_empty) =
+                self.shared.take_ready(Instant::now(), &waiting, &busy);
             for b in ready {
                 if b.builder.is_empty() {
                     self.shared.complete(b, Ok(None));

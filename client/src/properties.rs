@@ -192,6 +192,7 @@ pub(crate) fn apply_producer(
 ) -> Result<bool, PropertyError> {
     match name {
         "linger.ms" => c.linger_ms = num(name, value)?,
+        "weir.linger.adaptive" => c.linger_adaptive = boolean(name, value)?,
         "batch.size" => c.batch_size = num(name, value)?,
         "buffer.memory" => c.buffer_memory = num(name, value)?,
         "max.block.ms" => c.max_block_ms = num(name, value)?,
@@ -302,6 +303,10 @@ mod tests {
             assert!(known, "{k}");
         }
         assert_eq!(c.linger_ms, 20);
+        assert!(c.linger_adaptive);
+        assert!(apply_producer(&mut c, "weir.linger.adaptive", "false").unwrap());
+        assert!(!c.linger_adaptive);
+        assert!(apply_producer(&mut c, "weir.linger.adaptive", "sometimes").is_err());
         assert_eq!(c.batch_size, 65536);
         assert_eq!(c.acks, Acks::Leader);
         assert!(!c.enable_idempotence);

@@ -185,6 +185,10 @@ pub struct DriverSettings {
     /// `lingerMs`: how long a batch waits for more records, 0 to
     /// [`LINGER_MS_MAX`]. Default 5.
     pub linger_ms: u64,
+    /// `lingerAdaptive`: a batch of a partition with nothing in flight is
+    /// sent at once (the Weir SDK's `linger_adaptive`; librdkafka has no
+    /// such setting and ignores it). Default true.
+    pub linger_adaptive: bool,
     /// `batchSize`: bytes of records at which a batch is sent, 0 to
     /// [`BATCH_SIZE_MAX`]. Default 131072.
     pub batch_size: usize,
@@ -231,6 +235,7 @@ impl Default for DriverSettings {
         DriverSettings {
             acks: "all".to_string(),
             linger_ms: 5,
+            linger_adaptive: true,
             batch_size: 128 * 1024,
             compression: "none".to_string(),
             idempotence: true,
@@ -258,6 +263,7 @@ impl DriverSettings {
         let mut c = weir_client::ProducerConfig::default();
         c.acks = self.acks.parse().unwrap_or_default();
         c.linger_ms = self.linger_ms;
+        c.linger_adaptive = self.linger_adaptive;
         c.batch_size = self.batch_size;
         c.compression = match self.compression.as_str() {
             "lz4" => weir_client::producer::Compression::Lz4,

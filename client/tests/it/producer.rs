@@ -234,7 +234,9 @@ async fn offsets(futures: Vec<DeliveryFuture>) -> Vec<(u32, Option<u64>)> {
 #[tokio::test(start_paused = true)]
 async fn batches_are_sent_when_full_without_lingering() {
     let fake = Fake::new(1);
-    let p = producer(&fake, config(60_000, 1000));
+    let mut c = config(60_000, 1000);
+    c.linger_adaptive = false;
+    let p = producer(&fake, c);
     let start = Instant::now();
     let mut futures = Vec::new();
     for i in 0..20 {
@@ -272,7 +274,9 @@ async fn batches_are_sent_when_full_without_lingering() {
 #[tokio::test(start_paused = true)]
 async fn a_batch_is_sent_linger_ms_after_its_first_record() {
     let fake = Fake::new(1);
-    let p = producer(&fake, config(50, 1 << 20));
+    let mut c = config(50, 1 << 20);
+    c.linger_adaptive = false;
+    let p = producer(&fake, c);
     let start = Instant::now();
     let mut futures = Vec::new();
     for i in 0..3 {
@@ -288,6 +292,75 @@ async fn a_batch_is_sent_linger_ms_after_its_first_record() {
     assert_eq!(start.elapsed(), Duration::from_millis(50));
     assert_eq!(fake.requests().len(), 1);
     assert_eq!(fake.batch_sizes(), vec![3]);
+}
+
+/// With `linger_adaptive` (the default) a partition with nothing in
+/// flight sends its batch at once, whatever `linger_ms`; while that request
+/// is in flight the next records gather in one batch, sent when the answer
+/// comes back — not `linger_ms` later; and keyless records stay on their
+/// sticky partition when a batch leaves early.
+#[tokio::test(start_paused = true)]
+async fn an_idle_partition_sends_at_once_and_gathers_while_a_request_is_in_flight() {
+    let fake = Arc::new(Fake {
+        partitions: 4,
+        gate: Some(tokio::sync::Semaphore::new(0)),
+        ..Fake::default()
+    });
+    let p = producer(&fake, config(60_000, 1 << 20));
+    let start = Instant::now();
+    let first = p
+        .send(ProducerRecord::new("t", value(0, 10)))
+        .await
+        .unwrap();
+    // The sender is a task of this runtime, whose clock is paused: it runs
+    // when this task yields, and no time passes unless something sleeps.
+    for _ in 0..100 {
+        if !fake.requests().is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "the idle partition's record is sent"
+    );
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "the idle partition's record lingered"
+    );
+    // The answer is held: these gather in one open batch.
+    let mut later = Vec::new();
+    for i in 1..=10 {
+        later.push(
+            p.send(ProducerRecord::new("t", value(i, 10)))
+                .await
+                .unwrap(),
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "sent while the first was in flight"
+    );
+    let answered = Instant::now();
+    fake.gate.as_ref().unwrap().add_permits(1 << 20);
+    let m = first.await.unwrap();
+    let got = offsets(later).await;
+    assert!(
+        answered.elapsed() < Duration::from_millis(5),
+        "the gathered batch waited {:?} after the answer",
+        answered.elapsed()
+    );
+    assert_eq!(
+        got,
+        (1..=10).map(|o| (m.partition, Some(o))).collect::<Vec<_>>(),
+        "keyless records stay on the sticky partition"
+    );
+    assert_eq!(fake.batch_sizes(), vec![1, 10]);
+    p.close().await;
 }
 
 #[tokio::test(start_paused = true)]

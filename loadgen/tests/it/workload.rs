@@ -621,10 +621,11 @@ fn set_rejects_unknown_names() {
 
     let names = Workload::field_names();
     assert!(names.contains(&"driver.maxInFlight".to_string()));
+    assert!(names.contains(&"driver.lingerAdaptive".to_string()));
     assert!(names.contains(&"consumerBacklogSizeGB".to_string()));
     assert!(names.contains(&"subscriptionType".to_string()));
     assert!(!names.contains(&"driver".to_string()));
-    assert_eq!(names.len(), 18 + 12);
+    assert_eq!(names.len(), 18 + 13);
 }
 
 #[test]
