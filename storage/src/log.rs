@@ -2479,7 +2479,8 @@ impl LogInner {
     /// of rolled segments. With `pipeline` (the caller's I/O permit and its
     /// signal), the I/O lock is handed over to the next round as soon as the
     /// writes are done, unless a rolled segment must be closed; the sync
-    /// lock keeps the syncs in order.
+    /// lock applies the syncs' outcomes in order. Several rounds' syncs may be
+    /// in flight at once: the writes of round N+1 wait for no sync.
     async fn round_locked(
         self: &Rc<Self>,
         pipeline: Option<(glommio::sync::Permit<'_>, oneshot::Sender<()>)>,
@@ -2541,22 +2542,48 @@ impl LogInner {
         // Written is readable and acknowledges acks=1: wake those waiters
         // now, not after the fdatasync below.
         self.wake_waiters();
-        let mut _sync = None;
-        if sealed.is_empty() {
-            if let Some((io, done)) = pipeline {
-                _sync = self.sync_lock.acquire_permit(1).await.ok();
-                drop(io);
-                let _ = done.send(());
+        // The next round's writes may start now (unless a rolled segment
+        // must be closed first), whatever syncs are still in flight.
+        let pipelined = sealed.is_empty()
+            && pipeline
+                .map(|(io, done)| {
+                    drop(io);
+                    let _ = done.send(());
+                })
+                .is_some();
+        let (files, synced) = files.unzip();
+        let sync = async {
+            match files {
+                // The test-only switch breaks durability on purpose (see
+                // `crate::testing`): the power-loss test must then fail.
+                Some(files) if !crate::testing::skip_fdatasync() => {
+                    sync_files(&self.shard, files).await
+                }
+                _ => Ok(()),
             }
-        }
-        if let Some((files, synced)) = files {
-            // The test-only switch breaks durability on purpose (see
-            // `crate::testing`): the power-loss test must then fail.
-            if !crate::testing::skip_fdatasync() {
-                sync_files(&self.shard, files)
-                    .await
-                    .map_err(RoundError::Sync)?;
+        };
+        let (_order, synced_ok) = if pipelined {
+            // This round's fdatasync runs beside earlier rounds' (the file
+            // system joins concurrent syncs into one journal commit and
+            // device flush), but its outcome is applied in round order:
+            // the sync lock's waiters are served in order, and this one is
+            // queued (`zip` polls it first) before the next round can
+            // start. A truncation or roll-back, which takes the sync lock
+            // after the I/O lock, waits behind it.
+            let (order, r) =
+                futures_lite::future::zip(self.sync_lock.acquire_permit(1), sync).await;
+            // An earlier round's fdatasync failed meanwhile: its data may
+            // be lost, so this round may make nothing durable (its waiters
+            // were failed then).
+            if matches!(self.state.borrow().mode, Mode::Offline(_)) {
+                return Ok(());
             }
+            (order.ok(), r)
+        } else {
+            (None, sync.await)
+        };
+        synced_ok.map_err(RoundError::Sync)?;
+        if let Some(synced) = synced {
             let mut st = self.state.borrow_mut();
             for (base, len) in synced {
                 if let Some(s) = st.segments.get_mut(&base) {

@@ -10,6 +10,9 @@
 //! logs' flush policies ask for, also concurrently, then wakes the appenders
 //! whose data is now written or durable. Appends that arrive during a round
 //! go into the next one, so one fdatasync covers every append of a tick.
+//! The next round's writes start as soon as this round's writes are done:
+//! a log's fdatasyncs of several rounds may be in flight at once, their
+//! outcomes applied in round order (`LogInner::round_locked`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
