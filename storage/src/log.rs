@@ -339,6 +339,9 @@ pub(crate) struct LogInner {
     /// One cleaner pass at a time.
     pub(crate) clean_lock: Semaphore,
     pub(crate) in_dirty: Cell<bool>,
+    /// Opening a segment's `O_DSYNC` descriptor failed once: this log
+    /// writes and fdatasyncs every round.
+    write_through_off: Cell<bool>,
     /// Bumped whenever batches of this log leave the cache because the
     /// log changed under them (truncation, retention, compaction, close):
     /// a read that started before must not put what it read back.
@@ -718,6 +721,7 @@ impl PartitionLog {
             snapshot_lock: Semaphore::new(1),
             clean_lock: Semaphore::new(1),
             in_dirty: Cell::new(false),
+            write_through_off: Cell::new(false),
             cache_gen: Cell::new(0),
             read_ahead: RefCell::new(None),
             read_ahead_runs: Cell::new(0),
@@ -2263,7 +2267,10 @@ impl LogInner {
                 segs.keys().copied().collect(),
             ));
             segs.into_values()
-                .flat_map(|seg| seg.files().map(|(f, _)| f))
+                .flat_map(|seg| {
+                    let through = seg.log_write_through.clone();
+                    seg.files().map(|(f, _)| f).into_iter().chain(through)
+                })
                 .collect()
         };
         for f in files {
@@ -2426,31 +2433,88 @@ impl LogInner {
         }
     }
 
+    /// Whether a round of at least
+    /// [`crate::ShardConfig::write_through_bytes_min`] bytes is written
+    /// through `O_DSYNC`: the log syncs every round (`flush.messages` 1).
+    fn writes_through(&self, flush_messages: u64) -> bool {
+        self.shard.config.write_through_bytes_min > 0
+            && flush_messages <= 1
+            && !self.write_through_off.get()
+    }
+
+    /// Opens the active segment's `O_DSYNC` descriptor before the first
+    /// round large enough to be written through it.
+    async fn prepare_write_through(&self) {
+        let (base, path) = {
+            let st = self.state.borrow();
+            if !self.writes_through(st.config.flush_messages) {
+                return;
+            }
+            let Some(seg) = st.segments.values().next_back() else {
+                return;
+            };
+            if seg.log_write_through.is_some()
+                || seg.log.queued_bytes() < self.shard.config.write_through_bytes_min
+            {
+                return;
+            }
+            (seg.base, seg.log.path().clone())
+        };
+        match segment::open_write_through(&path).await {
+            Ok(f) => {
+                if let Some(seg) = self.state.borrow_mut().segments.get_mut(&base) {
+                    seg.log_write_through.get_or_insert(f);
+                }
+            }
+            Err(e) => {
+                self.write_through_off.set(true);
+                tracing::warn!(partition = %self.name, error = %e, "opening the log with O_DSYNC failed; every round is written, then fdatasync'd");
+            }
+        }
+    }
+
     /// Takes this round's jobs: everything queued, except that the active
     /// segment's `.log` job is limited to [`ROUND_LOG_BYTES_MAX`]. Returns
-    /// the jobs and, if batches were left for the next round, the offset up
-    /// to which this round writes.
-    fn take_all_jobs(&self) -> (Vec<(u64, FileKind, WriteJob)>, Option<u64>) {
+    /// the jobs, if batches were left for the next round the offset up to
+    /// which this round writes, and the segment whose `.log` job is written
+    /// through its `O_DSYNC` descriptor (durable once written; the active
+    /// segment, at least `write_through_bytes_min` bytes, nothing of it
+    /// unsynced before this round).
+    #[allow(clippy::type_complexity)]
+    fn take_all_jobs(&self) -> (Vec<(u64, FileKind, WriteJob)>, Option<u64>, Option<u64>) {
         let mut st = self.state.borrow_mut();
         let mut jobs = Vec::new();
         let mut left = None;
+        let mut durable = None;
         // No segments: the log was closed (or deleted) meanwhile.
         let Some(active) = st.segments.keys().next_back().copied() else {
-            return (jobs, left);
+            return (jobs, left, durable);
         };
+        let through = self.writes_through(st.config.flush_messages);
+        let min = self.shard.config.write_through_bytes_min;
         for seg in st.segments.values_mut() {
             let max = if seg.base == active {
                 ROUND_LOG_BYTES_MAX
             } else {
                 u64::MAX
             };
+            let clean = !seg.unsynced;
             let (js, l) = seg.take_jobs_upto(max);
             left = left.or(l);
-            for (k, j) in js {
+            for (k, mut j) in js {
+                if let (true, true, FileKind::Log, Some(f)) = (
+                    through && clean && seg.base == active,
+                    j.len() >= min,
+                    k,
+                    &seg.log_write_through,
+                ) {
+                    j.write_through(f.clone());
+                    durable = Some(seg.base);
+                }
                 jobs.push((seg.base, k, j));
             }
         }
-        (jobs, left)
+        (jobs, left, durable)
     }
 
     /// Applies job outcomes; returns the first error.
@@ -2489,7 +2553,8 @@ impl LogInner {
             let st = self.state.borrow();
             (st.next_offset, st.appended_records)
         };
-        let (jobs, left) = self.take_all_jobs();
+        self.prepare_write_through().await;
+        let (jobs, left, durable) = self.take_all_jobs();
         if let Some(upto) = left {
             // Batches were left for the next round: this one covers less,
             // and its records are not counted as synced (a sync too many is
@@ -2529,8 +2594,11 @@ impl LogInner {
                 for s in st.segments.values_mut() {
                     if s.unsynced {
                         s.unsynced = false;
-                        let [log, ..] = s.files();
-                        files.push(log);
+                        // Written through O_DSYNC: durable already.
+                        if durable != Some(s.base) {
+                            let [log, ..] = s.files();
+                            files.push(log);
+                        }
                         synced.push((s.base, s.log.written()));
                     }
                 }
@@ -2638,6 +2706,9 @@ impl LogInner {
                 return Ok(());
             };
             seg.cut_files_to_size();
+            // Sealed: no more rounds write through it (glommio closes a
+            // dropped file at its next I/O cycle).
+            seg.log_write_through = None;
             (write(seg), seg.files().to_vec())
         };
         self.apply(run_jobs(jobs).await)?;

@@ -97,6 +97,10 @@ pub struct Segment {
     pub released: usize,
     /// Offset after each batch queued on the `.log` writer, in order.
     pub queued_ends: std::collections::VecDeque<u64>,
+    /// A second descriptor of the `.log`, opened with `O_DSYNC`, for
+    /// rounds written through (`ShardConfig::write_through_bytes_min`);
+    /// opened on the first such round, dropped when the segment is sealed.
+    pub log_write_through: Option<Rc<DmaFile>>,
 }
 
 /// Paths of a segment's three files.
@@ -122,6 +126,20 @@ async fn open_file(path: &Path, create: bool) -> Result<Rc<DmaFile>> {
             path: path.to_path_buf(),
         });
     }
+    Ok(Rc::new(f))
+}
+
+/// Opens `path` (an existing segment `.log`) again with `O_DSYNC`: a
+/// direct write through it completes once its data, and the metadata
+/// needed to read it back, are durable.
+pub async fn open_write_through(path: &Path) -> Result<Rc<DmaFile>> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DSYNC)
+        .dma_open(path)
+        .await
+        .map_err(|e| StorageError::io("open (O_DSYNC)", path, e))?;
     Ok(Rc::new(f))
 }
 
@@ -187,6 +205,7 @@ impl Segment {
             synced_len: 0,
             released: 0,
             queued_ends: Default::default(),
+            log_write_through: None,
         })
     }
 
@@ -239,6 +258,7 @@ impl Segment {
             synced_len: len,
             released: paired,
             queued_ends: Default::default(),
+            log_write_through: None,
         };
         // Whatever lies past the decoded entries (padding, stale entries) is cut.
         if iraw.len() as u64 != ilen {

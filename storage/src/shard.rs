@@ -32,6 +32,9 @@ pub const FSYNC_BUCKETS_US: [u64; 10] = [
     50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000, 250_000,
 ];
 
+/// Default [`ShardConfig::write_through_bytes_min`].
+pub const WRITE_THROUGH_BYTES_MIN_DEFAULT: u64 = 512 << 10;
+
 /// Default preallocation step of segment files.
 pub const PREALLOC_STEP_DEFAULT: u64 = 32 << 20;
 
@@ -54,6 +57,14 @@ pub struct ShardConfig {
     pub cleaner_io_busy_bytes_per_sec: Option<u64>,
     /// Bytes per cleaner read (a few are in flight per segment read).
     pub cleaner_read_chunk_bytes: u64,
+    /// A flush round that appends at least this many bytes to a log's
+    /// active segment, of a log that syncs every round (`flush.messages`
+    /// 1, the default), writes them through an `O_DSYNC` descriptor
+    /// instead of writing and then fdatasyncing: large rounds reach the
+    /// disk's rate with syncs (each write durable on completion, several
+    /// in flight), small ones keep write + fdatasync, which is faster for
+    /// them (docs/benchmarks.md, issue 35). 0: never.
+    pub write_through_bytes_min: u64,
     /// Called when a log's fdatasync fails, after the log is taken
     /// offline. A failed fdatasync may have dropped the dirty pages it
     /// was to write ("fsyncgate"): retrying it can report success for
@@ -79,6 +90,7 @@ impl Default for ShardConfig {
                 crate::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT,
             ),
             cleaner_read_chunk_bytes: crate::cleaner::READ_CHUNK_BYTES_DEFAULT,
+            write_through_bytes_min: WRITE_THROUGH_BYTES_MIN_DEFAULT,
             on_sync_failure: None,
             on_disk_full: None,
         }

@@ -64,6 +64,8 @@ pub struct WriteJob {
     prealloc_to: Option<u64>,
     /// Logical end once the job is done.
     pub end: u64,
+    /// Written through an `O_DSYNC` descriptor ([`WriteJob::write_through`]).
+    durable: bool,
 }
 
 /// What a finished job leaves behind.
@@ -193,8 +195,14 @@ impl TailWriter {
             truncate: self.truncate.take(),
             prealloc_to,
             end: self.next_pos + bytes,
+            durable: false,
         };
         Some((job, take))
+    }
+
+    /// Bytes queued and not yet taken by a job.
+    pub fn queued_bytes(&self) -> u64 {
+        self.end - self.next_pos
     }
 
     /// Makes the next job cut the file to its logical end (used when a
@@ -245,6 +253,26 @@ pub async fn fdatasync(file: &DmaFile, path: &Path) -> Result<()> {
 }
 
 impl WriteJob {
+    /// Bytes the job appends.
+    pub fn len(&self) -> u64 {
+        self.end - self.pos
+    }
+
+    /// Whether the job appends nothing (it may still truncate or
+    /// preallocate).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs the job through `file`, a descriptor of the same file opened
+    /// with `O_DSYNC`: each write is durable when it completes (its data
+    /// and the metadata needed to read it), so the round need not
+    /// fdatasync this file for it.
+    pub fn write_through(&mut self, file: Rc<DmaFile>) {
+        self.file = file;
+        self.durable = true;
+    }
+
     /// Runs the job: truncate, preallocate, then one aligned write.
     pub async fn run(self) -> Result<Written> {
         let io = |op: &'static str, path: &PathBuf| {
@@ -344,14 +372,18 @@ impl WriteJob {
             .map(|(at, len, buf)| {
                 let file = self.file.clone();
                 let path = self.path.clone();
+                let durable = self.durable;
                 glommio::spawn_local(async move {
                     let copy = testing::recording().then(|| buf.as_bytes().to_vec());
                     let n = file.write_at(buf, start + at).await?;
                     if let Some(data) = copy {
-                        testing::note(|| IoOp::Write {
-                            path,
-                            offset: start + at,
-                            data: data[..n].to_vec(),
+                        let (offset, data) = (start + at, data[..n].to_vec());
+                        testing::note(|| {
+                            if durable {
+                                IoOp::DurableWrite { path, offset, data }
+                            } else {
+                                IoOp::Write { path, offset, data }
+                            }
                         });
                     }
                     Ok::<_, glommio::GlommioError<()>>(n as u64 == len)

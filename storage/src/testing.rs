@@ -60,6 +60,16 @@ pub enum IoOp {
         /// What.
         data: Vec<u8>,
     },
+    /// A write through an `O_DSYNC` descriptor completed: these bytes are
+    /// durable by themselves (no other operation is made durable by it).
+    DurableWrite {
+        /// The file.
+        path: PathBuf,
+        /// Where.
+        offset: u64,
+        /// What.
+        data: Vec<u8>,
+    },
     /// The file's size set to `len` (truncated or extended with zeros).
     SetLen {
         /// The file.
@@ -177,6 +187,11 @@ fn relative(op: &IoOp, root: &Path) -> Option<IoOp> {
             path: strip(path, root)?,
         },
         IoOp::Write { path, offset, data } => IoOp::Write {
+            path: strip(path, root)?,
+            offset: *offset,
+            data: data.clone(),
+        },
+        IoOp::DurableWrite { path, offset, data } => IoOp::DurableWrite {
             path: strip(path, root)?,
             offset: *offset,
             data: data.clone(),

@@ -285,6 +285,12 @@ pub struct BrokerArgs {
     /// append in the last 200 ms), bytes/s; 0 = no cap [default: 104857600].
     #[arg(long, env = "WEIR_LOG_CLEANER_IO_BUSY_BYTES_PER_SECOND")]
     pub log_cleaner_io_busy_bytes_per_second: Option<u64>,
+    /// A flush round that appends at least this many bytes to a partition
+    /// that syncs every round (`flush.messages` 1, the default) writes them
+    /// through an O_DSYNC descriptor instead of write + fdatasync; 0 = never
+    /// [default: 524288].
+    #[arg(long, env = "WEIR_LOG_WRITE_THROUGH_BYTES")]
+    pub log_write_through_bytes: Option<u64>,
     /// Partitions of the internal `__consumer_offsets` topic, used when it is created at the first start [default: 16].
     #[arg(long, env = "WEIR_OFFSETS_PARTITIONS")]
     pub offsets_partitions: Option<u32>,
@@ -451,6 +457,7 @@ struct FileConfig {
     log_cleaner_dedupe_buffer_size: Option<u64>,
     log_cleaner_io_max_bytes_per_second: Option<u64>,
     log_cleaner_io_busy_bytes_per_second: Option<u64>,
+    log_write_through_bytes: Option<u64>,
     offsets_partitions: Option<u32>,
     offsets_replication_factor: Option<u32>,
     offsets_segment_bytes: Option<u64>,
@@ -632,6 +639,8 @@ pub struct BrokerConfig {
     pub log_cleaner_io_max_bytes_per_second: Option<u64>,
     /// Cap of a core's cleaner I/O while the core appends (`None`: none).
     pub log_cleaner_io_busy_bytes_per_second: Option<u64>,
+    /// Rounds at least this large are written through O_DSYNC (0: never).
+    pub log_write_through_bytes: u64,
     /// Partitions of `__consumer_offsets` when it is created.
     pub offsets_partitions: u32,
     /// Replicas of each `__consumer_offsets` partition when it is created
@@ -831,6 +840,7 @@ impl BrokerConfig {
             log_cleaner_io_busy_bytes_per_second: Some(
                 weir_storage::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT,
             ),
+            log_write_through_bytes: weir_storage::shard::WRITE_THROUGH_BYTES_MIN_DEFAULT,
             offsets_partitions: OFFSETS_PARTITIONS_DEFAULT,
             offsets_replication_factor: 3,
             offsets_segment_bytes: OFFSETS_SEGMENT_BYTES_DEFAULT,
@@ -1219,6 +1229,10 @@ impl BrokerConfig {
                 .log_cleaner_io_max_bytes_per_second
                 .or(file.log_cleaner_io_max_bytes_per_second)
                 .filter(|&v| v > 0),
+            log_write_through_bytes: args
+                .log_write_through_bytes
+                .or(file.log_write_through_bytes)
+                .unwrap_or(weir_storage::shard::WRITE_THROUGH_BYTES_MIN_DEFAULT),
             log_cleaner_io_busy_bytes_per_second: Some(
                 args.log_cleaner_io_busy_bytes_per_second
                     .or(file.log_cleaner_io_busy_bytes_per_second)

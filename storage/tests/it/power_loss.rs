@@ -125,6 +125,9 @@ struct Case {
     /// then the rest are appended.
     truncate: Option<(f64, u64)>,
     cuts: Vec<Cut>,
+    /// `ShardConfig::write_through_bytes_min`: rounds at least this large
+    /// are written through `O_DSYNC` (0: never).
+    write_through_min: u64,
 }
 
 fn keep_strategy() -> impl Strategy<Value = Keep> {
@@ -150,9 +153,10 @@ fn case_strategy() -> impl Strategy<Value = Case> {
             ),
             1..CUTS_MAX,
         ),
+        prop_oneof![Just(0u64), Just(4096), Just(64 << 10)],
     )
         .prop_map(
-            |(sizes, appenders, segment_bytes, prealloc_step, flush_every, truncate, cuts)| Case {
+            |(
                 sizes,
                 appenders,
                 segment_bytes,
@@ -160,6 +164,16 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 flush_every,
                 truncate,
                 cuts,
+                write_through_min,
+            )| Case {
+                sizes,
+                appenders,
+                segment_bytes,
+                prealloc_step,
+                flush_every,
+                truncate,
+                cuts,
+                write_through_min,
             },
         )
 }
@@ -226,6 +240,7 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
         let journal = std::rc::Rc::new(Journal::record(&dir));
         let shard = StorageShard::new(ShardConfig {
             prealloc_step: case.prealloc_step,
+            write_through_bytes_min: case.write_through_min,
             ..ShardConfig::default()
         });
         let config = log_config(case.segment_bytes, case.flush_every.is_some());
@@ -359,7 +374,12 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
 /// A file's contents: operations on one inode.
 #[derive(Debug, Clone)]
 enum DataOp {
-    Write { offset: u64, data: Vec<u8> },
+    /// `durable`: written through `O_DSYNC`, on disk whatever the cut.
+    Write {
+        offset: u64,
+        data: Vec<u8>,
+        durable: bool,
+    },
     SetLen(u64),
     Extend(u64),
 }
@@ -405,13 +425,14 @@ fn disk_after_power_loss(
                     ns_ops.push((seq, NsOp::Create(path.clone(), inodes.len() - 1)));
                 }
             }
-            IoOp::Write { path, offset, data } => {
+            IoOp::Write { path, offset, data } | IoOp::DurableWrite { path, offset, data } => {
                 let i = inode_of(&names, path);
                 inodes[i].ops.push((
                     seq,
                     DataOp::Write {
                         offset: *offset,
                         data: data.clone(),
+                        durable: matches!(op, IoOp::DurableWrite { .. }),
                     },
                 ));
             }
@@ -473,7 +494,8 @@ fn disk_after_power_loss(
             let inode = &inodes[i];
             let mut f: Vec<u8> = Vec::new();
             for (seq, op) in &inode.ops {
-                let synced = *seq < inode.synced;
+                let synced =
+                    *seq < inode.synced || matches!(op, DataOp::Write { durable: true, .. });
                 let mut lands = || match keep {
                     _ if synced => true,
                     Keep::None => false,
@@ -481,7 +503,7 @@ fn disk_after_power_loss(
                     Keep::Random => rng.next_u64() & 1 == 1,
                 };
                 match op {
-                    DataOp::Write { offset, data } => {
+                    DataOp::Write { offset, data, .. } => {
                         for (k, page) in data.chunks(PAGE_BYTES).enumerate() {
                             if lands() {
                                 let at = *offset as usize + k * PAGE_BYTES;
@@ -691,6 +713,7 @@ fn fixed_case(flush_every: Option<usize>) -> Case {
                 seed: k,
             })
             .collect(),
+        write_through_min: 0,
     }
 }
 
@@ -751,6 +774,7 @@ fn overlapped_rounds_keep_every_acknowledged_batch() {
                 seed: k,
             })
             .collect(),
+        write_through_min: 0,
     };
     let run = run_case(&case, false);
     // A write that completed after a sync was issued and before it
@@ -766,5 +790,43 @@ fn overlapped_rounds_keep_every_acknowledged_batch() {
         overlapped,
         "no write overlapped a sync: the case does not test overlapped rounds"
     );
+    check_cuts(&run, &case).expect("no acknowledged batch lost");
+}
+
+/// Rounds written through `O_DSYNC` (`write_through_bytes_min`, here
+/// 4 KiB so that most rounds are): sixteen appenders, each batch
+/// acknowledged once durable (`flush.messages=1`); the journal shows writes
+/// through the `O_DSYNC` descriptor.
+/// Every cut keeps every acknowledged batch — the model keeps such a write
+/// whatever the cut, and nothing else because of it.
+#[test]
+fn rounds_written_through_o_dsync_keep_every_acknowledged_batch() {
+    let sizes: Vec<usize> = (0..120)
+        .map(|i| [100, 5000, 9000, 300, 12_000][i % 5])
+        .collect();
+    let case = Case {
+        sizes,
+        appenders: 16,
+        segment_bytes: 256 << 10,
+        prealloc_step: 64 << 10,
+        flush_every: None,
+        truncate: None,
+        cuts: (0..24)
+            .map(|k| Cut {
+                at: k as f64 / 24.0,
+                after_ack: k % 2 == 0,
+                keep: if k % 3 == 0 { Keep::Random } else { Keep::None },
+                seed: k,
+            })
+            .collect(),
+        write_through_min: 4096,
+    };
+    let run = run_case(&case, false);
+    let through = run
+        .ops
+        .iter()
+        .filter(|(_, op)| matches!(op, IoOp::DurableWrite { path, .. } if path.extension().is_some_and(|e| e == "log")))
+        .count();
+    assert!(through > 0, "no round was written through O_DSYNC");
     check_cuts(&run, &case).expect("no acknowledged batch lost");
 }
