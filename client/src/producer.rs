@@ -123,7 +123,7 @@ pub struct ProducerConfig {
     pub linger_adaptive: bool,
     /// A batch is sent as soon as its (estimated, uncompressed) size
     /// reaches this. A record that would take a non-empty batch past it
-    /// starts a new batch. Default 128 KiB.
+    /// starts a new batch. Default 512 KiB.
     pub batch_size: usize,
     /// Bytes of records (estimated) that may be buffered or in flight.
     /// Default 32 MiB.
@@ -188,7 +188,7 @@ impl Default for ProducerConfig {
         ProducerConfig {
             linger_ms: 5,
             linger_adaptive: true,
-            batch_size: 128 << 10,
+            batch_size: 512 << 10,
             buffer_memory: 32 << 20,
             max_block_ms: 60_000,
             compression: Compression::None,

@@ -190,7 +190,7 @@ pub struct DriverSettings {
     /// such setting and ignores it). Default true.
     pub linger_adaptive: bool,
     /// `batchSize`: bytes of records at which a batch is sent, 0 to
-    /// [`BATCH_SIZE_MAX`]. Default 131072.
+    /// [`BATCH_SIZE_MAX`]. Default 524288 (the SDK's default).
     pub batch_size: usize,
     /// `compression`: `none` (default), `lz4` or `zstd` (level
     /// [`ZSTD_LEVEL`]).
@@ -236,7 +236,7 @@ impl Default for DriverSettings {
             acks: "all".to_string(),
             linger_ms: 5,
             linger_adaptive: true,
-            batch_size: 128 * 1024,
+            batch_size: 512 * 1024,
             compression: "none".to_string(),
             idempotence: true,
             flush_messages: None,

@@ -188,7 +188,7 @@ fn defaults_of_optional_fields() {
     assert_eq!(w.duration(), Duration::from_secs(60));
     let d = &w.driver;
     assert_eq!(d.acks, "all");
-    assert_eq!((d.linger_ms, d.batch_size, d.max_in_flight), (5, 131072, 5));
+    assert_eq!((d.linger_ms, d.batch_size, d.max_in_flight), (5, 524288, 5));
     assert_eq!(d.compression, "none");
     assert!(d.idempotence);
     assert_eq!((d.flush_messages, d.flush_ms), (None, None));
