@@ -320,10 +320,19 @@ impl DataLink {
 
 /// A core's replication endpoint on `addr`, on the calling glommio
 /// executor: serves [`DataRequest`]s (mutual TLS) and connects to other
-/// nodes' cores.
-pub fn core_endpoint(tls: &NodeTls, addr: SocketAddr) -> Result<quinn::Endpoint> {
+/// nodes' cores. Its socket's receive and send buffers are asked to be
+/// `udp_buffer_bytes` (see [`size_udp_buffers`]).
+pub fn core_endpoint(
+    tls: &NodeTls,
+    addr: SocketAddr,
+    udp_buffer_bytes: usize,
+) -> Result<quinn::Endpoint> {
     let socket = std::net::UdpSocket::bind(addr).map_err(|source| Error::Endpoint {
         action: format!("binding the replication endpoint on {addr}"),
+        source,
+    })?;
+    size_udp_buffers(&socket, udp_buffer_bytes).map_err(|source| Error::Endpoint {
+        action: format!("sizing the replication socket's buffers on {addr}"),
         source,
     })?;
     let mut endpoint = quinn::Endpoint::new(
@@ -338,6 +347,39 @@ pub fn core_endpoint(tls: &NodeTls, addr: SocketAddr) -> Result<quinn::Endpoint>
     })?;
     endpoint.set_default_client_config(tls.client_config()?);
     Ok(endpoint)
+}
+
+/// Asks for `bytes` of receive and send buffer on a replication socket.
+/// A follower's fetch answer leaves the leader in bursts of up to 64
+/// datagrams per send; at the kernel's default receive buffer (208 KiB)
+/// the follower's socket overflows, every drop is a congestion event and
+/// the stream crawls. Returns the receive buffer the kernel granted; a
+/// grant below the ask (capped by `net.core.rmem_max` / `wmem_max`) is
+/// logged once with the fix.
+pub fn size_udp_buffers(socket: &std::net::UdpSocket, bytes: usize) -> std::io::Result<usize> {
+    let state = quinn::udp::UdpSocketState::new(socket.into())?;
+    state.set_recv_buffer_size(socket.into(), bytes)?;
+    state.set_send_buffer_size(socket.into(), bytes)?;
+    let (rcv, snd) = (
+        state.recv_buffer_size(socket.into())?,
+        state.send_buffer_size(socket.into())?,
+    );
+    // Linux reports twice what was granted (its bookkeeping overhead).
+    let factor = if cfg!(target_os = "linux") { 2 } else { 1 };
+    if rcv < bytes * factor || snd < bytes * factor {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            tracing::warn!(
+                asked = bytes,
+                receive = rcv / factor,
+                send = snd / factor,
+                "the replication socket's buffers are smaller than asked (capped by the kernel): \
+                 follower streams may drop datagrams and slow down under load; raise the caps \
+                 with `sysctl -w net.core.rmem_max={bytes} net.core.wmem_max={bytes}`"
+            )
+        });
+    }
+    Ok(rcv / factor)
 }
 
 /// Reads a data connection's hello: `Ok(node)` for a node of

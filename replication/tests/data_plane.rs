@@ -34,7 +34,7 @@ fn leader(
 ) -> glommio::ExecutorJoinHandle<()> {
     executor("leader", move || {
         Box::pin(async move {
-            let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap()).unwrap();
+            let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
             addr_tx.send(endpoint.local_addr().unwrap()).unwrap();
             while let Some(incoming) = endpoint.accept().await {
                 let Ok(conn) = incoming.await else { continue };
@@ -89,7 +89,7 @@ fn a_follower_core_fetches_raw_batches_from_a_leader_core() {
     let want = payload.clone();
     let client = executor("follower", move || {
         Box::pin(async move {
-            let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap()).unwrap();
+            let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
             // Another cluster id is refused.
             let e = DataLink::connect(&endpoint, 1, addr, "c2", 2)
                 .await
@@ -136,4 +136,24 @@ fn a_follower_core_fetches_raw_batches_from_a_leader_core() {
     });
     client.join().unwrap();
     server.join().unwrap();
+}
+
+/// The replication socket gets the buffer it asks for, up to the kernel's
+/// cap (`net.core.rmem_max` / `wmem_max`, which the broker warns about).
+#[test]
+fn a_replication_socket_gets_its_buffers_up_to_the_kernel_cap() {
+    let cap = |name: &str| -> usize {
+        std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let asked = 4 << 20;
+    let granted = weir_replication::data::size_udp_buffers(&sock, asked).unwrap();
+    assert_eq!(granted, asked.min(cap("rmem_max")));
+    // A smaller ask is granted whole.
+    let granted = weir_replication::data::size_udp_buffers(&sock, 128 << 10).unwrap();
+    assert_eq!(granted, 128 << 10);
 }

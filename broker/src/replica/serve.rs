@@ -23,7 +23,11 @@ const FETCH_WAIT_MAX: Duration = Duration::from_secs(5);
 
 /// Binds this core's replication endpoint; returns its port.
 pub fn start(core: &Rc<Core>, addr: SocketAddr) -> anyhow::Result<u16> {
-    let endpoint = weir_replication::data::core_endpoint(&core.shared.node_tls, addr)?;
+    let endpoint = weir_replication::data::core_endpoint(
+        &core.shared.node_tls,
+        addr,
+        core.shared.config.cluster.replication_udp_buffer_bytes,
+    )?;
     let port = endpoint.local_addr()?.port();
     *core.replication.endpoint.borrow_mut() = Some(endpoint.clone());
     glommio::spawn_local(accept_loop(core.clone(), endpoint)).detach();
