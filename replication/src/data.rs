@@ -221,6 +221,11 @@ impl DataLink {
         }
     }
 
+    /// The connection's statistics (path MTU, losses, datagrams).
+    pub fn stats(&self) -> quinn::ConnectionStats {
+        self.conn.stats()
+    }
+
     /// Whether the connection is closed.
     pub fn is_closed(&self) -> bool {
         self.conn.close_reason().is_some()
@@ -318,34 +323,54 @@ impl DataLink {
     }
 }
 
+/// How a core's replication endpoint uses its UDP socket.
+#[derive(Debug, Clone, Copy)]
+pub struct UdpSettings {
+    /// Receive and send buffer asked of the socket (see [`size_udp_buffers`]).
+    pub buffer_bytes: usize,
+    /// Largest UDP payload: what peers may send this endpoint, and how far
+    /// path MTU discovery searches (it settles on what the path carries,
+    /// 1452 on Ethernet's 1500; loopback and jumbo-frame networks take
+    /// more). At least 1200 (QUIC's minimum).
+    pub max_payload: u16,
+}
+
 /// A core's replication endpoint on `addr`, on the calling glommio
 /// executor: serves [`DataRequest`]s (mutual TLS) and connects to other
-/// nodes' cores. Its socket's receive and send buffers are asked to be
-/// `udp_buffer_bytes` (see [`size_udp_buffers`]).
-pub fn core_endpoint(
-    tls: &NodeTls,
-    addr: SocketAddr,
-    udp_buffer_bytes: usize,
-) -> Result<quinn::Endpoint> {
+/// nodes' cores, its socket set up as `udp` says.
+pub fn core_endpoint(tls: &NodeTls, addr: SocketAddr, udp: UdpSettings) -> Result<quinn::Endpoint> {
     let socket = std::net::UdpSocket::bind(addr).map_err(|source| Error::Endpoint {
         action: format!("binding the replication endpoint on {addr}"),
         source,
     })?;
-    size_udp_buffers(&socket, udp_buffer_bytes).map_err(|source| Error::Endpoint {
+    size_udp_buffers(&socket, udp.buffer_bytes).map_err(|source| Error::Endpoint {
         action: format!("sizing the replication socket's buffers on {addr}"),
         source,
     })?;
+    let max_payload = udp.max_payload.max(1200);
+    let mut config = quinn::EndpointConfig::default();
+    config
+        .max_udp_payload_size(max_payload)
+        .map_err(|e| Error::Endpoint {
+            action: format!("setting the replication endpoint's UDP payload to {max_payload}"),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+        })?;
+    let transport = crate::tls::transport_with_mtu(max_payload);
+    let mut server = tls.server_config()?;
+    server.transport_config(transport.clone());
+    let mut client = tls.client_config()?;
+    client.transport_config(transport);
     let mut endpoint = quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        Some(tls.server_config()?),
+        config,
+        Some(server),
         socket,
-        Arc::new(crate::glommio_rt::GlommioRuntime),
+        Arc::new(crate::glommio_rt::GlommioRuntime::new(max_payload)),
     )
     .map_err(|source| Error::Endpoint {
         action: "starting the replication endpoint".to_string(),
         source,
     })?;
-    endpoint.set_default_client_config(tls.client_config()?);
+    endpoint.set_default_client_config(client);
     Ok(endpoint)
 }
 

@@ -26,8 +26,28 @@ use quinn::{AsyncTimer, AsyncUdpSocket, Runtime, UdpPoller};
 
 /// quinn's runtime on the calling thread's glommio executor. Must only be
 /// used (endpoints made, connections driven) on that executor's thread.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct GlommioRuntime;
+#[derive(Debug, Clone, Copy)]
+pub struct GlommioRuntime {
+    /// Datagrams one GSO send may carry: the kernel refuses a send whose
+    /// segments add up to more than a UDP datagram (65 507 bytes), and
+    /// quinn (0.11) batches up to 10 segments of the path's MTU whatever
+    /// it is — at an MTU of 8952 every such send failed, the losses
+    /// looked like a black hole and the MTU fell back to 1200.
+    max_segments: usize,
+}
+
+/// Largest UDP payload over IPv4 (65 535 less the IP and UDP headers).
+const UDP_PAYLOAD_MAX: usize = 65_507;
+
+impl GlommioRuntime {
+    /// A runtime whose sockets batch at most as many datagrams of
+    /// `max_payload` bytes per send as fit in one UDP datagram.
+    pub fn new(max_payload: u16) -> Self {
+        Self {
+            max_segments: (UDP_PAYLOAD_MAX / usize::from(max_payload.max(1))).max(1),
+        }
+    }
+}
 
 impl Runtime for GlommioRuntime {
     fn new_timer(&self, at: Instant) -> Pin<Box<dyn AsyncTimer>> {
@@ -40,6 +60,7 @@ impl Runtime for GlommioRuntime {
 
     fn wrap_udp_socket(&self, sock: std::net::UdpSocket) -> io::Result<Arc<dyn AsyncUdpSocket>> {
         Ok(Arc::new(UdpSocket {
+            max_segments: self.max_segments,
             state: UdpSocketState::new((&sock).into())?,
             io: Async::new_nonblocking(sock)?,
             blocked: std::sync::atomic::AtomicBool::new(false),
@@ -68,6 +89,8 @@ struct UdpSocket {
     state: UdpSocketState,
     /// A send found the socket's buffer full: wait for writability.
     blocked: std::sync::atomic::AtomicBool,
+    /// See [`GlommioRuntime::max_segments`].
+    max_segments: usize,
 }
 
 /// Waits for the socket to be writable again after a full send buffer.
@@ -155,7 +178,7 @@ impl AsyncUdpSocket for UdpSocket {
     }
 
     fn max_transmit_segments(&self) -> usize {
-        self.state.max_gso_segments()
+        self.state.max_gso_segments().min(self.max_segments)
     }
 
     fn max_receive_segments(&self) -> usize {

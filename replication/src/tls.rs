@@ -328,6 +328,30 @@ impl NodeTls {
 /// idle timeout, so an idle but healthy connection stays open and a dead
 /// peer is noticed within the idle timeout.
 fn transport() -> Arc<quinn::TransportConfig> {
+    Arc::new(transport_config())
+}
+
+/// [`transport`]'s settings, with path MTU discovery searching up to
+/// `max_udp_payload` (quinn's default stops at 1452: Ethernet's 1500).
+///
+/// The congestion window starts at 64 such packets: quinn counts its MTU
+/// probes against the window, and its default start (about ten 1200-byte
+/// packets) is filled by two jumbo-sized probes — a connection closed
+/// right after its handshake then could not send its CONNECTION_CLOSE
+/// ("blocked by congestion control"), and the peer kept it open until
+/// its idle timeout.
+pub(crate) fn transport_with_mtu(max_udp_payload: u16) -> Arc<quinn::TransportConfig> {
+    let mut transport = transport_config();
+    let mut mtu = quinn::MtuDiscoveryConfig::default();
+    mtu.upper_bound(max_udp_payload);
+    transport.mtu_discovery_config(Some(mtu));
+    let mut cubic = quinn::congestion::CubicConfig::default();
+    cubic.initial_window(64 * u64::from(max_udp_payload));
+    transport.congestion_controller_factory(Arc::new(cubic));
+    Arc::new(transport)
+}
+
+fn transport_config() -> quinn::TransportConfig {
     let mut transport = quinn::TransportConfig::default();
     transport.keep_alive_interval(Some(std::time::Duration::from_millis(500)));
     transport.max_idle_timeout(Some(
@@ -338,7 +362,7 @@ fn transport() -> Arc<quinn::TransportConfig> {
     transport.stream_receive_window(quinn::VarInt::from_u32(16 << 20));
     transport.receive_window(quinn::VarInt::from_u32(32 << 20));
     transport.send_window(32 << 20);
-    Arc::new(transport)
+    transport
 }
 
 #[cfg(test)]

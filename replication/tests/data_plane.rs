@@ -9,10 +9,16 @@ use std::sync::mpsc;
 use bytes::Bytes;
 use weir_replication::data::{
     accept_hello, core_endpoint, write_frame_with_payload, DataLink, DataRequest, DataResponse,
-    FetchPart, FetchedPart, ReplicaFetch,
+    FetchPart, FetchedPart, ReplicaFetch, UdpSettings,
 };
 use weir_replication::tls::{generate_cluster, NodeTls};
 use weir_replication::wire::{decode, encode, read_frame};
+
+/// Jumbo-sized packets, as the broker's default.
+const UDP: UdpSettings = UdpSettings {
+    buffer_bytes: 1 << 20,
+    max_payload: 8952,
+};
 
 fn executor<T: Send + 'static>(
     name: &str,
@@ -34,7 +40,7 @@ fn leader(
 ) -> glommio::ExecutorJoinHandle<()> {
     executor("leader", move || {
         Box::pin(async move {
-            let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
+            let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap(), UDP).unwrap();
             addr_tx.send(endpoint.local_addr().unwrap()).unwrap();
             while let Some(incoming) = endpoint.accept().await {
                 let Ok(conn) = incoming.await else { continue };
@@ -89,7 +95,7 @@ fn a_follower_core_fetches_raw_batches_from_a_leader_core() {
     let want = payload.clone();
     let client = executor("follower", move || {
         Box::pin(async move {
-            let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
+            let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap(), UDP).unwrap();
             // Another cluster id is refused.
             let e = DataLink::connect(&endpoint, 1, addr, "c2", 2)
                 .await
@@ -106,23 +112,23 @@ fn a_follower_core_fetches_raw_batches_from_a_leader_core() {
             let link = DataLink::connect(&endpoint, 1, addr, "c1", 2)
                 .await
                 .unwrap();
+            let fetch = |round: u64| ReplicaFetch {
+                replica: 2,
+                max_wait_ms: 0,
+                max_bytes: 1 << 20,
+                partitions: (0..3)
+                    .map(|p| FetchPart {
+                        topic: "t".into(),
+                        partition: p,
+                        leader_epoch: 7,
+                        fetch_offset: round,
+                        last_fetched_epoch: None,
+                        durable_offset: 0,
+                    })
+                    .collect(),
+            };
             for round in 0..5u64 {
-                let req = ReplicaFetch {
-                    replica: 2,
-                    max_wait_ms: 0,
-                    max_bytes: 1 << 20,
-                    partitions: (0..3)
-                        .map(|p| FetchPart {
-                            topic: "t".into(),
-                            partition: p,
-                            leader_epoch: 7,
-                            fetch_offset: round,
-                            last_fetched_epoch: None,
-                            durable_offset: 0,
-                        })
-                        .collect(),
-                };
-                let got = link.fetch(&req).await.unwrap();
+                let got = link.fetch(&fetch(round)).await.unwrap();
                 assert_eq!(got.len(), 3);
                 for (part, bytes) in got {
                     assert_eq!(part.leader_epoch, 7);
@@ -130,6 +136,31 @@ fn a_follower_core_fetches_raw_batches_from_a_leader_core() {
                     assert_eq!(bytes, want);
                 }
             }
+            // Path MTU discovery goes past Ethernet's 1452 on loopback, and
+            // stays there under full-size transfers: sends that batch
+            // several jumbo datagrams fit in one GSO send (when they did
+            // not, every one failed and the MTU fell back to 1200). (The
+            // refused connections above close at once: with jumbo probes
+            // filling quinn's default initial window they could not send
+            // their CONNECTION_CLOSE, and the next handshake timed out.)
+            let mut round = 5;
+            while link.stats().path.current_mtu <= 1452 {
+                round += 1;
+                assert!(
+                    round < 500,
+                    "MTU discovery never passed 1452: {:?}",
+                    link.stats().path
+                );
+                link.fetch(&fetch(round)).await.unwrap();
+            }
+            for _ in 0..20 {
+                round += 1;
+                for (_, bytes) in link.fetch(&fetch(round)).await.unwrap() {
+                    assert_eq!(bytes, want);
+                }
+            }
+            let path = link.stats().path;
+            assert!(path.current_mtu > 1452, "the MTU fell back: {path:?}");
             endpoint.close(0u32.into(), b"done");
             endpoint.wait_idle().await;
         })

@@ -26,7 +26,10 @@ pub fn start(core: &Rc<Core>, addr: SocketAddr) -> anyhow::Result<u16> {
     let endpoint = weir_replication::data::core_endpoint(
         &core.shared.node_tls,
         addr,
-        core.shared.config.cluster.replication_udp_buffer_bytes,
+        weir_replication::data::UdpSettings {
+            buffer_bytes: core.shared.config.cluster.replication_udp_buffer_bytes,
+            max_payload: core.shared.config.cluster.replication_max_udp_payload,
+        },
     )?;
     let port = endpoint.local_addr()?.port();
     *core.replication.endpoint.borrow_mut() = Some(endpoint.clone());
