@@ -1474,8 +1474,8 @@ impl Shared {
             .open
             .iter()
             .filter_map(|(k, b)| {
-                let lingered = st.closed || b.id < st.force_below || b.created + linger <= now;
                 let forced = st.closed || b.id < st.force_below;
+                let lingered = forced || b.created + linger <= now;
                 let idle = adaptive && !busy.contains(k);
                 (forced || ((lingered || idle) && !waiting.contains(k)))
                     .then(|| (k.clone(), lingered))

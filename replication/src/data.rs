@@ -382,13 +382,10 @@ pub fn core_endpoint(tls: &NodeTls, addr: SocketAddr, udp: UdpSettings) -> Resul
 /// grant below the ask (capped by `net.core.rmem_max` / `wmem_max`) is
 /// logged once with the fix.
 pub fn size_udp_buffers(socket: &std::net::UdpSocket, bytes: usize) -> std::io::Result<usize> {
-    let state = quinn::udp::UdpSocketState::new(socket.into())?;
-    state.set_recv_buffer_size(socket.into(), bytes)?;
-    state.set_send_buffer_size(socket.into(), bytes)?;
-    let (rcv, snd) = (
-        state.recv_buffer_size(socket.into())?,
-        state.send_buffer_size(socket.into())?,
-    );
+    let sock = socket2::SockRef::from(socket);
+    sock.set_recv_buffer_size(bytes)?;
+    sock.set_send_buffer_size(bytes)?;
+    let (rcv, snd) = (sock.recv_buffer_size()?, sock.send_buffer_size()?);
     // Linux reports twice what was granted (its bookkeeping overhead).
     let factor = if cfg!(target_os = "linux") { 2 } else { 1 };
     if rcv < bytes * factor || snd < bytes * factor {

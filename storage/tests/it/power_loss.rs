@@ -746,6 +746,35 @@ fn a_skipped_fdatasync_is_caught() {
     }
 }
 
+/// 120 batches of mixed sizes from sixteen appenders, cut at 24 points
+/// (half right after an acknowledgement, a third keeping a random part of
+/// the unsynced writes).
+fn sixteen_appenders(
+    segment_bytes: u64,
+    flush_every: Option<usize>,
+    write_through_min: u64,
+) -> Case {
+    Case {
+        sizes: (0..120)
+            .map(|i| [100, 5000, 9000, 300, 12_000][i % 5])
+            .collect(),
+        appenders: 16,
+        segment_bytes,
+        prealloc_step: 64 << 10,
+        flush_every,
+        truncate: None,
+        cuts: (0..24)
+            .map(|k| Cut {
+                at: k as f64 / 24.0,
+                after_ack: k % 2 == 0,
+                keep: if k % 3 == 0 { Keep::Random } else { Keep::None },
+                seed: k,
+            })
+            .collect(),
+        write_through_min,
+    }
+}
+
 /// Overlapped flush rounds: sixteen appenders that go on appending once
 /// their batch is written, each asking for durability (`flush()`) every
 /// third batch, keep several rounds in flight, so a round's writes
@@ -756,26 +785,7 @@ fn a_skipped_fdatasync_is_caught() {
 /// the unsynced writes surviving — keeps every acknowledged batch.
 #[test]
 fn overlapped_rounds_keep_every_acknowledged_batch() {
-    let sizes: Vec<usize> = (0..120)
-        .map(|i| [100, 5000, 9000, 300, 12_000][i % 5])
-        .collect();
-    let case = Case {
-        sizes,
-        appenders: 16,
-        segment_bytes: 1 << 20,
-        prealloc_step: 64 << 10,
-        flush_every: Some(3),
-        truncate: None,
-        cuts: (0..24)
-            .map(|k| Cut {
-                at: k as f64 / 24.0,
-                after_ack: k % 2 == 0,
-                keep: if k % 3 == 0 { Keep::Random } else { Keep::None },
-                seed: k,
-            })
-            .collect(),
-        write_through_min: 0,
-    };
+    let case = sixteen_appenders(1 << 20, Some(3), 0);
     let run = run_case(&case, false);
     // A write that completed after a sync was issued and before it
     // completed: the next round's writes overlapped that sync.
@@ -801,26 +811,7 @@ fn overlapped_rounds_keep_every_acknowledged_batch() {
 /// whatever the cut, and nothing else because of it.
 #[test]
 fn rounds_written_through_o_dsync_keep_every_acknowledged_batch() {
-    let sizes: Vec<usize> = (0..120)
-        .map(|i| [100, 5000, 9000, 300, 12_000][i % 5])
-        .collect();
-    let case = Case {
-        sizes,
-        appenders: 16,
-        segment_bytes: 256 << 10,
-        prealloc_step: 64 << 10,
-        flush_every: None,
-        truncate: None,
-        cuts: (0..24)
-            .map(|k| Cut {
-                at: k as f64 / 24.0,
-                after_ack: k % 2 == 0,
-                keep: if k % 3 == 0 { Keep::Random } else { Keep::None },
-                seed: k,
-            })
-            .collect(),
-        write_through_min: 4096,
-    };
+    let case = sixteen_appenders(256 << 10, None, 4096);
     let run = run_case(&case, false);
     let through = run
         .ops
