@@ -75,6 +75,10 @@ pub struct Node {
     pub kafka: SocketAddr,
     /// Each core's own Kafka port.
     pub kafka_core_ports: Vec<u16>,
+    /// The OTLP/gRPC receiver (off unless [`NodeBuilder::otlp`]).
+    pub otlp_grpc: Option<SocketAddr>,
+    /// The OTLP/HTTP receiver (off unless [`NodeBuilder::otlp`]).
+    pub otlp_http: Option<SocketAddr>,
     /// The data directory.
     pub data_dir: PathBuf,
 }
@@ -98,6 +102,7 @@ impl Node {
             log: Log::Inherit,
             ready_within: READY_WITHIN,
             netns: None,
+            otlp: None,
         }
     }
 
@@ -157,9 +162,24 @@ pub struct NodeBuilder {
     log: Log,
     ready_within: Duration,
     netns: Option<String>,
+    otlp: Option<(String, String)>,
 }
 
 impl NodeBuilder {
+    /// Runs the OTLP receivers (gRPC and HTTP) on ports the kernel picks;
+    /// without this (or [`NodeBuilder::otlp_listen`]) a test node runs
+    /// none, whatever its config file says.
+    pub fn otlp(self) -> Self {
+        self.otlp_listen("127.0.0.1:0", "127.0.0.1:0")
+    }
+
+    /// The OTLP receivers' `--otlp-grpc-listen` and `--otlp-http-listen`
+    /// values (`off`, an address, `SSL://address`).
+    pub fn otlp_listen(mut self, grpc: impl Into<String>, http: impl Into<String>) -> Self {
+        self.otlp = Some((grpc.into(), http.into()));
+        self
+    }
+
     /// Runs the node inside network namespace `ns` (`ip netns exec NS
     /// weir …`, which execs: the PID is the node's); see [`crate::netns`].
     pub fn netns(mut self, ns: impl Into<String>) -> Self {
@@ -276,6 +296,10 @@ impl NodeBuilder {
             c.args(["--metrics-listen", &any.to_string()]);
             c.args(["--kafka-listener", &any.to_string()]);
         }
+        // Off unless asked: OTLP's default ports are fixed, and tests run
+        // side by side.
+        let (grpc, http) = self.otlp.clone().unwrap_or(("off".into(), "off".into()));
+        c.args(["--otlp-grpc-listen", &grpc, "--otlp-http-listen", &http]);
         c.args(&self.args);
         c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c
@@ -320,6 +344,8 @@ impl NodeBuilder {
                         metrics: r.metrics,
                         kafka: r.kafka,
                         kafka_core_ports: r.kafka_core_ports,
+                        otlp_grpc: r.otlp_grpc,
+                        otlp_http: r.otlp_http,
                         data_dir: r.data_dir,
                     })
                 }
@@ -415,6 +441,8 @@ struct Ready {
     metrics: SocketAddr,
     kafka: SocketAddr,
     kafka_core_ports: Vec<u16>,
+    otlp_grpc: Option<SocketAddr>,
+    otlp_http: Option<SocketAddr>,
     data_dir: PathBuf,
 }
 
@@ -458,12 +486,19 @@ impl Ready {
                     .into(),
             );
         }
+        // Optional (`off`, or absent in a line of an older broker).
+        let maybe = |k: &str| match fields.get(k) {
+            None | Some(&"off") => Ok(None),
+            Some(_) => addr(k).map(Some),
+        };
         Ok(Ready {
             listen: addr("listen")?,
             core_ports: ports("core_ports")?,
             metrics: addr("metrics")?,
             kafka: addr("kafka")?,
             kafka_core_ports: ports("kafka_core_ports")?,
+            otlp_grpc: maybe("otlp_grpc")?,
+            otlp_http: maybe("otlp_http")?,
             data_dir: PathBuf::from(field("data_dir")?),
         })
     }
@@ -486,8 +521,19 @@ mod tests {
                 metrics: "127.0.0.1:9644".parse().unwrap(),
                 kafka: "127.0.0.1:9092".parse().unwrap(),
                 kafka_core_ports: vec![9500, 9501],
+                otlp_grpc: None,
+                otlp_http: None,
                 data_dir: PathBuf::from("/tmp/a dir/x"),
             }
+        );
+        let otlp = line.replace(
+            " data_dir",
+            " otlp_grpc=127.0.0.1:4317 otlp_http=off data_dir",
+        );
+        let r = Ready::parse(&otlp).unwrap();
+        assert_eq!(
+            (r.otlp_grpc, r.otlp_http),
+            (Some("127.0.0.1:4317".parse().unwrap()), None)
         );
         let no_core_ports = line.replace("kafka_core_ports=[9500, 9501]", "kafka_core_ports=[]");
         assert_eq!(Ready::parse(&no_core_ports).unwrap().kafka_core_ports, []);
@@ -527,7 +573,8 @@ mod tests {
         assert_eq!(
             node.log().trim(),
             "broker --data-dir /d --cores 1 --listen 127.0.0.1:0 --core-port-base 0 \
-             --metrics-listen 127.0.0.1:0 --kafka-listener 127.0.0.1:0 --x y"
+             --metrics-listen 127.0.0.1:0 --kafka-listener 127.0.0.1:0 \
+             --otlp-grpc-listen off --otlp-http-listen off --x y"
         );
         node.pause();
         assert_eq!(node.process().wait_within(Duration::from_millis(50)), None);

@@ -1,6 +1,6 @@
 //! Listeners: the connection pipeline ([`connection`], protocol-neutral)
 //! with a codec and dispatch per protocol ([`native`]), and the HTTP
-//! metrics endpoint ([`http`]). A listener knows the service
+//! metrics endpoint ([`http`]), and the OTLP receivers ([`otlp`]). A listener knows the service
 //! ([`crate::service`]) and nothing below it.
 
 pub mod connection;
@@ -8,6 +8,7 @@ pub mod http;
 pub mod kafka;
 pub mod native;
 pub mod native_share;
+pub mod otlp;
 
 use std::time::Duration;
 

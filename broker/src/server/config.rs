@@ -426,6 +426,9 @@ pub struct BrokerArgs {
     /// batch is produced to it (to test crash-only behaviour).
     #[arg(long, hide = true)]
     pub test_panic_on_produce_to: Option<String>,
+    /// The OTLP receivers.
+    #[command(flatten)]
+    pub otlp: super::otlp_config::OtlpArgs,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -499,6 +502,8 @@ struct FileConfig {
     replication_core_port_base: Option<u16>,
     replication_udp_buffer_bytes: Option<usize>,
     replication_max_udp_payload: Option<u16>,
+    #[serde(default)]
+    otlp: super::otlp_config::OtlpFile,
 }
 
 /// Default node-to-node (QUIC) port.
@@ -696,6 +701,8 @@ pub struct BrokerConfig {
     pub max_connections_per_core: usize,
     /// Test only: panic when producing to this topic.
     pub test_panic_on_produce_to: Option<String>,
+    /// The OTLP receivers.
+    pub otlp: super::otlp_config::OtlpConfig,
     /// The node's place in the cluster.
     pub cluster: ClusterConfig,
 }
@@ -884,6 +891,7 @@ impl BrokerConfig {
             frame_read_timeout_ms: FRAME_READ_TIMEOUT_MS_DEFAULT,
             max_connections_per_core: CONNECTIONS_PER_CORE_MAX_DEFAULT,
             test_panic_on_produce_to: None,
+            otlp: super::otlp_config::OtlpConfig::off(),
             cluster: ClusterConfig::single(),
         }
     }
@@ -1381,6 +1389,7 @@ impl BrokerConfig {
                 .unwrap_or(CONNECTIONS_PER_CORE_MAX_DEFAULT)
                 .max(1),
             test_panic_on_produce_to: args.test_panic_on_produce_to.clone(),
+            otlp: super::otlp_config::OtlpConfig::resolve(&args.otlp, &file.otlp)?,
             kafka_core_port_base: None,
             cluster: ClusterConfig::single(),
         };

@@ -22,6 +22,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 pub mod config;
 pub mod limits;
 pub mod oauth;
+pub mod otlp_config;
 pub mod principal;
 pub mod tls;
 
@@ -31,6 +32,7 @@ use weir_storage::checkpoint::on_blocking_pool;
 
 use crate::listener::kafka::Kafka;
 use crate::listener::native::Native;
+use crate::listener::otlp::{serve_otlp, Receiver};
 use crate::metadata::MetadataView;
 use crate::service::Ctx;
 use crate::shard::mesh::{self, CoreMsg, ReplyMsg};
@@ -71,6 +73,10 @@ pub struct ReadyInfo {
     pub kafka: Option<SocketAddr>,
     /// Each core's own Kafka port (empty without per-core Kafka brokers).
     pub kafka_core_ports: Vec<u16>,
+    /// The OTLP/gRPC address, if on.
+    pub otlp_grpc: Option<SocketAddr>,
+    /// The OTLP/HTTP address, if on.
+    pub otlp_http: Option<SocketAddr>,
     /// The data directory.
     pub data_dir: std::path::PathBuf,
 }
@@ -99,18 +105,24 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         .context("installing signal handlers")?;
     run_with(config, stopping, |r| {
         println!(
-            "weir broker ready: listen={} cores={} core_ports={:?} metrics={} kafka={} kafka_core_ports={:?} data_dir={}",
+            "weir broker ready: listen={} cores={} core_ports={:?} metrics={} kafka={} kafka_core_ports={:?} otlp_grpc={} otlp_http={} data_dir={}",
             r.listen,
             r.core_ports.len(),
             r.core_ports,
             r.metrics,
-            r.kafka.map_or("off".to_string(), |a| a.to_string()),
+            off_or(r.kafka),
             r.kafka_core_ports,
+            off_or(r.otlp_grpc),
+            off_or(r.otlp_http),
             r.data_dir.display()
         );
         use std::io::Write;
         let _ = std::io::stdout().flush();
     })
+}
+
+fn off_or(a: Option<SocketAddr>) -> String {
+    a.map_or("off".to_string(), |a| a.to_string())
 }
 
 /// What [`run`] does, for a broker embedded in another program: runs until
@@ -163,6 +175,23 @@ pub fn run_with(
                 "the {} Kafka listener (--kafka-listener)",
                 l.protocol.name()
             )
+        })?;
+        placeholders.push(p);
+        l.addr = a;
+    }
+    for (l, flag) in [
+        (config.otlp.grpc.as_mut(), "--otlp-grpc-listen"),
+        (config.otlp.http.as_mut(), "--otlp-http-listen"),
+    ] {
+        let Some(l) = l else { continue };
+        if l.protocol.tls() && config.ssl.is_none() {
+            anyhow::bail!(
+                "{flag} SSL://{}: TLS needs --ssl-certificate-file and --ssl-key-file",
+                l.addr
+            );
+        }
+        let (p, a) = reserve_port(l.addr).with_context(|| {
+            format!("the OTLP receiver ({flag}; another address, or `off`, if something else listens there)")
         })?;
         placeholders.push(p);
         l.addr = a;
@@ -313,6 +342,8 @@ pub fn run_with(
             shared.metrics_port.load(Ordering::Acquire),
         ),
         data_dir: shared.config.data_dir.clone(),
+        otlp_grpc: shared.config.otlp.grpc.map(|l| l.addr),
+        otlp_http: shared.config.otlp.http.map(|l| l.addr),
         kafka: kafka_listen,
         kafka_core_ports: shared
             .kafka_core_ports
@@ -511,6 +542,16 @@ async fn core_main(
             let ctx = Ctx { owner_only };
             let tls = tls_for(security);
             glommio::spawn_local(accept_loop(core, l, active, ctx, Native, security, tls)).detach();
+        }
+    }
+    for (l, receiver, what) in [
+        (shared.config.otlp.grpc, Receiver::Grpc, "for OTLP/gRPC on"),
+        (shared.config.otlp.http, Receiver::Http, "for OTLP/HTTP on"),
+    ] {
+        if let Some(l) = l {
+            let listener = bind_shared(l.addr, c, what)?;
+            let tls = tls_for(l.protocol);
+            glommio::spawn_local(serve_otlp(core.clone(), listener, receiver, tls)).detach();
         }
     }
     if let Some(addr) = shared.kafka_listen {

@@ -37,6 +37,18 @@ impl Broker {
         )
     }
 
+    /// [`Broker::start_with`], with the OTLP receivers on free ports.
+    pub fn start_otlp(dir: &Path, cores: usize, extra: &[&str]) -> Broker {
+        Broker(
+            Node::builder(env!("CARGO_BIN_EXE_weir"))
+                .data_dir(dir)
+                .cores(cores)
+                .otlp()
+                .args(extra)
+                .start(),
+        )
+    }
+
     pub fn client(&self) -> Client {
         Client::connect(self.listen)
     }

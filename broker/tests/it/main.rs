@@ -21,6 +21,7 @@ mod kafka_bad_input;
 mod kafka_clients;
 mod kafka_sarama;
 mod oauth;
+mod otlp;
 mod quota;
 mod sasl;
 mod sdk;

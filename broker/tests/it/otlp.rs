@@ -1,0 +1,325 @@
+//! The OTLP receivers: the unchanged OpenTelemetry Python SDK exporting
+//! over gRPC and HTTP, its records read back by confluent-kafka and
+//! decoded with opentelemetry-proto (broker/tests/kafka/otlp.py); bad
+//! input refused with the answer OTLP's retry rules expect and nothing
+//! appended; a slow or silent client cut off while others are served.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use weir_client::{Client, OffsetSpec};
+use weir_otlp::wire::{put_len, put_nested};
+
+use crate::common::{runtime, Broker};
+use crate::kafka_clients::python_script;
+
+fn start(extra: &[&str]) -> (tempfile::TempDir, Broker) {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_otlp(dir.path(), 2, extra);
+    (dir, b)
+}
+
+fn json_field(out: &str, key: &str) -> u64 {
+    let v: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {key} in {out}"))
+}
+
+#[test]
+fn the_python_sdk_exports_over_grpc_and_http_and_every_record_decodes() {
+    let (_d, b) = start(&[
+        "--otlp-create-topics",
+        "true",
+        "--otlp-topic-partitions",
+        "3",
+        "--otlp-partition-traces-by-id",
+        "true",
+    ]);
+    let out = python_script(
+        "otlp.py",
+        &[
+            &b.otlp_grpc.unwrap().to_string(),
+            &b.otlp_http.unwrap().to_string(),
+            &b.kafka.to_string(),
+            "otlp_proto",
+            "10000",
+            "10000",
+        ],
+    );
+    assert_eq!(json_field(&out, "spans"), 20_000, "{out}");
+    assert_eq!(json_field(&out, "logs"), 20_000, "{out}");
+    // 2 000 traces over 3 partitions, each trace in one.
+    assert_eq!(json_field(&out, "partitions_used"), 3, "{out}");
+    assert!(json_field(&out, "metric_points") >= 8, "{out}");
+    b.stop();
+}
+
+#[test]
+fn otlp_json_records_decode_as_the_same_requests() {
+    let (_d, b) = start(&[
+        "--otlp-create-topics",
+        "true",
+        "--otlp-topic-partitions",
+        "2",
+        "--otlp-partition-traces-by-id",
+        "true",
+        "--otlp-encoding",
+        "otlp_json",
+    ]);
+    let out = python_script(
+        "otlp.py",
+        &[
+            &b.otlp_grpc.unwrap().to_string(),
+            &b.otlp_http.unwrap().to_string(),
+            &b.kafka.to_string(),
+            "otlp_json",
+            "1000",
+            "1000",
+        ],
+    );
+    assert_eq!(json_field(&out, "spans"), 2_000, "{out}");
+    assert_eq!(json_field(&out, "logs"), 2_000, "{out}");
+    b.stop();
+}
+
+#[test]
+fn bad_otlp_grpc_input_gets_the_codes_otlp_retries_by() {
+    let (_d, b) = start(&[
+        "--otlp-create-topics",
+        "true",
+        "--otlp-max-request-bytes",
+        "1048576",
+    ]);
+    let out = python_script("otlp_grpc_bad.py", &[&b.otlp_grpc.unwrap().to_string()]);
+    assert!(out.contains("\"ok\": true"), "{out}");
+    assert_eq!(
+        end_offset(&b, "otlp_spans"),
+        None,
+        "nothing appended: {out}"
+    );
+    b.stop();
+}
+
+/// One HTTP/1.1 request over a fresh connection; the status, the headers
+/// (lowercase) and the body.
+fn http(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{head}\r\nHost: weir\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    read_response(&mut s)
+}
+
+fn read_response(s: &mut TcpStream) -> (u16, String, Vec<u8>) {
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no response head in {:?}", String::from_utf8_lossy(&raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let status = head[9..12].parse().unwrap();
+    (status, head, raw[split + 4..].to_vec())
+}
+
+/// A traces export of one span with `trace_id`.
+fn one_span(trace_id: &[u8]) -> Vec<u8> {
+    let mut req = Vec::new();
+    put_nested(&mut req, 1, |rs| {
+        put_nested(rs, 2, |ss| {
+            put_nested(ss, 2, |span| {
+                put_len(span, 1, trace_id);
+                put_len(span, 2, &[7; 8]);
+                put_len(span, 5, b"span");
+            })
+        })
+    });
+    req
+}
+
+/// The end offset of partition 0 (`None`: no such topic).
+fn end_offset(b: &Broker, topic: &str) -> Option<u64> {
+    runtime().block_on(async {
+        let c = Client::connect(b.listen).await.unwrap();
+        match c.list_offsets(topic, 0, OffsetSpec::Latest).await {
+            Ok(end) => Some(end.unwrap_or(0)),
+            Err(e) if e.to_string().contains("unknown topic") => None,
+            Err(e) => panic!("{topic}: {e}"),
+        }
+    })
+}
+
+const PROTOBUF: &str = "Content-Type: application/x-protobuf";
+
+#[test]
+fn bad_otlp_http_input_is_refused_with_a_reason_and_nothing_is_appended() {
+    let (_d, b) = start(&[
+        "--otlp-create-topics",
+        "true",
+        "--otlp-max-request-bytes",
+        "1048576",
+    ]);
+    let addr = b.otlp_http.unwrap();
+    let good = one_span(&[1; 16]);
+    let (status, head, body) = http(
+        addr,
+        &format!("POST /v1/traces HTTP/1.1\r\n{PROTOBUF}"),
+        &good,
+    );
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        head.contains("content-type: application/x-protobuf"),
+        "{head}"
+    );
+    assert!(body.is_empty(), "a full success has no partial_success");
+
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&vec![0u8; 64 << 20]).unwrap();
+    let bomb = gz.finish().unwrap();
+    let bad_json = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}"#;
+    let post = |extra: &str| format!("POST /v1/traces HTTP/1.1\r\n{extra}");
+    for (what, head, body, want, needle) in [
+        (
+            "truncated protobuf",
+            post(PROTOBUF),
+            &b"\x0a\x05\x01"[..],
+            400,
+            "malformed OTLP protobuf",
+        ),
+        (
+            "a 5-byte trace id",
+            post(PROTOBUF),
+            &one_span(&[1; 5])[..],
+            400,
+            "Span.trace_id: 5 bytes",
+        ),
+        (
+            "bad JSON",
+            post("Content-Type: application/json"),
+            &bad_json[..],
+            400,
+            "Span.trace_id: expected 32 hex digits",
+        ),
+        (
+            "a gzip bomb",
+            post(&format!("{PROTOBUF}\r\nContent-Encoding: gzip")),
+            &bomb[..],
+            413,
+            "larger than 1048576 bytes once decompressed",
+        ),
+        (
+            "plain text",
+            post("Content-Type: text/plain"),
+            &b"x"[..],
+            415,
+            "application/x-protobuf",
+        ),
+        (
+            "an unknown encoding",
+            post(&format!("{PROTOBUF}\r\nContent-Encoding: br")),
+            &good[..],
+            415,
+            "gzip, zstd and identity",
+        ),
+        (
+            "a GET",
+            format!("GET /v1/traces HTTP/1.1\r\n{PROTOBUF}"),
+            &b""[..],
+            405,
+            "POST",
+        ),
+        (
+            "no such path",
+            format!("POST /v1/spans HTTP/1.1\r\n{PROTOBUF}"),
+            &good[..],
+            404,
+            "/v1/traces",
+        ),
+    ] {
+        let (status, h, body) = http(addr, &head, body);
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(status, want, "{what}: {h}\n{text}");
+        assert!(text.contains(needle), "{what}: {text}");
+        assert!(!h.contains("retry-after"), "{what} is not retried: {h}");
+    }
+    // A body announced over the limit is refused before it is read (sent
+    // here without it: the answer comes first, then the connection closes).
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "POST /v1/traces HTTP/1.1\r\nHost: weir\r\n{PROTOBUF}\r\nContent-Length: 2097152\r\n\r\n"
+    )
+    .unwrap();
+    let (status, h, body) = read_response(&mut s);
+    assert_eq!(status, 413, "{h}");
+    assert!(String::from_utf8_lossy(&body).contains("larger than 1048576 bytes"));
+    // JSON failures answer in JSON: a google.rpc.Status.
+    let (_, _, body) = http(addr, &post("Content-Type: application/json"), bad_json);
+    let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status["code"], 3, "{status}");
+
+    assert_eq!(
+        end_offset(&b, "otlp_spans"),
+        Some(1),
+        "only the good export was appended"
+    );
+    b.stop();
+}
+
+#[test]
+fn a_slow_client_is_cut_off_while_others_are_served() {
+    let (_d, b) = start(&[
+        "--otlp-create-topics",
+        "true",
+        "--otlp-timeout-ms",
+        "1500",
+        "--otlp-idle-timeout-ms",
+        "3000",
+    ]);
+    let addr = b.otlp_http.unwrap();
+    let good = one_span(&[2; 16]);
+    // Promises 100 000 bytes, sends 10.
+    let mut slow = TcpStream::connect(addr).unwrap();
+    write!(
+        slow,
+        "POST /v1/traces HTTP/1.1\r\nHost: weir\r\n{PROTOBUF}\r\nContent-Length: 100000\r\n\r\n"
+    )
+    .unwrap();
+    slow.write_all(&good[..10]).unwrap();
+    // Connects and sends nothing at all.
+    let mut silent = TcpStream::connect(addr).unwrap();
+    for _ in 0..5 {
+        let (status, h, _) = http(
+            addr,
+            &format!("POST /v1/traces HTTP/1.1\r\n{PROTOBUF}"),
+            &good,
+        );
+        assert_eq!(status, 200, "{h}");
+    }
+    slow.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let (status, h, body) = read_response(&mut slow);
+    assert_eq!(status, 408, "{h}");
+    assert!(String::from_utf8_lossy(&body).contains("--otlp-timeout-ms"));
+    // The silent connection is closed (EOF), not held.
+    silent
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        silent.read(&mut buf).unwrap(),
+        0,
+        "closed after the idle limit"
+    );
+    assert_eq!(end_offset(&b, "otlp_spans"), Some(5));
+    b.stop();
+}
