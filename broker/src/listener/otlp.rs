@@ -737,7 +737,7 @@ fn refusal_of(e: &BrokerError) -> Refusal {
 /// `--otlp-create-topics` is on.
 async fn topic_partitions(core: &Rc<Core>, topic: &str) -> Result<u32, Refusal> {
     if let Some(m) = core.metadata().get(topic) {
-        return Ok(m.cores.len().max(1) as u32);
+        return Ok(m.partitions().max(1));
     }
     let Some(partitions) = core.shared.config.otlp.create_topics else {
         return Err(Refusal::Unavailable(format!(
@@ -754,7 +754,7 @@ async fn topic_partitions(core: &Rc<Core>, topic: &str) -> Result<u32, Refusal> 
         Err(e) => return Err(Refusal::Unavailable(format!("creating topic {topic}: {e}"))),
     }
     match core.metadata().get(topic) {
-        Some(m) => Ok(m.cores.len().max(1) as u32),
+        Some(m) => Ok(m.partitions().max(1)),
         None => Err(Refusal::Unavailable(format!(
             "topic {topic} is being created"
         ))),
