@@ -20,6 +20,9 @@ pub struct Embedded {
     pub kafka: Option<SocketAddr>,
     /// Its metrics endpoint (`GET /metrics`).
     pub metrics: SocketAddr,
+    /// Its OTLP/gRPC and OTLP/HTTP receivers (spans routed to the topic
+    /// their resource's `weir.topic` names).
+    pub otlp: (SocketAddr, SocketAddr),
     /// Its data directory.
     pub data_dir: PathBuf,
     stop: Arc<AtomicBool>,
@@ -50,15 +53,17 @@ impl Embedded {
             .name("weir-embedded".into())
             .spawn(move || {
                 weir_broker::server::run_with(config, flag, |r| {
-                    let _ = tx.send((r.listen, r.kafka, r.metrics));
+                    let otlp = r.otlp_grpc.zip(r.otlp_http);
+                    let _ = tx.send((r.listen, r.kafka, r.metrics, otlp));
                 })
             })
             .context("starting the embedded broker's thread")?;
         match rx.recv() {
-            Ok((addr, kafka, metrics)) => Ok(Embedded {
+            Ok((addr, kafka, metrics, otlp)) => Ok(Embedded {
                 addr,
                 kafka,
                 metrics,
+                otlp: otlp.context("the embedded broker has no OTLP receivers")?,
                 data_dir: path,
                 stop,
                 thread: Some(thread),

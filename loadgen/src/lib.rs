@@ -6,6 +6,7 @@
 pub mod discard;
 pub mod embedded;
 pub mod kafka;
+pub mod otlp;
 pub mod plot;
 pub mod report;
 pub mod run;

@@ -109,11 +109,18 @@ struct Args {
     /// distinct nodes of the cluster at --bootstrap).
     #[arg(long, default_value_t = 1)]
     replication_factor: u32,
-    /// The client library: weir (the Weir SDK, native protocol) or kafka
+    /// The client library: weir (the Weir SDK, native protocol), kafka
     /// (librdkafka, Kafka protocol; with --embedded, the embedded broker's
-    /// Kafka listener).
+    /// Kafka listener), or otlp-grpc / otlp-http (OpenTelemetry trace
+    /// exports to --otlp-endpoint, each record one span; produce only;
+    /// --bootstrap is the native listener, where the topics are made).
     #[arg(long, default_value = "weir", value_parser = parse_driver)]
     driver: Driver,
+    /// The OTLP receiver of --driver otlp-grpc|otlp-http (the broker's
+    /// --otlp-grpc-listen or --otlp-http-listen address; run it with
+    /// --otlp-topic-from-attribute weir.topic to write the run's topics).
+    #[arg(long, value_name = "HOST:PORT")]
+    otlp_endpoint: Option<String>,
     /// A librdkafka property for --driver kafka, set over weir-bench's own
     /// (e.g. --kafka-config message.max.bytes=8388608); repeatable.
     #[arg(long = "kafka-config", value_name = "NAME=VALUE")]
@@ -165,7 +172,9 @@ fn parse_driver(s: &str) -> Result<Driver, String> {
     match s {
         "weir" => Ok(Driver::Weir),
         "kafka" => Ok(Driver::Kafka),
-        _ => Err(format!("`{s}`: use weir or kafka")),
+        "otlp-grpc" => Ok(Driver::Otlp(weir_loadgen::otlp::Transport::Grpc)),
+        "otlp-http" => Ok(Driver::Otlp(weir_loadgen::otlp::Transport::Http)),
+        _ => Err(format!("`{s}`: use weir, kafka, otlp-grpc or otlp-http")),
     }
 }
 
@@ -278,7 +287,7 @@ fn real_main() -> anyhow::Result<()> {
         });
         let e = weir_loadgen::embedded::Embedded::start(cores, args.data_dir.clone())?;
         let a = match args.driver {
-            Driver::Weir => e.addr,
+            Driver::Weir | Driver::Otlp(_) => e.addr,
             Driver::Kafka => e
                 .kafka
                 .context("the embedded broker has no Kafka listener")?,
@@ -326,7 +335,21 @@ fn real_main() -> anyhow::Result<()> {
         (None, Some(e)) => Some(e.metrics),
         (None, None) => None,
     };
+    let embedded_otlp = embedded.as_ref().map(|e| match args.driver {
+        Driver::Otlp(weir_loadgen::otlp::Transport::Grpc) => e.otlp.0,
+        _ => e.otlp.1,
+    });
+    let otlp = match (&args.otlp_endpoint, args.driver) {
+        (Some(a), Driver::Otlp(_)) => Some(resolve(a, "--otlp-endpoint")?),
+        (None, Driver::Otlp(_)) if embedded_otlp.is_some() => embedded_otlp,
+        (None, Driver::Otlp(_)) => {
+            bail!("--driver otlp-grpc|otlp-http sends to --otlp-endpoint HOST:PORT (the broker's OTLP receiver)")
+        }
+        (Some(_), _) => bail!("--otlp-endpoint applies to --driver otlp-grpc|otlp-http only"),
+        (None, _) => None,
+    };
     let opts = RunOptions {
+        otlp,
         client,
         broker_metrics,
         replication_factor: args.replication_factor,

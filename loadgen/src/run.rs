@@ -89,6 +89,9 @@ pub enum Driver {
     /// librdkafka (the `rdkafka` crate), on the Kafka protocol: Weir's
     /// Kafka listener, Apache Kafka, Redpanda.
     Kafka,
+    /// OpenTelemetry exports to an OTLP receiver ([`crate::otlp`]): each
+    /// record one span; produce only.
+    Otlp(crate::otlp::Transport),
 }
 
 impl Driver {
@@ -97,6 +100,8 @@ impl Driver {
         match self {
             Driver::Weir => "weir",
             Driver::Kafka => "kafka",
+            Driver::Otlp(crate::otlp::Transport::Grpc) => "otlp-grpc",
+            Driver::Otlp(crate::otlp::Transport::Http) => "otlp-http",
         }
     }
 }
@@ -113,6 +118,9 @@ pub struct RunOptions {
     pub bootstrap: SocketAddr,
     /// librdkafka properties set over the driver's (`--kafka-config`).
     pub kafka_config: Vec<(String, String)>,
+    /// The OTLP receiver of [`Driver::Otlp`] (`bootstrap` stays the native
+    /// listener: topics are made there).
+    pub otlp: Option<SocketAddr>,
     /// "embedded", "discard" or the bootstrap address, for the report.
     pub target: String,
     /// Print a progress line each second.
@@ -274,6 +282,8 @@ enum Sender {
     /// The Weir SDK's transactional producer (`driver.transactionRecords`).
     WeirTxn(weir_client::transactional::TransactionalProducer),
     Kafka(crate::kafka::KafkaProducer, Arc<KafkaTally>),
+    /// OTLP exports (their answers go to the tally, per span).
+    Otlp(crate::otlp::OtlpProducer, Arc<KafkaTally>),
 }
 
 /// librdkafka's delivery reports of one producer, counted on its polling
@@ -330,13 +340,31 @@ impl KafkaTally {
 impl Sender {
     async fn connect(
         driver: Driver,
-        bootstrap: SocketAddr,
+        (bootstrap, otlp, topic): (SocketAddr, Option<SocketAddr>, &str),
         w: &Workload,
         extra: &[(String, String)],
         shared: &Arc<Shared>,
         index: u64,
     ) -> anyhow::Result<Sender> {
         Ok(match driver {
+            Driver::Otlp(transport) => {
+                let tally = KafkaTally::new(shared.clone());
+                let reports = tally.clone();
+                let addr = otlp.context("the OTLP drivers need the receiver's address")?;
+                let p = crate::otlp::OtlpProducer::connect(
+                    transport,
+                    addr,
+                    topic,
+                    w.driver.otlp_spans_per_export,
+                    Duration::from_millis(w.driver.linger_ms),
+                    w.driver.max_in_flight,
+                    Arc::new(move |intended, bytes, outcome| {
+                        reports.report(intended, bytes, outcome)
+                    }),
+                )
+                .await?;
+                Sender::Otlp(p, tally)
+            }
             Driver::Weir if w.driver.transaction_records.is_some() => {
                 let id = format!("weir-bench-{}-{index}", std::process::id());
                 let p = weir_client::transactional::TransactionalProducer::connect(
@@ -399,6 +427,11 @@ impl Sender {
         match self {
             Sender::Weir(p) => p.send(record).await.map(Some).map_err(|e| e.to_string()),
             Sender::WeirTxn(p) => p.send(record).await.map(Some).map_err(|e| e.to_string()),
+            Sender::Otlp(p, _) => {
+                p.send(record.value.as_deref().unwrap_or_default(), intended_us)
+                    .await;
+                Ok(None)
+            }
             Sender::Kafka(p, _) => p
                 .send(
                     &record.topic,
@@ -428,7 +461,7 @@ impl Sender {
                 tally.flush();
                 r.map_err(|e| e.to_string())
             }
-            Sender::Weir(_) => return,
+            Sender::Weir(_) | Sender::Otlp(..) => return,
         };
         match committed {
             Ok(()) => {
@@ -468,6 +501,10 @@ impl Sender {
                 let _ = tokio::task::block_in_place(|| p.flush());
                 tally.flush();
             }
+            Sender::Otlp(p, tally) => {
+                p.flush().await;
+                tally.flush();
+            }
         }
     }
 
@@ -475,7 +512,7 @@ impl Sender {
         match self {
             Sender::Weir(p) => p.close().await,
             Sender::WeirTxn(p) => p.close().await,
-            Sender::Kafka(..) => {}
+            Sender::Kafka(..) | Sender::Otlp(..) => {}
         }
     }
 }
@@ -488,6 +525,7 @@ struct ProducerJob {
     rate: f64,
     driver: Driver,
     bootstrap: SocketAddr,
+    otlp: Option<SocketAddr>,
     kafka_config: Arc<[(String, String)]>,
     shared: Arc<Shared>,
     /// Distinguishes producers (spreads their partitions and keys).
@@ -508,13 +546,22 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
         rate,
         driver,
         bootstrap,
+        otlp,
         kafka_config,
         shared,
         index,
         limit_bytes,
     } = job;
     let partitions = w.partitions_per_topic;
-    let p = Sender::connect(driver, bootstrap, &w, &kafka_config, &shared, index).await?;
+    let p = Sender::connect(
+        driver,
+        (bootstrap, otlp, &topic),
+        &w,
+        &kafka_config,
+        &shared,
+        index,
+    )
+    .await?;
     let per_txn = w.driver.transaction_records;
     let mut in_txn: u64 = 0;
     let pool: Vec<Bytes> = match &shared.payload_file {
@@ -932,8 +979,11 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
             "subscriptionType share runs with the weir driver only (librdkafka's share consumer is not wrapped)"
         );
     }
+    if matches!(opts.driver, Driver::Otlp(_)) && opts.mode != Mode::Produce {
+        anyhow::bail!("the OTLP drivers produce only: use --mode produce");
+    }
     match opts.driver {
-        Driver::Weir => {
+        Driver::Weir | Driver::Otlp(_) => {
             let admin = Client::connect_with(opts.bootstrap, opts.client.clone())
                 .await
                 .with_context(|| format!("connecting to {}", opts.bootstrap))?;
@@ -1021,6 +1071,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                     rate: 0.0,
                     driver: opts.driver,
                     bootstrap: opts.bootstrap,
+                    otlp: opts.otlp,
                     kafka_config: kafka_config.clone(),
                     shared: shared.clone(),
                     index: (ti as u64) << 16 | pi as u64,
@@ -1066,6 +1117,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                             processing,
                             shared,
                         )),
+                        (Driver::Otlp(_), _) => unreachable!("refused above"),
                         (Driver::Kafka, _) => tokio::spawn(consume_kafka(
                             topic,
                             group,
@@ -1109,6 +1161,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                     rate: per_producer_rate,
                     driver: opts.driver,
                     bootstrap: opts.bootstrap,
+                    otlp: opts.otlp,
                     kafka_config: kafka_config.clone(),
                     shared: shared.clone(),
                     index: (ti as u64) << 16 | pi as u64,

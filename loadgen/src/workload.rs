@@ -228,6 +228,10 @@ pub struct DriverSettings {
     /// `key=value` separated by commas (e.g.
     /// `remote.storage.enable=true,segment.bytes=1048576`). Default empty.
     pub topic_configs: String,
+    /// `otlpSpansPerExport`: spans per OTLP export with `--driver
+    /// otlp-grpc|otlp-http` (each record is one span). Default 512 (the
+    /// OpenTelemetry SDK's `BatchSpanProcessor` batch).
+    pub otlp_spans_per_export: usize,
 }
 
 impl Default for DriverSettings {
@@ -243,6 +247,7 @@ impl Default for DriverSettings {
             flush_ms: None,
             max_in_flight: 5,
             buffer_memory: 64 << 20,
+            otlp_spans_per_export: 512,
             transaction_records: None,
             isolation_level: None,
             topic_configs: String::new(),

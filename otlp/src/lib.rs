@@ -18,6 +18,8 @@ pub mod wire;
 
 use std::io::Read;
 
+use bytes::Bytes;
+
 pub use records::{cut, Cut, Encoding, OtlpRecord, Partitioning, Signal};
 
 use wire::{put_len, put_nested, put_varint_field};
@@ -92,13 +94,13 @@ impl Content {
 /// Decompresses a body sent with `encoding` (`gzip`, `zstd`, or none:
 /// `identity` or empty), refusing to produce more than `limit` bytes (a
 /// decompression bomb stops at the limit, it is never inflated whole).
-pub fn decompress(encoding: &str, body: &[u8], limit: usize) -> Result<Vec<u8>, Error> {
+pub fn decompress(encoding: &str, body: Bytes, limit: usize) -> Result<Bytes, Error> {
     let too_large = || {
         Error::TooLarge(format!(
             "the request is larger than {limit} bytes once decompressed"
         ))
     };
-    let read_limited = |mut r: Box<dyn Read + '_>| -> Result<Vec<u8>, Error> {
+    let read_limited = |mut r: Box<dyn Read + '_>| -> Result<Bytes, Error> {
         let mut out = Vec::new();
         (&mut r)
             .take(limit as u64 + 1)
@@ -107,18 +109,18 @@ pub fn decompress(encoding: &str, body: &[u8], limit: usize) -> Result<Vec<u8>, 
         if out.len() > limit {
             return Err(too_large());
         }
-        Ok(out)
+        Ok(Bytes::from(out))
     };
     match encoding.trim().to_ascii_lowercase().as_str() {
         "" | "identity" => {
             if body.len() > limit {
                 return Err(too_large());
             }
-            Ok(body.to_vec())
+            Ok(body)
         }
-        "gzip" | "x-gzip" => read_limited(Box::new(flate2::read::MultiGzDecoder::new(body))),
+        "gzip" | "x-gzip" => read_limited(Box::new(flate2::read::MultiGzDecoder::new(&body[..]))),
         "zstd" => {
-            let d = zstd::stream::read::Decoder::new(body)
+            let d = zstd::stream::read::Decoder::new(&body[..])
                 .map_err(|e| Error::malformed(format!("the zstd body does not decode: {e}")))?;
             read_limited(Box::new(d))
         }
@@ -129,14 +131,15 @@ pub fn decompress(encoding: &str, body: &[u8], limit: usize) -> Result<Vec<u8>, 
 }
 
 /// A request body (decompressed) as checked protobuf: protobuf is
-/// checked against the schema and kept as it came, JSON is transcoded.
-pub fn decode_export(signal: Signal, content: Content, body: Vec<u8>) -> Result<Vec<u8>, Error> {
+/// checked against the schema and kept as it came (not copied), JSON is
+/// transcoded.
+pub fn decode_export(signal: Signal, content: Content, body: Bytes) -> Result<Bytes, Error> {
     match content {
         Content::Protobuf => {
             codec::check(signal.request(), &body)?;
             Ok(body)
         }
-        Content::Json => codec::from_json(signal.request(), &body),
+        Content::Json => codec::from_json(signal.request(), &body).map(Bytes::from),
     }
 }
 

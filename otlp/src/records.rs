@@ -19,6 +19,8 @@
 //! The cut works on the protobuf bytes: resources, scopes and items are
 //! copied as they came, never decoded and re-encoded.
 
+use bytes::Bytes;
+
 use crate::codec::{hex, to_json};
 use crate::schema::{self, Msg};
 use crate::wire::{put_len, Reader, Value};
@@ -150,29 +152,31 @@ pub struct OtlpRecord {
     /// The key.
     pub key: Option<Vec<u8>>,
     /// One whole `Export*ServiceRequest`.
-    pub value: Vec<u8>,
+    pub value: Bytes,
     /// Spans, data points or log records in it.
     pub items: u64,
 }
 
 /// Cuts a (checked) protobuf `Export*ServiceRequest` into records. An
 /// export without resources gives none.
-pub fn cut(signal: Signal, request: &[u8], how: &Cut) -> Result<Vec<OtlpRecord>, Error> {
+/// Without partitioning or routing, the one record's protobuf value is
+/// `request` itself (not copied).
+pub fn cut(signal: Signal, request: &Bytes, how: &Cut) -> Result<Vec<OtlpRecord>, Error> {
     let resources = children(request, 1)?;
     if resources.is_empty() {
         return Ok(Vec::new());
     }
-    let encode = |value: Vec<u8>| -> Result<Vec<u8>, Error> {
+    let encode = |value: Vec<u8>| -> Result<Bytes, Error> {
         match how.encoding {
-            Encoding::Proto => Ok(value),
-            Encoding::Json => Ok(to_json(signal.request(), &value)?.into_bytes()),
+            Encoding::Proto => Ok(Bytes::from(value)),
+            Encoding::Json => Ok(Bytes::from(to_json(signal.request(), &value)?)),
         }
     };
     if how.partitioning == Partitioning::None && how.topic_from_attribute.is_none() {
         let items = count_request_items(signal, request)?;
         let value = match how.encoding {
-            Encoding::Proto => request.to_vec(),
-            Encoding::Json => encode(request.to_vec())?,
+            Encoding::Proto => request.clone(),
+            Encoding::Json => Bytes::from(to_json(signal.request(), request)?),
         };
         return Ok(vec![OtlpRecord {
             topic: None,
@@ -209,12 +213,27 @@ pub fn cut(signal: Signal, request: &[u8], how: &Cut) -> Result<Vec<OtlpRecord>,
                 key: (p == Partitioning::ResourceAttributes)
                     .then(|| map_hash(&attributes).map(|h| h.to_vec()))
                     .transpose()?,
-                value: encode(wrap(r))?,
+                // A request of this one resource alone is the request
+                // itself: not copied.
+                value: if how.encoding == Encoding::Proto && is_only_field(request, r) {
+                    request.clone()
+                } else {
+                    encode(wrap(r))?
+                },
                 items: count_items(signal, r)?,
             }),
         }
     }
     Ok(out)
+}
+
+/// Whether `request` is exactly one field 1 whose body is `r`.
+fn is_only_field(request: &[u8], r: &[u8]) -> bool {
+    let mut reader = Reader::new(request);
+    match (reader.next_field(), reader.next_field()) {
+        (Ok(Some(f)), Ok(None)) => f.number == 1 && f.value == Value::Len(r),
+        _ => false,
+    }
 }
 
 /// A request holding one resource.

@@ -30,3 +30,22 @@ pub async fn accept_or_stop(
     })
     .await
 }
+
+/// Whether the core is at `--max-connections-per-core` (the client
+/// listeners' and the OTLP receivers' connections together): then the
+/// refusal is counted and logged, and the caller drops the connection.
+pub fn at_connection_limit(core: &Core, listener: &str) -> bool {
+    let max = core.shared.config.max_connections_per_core;
+    if core.connections.get() < max {
+        return false;
+    }
+    let m = &core.metrics.connections_refused;
+    m.set(m.get() + 1);
+    tracing::warn!(
+        core = core.id,
+        max,
+        listener,
+        "connection refused: the core has --max-connections-per-core open"
+    );
+    true
+}

@@ -82,9 +82,16 @@ pub async fn serve_otlp(
             }
             continue;
         };
+        // OTLP connections count against the core's
+        // --max-connections-per-core with the client listeners'.
+        if super::at_connection_limit(&core, receiver.name()) {
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
         let core = core.clone();
         let acceptor = tls.as_ref().map(|t| t.acceptor());
         glommio::spawn_local(async move {
+            let _open = Open::count(&core);
             let idle = Duration::from_millis(core.shared.config.otlp.idle_timeout_ms);
             let Some(acceptor) = acceptor else {
                 return serve_connection(core, Io::new(stream, idle), receiver).await;
@@ -102,6 +109,25 @@ pub async fn serve_otlp(
     }
 }
 
+/// One open connection of the core's count, given back on drop.
+struct Open(Rc<Core>);
+
+impl Open {
+    fn count(core: &Rc<Core>) -> Open {
+        core.connections.set(core.connections.get() + 1);
+        let m = &core.metrics.connections;
+        m.set(m.get() + 1);
+        Open(core.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let c = &self.0.connections;
+        c.set(c.get().saturating_sub(1));
+    }
+}
+
 async fn serve_connection<S>(core: Rc<Core>, io: Io<S>, receiver: Receiver)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
@@ -111,8 +137,13 @@ where
         async move { Ok::<_, Infallible>(answer(&core, receiver, req).await) }
     });
     let served = match receiver {
+        // Windows that let a whole export (hundreds of KiB) arrive
+        // without waiting for WINDOW_UPDATEs (h2's default is 64 KiB).
         Receiver::Grpc => {
             hyper::server::conn::http2::Builder::new(LocalExec)
+                .initial_stream_window_size(H2_STREAM_WINDOW)
+                .initial_connection_window_size(H2_CONNECTION_WINDOW)
+                .max_frame_size(H2_MAX_FRAME)
                 .serve_connection(io, service)
                 .await
         }
@@ -126,6 +157,13 @@ where
         tracing::debug!(receiver = receiver.name(), error = %e, "OTLP connection ended");
     }
 }
+
+/// The OTLP/gRPC receiver's HTTP/2 flow-control window per stream.
+const H2_STREAM_WINDOW: u32 = 8 << 20;
+/// … and per connection.
+const H2_CONNECTION_WINDOW: u32 = 32 << 20;
+/// The largest HTTP/2 frame the receiver accepts.
+const H2_MAX_FRAME: u32 = 1 << 20;
 
 /// Runs hyper's HTTP/2 stream tasks on this core.
 #[derive(Clone, Copy)]
@@ -387,13 +425,15 @@ async fn http_answer(core: &Rc<Core>, req: Request<Incoming>) -> Answer {
     let body = read_body(req, cfg.max_request_bytes, deadline)
         .await
         .map_err(fail)?;
-    let body = weir_otlp::decompress(&encoding, &body, cfg.max_request_bytes)
+    core.metrics.add_in(body.len());
+    let body = weir_otlp::decompress(&encoding, body, cfg.max_request_bytes)
         .map_err(|e| fail(e.into()))?;
     let request = weir_otlp::decode_export(signal, content, body).map_err(|e| fail(e.into()))?;
     let taken = export(core, signal, &request, metadata, deadline)
         .await
         .map_err(fail)?;
     let body = weir_otlp::export_response(signal, content, taken.rejected, &taken.message);
+    core.metrics.add_out(body.len());
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(CONTENT_TYPE, content.content_type())
@@ -443,7 +483,9 @@ async fn grpc_answer(core: &Rc<Core>, req: Request<Incoming>) -> Answer {
     let body = read_body(req, cfg.max_request_bytes + 5, deadline)
         .await
         .map_err(fail)?;
-    let (compressed, message) = grpc::unframe(&body).map_err(|e| fail(e.into()))?;
+    core.metrics.add_in(body.len());
+    let (compressed, _) = grpc::unframe(&body).map_err(|e| fail(e.into()))?;
+    let message = body.slice(5..);
     let message = if compressed {
         if encoding.is_empty() || encoding == "identity" {
             return Err(fail(Refusal::Invalid(
@@ -462,6 +504,7 @@ async fn grpc_answer(core: &Rc<Core>, req: Request<Incoming>) -> Answer {
         .map_err(fail)?;
     let reply =
         weir_otlp::export_response(signal, Content::Protobuf, taken.rejected, &taken.message);
+    core.metrics.add_out(reply.len() + 5);
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", HeaderValue::from(code::OK));
     Ok(Response::builder()
@@ -522,15 +565,19 @@ async fn read_body(
     req: Request<Incoming>,
     limit: usize,
     deadline: Instant,
-) -> Result<Vec<u8>, Refusal> {
+) -> Result<Bytes, Refusal> {
     let too_large = || Refusal::TooLarge(format!("the request body is larger than {limit} bytes"));
+    let mut announced = 0;
     if let Some(len) = header(req.headers(), CONTENT_LENGTH.as_str()) {
-        if len.parse::<u64>().map_or(true, |n| n > limit as u64) {
-            return Err(too_large());
+        match len.parse::<u64>() {
+            Ok(n) if n <= limit as u64 => announced = n as usize,
+            _ => return Err(too_large()),
         }
     }
     let mut body = req.into_body();
-    let mut out = Vec::new();
+    // A body that came in one frame is kept as it came (not copied).
+    let mut first: Option<Bytes> = None;
+    let mut out = bytes::BytesMut::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let next = futures_lite::future::or(async { Some(body.frame().await) }, async {
@@ -546,16 +593,33 @@ async fn read_body(
                         .into(),
                 ))
             }
-            Some(None) => return Ok(out),
+            Some(None) => {
+                return Ok(match first {
+                    Some(only) if out.is_empty() => only,
+                    _ => out.freeze(),
+                })
+            }
             Some(Some(Err(e))) => {
                 return Err(Refusal::Invalid(format!("reading the request body: {e}")))
             }
             Some(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
-                    if out.len() + data.len() > limit {
+                    let held = out.len() + first.as_ref().map_or(0, Bytes::len);
+                    if held + data.len() > limit {
                         return Err(too_large());
                     }
-                    out.extend_from_slice(&data);
+                    match first.take() {
+                        None if out.is_empty() => first = Some(data),
+                        earlier => {
+                            if out.is_empty() {
+                                out.reserve(announced.max(held + data.len()));
+                            }
+                            if let Some(e) = earlier {
+                                out.extend_from_slice(&e);
+                            }
+                            out.extend_from_slice(&data);
+                        }
+                    }
                 }
             }
         }
@@ -609,7 +673,7 @@ struct Part {
 async fn export(
     core: &Rc<Core>,
     signal: Signal,
-    request: &[u8],
+    request: &Bytes,
     headers: Vec<(String, Option<Bytes>)>,
     deadline: Instant,
 ) -> Result<Taken, Refusal> {
@@ -645,7 +709,7 @@ async fn export(
         };
         let record = RecordData {
             key: key.map(Bytes::from),
-            value: Some(Bytes::from(value)),
+            value: Some(value),
             headers: headers.clone(),
             timestamp: now_ms,
         };

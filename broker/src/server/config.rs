@@ -891,7 +891,7 @@ impl BrokerConfig {
             frame_read_timeout_ms: FRAME_READ_TIMEOUT_MS_DEFAULT,
             max_connections_per_core: CONNECTIONS_PER_CORE_MAX_DEFAULT,
             test_panic_on_produce_to: None,
-            otlp: super::otlp_config::OtlpConfig::off(),
+            otlp: super::otlp_config::OtlpConfig::embedded(),
             cluster: ClusterConfig::single(),
         }
     }

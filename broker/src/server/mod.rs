@@ -685,15 +685,7 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
         };
         match r {
             Ok(stream) => {
-                let max = core.shared.config.max_connections_per_core;
-                if core.connections.get() >= max {
-                    let m = &core.metrics.connections_refused;
-                    m.set(m.get() + 1);
-                    tracing::warn!(
-                        core = core.id,
-                        max,
-                        "connection refused: the core has --max-connections-per-core open"
-                    );
+                if crate::listener::at_connection_limit(&core, "client") {
                     drop(stream);
                     continue;
                 }

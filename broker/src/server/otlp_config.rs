@@ -176,6 +176,19 @@ impl OtlpConfig {
         }
     }
 
+    /// An embedded broker's (`weir-bench --embedded`): both receivers on
+    /// free loopback ports, spans routed by their resource's `weir.topic`
+    /// (weir-bench's OTLP drivers name the run's topic there).
+    pub fn embedded() -> OtlpConfig {
+        let args = OtlpArgs {
+            otlp_grpc_listen: Some("127.0.0.1:0".into()),
+            otlp_http_listen: Some("127.0.0.1:0".into()),
+            otlp_topic_from_attribute: Some("weir.topic".into()),
+            ..OtlpArgs::default()
+        };
+        OtlpConfig::resolve(&args, &OtlpFile::default()).expect("the embedded settings resolve")
+    }
+
     /// The topic and cut of a signal.
     pub fn of(&self, s: Signal) -> (&str, &Cut) {
         let i = match s {

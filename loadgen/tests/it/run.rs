@@ -40,6 +40,7 @@ fn options(mode: Mode, bootstrap: std::net::SocketAddr, id: &str) -> RunOptions 
         driver: Driver::Weir,
         bootstrap,
         kafka_config: Vec::new(),
+        otlp: None,
         target: "test".into(),
         progress: false,
         stop: Arc::new(AtomicBool::new(false)),
@@ -196,7 +197,7 @@ fn transactional_run(driver: Driver, id: &str) {
     ]);
     let addr = match driver {
         Driver::Kafka => broker.kafka.unwrap(),
-        Driver::Weir => broker.addr,
+        Driver::Weir | Driver::Otlp(_) => broker.addr,
     };
     let mut opts = options(Mode::EndToEnd, addr, id);
     opts.driver = driver;
@@ -357,5 +358,64 @@ fn values_come_from_the_payload_file() {
         assert!(format!("{e:#}").contains("messageSize"), "{e:#}");
     });
     drop(rt);
+    broker.stop().unwrap();
+}
+
+/// Spans in every record of `topic` (each an OTLP trace export).
+async fn held_spans(addr: std::net::SocketAddr, topic: &str, partitions: u32) -> u64 {
+    let records = held_records(addr, topic).await;
+    let mut config = weir_client::ConsumerConfig::default();
+    config.auto_offset_reset = weir_client::OffsetReset::Earliest;
+    let mut consumer = weir_client::Consumer::new(Client::connect(addr).await.unwrap(), config);
+    consumer.assign((0..partitions).map(|p| (topic.to_string(), p)).collect());
+    let (mut read, mut spans) = (0, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while read < records && std::time::Instant::now() < deadline {
+        for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
+            read += 1;
+            spans += weir_otlp::records::count_request_items(
+                weir_otlp::Signal::Traces,
+                &r.value.expect("a value"),
+            )
+            .unwrap();
+        }
+    }
+    assert_eq!(read, records, "every record of {topic} read");
+    spans
+}
+
+#[test]
+fn the_otlp_drivers_send_spans_the_broker_keeps_in_the_run_topic() {
+    let broker = Embedded::start(1, None).unwrap();
+    let rt = runtime();
+    for (driver, id) in [
+        (
+            Driver::Otlp(weir_loadgen::otlp::Transport::Grpc),
+            "otlp-grpc",
+        ),
+        (
+            Driver::Otlp(weir_loadgen::otlp::Transport::Http),
+            "otlp-http",
+        ),
+    ] {
+        let w = workload(&[
+            ("subscriptionsPerTopic", "0"),
+            ("partitionsPerTopic", "2"),
+            ("driver.otlpSpansPerExport", "50"),
+        ]);
+        let mut opts = options(Mode::Produce, broker.addr, id);
+        opts.driver = driver;
+        opts.otlp = Some(match driver {
+            Driver::Otlp(weir_loadgen::otlp::Transport::Grpc) => broker.otlp.0,
+            _ => broker.otlp.1,
+        });
+        let report = rt.block_on(run(&w, &opts)).unwrap();
+        assert_eq!(report.totals.publish_errors, 0, "{id}: {:?}", report.notes);
+        assert!(report.totals.published > 0, "{id}");
+        // Every acknowledged span is in the run's topic (routed there by
+        // the resource's weir.topic), and nothing else.
+        let held = rt.block_on(held_spans(broker.addr, &format!("test-0-{id}"), 2));
+        assert_eq!(held, report.totals.acknowledged_all, "{id}");
+    }
     broker.stop().unwrap();
 }

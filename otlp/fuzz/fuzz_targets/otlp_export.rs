@@ -8,6 +8,7 @@
 //! gRPC-framed, gzip) and the cut; the rest is the body.
 #![no_main]
 
+use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use weir_otlp::{codec, cut, decode_export, decompress, grpc, Content, Cut, Encoding, Partitioning, Signal};
 
@@ -19,18 +20,18 @@ fuzz_target!(|data: &[u8]| {
     };
     let signal = Signal::ALL[usize::from(pick % 3)];
     let body = match (pick >> 2) % 4 {
-        0 => body.to_vec(),
+        0 => Bytes::copy_from_slice(body),
         1 => match grpc::unframe(body) {
-            Ok((_, m)) => m.to_vec(),
+            Ok((_, m)) => Bytes::copy_from_slice(m),
             Err(_) => return,
         },
-        2 => match decompress("gzip", body, LIMIT) {
+        2 => match decompress("gzip", Bytes::copy_from_slice(body), LIMIT) {
             Ok(b) => b,
             Err(_) => return,
         },
         _ => {
             // JSON: the body as text.
-            if let Ok(proto) = decode_export(signal, Content::Json, body.to_vec()) {
+            if let Ok(proto) = decode_export(signal, Content::Json, Bytes::copy_from_slice(body)) {
                 codec::check(signal.request(), &proto).expect("transcoded JSON is valid protobuf");
                 exercise(signal, &proto, pick);
             }
@@ -42,7 +43,7 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-fn exercise(signal: Signal, proto: &[u8], pick: u8) {
+fn exercise(signal: Signal, proto: &Bytes, pick: u8) {
     let partitioning = match (pick >> 4) % 3 {
         0 => Partitioning::None,
         1 => Partitioning::TraceId,
