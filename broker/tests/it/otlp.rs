@@ -559,13 +559,19 @@ fn otlp_connections_count_against_the_core_connection_limit() {
     let b = Broker::start_otlp(
         dir.path(),
         1,
-        &["--otlp-create-topics", "true", "--max-connections-per-core", "1"],
+        &[
+            "--otlp-create-topics",
+            "true",
+            "--max-connections-per-core",
+            "1",
+        ],
     );
     let addr = b.otlp_http.unwrap();
     let good = one_span(&[3; 16]);
     // A keep-alive connection, served: it holds the core's one slot.
     let mut held = TcpStream::connect(addr).unwrap();
-    held.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     write!(
         held,
         "POST /v1/traces HTTP/1.1\r\nHost: weir\r\n{PROTOBUF}\r\nContent-Length: {}\r\n\r\n",
@@ -578,7 +584,9 @@ fn otlp_connections_count_against_the_core_connection_limit() {
     assert_eq!(&buf, b"HTTP/1.1 200");
     // Another is closed at once.
     let mut refused = TcpStream::connect(addr).unwrap();
-    refused.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    refused
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     let _ = refused.write_all(b"POST /v1/traces HTTP/1.1\r\n");
     let mut rest = Vec::new();
     let _ = refused.read_to_end(&mut rest);
