@@ -41,7 +41,9 @@ use weir_proto::record::RecordData;
 
 use super::accept_or_stop;
 use crate::metadata::{writer, Change, TopicError, TopicSpec};
-use crate::server::tls::{handshake, ServerTls};
+use crate::server::tls::{handshake, SecurityProtocol, ServerTls};
+use crate::service::acl::{self, Op, Resource};
+use crate::service::auth::Session;
 use crate::service::produce::{produce, ProducePart};
 use crate::service::{BrokerError, Ctx};
 use crate::shard::Core;
@@ -72,6 +74,7 @@ pub async fn serve_otlp(
     core: Rc<Core>,
     listener: TcpListener,
     receiver: Receiver,
+    security: SecurityProtocol,
     tls: Option<Arc<ServerTls>>,
 ) {
     loop {
@@ -93,17 +96,40 @@ pub async fn serve_otlp(
         glommio::spawn_local(async move {
             let _open = Open::count(&core);
             let idle = Duration::from_millis(core.shared.config.otlp.idle_timeout_ms);
-            let Some(acceptor) = acceptor else {
-                return serve_connection(core, Io::new(stream, idle), receiver).await;
-            };
             let peer = stream
                 .peer_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| "?".into());
+            let Some(acceptor) = acceptor else {
+                let session = Session::new(peer, security, Duration::ZERO);
+                return serve_connection(core, Io::new(stream, idle), receiver, session).await;
+            };
             let failures = &core.metrics.tls_handshake_failures;
-            if let Some(stream) = handshake(acceptor, stream, &peer, failures).await {
-                serve_connection(core, Io::new(stream, idle), receiver).await
-            }
+            let Some(stream) = handshake(acceptor, stream, &peer, failures).await else {
+                return;
+            };
+            // A client certificate names the principal, as on the client
+            // listeners (--ssl-principal-mapping-rules).
+            let cert = stream.get_ref().1.peer_certificates().and_then(|c| {
+                let rules = &core.shared.config.ssl_principal_rules;
+                c.first().map(|leaf| {
+                    crate::server::principal::subject_dn(leaf).and_then(|dn| rules.apply(&dn))
+                })
+            });
+            let certificate = match cert {
+                None => None,
+                Some(Some(name)) => Some(format!("User:{name}")),
+                Some(None) => {
+                    failures.set(failures.get() + 1);
+                    tracing::warn!(
+                        %peer,
+                        "closing OTLP connection: no --ssl-principal-mapping-rules rule applies to its certificate's subject"
+                    );
+                    return;
+                }
+            };
+            let session = Session::with_principal(peer, security, Duration::ZERO, certificate);
+            serve_connection(core, Io::new(stream, idle), receiver, session).await
         })
         .detach();
     }
@@ -128,13 +154,13 @@ impl Drop for Open {
     }
 }
 
-async fn serve_connection<S>(core: Rc<Core>, io: Io<S>, receiver: Receiver)
+async fn serve_connection<S>(core: Rc<Core>, io: Io<S>, receiver: Receiver, session: Rc<Session>)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let service = hyper::service::service_fn(move |req| {
-        let core = core.clone();
-        async move { Ok::<_, Infallible>(answer(&core, receiver, req).await) }
+        let (core, session) = (core.clone(), session.clone());
+        async move { Ok::<_, Infallible>(answer(&core, receiver, &session, req).await) }
     });
     let served = match receiver {
         // Windows that let a whole export (hundreds of KiB) arrive
@@ -305,6 +331,10 @@ enum Refusal {
     Unavailable(String),
     /// The body did not arrive in time.
     Timeout(String),
+    /// A bearer token that does not verify: not retried.
+    Unauthenticated(String),
+    /// The ACLs refuse the principal Write on a topic: not retried.
+    Denied(String),
 }
 
 impl Refusal {
@@ -317,7 +347,9 @@ impl Refusal {
             | Refusal::NotAllowed(m)
             | Refusal::Busy(m)
             | Refusal::Unavailable(m)
-            | Refusal::Timeout(m) => m,
+            | Refusal::Timeout(m)
+            | Refusal::Unauthenticated(m)
+            | Refusal::Denied(m) => m,
         }
     }
 
@@ -331,6 +363,8 @@ impl Refusal {
             Refusal::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
             Refusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Refusal::Denied(_) => StatusCode::FORBIDDEN,
         }
     }
 
@@ -345,6 +379,8 @@ impl Refusal {
             Refusal::Busy(_) => (code::RESOURCE_EXHAUSTED, true),
             Refusal::Unavailable(_) => (code::UNAVAILABLE, true),
             Refusal::Timeout(_) => (code::DEADLINE_EXCEEDED, false),
+            Refusal::Unauthenticated(_) => (code::UNAUTHENTICATED, false),
+            Refusal::Denied(_) => (code::PERMISSION_DENIED, false),
         }
     }
 
@@ -370,10 +406,18 @@ struct Taken {
     message: String,
 }
 
-async fn answer(core: &Rc<Core>, receiver: Receiver, req: Request<Incoming>) -> Response<Reply> {
-    let r = match receiver {
-        Receiver::Grpc => grpc_answer(core, req).await,
-        Receiver::Http => http_answer(core, req).await,
+async fn answer(
+    core: &Rc<Core>,
+    receiver: Receiver,
+    connection: &Rc<Session>,
+    req: Request<Incoming>,
+) -> Response<Reply> {
+    let r = match request_session(core, connection, req.headers()) {
+        Err(refusal) => Err((Content::Protobuf, refusal)),
+        Ok(session) => match receiver {
+            Receiver::Grpc => grpc_answer(core, &session, req).await,
+            Receiver::Http => http_answer(core, &session, req).await,
+        },
     };
     if let Err((_, refusal)) = &r {
         if refusal.retried() {
@@ -401,7 +445,51 @@ async fn answer(core: &Rc<Core>, receiver: Receiver, req: Request<Incoming>) -> 
 
 type Answer = Result<Response<Reply>, (Content, Refusal)>;
 
-async fn http_answer(core: &Rc<Core>, req: Request<Incoming>) -> Answer {
+/// The request's principal: a bearer token's subject (checked against
+/// `--sasl-oauthbearer-jwks-file`), else the connection's (its client
+/// certificate's, or `User:ANONYMOUS`).
+fn request_session(
+    core: &Core,
+    connection: &Rc<Session>,
+    headers: &HeaderMap,
+) -> Result<Rc<Session>, Refusal> {
+    let Some(auth) = header(headers, http::header::AUTHORIZATION.as_str()) else {
+        return Ok(connection.clone());
+    };
+    let token = match auth.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+        _ => {
+            return Err(Refusal::Unauthenticated(
+                "Authorization: only `Bearer <token>` is taken".into(),
+            ))
+        }
+    };
+    let Some(keys) = &core.shared.oauth else {
+        return Err(Refusal::Unauthenticated(
+            "a bearer token, but the broker checks none (--sasl-oauthbearer-jwks-file)".into(),
+        ));
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    match keys.verify(token, now) {
+        Ok(v) => Ok(Session::with_principal(
+            connection.peer.clone(),
+            connection.protocol,
+            Duration::ZERO,
+            Some(format!("User:{}", v.subject)),
+        )),
+        Err(why) => {
+            tracing::info!(peer = %connection.peer, why, "OTLP bearer token refused");
+            Err(Refusal::Unauthenticated(
+                "the bearer token was not accepted".into(),
+            ))
+        }
+    }
+}
+
+async fn http_answer(core: &Rc<Core>, session: &Session, req: Request<Incoming>) -> Answer {
     let cfg = &core.shared.config.otlp;
     let deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
     let fail = |r: Refusal| (Content::Protobuf, r);
@@ -429,7 +517,7 @@ async fn http_answer(core: &Rc<Core>, req: Request<Incoming>) -> Answer {
     let body = weir_otlp::decompress(&encoding, body, cfg.max_request_bytes)
         .map_err(|e| fail(e.into()))?;
     let request = weir_otlp::decode_export(signal, content, body).map_err(|e| fail(e.into()))?;
-    let taken = export(core, signal, &request, metadata, deadline)
+    let taken = export(core, session, signal, &request, metadata, deadline)
         .await
         .map_err(fail)?;
     let body = weir_otlp::export_response(signal, content, taken.rejected, &taken.message);
@@ -464,7 +552,7 @@ fn http_refusal(content: Content, r: &Refusal) -> Response<Reply> {
 
 const RETRY_AFTER_SECS: u64 = RETRY_DELAY.as_secs();
 
-async fn grpc_answer(core: &Rc<Core>, req: Request<Incoming>) -> Answer {
+async fn grpc_answer(core: &Rc<Core>, session: &Session, req: Request<Incoming>) -> Answer {
     let cfg = &core.shared.config.otlp;
     let deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
     let fail = |r: Refusal| (Content::Protobuf, r);
@@ -499,7 +587,7 @@ async fn grpc_answer(core: &Rc<Core>, req: Request<Incoming>) -> Answer {
     .map_err(|e| fail(e.into()))?;
     let request =
         weir_otlp::decode_export(signal, Content::Protobuf, message).map_err(|e| fail(e.into()))?;
-    let taken = export(core, signal, &request, metadata, deadline)
+    let taken = export(core, session, signal, &request, metadata, deadline)
         .await
         .map_err(fail)?;
     let reply =
@@ -672,6 +760,7 @@ struct Part {
 /// waits for their acknowledgements.
 async fn export(
     core: &Rc<Core>,
+    session: &Session,
     signal: Signal,
     request: &Bytes,
     headers: Vec<(String, Option<Bytes>)>,
@@ -694,6 +783,7 @@ async fn export(
         v
     });
     let mut parts: Vec<Part> = Vec::new();
+    let mut allowed: Vec<String> = Vec::new();
     for OtlpRecord {
         topic,
         key,
@@ -702,6 +792,11 @@ async fn export(
     } in records
     {
         let topic = topic.unwrap_or_else(|| default_topic.to_string());
+        if !allowed.contains(&topic) {
+            acl::check(core, session, Op::Write, Resource::Topic(&topic))
+                .map_err(|e| Refusal::Denied(e.to_string()))?;
+            allowed.push(topic.clone());
+        }
         let partitions = topic_partitions(core, &topic).await?;
         let partition = match &key {
             Some(k) => weir_client::partitioner::partition_for_key(k, partitions),

@@ -551,7 +551,8 @@ async fn core_main(
         if let Some(l) = l {
             let listener = bind_shared(l.addr, c, what)?;
             let tls = tls_for(l.protocol);
-            glommio::spawn_local(serve_otlp(core.clone(), listener, receiver, tls)).detach();
+            let serve = serve_otlp(core.clone(), listener, receiver, l.protocol, tls);
+            glommio::spawn_local(serve).detach();
         }
     }
     if let Some(addr) = shared.kafka_listen {

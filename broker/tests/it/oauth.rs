@@ -14,7 +14,7 @@ use crate::common;
 use crate::sasl::start_with;
 
 /// An ES256 key pair named `kid`: its signing half and its JWK.
-fn key(kid: &str) -> (EncodingKey, String) {
+pub(crate) fn key(kid: &str) -> (EncodingKey, String) {
     let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
     let raw = pair.public_key_raw();
     let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
@@ -34,7 +34,7 @@ fn now() -> u64 {
 }
 
 /// A token for `sub`, expiring `exp_in` seconds from now (negative: ago).
-fn token(k: &EncodingKey, kid: &str, sub: &str, exp_in: i64) -> String {
+pub(crate) fn token(k: &EncodingKey, kid: &str, sub: &str, exp_in: i64) -> String {
     let mut h = Header::new(jsonwebtoken::Algorithm::ES256);
     h.kid = Some(kid.into());
     let claims = serde_json::json!({

@@ -600,3 +600,83 @@ fn otlp_connections_count_against_the_core_connection_limit() {
     );
     b.stop();
 }
+
+#[test]
+fn a_bearer_token_names_the_principal_the_acls_hold_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let (signing, jwk) = crate::oauth::key("k1");
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, format!(r#"{{"keys":[{jwk}]}}"#)).unwrap();
+    let b = Broker::start_otlp(
+        dir.path(),
+        1,
+        &[
+            "--otlp-create-topics",
+            "true",
+            "--sasl-oauthbearer-jwks-file",
+            jwks.to_str().unwrap(),
+            "--sasl-oauthbearer-expected-issuer",
+            "https://idp.test",
+            "--sasl-oauthbearer-expected-audience",
+            "weir",
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:ANONYMOUS",
+        ],
+    );
+    let addr = b.otlp_http.unwrap();
+    let good = one_span(&[4; 16]);
+    let post = |auth: &str| {
+        http(
+            addr,
+            &format!("POST /v1/traces HTTP/1.1\r\n{PROTOBUF}{auth}"),
+            &good,
+        )
+    };
+    // No token: the connection's principal (here the super user).
+    assert_eq!(post("").0, 200);
+    let agent = crate::oauth::token(&signing, "k1", "agent-7", 300);
+    let bearer = format!("\r\nAuthorization: Bearer {agent}");
+    let (status, h, body) = post(&bearer);
+    assert_eq!(status, 403, "{h}");
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.contains("User:agent-7 may not Write topic `otlp_spans`"),
+        "{text}"
+    );
+    let (status, _, body) = post("\r\nAuthorization: Bearer not.a.token");
+    assert_eq!(status, 401, "{}", String::from_utf8_lossy(&body));
+    let expired = crate::oauth::token(&signing, "k1", "agent-7", -600);
+    assert_eq!(post(&format!("\r\nAuthorization: Bearer {expired}")).0, 401);
+    let out = crate::common::weir_at(
+        b.listen,
+        &[
+            "acl",
+            "add",
+            "--principal",
+            "User:agent-7",
+            "--operation",
+            "Write",
+            "--topic",
+            "otlp_spans",
+        ],
+        b"",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    crate::common::wait_until(
+        std::time::Instant::now() + Duration::from_secs(20),
+        "agent-7 may write otlp_spans",
+        || post(&bearer).0 == 200,
+    );
+    assert_eq!(
+        end_offset(&b, "otlp_spans"),
+        Some(2),
+        "the refused exports wrote nothing"
+    );
+    b.stop();
+}
