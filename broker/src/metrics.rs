@@ -129,6 +129,15 @@ pub struct Metrics {
     /// oversized token, no login within the deadline, a request before
     /// logging in.
     pub sasl_authentication_failures: Cell<u64>,
+    /// OTLP exports answered success (a partial success too).
+    pub otlp_exports: Cell<u64>,
+    /// Spans, data points and log records OTLP exports wrote.
+    pub otlp_items: Cell<u64>,
+    /// OTLP exports refused for good (bad data, too large, not allowed).
+    pub otlp_refused: Cell<u64>,
+    /// OTLP exports answered "retry later" (a full buffer, no leader, a
+    /// deadline passed, a missing topic).
+    pub otlp_retry_later: Cell<u64>,
     /// Produce stages, per batch.
     pub(crate) stages: [CellHist<{ STAGE_BUCKETS_US.len() }>; PRODUCE_STAGES.len()],
     /// Bytes of batches this core's followers fetched from leaders.
@@ -244,6 +253,7 @@ pub struct Snapshot {
     pub(crate) tls_handshake_failures: u64,
     pub(crate) sasl_authentications: u64,
     pub(crate) sasl_authentication_failures: u64,
+    pub(crate) otlp: [u64; 4],
     pub(crate) open_connections: u64,
     pub(crate) pending_replies: u64,
     pub(crate) running_waits: u64,
@@ -368,7 +378,7 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    let simple: [Simple; 32] = [
+    let simple: [Simple; 36] = [
         (
             "weir_replication_bytes_in_total",
             "counter",
@@ -416,6 +426,30 @@ pub fn render(snaps: &[Snapshot]) -> String {
             "counter",
             "SASL logins that failed: bad credentials or tokens, no login in time, requests before one.",
             |s| s.sasl_authentication_failures as f64,
+        ),
+        (
+            "weir_otlp_exports_total",
+            "counter",
+            "OTLP exports answered success (partial successes too).",
+            |s| s.otlp[0] as f64,
+        ),
+        (
+            "weir_otlp_items_total",
+            "counter",
+            "Spans, metric data points and log records OTLP exports wrote.",
+            |s| s.otlp[1] as f64,
+        ),
+        (
+            "weir_otlp_refused_total",
+            "counter",
+            "OTLP exports refused for good: malformed, too large, not allowed (not retried by exporters).",
+            |s| s.otlp[2] as f64,
+        ),
+        (
+            "weir_otlp_retry_later_total",
+            "counter",
+            "OTLP exports answered retry-later: a full buffer, no leader or in-sync replicas, a deadline, a missing topic.",
+            |s| s.otlp[3] as f64,
         ),
         (
             "weir_connections_open",

@@ -420,6 +420,12 @@ async fn answer(
         },
     };
     if let Err((_, refusal)) = &r {
+        let m = if refusal.retried() {
+            &core.metrics.otlp_retry_later
+        } else {
+            &core.metrics.otlp_refused
+        };
+        m.set(m.get() + 1);
         if refusal.retried() {
             tracing::debug!(
                 receiver = receiver.name(),
@@ -861,6 +867,7 @@ async fn export(
     let outcomes = acked.await;
     let mut taken = Taken::default();
     let mut retry: Option<String> = None;
+    let written: u64 = items.iter().sum();
     for ((topic, partition, r), n) in outcomes.into_iter().zip(items) {
         let Err(e) = r else { continue };
         if e.code().is_retriable() {
@@ -881,6 +888,10 @@ async fn export(
     if taken.rejected > 0 && taken.rejected >= total {
         return Err(Refusal::Invalid(taken.message));
     }
+    let m = &core.metrics;
+    m.otlp_exports.set(m.otlp_exports.get() + 1);
+    m.otlp_items
+        .set(m.otlp_items.get() + written.saturating_sub(taken.rejected));
     Ok(taken)
 }
 

@@ -272,6 +272,12 @@ fn bad_otlp_http_input_is_refused_with_a_reason_and_nothing_is_appended() {
         Some(1),
         "only the good export was appended"
     );
+    // Counted: one export, one span; every refusal for good.
+    let metric = |name: &str| crate::common::metric(b.metrics, name);
+    assert_eq!(metric("weir_otlp_exports_total"), 1.0);
+    assert_eq!(metric("weir_otlp_items_total"), 1.0);
+    assert!(metric("weir_otlp_refused_total") >= 10.0);
+    assert_eq!(metric("weir_otlp_retry_later_total"), 0.0);
     b.stop();
 }
 
@@ -544,6 +550,10 @@ fn a_full_buffer_answers_retry_later_and_retried_exports_arrive_once() {
         busy.load(Ordering::Relaxed) > 0,
         "no export was ever refused for a full buffer"
     );
+    assert_eq!(
+        crate::common::metric(b.metrics, "weir_otlp_retry_later_total"),
+        busy.load(Ordering::Relaxed) as f64
+    );
     let counts = span_counts(&b, (THREADS * EACH) as usize);
     assert_eq!(counts.len() as u64, THREADS * EACH, "every export arrived");
     assert!(
@@ -677,6 +687,94 @@ fn a_bearer_token_names_the_principal_the_acls_hold_to() {
         end_offset(&b, "otlp_spans"),
         Some(2),
         "the refused exports wrote nothing"
+    );
+    b.stop();
+}
+
+#[test]
+fn a_client_certificate_over_tls_names_the_otlp_principal() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = crate::tls::Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.sign("server", "weir", true);
+    let (agent_cert, agent_key) = pki.sign("agent", "Agent-7", false);
+    let ca = pki.ca("ca");
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let b = crate::common::Node::builder(env!("CARGO_BIN_EXE_weir"))
+        .data_dir(dir.path().join("data"))
+        .cores(1)
+        .otlp_listen("off", "SSL://127.0.0.1:0")
+        .args([
+            "--otlp-create-topics",
+            "true",
+            "--ssl-certificate-file",
+            &path(&cert),
+            "--ssl-key-file",
+            &path(&key),
+            "--ssl-ca-file",
+            &path(&ca),
+            "--ssl-client-auth",
+            "required",
+            "--ssl-principal-mapping-rules",
+            "RULE:^CN=(.*?)$/$1/L, DEFAULT",
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:ANONYMOUS",
+        ])
+        .start();
+    let url = format!("https://{}/v1/traces", b.otlp_http.unwrap());
+    let span = dir.path().join("span.bin");
+    std::fs::write(&span, one_span(&[5; 16])).unwrap();
+    // curl over TLS, with or without the client certificate: the HTTP
+    // status ("000" when the handshake fails).
+    let post = |with_cert: bool| {
+        let mut c = crate::common::client_program("curl");
+        c.args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--cacert",
+            &path(&ca),
+        ]);
+        if with_cert {
+            c.args(["--cert", &path(&agent_cert), "--key", &path(&agent_key)]);
+        }
+        c.args([
+            "-H",
+            "Content-Type: application/x-protobuf",
+            "--data-binary",
+        ])
+        .arg(format!("@{}", path(&span)))
+        .arg(&url);
+        String::from_utf8(c.output().unwrap().stdout).unwrap()
+    };
+    assert_eq!(post(false), "000", "a required certificate");
+    assert_eq!(post(true), "403", "User:agent-7 may not write yet");
+    let out = crate::common::weir_at(
+        b.listen,
+        &[
+            "acl",
+            "add",
+            "--principal",
+            "User:agent-7",
+            "--operation",
+            "Write",
+            "--topic",
+            "otlp_spans",
+        ],
+        b"",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    crate::common::wait_until(
+        std::time::Instant::now() + Duration::from_secs(20),
+        "agent-7 may write otlp_spans over TLS",
+        || post(true) == "200",
     );
     b.stop();
 }

@@ -625,7 +625,8 @@ fn set_rejects_unknown_names() {
     assert!(names.contains(&"consumerBacklogSizeGB".to_string()));
     assert!(names.contains(&"subscriptionType".to_string()));
     assert!(!names.contains(&"driver".to_string()));
-    assert_eq!(names.len(), 18 + 13);
+    assert!(names.contains(&"driver.otlpSpansPerExport".to_string()));
+    assert_eq!(names.len(), 18 + 14);
 }
 
 #[test]
