@@ -611,6 +611,37 @@ fn otlp_connections_count_against_the_core_connection_limit() {
     b.stop();
 }
 
+/// `weir acl add` Write on `topic` for `principal` (through the native
+/// listener's super user), then waits until `allowed` holds.
+fn grant_write(
+    b: &crate::common::Node,
+    principal: &str,
+    topic: &str,
+    allowed: impl FnMut() -> bool,
+) {
+    let args = [
+        "acl",
+        "add",
+        "--principal",
+        principal,
+        "--operation",
+        "Write",
+        "--topic",
+        topic,
+    ];
+    let out = crate::common::weir_at(b.listen, &args, b"");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    crate::common::wait_until(
+        std::time::Instant::now() + Duration::from_secs(20),
+        format!("{principal} may write {topic}"),
+        allowed,
+    );
+}
+
 #[test]
 fn a_bearer_token_names_the_principal_the_acls_hold_to() {
     let dir = tempfile::tempdir().unwrap();
@@ -659,30 +690,7 @@ fn a_bearer_token_names_the_principal_the_acls_hold_to() {
     assert_eq!(status, 401, "{}", String::from_utf8_lossy(&body));
     let expired = crate::oauth::token(&signing, "k1", "agent-7", -600);
     assert_eq!(post(&format!("\r\nAuthorization: Bearer {expired}")).0, 401);
-    let out = crate::common::weir_at(
-        b.listen,
-        &[
-            "acl",
-            "add",
-            "--principal",
-            "User:agent-7",
-            "--operation",
-            "Write",
-            "--topic",
-            "otlp_spans",
-        ],
-        b"",
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    crate::common::wait_until(
-        std::time::Instant::now() + Duration::from_secs(20),
-        "agent-7 may write otlp_spans",
-        || post(&bearer).0 == 200,
-    );
+    grant_write(&b, "User:agent-7", "otlp_spans", || post(&bearer).0 == 200);
     assert_eq!(
         end_offset(&b, "otlp_spans"),
         Some(2),
@@ -752,29 +760,6 @@ fn a_client_certificate_over_tls_names_the_otlp_principal() {
     };
     assert_eq!(post(false), "000", "a required certificate");
     assert_eq!(post(true), "403", "User:agent-7 may not write yet");
-    let out = crate::common::weir_at(
-        b.listen,
-        &[
-            "acl",
-            "add",
-            "--principal",
-            "User:agent-7",
-            "--operation",
-            "Write",
-            "--topic",
-            "otlp_spans",
-        ],
-        b"",
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    crate::common::wait_until(
-        std::time::Instant::now() + Duration::from_secs(20),
-        "agent-7 may write otlp_spans over TLS",
-        || post(true) == "200",
-    );
+    grant_write(&b, "User:agent-7", "otlp_spans", || post(true) == "200");
     b.stop();
 }
