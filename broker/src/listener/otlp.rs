@@ -45,6 +45,7 @@ use crate::server::tls::{handshake, SecurityProtocol, ServerTls};
 use crate::service::acl::{self, Op, Resource};
 use crate::service::auth::Session;
 use crate::service::produce::{produce, ProducePart};
+use crate::service::quota;
 use crate::service::{BrokerError, Ctx};
 use crate::shard::Core;
 
@@ -331,6 +332,9 @@ enum Refusal {
     Unavailable(String),
     /// The body did not arrive in time.
     Timeout(String),
+    /// The principal is over its `producer_byte_rate` quota: retried
+    /// after the time its budget takes to be back within the rate.
+    Throttled(String, Duration),
     /// A bearer token that does not verify: not retried.
     Unauthenticated(String),
     /// The ACLs refuse the principal Write on a topic: not retried.
@@ -349,7 +353,8 @@ impl Refusal {
             | Refusal::Unavailable(m)
             | Refusal::Timeout(m)
             | Refusal::Unauthenticated(m)
-            | Refusal::Denied(m) => m,
+            | Refusal::Denied(m)
+            | Refusal::Throttled(m, _) => m,
         }
     }
 
@@ -363,6 +368,7 @@ impl Refusal {
             Refusal::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
             Refusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Refusal::Throttled(..) => StatusCode::TOO_MANY_REQUESTS,
             Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             Refusal::Denied(_) => StatusCode::FORBIDDEN,
         }
@@ -379,13 +385,25 @@ impl Refusal {
             Refusal::Busy(_) => (code::RESOURCE_EXHAUSTED, true),
             Refusal::Unavailable(_) => (code::UNAVAILABLE, true),
             Refusal::Timeout(_) => (code::DEADLINE_EXCEEDED, false),
+            Refusal::Throttled(..) => (code::RESOURCE_EXHAUSTED, true),
             Refusal::Unauthenticated(_) => (code::UNAUTHENTICATED, false),
             Refusal::Denied(_) => (code::PERMISSION_DENIED, false),
         }
     }
 
     fn retried(&self) -> bool {
-        matches!(self, Refusal::Busy(_) | Refusal::Unavailable(_))
+        matches!(
+            self,
+            Refusal::Busy(_) | Refusal::Unavailable(_) | Refusal::Throttled(..)
+        )
+    }
+
+    /// How long a "retry later" asks the exporter to wait.
+    fn retry_after(&self) -> Duration {
+        match self {
+            Refusal::Throttled(_, d) => (*d).max(Duration::from_millis(1)),
+            _ => RETRY_DELAY,
+        }
     }
 }
 
@@ -544,7 +562,9 @@ fn http_refusal(content: Content, r: &Refusal) -> Response<Reply> {
         .status(r.status())
         .header(CONTENT_TYPE, content.content_type());
     if r.retried() {
-        b = b.header(RETRY_AFTER, RETRY_AFTER_SECS);
+        // Whole seconds, rounded up (HTTP's Retry-After).
+        let secs = r.retry_after().as_secs_f64().ceil().max(1.0) as u64;
+        b = b.header(RETRY_AFTER, secs);
     }
     if matches!(r, Refusal::NotAllowed(_)) {
         b = b.header(http::header::ALLOW, "POST");
@@ -555,8 +575,6 @@ fn http_refusal(content: Content, r: &Refusal) -> Response<Reply> {
     })
     .expect("a valid response")
 }
-
-const RETRY_AFTER_SECS: u64 = RETRY_DELAY.as_secs();
 
 async fn grpc_answer(core: &Rc<Core>, session: &Session, req: Request<Incoming>) -> Answer {
     let cfg = &core.shared.config.otlp;
@@ -626,7 +644,7 @@ fn grpc_refusal(r: &Refusal) -> Response<Reply> {
     if retry {
         b = b.header(
             "grpc-status-details-bin",
-            grpc::status_details(code, r.message(), Some(RETRY_DELAY)),
+            grpc::status_details(code, r.message(), Some(r.retry_after())),
         );
     }
     b.body(Reply {
@@ -774,6 +792,16 @@ async fn export(
 ) -> Result<Taken, Refusal> {
     let cfg = &core.shared.config.otlp;
     let (default_topic, cut) = cfg.of(signal);
+    // Over its produce quota, a principal is told to retry later (an
+    // exporter has no throttle time to honour, as a Kafka client has).
+    let debt = quota::produce_debt(core, session);
+    if !debt.is_zero() {
+        let who = session.principal().unwrap_or_default();
+        return Err(Refusal::Throttled(
+            format!("{who} is over its producer_byte_rate quota for another {debt:?}"),
+            debt,
+        ));
+    }
     let _held = Held::take(core, request.len() * 2)?;
     let records = weir_otlp::cut(signal, request, cut)?;
     if records.is_empty() {
@@ -854,6 +882,9 @@ async fn export(
             adds_to_txn: false,
         });
     }
+    // The export's batches spend the principal's produce budget, as a
+    // produce request's do.
+    quota::spend_produce(core, session, &produce_parts);
     let timeout = deadline.saturating_duration_since(Instant::now());
     let acked = produce(
         core,

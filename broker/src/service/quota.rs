@@ -83,6 +83,15 @@ pub fn fetch_allowance(core: &Core, session: &Session) -> Option<u32> {
     Some(meter.available(rate, Instant::now()).min(u32::MAX as f64) as u32)
 }
 
+/// How long the session's produce budget stays in debt (zero: it is
+/// not, or there is no quota): for a receiver that refuses over its quota
+/// rather than delaying its answer (OTLP's "retry later").
+pub fn produce_debt(core: &Core, session: &Session) -> Duration {
+    meter(core, session, Kind::Produce).map_or(Duration::ZERO, |(rate, meter)| {
+        meter.debt(rate, Instant::now())
+    })
+}
+
 /// Spends a produce request's bytes (its batches): the throttle time.
 pub fn spend_produce(core: &Core, session: &Session, parts: &[ProducePart]) -> Duration {
     let bytes: usize = parts

@@ -120,6 +120,17 @@ impl Bucket {
         self.refill(rate, now);
         self.tokens.max(0.0)
     }
+
+    /// How long until the spending so far is back within the rate (zero
+    /// without a debt).
+    pub fn debt(&mut self, rate: f64, now: Instant) -> Duration {
+        self.refill(rate, now);
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / rate).min(THROTTLE_MAX)
+        }
+    }
 }
 
 /// One budget, with its totals for `/metrics`.
@@ -155,6 +166,13 @@ impl Meter {
         let mut b = self.bucket.lock().expect("not poisoned");
         b.get_or_insert_with(|| Bucket::new(rate, now))
             .available(rate, now)
+    }
+
+    /// How long until the budget is out of debt (zero: it is not).
+    pub fn debt(&self, rate: f64, now: Instant) -> Duration {
+        let mut b = self.bucket.lock().expect("not poisoned");
+        b.get_or_insert_with(|| Bucket::new(rate, now))
+            .debt(rate, now)
     }
 }
 

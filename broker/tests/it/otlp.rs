@@ -763,3 +763,77 @@ fn a_client_certificate_over_tls_names_the_otlp_principal() {
     grant_write(&b, "User:agent-7", "otlp_spans", || post(true) == "200");
     b.stop();
 }
+
+#[test]
+fn a_principal_over_its_produce_quota_is_told_to_retry_later() {
+    let (_d, b) = start(&["--otlp-create-topics", "true"]);
+    let addr = b.otlp_http.unwrap();
+    // A 30 KB span: three seconds of a 10 KB/s budget.
+    let mut big = Vec::new();
+    put_nested(&mut big, 1, |rs| {
+        put_nested(rs, 2, |ss| {
+            put_nested(ss, 2, |span| {
+                put_len(span, 1, &[6; 16]);
+                put_len(span, 2, &[6; 8]);
+                put_len(span, 5, &vec![b'x'; 30_000]);
+            })
+        })
+    });
+    let out = crate::common::weir_at(
+        b.listen,
+        &[
+            "quota",
+            "set",
+            "--user",
+            "ANONYMOUS",
+            "producer_byte_rate=10000",
+        ],
+        b"",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Once the quota applies, an export runs the budget into debt and the
+    // next is answered 429 with the wait.
+    let mut written = 0;
+    let head = crate::common::wait_until(
+        std::time::Instant::now() + Duration::from_secs(20),
+        "an export refused over the quota",
+        || match try_export(addr, &big) {
+            Some((200, _)) => {
+                written += 1;
+                None
+            }
+            Some((429, head)) => Some(head),
+            other => panic!("{other:?}"),
+        },
+    );
+    assert!(head.contains("retry-after: "), "{head}");
+    let wait: u64 = head
+        .split("retry-after: ")
+        .nth(1)
+        .and_then(|r| r.lines().next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap();
+    assert!((1..=4).contains(&wait), "Retry-After {wait}");
+    assert!(head.contains("over its producer_byte_rate quota"), "{head}");
+    // Retried after the wait, it is taken.
+    crate::common::wait_until(
+        std::time::Instant::now() + Duration::from_secs(30),
+        "the retried export is taken",
+        || matches!(try_export(addr, &big), Some((200, _))),
+    );
+    written += 1;
+    assert_eq!(
+        crate::common::metric(b.metrics, "weir_otlp_exports_total"),
+        written as f64
+    );
+    assert_eq!(
+        end_offset(&b, "otlp_spans"),
+        Some(written),
+        "refused exports wrote nothing"
+    );
+    b.stop();
+}
