@@ -281,22 +281,23 @@ enum Sender {
     Weir(Arc<Producer>),
     /// The Weir SDK's transactional producer (`driver.transactionRecords`).
     WeirTxn(weir_client::transactional::TransactionalProducer),
-    Kafka(crate::kafka::KafkaProducer, Arc<KafkaTally>),
+    Kafka(crate::kafka::KafkaProducer, Arc<DeliveryTally>),
     /// OTLP exports (their answers go to the tally, per span).
-    Otlp(crate::otlp::OtlpProducer, Arc<KafkaTally>),
+    Otlp(crate::otlp::OtlpProducer, Arc<DeliveryTally>),
 }
 
-/// librdkafka's delivery reports of one producer, counted on its polling
-/// thread and added to the shared totals every [`CHUNK`] reports or 1 ms
-/// (and at the end).
-struct KafkaTally {
+/// Delivery reports that arrive by callback — librdkafka's (on its
+/// polling thread) or OTLP exports' answers (per span) — of one producer,
+/// added to the shared totals every [`CHUNK`] reports or 1 ms (and at the
+/// end).
+struct DeliveryTally {
     shared: Arc<Shared>,
     local: Mutex<(Hist, u64, u64, u64, Instant)>,
 }
 
-impl KafkaTally {
-    fn new(shared: Arc<Shared>) -> Arc<KafkaTally> {
-        Arc::new(KafkaTally {
+impl DeliveryTally {
+    fn new(shared: Arc<Shared>) -> Arc<DeliveryTally> {
+        Arc::new(DeliveryTally {
             shared,
             local: Mutex::new((Hist::new(), 0, 0, 0, Instant::now())),
         })
@@ -348,7 +349,7 @@ impl Sender {
     ) -> anyhow::Result<Sender> {
         Ok(match driver {
             Driver::Otlp(transport) => {
-                let tally = KafkaTally::new(shared.clone());
+                let tally = DeliveryTally::new(shared.clone());
                 let reports = tally.clone();
                 let addr = otlp.context("the OTLP drivers need the receiver's address")?;
                 let p = crate::otlp::OtlpProducer::connect(
@@ -391,7 +392,7 @@ impl Sender {
                 Sender::Weir(p)
             }
             Driver::Kafka => {
-                let tally = KafkaTally::new(shared.clone());
+                let tally = DeliveryTally::new(shared.clone());
                 let reports = tally.clone();
                 // One transactional id per producer of this run.
                 let id = w

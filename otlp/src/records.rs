@@ -19,6 +19,8 @@
 //! The cut works on the protobuf bytes: resources, scopes and items are
 //! copied as they came, never decoded and re-encoded.
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
 
 use crate::codec::{hex, to_json};
@@ -313,8 +315,10 @@ fn split_by_trace(signal: Signal, resource: &[u8]) -> Result<Vec<TracePart>, Err
     let mut out = Vec::new();
     for scope in scopes {
         let mut scope_rest = Vec::new();
-        // (trace id, items) in order of first appearance.
+        // (trace id, items) in order of first appearance, and each trace
+        // id's place (a map: an export may hold hundreds of thousands).
         let mut groups: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut group_of: HashMap<&[u8], usize> = HashMap::new();
         let mut r = Reader::new(scope);
         while let Some(f) = r.next_field()? {
             match (f.number, f.value) {
@@ -328,9 +332,12 @@ fn split_by_trace(signal: Signal, resource: &[u8]) -> Result<Vec<TracePart>, Err
                             }
                         }
                     }
-                    match groups.iter_mut().find(|(t, _)| t == id) {
-                        Some((_, items)) => items.extend_from_slice(f.raw),
-                        None => groups.push((id.to_vec(), f.raw.to_vec())),
+                    match group_of.get(id) {
+                        Some(&g) => groups[g].1.extend_from_slice(f.raw),
+                        None => {
+                            group_of.insert(id, groups.len());
+                            groups.push((id.to_vec(), f.raw.to_vec()));
+                        }
                     }
                 }
                 _ => scope_rest.extend_from_slice(f.raw),
@@ -446,14 +453,18 @@ fn map_hash(attributes: &[(&[u8], Any<'_>)]) -> Result<[u8; 16], Error> {
 }
 
 fn write_map(buf: &mut Vec<u8>, m: &[(&[u8], Any<'_>)]) {
-    let mut keys: Vec<&[u8]> = m.iter().map(|(k, _)| *k).collect();
-    keys.sort();
-    for k in keys {
+    // Entries by key (a stable sort: equal keys keep their order).
+    let mut sorted: Vec<&(&[u8], Any<'_>)> = m.iter().collect();
+    sorted.sort_by_key(|(k, _)| *k);
+    let mut first = 0;
+    for (i, (k, _)) in sorted.iter().enumerate() {
         // A map with a key twice answers its first value for it.
-        let v = &m.iter().find(|(key, _)| *key == k).expect("a key of m").1;
+        if i == 0 || sorted[i - 1].0 != *k {
+            first = i;
+        }
         buf.push(0xf4);
         buf.extend_from_slice(k);
-        write_any(buf, v);
+        write_any(buf, &sorted[first].1);
     }
 }
 

@@ -16,7 +16,7 @@
 //! `partial_success` when the rest of the export was written.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
@@ -111,16 +111,12 @@ pub async fn serve_otlp(
             };
             // A client certificate names the principal, as on the client
             // listeners (--ssl-principal-mapping-rules).
-            let cert = stream.get_ref().1.peer_certificates().and_then(|c| {
-                let rules = &core.shared.config.ssl_principal_rules;
-                c.first().map(|leaf| {
-                    crate::server::principal::subject_dn(leaf).and_then(|dn| rules.apply(&dn))
-                })
-            });
-            let certificate = match cert {
-                None => None,
-                Some(Some(name)) => Some(format!("User:{name}")),
-                Some(None) => {
+            let certificate = match crate::server::principal::of_certificate(
+                &core.shared.config.ssl_principal_rules,
+                stream.get_ref().1.peer_certificates(),
+            ) {
+                Ok(c) => c,
+                Err(_unmapped) => {
                     failures.set(failures.get() + 1);
                     tracing::warn!(
                         %peer,
@@ -817,7 +813,10 @@ async fn export(
         v
     });
     let mut parts: Vec<Part> = Vec::new();
-    let mut allowed: Vec<String> = Vec::new();
+    // Per export: each topic's ACL check and partition count once, each
+    // (topic, partition)'s batch found without a scan.
+    let mut topics: HashMap<String, u32> = HashMap::new();
+    let mut part_of: HashMap<(String, u32), usize> = HashMap::new();
     for OtlpRecord {
         topic,
         key,
@@ -826,12 +825,16 @@ async fn export(
     } in records
     {
         let topic = topic.unwrap_or_else(|| default_topic.to_string());
-        if !allowed.contains(&topic) {
-            acl::check(core, session, Op::Write, Resource::Topic(&topic))
-                .map_err(|e| Refusal::Denied(e.to_string()))?;
-            allowed.push(topic.clone());
-        }
-        let partitions = topic_partitions(core, &topic).await?;
+        let partitions = match topics.get(&topic) {
+            Some(&n) => n,
+            None => {
+                acl::check(core, session, Op::Write, Resource::Topic(&topic))
+                    .map_err(|e| Refusal::Denied(e.to_string()))?;
+                let n = topic_partitions(core, &topic).await?;
+                topics.insert(topic.clone(), n);
+                n
+            }
+        };
         let partition = match &key {
             Some(k) => weir_client::partitioner::partition_for_key(k, partitions),
             None => unkeyed % partitions,
@@ -842,14 +845,12 @@ async fn export(
             headers: headers.clone(),
             timestamp: now_ms,
         };
-        let i = match parts
-            .iter()
-            .position(|p| p.topic == topic && p.partition == partition)
-        {
-            Some(i) => i,
+        let i = match part_of.get(&(topic.clone(), partition)) {
+            Some(&i) => i,
             None => {
                 let builder = BatchBuilder::new(cfg.compression)
                     .map_err(|e| Refusal::Invalid(format!("record batch: {e}")))?;
+                part_of.insert((topic.clone(), partition), parts.len());
                 parts.push(Part {
                     topic,
                     partition,

@@ -723,17 +723,12 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
                                 return;
                             };
                             // A client certificate names the principal.
-                            let cert = stream.get_ref().1.peer_certificates().and_then(|c| {
-                                let rules = &core.shared.config.ssl_principal_rules;
-                                c.first().map(|leaf| {
-                                    principal::subject_dn(leaf)
-                                        .and_then(|dn| rules.apply(&dn).map(|n| (dn, n)))
-                                })
-                            });
-                            let certificate = match cert {
-                                None => None,
-                                Some(Some((_, name))) => Some(format!("User:{name}")),
-                                Some(None) => {
+                            let certificate = match principal::of_certificate(
+                                &core.shared.config.ssl_principal_rules,
+                                stream.get_ref().1.peer_certificates(),
+                            ) {
+                                Ok(c) => c,
+                                Err(_unmapped) => {
                                     failures.set(failures.get() + 1);
                                     tracing::warn!(
                                         %peer,

@@ -257,6 +257,28 @@ impl PrincipalRules {
     }
 }
 
+/// A client certificate whose subject no `--ssl-principal-mapping-rules`
+/// rule maps (or that cannot be read): its connection is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unmapped;
+
+/// The principal a TLS client's certificate chain names: `Ok(None)`
+/// without a certificate, `Ok(Some("User:<mapped subject>"))`, or `Err`
+/// when its subject cannot be read or no rule applies (the connection is
+/// to be closed). `certs` are DER, leaf first.
+pub fn of_certificate<C: AsRef<[u8]>>(
+    rules: &PrincipalRules,
+    certs: Option<&[C]>,
+) -> Result<Option<String>, Unmapped> {
+    let Some(leaf) = certs.and_then(|c| c.first()) else {
+        return Ok(None);
+    };
+    subject_dn(leaf.as_ref())
+        .and_then(|dn| rules.apply(&dn))
+        .map(|name| Some(format!("User:{name}")))
+        .ok_or(Unmapped)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
