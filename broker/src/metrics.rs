@@ -138,6 +138,9 @@ pub struct Metrics {
     /// OTLP exports answered "retry later" (a full buffer, no leader, a
     /// deadline passed, a missing topic).
     pub otlp_retry_later: Cell<u64>,
+    /// Record batches of OTLP exports handed on to the node leading their
+    /// partition.
+    pub otlp_forwarded: Cell<u64>,
     /// Produce stages, per batch.
     pub(crate) stages: [CellHist<{ STAGE_BUCKETS_US.len() }>; PRODUCE_STAGES.len()],
     /// Bytes of batches this core's followers fetched from leaders.
@@ -253,7 +256,7 @@ pub struct Snapshot {
     pub(crate) tls_handshake_failures: u64,
     pub(crate) sasl_authentications: u64,
     pub(crate) sasl_authentication_failures: u64,
-    pub(crate) otlp: [u64; 4],
+    pub(crate) otlp: [u64; 5],
     pub(crate) open_connections: u64,
     pub(crate) pending_replies: u64,
     pub(crate) running_waits: u64,
@@ -378,7 +381,7 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    let simple: [Simple; 36] = [
+    let simple: [Simple; 37] = [
         (
             "weir_replication_bytes_in_total",
             "counter",
@@ -450,6 +453,12 @@ pub fn render(snaps: &[Snapshot]) -> String {
             "counter",
             "OTLP exports answered retry-later: a full buffer, no leader or in-sync replicas, a deadline, a missing topic.",
             |s| s.otlp[3] as f64,
+        ),
+        (
+            "weir_otlp_forwarded_batches_total",
+            "counter",
+            "Record batches of OTLP exports handed on to the node leading their partition.",
+            |s| s.otlp[4] as f64,
         ),
         (
             "weir_connections_open",

@@ -67,7 +67,27 @@ pub enum DataRequest {
         /// Store (else read).
         write: bool,
     },
+    /// A node that took records for a partition this core leads (an
+    /// OTLP export: its exporter cannot be sent elsewhere, as a Kafka
+    /// client can) hands them on: one record batch, `payload_len` bytes
+    /// after the frame, appended as an acks=all produce and answered
+    /// once acknowledged or after `timeout_ms`.
+    Produce {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// Longest the leader waits for the acknowledgements.
+        timeout_ms: u32,
+        /// Bytes of the record batch after the frame (at most
+        /// [`PRODUCE_BYTES_MAX`]).
+        payload_len: u32,
+    },
 }
+
+/// Largest record batch one [`DataRequest::Produce`] may carry (a
+/// leader refuses more).
+pub const PRODUCE_BYTES_MAX: usize = 64 << 20;
 
 /// Markers ending producer `producer_id`'s transaction, one per partition.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, Default)]
@@ -144,6 +164,8 @@ pub enum DataResponse {
     Verified(MarkerResult),
     /// A share state's read or write: its outcome, and the value read.
     ShareState(MarkerResult, Option<Vec<u8>>),
+    /// A handed-on produce's outcome (error 0: appended and acknowledged).
+    Produced(MarkerResult),
 }
 
 /// One partition's answer, in request order.
@@ -290,6 +312,32 @@ impl DataLink {
             DataResponse::Refused(why) => Err(Error::FetchRefused { reason: why }),
             other => Err(Error::Unexpected {
                 message: format!("a share state answered with {other:?}"),
+            }),
+        }
+    }
+
+    /// Hands `batch` (one record batch) to the linked core, the leader of
+    /// `topic`-`partition`, as an acks=all produce waiting at most
+    /// `timeout_ms`; its outcome.
+    pub async fn produce(
+        &self,
+        (topic, partition): (&str, u32),
+        batch: Bytes,
+        timeout_ms: u32,
+    ) -> Result<MarkerResult> {
+        let (mut send, mut recv) = self.conn.open_bi().await.map_err(open_stream)?;
+        let req = DataRequest::Produce {
+            topic: topic.to_string(),
+            partition,
+            timeout_ms,
+            payload_len: batch.len() as u32,
+        };
+        write_frame_with_payload(&mut send, &encode(&req), &[batch]).await?;
+        match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(malformed)? {
+            DataResponse::Produced(r) => Ok(r),
+            DataResponse::Refused(why) => Err(Error::FetchRefused { reason: why }),
+            other => Err(Error::Unexpected {
+                message: format!("a produce answered with {other:?}"),
             }),
         }
     }
@@ -446,7 +494,8 @@ pub async fn accept_hello(conn: &quinn::Connection, cluster_id: &str) -> Result<
         DataRequest::Fetch(_)
         | DataRequest::Markers(_)
         | DataRequest::VerifyTxn { .. }
-        | DataRequest::ShareState { .. } => {
+        | DataRequest::ShareState { .. }
+        | DataRequest::Produce { .. } => {
             conn.close(1u32.into(), b"hello first");
             Err(Error::NoHello)
         }

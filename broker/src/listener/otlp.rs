@@ -884,30 +884,60 @@ async fn export(
         });
     }
     // The export's batches spend the principal's produce budget, as a
-    // produce request's do.
+    // produce request's do (those handed on to other nodes too: the
+    // principal's quota is this node's to keep).
     quota::spend_produce(core, session, &produce_parts);
     let timeout = deadline.saturating_duration_since(Instant::now());
-    let acked = produce(
-        core,
-        produce_parts,
-        -1,
-        Some(timeout),
-        Ctx { owner_only: false },
-    )
-    .await
-    .map_err(|e| refusal_of(&e))?;
-    let outcomes = acked.await;
+    // A partition another node leads: its batch is handed on to that
+    // node (an exporter, unlike a Kafka client, cannot be told to go
+    // there); the rest are written here.
+    let me = core.shared.config.cluster.node_id;
+    let (mut here, mut here_items) = (Vec::new(), Vec::new());
+    let mut handed_on = Vec::new();
+    for (p, n) in produce_parts.into_iter().zip(items) {
+        match core.locate(&p.topic, p.partition) {
+            Err(BrokerError::NotLeader { leader, .. }) if leader != 0 && leader != me => {
+                let core = core.clone();
+                handed_on.push(glommio::spawn_local(async move {
+                    let r = hand_on(&core, leader, p, timeout).await;
+                    (r, n)
+                }));
+            }
+            _ => {
+                here.push(p);
+                here_items.push(n);
+            }
+        }
+    }
+    let acked = produce(core, here, -1, Some(timeout), Ctx { owner_only: false })
+        .await
+        .map_err(|e| refusal_of(&e))?;
+    let mut outcomes: Vec<(PartOutcome, u64)> = acked
+        .await
+        .into_iter()
+        .zip(here_items)
+        .map(|((topic, partition, r), n)| {
+            let r = r.map(|_| ()).map_err(|e| PartError {
+                retriable: e.code().is_retriable(),
+                message: format!("{topic}-{partition}: {e}"),
+            });
+            (r, n)
+        })
+        .collect();
+    for t in handed_on {
+        outcomes.push(t.await);
+    }
     let mut taken = Taken::default();
     let mut retry: Option<String> = None;
-    let written: u64 = items.iter().sum();
-    for ((topic, partition, r), n) in outcomes.into_iter().zip(items) {
+    let written: u64 = outcomes.iter().map(|(_, n)| n).sum();
+    for (r, n) in outcomes {
         let Err(e) = r else { continue };
-        if e.code().is_retriable() {
-            retry.get_or_insert_with(|| format!("{topic}-{partition}: {e}"));
+        if e.retriable {
+            retry.get_or_insert(e.message);
         } else {
             taken.rejected += n;
             if taken.message.is_empty() {
-                taken.message = format!("{topic}-{partition}: {e}");
+                taken.message = e.message;
             }
         }
     }
@@ -925,6 +955,66 @@ async fn export(
     m.otlp_items
         .set(m.otlp_items.get() + written.saturating_sub(taken.rejected));
     Ok(taken)
+}
+
+/// Why one partition's batch of an export was not written.
+struct PartError {
+    /// It may be written later: the exporter is told to send the export
+    /// again.
+    retriable: bool,
+    message: String,
+}
+
+type PartOutcome = Result<(), PartError>;
+
+/// Hands one partition's batch on to `node`, its leader, over the
+/// replication data plane (`DataRequest::Produce`), waiting at most
+/// `timeout` for its acknowledgement there.
+async fn hand_on(core: &Rc<Core>, node: u64, p: ProducePart, timeout: Duration) -> PartOutcome {
+    let tp = (p.topic, p.partition);
+    let failed = |retriable: bool, why: String| PartError {
+        retriable,
+        message: format!("{}-{} (led by node {node}): {why}", tp.0, tp.1),
+    };
+    let Ok(batch) = p.data else {
+        return Err(failed(false, "no batch".into()));
+    };
+    if batch.len() > weir_replication::data::PRODUCE_BYTES_MAX {
+        return Err(failed(
+            false,
+            format!(
+                "a batch of {} bytes is more than the {} one node hands another",
+                batch.len(),
+                weir_replication::data::PRODUCE_BYTES_MAX
+            ),
+        ));
+    }
+    let m = &core.metrics;
+    m.otlp_forwarded.set(m.otlp_forwarded.get() + 1);
+    let timeout_ms = timeout.as_millis().min(u128::from(u32::MAX)) as u32;
+    let sent = async {
+        let link = crate::replica::link_to(core, node, &tp)
+            .await
+            .map_err(|why| failed(true, why))?;
+        link.produce((&tp.0, tp.1), batch, timeout_ms)
+            .await
+            .map_err(|e| failed(true, e.chain().to_string()))
+    };
+    // The leader answers within `timeout`; a node gone silent is waited
+    // for a second longer, then the export is retried.
+    let gone = async {
+        glommio::timer::sleep(timeout + Duration::from_secs(1)).await;
+        Err(failed(true, format!("no answer within {timeout:?}")))
+    };
+    let r = futures_lite::future::or(sent, gone).await?;
+    if r.error == 0 {
+        return Ok(());
+    }
+    let code = weir_proto::error_code::ErrorCode::from_u16(r.error);
+    Err(failed(
+        code.is_retriable(),
+        r.message.unwrap_or_else(|| format!("{code:?}")),
+    ))
 }
 
 fn refusal_of(e: &BrokerError) -> Refusal {

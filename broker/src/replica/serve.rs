@@ -16,6 +16,7 @@ use weir_replication::data::{
 use weir_replication::wire::{decode, encode, read_frame};
 
 use super::{propose_isr, Role};
+use crate::error::BrokerError;
 use crate::shard::Core;
 
 /// Longest a follower's fetch may wait at the leader.
@@ -127,6 +128,22 @@ async fn accept_loop(core: Rc<Core>, endpoint: weir_replication::quinn::Endpoint
                                         .await;
                                 (DataResponse::ShareState(r, v), Vec::new())
                             }
+                            Ok(DataRequest::Produce {
+                                topic,
+                                partition,
+                                timeout_ms,
+                                payload_len,
+                            }) => {
+                                let r = produce(
+                                    &core,
+                                    &mut recv,
+                                    (topic, partition),
+                                    timeout_ms,
+                                    payload_len,
+                                )
+                                .await;
+                                (DataResponse::Produced(r), Vec::new())
+                            }
                             Err(e) => (DataResponse::Refused(e), Vec::new()),
                         },
                         Err(_) => return,
@@ -174,6 +191,57 @@ async fn markers(
         });
     }
     out
+}
+
+/// Appends the record batch another node handed on (an OTLP export it
+/// took for a partition this node leads) as an acks=all produce: the
+/// outcome once acknowledged, or why not.
+async fn produce(
+    core: &Rc<Core>,
+    recv: &mut weir_replication::quinn::RecvStream,
+    (topic, partition): (String, u32),
+    timeout_ms: u32,
+    payload_len: u32,
+) -> weir_replication::data::MarkerResult {
+    use crate::service::produce::{produce, ProducePart};
+    let failed = |e: BrokerError| {
+        let (error, message) = e.wire();
+        weir_replication::data::MarkerResult {
+            error,
+            message: Some(message),
+        }
+    };
+    let len = payload_len as usize;
+    if len > weir_replication::data::PRODUCE_BYTES_MAX {
+        return failed(BrokerError::InvalidRequest(format!(
+            "a handed-on batch of {len} bytes; at most {}",
+            weir_replication::data::PRODUCE_BYTES_MAX
+        )));
+    }
+    let mut batch = vec![0u8; len];
+    if let Err(e) = recv.read_exact(&mut batch).await {
+        return failed(BrokerError::InvalidRequest(format!(
+            "reading a handed-on batch: {e}"
+        )));
+    }
+    let part = ProducePart {
+        topic,
+        partition,
+        data: Ok(Bytes::from(batch)),
+        transaction: None,
+        adds_to_txn: false,
+    };
+    let timeout = Duration::from_millis(u64::from(timeout_ms));
+    let ctx = crate::service::Ctx { owner_only: false };
+    let acked = match produce(core, vec![part], -1, Some(timeout), ctx).await {
+        Ok(acked) => acked,
+        Err(e) => return failed(e),
+    };
+    match acked.await.into_iter().next() {
+        Some((_, _, Ok(_))) => Default::default(),
+        Some((_, _, Err(e))) => failed(e),
+        None => failed(BrokerError::InvalidRequest("no outcome".into())),
+    }
 }
 
 /// Answers a follower's fetch: per partition, a divergence, an error, or

@@ -32,6 +32,7 @@ pub fn snapshot(core: &Core) -> Snapshot {
             m.otlp_items.get(),
             m.otlp_refused.get(),
             m.otlp_retry_later.get(),
+            m.otlp_forwarded.get(),
         ],
         open_connections: core.connections.get() as u64,
         pending_replies: core.mesh.replies.len() as u64,

@@ -116,6 +116,9 @@ pub(crate) struct Cluster {
     env: Vec<(String, String)>,
     /// More environment variables of one node (a fault of its own).
     node_env: BTreeMap<u64, Vec<(String, String)>>,
+    /// The nodes run the OTLP receivers (on ports the kernel picks),
+    /// traces partitioned by trace id.
+    otlp: bool,
 }
 
 impl Cluster {
@@ -141,6 +144,7 @@ impl Cluster {
             net: None,
             env: Vec::new(),
             node_env: BTreeMap::new(),
+            otlp: false,
         }
     }
 
@@ -175,6 +179,9 @@ impl Cluster {
             .chain(self.node_env.get(&id).into_iter().flatten())
         {
             b = b.env(k, v);
+        }
+        if self.otlp {
+            b = b.otlp().args(["--otlp-partition-traces-by-id", "true"]);
         }
         match &self.net {
             Some(net) => b.netns(net.ns(id as usize - 1)),
@@ -342,14 +349,20 @@ impl Cluster {
     /// created through node 1 and applied everywhere.
     fn three_with_topic(topic: &str) -> Cluster {
         let c = Cluster::three();
-        let out = c.weir(1, &["topic", "create", topic, "--partitions", "12"]);
+        c.spread_topic(topic);
+        c
+    }
+
+    /// Creates a 12-partition topic `topic` (RF 1) through node 1 and
+    /// waits until every node applied it.
+    fn spread_topic(&self, topic: &str) {
+        let out = self.weir(1, &["topic", "create", topic, "--partitions", "12"]);
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        c.converged(&[1, 2, 3], Duration::from_secs(10));
-        c
+        self.converged(&[1, 2, 3], Duration::from_secs(10));
     }
 
     fn describe(&self, id: u64) -> Option<DescribeClusterResponse> {
@@ -1118,14 +1131,39 @@ fn transactions_commit_and_abort_across_nodes() {
     assert!(out.contains("\ndone"), "{out}");
 }
 
+/// Also: OTLP exports sent to one node reach the partitions the other
+/// nodes lead (the receiving node hands each batch on to its leader),
+/// every span once.
 #[test]
-fn the_sdk_produces_and_consumes_a_spread_topic_through_one_bootstrap_address() {
+fn the_sdk_and_otlp_exporters_write_a_spread_topic_through_one_node() {
     use std::sync::Arc as A;
     use weir_client::producer::ShardRouter;
     use weir_client::{Client, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
 
     let _serial = serial();
-    let c = Cluster::three_with_topic("sdk");
+    let mut c = Cluster::new(3);
+    c.otlp = true;
+    c.start_all();
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
+    c.spread_topic("sdk");
+    c.spread_topic("otlp_spans");
+    let receiver = c.nodes[&1].otlp_http.expect("node 1's OTLP/HTTP receiver");
+    const SPANS: u64 = 60;
+    for n in 0..SPANS {
+        let body = crate::otlp::numbered_span(n);
+        // As an exporter does: a retryable answer (a leader not known
+        // yet) is sent again.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match crate::otlp::try_export(receiver, &body) {
+                Some((200, _)) => break,
+                Some((503 | 429, _)) | None if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                other => panic!("span {n}: {other:?}\n{}", c.log(1)),
+            }
+        }
+    }
     let boot = c.nodes[&1].listen;
     const PER_PARTITION: u64 = 50;
     let rt = runtime();
@@ -1148,7 +1186,7 @@ fn the_sdk_produces_and_consumes_a_spread_topic_through_one_bootstrap_address() 
         producer.close().await;
 
         let router = A::new(ShardRouter::new(client.clone()));
-        let mut consumer = Consumer::with_backend(router, ConsumerConfig::default());
+        let mut consumer = Consumer::with_backend(router.clone(), ConsumerConfig::default());
         consumer.assign((0..12).map(|p| ("sdk".to_string(), p)).collect());
         for p in 0..12 {
             consumer.seek("sdk", p, 0).unwrap();
@@ -1189,6 +1227,37 @@ fn the_sdk_produces_and_consumes_a_spread_topic_through_one_bootstrap_address() 
             Some(weir_proto::error_code::ErrorCode::NotLeader),
             "{err}"
         );
+
+        // Every span exported to node 1, once, wherever its partition's
+        // leader is.
+        let mut spans = Consumer::with_backend(router, ConsumerConfig::default());
+        spans.assign((0..12).map(|p| ("otlp_spans".to_string(), p)).collect());
+        for p in 0..12 {
+            spans.seek("otlp_spans", p, 0).unwrap();
+        }
+        let mut seen: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while (seen.len() as u64) < SPANS {
+            assert!(Instant::now() < deadline, "spans read back: {seen:?}");
+            for r in spans.poll(Duration::from_millis(500)).await.unwrap() {
+                for id in crate::otlp::span_ids(&r.value.unwrap()) {
+                    seen.entry(id).or_insert((r.partition, 0)).1 += 1;
+                }
+            }
+        }
+        assert!(seen.values().all(|&(_, n)| n == 1), "{seen:?}");
+        assert_eq!(
+            seen.keys().copied().collect::<Vec<_>>(),
+            (0..SPANS).collect::<Vec<_>>()
+        );
+        for id in 1..=3 {
+            let dir = c.root.path().join(format!("node-{id}"));
+            assert!(
+                seen.values()
+                    .any(|(p, _)| dir.join(format!("otlp_spans-{p}")).exists()),
+                "no span reached a partition node {id} leads: {seen:?}"
+            );
+        }
     });
     // The records are where the metadata says: each node holds four of
     // the partitions, and every one of them has its records.

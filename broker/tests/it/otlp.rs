@@ -331,7 +331,7 @@ fn a_slow_client_is_cut_off_while_others_are_served() {
 }
 
 /// A traces export of one span whose id is `n` (and trace id too).
-fn numbered_span(n: u64) -> Vec<u8> {
+pub(crate) fn numbered_span(n: u64) -> Vec<u8> {
     let mut trace = [0u8; 16];
     trace[8..].copy_from_slice(&n.to_be_bytes());
     let mut req = Vec::new();
@@ -349,7 +349,7 @@ fn numbered_span(n: u64) -> Vec<u8> {
 
 /// One export over a fresh connection: the status, or `None` when the
 /// connection failed (refused, reset: a broker gone).
-fn try_export(addr: SocketAddr, body: &[u8]) -> Option<(u16, String)> {
+pub(crate) fn try_export(addr: SocketAddr, body: &[u8]) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
     write!(
@@ -366,6 +366,21 @@ fn try_export(addr: SocketAddr, body: &[u8]) -> Option<(u16, String)> {
     Some((status, head))
 }
 
+/// The span ids (as numbers) of a traces record (`otlp_proto`).
+pub(crate) fn span_ids(value: &[u8]) -> Vec<u64> {
+    let json = weir_otlp::codec::to_json(weir_otlp::Signal::Traces.request(), value).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let mut ids = Vec::new();
+    for rs in v["resourceSpans"].as_array().unwrap() {
+        for ss in rs["scopeSpans"].as_array().unwrap() {
+            for s in ss["spans"].as_array().unwrap() {
+                ids.push(u64::from_str_radix(s["spanId"].as_str().unwrap(), 16).unwrap());
+            }
+        }
+    }
+    ids
+}
+
 /// Every span id in `otlp_spans` (both partitions), with how often.
 fn span_counts(b: &Broker, expect_at_least: usize) -> std::collections::BTreeMap<u64, u32> {
     runtime().block_on(async {
@@ -379,19 +394,9 @@ fn span_counts(b: &Broker, expect_at_least: usize) -> std::collections::BTreeMap
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while spans < expect_at_least && std::time::Instant::now() < deadline {
             for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
-                let value = r.value.expect("a record value");
-                let json =
-                    weir_otlp::codec::to_json(weir_otlp::Signal::Traces.request(), &value).unwrap();
-                let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-                for rs in v["resourceSpans"].as_array().unwrap() {
-                    for ss in rs["scopeSpans"].as_array().unwrap() {
-                        for s in ss["spans"].as_array().unwrap() {
-                            let id =
-                                u64::from_str_radix(s["spanId"].as_str().unwrap(), 16).unwrap();
-                            *counts.entry(id).or_insert(0) += 1;
-                            spans += 1;
-                        }
-                    }
+                for id in span_ids(&r.value.expect("a record value")) {
+                    *counts.entry(id).or_insert(0) += 1;
+                    spans += 1;
                 }
             }
         }
