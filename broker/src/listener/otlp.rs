@@ -209,7 +209,11 @@ struct Io<S> {
     stream: S,
     buf: Box<[u8]>,
     idle: Duration,
-    idle_timer: Option<Pin<Box<glommio::timer::Timer>>>,
+    /// Runs from the first read that finds nothing; one timer for the
+    /// connection's life, reset rather than made again.
+    idle_timer: glommio::timer::Timer,
+    /// `idle_timer` runs (no byte since it was reset).
+    waiting: bool,
 }
 
 impl<S> Io<S> {
@@ -218,7 +222,8 @@ impl<S> Io<S> {
             stream,
             buf: vec![0; 64 << 10].into_boxed_slice(),
             idle,
-            idle_timer: None,
+            idle_timer: glommio::timer::Timer::new(idle),
+            waiting: false,
         }
     }
 }
@@ -234,16 +239,17 @@ impl<S: AsyncRead + Unpin> hyper::rt::Read for Io<S> {
         match Pin::new(&mut this.stream).poll_read(cx, &mut this.buf[..n]) {
             Poll::Ready(Ok(k)) => {
                 cursor.put_slice(&this.buf[..k]);
-                this.idle_timer = None;
+                this.waiting = false;
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
                 let idle = this.idle;
-                let timer = this
-                    .idle_timer
-                    .get_or_insert_with(|| Box::pin(glommio::timer::Timer::new(idle)));
-                match timer.as_mut().poll(cx) {
+                if !this.waiting {
+                    this.idle_timer.reset(idle);
+                    this.waiting = true;
+                }
+                match Pin::new(&mut this.idle_timer).poll(cx) {
                     Poll::Ready(_) => Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         format!("the client sent nothing for {idle:?}"),
@@ -830,7 +836,7 @@ async fn export(
             None => {
                 acl::check(core, session, Op::Write, Resource::Topic(&topic))
                     .map_err(|e| Refusal::Denied(e.to_string()))?;
-                let n = topic_partitions(core, &topic).await?;
+                let n = topic_partitions(core, session, &topic).await?;
                 topics.insert(topic.clone(), n);
                 n
             }
@@ -1025,9 +1031,10 @@ fn refusal_of(e: &BrokerError) -> Refusal {
     }
 }
 
-/// The partitions of an OTLP topic, created first if it is missing and
-/// `--otlp-create-topics` is on.
-async fn topic_partitions(core: &Rc<Core>, topic: &str) -> Result<u32, Refusal> {
+/// The partitions of an OTLP topic, created first if it is missing,
+/// `--otlp-create-topics` is on and the principal may create it (Create
+/// on the cluster or the topic, as Kafka's auto-creation asks).
+async fn topic_partitions(core: &Rc<Core>, session: &Session, topic: &str) -> Result<u32, Refusal> {
     if let Some(m) = core.metadata().get(topic) {
         return Ok(m.partitions().max(1));
     }
@@ -1037,6 +1044,13 @@ async fn topic_partitions(core: &Rc<Core>, topic: &str) -> Result<u32, Refusal> 
              the broker with --otlp-create-topics true"
         )));
     };
+    if !acl::allowed(core, session, Op::Create, Resource::Cluster) {
+        acl::check(core, session, Op::Create, Resource::Topic(topic)).map_err(|e| {
+            Refusal::Denied(format!(
+                "topic {topic} does not exist, and creating it: {e}"
+            ))
+        })?;
+    }
     let spec = TopicSpec::new(partitions, BTreeMap::new());
     match writer::submit(core, Change::Create(topic.into(), spec)).await {
         Ok(_) | Err(TopicError::Exists(_)) => {}

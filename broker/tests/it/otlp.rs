@@ -616,12 +616,12 @@ fn otlp_connections_count_against_the_core_connection_limit() {
     b.stop();
 }
 
-/// `weir acl add` Write on `topic` for `principal` (through the native
-/// listener's super user), then waits until `allowed` holds.
-fn grant_write(
+/// `weir acl add` `operation` on `topic` for `principal` (through the
+/// native listener's super user), then waits until `allowed` holds.
+fn grant(
     b: &crate::common::Node,
     principal: &str,
-    topic: &str,
+    (operation, topic): (&str, &str),
     allowed: impl FnMut() -> bool,
 ) {
     let args = [
@@ -630,7 +630,7 @@ fn grant_write(
         "--principal",
         principal,
         "--operation",
-        "Write",
+        operation,
         "--topic",
         topic,
     ];
@@ -642,7 +642,7 @@ fn grant_write(
     );
     crate::common::wait_until(
         std::time::Instant::now() + Duration::from_secs(20),
-        format!("{principal} may write {topic}"),
+        format!("{principal} may {operation} {topic}"),
         allowed,
     );
 }
@@ -695,12 +695,33 @@ fn a_bearer_token_names_the_principal_the_acls_hold_to() {
     assert_eq!(status, 401, "{}", String::from_utf8_lossy(&body));
     let expired = crate::oauth::token(&signing, "k1", "agent-7", -600);
     assert_eq!(post(&format!("\r\nAuthorization: Bearer {expired}")).0, 401);
-    grant_write(&b, "User:agent-7", "otlp_spans", || post(&bearer).0 == 200);
+    grant(&b, "User:agent-7", ("Write", "otlp_spans"), || {
+        post(&bearer).0 == 200
+    });
     assert_eq!(
         end_offset(&b, "otlp_spans"),
         Some(2),
         "the refused exports wrote nothing"
     );
+    // A missing topic is created for a principal that may create it
+    // (Create on the topic or the cluster), as Kafka's auto-creation.
+    let mut log = Vec::new();
+    put_nested(&mut log, 1, |rl| {
+        put_nested(rl, 2, |sl| put_nested(sl, 2, |r| put_len(r, 3, b"INFO")))
+    });
+    let post_log = || {
+        let head = format!("POST /v1/logs HTTP/1.1\r\n{PROTOBUF}{bearer}");
+        http(addr, &head, &log)
+    };
+    grant(&b, "User:agent-7", ("Write", "otlp_logs"), || {
+        let (status, _, body) = post_log();
+        status == 403 && String::from_utf8_lossy(&body).contains("may not Create topic `otlp_logs`")
+    });
+    assert_eq!(end_offset(&b, "otlp_logs"), None, "not created");
+    grant(&b, "User:agent-7", ("Create", "otlp_logs"), || {
+        post_log().0 == 200
+    });
+    assert_eq!(end_offset(&b, "otlp_logs"), Some(1));
     b.stop();
 }
 
@@ -765,7 +786,12 @@ fn a_client_certificate_over_tls_names_the_otlp_principal() {
     };
     assert_eq!(post(false), "000", "a required certificate");
     assert_eq!(post(true), "403", "User:agent-7 may not write yet");
-    grant_write(&b, "User:agent-7", "otlp_spans", || post(true) == "200");
+    // The topic is missing: created by the export, which needs Create
+    // (the Write grant below waits until both hold).
+    grant(&b, "User:agent-7", ("Create", "otlp_spans"), || true);
+    grant(&b, "User:agent-7", ("Write", "otlp_spans"), || {
+        post(true) == "200"
+    });
     b.stop();
 }
 
