@@ -39,11 +39,22 @@ impl Broker {
 
     /// [`Broker::start_with`], with the OTLP receivers on free ports.
     pub fn start_otlp(dir: &Path, cores: usize, extra: &[&str]) -> Broker {
+        Broker::start_otlp_on(dir, cores, ("127.0.0.1:0", "127.0.0.1:0"), extra)
+    }
+
+    /// [`Broker::start_otlp`] with the OTLP receivers on the addresses
+    /// given (gRPC, HTTP).
+    pub fn start_otlp_on(
+        dir: &Path,
+        cores: usize,
+        (grpc, http): (&str, &str),
+        extra: &[&str],
+    ) -> Broker {
         Broker(
             Node::builder(env!("CARGO_BIN_EXE_weir"))
                 .data_dir(dir)
                 .cores(cores)
-                .otlp()
+                .otlp_listen(grpc, http)
                 .args(extra)
                 .start(),
         )

@@ -404,106 +404,99 @@ fn span_counts(b: &Broker, expect_at_least: usize) -> std::collections::BTreeMap
     })
 }
 
+/// The unchanged Python SDK's gRPC and HTTP span exporters send while the
+/// broker is SIGKILLed and started again on the same ports
+/// (broker/tests/kafka/otlp_sigkill.py): every export answered success is
+/// in the topic afterwards, and the exporters' own retries carry the rest.
 #[test]
 fn every_export_answered_success_survives_a_sigkill_and_the_rest_are_retried() {
-    use std::sync::{Arc, Condvar, Mutex};
+    use std::io::BufRead;
+    use std::process::Stdio;
+    use weir_testkit::ports::{run, Proto};
     let dir = tempfile::tempdir().unwrap();
+    // Fixed ports: the exporters keep their endpoints over the restart.
+    let (grpc, http) = (run(Proto::Tcp, 0), run(Proto::Tcp, 0));
+    let (grpc, http) = (format!("127.0.0.1:{grpc}"), format!("127.0.0.1:{http}"));
     let args = [
         "--otlp-create-topics",
         "true",
         "--otlp-topic-partitions",
         "2",
     ];
-    let b = Broker::start_otlp(dir.path(), 2, &args);
-    // The exporter's view: the receiver's address (changes on restart)
-    // and the exports answered success.
-    struct View {
-        addr: SocketAddr,
-        acked: Vec<u64>,
-        failed: u64,
-        done: bool,
-    }
-    let view = Arc::new((
-        Mutex::new(View {
-            addr: b.otlp_http.unwrap(),
-            acked: Vec::new(),
-            failed: 0,
-            done: false,
-        }),
-        Condvar::new(),
-    ));
-    let exporter = {
-        let view = view.clone();
-        std::thread::spawn(move || {
-            let (lock, cv) = &*view;
-            let mut n = 0u64;
-            loop {
-                let addr = {
-                    let v = lock.lock().unwrap();
-                    if v.done {
-                        return;
-                    }
-                    v.addr
-                };
-                match try_export(addr, &numbered_span(n)) {
-                    Some((200, _)) => {
-                        lock.lock().unwrap().acked.push(n);
-                        cv.notify_all();
-                        n += 1;
-                    }
-                    // Refused or cut off: the same export again once the
-                    // address changes (or shortly, as an exporter backs off).
-                    _ => {
-                        let mut v = lock.lock().unwrap();
-                        v.failed += 1;
-                        if v.addr == addr && !v.done {
-                            let (_v, _) = cv.wait_timeout(v, Duration::from_millis(50)).unwrap();
-                        }
-                    }
-                }
+    let start = || Broker::start_otlp_on(dir.path(), 2, (&grpc, &http), &args);
+    let b = start();
+    const EXPORTS: u64 = 150;
+    const PER: u64 = 10;
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/otlp_sigkill.py");
+    let mut sdk = crate::common::client_program(crate::kafka_clients::python())
+        .arg(script)
+        .args([&grpc, &http, &EXPORTS.to_string(), &PER.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = sdk.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            let (first, n) = (v["first"].as_u64().unwrap(), v["n"].as_u64().unwrap());
+            if tx.send((first, n, v["ok"].as_bool().unwrap())).is_err() {
+                return;
             }
-        })
+        }
+    });
+    // Exports answered success (first span id, count), and refused ones.
+    let (mut acked, mut failed) = (Vec::new(), Vec::new());
+    let next = |acked: &mut Vec<(u64, u64)>, failed: &mut Vec<u64>| -> bool {
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok((first, n, true)) => acked.push((first, n)),
+            Ok((first, _, false)) => failed.push(first),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return false,
+            Err(e) => panic!("the exporters went silent: {e}"),
+        }
+        true
     };
-    let wait_acked = |at_least: usize| {
-        let (lock, cv) = &*view;
-        let v = cv
-            .wait_timeout_while(lock.lock().unwrap(), Duration::from_secs(60), |v| {
-                v.acked.len() < at_least
-            })
-            .unwrap()
-            .0;
-        assert!(
-            v.acked.len() >= at_least,
-            "only {} exports acknowledged",
-            v.acked.len()
-        );
-    };
-    wait_acked(100);
-    b.kill();
-    let b = Broker::start_otlp(dir.path(), 2, &args);
-    {
-        let (lock, cv) = &*view;
-        lock.lock().unwrap().addr = b.otlp_http.unwrap();
-        cv.notify_all();
+    // Both exporters under way, then the kill while they send.
+    while acked.len() < 40 {
+        assert!(next(&mut acked, &mut failed), "the exporters ended early");
     }
-    wait_acked(200);
-    let (acked, failed) = {
-        let (lock, cv) = &*view;
-        let mut v = lock.lock().unwrap();
-        v.done = true;
-        cv.notify_all();
-        (v.acked.clone(), v.failed)
-    };
-    exporter.join().unwrap();
-    let counts = span_counts(&b, acked.len());
-    let lost: Vec<_> = acked.iter().filter(|n| !counts.contains_key(n)).collect();
-    assert!(lost.is_empty(), "acknowledged exports lost: {lost:?}");
-    // At-least-once: only the export in flight at the kill may be there
-    // twice (written, unanswered, sent again).
-    let twice = counts.values().filter(|&&c| c > 1).count();
+    b.kill();
+    let b = start();
+    while next(&mut acked, &mut failed) {}
+    let status = sdk.wait().unwrap();
+    let mut err = String::new();
+    sdk.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert_eq!(
+        (acked.len() as u64, failed),
+        (2 * EXPORTS, Vec::<u64>::new()),
+        "every export answered success after the exporters' retries\n{err}"
+    );
     assert!(
-        twice <= 1,
-        "{twice} spans stored more than once ({failed} failed attempts)"
+        err.contains("retrying in"),
+        "the kill cut no export off (no exporter retried):\n{err}"
+    );
+    let want = (acked.len() as u64 * PER) as usize;
+    let counts = span_counts(&b, want);
+    let lost: Vec<u64> = acked
+        .iter()
+        .flat_map(|&(first, n)| first..first + n)
+        .filter(|id| !counts.contains_key(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "spans of acknowledged exports lost: {lost:?}"
+    );
+    // At-least-once: only the exports in flight at the kill (one per
+    // exporter) may be there twice (written, unanswered, sent again).
+    let twice = counts.values().filter(|&&c| c > 1).count() as u64;
+    assert!(twice <= 2 * PER, "{twice} spans stored more than once");
+    assert_eq!(
+        counts.len() as u64,
+        2 * EXPORTS * PER,
+        "no span beyond those sent"
     );
     b.stop();
 }
