@@ -129,18 +129,13 @@ pub struct Metrics {
     /// oversized token, no login within the deadline, a request before
     /// logging in.
     pub sasl_authentication_failures: Cell<u64>,
-    /// OTLP exports answered success (a partial success too).
-    pub otlp_exports: Cell<u64>,
-    /// Spans, data points and log records OTLP exports wrote.
-    pub otlp_items: Cell<u64>,
-    /// OTLP exports refused for good (bad data, too large, not allowed).
-    pub otlp_refused: Cell<u64>,
-    /// OTLP exports answered "retry later" (a full buffer, no leader, a
-    /// deadline passed, a missing topic).
-    pub otlp_retry_later: Cell<u64>,
-    /// Record batches of OTLP exports handed on to the node leading their
-    /// partition.
-    pub otlp_forwarded: Cell<u64>,
+    /// OTLP counters per signal (indexed as [`OTLP_SIGNALS`]): exports
+    /// answered success (a partial success too), spans / data points /
+    /// log records written, exports refused for good (bad data, too
+    /// large, not allowed), exports answered "retry later" (a full
+    /// buffer, no leader, a deadline passed, a missing topic); record
+    /// batches handed on to the node leading their partition.
+    pub otlp: [[Cell<u64>; OTLP_SIGNALS.len()]; OTLP_COUNTERS.len()],
     /// Produce stages, per batch.
     pub(crate) stages: [CellHist<{ STAGE_BUCKETS_US.len() }>; PRODUCE_STAGES.len()],
     /// Bytes of batches this core's followers fetched from leaders.
@@ -256,7 +251,7 @@ pub struct Snapshot {
     pub(crate) tls_handshake_failures: u64,
     pub(crate) sasl_authentications: u64,
     pub(crate) sasl_authentication_failures: u64,
-    pub(crate) otlp: [u64; 5],
+    pub(crate) otlp: [[u64; OTLP_SIGNALS.len()]; OTLP_COUNTERS.len()],
     pub(crate) open_connections: u64,
     pub(crate) pending_replies: u64,
     pub(crate) running_waits: u64,
@@ -276,6 +271,63 @@ pub struct Snapshot {
     /// Tiered storage: bytes of tiered partitions' logs this core holds
     /// not yet in the remote tier (upload lag; local disk they hold).
     pub(crate) tier_upload_lag_bytes: u64,
+}
+
+/// The `signal` label of the OTLP counters: an export's signal, or
+/// `unknown` for a request refused before it names one (a wrong path).
+pub const OTLP_SIGNALS: [&str; 4] = ["traces", "metrics", "logs", "unknown"];
+
+/// The OTLP counters (per signal), in [`Metrics::otlp`]'s order.
+pub const OTLP_COUNTERS: [(&str, &str); 5] = [
+    (
+        "weir_otlp_exports_total",
+        "OTLP exports answered success (partial successes too).",
+    ),
+    (
+        "weir_otlp_items_total",
+        "Spans, metric data points and log records OTLP exports wrote.",
+    ),
+    (
+        "weir_otlp_refused_total",
+        "OTLP exports refused for good: malformed, too large, not allowed (not retried by exporters).",
+    ),
+    (
+        "weir_otlp_retry_later_total",
+        "OTLP exports answered retry-later: a full buffer, no leader or in-sync replicas, a deadline, a missing topic, a quota.",
+    ),
+    (
+        "weir_otlp_forwarded_batches_total",
+        "Record batches of OTLP exports handed on to the node leading their partition.",
+    ),
+];
+
+/// Indexes of [`OTLP_COUNTERS`].
+pub mod otlp_counter {
+    /// Exports answered success.
+    pub const EXPORTS: usize = 0;
+    /// Items written.
+    pub const ITEMS: usize = 1;
+    /// Exports refused for good.
+    pub const REFUSED: usize = 2;
+    /// Exports answered retry-later.
+    pub const RETRY_LATER: usize = 3;
+    /// Batches handed on.
+    pub const FORWARDED: usize = 4;
+}
+
+impl Metrics {
+    /// Adds `n` to OTLP counter `counter` (an [`otlp_counter`] index) of
+    /// `signal` (`None`: not known).
+    pub fn otlp_add(&self, counter: usize, signal: Option<weir_otlp::Signal>, n: u64) {
+        let j = match signal {
+            Some(weir_otlp::Signal::Traces) => 0,
+            Some(weir_otlp::Signal::Metrics) => 1,
+            Some(weir_otlp::Signal::Logs) => 2,
+            None => 3,
+        };
+        let c = &self.otlp[counter][j];
+        c.set(c.get() + n);
+    }
 }
 
 /// Tiered storage's counters: name, help.
@@ -381,7 +433,7 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    let simple: [Simple; 37] = [
+    let simple: [Simple; 32] = [
         (
             "weir_replication_bytes_in_total",
             "counter",
@@ -429,36 +481,6 @@ pub fn render(snaps: &[Snapshot]) -> String {
             "counter",
             "SASL logins that failed: bad credentials or tokens, no login in time, requests before one.",
             |s| s.sasl_authentication_failures as f64,
-        ),
-        (
-            "weir_otlp_exports_total",
-            "counter",
-            "OTLP exports answered success (partial successes too).",
-            |s| s.otlp[0] as f64,
-        ),
-        (
-            "weir_otlp_items_total",
-            "counter",
-            "Spans, metric data points and log records OTLP exports wrote.",
-            |s| s.otlp[1] as f64,
-        ),
-        (
-            "weir_otlp_refused_total",
-            "counter",
-            "OTLP exports refused for good: malformed, too large, not allowed (not retried by exporters).",
-            |s| s.otlp[2] as f64,
-        ),
-        (
-            "weir_otlp_retry_later_total",
-            "counter",
-            "OTLP exports answered retry-later: a full buffer, no leader or in-sync replicas, a deadline, a missing topic.",
-            |s| s.otlp[3] as f64,
-        ),
-        (
-            "weir_otlp_forwarded_batches_total",
-            "counter",
-            "Record batches of OTLP exports handed on to the node leading their partition.",
-            |s| s.otlp[4] as f64,
         ),
         (
             "weir_connections_open",
@@ -606,6 +628,15 @@ pub fn render(snaps: &[Snapshot]) -> String {
         family(name, kind, help, &mut o);
         for s in snaps {
             let _ = writeln!(o, "{name}{{core=\"{}\"}} {}", s.core, f(s));
+        }
+    }
+    for (i, (name, help)) in OTLP_COUNTERS.iter().enumerate() {
+        family(name, "counter", help, &mut o);
+        for s in snaps {
+            for (j, signal) in OTLP_SIGNALS.iter().enumerate() {
+                let v = s.otlp[i][j];
+                let _ = writeln!(o, "{name}{{signal=\"{signal}\",core=\"{}\"}} {v}", s.core);
+            }
         }
     }
     for (i, (name, help)) in TIER_COUNTERS.iter().enumerate() {

@@ -41,6 +41,7 @@ use weir_proto::record::RecordData;
 
 use super::accept_or_stop;
 use crate::metadata::{writer, Change, TopicError, TopicSpec};
+use crate::metrics::otlp_counter;
 use crate::server::tls::{handshake, SecurityProtocol, ServerTls};
 use crate::service::acl::{self, Op, Resource};
 use crate::service::auth::Session;
@@ -432,6 +433,11 @@ async fn answer(
     connection: &Rc<Session>,
     req: Request<Incoming>,
 ) -> Response<Reply> {
+    let path = req.uri().path();
+    let signal = match receiver {
+        Receiver::Grpc => Signal::from_grpc_path(path),
+        Receiver::Http => Signal::from_http_path(path),
+    };
     let r = match request_session(core, connection, req.headers()) {
         Err(refusal) => Err((Content::Protobuf, refusal)),
         Ok(session) => match receiver {
@@ -440,12 +446,12 @@ async fn answer(
         },
     };
     if let Err((_, refusal)) = &r {
-        let m = if refusal.retried() {
-            &core.metrics.otlp_retry_later
+        let counter = if refusal.retried() {
+            otlp_counter::RETRY_LATER
         } else {
-            &core.metrics.otlp_refused
+            otlp_counter::REFUSED
         };
-        m.set(m.get() + 1);
+        core.metrics.otlp_add(counter, signal, 1);
         if refusal.retried() {
             tracing::debug!(
                 receiver = receiver.name(),
@@ -905,7 +911,7 @@ async fn export(
             Err(BrokerError::NotLeader { leader, .. }) if leader != 0 && leader != me => {
                 let core = core.clone();
                 handed_on.push(glommio::spawn_local(async move {
-                    let r = hand_on(&core, leader, p, timeout).await;
+                    let r = hand_on(&core, signal, leader, p, timeout).await;
                     (r, n)
                 }));
             }
@@ -957,9 +963,9 @@ async fn export(
         return Err(Refusal::Invalid(taken.message));
     }
     let m = &core.metrics;
-    m.otlp_exports.set(m.otlp_exports.get() + 1);
-    m.otlp_items
-        .set(m.otlp_items.get() + written.saturating_sub(taken.rejected));
+    m.otlp_add(otlp_counter::EXPORTS, Some(signal), 1);
+    let items = written.saturating_sub(taken.rejected);
+    m.otlp_add(otlp_counter::ITEMS, Some(signal), items);
     Ok(taken)
 }
 
@@ -976,7 +982,13 @@ type PartOutcome = Result<(), PartError>;
 /// Hands one partition's batch on to `node`, its leader, over the
 /// replication data plane (`DataRequest::Produce`), waiting at most
 /// `timeout` for its acknowledgement there.
-async fn hand_on(core: &Rc<Core>, node: u64, p: ProducePart, timeout: Duration) -> PartOutcome {
+async fn hand_on(
+    core: &Rc<Core>,
+    signal: Signal,
+    node: u64,
+    p: ProducePart,
+    timeout: Duration,
+) -> PartOutcome {
     let tp = (p.topic, p.partition);
     let failed = |retriable: bool, why: String| PartError {
         retriable,
@@ -995,8 +1007,8 @@ async fn hand_on(core: &Rc<Core>, node: u64, p: ProducePart, timeout: Duration) 
             ),
         ));
     }
-    let m = &core.metrics;
-    m.otlp_forwarded.set(m.otlp_forwarded.get() + 1);
+    core.metrics
+        .otlp_add(otlp_counter::FORWARDED, Some(signal), 1);
     let timeout_ms = timeout.as_millis().min(u128::from(u32::MAX)) as u32;
     let sent = async {
         let link = crate::replica::link_to(core, node, &tp)

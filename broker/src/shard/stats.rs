@@ -1,6 +1,8 @@
 //! This core's metrics snapshot: its counters (`crate::metrics`) and what
 //! its logs, mesh and replicas hold now.
 
+use std::cell::Cell;
+
 use crate::metrics::{LeaderStats, Snapshot};
 use crate::shard::Core;
 
@@ -27,13 +29,7 @@ pub fn snapshot(core: &Core) -> Snapshot {
         tls_handshake_failures: m.tls_handshake_failures.get(),
         sasl_authentications: m.sasl_authentications.get(),
         sasl_authentication_failures: m.sasl_authentication_failures.get(),
-        otlp: [
-            m.otlp_exports.get(),
-            m.otlp_items.get(),
-            m.otlp_refused.get(),
-            m.otlp_retry_later.get(),
-            m.otlp_forwarded.get(),
-        ],
+        otlp: m.otlp.each_ref().map(|c| c.each_ref().map(Cell::get)),
         open_connections: core.connections.get() as u64,
         pending_replies: core.mesh.replies.len() as u64,
         running_waits: core.mesh.running.len() as u64,
