@@ -57,6 +57,28 @@ pub fn unframe(body: &[u8]) -> Result<(bool, &[u8]), Error> {
     Ok((compressed, &body[5..]))
 }
 
+/// A request's `grpc-timeout` header (gRPC over HTTP/2: at most 8 digits
+/// and a unit, `H`, `M`, `S`, `m`, `u` or `n`) as a duration; `None` if
+/// it is not one.
+pub fn parse_timeout(value: &str) -> Option<Duration> {
+    let (&unit, digits) = value.as_bytes().split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = digits
+        .iter()
+        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 /// A response message with its (uncompressed) prefix.
 pub fn frame(msg: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(msg.len() + 5);

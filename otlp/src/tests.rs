@@ -538,3 +538,31 @@ mod props {
         }
     }
 }
+
+#[test]
+fn grpc_timeouts_parse_as_the_protocol_writes_them() {
+    use crate::grpc::parse_timeout;
+    use std::time::Duration;
+    assert_eq!(parse_timeout("10S"), Some(Duration::from_secs(10)));
+    assert_eq!(parse_timeout("9999m"), Some(Duration::from_millis(9999)));
+    assert_eq!(parse_timeout("2H"), Some(Duration::from_secs(7200)));
+    assert_eq!(parse_timeout("1M"), Some(Duration::from_secs(60)));
+    assert_eq!(parse_timeout("500u"), Some(Duration::from_micros(500)));
+    assert_eq!(
+        parse_timeout("99999999n"),
+        Some(Duration::from_nanos(99_999_999))
+    );
+    for bad in [
+        "",
+        "S",
+        "10",
+        "123456789S",
+        "10s",
+        "-1S",
+        "1.5S",
+        "１S",
+        "1é",
+    ] {
+        assert_eq!(parse_timeout(bad), None, "{bad:?}");
+    }
+}

@@ -586,7 +586,14 @@ fn http_refusal(content: Content, r: &Refusal) -> Response<Reply> {
 
 async fn grpc_answer(core: &Rc<Core>, session: &Session, req: Request<Incoming>) -> Answer {
     let cfg = &core.shared.config.otlp;
-    let deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
+    // The client's own deadline, when it sends one and it is sooner: past
+    // it, the client has stopped waiting for the answer.
+    let timeout = header(req.headers(), "grpc-timeout")
+        .and_then(|t| grpc::parse_timeout(&t))
+        .map_or(Duration::from_millis(cfg.timeout_ms), |t| {
+            t.min(Duration::from_millis(cfg.timeout_ms))
+        });
+    let deadline = Instant::now() + timeout;
     let fail = |r: Refusal| (Content::Protobuf, r);
     let content_type = header(req.headers(), CONTENT_TYPE.as_str()).unwrap_or_default();
     if !content_type.starts_with("application/grpc") {
