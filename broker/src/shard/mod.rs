@@ -291,7 +291,7 @@ impl Core {
     pub fn locate(&self, topic: &str, partition: u32) -> Result<usize, crate::error::BrokerError> {
         let view = self.metadata.borrow();
         let Some(t) = view.get(topic).filter(|t| partition < t.partitions()) else {
-            return Err(crate::error::BrokerError::unknown(topic, partition));
+            return Err(self.unknown_here(topic, partition));
         };
         let not_leader = || crate::error::BrokerError::NotLeader {
             topic: topic.to_string(),
@@ -405,7 +405,29 @@ impl Core {
                 partition,
                 leader: t.leaders.get(partition as usize).copied().unwrap_or(0),
             },
-            None => BrokerError::unknown(topic, partition),
+            None => self.unknown_here(topic, partition),
+        }
+    }
+
+    /// A partition this core's metadata view does not have: unknown —
+    /// unless the node's controller already has it and this core has not
+    /// applied that version yet (a topic just created, as a client that
+    /// learnt of it from another node may find): then `NotLeader` with no
+    /// leader known, which clients retry after asking the metadata again.
+    fn unknown_here(&self, topic: &str, partition: u32) -> BrokerError {
+        let state = self.shared.controller.state();
+        let coming = state
+            .topics
+            .get(topic)
+            .is_some_and(|t| (partition as usize) < t.partitions.len());
+        if coming {
+            BrokerError::NotLeader {
+                topic: topic.to_string(),
+                partition,
+                leader: 0,
+            }
+        } else {
+            BrokerError::unknown(topic, partition)
         }
     }
 
