@@ -729,7 +729,16 @@ impl ShareConsumer {
             let batches = crate::split_batches(&payload.slice_ref(data))?;
             let topic: Arc<str> = Arc::from(p.topic.as_str());
             let mut got: Vec<ConsumerRecord> = Vec::new();
-            let held = |o: u64| p.acquired.iter().any(|a| a.first <= o && o <= a.last);
+            // The acquired ranges in order (the broker answers them so,
+            // apart): a record's range found by a binary search, not a scan
+            // per record.
+            let mut ranges = p.acquired.clone();
+            ranges.sort_unstable_by_key(|a| a.first);
+            let range_of = |o: u64| {
+                let i = ranges.partition_point(|a| a.last < o);
+                ranges.get(i).filter(|a| a.first <= o)
+            };
+            let held = |o: u64| range_of(o).is_some();
             for b in &batches {
                 let rb = RecordBatch::parse(b)?;
                 if rb.header().attributes.is_control() {
@@ -741,14 +750,10 @@ impl ShareConsumer {
                 .in_flight
                 .entry((p.topic.clone(), p.partition))
                 .or_insert_with(|| (addr, BTreeMap::new()));
-            let mut present = BTreeSet::new();
+            let mut present = Vec::with_capacity(got.len());
             for r in got {
-                present.insert(r.offset);
-                let delivery_count = p
-                    .acquired
-                    .iter()
-                    .find(|a| a.first <= r.offset && r.offset <= a.last)
-                    .map_or(1, |a| a.delivery_count);
+                present.push(r.offset);
+                let delivery_count = range_of(r.offset).map_or(1, |a| a.delivery_count);
                 records.push((
                     addr,
                     ShareRecord {
@@ -758,10 +763,14 @@ impl ShareConsumer {
                 ));
             }
             // Offsets acquired without a record (compacted away, control
-            // records): gaps.
-            for a in &p.acquired {
+            // records): gaps, found by walking the ranges and the records'
+            // offsets together.
+            present.sort_unstable();
+            let mut next = present.iter().peekable();
+            for a in &ranges {
                 for o in a.first..=a.last {
-                    if !present.contains(&o) {
+                    while next.next_if(|&&x| x < o).is_some() {}
+                    if next.peek() != Some(&&o) {
                         offsets.insert(o, Some(0));
                     }
                 }

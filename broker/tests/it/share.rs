@@ -77,6 +77,21 @@ fn acknowledgements_survive_a_broker_sigkill() {
     b.stop();
 }
 
+/// A Kafka connection to `group`'s coordinator (found by FindCoordinator
+/// on the broker's Kafka listener).
+pub(crate) fn coordinator_of(b: &Broker, group: &'static str) -> crate::common::KafkaConn {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let mut k = crate::common::KafkaConn::connect(b.kafka);
+    let find = FindCoordinatorRequest::default()
+        .with_key_type(0)
+        .with_coordinator_keys(vec![StrBytes::from_static_str(group)]);
+    k.send(ApiKey::FindCoordinator, 4, &find);
+    let found: FindCoordinatorResponse = k.read(4);
+    let port = found.coordinators[0].port as u16;
+    crate::common::KafkaConn::connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
 /// A share group is listed with its type (Kafka's ListGroups v5, types
 /// filter `share`) while it has members, and not as a consumer group;
 /// ShareGroupDescribe and DescribeShareGroupOffsets describe it.
@@ -90,14 +105,7 @@ fn share_groups_are_listed_with_their_type() {
     assert_eq!(admin.create_topic("listed", 1, &[]).error, 0);
     // The member joins at the group's coordinator (FindCoordinator).
     let mut k = crate::common::KafkaConn::connect(b.kafka);
-    let find = FindCoordinatorRequest::default()
-        .with_key_type(0)
-        .with_coordinator_keys(vec![StrBytes::from_static_str("pool")]);
-    k.send(ApiKey::FindCoordinator, 4, &find);
-    let found: FindCoordinatorResponse = k.read(4);
-    let port = found.coordinators[0].port as u16;
-    let mut at =
-        crate::common::KafkaConn::connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    let mut at = coordinator_of(&b, "pool");
     let join = ShareGroupHeartbeatRequest::default()
         .with_group_id(GroupId(StrBytes::from_static_str("pool")))
         .with_member_id(StrBytes::from_static_str("worker-1"))

@@ -453,3 +453,176 @@ fn bad_share_acknowledgements_are_refused_and_change_nothing() {
     });
     b.stop();
 }
+
+/// The share group's start offset of `topic`-0 (DescribeShareGroupOffsets
+/// at the group's coordinator, over the Kafka listener); -1: none stored.
+fn share_start_offset(b: &Broker, group: &'static str, topic: &str) -> i64 {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let mut at = crate::share::coordinator_of(b, group);
+    let offsets = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(GroupId(StrBytes::from_static_str(group)))
+            .with_topics(None),
+    ]);
+    at.send(ApiKey::DescribeShareGroupOffsets, 0, &offsets);
+    let o: DescribeShareGroupOffsetsResponse = at.read(0);
+    assert_eq!(o.groups[0].error_code, 0, "{o:?}");
+    let t = o.groups[0]
+        .topics
+        .iter()
+        .find(|t| t.topic_name.as_str() == topic)
+        .unwrap_or_else(|| panic!("no {topic} in {o:?}"));
+    t.partitions[0].start_offset
+}
+
+/// Offsets compaction removed from inside a batch are acquired with the
+/// batch's records: the SDK acknowledges them as gaps, so once every
+/// record left is consumed the group's start offset is the log's end.
+#[test]
+fn offsets_compacted_away_are_acknowledged_as_gaps() {
+    use weir_client::{Consumer, ConsumerConfig};
+    let dir = tempfile::tempdir().unwrap();
+    // Only `weir topic compact` cleans here.
+    let mut flags = FLAGS.to_vec();
+    flags.extend(["--log-cleaner-backoff-ms", "3600000"]);
+    let b = Broker::start_with(dir.path(), 2, &flags);
+    let mut admin = b.client();
+    let configs = [("cleanup.policy", "compact"), ("segment.bytes", "4096")];
+    assert_eq!(admin.create_topic("cs", 1, &configs).error, 0);
+    let addr = b.listen;
+    const N: u64 = 2_000;
+    runtime().block_on(async {
+        // 2 000 records of 40 keys in batches of ~30 records, 4 KiB
+        // segments (the active one is not compacted).
+        let mut c = ProducerConfig::default();
+        c.linger_ms = 20;
+        c.batch_size = 1024;
+        let p = Producer::new(Client::connect(addr).await.unwrap(), c);
+        let mut acks = Vec::new();
+        for i in 0..N {
+            let r = ProducerRecord::new("cs", Bytes::from(i.to_string()))
+                .key(format!("k{}", i % 40))
+                .partition(0);
+            acks.push(p.send(r).await.unwrap());
+        }
+        for a in acks {
+            a.await.unwrap();
+        }
+        p.close().await;
+    });
+    let out = crate::common::weir_at(addr, &["topic", "compact", "cs"], b"");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    runtime().block_on(async {
+        // What is left, read by a plain consumer.
+        let mut plain = Consumer::new(
+            Client::connect(addr).await.unwrap(),
+            ConsumerConfig::default(),
+        );
+        plain.assign(vec![("cs".to_string(), 0)]);
+        plain.seek("cs", 0, 0).unwrap();
+        let mut left = BTreeSet::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = plain.poll(Duration::from_millis(300)).await.unwrap();
+            if got.is_empty() && !left.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline);
+            left.extend(got.iter().map(|r| r.offset));
+        }
+        assert!(
+            (left.len() as u64) < N / 2 && left.contains(&(N - 1)),
+            "compaction left {} records",
+            left.len()
+        );
+        let mut c = ShareConsumer::new(
+            Client::connect(addr).await.unwrap(),
+            member("cs-gaps", false),
+        );
+        c.subscribe(&["cs"]).unwrap();
+        let mut got = BTreeSet::new();
+        while got.len() < left.len() {
+            assert!(
+                Instant::now() < deadline,
+                "got {} of {}",
+                got.len(),
+                left.len()
+            );
+            for r in c.poll(Duration::from_millis(300)).await.unwrap() {
+                assert!(
+                    got.insert(r.record.offset),
+                    "offset {} twice",
+                    r.record.offset
+                );
+            }
+        }
+        c.commit_sync().await.unwrap();
+        assert_eq!(got, left);
+        assert_eq!(share_start_offset(&b, "cs-gaps", "cs"), N as i64);
+        c.close().await.unwrap();
+    });
+    b.stop();
+}
+
+/// Transaction markers sit between a share partition's records: the
+/// broker archives them (never delivered), so once every record is
+/// consumed the group's start offset is the log's end, not the first
+/// marker's offset.
+#[test]
+fn transaction_markers_do_not_hold_back_a_share_groups_start_offset() {
+    use weir_client::transactional::TransactionalProducer;
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_with(dir.path(), 2, &FLAGS);
+    let mut admin = b.client();
+    assert_eq!(admin.create_topic("txed", 1, &[]).error, 0);
+    let addr = b.listen;
+    runtime().block_on(async {
+        let p = TransactionalProducer::connect(
+            addr,
+            weir_client::ClientConfig::default(),
+            ProducerConfig::default(),
+            "txed-app",
+        )
+        .await
+        .unwrap();
+        p.init_transactions().await.unwrap();
+        // Three transactions of 10: records at 0–9, 11–20, 22–31, their
+        // commit markers at 10, 21 and 32.
+        for t in 0..3u32 {
+            p.begin_transaction().unwrap();
+            let mut acks = Vec::new();
+            for i in 0..10u32 {
+                let r =
+                    ProducerRecord::new("txed", Bytes::from((t * 10 + i).to_string())).partition(0);
+                acks.push(p.send(r).await.unwrap());
+            }
+            for a in acks {
+                a.await.unwrap();
+            }
+            p.commit_transaction().await.unwrap();
+        }
+        p.close().await;
+        let mut c = ShareConsumer::new(Client::connect(addr).await.unwrap(), member("gaps", false));
+        c.subscribe(&["txed"]).unwrap();
+        let mut got = BTreeSet::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got.len() < 30 {
+            assert!(Instant::now() < deadline, "got {got:?}");
+            for r in c.poll(Duration::from_millis(300)).await.unwrap() {
+                assert!(got.insert(value(&r)), "{} twice", value(&r));
+            }
+        }
+        c.commit_sync().await.unwrap();
+        assert_eq!(got, (0..30).collect::<BTreeSet<u32>>());
+        // While the member is in the group (its subscription names the
+        // topic).
+        assert_eq!(share_start_offset(&b, "gaps", "txed"), 33);
+        c.close().await.unwrap();
+    });
+    b.stop();
+}
