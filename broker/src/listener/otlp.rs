@@ -112,19 +112,14 @@ pub async fn serve_otlp(
             };
             // A client certificate names the principal, as on the client
             // listeners (--ssl-principal-mapping-rules).
-            let certificate = match crate::server::principal::of_certificate(
+            let Some(certificate) = crate::server::principal::admit(
                 &core.shared.config.ssl_principal_rules,
                 stream.get_ref().1.peer_certificates(),
-            ) {
-                Ok(c) => c,
-                Err(_unmapped) => {
-                    failures.set(failures.get() + 1);
-                    tracing::warn!(
-                        %peer,
-                        "closing OTLP connection: no --ssl-principal-mapping-rules rule applies to its certificate's subject"
-                    );
-                    return;
-                }
+                failures,
+                &peer,
+                "OTLP",
+            ) else {
+                return;
             };
             let session = Session::with_principal(peer, security, Duration::ZERO, certificate);
             serve_connection(core, Io::new(stream, idle), receiver, session).await

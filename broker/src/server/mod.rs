@@ -723,20 +723,15 @@ async fn accept_loop<P: crate::listener::connection::Protocol>(
                                 return;
                             };
                             // A client certificate names the principal.
-                            let certificate = match principal::of_certificate(
+                            let Some(certificate) = principal::admit(
                                 &core.shared.config.ssl_principal_rules,
                                 stream.get_ref().1.peer_certificates(),
-                            ) {
-                                Ok(c) => c,
-                                Err(_unmapped) => {
-                                    failures.set(failures.get() + 1);
-                                    tracing::warn!(
-                                        %peer,
-                                        "closing connection: no --ssl-principal-mapping-rules rule applies to its certificate's subject"
-                                    );
-                                    core.connections.set(core.connections.get() - 1);
-                                    return;
-                                }
+                                failures,
+                                &peer,
+                                "client",
+                            ) else {
+                                core.connections.set(core.connections.get() - 1);
+                                return;
                             };
                             let session =
                                 Session::with_principal(peer.clone(), security, login, certificate);

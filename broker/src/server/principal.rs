@@ -279,6 +279,30 @@ pub fn of_certificate<C: AsRef<[u8]>>(
         .ok_or(Unmapped)
 }
 
+/// [`of_certificate`] for a connection being accepted: its principal
+/// (`Some(None)`: no certificate), or `None` — counted in `failures` and
+/// logged with `peer` — when no rule maps the certificate's subject (the
+/// `listener`'s connection is to be closed).
+pub fn admit<C: AsRef<[u8]>>(
+    rules: &PrincipalRules,
+    certs: Option<&[C]>,
+    failures: &std::cell::Cell<u64>,
+    peer: &str,
+    listener: &str,
+) -> Option<Option<String>> {
+    match of_certificate(rules, certs) {
+        Ok(c) => Some(c),
+        Err(Unmapped) => {
+            failures.set(failures.get() + 1);
+            tracing::warn!(
+                %peer,
+                "closing {listener} connection: no --ssl-principal-mapping-rules rule applies to its certificate's subject"
+            );
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
