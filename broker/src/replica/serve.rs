@@ -218,6 +218,11 @@ async fn produce(
             weir_replication::data::PRODUCE_BYTES_MAX
         )));
     }
+    // Its bytes wait for room in the core's in-flight budget, as a client
+    // request's do: handed-on batches cannot pile up without bound.
+    let Ok(_held) = core.inflight.acquire_permit(len as u64).await else {
+        return failed(BrokerError::TimedOut("the leading core is stopping".into()));
+    };
     let mut batch = vec![0u8; len];
     if let Err(e) = recv.read_exact(&mut batch).await {
         return failed(BrokerError::InvalidRequest(format!(
