@@ -739,12 +739,36 @@ impl ShareConsumer {
                 ranges.get(i).filter(|a| a.first <= o)
             };
             let held = |o: u64| range_of(o).is_some();
-            for b in &batches {
-                let rb = RecordBatch::parse(b)?;
+            // Acquired offsets lie within the batches answered (the broker
+            // acquires whole batches): a range outside them is a bad answer,
+            // refused before the gaps are walked offset by offset.
+            let parsed = batches
+                .iter()
+                .map(|b| RecordBatch::parse(b))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let span = parsed
+                .iter()
+                .map(|rb| {
+                    (
+                        rb.header().base_offset as u64,
+                        rb.header().last_offset() as u64,
+                    )
+                })
+                .reduce(|(a, z), (lo, hi)| (a.min(lo), z.max(hi)));
+            let inside = |a: &&weir_proto::messages::AcquiredRange| {
+                span.is_some_and(|(lo, hi)| lo <= a.first && a.last <= hi)
+            };
+            if let Some(bad) = ranges.iter().find(|a| !inside(a)) {
+                return Err(ClientError::InvalidResponse(format!(
+                    "{}-{}: offsets {}..={} acquired outside the batches answered ({span:?})",
+                    p.topic, p.partition, bad.first, bad.last
+                )));
+            }
+            for (b, rb) in batches.iter().zip(&parsed) {
                 if rb.header().attributes.is_control() {
                     continue;
                 }
-                crate::consumer::decode_records(b, &rb, &topic, p.partition, held, &mut got)?;
+                crate::consumer::decode_records(b, rb, &topic, p.partition, held, &mut got)?;
             }
             let (_, offsets) = self
                 .in_flight
