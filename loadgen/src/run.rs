@@ -807,11 +807,12 @@ async fn consumed<'a>(
 }
 
 /// Records a share-group member takes per poll: when records cost
-/// nothing, 1000 (500 per core of this 2-core broker: more per fetch
-/// lets a few members fill a partition's window of 2000 while the others
-/// wait — measured slower), else the SDK's default (500: Kafka's
-/// `max.poll.records`), so that a member does not hold seconds of work
-/// others could do.
+/// nothing, 1000 (with more members than partitions each member reads
+/// one partition, so this is one fetch of two 512 KiB batches of 1 KiB
+/// records; a partition's window of 2000 holds two members' fetches;
+/// 2000 per poll measured no faster), else the SDK's default (500:
+/// Kafka's `max.poll.records`), so that a member does not hold seconds
+/// of work others could do.
 fn share_poll_records(processing_us: u64) -> u32 {
     if processing_us == 0 {
         1000
