@@ -36,6 +36,19 @@ pub enum Stage {
     /// every in-sync replica (the high watermark passes it).
     Replicate = 3,
 }
+/// Share-fetch stages timed on the share partitions' core, per request.
+pub const SHARE_FETCH_STAGES: [&str; 3] = ["acquire", "wait", "store"];
+/// Index of a stage in [`SHARE_FETCH_STAGES`].
+#[derive(Debug, Clone, Copy)]
+pub enum ShareStage {
+    /// Acquiring records for the member and reading them (every pass).
+    Acquire = 0,
+    /// Nothing to acquire: waiting for records to arrive or free up.
+    Wait = 1,
+    /// Waiting for the stores of the acknowledgements the request carried
+    /// to be durable, past what ran beside the acquisition.
+    Store = 2,
+}
 /// Number of API keys counted.
 pub const APIS: usize = ApiKey::ALL.len();
 /// Largest HTTP request head read by the metrics endpoint.
@@ -138,6 +151,8 @@ pub struct Metrics {
     pub otlp: [[Cell<u64>; OTLP_SIGNALS.len()]; OTLP_COUNTERS.len()],
     /// Produce stages, per batch.
     pub(crate) stages: [CellHist<{ STAGE_BUCKETS_US.len() }>; PRODUCE_STAGES.len()],
+    /// Share-fetch stages, per request.
+    pub(crate) share_stages: [CellHist<{ STAGE_BUCKETS_US.len() }>; SHARE_FETCH_STAGES.len()],
     /// Bytes of batches this core's followers fetched from leaders.
     pub replication_in: Cell<u64>,
     /// Bytes of batches this core sent to followers.
@@ -172,6 +187,12 @@ impl Metrics {
     pub fn stage(&self, stage: Stage, d: std::time::Duration) {
         let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         self.stages[stage as usize].observe(&STAGE_BUCKETS_US, us);
+    }
+
+    /// Records how long one share fetch spent in a stage.
+    pub fn share_stage(&self, stage: ShareStage, d: std::time::Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.share_stages[stage as usize].observe(&STAGE_BUCKETS_US, us);
     }
 
     /// Adds received bytes.
@@ -243,6 +264,8 @@ pub struct Snapshot {
     pub(crate) apis: Vec<(u64, Hist)>,
     /// Per produce stage.
     pub(crate) stages: Vec<Hist>,
+    /// Per share-fetch stage.
+    pub(crate) share_stages: Vec<Hist>,
     pub(crate) bytes_in: u64,
     pub(crate) bytes_out: u64,
     pub(crate) connections: u64,
@@ -413,26 +436,41 @@ pub fn render(snaps: &[Snapshot]) -> String {
             );
         }
     }
-    family(
+    let stage_family = |o: &mut String,
+                        name: &str,
+                        help: &str,
+                        stages: &[&str],
+                        pick: fn(&Snapshot) -> &[Hist]| {
+        family(name, "histogram", help, o);
+        for s in snaps {
+            for (stage, h) in stages.iter().zip(pick(s)) {
+                let labels = format!("stage=\"{stage}\",core=\"{}\"", s.core);
+                h.render(o, name, &labels, &STAGE_BUCKETS_US);
+            }
+        }
+    };
+    stage_family(
+        &mut o,
         "weir_produce_stage_seconds",
-        "histogram",
         "Time a produced batch spent in each stage on its owner core: append (order, \
          validation, copy), write (until written to its segment), sync (until its flush \
          policy is met). The rest of a produce's weir_request_duration_seconds is decoding, \
          routing and the answer.",
-        &mut o,
+        &PRODUCE_STAGES,
+        |s| &s.stages,
     );
-    for s in snaps {
-        for (stage, h) in PRODUCE_STAGES.iter().zip(&s.stages) {
-            let labels = format!("stage=\"{stage}\",core=\"{}\"", s.core);
-            h.render(
-                &mut o,
-                "weir_produce_stage_seconds",
-                &labels,
-                &STAGE_BUCKETS_US,
-            );
-        }
-    }
+    stage_family(
+        &mut o,
+        "weir_share_fetch_stage_seconds",
+        "Time a share fetch (Kafka's ShareFetch or the native one) spent in each stage on \
+         its partitions' core: acquire (acquiring records and reading them), wait (nothing \
+         to acquire: waiting for records to arrive or free up), store (waiting for its \
+         acknowledgements to be durable, past what ran beside the acquisition). The rest of \
+         its weir_request_duration_seconds is decoding, routing, the answer and the wait \
+         for the connection's writer.",
+        &SHARE_FETCH_STAGES,
+        |s| &s.share_stages,
+    );
     let simple: [Simple; 32] = [
         (
             "weir_replication_bytes_in_total",

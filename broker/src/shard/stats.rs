@@ -21,6 +21,11 @@ pub fn snapshot(core: &Core) -> Snapshot {
             .iter()
             .map(crate::metrics::CellHist::read)
             .collect(),
+        share_stages: m
+            .share_stages
+            .iter()
+            .map(crate::metrics::CellHist::read)
+            .collect(),
         bytes_in: m.bytes_in.get(),
         bytes_out: m.bytes_out.get(),
         connections: m.connections.get(),

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::rc::Rc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use weir_share::group::{Heartbeat, HeartbeatAnswer, ShareGroup, ShareGroupError};
@@ -14,6 +15,7 @@ use weir_share::records::ShareKey;
 
 use super::registry::Session;
 use crate::error::BrokerError;
+use crate::metrics::ShareStage;
 use crate::shard::Core;
 
 /// How often a core looks for expired locks and sessions.
@@ -331,17 +333,31 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
         settle(stores, &mut answers).await;
         return Ok(answers);
     }
-    if !acquire_all(core, &req, &member, &partitions, &mut answers).await && req.max_wait_ms > 0 {
+    let timed = |stage: ShareStage, since: Instant| {
+        let now = Instant::now();
+        core.metrics.share_stage(stage, now - since);
+        now
+    };
+    let started = Instant::now();
+    let acquired = acquire_all(core, &req, &member, &partitions, &mut answers).await;
+    let mut at = timed(ShareStage::Acquire, started);
+    if !acquired && req.max_wait_ms > 0 {
         // Stored first: a member waiting for records holds its
         // acknowledgements' answer no longer than their store.
         if !stores.is_empty() {
             settle(std::mem::take(&mut stores), &mut answers).await;
+            at = timed(ShareStage::Store, at);
         } else {
             wait_for_records(core, &req.group, &partitions, req.max_wait_ms).await;
+            at = timed(ShareStage::Wait, at);
             acquire_all(core, &req, &member, &partitions, &mut answers).await;
+            at = timed(ShareStage::Acquire, at);
         }
     }
-    settle(stores, &mut answers).await;
+    if !stores.is_empty() {
+        settle(stores, &mut answers).await;
+        timed(ShareStage::Store, at);
+    }
     if req.epoch == 0 {
         // A new session answers every partition it holds.
         for (topic, partition) in &partitions {
