@@ -145,6 +145,11 @@ pub const MAX_RECORDS_DEFAULT: u32 = 500;
 /// The pause before fetching again after a retriable failure (a node
 /// down, a leader moving).
 const RETRY_BACKOFF: Duration = Duration::from_millis(50);
+/// Offsets one partition's answer may acquire: a share partition's window
+/// holds at most this many (the upper bound of
+/// `group.share.partition.max.record.locks`, Kafka's and Weir's), so an
+/// answer naming more is refused before its offsets are walked one by one.
+const ACQUIRED_PER_PARTITION_MAX: u64 = 10_000;
 
 /// A record a poll returned: acquired by this member until it
 /// acknowledges it or its lock expires.
@@ -739,9 +744,6 @@ impl ShareConsumer {
                 ranges.get(i).filter(|a| a.first <= o)
             };
             let held = |o: u64| range_of(o).is_some();
-            // Acquired offsets lie within the batches answered (the broker
-            // acquires whole batches): a range outside them is a bad answer,
-            // refused before the gaps are walked offset by offset.
             let parsed = batches
                 .iter()
                 .map(|b| RecordBatch::parse(b))
@@ -755,15 +757,9 @@ impl ShareConsumer {
                     )
                 })
                 .reduce(|(a, z), (lo, hi)| (a.min(lo), z.max(hi)));
-            let inside = |a: &&weir_proto::messages::AcquiredRange| {
-                span.is_some_and(|(lo, hi)| lo <= a.first && a.last <= hi)
-            };
-            if let Some(bad) = ranges.iter().find(|a| !inside(a)) {
-                return Err(ClientError::InvalidResponse(format!(
-                    "{}-{}: offsets {}..={} acquired outside the batches answered ({span:?})",
-                    p.topic, p.partition, bad.first, bad.last
-                )));
-            }
+            check_acquired(&ranges, span).map_err(|why| {
+                ClientError::InvalidResponse(format!("{}-{}: {why}", p.topic, p.partition))
+            })?;
             for (b, rb) in batches.iter().zip(&parsed) {
                 if rb.header().attributes.is_control() {
                     continue;
@@ -901,6 +897,32 @@ impl Drop for ShareConsumer {
     }
 }
 
+/// Refuses acquired ranges (sorted) that the walk of an answer's gaps must
+/// not follow: outside the batches answered (`span`: their first and last
+/// offsets; the broker acquires from whole batches), or more offsets than
+/// a share partition's window holds.
+fn check_acquired(
+    ranges: &[weir_proto::messages::AcquiredRange],
+    span: Option<(u64, u64)>,
+) -> std::result::Result<(), String> {
+    let mut total = 0u64;
+    for a in ranges {
+        if !span.is_some_and(|(lo, hi)| lo <= a.first && a.last <= hi) {
+            return Err(format!(
+                "offsets {}..={} acquired outside the batches answered ({span:?})",
+                a.first, a.last
+            ));
+        }
+        total = total.saturating_add(a.last.saturating_add(1).saturating_sub(a.first));
+    }
+    if total > ACQUIRED_PER_PARTITION_MAX {
+        return Err(format!(
+            "{total} offsets acquired at once; a share partition holds at most {ACQUIRED_PER_PARTITION_MAX}"
+        ));
+    }
+    Ok(())
+}
+
 /// The share session epoch after `e` (1 after the largest).
 fn next_epoch(e: i32) -> i32 {
     if !(0..i32::MAX).contains(&e) {
@@ -1031,6 +1053,26 @@ mod tests {
         assert_eq!(a.len(), 36);
         assert_eq!(a.matches('-').count(), 4);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn acquired_ranges_outside_the_batches_or_past_a_window_are_refused() {
+        use weir_proto::messages::AcquiredRange;
+        let r = |first, last| AcquiredRange {
+            first,
+            last,
+            delivery_count: 1,
+        };
+        assert_eq!(
+            check_acquired(&[r(10, 19), r(30, 39)], Some((10, 49))),
+            Ok(())
+        );
+        let outside = check_acquired(&[r(10, 19), r(45, 60)], Some((10, 49))).unwrap_err();
+        assert!(outside.contains("45..=60"), "{outside}");
+        assert!(check_acquired(&[r(0, 0)], None).is_err());
+        assert_eq!(check_acquired(&[r(0, 9_999)], Some((0, u64::MAX))), Ok(()));
+        let wide = check_acquired(&[r(0, 1 << 40)], Some((0, u64::MAX))).unwrap_err();
+        assert!(wide.contains("at most 10000"), "{wide}");
     }
 
     #[test]
