@@ -382,6 +382,16 @@ impl KafkaConn {
     }
 }
 
+/// The sum of the samples in `text` (a `/metrics` page) whose line starts
+/// with `prefix` (a family name with the start of its labels, e.g.
+/// `weir_x_total{signal="traces"`).
+pub fn samples(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
 /// The sum over cores of one metric family's samples (it must be there).
 pub fn metric(addr: SocketAddr, name: &str) -> f64 {
     let text = scrape(addr);

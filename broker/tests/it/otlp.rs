@@ -280,12 +280,7 @@ fn bad_otlp_http_input_is_refused_with_a_reason_and_nothing_is_appended() {
     assert_eq!(metric("weir_otlp_retry_later_total"), 0.0);
     // Per signal: the export was of traces; a wrong path names none.
     let text = weir_testkit::scrape(b.metrics);
-    let of = |prefix: &str| -> f64 {
-        text.lines()
-            .filter(|l| l.starts_with(prefix))
-            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-            .sum()
-    };
+    let of = |prefix: &str| crate::common::samples(&text, prefix);
     assert_eq!(of("weir_otlp_items_total{signal=\"traces\""), 1.0);
     assert_eq!(of("weir_otlp_items_total{signal=\"logs\""), 0.0);
     assert!(of("weir_otlp_refused_total{signal=\"unknown\"") >= 1.0);

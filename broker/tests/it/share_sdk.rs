@@ -118,12 +118,9 @@ fn eight_sdk_share_consumers_get_every_record_exactly_once_whoever_wrote_it() {
     // The broker timed the fetches' stages: acquisitions, and the stores
     // of the acceptances they carried.
     let text = crate::common::scrape(b.metrics);
-    let count = |stage: &str| -> f64 {
-        let name = format!("weir_share_fetch_stage_seconds_count{{stage=\"{stage}\",");
-        text.lines()
-            .filter(|l| l.starts_with(&name))
-            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-            .sum()
+    let count = |stage: &str| {
+        let prefix = format!("weir_share_fetch_stage_seconds_count{{stage=\"{stage}\",");
+        crate::common::samples(&text, &prefix)
     };
     assert!(count("acquire") > 0.0 && count("store") > 0.0, "{text}");
     let out = python_script("share.py", &[&kafka, "sdk-made", "read", "2000"]);
