@@ -5,6 +5,8 @@
 //!   runtime thread of its own, so that the broker's glommio cores only
 //!   await its answers: timeouts, retries with backoff, multipart uploads
 //!   of large segments, a bound on requests in flight.
+//! - [`pace`]: the node's upload rate cap
+//!   (`remote.log.manager.copy.max.bytes.per.second`).
 //! - [`layout`]: where a remote segment's objects are (names, the leader
 //!   epoch file), documented in `docs/storage-format.md`.
 //!
@@ -15,6 +17,8 @@
 #![warn(missing_docs)]
 
 pub mod layout;
+pub mod pace;
 pub mod store;
 
+pub use pace::CopyPace;
 pub use store::{RemoteConfig, RemoteStore, TierError, Upload};

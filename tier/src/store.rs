@@ -23,6 +23,8 @@ use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
+
+use crate::pace::CopyPace;
 use object_store::{
     BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
     WriteMultipart,
@@ -52,6 +54,10 @@ pub struct RemoteConfig {
     pub max_in_flight: usize,
     /// Objects larger than this are uploaded in parts of this size.
     pub part_bytes: usize,
+    /// Bytes of segments copied to the store per second at most, every
+    /// core's together (Kafka's
+    /// `remote.log.manager.copy.max.bytes.per.second`); `None`: no cap.
+    pub copy_max_bytes_per_sec: Option<u64>,
 }
 
 impl RemoteConfig {
@@ -66,6 +72,7 @@ impl RemoteConfig {
             read_timeout: Duration::from_secs(10),
             max_in_flight: 16,
             part_bytes: 8 << 20,
+            copy_max_bytes_per_sec: None,
         }
     }
 }
@@ -138,6 +145,8 @@ struct Inner {
     local_root: Option<PathBuf>,
     runtime: Option<tokio::runtime::Runtime>,
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// The pace of copies, if capped.
+    copy_pace: Option<CopyPace>,
     config: RemoteConfig,
 }
 
@@ -178,6 +187,7 @@ impl RemoteStore {
                 runtime: Some(runtime),
                 local_root,
                 in_flight: Arc::new(tokio::sync::Semaphore::new(config.max_in_flight.max(1))),
+                copy_pace: config.copy_max_bytes_per_sec.map(CopyPace::new),
                 config,
             }),
         })
@@ -186,6 +196,15 @@ impl RemoteStore {
     /// The configuration.
     pub fn config(&self) -> &RemoteConfig {
         &self.inner.config
+    }
+
+    /// How long to wait before copying `bytes` more of a segment to the
+    /// store, under [`RemoteConfig::copy_max_bytes_per_sec`] (zero without
+    /// a cap); the bytes are counted as copied then.
+    pub fn copy_delay(&self, bytes: u64) -> Duration {
+        self.inner.copy_pace.as_ref().map_or(Duration::ZERO, |p| {
+            p.delay(std::time::Instant::now(), bytes)
+        })
     }
 
     /// Runs `f` on the store's runtime, one of the requests in flight.

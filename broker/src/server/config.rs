@@ -269,6 +269,11 @@ pub struct BrokerArgs {
     /// retries included, ms [default: 10000].
     #[arg(long, env = "WEIR_REMOTE_READ_TIMEOUT_MS")]
     pub remote_read_timeout_ms: Option<u64>,
+    /// Bytes of segments copied to the remote tier per second at most,
+    /// every core's uploads together; 0 = no cap
+    /// (`remote.log.manager.copy.max.bytes.per.second`) [default: 0].
+    #[arg(long, env = "WEIR_REMOTE_LOG_MANAGER_COPY_MAX_BYTES_PER_SECOND")]
+    pub remote_log_manager_copy_max_bytes_per_second: Option<u64>,
     /// How long a core's cleaner sleeps between looks at its compacted
     /// partitions, ms (`log.cleaner.backoff.ms`) [default: 15000].
     #[arg(long, env = "WEIR_LOG_CLEANER_BACKOFF_MS")]
@@ -470,6 +475,7 @@ struct FileConfig {
     remote_storage_options: Vec<String>,
     remote_log_task_interval_ms: Option<u64>,
     remote_read_timeout_ms: Option<u64>,
+    remote_log_manager_copy_max_bytes_per_second: Option<u64>,
     log_cleaner_backoff_ms: Option<u64>,
     log_cleaner_dedupe_buffer_size: Option<u64>,
     log_cleaner_io_max_bytes_per_second: Option<u64>,
@@ -1227,6 +1233,11 @@ impl BrokerConfig {
                     if !args.remote_storage_options.is_empty() {
                         bail!("--remote-storage-option needs --remote-storage");
                     }
+                    if args.remote_log_manager_copy_max_bytes_per_second.is_some() {
+                        bail!(
+                            "--remote-log-manager-copy-max-bytes-per-second needs --remote-storage"
+                        );
+                    }
                     None
                 }
                 Some(url) => {
@@ -1247,6 +1258,10 @@ impl BrokerConfig {
                         }
                         c.read_timeout = Duration::from_millis(ms);
                     }
+                    c.copy_max_bytes_per_sec = args
+                        .remote_log_manager_copy_max_bytes_per_second
+                        .or(file.remote_log_manager_copy_max_bytes_per_second)
+                        .filter(|&b| b > 0);
                     Some(c)
                 }
             },
@@ -1500,6 +1515,32 @@ mod tests {
         std::fs::write(&f, "nope = 1\n").unwrap();
         let e = format!("{:#}", BrokerConfig::resolve(&args).unwrap_err());
         assert!(e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn the_copy_cap_needs_remote_storage_and_zero_means_none() {
+        let e = format!(
+            "{:#}",
+            BrokerConfig::resolve(&BrokerArgs {
+                remote_log_manager_copy_max_bytes_per_second: Some(1 << 20),
+                ..Default::default()
+            })
+            .unwrap_err()
+        );
+        assert!(e.contains("needs --remote-storage"), "{e}");
+        let cap = |n| {
+            BrokerConfig::resolve(&BrokerArgs {
+                remote_storage: Some("file:///tmp/weir-remote".into()),
+                remote_log_manager_copy_max_bytes_per_second: Some(n),
+                ..Default::default()
+            })
+            .unwrap()
+            .remote_storage
+            .unwrap()
+            .copy_max_bytes_per_sec
+        };
+        assert_eq!(cap(1 << 20), Some(1 << 20));
+        assert_eq!(cap(0), None);
     }
 
     fn resolved(args: BrokerArgs) -> anyhow::Result<BrokerConfig> {

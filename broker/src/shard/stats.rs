@@ -74,6 +74,7 @@ pub fn snapshot(core: &Core) -> Snapshot {
                 c.read_errors.get(),
                 c.read_micros.get(),
                 c.chunks_read.get(),
+                c.copy_throttle_micros.get(),
             ]
         },
         tier_upload_lag_bytes: core

@@ -59,6 +59,8 @@ pub struct TierCounters {
     pub read_micros: Cell<u64>,
     /// Chunks read from the object store (misses and read-ahead).
     pub chunks_read: Cell<u64>,
+    /// Time uploads waited for the node's copy rate cap, µs.
+    pub copy_throttle_micros: Cell<u64>,
 }
 
 pub(crate) fn bump(c: &Cell<u64>, n: u64) {

@@ -433,6 +433,14 @@ impl Part<'_> {
                 }
                 at = h.last_offset() as u64 + 1;
                 sent += b.len() as u64;
+                let wait = self.store.copy_delay(b.len() as u64);
+                if !wait.is_zero() {
+                    bump(
+                        &self.core.tier.counters.copy_throttle_micros,
+                        wait.as_micros() as u64,
+                    );
+                    glommio::timer::sleep(wait).await;
+                }
                 up.write(b).await.map_err(|e| e.to_string())?;
             }
             if at == before {

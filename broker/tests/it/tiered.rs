@@ -402,6 +402,52 @@ fn sigkill_mid_upload_leaves_no_half_segment_served_or_kept() {
     assert!(objects >= 4 * 30);
 }
 
+/// `--remote-log-manager-copy-max-bytes-per-second` holds a node's
+/// uploads to its rate: 5 MiB of closed segments take at least 4 s to
+/// reach the remote tier at 1 MiB/s (without the cap, a directory store
+/// takes them in about a second); the waits are counted; every record is
+/// read back afterwards.
+#[test]
+fn uploads_keep_to_the_copy_rate_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = vec![
+        "--remote-storage".to_string(),
+        format!("file://{}", dir.path().join("remote").display()),
+        "--remote-log-manager-copy-max-bytes-per-second".to_string(),
+        (1u64 << 20).to_string(),
+    ];
+    let data = dir.path().join("data");
+    let b = start(&data, &flags);
+    create_tiered(&b, "capped");
+    let started = Instant::now();
+    let addr = b.listen;
+    // ~7.6 MiB: seven 1 MiB segments close.
+    let records = 8_000;
+    runtime().block_on(async {
+        let c = Client::connect(addr).await.unwrap();
+        produce(&c, "capped", 0, records).await;
+    });
+    let uploaded = 5u64 << 20;
+    wait_until(
+        Instant::now() + Duration::from_secs(60),
+        "5 MiB of segments uploaded",
+        || metric(&b, "weir_remote_uploaded_bytes_total") >= uploaded as f64,
+    );
+    let took = started.elapsed();
+    // The first batch goes at once; every later byte waits its turn.
+    let batch = 100 * (VALUE_BYTES as u64 + 100);
+    let least = Duration::from_secs_f64((uploaded - batch) as f64 / (1u64 << 20) as f64);
+    assert!(
+        took >= least,
+        "{uploaded} bytes uploaded in {took:?} at a cap of 1 MiB/s (at least {least:?})"
+    );
+    assert!(metric(&b, "weir_remote_copy_throttle_seconds_total") > 1.0);
+    runtime().block_on(async {
+        let c = Client::connect(addr).await.unwrap();
+        read_all(&c, "capped", 0, records).await;
+    });
+}
+
 pub(crate) fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
