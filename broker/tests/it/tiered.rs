@@ -235,7 +235,7 @@ fn wait_uploaded(b: &Broker, dir: &Path, topic: &str) {
     );
 }
 
-/// 40 MiB through moto's S3: local disk ≤ 8 MiB, every record read back
+/// 200 MiB (as the issue asks) through moto's S3: local disk ≤ 8 MiB, every record read back
 /// from offset 0 by the SDK and confluent-kafka, byte for byte; the log
 /// start is the remote one; offsets-for-times lands inside a remote
 /// segment.
@@ -245,14 +245,14 @@ fn a_tiered_topic_keeps_little_on_local_disk_and_replays_every_record_from_s3() 
     let dir = tempfile::tempdir().unwrap();
     let b = start(dir.path(), &s3.flags("weir-a"));
     create_tiered(&b, "logs");
-    const N: u64 = 40_000;
+    const N: u64 = 200_000;
     let addr = b.listen;
     runtime().block_on(async {
         let c = Client::connect(addr).await.unwrap();
         produce(&c, "logs", 0, N).await;
     });
     wait_uploaded(&b, dir.path(), "logs");
-    assert!(metric(&b, "weir_remote_uploads_total") >= 30.0);
+    assert!(metric(&b, "weir_remote_uploads_total") >= 190.0);
     runtime().block_on(async {
         let c = Client::connect(addr).await.unwrap();
         let start = read_all(&c, "logs", 0, N).await;
@@ -273,10 +273,10 @@ fn a_tiered_topic_keeps_little_on_local_disk_and_replays_every_record_from_s3() 
         let d = c.describe_topic("logs").await.unwrap();
         let p = &d.partitions[0];
         assert_eq!(p.log_start_offset, 0);
-        assert!(p.local_log_start_offset >= 30_000, "{p:?}");
-        assert!(p.remote_bytes >= 30 << 20, "{p:?}");
+        assert!(p.local_log_start_offset >= 190_000, "{p:?}");
+        assert!(p.remote_bytes >= 190 << 20, "{p:?}");
         assert!(p.size_bytes <= 8 << 20, "{p:?}");
-        assert!(p.remote_segments >= 30, "{p:?}");
+        assert!(p.remote_segments >= 190, "{p:?}");
     });
     assert!(metric(&b, "weir_remote_fetches_total") > 0.0);
     let out = python_script(

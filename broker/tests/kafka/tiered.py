@@ -4,7 +4,8 @@
 
 Reads partition 0 of TOPIC from offset 0 up to COUNT records — most of
 them from the remote tier — checking each record's offset against its
-value (`{offset:08}-…`, written by the test through the Weir SDK), then
+whole value (`{offset:08}-` padded to 1000 bytes with one letter, written
+by the test through the Weir SDK) and every batch's CRC, then
 asks offsets-for-times for TIMESTAMP. Prints `read N`, `ts OFFSET` and
 `done`.
 """
@@ -18,6 +19,7 @@ c = Consumer({
     "group.id": "tiered-reader",
     "enable.auto.commit": False,
     "fetch.max.bytes": 4 << 20,
+    "check.crcs": True,
 })
 c.assign([TopicPartition(topic, 0, 0)])
 seen = 0
@@ -29,7 +31,8 @@ while seen < count:
         if m.error():
             sys.exit(f"error at {seen}: {m.error()}")
         want = f"{m.offset():08}-".encode()
-        if m.offset() != seen or not m.value().startswith(want):
+        want += bytes([ord("a") + m.offset() % 26]) * (1000 - len(want))
+        if m.offset() != seen or m.value() != want:
             sys.exit(f"record at {m.offset()} (expected {seen}): {m.value()[:20]!r}")
         seen += 1
         if seen == count:
