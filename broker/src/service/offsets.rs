@@ -24,6 +24,13 @@ pub enum OffsetQuery {
     LatestStable,
     /// The first offset whose timestamp is at or after this (ms).
     Timestamp(i64),
+    /// The first offset on local disk (the log start unless tiered;
+    /// Kafka's -4, `EARLIEST_LOCAL_TIMESTAMP`).
+    EarliestLocal,
+    /// The last offset in the remote tier (Kafka's -5,
+    /// `LATEST_TIERED_TIMESTAMP`): none for a topic that is not tiered
+    /// or while nothing of it is remote.
+    LatestTiered,
 }
 
 /// Runs a partition operation on its owner core (locally, or through the
@@ -108,6 +115,14 @@ pub async fn list_offsets(
                     o.for_timestamp,
                     o.for_timestamp.and_then(|at| epoch_at(epochs, at)),
                 ),
+                OffsetQuery::EarliestLocal => (
+                    Some(o.local_log_start_offset),
+                    epoch_at(epochs, o.local_log_start_offset),
+                ),
+                OffsetQuery::LatestTiered => {
+                    let last = o.remote_end.and_then(|end| end.checked_sub(1));
+                    (last, last.and_then(|at| epoch_at(epochs, at)))
+                }
             };
             Listed {
                 offset,

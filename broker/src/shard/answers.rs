@@ -51,6 +51,9 @@ pub struct OffsetsOk {
     pub remote_bytes: u64,
     /// Segments in the remote tier.
     pub remote_segments: u32,
+    /// Where the remote tier ends (the offset after its last record; 0:
+    /// nothing remote yet); `None` for a topic that is not tiered.
+    pub remote_end: Option<u64>,
 }
 
 /// The outcome of a compaction request on one partition.

@@ -358,6 +358,7 @@ pub async fn offsets_local(
         local_log_start_offset: log.log_start_offset(),
         remote_bytes: 0,
         remote_segments: 0,
+        remote_end: None,
         log_start_offset: log.log_start_offset(),
         last_stable_offset: log.last_stable_offset().min(high_watermark),
         high_watermark,

@@ -99,10 +99,12 @@ pub async fn offsets_owned(
     }
     let local_start = ok.log_start_offset;
     ok.log_start_offset = super::log_start(core, topic, partition, local_start);
+    ok.remote_end = Some(0);
     if let Some(id) = super::topic_id(core, topic) {
         let remote = super::readable(core, &id, partition);
         ok.remote_bytes = remote.iter().map(|s| s.bytes).sum();
         ok.remote_segments = remote.len() as u32;
+        ok.remote_end = Some(remote.iter().map(|s| s.end).max().unwrap_or(0));
     }
     if let (Some(ts), true) = (timestamp, ok.log_start_offset < local_start) {
         if let Some(found) = offset_for_timestamp(core, topic, partition, ts, local_start).await? {

@@ -279,6 +279,24 @@ fn a_tiered_topic_keeps_little_on_local_disk_and_replays_every_record_from_s3() 
         assert!(p.remote_segments >= 190, "{p:?}");
     });
     assert!(metric(&b, "weir_remote_fetches_total") > 0.0);
+    // Kafka's ListOffsets -4 (the local log start) and -5 (the last
+    // offset in the remote tier); for a topic not tiered, the log start
+    // and none.
+    let plain = b.client().create_topic("plain", 1, &[]);
+    assert_eq!(plain.error, 0, "{plain:?}");
+    let local_start = runtime().block_on(async {
+        let c = Client::connect(addr).await.unwrap();
+        c.describe_topic("logs").await.unwrap().partitions[0].local_log_start_offset
+    });
+    let earliest_local = kafka_list_offset(&b, "logs", -4);
+    assert_eq!(earliest_local, local_start as i64);
+    let latest_tiered = kafka_list_offset(&b, "logs", -5);
+    assert!(
+        latest_tiered + 1 >= local_start as i64 && latest_tiered < N as i64,
+        "latest tiered {latest_tiered}, local start {local_start}"
+    );
+    assert_eq!(kafka_list_offset(&b, "plain", -4), 0);
+    assert_eq!(kafka_list_offset(&b, "plain", -5), -1);
     let out = python_script(
         "tiered.py",
         &[
@@ -291,6 +309,29 @@ fn a_tiered_topic_keeps_little_on_local_disk_and_replays_every_record_from_s3() 
     assert!(out.contains(&format!("read {N}")), "{out}");
     assert!(out.contains("ts 12345"), "{out}");
     assert!(local_bytes(dir.path(), "logs") <= 8 << 20);
+}
+
+/// One Kafka ListOffsets (v9) of `topic`-0 for `timestamp`: the offset
+/// answered, after checking no error was.
+fn kafka_list_offset(b: &Broker, topic: &str, timestamp: i64) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{
+        ApiKey, BrokerId, ListOffsetsRequest, ListOffsetsResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let mut k = crate::common::KafkaConn::connect(b.kafka);
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(timestamp)])]);
+    k.send(ApiKey::ListOffsets, 9, &req);
+    let r: ListOffsetsResponse = k.read(9);
+    let p = &r.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0, "ListOffsets {timestamp} of {topic}: {p:?}");
+    p.offset
 }
 
 /// The object store stopped (SIGSTOP) under load: produce goes on, a read

@@ -375,6 +375,9 @@ pub(super) async fn list_offsets(
                 -2 => Some(OffsetQuery::Earliest),
                 -1 if r.isolation_level == 1 => Some(OffsetQuery::LatestStable),
                 -1 => Some(OffsetQuery::Latest),
+                // KIP-405 / KIP-1005 (ListOffsets v8, v9).
+                -4 => Some(OffsetQuery::EarliestLocal),
+                -5 => Some(OffsetQuery::LatestTiered),
                 ts if ts >= 0 => Some(OffsetQuery::Timestamp(ts)),
                 _ => None,
             };
