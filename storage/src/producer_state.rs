@@ -402,6 +402,19 @@ impl ProducerStateTable {
         self.insert(pid, e);
     }
 
+    /// Records a batch read back from the log (`bytes`, its header `h`):
+    /// a data batch with [`ProducerStateTable::record`], a transaction
+    /// marker with [`ProducerStateTable::record_marker`] (Kafka's other
+    /// control records carry no transaction and change nothing). How a
+    /// snapshot at a segment's end is built from the one at its start.
+    pub fn record_read(&mut self, h: &BatchHeader, bytes: &[u8]) {
+        if !h.attributes.is_control() {
+            self.record(h);
+        } else if crate::txn::marker_of(bytes).is_ok() {
+            self.record_marker(h.producer_id, h.producer_epoch, h.base_offset as u64);
+        }
+    }
+
     /// Records a transaction marker of producer `pid` at `offset`: its open
     /// transaction (if any) ends; returns that transaction's first offset.
     /// A marker of a newer epoch makes it the producer's (its sequence

@@ -36,16 +36,20 @@ pub enum ObjectKind {
     /// The aborted transactions whose abort marker the segment holds
     /// (only for segments that hold some).
     TxnIndex,
+    /// The producers' state as of the segment's end (Weir's
+    /// `producer.snapshot` format, its offset the segment's end).
+    ProducerSnapshot,
 }
 
 impl ObjectKind {
     /// Every kind (what deleting a segment deletes).
-    pub const ALL: [ObjectKind; 5] = [
+    pub const ALL: [ObjectKind; 6] = [
         ObjectKind::Log,
         ObjectKind::Index,
         ObjectKind::TimeIndex,
         ObjectKind::Epochs,
         ObjectKind::TxnIndex,
+        ObjectKind::ProducerSnapshot,
     ];
 
     /// The object name's suffix.
@@ -56,6 +60,7 @@ impl ObjectKind {
             ObjectKind::TimeIndex => "timeindex",
             ObjectKind::Epochs => "epochs",
             ObjectKind::TxnIndex => "txnindex",
+            ObjectKind::ProducerSnapshot => "snapshot",
         }
     }
 }

@@ -30,6 +30,7 @@ use bytes::Bytes;
 use weir_proto::batch::{BatchHeader, HEADER_BYTES};
 use weir_replication::meta::{Command, RemoteCopy, RemoteSegment, RemoteSegmentState};
 use weir_storage::offset_index::OffsetIndex;
+use weir_storage::producer_state::ProducerStateTable;
 use weir_storage::time_index::TimeIndex;
 use weir_storage::{PartitionLog, SealedSegment};
 use weir_tier::layout::{encode_epochs, object_key, ObjectKind};
@@ -376,7 +377,15 @@ impl Part<'_> {
         };
         let put = async {
             put.await.map_err(|e| e.to_string())?;
-            self.upload_records(seg, &meta).await
+            let mut producers = self.producers_at(base).await?;
+            self.upload_records(seg, &meta, &mut producers).await?;
+            self.store
+                .put(
+                    &self.key(&meta, ObjectKind::ProducerSnapshot),
+                    Bytes::from(producers.encode(meta.end)),
+                )
+                .await
+                .map_err(|e| e.to_string())
         };
         if let Err(e) = put.await {
             bump(&self.core.tier.counters.upload_errors, 1);
@@ -410,7 +419,12 @@ impl Part<'_> {
     /// with the core's direct I/O — rather than from the file through the
     /// page cache: a disk read per upload made the partition's own writes
     /// wait (docs/benchmarks.md, "Tiered storage").
-    async fn upload_records(&self, seg: &SealedSegment, meta: &RemoteSegment) -> PassResult {
+    async fn upload_records(
+        &self,
+        seg: &SealedSegment,
+        meta: &RemoteSegment,
+        producers: &mut ProducerStateTable,
+    ) -> PassResult {
         let mut up = self
             .store
             .upload(&self.key(meta, ObjectKind::Log), meta.bytes)
@@ -433,6 +447,7 @@ impl Part<'_> {
                 }
                 at = h.last_offset() as u64 + 1;
                 sent += b.len() as u64;
+                producers.record_read(&h, &b);
                 let wait = self.store.copy_delay(b.len() as u64);
                 if !wait.is_zero() {
                     bump(
@@ -454,6 +469,40 @@ impl Part<'_> {
             ));
         }
         up.finish().await.map_err(|e| e.to_string())
+    }
+
+    /// The producers' state at `base`, where an upload starts: the
+    /// snapshot uploaded with the remote segment ending there, else (the
+    /// first segment uploaded, or one uploaded before snapshots were, or
+    /// an unreadable one) an empty table — a snapshot then holds the
+    /// producers of the segments uploaded since. A store that does not
+    /// answer fails the upload (retried at the next pass).
+    async fn producers_at(&self, base: u64) -> Result<ProducerStateTable, String> {
+        let Some(prev) = super::readable(self.core, &self.topic_id, self.partition)
+            .into_iter()
+            .find(|s| s.end == base)
+        else {
+            return Ok(ProducerStateTable::new());
+        };
+        let key = self.key(&prev, ObjectKind::ProducerSnapshot);
+        let bytes = match self.store.get(&key).await {
+            Ok(bytes) => bytes,
+            Err(weir_tier::TierError::NotFound(_)) => return Ok(ProducerStateTable::new()),
+            Err(e) => return Err(format!("reading the producer snapshot before {base}: {e}")),
+        };
+        Ok(match ProducerStateTable::decode(&bytes) {
+            Ok((at, t)) if at == base => t,
+            Ok((at, _)) => {
+                tracing::warn!(partition = %self.name(), key, at, base,
+                    "a remote producer snapshot at another offset than its segment's end: starting empty");
+                ProducerStateTable::new()
+            }
+            Err(why) => {
+                tracing::warn!(partition = %self.name(), key, why,
+                    "an unreadable remote producer snapshot: starting empty");
+                ProducerStateTable::new()
+            }
+        })
     }
 
     /// The position in `seg`'s file of the batch starting at `offset`

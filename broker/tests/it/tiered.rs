@@ -437,10 +437,10 @@ fn sigkill_mid_upload_leaves_no_half_segment_served_or_kept() {
         "one upload per base offset: {logs:?}"
     );
     assert!(
-        logs.values().all(|&n| n == 4),
+        logs.values().all(|&n| n == 5),
         "every segment whole: {logs:?}"
     );
-    assert!(objects >= 4 * 30);
+    assert!(objects >= 5 * 30);
 }
 
 /// `--remote-log-manager-copy-max-bytes-per-second` holds a node's
@@ -685,4 +685,40 @@ fn read_committed_replays_from_the_remote_tier_skip_aborted_transactions() {
     );
     let all = read(IsolationLevel::ReadUncommitted);
     assert_eq!(all.iter().filter(|v| v.starts_with('a')).count(), 500);
+
+    // Each remote segment came with its producers' state as of its end,
+    // built on the one before: the transactional producer of the first
+    // segments is in every later snapshot, with no transaction open at
+    // the last.
+    use weir_storage::producer_state::ProducerStateTable;
+    let mut snapshots: Vec<(u64, u64, ProducerStateTable)> = walk(&dir.path().join("remote"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "snapshot"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let base: u64 = name[..20].parse().unwrap();
+            let (at, t) = ProducerStateTable::decode(&std::fs::read(&p).unwrap()).unwrap();
+            (base, at, t)
+        })
+        .collect();
+    snapshots.sort_by_key(|s| s.0);
+    assert!(snapshots.len() >= 2, "{} snapshots", snapshots.len());
+    for w in snapshots.windows(2) {
+        assert_eq!(
+            w[0].1, w[1].0,
+            "a snapshot is at its segment's end, the next one's base"
+        );
+    }
+    let first: Vec<i64> = snapshots[0].2.iter().map(|(pid, _)| pid).collect();
+    assert!(!first.is_empty());
+    for (base, _, t) in &snapshots {
+        assert!(t.transactional(), "the snapshot of {base}");
+        for pid in &first {
+            assert!(
+                t.get(*pid).is_some(),
+                "producer {pid} in the snapshot of {base}"
+            );
+        }
+    }
+    assert_eq!(snapshots.last().unwrap().2.open_transactions().count(), 0);
 }
