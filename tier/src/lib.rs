@@ -1,7 +1,8 @@
 //! `weir-tier`: tiered storage's side that is not the broker's.
 //!
 //! - [`store`]: [`RemoteStore`], the object store (S3 or an S3-compatible
-//!   store, or a local directory) through the `object_store` crate, on a
+//!   store, Google Cloud Storage, Azure Blob Storage, or a local
+//!   directory) through the `object_store` crate, on a
 //!   runtime thread of its own, so that the broker's glommio cores only
 //!   await its answers: timeouts, retries with backoff, multipart uploads
 //!   of large segments, a bound on requests in flight.

@@ -20,6 +20,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_lite::StreamExt;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
@@ -34,12 +36,13 @@ use object_store::{
 #[derive(Debug, Clone, PartialEq)]
 pub struct RemoteConfig {
     /// `s3://bucket[/prefix]` (credentials, region and endpoint from the
-    /// usual `AWS_*` variables or [`RemoteConfig::options`]) or
-    /// `file:///path` (a local directory).
+    /// usual `AWS_*` variables or [`RemoteConfig::options`]),
+    /// `gs://bucket[/prefix]` (`GOOGLE_*`), `az://container[/prefix]`
+    /// (`AZURE_*`) or `file:///path` (a local directory).
     pub url: String,
-    /// S3 options by object_store's names (`endpoint`, `region`,
-    /// `access_key_id`, `secret_access_key`, `allow_http`,
-    /// `virtual_hosted_style_request`, …), after the environment's.
+    /// The store's options by object_store's names (S3: `endpoint`,
+    /// `region`, `access_key_id`, …; GCS: `service_account_key`, …;
+    /// Azure: `account_name`, `access_key`, …), after the environment's.
     pub options: Vec<(String, String)>,
     /// One request's timeout.
     pub request_timeout: Duration,
@@ -496,12 +499,14 @@ fn build(config: &RemoteConfig) -> Result<Arc<dyn ObjectStore>, TierError> {
             .with_automatic_cleanup(true);
         return Ok(Arc::new(fs));
     }
-    let Some(rest) = url.strip_prefix("s3://") else {
-        return Err(TierError::Config(format!(
-            "{url}: unsupported remote storage URL (s3://bucket[/prefix] or file:///path)"
-        )));
-    };
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if !matches!(scheme, "s3" | "gs" | "az") {
+        return Err(TierError::Config(format!(
+            "{url}: unsupported remote storage URL (s3://bucket[/prefix], gs://bucket[/prefix], \
+             az://container[/prefix] or file:///path)"
+        )));
+    }
     if bucket.is_empty() {
         return Err(TierError::Config(format!("{url}: no bucket")));
     }
@@ -514,39 +519,79 @@ fn build(config: &RemoteConfig) -> Result<Arc<dyn ObjectStore>, TierError> {
         max_retries: config.max_retries,
         retry_timeout: config.retry_timeout,
     };
-    // An endpoint over plain HTTP (a local S3-compatible store) needs
-    // `allow_http`; `with_client_options` replaces what `from_env` read, so
-    // the variable is read here, and the options given come after.
+    // An endpoint over plain HTTP (a local S3- or Azure-compatible store)
+    // needs `allow_http`; `with_client_options` replaces what `from_env`
+    // read, so the variables are read here, and the options given come
+    // after.
     let env = |k: &str| std::env::var(k).ok();
-    let plain_http = config
+    let endpoint = config
         .options
         .iter()
-        .find(|(k, _)| k == "endpoint" || k == "aws_endpoint" || k == "endpoint_url")
-        .map(|(_, v)| v.clone())
-        .or_else(|| env("AWS_ENDPOINT").or_else(|| env("AWS_ENDPOINT_URL")))
-        .is_some_and(|e| e.starts_with("http://"))
-        || env("AWS_ALLOW_HTTP").is_some_and(|v| v == "true");
+        .find(|(k, _)| {
+            matches!(
+                k.as_str(),
+                "endpoint" | "aws_endpoint" | "endpoint_url" | "azure_storage_endpoint"
+            )
+        })
+        .map(|(_, v)| v.clone());
+    let plain_http = match scheme {
+        "s3" => {
+            endpoint
+                .or_else(|| env("AWS_ENDPOINT").or_else(|| env("AWS_ENDPOINT_URL")))
+                .is_some_and(|e| e.starts_with("http://"))
+                || env("AWS_ALLOW_HTTP").is_some_and(|v| v == "true")
+        }
+        "az" => {
+            endpoint
+                .or_else(|| env("AZURE_STORAGE_ENDPOINT"))
+                .is_some_and(|e| e.starts_with("http://"))
+                || env("AZURE_ALLOW_HTTP").is_some_and(|v| v == "true")
+        }
+        _ => false,
+    };
     let client = ClientOptions::new()
         .with_timeout(config.request_timeout)
         .with_connect_timeout(Duration::from_secs(5))
         .with_allow_http(plain_http);
-    let mut b = AmazonS3Builder::from_env()
-        .with_bucket_name(bucket)
-        .with_retry(retry)
-        .with_client_options(client);
-    for (k, v) in &config.options {
-        let key = AmazonS3ConfigKey::from_str(k)
-            .map_err(|_| TierError::Config(format!("unknown S3 option `{k}`")))?;
-        b = b.with_config(key, v);
-    }
-    let s3 = b
-        .build()
-        .map_err(|e| TierError::Config(format!("{url}: {e}")))?;
+    let unknown = |k: &str| TierError::Config(format!("unknown {scheme}:// option `{k}`"));
+    let built = |e: object_store::Error| TierError::Config(format!("{url}: {e}"));
+    let store: Arc<dyn ObjectStore> = match scheme {
+        "s3" => {
+            let mut b = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry)
+                .with_client_options(client);
+            for (k, v) in &config.options {
+                b = b.with_config(AmazonS3ConfigKey::from_str(k).map_err(|_| unknown(k))?, v);
+            }
+            Arc::new(b.build().map_err(built)?)
+        }
+        "gs" => {
+            let mut b = GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry)
+                .with_client_options(client);
+            for (k, v) in &config.options {
+                b = b.with_config(GoogleConfigKey::from_str(k).map_err(|_| unknown(k))?, v);
+            }
+            Arc::new(b.build().map_err(built)?)
+        }
+        _ => {
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_container_name(bucket)
+                .with_retry(retry)
+                .with_client_options(client);
+            for (k, v) in &config.options {
+                b = b.with_config(AzureConfigKey::from_str(k).map_err(|_| unknown(k))?, v);
+            }
+            Arc::new(b.build().map_err(built)?)
+        }
+    };
     let prefix = prefix.trim_matches('/');
     Ok(if prefix.is_empty() {
-        Arc::new(s3)
+        store
     } else {
-        Arc::new(PrefixStore::new(s3, prefix))
+        Arc::new(PrefixStore::new(store, prefix))
     })
 }
 
@@ -556,6 +601,39 @@ mod tests {
 
     fn block<T>(f: impl Future<Output = T>) -> T {
         futures_lite::future::block_on(f)
+    }
+
+    #[test]
+    fn each_scheme_builds_its_store_and_refuses_what_it_does_not_know() {
+        let open = |url: &str, options: &[(&str, &str)]| {
+            let mut c = RemoteConfig::new(url);
+            c.options = options
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            RemoteStore::open(c).map(|_| ())
+        };
+        let err = |r: Result<(), TierError>| r.unwrap_err().to_string();
+        // Google Cloud Storage: a service account key (here one that needs
+        // no token, as for an emulator) and a bucket.
+        let key = r#"{"private_key": "", "private_key_id": "", "client_email": "x", "disable_oauth": true, "gcs_base_url": "http://127.0.0.1:1"}"#;
+        open("gs://archive/weir", &[("service_account_key", key)]).unwrap();
+        // Azure Blob Storage: an account, its key, a container.
+        let az = [
+            ("account_name", "devstoreaccount1"),
+            ("access_key", "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="),
+            ("endpoint", "http://127.0.0.1:1/devstoreaccount1"),
+        ];
+        open("az://archive", &az).unwrap();
+        assert!(
+            err(open("az://archive", &[("region", "x")])).contains("unknown az:// option `region`")
+        );
+        assert!(err(open("gs://", &[])).contains("no bucket"));
+        let e = err(open("hdfs://x/y", &[]));
+        assert!(
+            e.contains("gs://bucket") && e.contains("az://container"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -251,13 +251,17 @@ pub struct BrokerArgs {
     pub retention_check_ms: Option<u64>,
     /// Tiered storage's object store: `s3://bucket[/prefix]` (credentials,
     /// region and endpoint from the `AWS_*` variables or
-    /// `--remote-storage-option`) or `file:///path`. Topics with
+    /// `--remote-storage-option`), `gs://bucket[/prefix]` (Google Cloud
+    /// Storage, `GOOGLE_*`), `az://container[/prefix]` (Azure Blob
+    /// Storage, `AZURE_*`) or `file:///path`. Topics with
     /// `remote.storage.enable=true` need it [default: none].
     #[arg(long, env = "WEIR_REMOTE_STORAGE")]
     pub remote_storage: Option<String>,
-    /// An S3 option for `--remote-storage`, `KEY=VALUE` by object_store's
-    /// names (`endpoint=http://127.0.0.1:9000`, `region=eu-west-1`,
-    /// `access_key_id=…`); repeatable.
+    /// An option of `--remote-storage`'s store, `KEY=VALUE` by
+    /// object_store's names (S3: `endpoint=http://127.0.0.1:9000`,
+    /// `region=eu-west-1`, `access_key_id=…`; GCS:
+    /// `service_account_key=…`; Azure: `account_name=…`, `access_key=…`);
+    /// repeatable.
     #[arg(long = "remote-storage-option", value_name = "KEY=VALUE")]
     pub remote_storage_options: Vec<String>,
     /// How often a core looks for segments to upload, remote segments to
