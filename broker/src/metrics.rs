@@ -354,7 +354,7 @@ impl Metrics {
 }
 
 /// Tiered storage's counters: name, help.
-pub const TIER_COUNTERS: [(&str, &str); 11] = [
+pub const TIER_COUNTERS: [(&str, &str); 12] = [
     ("weir_remote_uploads_total", "Segments uploaded to the remote tier (metadata committed)."),
     ("weir_remote_uploaded_bytes_total", "Bytes of segments uploaded to the remote tier."),
     ("weir_remote_upload_errors_total", "Uploads to the remote tier that failed (retried at the next pass)."),
@@ -366,6 +366,7 @@ pub const TIER_COUNTERS: [(&str, &str); 11] = [
     ("weir_remote_fetch_seconds_total", "Time spent serving fetches from the remote tier (divide by weir_remote_fetches_total for the mean)."),
     ("weir_remote_chunks_read_total", "Chunks of remote segments read from the object store (misses and read-ahead)."),
     ("weir_remote_copy_throttle_seconds_total", "Time uploads to the remote tier waited for --remote-log-manager-copy-max-bytes-per-second."),
+    ("weir_remote_orphans_deleted_total", "Remote objects no remote log metadata named, deleted by the sweep (a deposed leader's late writes)."),
 ];
 
 /// A one-sample-per-core metric: name, type, help, value.

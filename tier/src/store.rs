@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_lite::StreamExt;
@@ -373,8 +373,9 @@ impl RemoteStore {
         .await
     }
 
-    /// The keys under a folder (`prefix`, no trailing slash), at any depth.
-    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, TierError> {
+    /// The keys under a folder (`prefix`, no trailing slash), at any
+    /// depth, each with when it was last written (the store's clock).
+    pub async fn list(&self, prefix: &str) -> Result<Vec<(String, SystemTime)>, TierError> {
         let (store, p) = (self.inner.store.clone(), prefix.to_string());
         self.run(async move {
             let loc = ObjectPath::from(p.as_str());
@@ -382,7 +383,7 @@ impl RemoteStore {
             let mut out = Vec::new();
             while let Some(meta) = stream.next().await {
                 match meta {
-                    Ok(m) => out.push(m.location.to_string()),
+                    Ok(m) => out.push((m.location.to_string(), SystemTime::from(m.last_modified))),
                     Err(object_store::Error::NotFound { .. }) => break,
                     Err(e) => return Err(store_error("list", &p, e)),
                 }
@@ -672,7 +673,11 @@ mod tests {
         block(s.delete("t/0/b.log")).unwrap();
         block(s.put("t/0/a.index", Bytes::from_static(b"idx"))).unwrap();
         assert_eq!(&block(s.get("t/0/a.index")).unwrap()[..], b"idx");
-        let mut keys = block(s.list("t")).unwrap();
+        let mut keys: Vec<String> = block(s.list("t"))
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         keys.sort();
         assert_eq!(keys, vec!["t/0/a.index", "t/0/a.log"]);
         // What a killed write leaves goes with the object.

@@ -33,6 +33,8 @@ pub const DATA_DIR_DEFAULT: &str = "./weir-data";
 pub const RETENTION_CHECK_MS_DEFAULT: u64 = 300_000;
 /// Default `--remote-log-task-interval-ms`.
 pub const REMOTE_LOG_TASK_INTERVAL_MS_DEFAULT: u64 = 5_000;
+/// Default `--remote-log-orphan-sweep-ms`.
+pub const REMOTE_LOG_ORPHAN_SWEEP_MS_DEFAULT: u64 = 3_600_000;
 /// Default partition count of `__consumer_offsets` (used when the broker
 /// creates it; fixed afterwards).
 pub const OFFSETS_PARTITIONS_DEFAULT: u32 = 16;
@@ -269,6 +271,12 @@ pub struct BrokerArgs {
     /// (`remote.log.manager.task.interval.ms`) [default: 5000].
     #[arg(long, env = "WEIR_REMOTE_LOG_TASK_INTERVAL_MS")]
     pub remote_log_task_interval_ms: Option<u64>,
+    /// How often a partition's leader lists its remote folder and deletes
+    /// the objects no remote log metadata names (written by a deposed
+    /// leader after its upload was cleaned up), once they are 10 minutes
+    /// old; 0 = never, ms [default: 3600000].
+    #[arg(long, env = "WEIR_REMOTE_LOG_ORPHAN_SWEEP_MS")]
+    pub remote_log_orphan_sweep_ms: Option<u64>,
     /// A read from the remote tier fails (retriable) after this long,
     /// retries included, ms [default: 10000].
     #[arg(long, env = "WEIR_REMOTE_READ_TIMEOUT_MS")]
@@ -478,6 +486,7 @@ struct FileConfig {
     #[serde(default)]
     remote_storage_options: Vec<String>,
     remote_log_task_interval_ms: Option<u64>,
+    remote_log_orphan_sweep_ms: Option<u64>,
     remote_read_timeout_ms: Option<u64>,
     remote_log_manager_copy_max_bytes_per_second: Option<u64>,
     log_cleaner_backoff_ms: Option<u64>,
@@ -678,6 +687,9 @@ pub struct BrokerConfig {
     pub remote_storage: Option<weir_tier::RemoteConfig>,
     /// How often the tiering task runs on each core, ms.
     pub remote_log_task_interval_ms: u64,
+    /// How often a tiered partition's remote folder is swept of orphaned
+    /// objects, ms (0: never).
+    pub remote_log_orphan_sweep_ms: u64,
     /// Cleaner back-off, ms.
     pub log_cleaner_backoff_ms: u64,
     /// Cleaner key-map memory per core, bytes.
@@ -883,6 +895,7 @@ impl BrokerConfig {
             retention_check_ms: RETENTION_CHECK_MS_DEFAULT,
             remote_storage: None,
             remote_log_task_interval_ms: REMOTE_LOG_TASK_INTERVAL_MS_DEFAULT,
+            remote_log_orphan_sweep_ms: REMOTE_LOG_ORPHAN_SWEEP_MS_DEFAULT,
             log_cleaner_backoff_ms: weir_storage::cleaner::CLEANER_BACKOFF_MS_DEFAULT,
             log_cleaner_dedupe_buffer_size: weir_storage::cleaner::DEDUPE_BUFFER_BYTES_DEFAULT,
             log_cleaner_io_max_bytes_per_second: None,
@@ -1274,6 +1287,10 @@ impl BrokerConfig {
                 .or(file.remote_log_task_interval_ms)
                 .unwrap_or(REMOTE_LOG_TASK_INTERVAL_MS_DEFAULT)
                 .max(10),
+            remote_log_orphan_sweep_ms: args
+                .remote_log_orphan_sweep_ms
+                .or(file.remote_log_orphan_sweep_ms)
+                .unwrap_or(REMOTE_LOG_ORPHAN_SWEEP_MS_DEFAULT),
             log_cleaner_backoff_ms: args
                 .log_cleaner_backoff_ms
                 .or(file.log_cleaner_backoff_ms)

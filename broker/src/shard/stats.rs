@@ -75,6 +75,7 @@ pub fn snapshot(core: &Core) -> Snapshot {
                 c.read_micros.get(),
                 c.chunks_read.get(),
                 c.copy_throttle_micros.get(),
+                c.orphans_deleted.get(),
             ]
         },
         tier_upload_lag_bytes: core

@@ -61,6 +61,8 @@ pub struct TierCounters {
     pub chunks_read: Cell<u64>,
     /// Time uploads waited for the node's copy rate cap, µs.
     pub copy_throttle_micros: Cell<u64>,
+    /// Orphaned objects deleted (no remote log metadata named them).
+    pub orphans_deleted: Cell<u64>,
 }
 
 pub(crate) fn bump(c: &Cell<u64>, n: u64) {
@@ -125,6 +127,9 @@ pub struct TierState {
     pub(crate) loading: RefCell<HashMap<ChunkKey, Vec<oneshot::Sender<()>>>>,
     pub(crate) indexes: RefCell<HashMap<[u8; 16], Rc<RemoteIndexes>>>,
     pub(crate) reads: glommio::sync::Semaphore,
+    /// When each tiered partition's remote folder was last swept of
+    /// orphaned objects.
+    pub(crate) swept: RefCell<HashMap<(String, u32), std::time::Instant>>,
     /// Counters.
     pub counters: TierCounters,
 }
@@ -136,6 +141,7 @@ impl Default for TierState {
             loading: Default::default(),
             indexes: Default::default(),
             reads: glommio::sync::Semaphore::new(READS_IN_FLIGHT),
+            swept: Default::default(),
             counters: Default::default(),
         }
     }

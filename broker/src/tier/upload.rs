@@ -33,7 +33,7 @@ use weir_storage::offset_index::OffsetIndex;
 use weir_storage::producer_state::ProducerStateTable;
 use weir_storage::time_index::TimeIndex;
 use weir_storage::{PartitionLog, SealedSegment};
-use weir_tier::layout::{encode_epochs, object_key, ObjectKind};
+use weir_tier::layout::{encode_epochs, object_key, parse_segment_id, partition_dir, ObjectKind};
 use weir_tier::RemoteStore;
 
 use super::state::bump;
@@ -41,6 +41,9 @@ use crate::shard::Core;
 
 /// Bytes of batches an upload asks of the log at a time.
 const UPLOAD_READ_BYTES: u64 = 4 << 20;
+/// An object no remote log metadata names is deleted by the sweep once
+/// this old (by the store's clock).
+pub const ORPHAN_AGE: Duration = Duration::from_secs(600);
 
 /// Runs the tiering passes until the broker stops.
 pub async fn task_loop(core: Rc<Core>) {
@@ -172,6 +175,7 @@ impl Part<'_> {
             return Ok(());
         };
         self.clean_up().await?;
+        self.sweep_orphans().await?;
         self.retention().await?;
         loop {
             let end = remote_end(&self.segments());
@@ -211,6 +215,53 @@ impl Part<'_> {
         })
         .await?;
         tracing::info!(partition = %self.name(), segments = stale.len(), "unfinished remote copies and deletions cleaned up");
+        Ok(())
+    }
+
+    /// Every `--remote-log-orphan-sweep-ms`: lists the partition's remote
+    /// folder and deletes the objects of segment ids the remote log
+    /// metadata does not name, once [`ORPHAN_AGE`] old — what a deposed
+    /// leader wrote after the new one cleaned its unfinished copy up (its
+    /// finish is then refused, so nothing reads them). The age keeps the
+    /// sweep off an upload whose start this node has not applied yet.
+    async fn sweep_orphans(&self) -> PassResult {
+        let every = self.core.shared.config.remote_log_orphan_sweep_ms;
+        let at = (self.topic.to_string(), self.partition);
+        let due = every > 0
+            && self
+                .core
+                .tier
+                .swept
+                .borrow()
+                .get(&at)
+                .is_none_or(|t| t.elapsed() >= Duration::from_millis(every));
+        if !due {
+            return Ok(());
+        }
+        let known: std::collections::HashSet<[u8; 16]> =
+            self.segments().iter().map(|s| s.id).collect();
+        let folder = partition_dir(self.topic, &self.topic_id, self.partition);
+        let listed = self.store.list(&folder).await.map_err(|e| e.to_string())?;
+        let old_enough =
+            |modified: std::time::SystemTime| modified.elapsed().is_ok_and(|age| age >= ORPHAN_AGE);
+        let mut deleted = 0u64;
+        for (key, modified) in listed {
+            let orphan = parse_segment_id(&key).is_some_and(|id| !known.contains(&id));
+            if orphan && old_enough(modified) {
+                self.store.delete(&key).await.map_err(|e| e.to_string())?;
+                deleted += 1;
+            }
+        }
+        self.core
+            .tier
+            .swept
+            .borrow_mut()
+            .insert(at, std::time::Instant::now());
+        if deleted > 0 {
+            bump(&self.core.tier.counters.orphans_deleted, deleted);
+            tracing::info!(partition = %self.name(), objects = deleted,
+                "remote objects no metadata names deleted");
+        }
         Ok(())
     }
 

@@ -602,6 +602,74 @@ fn uploads_keep_to_the_copy_rate_cap() {
     });
 }
 
+/// The orphan sweep: an object under the partition's remote folder whose
+/// segment id no metadata names (a deposed leader's late write) is
+/// deleted once 10 minutes old; a fresh one, and every segment the
+/// metadata names, stay; every record reads back.
+#[test]
+fn the_sweep_deletes_old_objects_no_metadata_names_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let flags = vec![
+        "--remote-storage".to_string(),
+        format!("file://{}", remote.display()),
+        "--remote-log-orphan-sweep-ms".to_string(),
+        "100".to_string(),
+    ];
+    let data = dir.path().join("data");
+    let b = start(&data, &flags);
+    create_tiered(&b, "swept");
+    let addr = b.listen;
+    let records = 4_000;
+    runtime().block_on(async {
+        let c = Client::connect(addr).await.unwrap();
+        produce(&c, "swept", 0, records).await;
+    });
+    wait_until(
+        Instant::now() + Duration::from_secs(60),
+        "segments uploaded",
+        || metric(&b, "weir_remote_uploads_total") >= 2.0,
+    );
+    let logs = |dir: &Path| -> Vec<PathBuf> {
+        walk(dir)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect()
+    };
+    let real = logs(&remote);
+    let folder = real[0].parent().unwrap().to_path_buf();
+    let stray = |name: &str, age: Duration| {
+        let path = folder.join(name);
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_modified(std::time::SystemTime::now() - age).unwrap();
+        path
+    };
+    let old = stray(
+        "00000000000000000000-0123456789abcdef0123456789abcdef.log",
+        Duration::from_secs(3_600),
+    );
+    let fresh = stray(
+        "00000000000000000000-fedcba9876543210fedcba9876543210.index",
+        Duration::ZERO,
+    );
+    wait_until(
+        Instant::now() + Duration::from_secs(30),
+        "the old orphan deleted",
+        || !old.exists(),
+    );
+    assert!(metric(&b, "weir_remote_orphans_deleted_total") >= 1.0);
+    assert!(fresh.exists(), "a fresh object is not swept yet");
+    let now = logs(&remote);
+    assert!(
+        real.iter().all(|p| now.contains(p)),
+        "every named segment stays: {real:?} {now:?}"
+    );
+    runtime().block_on(async {
+        let c = Client::connect(addr).await.unwrap();
+        read_all(&c, "swept", 0, records).await;
+    });
+}
+
 pub(crate) fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
