@@ -281,6 +281,15 @@ pub struct BrokerArgs {
     /// retries included, ms [default: 10000].
     #[arg(long, env = "WEIR_REMOTE_READ_TIMEOUT_MS")]
     pub remote_read_timeout_ms: Option<u64>,
+    /// One request to the object store fails after this long (then it
+    /// is retried with backoff), ms [default: 30000].
+    #[arg(long, env = "WEIR_REMOTE_REQUEST_TIMEOUT_MS")]
+    pub remote_request_timeout_ms: Option<u64>,
+    /// A request's retries stop this long after its first attempt (an
+    /// upload then fails and is tried again at the next pass), ms
+    /// [default: 60000].
+    #[arg(long, env = "WEIR_REMOTE_RETRY_TIMEOUT_MS")]
+    pub remote_retry_timeout_ms: Option<u64>,
     /// Bytes of segments copied to the remote tier per second at most,
     /// every core's uploads together; 0 = no cap
     /// (`remote.log.manager.copy.max.bytes.per.second`) [default: 0].
@@ -488,6 +497,8 @@ struct FileConfig {
     remote_log_task_interval_ms: Option<u64>,
     remote_log_orphan_sweep_ms: Option<u64>,
     remote_read_timeout_ms: Option<u64>,
+    remote_request_timeout_ms: Option<u64>,
+    remote_retry_timeout_ms: Option<u64>,
     remote_log_manager_copy_max_bytes_per_second: Option<u64>,
     log_cleaner_backoff_ms: Option<u64>,
     log_cleaner_dedupe_buffer_size: Option<u64>,
@@ -1269,12 +1280,31 @@ impl BrokerConfig {
                         };
                         c.options.push((k.trim().to_string(), v.trim().to_string()));
                     }
-                    if let Some(ms) = args.remote_read_timeout_ms.or(file.remote_read_timeout_ms) {
-                        if ms == 0 {
-                            bail!("--remote-read-timeout-ms 0: use at least 1");
+                    let timeout = |flag: &str, given: Option<u64>, into: &mut Duration| {
+                        match given {
+                            Some(0) => bail!("{flag} 0: use at least 1"),
+                            Some(ms) => *into = Duration::from_millis(ms),
+                            None => {}
                         }
-                        c.read_timeout = Duration::from_millis(ms);
-                    }
+                        Ok(())
+                    };
+                    timeout(
+                        "--remote-read-timeout-ms",
+                        args.remote_read_timeout_ms.or(file.remote_read_timeout_ms),
+                        &mut c.read_timeout,
+                    )?;
+                    timeout(
+                        "--remote-request-timeout-ms",
+                        args.remote_request_timeout_ms
+                            .or(file.remote_request_timeout_ms),
+                        &mut c.request_timeout,
+                    )?;
+                    timeout(
+                        "--remote-retry-timeout-ms",
+                        args.remote_retry_timeout_ms
+                            .or(file.remote_retry_timeout_ms),
+                        &mut c.retry_timeout,
+                    )?;
                     c.copy_max_bytes_per_sec = args
                         .remote_log_manager_copy_max_bytes_per_second
                         .or(file.remote_log_manager_copy_max_bytes_per_second)
@@ -1539,7 +1569,7 @@ mod tests {
     }
 
     #[test]
-    fn the_copy_cap_needs_remote_storage_and_zero_means_none() {
+    fn the_remote_storage_flags_need_it_and_refuse_zero_timeouts() {
         let e = format!(
             "{:#}",
             BrokerConfig::resolve(&BrokerArgs {
@@ -1562,6 +1592,19 @@ mod tests {
         };
         assert_eq!(cap(1 << 20), Some(1 << 20));
         assert_eq!(cap(0), None);
+        let remote = |request, retry| {
+            BrokerConfig::resolve(&BrokerArgs {
+                remote_storage: Some("file:///tmp/weir-remote".into()),
+                remote_request_timeout_ms: Some(request),
+                remote_retry_timeout_ms: Some(retry),
+                ..Default::default()
+            })
+        };
+        let c = remote(1_000, 2_000).unwrap().remote_storage.unwrap();
+        assert_eq!(c.request_timeout, Duration::from_secs(1));
+        assert_eq!(c.retry_timeout, Duration::from_secs(2));
+        let e = format!("{:#}", remote(0, 2_000).unwrap_err());
+        assert!(e.contains("--remote-request-timeout-ms 0"), "{e}");
     }
 
     fn resolved(args: BrokerArgs) -> anyhow::Result<BrokerConfig> {
