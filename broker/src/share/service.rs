@@ -487,9 +487,9 @@ async fn ensure(
                     why,
                     "stored share state refused: starting afresh"
                 );
-                fresh(core, &log)
+                fresh(core, &log, topic, partition)
             }
-            None => fresh(core, &log),
+            None => fresh(core, &log, topic, partition),
         };
         let mut parts = core.shares.parts.borrow_mut();
         // Another request may have loaded it meanwhile: the first stays.
@@ -498,16 +498,28 @@ async fn ensure(
         }
     }
     // Records retention removed can never be delivered.
+    let start = log_start(core, &log, topic, partition);
     if let Some((_, sp)) = core.shares.parts.borrow_mut().get_mut(&k) {
-        sp.truncate_below(log.log_start_offset());
+        sp.truncate_below(start);
     }
     Ok(k)
 }
 
+/// Where a partition's records start: in the remote tier for a tiered
+/// one (they are read from there), else the local log's start.
+fn log_start(core: &Core, log: &weir_storage::PartitionLog, topic: &str, partition: u32) -> u64 {
+    crate::tier::log_start(core, topic, partition, log.log_start_offset())
+}
+
 /// A share partition with nothing stored.
-fn fresh(core: &Core, log: &weir_storage::PartitionLog) -> SharePartition {
+fn fresh(
+    core: &Core,
+    log: &weir_storage::PartitionLog,
+    topic: &str,
+    partition: u32,
+) -> SharePartition {
     let start = if core.shared.config.share_from_earliest {
-        log.log_start_offset()
+        log_start(core, log, topic, partition)
     } else {
         log.high_watermark()
     };
@@ -658,9 +670,9 @@ async fn acquire_one(
         let (_, sp) = &parts[&k];
         first_available(sp).unwrap_or(sp.end())
     };
+    // From the remote tier below a tiered partition's local log start.
     let read =
-        crate::shard::partition::fetch_local(core, topic, partition, from, max_bytes.max(1), 0)
-            .await;
+        crate::tier::read::fetch_owned(core, topic, partition, from, max_bytes.max(1), 0).await;
     let batches = match read {
         Ok(f) => f.batches,
         // The window starts past the log's end (a reset, or a log cut
