@@ -27,7 +27,8 @@
 //!   replayed: a record written but not yet fdatasync'd was never answered.
 //! - **Writes:** a machine's change is appended to its partition as one
 //!   batch and answered only once durable — fdatasync'd here and, for a
-//!   replicated topic, by its ISR ([`write`]).
+//!   replicated topic, by its ISR ([`write`]; [`append`] gives the
+//!   appended and the durable moments apart).
 //!
 //! A machine is the state and what acts on it: it implements [`Machine`]
 //! (replay a record, forget a partition, start serving one) and is listed
@@ -328,10 +329,23 @@ pub async fn write(
     p: u32,
     records: impl Iterator<Item = (Bytes, Option<Bytes>)>,
 ) -> Result<(), BrokerError> {
+    append(core, topic, p, records).await?.await
+}
+
+/// [`write`] in two steps: returns once the batch is appended to the
+/// partition's log (after every batch appended before it), with the
+/// future that resolves once it is durable. Durability follows the log's
+/// order: a batch appended later is never durable without this one.
+pub async fn append(
+    core: &Rc<Core>,
+    topic: &str,
+    p: u32,
+    records: impl Iterator<Item = (Bytes, Option<Bytes>)>,
+) -> Result<impl std::future::Future<Output = Result<(), BrokerError>>, BrokerError> {
     let batch = batch_of(core, topic, records, None)?;
     let (log, infos) = partition::append_local(core, topic, p, batch, -1).await?;
-    all_acked(ack_waits(core, topic, p, log, infos, -1)).await?;
-    Ok(())
+    let waits = ack_waits(core, topic, p, log, infos, -1);
+    Ok(async move { all_acked(waits).await.map(|_| ()) })
 }
 
 /// [`write`] as part of producer (id, epoch)'s transaction (Kafka's

@@ -343,6 +343,27 @@ async fn run_step<T>(
     p: u32,
     f: impl FnOnce(&mut Transactions, &mut dyn FnMut() -> i64) -> Step<T>,
 ) -> Result<Committed<T>, TxnRefusal> {
+    run_step_until(core, p, f, Stored::Durable).await
+}
+
+/// How far a step's record is stored before the step is answered.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    /// Durable (on the ISR, fdatasync'd).
+    Durable,
+    /// Appended to the partition's log: a later step's record, after it
+    /// in the log, is durable only with it. A failure to make it durable
+    /// replays the partition, as a failed write does.
+    Appended,
+}
+
+/// [`run_step`], its record stored as far as `stored` says.
+async fn run_step_until<T>(
+    core: &Rc<Core>,
+    p: u32,
+    f: impl FnOnce(&mut Transactions, &mut dyn FnMut() -> i64) -> Step<T>,
+    stored: Stored,
+) -> Result<Committed<T>, TxnRefusal> {
     let lock = core.txns.lock(p);
     let _one = lock
         .acquire_permit(1)
@@ -357,7 +378,7 @@ async fn run_step<T>(
         let mut ids = core.txns.ids.borrow_mut();
         f(t, &mut || ids.pop_front().expect("producer ids at hand"))
     };
-    Ok(commit_steps(core, p, vec![step])
+    Ok(commit_steps(core, p, vec![step], stored)
         .await?
         .pop()
         .expect("one step"))
@@ -366,12 +387,14 @@ async fn run_step<T>(
 /// The answer of a step, and the task writing its markers (if any).
 type Committed<T> = (Result<T, weir_txn::TxnError>, Option<glommio::Task<()>>);
 
-/// Stores the records of `steps` (one batch), starts their markers, and
-/// gives their answers. A failed write forgets `p` and replays it.
+/// Stores the records of `steps` (one batch) as far as `stored` says,
+/// starts their markers, and gives their answers. A failed write forgets
+/// `p` and replays it.
 async fn commit_steps<T>(
     core: &Rc<Core>,
     p: u32,
     steps: Vec<Step<T>>,
+    stored: Stored,
 ) -> Result<Vec<Committed<T>>, TxnRefusal> {
     let encoded: Vec<(Bytes, Option<Bytes>)> = steps
         .iter()
@@ -382,9 +405,27 @@ async fn commit_steps<T>(
         })
         .collect();
     if !encoded.is_empty() {
-        if let Err(e) = crate::coordinator::write(core, TXN_TOPIC, p, encoded.into_iter()).await {
+        let failed = move |core: &Rc<Core>, e: &BrokerError| {
             tracing::warn!(partition = p, error = %e, "{TXN_TOPIC} write failed: replaying the partition");
             crate::coordinator::reload(core, TXN_TOPIC, p);
+        };
+        let written =
+            match crate::coordinator::append(core, TXN_TOPIC, p, encoded.into_iter()).await {
+                Ok(durable) if stored == Stored::Appended => {
+                    let core = core.clone();
+                    glommio::spawn_local(async move {
+                        if let Err(e) = durable.await {
+                            failed(&core, &e);
+                        }
+                    })
+                    .detach();
+                    Ok(())
+                }
+                Ok(durable) => durable.await,
+                Err(e) => Err(e),
+            };
+        if let Err(e) = written {
+            failed(core, &e);
             return Err(TxnRefusal::Storage(format!(
                 "storing the transaction's state failed: {e}"
             )));
@@ -484,13 +525,25 @@ pub async fn write_markers(core: &Rc<Core>, p: u32, generation: u64, markers: Ma
             glommio::timer::sleep(Duration::from_millis(MARKER_RETRY_MS)).await;
         }
     }
+    // The outcome is durable already (the decision, then every marker):
+    // the completion's record need only be appended before EndTxn is
+    // answered. The next step of this transactional id (its next
+    // transaction's first add) is appended after it, so is durable only
+    // with it; were it lost, a replay finds the decision prepared and
+    // writes the markers again.
     let now = core.storage.now_ms();
-    let done = step(core, p, |t, _| Step {
-        record: t.markers_written(&markers, now),
-        markers: None,
-        answer: Ok(()),
-    })
-    .await;
+    let done = run_step_until(
+        core,
+        p,
+        |t, _| Step {
+            record: t.markers_written(&markers, now),
+            markers: None,
+            answer: Ok(()),
+        },
+        Stored::Appended,
+    )
+    .await
+    .and_then(|(answer, _)| answer.map_err(TxnRefusal::Txn));
     if let Err(e) = done {
         tracing::warn!(transactional_id = %markers.transactional_id, error = %e,
             "completing the transaction failed (its markers are written; a replay completes it)");
@@ -702,7 +755,7 @@ pub async fn expiry_loop(core: Rc<Core>) {
                         "transaction timed out: aborted, its producer fenced");
                 }
             }
-            if let Ok(done) = commit_steps(&core, p, steps).await {
+            if let Ok(done) = commit_steps(&core, p, steps, Stored::Durable).await {
                 for (_, task) in done {
                     if let Some(t) = task {
                         t.detach();
