@@ -301,7 +301,8 @@ async fn step_then_markers<T>(
 
 /// A retried EndTxn of a transaction already decided: `Ok` once it has
 /// completed — its markers written, and its decision durable on the ISR
-/// (the completion's record, after it in the log, is) —
+/// (the completion's record, after it in the log, is: no completion of
+/// the partition is still only appended) —
 /// CONCURRENT_TRANSACTIONS (retried by the client) if that takes more
 /// than [`END_WAITS_FOR_MARKERS_MS`]. The state it answers from may
 /// have been replayed after a write of the decision failed (say, while
@@ -323,7 +324,14 @@ async fn decided_end_completed(core: &Rc<Core>, p: u32, id: &str) -> Result<(), 
             }
             Some(t) => t.get(id).is_some_and(|m| m.state.preparing()),
         };
-        if !preparing {
+        // A completion appended is answered once durable.
+        let completing = core
+            .txns
+            .completing
+            .borrow()
+            .get(&p)
+            .is_some_and(|&n| n > 0);
+        if !preparing && !completing {
             return Ok(());
         }
         if std::time::Instant::now() >= deadline {
@@ -412,9 +420,17 @@ async fn commit_steps<T>(
         let written =
             match crate::coordinator::append(core, TXN_TOPIC, p, encoded.into_iter()).await {
                 Ok(durable) if stored == Stored::Appended => {
+                    let count = move |core: &Core, by: i32| {
+                        let mut c = core.txns.completing.borrow_mut();
+                        let n = c.entry(p).or_default();
+                        *n = n.saturating_add_signed(by);
+                    };
+                    count(core, 1);
                     let core = core.clone();
                     glommio::spawn_local(async move {
-                        if let Err(e) = durable.await {
+                        let r = durable.await;
+                        count(&core, -1);
+                        if let Err(e) = r {
                             failed(&core, &e);
                         }
                     })

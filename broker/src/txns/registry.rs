@@ -23,9 +23,12 @@ pub struct Txns {
     /// The state machine of each partition of `__transaction_state` this
     /// core leads.
     pub parts: RefCell<BTreeMap<u32, Transactions>>,
-    /// One step at a time per partition: a step's record is durable
-    /// before the next step of that partition starts.
+    /// One step at a time per partition: a step's record is durable (a
+    /// completion's: appended) before the next step of that partition
+    /// starts.
     pub locks: RefCell<HashMap<u32, Rc<glommio::sync::Semaphore>>>,
+    /// Completions appended and not yet durable, by partition.
+    pub completing: RefCell<HashMap<u32, u32>>,
     /// Producer ids taken from the cluster's allocator, handed to new
     /// transactional ids.
     pub ids: RefCell<VecDeque<i64>>,
