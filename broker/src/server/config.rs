@@ -1261,10 +1261,20 @@ impl BrokerConfig {
                     if !args.remote_storage_options.is_empty() {
                         bail!("--remote-storage-option needs --remote-storage");
                     }
-                    if args.remote_log_manager_copy_max_bytes_per_second.is_some() {
-                        bail!(
-                            "--remote-log-manager-copy-max-bytes-per-second needs --remote-storage"
-                        );
+                    for (flag, given) in [
+                        (
+                            "--remote-log-manager-copy-max-bytes-per-second",
+                            args.remote_log_manager_copy_max_bytes_per_second,
+                        ),
+                        (
+                            "--remote-request-timeout-ms",
+                            args.remote_request_timeout_ms,
+                        ),
+                        ("--remote-retry-timeout-ms", args.remote_retry_timeout_ms),
+                    ] {
+                        if given.is_some() {
+                            bail!("{flag} needs --remote-storage");
+                        }
                     }
                     None
                 }

@@ -676,8 +676,12 @@ async fn acquire_one(
     let batches = match read {
         Ok(f) => f.batches,
         // The window starts past the log's end (a reset, or a log cut
-        // back): nothing to read now.
-        Err(BrokerError::Storage { .. }) => Vec::new(),
+        // back): nothing to read now. Other storage failures (a remote
+        // read that failed, a corrupt segment) are the partition's answer.
+        Err(BrokerError::Storage {
+            kind: crate::error::StorageFailure::OffsetOutOfRange,
+            ..
+        }) => Vec::new(),
         Err(e) => return Err(e),
     };
     let bounds: Vec<LogBatch> = batches

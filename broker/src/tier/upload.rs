@@ -175,7 +175,7 @@ impl Part<'_> {
             return Ok(());
         };
         self.clean_up().await?;
-        self.sweep_orphans().await?;
+        self.sweep_orphans(epoch).await;
         self.retention().await?;
         loop {
             let end = remote_end(&self.segments());
@@ -222,9 +222,16 @@ impl Part<'_> {
     /// folder and deletes the objects of segment ids the remote log
     /// metadata does not name, once [`ORPHAN_AGE`] old — what a deposed
     /// leader wrote after the new one cleaned its unfinished copy up (its
-    /// finish is then refused, so nothing reads them). The age keeps the
-    /// sweep off an upload whose start this node has not applied yet.
-    async fn sweep_orphans(&self) -> PassResult {
+    /// finish is then refused, so nothing reads them). Only while this
+    /// core leads the partition at `epoch` and the node holds its leader
+    /// lease with the metadata it applied (a node cut off from the
+    /// quorum, whose view may miss newer segments, deletes nothing),
+    /// looked at again before each deletion; the metadata is read after
+    /// the listing, and the age keeps the sweep off an upload whose start
+    /// this node has not applied yet. A failure is logged and counted: the
+    /// pass goes on (retention, uploads), the sweep waits for its next
+    /// turn.
+    async fn sweep_orphans(&self, epoch: u32) {
         let every = self.core.shared.config.remote_log_orphan_sweep_ms;
         let at = (self.topic.to_string(), self.partition);
         let due = every > 0
@@ -236,33 +243,53 @@ impl Part<'_> {
                 .get(&at)
                 .is_none_or(|t| t.elapsed() >= Duration::from_millis(every));
         if !due {
-            return Ok(());
-        }
-        let known: std::collections::HashSet<[u8; 16]> =
-            self.segments().iter().map(|s| s.id).collect();
-        let folder = partition_dir(self.topic, &self.topic_id, self.partition);
-        let listed = self.store.list(&folder).await.map_err(|e| e.to_string())?;
-        let old_enough =
-            |modified: std::time::SystemTime| modified.elapsed().is_ok_and(|age| age >= ORPHAN_AGE);
-        let mut deleted = 0u64;
-        for (key, modified) in listed {
-            let orphan = parse_segment_id(&key).is_some_and(|id| !known.contains(&id));
-            if orphan && old_enough(modified) {
-                self.store.delete(&key).await.map_err(|e| e.to_string())?;
-                deleted += 1;
-            }
+            return;
         }
         self.core
             .tier
             .swept
             .borrow_mut()
             .insert(at, std::time::Instant::now());
+        let fenced = || !self.core.holds_lease() || self.leader_epoch() != Some(epoch);
+        if fenced() {
+            return;
+        }
+        let folder = partition_dir(self.topic, &self.topic_id, self.partition);
+        let listed = match self.store.list(&folder).await {
+            Ok(l) => l,
+            Err(e) => {
+                bump(&self.core.tier.counters.delete_errors, 1);
+                tracing::warn!(partition = %self.name(), error = %e,
+                    "listing the remote folder for orphaned objects failed; swept again later");
+                return;
+            }
+        };
+        let known: std::collections::HashSet<[u8; 16]> =
+            self.segments().iter().map(|s| s.id).collect();
+        let old_enough =
+            |modified: std::time::SystemTime| modified.elapsed().is_ok_and(|age| age >= ORPHAN_AGE);
+        let mut deleted = 0u64;
+        for (key, modified) in listed {
+            let orphan = parse_segment_id(&key).is_some_and(|id| !known.contains(&id));
+            if !orphan || !old_enough(modified) {
+                continue;
+            }
+            if fenced() {
+                break;
+            }
+            if let Err(e) = self.store.delete(&key).await {
+                bump(&self.core.tier.counters.delete_errors, 1);
+                tracing::warn!(partition = %self.name(), key, error = %e,
+                    "deleting an orphaned remote object failed; swept again later");
+                break;
+            }
+            deleted += 1;
+        }
         if deleted > 0 {
             bump(&self.core.tier.counters.orphans_deleted, deleted);
             tracing::info!(partition = %self.name(), objects = deleted,
                 "remote objects no metadata names deleted");
         }
-        Ok(())
     }
 
     async fn delete_objects(&self, segs: &[RemoteSegment]) -> PassResult {

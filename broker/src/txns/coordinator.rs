@@ -301,8 +301,8 @@ async fn step_then_markers<T>(
 
 /// A retried EndTxn of a transaction already decided: `Ok` once it has
 /// completed — its markers written, and its decision durable on the ISR
-/// (the completion's record, after it in the log, is: no completion of
-/// the partition is still only appended) —
+/// (the completion's record, after it in the log, is: every completion
+/// of the partition started by then has ended) —
 /// CONCURRENT_TRANSACTIONS (retried by the client) if that takes more
 /// than [`END_WAITS_FOR_MARKERS_MS`]. The state it answers from may
 /// have been replayed after a write of the decision failed (say, while
@@ -310,6 +310,9 @@ async fn step_then_markers<T>(
 /// the client of a decision that a new coordinator never sees.
 async fn decided_end_completed(core: &Rc<Core>, p: u32, id: &str) -> Result<(), TxnRefusal> {
     let deadline = std::time::Instant::now() + Duration::from_millis(END_WAITS_FOR_MARKERS_MS);
+    // The completions started once the transaction is seen completed
+    // (its own among them) must have ended.
+    let mut completed_at = None;
     loop {
         if !core.txns.hosting.ready(p) {
             return Err(TxnRefusal::Loading(format!(
@@ -325,14 +328,11 @@ async fn decided_end_completed(core: &Rc<Core>, p: u32, id: &str) -> Result<(), 
             Some(t) => t.get(id).is_some_and(|m| m.state.preparing()),
         };
         // A completion appended is answered once durable.
-        let completing = core
-            .txns
-            .completing
-            .borrow()
-            .get(&p)
-            .is_some_and(|&n| n > 0);
-        if !preparing && !completing {
-            return Ok(());
+        if !preparing {
+            let upto = *completed_at.get_or_insert_with(|| core.txns.completions_started(p));
+            if core.txns.completions_ended(p) >= upto {
+                return Ok(());
+            }
         }
         if std::time::Instant::now() >= deadline {
             return Err(TxnRefusal::Txn(weir_txn::TxnError::ConcurrentTransactions(
@@ -417,19 +417,16 @@ async fn commit_steps<T>(
             tracing::warn!(partition = p, error = %e, "{TXN_TOPIC} write failed: replaying the partition");
             crate::coordinator::reload(core, TXN_TOPIC, p);
         };
+        // Numbered before the first wait: the state changed already, and
+        // a retried EndTxn that sees it waits for this number.
+        let seq = (stored == Stored::Appended).then(|| core.txns.completion_started(p));
         let written =
             match crate::coordinator::append(core, TXN_TOPIC, p, encoded.into_iter()).await {
-                Ok(durable) if stored == Stored::Appended => {
-                    let count = move |core: &Core, by: i32| {
-                        let mut c = core.txns.completing.borrow_mut();
-                        let n = c.entry(p).or_default();
-                        *n = n.saturating_add_signed(by);
-                    };
-                    count(core, 1);
+                Ok(durable) if seq.is_some() => {
                     let core = core.clone();
                     glommio::spawn_local(async move {
                         let r = durable.await;
-                        count(&core, -1);
+                        core.txns.completion_ended(p, seq.unwrap_or_default());
                         if let Err(e) = r {
                             failed(&core, &e);
                         }
@@ -438,7 +435,12 @@ async fn commit_steps<T>(
                     Ok(())
                 }
                 Ok(durable) => durable.await,
-                Err(e) => Err(e),
+                Err(e) => {
+                    if let Some(seq) = seq {
+                        core.txns.completion_ended(p, seq);
+                    }
+                    Err(e)
+                }
             };
         if let Err(e) = written {
             failed(core, &e);

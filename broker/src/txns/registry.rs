@@ -27,8 +27,10 @@ pub struct Txns {
     /// completion's: appended) before the next step of that partition
     /// starts.
     pub locks: RefCell<HashMap<u32, Rc<glommio::sync::Semaphore>>>,
-    /// Completions appended and not yet durable, by partition.
-    pub completing: RefCell<HashMap<u32, u32>>,
+    /// Completions by partition: how many were started (their records
+    /// appended without waiting for durability) and up to which one
+    /// all have ended (durable, or failed and the partition replayed).
+    pub completions: RefCell<HashMap<u32, (u64, u64)>>,
     /// Producer ids taken from the cluster's allocator, handed to new
     /// transactional ids.
     pub ids: RefCell<VecDeque<i64>>,
@@ -51,6 +53,33 @@ impl Txns {
     /// Partition `p`'s generation now.
     pub fn generation(&self, p: u32) -> u64 {
         self.generations.borrow().get(&p).copied().unwrap_or(0)
+    }
+
+    /// Numbers a completion of partition `p` whose record is appended
+    /// without waiting for it to be durable.
+    pub fn completion_started(&self, p: u32) -> u64 {
+        let mut c = self.completions.borrow_mut();
+        let e = c.entry(p).or_default();
+        e.0 += 1;
+        e.0
+    }
+
+    /// Completion `seq` of partition `p` ended. Its record is in the log
+    /// after the earlier ones', so they have ended too.
+    pub fn completion_ended(&self, p: u32, seq: u64) {
+        let mut c = self.completions.borrow_mut();
+        let e = c.entry(p).or_default();
+        e.1 = e.1.max(seq);
+    }
+
+    /// Completions of partition `p` started so far.
+    pub fn completions_started(&self, p: u32) -> u64 {
+        self.completions.borrow().get(&p).map_or(0, |e| e.0)
+    }
+
+    /// Up to which completion of partition `p` all have ended.
+    pub fn completions_ended(&self, p: u32) -> u64 {
+        self.completions.borrow().get(&p).map_or(0, |e| e.1)
     }
 
     /// The lock of partition `p`.
