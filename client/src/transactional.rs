@@ -24,7 +24,9 @@
 //! the transactional attribute and whose produce requests the
 //! transactional id. Before the first batch of a partition in a
 //! transaction is sent, the partition is added to the transaction at the
-//! id's coordinator (AddPartitionsToTxn); `commit_transaction` waits for
+//! id's coordinator (AddPartitionsToTxn: one for the partitions of every
+//! request formed by then, so a burst of requests to several connections
+//! adds once); `commit_transaction` waits for
 //! every record, then ends the transaction (EndTxn), which the coordinator
 //! answers once its markers are written. `send_offsets_to_transaction`
 //! adds the group's offsets partition (AddOffsetsToTxn) and commits the
@@ -81,6 +83,10 @@ struct TxnState {
     open: AtomicBool,
     /// Partitions added to the open transaction.
     added: Mutex<HashSet<(String, u32)>>,
+    /// Partitions of produce requests formed and not yet added: the
+    /// first request to add adds them all (one AddPartitionsToTxn for a
+    /// burst of requests to several connections, not one after another).
+    wanted: Mutex<HashSet<(String, u32)>>,
     /// Something was added (partitions or offsets): the end is sent.
     anything: AtomicBool,
     /// Why the open transaction cannot commit.
@@ -225,21 +231,41 @@ impl ProducerBackend for TxnBackend {
         acks: Acks,
         batches: Vec<(String, u32, Bytes)>,
     ) -> BoxFuture<'_, Result<Vec<Result<Option<u64>>>>> {
+        // Noted as the request is formed (before its first poll): a request
+        // that adds takes every partition noted so far.
+        let needs_add = {
+            let added = self.txn.added.lock().unwrap_or_else(|e| e.into_inner());
+            let mut wanted = self.txn.wanted.lock().unwrap_or_else(|e| e.into_inner());
+            let mut any = false;
+            for (t, p, _) in &batches {
+                if !added.contains(&(t.clone(), *p)) {
+                    wanted.insert((t.clone(), *p));
+                    any = true;
+                }
+            }
+            any
+        };
         Box::pin(async move {
             let turn = self.order.lock().await;
-            let new: Vec<(String, u32)> = {
-                let added = self.txn.added.lock().unwrap_or_else(|e| e.into_inner());
-                let mut new: Vec<(String, u32)> = batches
-                    .iter()
-                    .map(|(t, p, _)| (t.clone(), *p))
-                    .filter(|tp| !added.contains(tp))
-                    .collect();
-                new.sort();
-                new.dedup();
-                new
-            };
-            if !new.is_empty() {
-                self.txn.add_partitions(new).await?;
+            if needs_add {
+                // The producer forms its requests to the other connections
+                // right after this one's first poll: let it, so that they
+                // are noted and added with this one's.
+                tokio::task::yield_now().await;
+                let new: Vec<(String, u32)> = {
+                    let added = self.txn.added.lock().unwrap_or_else(|e| e.into_inner());
+                    let wanted = self.txn.wanted.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut new: Vec<(String, u32)> = wanted
+                        .iter()
+                        .filter(|tp| !added.contains(tp))
+                        .cloned()
+                        .collect();
+                    new.sort();
+                    new
+                };
+                if !new.is_empty() {
+                    self.txn.add_partitions(new).await?;
+                }
             }
             // Polled once under the lock: the request is on its connection
             // before the next call's goes.
@@ -312,6 +338,7 @@ impl TransactionalProducer {
             identity: Mutex::new(None),
             open: AtomicBool::new(false),
             added: Mutex::new(HashSet::new()),
+            wanted: Mutex::new(HashSet::new()),
             anything: AtomicBool::new(false),
             failed: Mutex::new(None),
             fenced: Mutex::new(None),
@@ -370,6 +397,11 @@ impl TransactionalProducer {
         }
         self.txn
             .added
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.txn
+            .wanted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
