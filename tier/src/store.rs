@@ -554,37 +554,37 @@ fn build(config: &RemoteConfig) -> Result<Arc<dyn ObjectStore>, TierError> {
         .with_timeout(config.request_timeout)
         .with_connect_timeout(Duration::from_secs(5))
         .with_allow_http(plain_http);
-    let unknown = |k: &str| TierError::Config(format!("unknown {scheme}:// option `{k}`"));
     let built = |e: object_store::Error| TierError::Config(format!("{url}: {e}"));
+    let options = &config.options;
     let store: Arc<dyn ObjectStore> = match scheme {
         "s3" => {
-            let mut b = AmazonS3Builder::from_env()
+            let b = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_retry(retry)
                 .with_client_options(client);
-            for (k, v) in &config.options {
-                b = b.with_config(AmazonS3ConfigKey::from_str(k).map_err(|_| unknown(k))?, v);
-            }
+            let b = with_options(b, options, scheme, |b, k: AmazonS3ConfigKey, v| {
+                b.with_config(k, v)
+            })?;
             Arc::new(b.build().map_err(built)?)
         }
         "gs" => {
-            let mut b = GoogleCloudStorageBuilder::from_env()
+            let b = GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(bucket)
                 .with_retry(retry)
                 .with_client_options(client);
-            for (k, v) in &config.options {
-                b = b.with_config(GoogleConfigKey::from_str(k).map_err(|_| unknown(k))?, v);
-            }
+            let b = with_options(b, options, scheme, |b, k: GoogleConfigKey, v| {
+                b.with_config(k, v)
+            })?;
             Arc::new(b.build().map_err(built)?)
         }
         _ => {
-            let mut b = MicrosoftAzureBuilder::from_env()
+            let b = MicrosoftAzureBuilder::from_env()
                 .with_container_name(bucket)
                 .with_retry(retry)
                 .with_client_options(client);
-            for (k, v) in &config.options {
-                b = b.with_config(AzureConfigKey::from_str(k).map_err(|_| unknown(k))?, v);
-            }
+            let b = with_options(b, options, scheme, |b, k: AzureConfigKey, v| {
+                b.with_config(k, v)
+            })?;
             Arc::new(b.build().map_err(built)?)
         }
     };
@@ -594,6 +594,22 @@ fn build(config: &RemoteConfig) -> Result<Arc<dyn ObjectStore>, TierError> {
     } else {
         Arc::new(PrefixStore::new(store, prefix))
     })
+}
+
+/// Sets `options` (object_store's option names, parsed as the store's
+/// keys `K`) on builder `b`; an unknown name is refused.
+fn with_options<B, K: FromStr>(
+    mut b: B,
+    options: &[(String, String)],
+    scheme: &str,
+    set: impl Fn(B, K, &str) -> B,
+) -> Result<B, TierError> {
+    for (k, v) in options {
+        let key = K::from_str(k)
+            .map_err(|_| TierError::Config(format!("unknown {scheme}:// option `{k}`")))?;
+        b = set(b, key, v);
+    }
+    Ok(b)
 }
 
 #[cfg(test)]

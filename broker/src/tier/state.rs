@@ -130,6 +130,10 @@ pub struct TierState {
     /// When each tiered partition's remote folder was last swept of
     /// orphaned objects.
     pub(crate) swept: RefCell<HashMap<(String, u32), std::time::Instant>>,
+    /// Each tiered partition's producers' state at the end of the last
+    /// segment this core uploaded (where its next upload starts).
+    pub(crate) producers:
+        RefCell<HashMap<(String, u32), (u64, weir_storage::producer_state::ProducerStateTable)>>,
     /// Counters.
     pub counters: TierCounters,
 }
@@ -142,6 +146,7 @@ impl Default for TierState {
             indexes: Default::default(),
             reads: glommio::sync::Semaphore::new(READS_IN_FLIGHT),
             swept: Default::default(),
+            producers: Default::default(),
             counters: Default::default(),
         }
     }

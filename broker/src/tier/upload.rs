@@ -74,6 +74,14 @@ pub async fn pass(core: &Rc<Core>) {
         .filter(|(_, l)| l.config().remote_storage)
         .map(|((t, p), l)| (t.clone(), *p, l.clone()))
         .collect();
+    // What the core keeps per tiered partition, for those it still holds.
+    let held: std::collections::HashSet<(String, u32)> =
+        logs.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
+    core.tier.swept.borrow_mut().retain(|k, _| held.contains(k));
+    core.tier
+        .producers
+        .borrow_mut()
+        .retain(|k, _| held.contains(k));
     for (topic, partition, log) in logs {
         if core.shared.stopping() {
             return;
@@ -115,6 +123,11 @@ type PassResult = Result<(), String>;
 impl Part<'_> {
     fn name(&self) -> String {
         format!("{}-{}", self.topic, self.partition)
+    }
+
+    /// The partition, as the core's tiering state keys it.
+    fn at(&self) -> (String, u32) {
+        (self.topic.to_string(), self.partition)
     }
 
     fn segments(&self) -> Vec<RemoteSegment> {
@@ -233,7 +246,7 @@ impl Part<'_> {
     /// turn.
     async fn sweep_orphans(&self, epoch: u32) {
         let every = self.core.shared.config.remote_log_orphan_sweep_ms;
-        let at = (self.topic.to_string(), self.partition);
+        let at = self.at();
         let due = every > 0
             && self
                 .core
@@ -463,13 +476,17 @@ impl Part<'_> {
                     Bytes::from(producers.encode(meta.end)),
                 )
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(producers)
         };
-        if let Err(e) = put.await {
-            bump(&self.core.tier.counters.upload_errors, 1);
-            // Left as started: the next pass deletes what was written.
-            return Err(format!("uploading {}..{}: {e}", meta.base, meta.end));
-        }
+        let producers = match put.await {
+            Ok(p) => p,
+            Err(e) => {
+                bump(&self.core.tier.counters.upload_errors, 1);
+                // Left as started: the next pass deletes what was written.
+                return Err(format!("uploading {}..{}: {e}", meta.base, meta.end));
+            }
+        };
         let finished = Command::RemoteCopyFinished {
             topic: self.topic.to_string(),
             partition: self.partition,
@@ -485,6 +502,13 @@ impl Part<'_> {
             ));
         }
         self.log.set_remote_end(meta.end);
+        // The next upload starts here: it builds on this table instead of
+        // reading the snapshot back from the store.
+        self.core
+            .tier
+            .producers
+            .borrow_mut()
+            .insert(self.at(), (meta.end, producers));
         bump(&self.core.tier.counters.uploads, 1);
         bump(&self.core.tier.counters.uploaded_bytes, meta.bytes);
         tracing::info!(partition = %self.name(), base = meta.base, end = meta.end, bytes = meta.bytes, "segment uploaded to the remote tier");
@@ -549,13 +573,18 @@ impl Part<'_> {
         up.finish().await.map_err(|e| e.to_string())
     }
 
-    /// The producers' state at `base`, where an upload starts: the
-    /// snapshot uploaded with the remote segment ending there, else (the
+    /// The producers' state at `base`, where an upload starts: the table
+    /// this core built uploading the segment ending there, else the
+    /// snapshot uploaded with it (read back from the store), else (the
     /// first segment uploaded, or one uploaded before snapshots were, or
     /// an unreadable one) an empty table — a snapshot then holds the
     /// producers of the segments uploaded since. A store that does not
     /// answer fails the upload (retried at the next pass).
     async fn producers_at(&self, base: u64) -> Result<ProducerStateTable, String> {
+        let kept = self.core.tier.producers.borrow_mut().remove(&self.at());
+        if let Some((_, t)) = kept.filter(|(end, _)| *end == base) {
+            return Ok(t);
+        }
         let Some(prev) = super::readable(self.core, &self.topic_id, self.partition)
             .into_iter()
             .find(|s| s.end == base)

@@ -420,28 +420,28 @@ async fn commit_steps<T>(
         // Numbered before the first wait: the state changed already, and
         // a retried EndTxn that sees it waits for this number.
         let seq = (stored == Stored::Appended).then(|| core.txns.completion_started(p));
-        let written =
-            match crate::coordinator::append(core, TXN_TOPIC, p, encoded.into_iter()).await {
-                Ok(durable) if seq.is_some() => {
-                    let core = core.clone();
-                    glommio::spawn_local(async move {
-                        let r = durable.await;
-                        core.txns.completion_ended(p, seq.unwrap_or_default());
-                        if let Err(e) = r {
-                            failed(&core, &e);
-                        }
-                    })
-                    .detach();
-                    Ok(())
-                }
-                Ok(durable) => durable.await,
-                Err(e) => {
-                    if let Some(seq) = seq {
-                        core.txns.completion_ended(p, seq);
+        let appended = crate::coordinator::append(core, TXN_TOPIC, p, encoded.into_iter()).await;
+        let written = match (appended, seq) {
+            (Ok(durable), None) => durable.await,
+            (Ok(durable), Some(seq)) => {
+                let core = core.clone();
+                glommio::spawn_local(async move {
+                    let r = durable.await;
+                    core.txns.completion_ended(p, seq);
+                    if let Err(e) = r {
+                        failed(&core, &e);
                     }
-                    Err(e)
+                })
+                .detach();
+                Ok(())
+            }
+            (Err(e), seq) => {
+                if let Some(seq) = seq {
+                    core.txns.completion_ended(p, seq);
                 }
-            };
+                Err(e)
+            }
+        };
         if let Err(e) = written {
             failed(core, &e);
             return Err(TxnRefusal::Storage(format!(
