@@ -473,7 +473,7 @@ pub fn render(snaps: &[Snapshot]) -> String {
         &SHARE_FETCH_STAGES,
         |s| &s.share_stages,
     );
-    let simple: [Simple; 32] = [
+    let simple: [Simple; 33] = [
         (
             "weir_replication_bytes_in_total",
             "counter",
@@ -624,9 +624,18 @@ pub fn render(snaps: &[Snapshot]) -> String {
             "Bytes held by the batch cache.",
             |s| s.storage.cache.bytes as f64,
         ),
-        ("weir_fsync_total", "counter", "fdatasync calls.", |s| {
-            s.storage.fdatasyncs as f64
-        }),
+        (
+            "weir_fsync_total",
+            "counter",
+            "Sync calls: fdatasyncs, and syncfs calls that each made several files durable.",
+            |s| s.storage.fdatasyncs as f64,
+        ),
+        (
+            "weir_fsync_shared_total",
+            "counter",
+            "Syncs that made several files durable at once (one syncfs for a flush round's files).",
+            |s| s.storage.shared_syncs as f64,
+        ),
         (
             "weir_fsync_seconds_total",
             "counter",

@@ -36,6 +36,7 @@ pub mod offset_index;
 pub mod producer_state;
 pub mod segment;
 pub mod shard;
+mod sync_group;
 pub mod tail_writer;
 #[doc(hidden)]
 pub mod testing;

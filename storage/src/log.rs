@@ -89,6 +89,7 @@ use crate::producer_state::{
 };
 use crate::segment::{self, FileKind, ScanSummary, Segment, SegmentState};
 use crate::shard::{bump, probe_device, ShardInner, StorageShard};
+use crate::sync_group::sync_files;
 use crate::tail_writer::WriteJob;
 use crate::txn::{self, AbortedTxn, Marker, MarkerKind};
 
@@ -421,37 +422,6 @@ async fn run_jobs(jobs: Vec<(u64, FileKind, WriteJob)>) -> Vec<JobOutcome> {
         out.push(t.await);
     }
     out
-}
-
-/// fdatasyncs files concurrently on this core, counting the time.
-async fn sync_files(shard: &ShardInner, files: Vec<(Rc<DmaFile>, PathBuf)>) -> Result<()> {
-    let tasks: Vec<_> = files
-        .into_iter()
-        .map(|(f, p)| {
-            glommio::spawn_local(async move {
-                let t = Instant::now();
-                let r = crate::tail_writer::fdatasync(&f, &p).await;
-                (r, t.elapsed())
-            })
-        })
-        .collect();
-    let mut first_err = None;
-    for t in tasks {
-        let (r, took) = t.await;
-        let us = took.as_micros() as u64;
-        bump(&shard.counters.fdatasyncs, 1);
-        bump(&shard.counters.fdatasync_micros, us);
-        if let Some(i) = crate::shard::FSYNC_BUCKETS_US.iter().position(|&b| us <= b) {
-            bump(&shard.counters.fdatasync_buckets[i], 1);
-        }
-        if us > shard.counters.fdatasync_micros_max.get() {
-            shard.counters.fdatasync_micros_max.set(us);
-        }
-        if let Err(e) = r {
-            first_err.get_or_insert(e);
-        }
-    }
-    first_err.map_or(Ok(()), Err)
 }
 
 /// Removes the files of the segments at `bases` and fsyncs the directory,

@@ -6,13 +6,17 @@
 //!
 //! **Group commit.** Appends only queue bytes. A single committer task per
 //! core runs *flush rounds*: each round takes every log that has new data,
-//! issues all their direct-I/O writes concurrently, then the fdatasyncs the
-//! logs' flush policies ask for, also concurrently, then wakes the appenders
+//! issues all their direct-I/O writes concurrently, then the syncs the
+//! logs' flush policies ask for — one for all of them: a file is
+//! fdatasync'd, several are made durable by one `syncfs`
+//! (`crate::sync_group`) — then wakes the appenders
 //! whose data is now written or durable. Appends that arrive during a round
-//! go into the next one, so one fdatasync covers every append of a tick.
-//! The next round's writes start as soon as this round's writes are done:
-//! a log's fdatasyncs of several rounds may be in flight at once, their
-//! outcomes applied in round order (`LogInner::round_locked`).
+//! go into the next one, so one sync covers every append of a tick.
+//! The next round's writes start as soon as this round's writes are done,
+//! whatever sync is in flight: a log's syncs of several rounds may be
+//! pending at once (the core runs one sync at a time, and the files asked
+//! for meanwhile share the next), their outcomes applied in round order
+//! (`LogInner::round_locked`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
@@ -77,6 +81,11 @@ pub struct ShardConfig {
     /// serves reads (a one-node broker); a broker in a cluster stops
     /// instead, so that other replicas lead its partitions.
     pub on_disk_full: Option<fn(&StorageError)>,
+    /// The files a core's flush rounds ask to sync at about the same time
+    /// share one sync: one fdatasync for one file, one `syncfs(2)` for
+    /// several (`crate::sync_group`). Off: each file is fdatasync'd on its
+    /// own.
+    pub sync_group: bool,
 }
 
 impl Default for ShardConfig {
@@ -93,6 +102,7 @@ impl Default for ShardConfig {
             write_through_bytes_min: WRITE_THROUGH_BYTES_MIN_DEFAULT,
             on_sync_failure: None,
             on_disk_full: None,
+            sync_group: true,
         }
     }
 }
@@ -106,8 +116,11 @@ pub struct ShardStats {
     pub appended_bytes: u64,
     /// Flush rounds run.
     pub flush_rounds: u64,
-    /// fdatasync calls issued.
+    /// Sync calls issued: fdatasyncs, and syncfs calls that each made
+    /// several files durable ([`ShardStats::shared_syncs`]).
     pub fdatasyncs: u64,
+    /// Syncs that made several files durable at once (one `syncfs`).
+    pub shared_syncs: u64,
     /// Total time spent in fdatasync, µs.
     pub fdatasync_micros: u64,
     /// Longest fdatasync, µs.
@@ -143,6 +156,7 @@ pub(crate) struct Counters {
     pub appended_bytes: Cell<u64>,
     pub flush_rounds: Cell<u64>,
     pub fdatasyncs: Cell<u64>,
+    pub shared_syncs: Cell<u64>,
     pub fdatasync_micros: Cell<u64>,
     pub fdatasync_micros_max: Cell<u64>,
     pub fdatasync_buckets: [Cell<u64>; FSYNC_BUCKETS_US.len()],
@@ -178,6 +192,8 @@ pub(crate) struct ShardInner {
     timed: RefCell<Vec<(Instant, Weak<LogInner>)>>,
     wake: LocalSender<()>,
     next_id: Cell<u64>,
+    /// The core's syncs, grouped.
+    pub(crate) syncs: crate::sync_group::SyncGroup,
 }
 
 /// One core's storage. Cheap to clone (a reference).
@@ -217,6 +233,7 @@ impl StorageShard {
             timed: RefCell::new(Vec::new()),
             wake: tx,
             next_id: Cell::new(1),
+            syncs: Default::default(),
         });
         glommio::spawn_local(committer(Rc::downgrade(&inner), rx)).detach();
         StorageShard { inner }
@@ -230,6 +247,7 @@ impl StorageShard {
             appended_bytes: c.appended_bytes.get(),
             flush_rounds: c.flush_rounds.get(),
             fdatasyncs: c.fdatasyncs.get(),
+            shared_syncs: c.shared_syncs.get(),
             fdatasync_micros: c.fdatasync_micros.get(),
             fdatasync_micros_max: c.fdatasync_micros_max.get(),
             fdatasync_buckets: std::array::from_fn(|i| c.fdatasync_buckets[i].get()),

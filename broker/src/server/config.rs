@@ -317,6 +317,12 @@ pub struct BrokerArgs {
     /// [default: 524288].
     #[arg(long, env = "WEIR_LOG_WRITE_THROUGH_BYTES")]
     pub log_write_through_bytes: Option<u64>,
+    /// The fdatasyncs a core's flush round asks for at about the same time
+    /// share one sync: one file is fdatasync'd, several are made durable
+    /// by one syncfs(2) of their file system; false = each file its own
+    /// fdatasync [default: true].
+    #[arg(long, env = "WEIR_LOG_SYNC_GROUP")]
+    pub log_sync_group: Option<bool>,
     /// Partitions of the internal `__consumer_offsets` topic, used when it is created at the first start [default: 16].
     #[arg(long, env = "WEIR_OFFSETS_PARTITIONS")]
     pub offsets_partitions: Option<u32>,
@@ -505,6 +511,7 @@ struct FileConfig {
     log_cleaner_io_max_bytes_per_second: Option<u64>,
     log_cleaner_io_busy_bytes_per_second: Option<u64>,
     log_write_through_bytes: Option<u64>,
+    log_sync_group: Option<bool>,
     offsets_partitions: Option<u32>,
     offsets_replication_factor: Option<u32>,
     offsets_segment_bytes: Option<u64>,
@@ -711,6 +718,8 @@ pub struct BrokerConfig {
     pub log_cleaner_io_busy_bytes_per_second: Option<u64>,
     /// Rounds at least this large are written through O_DSYNC (0: never).
     pub log_write_through_bytes: u64,
+    /// A core's syncs of several files share one syncfs.
+    pub log_sync_group: bool,
     /// Partitions of `__consumer_offsets` when it is created.
     pub offsets_partitions: u32,
     /// Replicas of each `__consumer_offsets` partition when it is created
@@ -914,6 +923,7 @@ impl BrokerConfig {
                 weir_storage::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT,
             ),
             log_write_through_bytes: weir_storage::shard::WRITE_THROUGH_BYTES_MIN_DEFAULT,
+            log_sync_group: true,
             offsets_partitions: OFFSETS_PARTITIONS_DEFAULT,
             offsets_replication_factor: 3,
             offsets_segment_bytes: OFFSETS_SEGMENT_BYTES_DEFAULT,
@@ -1349,6 +1359,7 @@ impl BrokerConfig {
                 .log_write_through_bytes
                 .or(file.log_write_through_bytes)
                 .unwrap_or(weir_storage::shard::WRITE_THROUGH_BYTES_MIN_DEFAULT),
+            log_sync_group: args.log_sync_group.or(file.log_sync_group).unwrap_or(true),
             log_cleaner_io_busy_bytes_per_second: Some(
                 args.log_cleaner_io_busy_bytes_per_second
                     .or(file.log_cleaner_io_busy_bytes_per_second)

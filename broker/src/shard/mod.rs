@@ -197,6 +197,7 @@ impl Core {
             cleaner_io_max_bytes_per_sec: shared.config.log_cleaner_io_max_bytes_per_second,
             cleaner_io_busy_bytes_per_sec: shared.config.log_cleaner_io_busy_bytes_per_second,
             write_through_bytes_min: shared.config.log_write_through_bytes,
+            sync_group: shared.config.log_sync_group,
             on_sync_failure: Some(stop_on_sync_failure),
             on_disk_full: (shared.config.cluster.voters.len() > 1)
                 .then_some(stop_on_disk_full as fn(&_)),

@@ -23,5 +23,6 @@ mod no_blocking;
 mod power_loss;
 mod read_ahead;
 mod replica;
+mod sync_group;
 mod torn_tail;
 mod transactions;

@@ -77,6 +77,8 @@ const BATCHES_MAX: usize = 60;
 const APPENDERS_MAX: usize = 4;
 /// Most cut instants tried per case.
 const CUTS_MAX: usize = 10;
+/// Bound of the neighbour log's appends in a case with one.
+const NEIGHBOUR_APPENDS_MAX: u64 = 10_000;
 /// proptest cases unless `PROPTEST_CASES` says otherwise.
 const CASES_DEFAULT: u32 = 24;
 /// `flush.messages` of the cases that acknowledge through `flush()`.
@@ -128,6 +130,10 @@ struct Case {
     /// `ShardConfig::write_through_bytes_min`: rounds at least this large
     /// are written through `O_DSYNC` (0: never).
     write_through_min: u64,
+    /// Another log on the same core (not recorded) is appended to while
+    /// the case runs, so that rounds sync both logs' files with one
+    /// `syncfs` (the core's sync group).
+    neighbour: bool,
 }
 
 fn keep_strategy() -> impl Strategy<Value = Keep> {
@@ -154,6 +160,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
             1..CUTS_MAX,
         ),
         prop_oneof![Just(0u64), Just(4096), Just(64 << 10)],
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -165,6 +172,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 truncate,
                 cuts,
                 write_through_min,
+                neighbour,
             )| Case {
                 sizes,
                 appenders,
@@ -174,6 +182,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 truncate,
                 cuts,
                 write_through_min,
+                neighbour,
             },
         )
 }
@@ -212,6 +221,8 @@ struct Run {
     /// in the journal's marks).
     appended: BTreeMap<u64, (u64, u64, Vec<u8>)>,
     truncation: Option<Truncation>,
+    /// Syncs that covered several files (one `syncfs`).
+    shared_syncs: u64,
 }
 
 /// A `truncate_to` between the two phases of a run.
@@ -234,7 +245,7 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
     std::fs::create_dir_all(&dir).unwrap();
     let case = case.clone();
     let (root, dir2) = (tmp.path().to_path_buf(), dir.clone());
-    let (ops, acked, truncation) = run_ret(move || async move {
+    let (ops, acked, truncation, shared_syncs) = run_ret(move || async move {
         let (tmp, dir) = (root, dir2);
         weir_storage::testing::set_skip_fdatasync(skip_fdatasync);
         let journal = std::rc::Rc::new(Journal::record(&dir));
@@ -247,6 +258,30 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
         let (log, _) = PartitionLog::open(&shard, &dir, config)
             .await
             .expect("open");
+        // The neighbour: small durable appends, as fast as they are
+        // acknowledged, until the case is done (bounded in count).
+        let stop = std::rc::Rc::new(std::cell::Cell::new(false));
+        let neighbour = if case.neighbour {
+            let (other, _) =
+                PartitionLog::open(&shard, &tmp.join("t-1"), log_config(1 << 20, false))
+                    .await
+                    .expect("open the neighbour");
+            let stop = stop.clone();
+            Some(glommio::spawn_local(async move {
+                for i in 0..NEIGHBOUR_APPENDS_MAX {
+                    if stop.get() {
+                        break;
+                    }
+                    other
+                        .append_acked(case_batch(i, 1000))
+                        .await
+                        .expect("neighbour append");
+                }
+                other.close().await.expect("close the neighbour");
+            }))
+        } else {
+            None
+        };
         let next = std::rc::Rc::new(std::cell::Cell::new(0usize));
         let acked = std::rc::Rc::new(std::cell::RefCell::new(BTreeMap::new()));
         let sizes = std::rc::Rc::new(case.sizes.clone());
@@ -319,6 +354,11 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
             });
         }
         append_upto(sizes.len()).await;
+        stop.set(true);
+        if let Some(n) = neighbour {
+            n.await;
+        }
+        let shared_syncs = shard.stats().shared_syncs;
         // Closing waits for the producer-snapshot writer (on the blocking
         // pool), so nothing is written after the journal is taken. The cuts
         // fall anywhere, the close included.
@@ -329,7 +369,7 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
         weir_storage::testing::set_skip_fdatasync(false);
         let journal = std::rc::Rc::try_unwrap(journal).expect("one journal");
         let acked = acked.borrow().clone();
-        (journal.take(), acked, truncation)
+        (journal.take(), acked, truncation, shared_syncs)
     });
     // The model's fidelity: with nothing lost, the rebuilt directory is the
     // real one (every file operation was recorded).
@@ -368,6 +408,7 @@ fn run_case(case: &Case, skip_fdatasync: bool) -> Run {
         ops,
         appended: acked,
         truncation,
+        shared_syncs,
     }
 }
 
@@ -714,6 +755,7 @@ fn fixed_case(flush_every: Option<usize>) -> Case {
             })
             .collect(),
         write_through_min: 0,
+        neighbour: false,
     }
 }
 
@@ -772,6 +814,7 @@ fn sixteen_appenders(
             })
             .collect(),
         write_through_min,
+        neighbour: false,
     }
 }
 
@@ -819,5 +862,22 @@ fn rounds_written_through_o_dsync_keep_every_acknowledged_batch() {
         .filter(|(_, op)| matches!(op, IoOp::DurableWrite { path, .. } if path.extension().is_some_and(|e| e == "log")))
         .count();
     assert!(through > 0, "no round was written through O_DSYNC");
+    check_cuts(&run, &case).expect("no acknowledged batch lost");
+}
+
+/// Rounds that sync the case's log together with another log of the same
+/// core: the core's sync group makes both files durable with one
+/// `syncfs` (the journal notes it as a sync of each file, issued when the
+/// `syncfs` was). Sixteen appenders, each batch acknowledged once durable;
+/// every cut keeps every acknowledged batch.
+#[test]
+fn rounds_synced_with_another_log_keep_every_acknowledged_batch() {
+    let mut case = sixteen_appenders(1 << 20, None, 0);
+    case.neighbour = true;
+    let run = run_case(&case, false);
+    assert!(
+        run.shared_syncs > 0,
+        "no sync covered both logs: the case does not test the sync group"
+    );
     check_cuts(&run, &case).expect("no acknowledged batch lost");
 }
