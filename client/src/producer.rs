@@ -119,7 +119,8 @@ pub struct ProducerConfig {
     /// record then costs one round trip, not `linger_ms` plus one; at a
     /// high rate the batches fill as before (property
     /// `weir.linger.adaptive`).
-    /// Default true.
+    /// Default true; a transactional producer turns it off (its records
+    /// are visible at the commit, which sends every batch).
     pub linger_adaptive: bool,
     /// A batch is sent as soon as its (estimated, uncompressed) size
     /// reaches this. A record that would take a non-empty batch past it
