@@ -813,8 +813,10 @@ async fn consumed<'a>(
 /// 2000 per poll measured no faster), else the SDK's default (500:
 /// Kafka's `max.poll.records`), so that a member does not hold seconds
 /// of work others could do.
-fn share_poll_records(processing_us: u64) -> u32 {
-    if processing_us == 0 {
+fn share_poll_records(processing_us: u64, configured: Option<u32>) -> u32 {
+    if let Some(n) = configured {
+        n
+    } else if processing_us == 0 {
         1000
     } else {
         weir_client::share_consumer::MAX_RECORDS_DEFAULT
@@ -828,12 +830,13 @@ async fn consume_share(
     group: String,
     bootstrap: SocketAddr,
     processing_us: u64,
+    max_records: Option<u32>,
     shared: Arc<Shared>,
 ) -> anyhow::Result<()> {
     let client = Client::connect_with(bootstrap, shared.client.clone()).await?;
     let mut c = weir_client::ShareConsumerConfig::new(group);
     c.max_wait = Duration::from_millis(100);
-    c.max_records = share_poll_records(processing_us);
+    c.max_records = share_poll_records(processing_us, max_records);
     let mut consumer = weir_client::ShareConsumer::new(client, c);
     consumer.subscribe(&[topic.as_str()])?;
     let mut joined = false;
@@ -1109,6 +1112,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                             format!("{t}-share-{sub}"),
                             opts.bootstrap,
                             processing,
+                            w.share_max_records,
                             shared,
                         )),
                         (Driver::Weir, SubscriptionType::Group) => tokio::spawn(consume(

@@ -153,6 +153,11 @@ pub struct Workload {
     /// at most [`PROCESSING_MICROS_MAX`].
     #[serde(default)]
     pub consumer_processing_micros: u64,
+    /// `shareMaxRecords` (Weir's): records a share-group member takes per
+    /// poll, 1 to [`SHARE_MAX_RECORDS_MAX`]; default 1000 when records
+    /// cost no work, the SDK's default (500) when they do.
+    #[serde(default)]
+    pub share_max_records: Option<u32>,
     /// `producerRate`: records per second over all producers together (OMB's
     /// meaning); 0 means as fast as possible. Ignored without producers.
     pub producer_rate: f64,
@@ -447,6 +452,9 @@ fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error>
     d.deserialize_any(V)
 }
 
+/// Most `shareMaxRecords`.
+pub const SHARE_MAX_RECORDS_MAX: u32 = 100_000;
+
 /// Most `consumerProcessingMicros`: 1 s of work per record.
 pub const PROCESSING_MICROS_MAX: u64 = 1_000_000;
 
@@ -656,6 +664,14 @@ impl Workload {
                 ),
             ));
         }
+        if let Some(n) = self.share_max_records {
+            if n == 0 || n > SHARE_MAX_RECORDS_MAX {
+                return Err(WorkloadError::new(
+                    "shareMaxRecords",
+                    format!("must be 1 to {SHARE_MAX_RECORDS_MAX} (got {n})"),
+                ));
+            }
+        }
         check_range("producerRate", self.producer_rate, 0.0, false, f64::MAX)?;
         // Keeps backlog_bytes() within u64.
         check_range(
@@ -751,6 +767,7 @@ impl Workload {
             consumer_per_subscription: 1,
             subscription_type: SubscriptionType::Group,
             consumer_processing_micros: 0,
+            share_max_records: None,
             producer_rate: 0.0,
             consumer_backlog_size_gb: 0.0,
             warmup_duration_minutes: 0.0,

@@ -648,14 +648,64 @@ fn a_v2_client_adds_partitions_by_writing_and_each_end_bumps_the_epoch() {
 
     // Transaction 3 commits after all that.
     assert_eq!(produce(1, batch(e2, 0, "three-1")), 0);
-    assert_eq!(end(e2, true).error_code, 0);
+    let r = end(e2, true);
+    assert_eq!(r.error_code, 0);
+    let e3 = r.producer_epoch;
 
-    let mut committed = sdk_read(&b, "v2", 2, weir_client::IsolationLevel::ReadCommitted, 3);
+    // Transaction 4 ends twice at once (a client that retried before its
+    // first answer came): the second EndTxn arrives while the first's
+    // markers are being written, and is answered the same once the
+    // transaction has completed — or told to retry, never refused.
+    assert_eq!(produce(0, batch(e3, 0, "four-0")), 0);
+    assert_eq!(produce(1, batch(e3, 0, "four-1")), 0);
+    let end4 = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_static_str("v2-tx")))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(e3)
+        .with_committed(true);
+    let coordinator = *ports
+        .iter()
+        .find(|p| {
+            let mut k = common::KafkaConn::connect(**p);
+            let req = DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![TransactionalId(StrBytes::from_static_str("v2-tx"))]);
+            k.send(ApiKey::DescribeTransactions, 0, &req);
+            let r: DescribeTransactionsResponse = k.read(0);
+            r.transaction_states[0].error_code == 0
+        })
+        .expect("a port coordinates v2-tx");
+    let mut first = common::KafkaConn::connect(coordinator);
+    let mut second = common::KafkaConn::connect(coordinator);
+    first.send(ApiKey::EndTxn, 5, &end4);
+    second.send(ApiKey::EndTxn, 5, &end4);
+    let answers: Vec<EndTxnResponse> = vec![first.read(5), second.read(5)];
+    for r in &answers {
+        assert!(
+            r.error_code == 0 || r.error_code == ResponseError::ConcurrentTransactions.code(),
+            "a doubled EndTxn: {r:?}"
+        );
+    }
+    assert!(answers.iter().any(|r| r.error_code == 0), "{answers:?}");
+    let e4 = e3 + 1;
+    for r in answers.iter().filter(|r| r.error_code == 0) {
+        assert_eq!((r.producer_id.0, r.producer_epoch), (pid, e4), "{r:?}");
+    }
+    // Told to retry: the retry, once the transaction completed, is
+    // answered as the end was.
+    if answers.iter().any(|r| r.error_code != 0) {
+        let r = end(e3, true);
+        assert_eq!((r.error_code, r.producer_epoch), (0, e4), "{r:?}");
+    }
+
+    let mut committed = sdk_read(&b, "v2", 2, weir_client::IsolationLevel::ReadCommitted, 5);
     committed.sort();
-    assert_eq!(committed, ["one-0", "one-1", "three-1"]);
-    let mut all = sdk_read(&b, "v2", 2, weir_client::IsolationLevel::ReadUncommitted, 4);
+    assert_eq!(committed, ["four-0", "four-1", "one-0", "one-1", "three-1"]);
+    let mut all = sdk_read(&b, "v2", 2, weir_client::IsolationLevel::ReadUncommitted, 6);
     all.sort();
-    assert_eq!(all, ["one-0", "one-1", "three-1", "two-0"]);
+    assert_eq!(
+        all,
+        ["four-0", "four-1", "one-0", "one-1", "three-1", "two-0"]
+    );
     let offsets = weir_testkit::runtime().block_on(async {
         let c = weir_client::Client::connect(b.listen).await.unwrap();
         c.committed_offsets("v2-group", None).await.unwrap()
