@@ -626,7 +626,8 @@ fn set_rejects_unknown_names() {
     assert!(names.contains(&"subscriptionType".to_string()));
     assert!(!names.contains(&"driver".to_string()));
     assert!(names.contains(&"driver.otlpSpansPerExport".to_string()));
-    assert_eq!(names.len(), 18 + 14);
+    assert!(names.contains(&"shareMaxRecords".to_string()));
+    assert_eq!(names.len(), 19 + 14);
 }
 
 #[test]
@@ -638,6 +639,7 @@ fn set_rejects_bad_values_and_leaves_the_workload_unchanged() {
         ("topics", "1.5"),
         ("topics", "-1"),
         ("producerRate", "fast"),
+        ("shareMaxRecords", "-1"),
         ("useRandomizedPayloads", "yes"),
         ("keyDistributor", "BY_HASH"),
         ("driver.lingerMs", "soon"),
@@ -658,6 +660,8 @@ fn set_rejects_bad_values_and_leaves_the_workload_unchanged() {
         ("driver.acks", "2"),
         ("driver.compression", "gzip"),
         ("driver.maxInFlight", "6"),
+        ("shareMaxRecords", "0"),
+        ("shareMaxRecords", "100001"),
     ] {
         let e = format!("{:#}", w.set(field, value).unwrap_err());
         assert!(
