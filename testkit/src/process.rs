@@ -116,6 +116,9 @@ impl Process {
                 .child
                 .try_wait()
                 .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.name));
+            if self.status.is_some() {
+                remove_faketime_leftovers(self.child.id());
+            }
         }
         self.status
     }
@@ -183,7 +186,25 @@ impl Drop for Process {
             // would abort a test that is already unwinding).
             unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGKILL) };
             self.status = self.child.wait().ok();
+            remove_faketime_leftovers(self.child.id());
         }
+    }
+}
+
+/// Where libfaketime keeps its per-process files.
+const FAKETIME_SHM_DIR: &str = "/dev/shm";
+
+/// libfaketime (the clock-fault tests run a node under it) creates a
+/// shared-memory segment and a semaphore per process, named by its PID,
+/// and removes them only when the process exits cleanly: every node
+/// killed left two files in `/dev/shm`. Called once the process is reaped
+/// (the PID was this test's child a moment ago); absent files are fine.
+fn remove_faketime_leftovers(pid: u32) {
+    for name in [
+        format!("faketime_shm_{pid}"),
+        format!("sem.faketime_sem_{pid}"),
+    ] {
+        let _ = std::fs::remove_file(std::path::Path::new(FAKETIME_SHM_DIR).join(name));
     }
 }
 
@@ -208,6 +229,26 @@ mod tests {
         p.pause();
         let status = p.stop();
         assert_eq!(status.signal(), Some(libc::SIGTERM));
+    }
+
+    #[test]
+    fn a_reaped_process_leaves_no_faketime_files() {
+        let p = sleeper();
+        let files: Vec<_> = [
+            format!("faketime_shm_{}", p.pid()),
+            format!("sem.faketime_sem_{}", p.pid()),
+        ]
+        .iter()
+        .map(|n| std::path::Path::new(FAKETIME_SHM_DIR).join(n))
+        .collect();
+        // What libfaketime would have made for it.
+        for f in &files {
+            std::fs::write(f, b"").unwrap();
+        }
+        p.kill();
+        for f in &files {
+            assert!(!f.exists(), "{} left behind", f.display());
+        }
     }
 
     #[test]
