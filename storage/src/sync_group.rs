@@ -95,7 +95,8 @@ pub(crate) async fn sync_files(
     first_err.map_or(Ok(()), Err)
 }
 
-/// Serves the queue until it is empty: one sync per pass.
+/// Serves the queue until it is empty: one sync per pass (per file
+/// system, when the pass's files are on several).
 async fn lead(shard: Rc<ShardInner>) {
     loop {
         // Let the other logs of this round queue their files first.
@@ -105,80 +106,95 @@ async fn lead(shard: Rc<ShardInner>) {
             shard.syncs.running.set(false);
             return;
         }
-        // One sync per device: the queue's files grouped by file system.
-        let mut by_dev: Vec<(u64, Vec<Waiting>)> = Vec::new();
-        for w in batch {
-            let dev = device_of(&w.file);
-            match by_dev.iter_mut().find(|(d, _)| *d == dev) {
-                Some((_, ws)) => ws.push(w),
-                None => by_dev.push((dev, vec![w])),
-            }
-        }
-        let passes = by_dev.into_iter().map(|(_, ws)| {
-            let shard = shard.clone();
-            glommio::spawn_local(async move {
-                let t = Instant::now();
-                let r = sync_one_device(&shard, &ws).await;
-                count(&shard, t);
-                for w in ws {
-                    let _ = w.done.send(r.clone());
-                }
+        let syncs: Vec<_> = plan(batch)
+            .into_iter()
+            .map(|group| {
+                let shard = shard.clone();
+                glommio::spawn_local(async move {
+                    let t = Instant::now();
+                    let r = sync_group_of_files(&shard, &group).await;
+                    count(&shard, t);
+                    for w in group.into_iter().flat_map(|f| f.waiting) {
+                        let _ = w.send(r.clone());
+                    }
+                })
             })
-        });
-        let passes: Vec<_> = passes.collect();
-        for p in passes {
-            p.await;
+            .collect();
+        for s in syncs {
+            s.await;
         }
     }
 }
 
-/// The device (`st_dev`) of an open file; 0 if it cannot be read (then
-/// all such files share a group, and syncfs of the first covers its own
-/// file system only — so a file whose device is unknown is synced alone).
-fn device_of(file: &DmaFile) -> u64 {
+/// One file of a pass and everyone waiting for it.
+struct File {
+    file: Rc<DmaFile>,
+    path: PathBuf,
+    waiting: Vec<oneshot::Sender<Result<()>>>,
+}
+
+/// A pass's syncs: its distinct files, grouped by file system (`st_dev`,
+/// looked up only when there are several files). A file whose device
+/// cannot be read is synced on its own.
+fn plan(batch: Vec<Waiting>) -> Vec<Vec<File>> {
+    let mut files: Vec<File> = Vec::new();
+    for w in batch {
+        match files.iter_mut().find(|f| Rc::ptr_eq(&f.file, &w.file)) {
+            Some(f) => f.waiting.push(w.done),
+            None => files.push(File {
+                file: w.file,
+                path: w.path,
+                waiting: vec![w.done],
+            }),
+        }
+    }
+    if files.len() == 1 {
+        return vec![files];
+    }
+    let mut groups: Vec<(Option<u64>, Vec<File>)> = Vec::new();
+    for f in files {
+        match device_of(&f.file) {
+            Some(dev) => match groups.iter_mut().find(|(d, _)| *d == Some(dev)) {
+                Some((_, g)) => g.push(f),
+                None => groups.push((Some(dev), vec![f])),
+            },
+            None => groups.push((None, vec![f])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
+/// The device (`st_dev`) of an open file, if it can be read.
+fn device_of(file: &DmaFile) -> Option<u64> {
     use std::os::fd::AsRawFd;
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: the descriptor is open for the life of `file`; `st` is a
     // valid out-pointer.
-    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } == 0 {
-        st.st_dev
-    } else {
-        0
-    }
+    (unsafe { libc::fstat(file.as_raw_fd(), &mut st) } == 0).then_some(st.st_dev)
 }
 
-/// One sync for files of one file system: fdatasync if it is one file
-/// (or the device is unknown: each its own), else one syncfs.
-async fn sync_one_device(shard: &ShardInner, ws: &[Waiting]) -> Result<()> {
-    let mut distinct: Vec<&Waiting> = Vec::new();
-    for w in ws {
-        if !distinct.iter().any(|d| Rc::ptr_eq(&d.file, &w.file)) {
-            distinct.push(w);
-        }
+/// One sync for distinct files of one file system: an fdatasync for one
+/// file, one syncfs for several.
+async fn sync_group_of_files(shard: &ShardInner, files: &[File]) -> Result<()> {
+    let [first, rest @ ..] = files else {
+        return Ok(());
+    };
+    if rest.is_empty() {
+        return crate::tail_writer::fdatasync(&first.file, &first.path).await;
     }
-    if distinct.len() == 1 || device_of(&distinct[0].file) == 0 {
-        let mut first_err = None;
-        for w in distinct {
-            if let Err(e) = crate::tail_writer::fdatasync(&w.file, &w.path).await {
-                first_err.get_or_insert(e);
-            }
-        }
-        return first_err.map_or(Ok(()), Err);
-    }
-    let path = distinct[0].path.clone();
     if testing::fdatasync_fails() {
         return Err(StorageError::Io {
             op: "syncfs",
-            path,
+            path: first.path.clone(),
             source: std::sync::Arc::new(std::io::Error::from_raw_os_error(libc::EIO)),
         });
     }
     let issued = testing::issue_point();
     let fd = {
         use std::os::fd::AsRawFd;
-        distinct[0].file.as_raw_fd()
+        first.file.as_raw_fd()
     };
-    // The file (and so its descriptor) is held by `ws` until this returns.
+    // The file (and so its descriptor) is held by `files` until this returns.
     let r = crate::checkpoint::on_blocking_pool(move || {
         // SAFETY: a plain system call on a descriptor that stays open.
         if unsafe { libc::syncfs(fd) } == 0 {
@@ -188,11 +204,11 @@ async fn sync_one_device(shard: &ShardInner, ws: &[Waiting]) -> Result<()> {
         }
     })
     .await;
-    r.map_err(|e| StorageError::io("syncfs", &path, e))?;
+    r.map_err(|e| StorageError::io("syncfs", &first.path, e))?;
     bump(&shard.counters.shared_syncs, 1);
-    for w in distinct {
+    for f in files {
         testing::note(|| IoOp::Sync {
-            path: w.path.clone(),
+            path: f.path.clone(),
             issued,
         });
     }
