@@ -155,7 +155,8 @@ pub use producer::{
 };
 pub use properties::{Properties, PropertyError};
 pub use share_consumer::{
-    AcknowledgeType, AcknowledgementMode, ShareConsumer, ShareConsumerConfig, ShareRecord,
+    AcknowledgeType, AcknowledgementMode, AcquireMode, ShareConsumer, ShareConsumerConfig,
+    ShareRecord,
 };
 pub use stats::{ConsumerStats, ProducerStats};
 pub use tls::{SecurityProtocol, TlsSettings};

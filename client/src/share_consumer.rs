@@ -53,6 +53,7 @@ use weir_proto::messages::{
     ShareGroupHeartbeatRequest, SharePartitionRequest, TopicPartitions,
 };
 use weir_proto::reader::RecordBatch;
+pub use weir_share::partition::AcquireMode;
 
 use crate::groups::{group_error, TopicPartition};
 use crate::{Client, ClientError, ConsumerRecord, Result, ShardRouter};
@@ -117,9 +118,14 @@ pub struct ShareConsumerConfig {
     pub group_id: String,
     /// Implicit (default) or explicit acknowledgement.
     pub acknowledgement_mode: AcknowledgementMode,
-    /// Records to acquire per poll, about (whole batches), shared among
-    /// the cores fetched from. Default 500 (Kafka's `max.poll.records`).
+    /// Records to acquire per poll, shared among the cores fetched from:
+    /// about (whole batches) or at most, as `acquire_mode` says (with
+    /// fewer than the cores fetched, one from each). Default 500 (Kafka's
+    /// `max.poll.records`).
     pub max_records: u32,
+    /// Whole batches (default) or at most `max_records` (Kafka's
+    /// `share.acquire.mode`).
+    pub acquire_mode: AcquireMode,
     /// Longest a fetch waits for records. Default 500 ms.
     pub max_wait: Duration,
     /// Most bytes read from one partition per fetch. Default 1 MiB.
@@ -133,10 +139,26 @@ impl ShareConsumerConfig {
             group_id: group_id.into(),
             acknowledgement_mode: AcknowledgementMode::Implicit,
             max_records: MAX_RECORDS_DEFAULT,
+            acquire_mode: AcquireMode::BatchOptimized,
             max_wait: Duration::from_millis(500),
             max_partition_bytes: 1 << 20,
         }
     }
+}
+
+/// A poll's `max_records` shared among `cores` fetches, each at least 1
+/// (0 on the wire would mean the broker's default): whole batches are
+/// about, so each asks for its rounded-up share; at most (`record_limit`)
+/// splits it exactly (the first ones take the remainder).
+fn per_core_records(max_records: u32, mode: AcquireMode, cores: usize) -> Vec<u32> {
+    let n = cores.max(1) as u32;
+    (0..n)
+        .map(|i| match mode {
+            AcquireMode::BatchOptimized => max_records.div_ceil(n),
+            AcquireMode::RecordLimit => max_records / n + u32::from(i < max_records % n),
+        })
+        .map(|r| r.max(1))
+        .collect()
 }
 
 /// Records a poll acquires by default (Kafka's `max.poll.records`).
@@ -565,8 +587,12 @@ impl ShareConsumer {
         }
         let mut requests = Vec::new();
         // `max_records` is the poll's: shared among the cores fetched.
-        let per_core = self.config.max_records.div_ceil(wanted.len().max(1) as u32);
-        for (addr, (client, parts)) in wanted {
+        let shares = per_core_records(
+            self.config.max_records,
+            self.config.acquire_mode,
+            wanted.len(),
+        );
+        for ((addr, (client, parts)), per_core) in wanted.into_iter().zip(shares) {
             let session = self.sessions.entry(addr).or_insert_with(|| Session {
                 client: client.clone(),
                 epoch: 0,
@@ -602,7 +628,8 @@ impl ShareConsumer {
                 member_id: self.member_id.clone(),
                 session_epoch: session.epoch,
                 max_wait_ms: crate::millis_u32(wait),
-                max_records: per_core.max(1),
+                max_records: per_core,
+                acquire_mode: self.config.acquire_mode.byte(),
                 max_bytes: self.config.max_partition_bytes,
                 partitions: ack_parts,
                 forgotten: TopicPartitions::group(forgotten.iter()),
@@ -1045,6 +1072,24 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_polls_records_are_shared_among_the_cores_it_fetches_from() {
+        use AcquireMode::{BatchOptimized, RecordLimit};
+        // About: each core asks for its rounded-up share.
+        assert_eq!(per_core_records(500, BatchOptimized, 3), [167, 167, 167]);
+        // At most: the shares add up to the poll's, never past it…
+        assert_eq!(per_core_records(500, RecordLimit, 3), [167, 167, 166]);
+        assert_eq!(per_core_records(7, RecordLimit, 1), [7]);
+        // …unless there are fewer records than cores: one each (0 would
+        // ask for the broker's default).
+        assert_eq!(per_core_records(1, RecordLimit, 2), [1, 1]);
+        assert_eq!(per_core_records(5, BatchOptimized, 0), [5]);
+        for mode in [BatchOptimized, RecordLimit] {
+            assert_eq!(AcquireMode::from_name(mode.name()), Some(mode));
+        }
+        assert_eq!(AcquireMode::from_name("strict"), None);
+    }
 
     #[test]
     fn member_ids_are_uuid_shaped_and_differ() {

@@ -55,7 +55,7 @@ use weir_client::{
 
 use crate::report::{Interval, Machine, Percentiles, Report, Totals};
 use crate::stages;
-use crate::workload::{KeyDistributor, SubscriptionType, Workload};
+use crate::workload::{KeyDistributor, ShareAcquireMode, SubscriptionType, Workload};
 
 /// What to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -830,13 +830,17 @@ async fn consume_share(
     group: String,
     bootstrap: SocketAddr,
     processing_us: u64,
-    max_records: Option<u32>,
+    (max_records, mode): (Option<u32>, ShareAcquireMode),
     shared: Arc<Shared>,
 ) -> anyhow::Result<()> {
     let client = Client::connect_with(bootstrap, shared.client.clone()).await?;
     let mut c = weir_client::ShareConsumerConfig::new(group);
     c.max_wait = Duration::from_millis(100);
     c.max_records = share_poll_records(processing_us, max_records);
+    c.acquire_mode = match mode {
+        ShareAcquireMode::BatchOptimized => weir_client::AcquireMode::BatchOptimized,
+        ShareAcquireMode::RecordLimit => weir_client::AcquireMode::RecordLimit,
+    };
     let mut consumer = weir_client::ShareConsumer::new(client, c);
     consumer.subscribe(&[topic.as_str()])?;
     let mut joined = false;
@@ -1112,7 +1116,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                             format!("{t}-share-{sub}"),
                             opts.bootstrap,
                             processing,
-                            w.share_max_records,
+                            (w.share_max_records, w.share_acquire_mode),
                             shared,
                         )),
                         (Driver::Weir, SubscriptionType::Group) => tokio::spawn(consume(

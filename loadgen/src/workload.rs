@@ -158,6 +158,12 @@ pub struct Workload {
     /// cost no work, the SDK's default (500) when they do.
     #[serde(default)]
     pub share_max_records: Option<u32>,
+    /// `shareAcquireMode` (Kafka's `share.acquire.mode`): `batch_optimized`
+    /// (the default: whole batches, a poll may pass `shareMaxRecords`) or
+    /// `record_limit` (at most `shareMaxRecords` per poll, a batch taken in
+    /// part).
+    #[serde(default)]
+    pub share_acquire_mode: ShareAcquireMode,
     /// `producerRate`: records per second over all producers together (OMB's
     /// meaning); 0 means as fast as possible. Ignored without producers.
     pub producer_rate: f64,
@@ -471,6 +477,18 @@ pub enum SubscriptionType {
     Share,
 }
 
+/// How a share-group member's poll is bounded (`shareAcquireMode`, Kafka's
+/// `share.acquire.mode` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShareAcquireMode {
+    /// `batch_optimized` (the default): whole batches.
+    #[default]
+    BatchOptimized,
+    /// `record_limit`: at most `shareMaxRecords` records.
+    RecordLimit,
+}
+
 /// How records are keyed (`keyDistributor`), with OMB's names and meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -768,6 +786,7 @@ impl Workload {
             subscription_type: SubscriptionType::Group,
             consumer_processing_micros: 0,
             share_max_records: None,
+            share_acquire_mode: ShareAcquireMode::BatchOptimized,
             producer_rate: 0.0,
             consumer_backlog_size_gb: 0.0,
             warmup_duration_minutes: 0.0,

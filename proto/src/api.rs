@@ -291,6 +291,8 @@ impl ApiKey {
             // target of a reassignment under way; v3: the local log start
             // and the remote tier's bytes and segments (tiered storage).
             ApiKey::DescribeConfigs => 3,
+            // v1: the acquire mode (KIP-1206's record_limit).
+            ApiKey::ShareFetch => 1,
             _ => 0,
         }
     }

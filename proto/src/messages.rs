@@ -1633,8 +1633,14 @@ pub struct ShareFetchRequest {
     pub session_epoch: i32,
     /// How long to wait when nothing can be acquired.
     pub max_wait_ms: u32,
-    /// Records to acquire, about (whole batches; 0: 500).
+    /// Records to acquire (0: 500): about, in whole batches, or at most
+    /// (`acquire_mode`).
     pub max_records: u32,
+    /// How `max_records` bounds the records acquired (v1, Kafka's
+    /// `ShareAcquireMode`, KIP-1206): 0 batch_optimized (whole batches,
+    /// the last may pass it), 1 record_limit (never more, a batch then
+    /// acquired in part). Others are refused.
+    pub acquire_mode: u8,
     /// Bytes to read per partition, at most.
     pub max_bytes: u32,
     /// Partitions named (added to the session), with acknowledgements.

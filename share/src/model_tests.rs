@@ -13,7 +13,7 @@ use std::rc::Rc;
 use proptest::prelude::*;
 
 use crate::partition::{
-    AckBatch, AckType, Acquired, LogBatch, RecordState, ShareConfig, SharePartition,
+    AckBatch, AckType, AcquireMode, Acquired, LogBatch, RecordState, ShareConfig, SharePartition,
 };
 use crate::records;
 
@@ -23,7 +23,12 @@ enum Op {
     Append { n: u8, control: bool },
     /// Member `who` acquires up to `max` records, sent the first `take`
     /// batches from the window's start (a fetch's byte budget).
-    Acquire { who: u8, max: u8, take: u8 },
+    Acquire {
+        who: u8,
+        max: u8,
+        take: u8,
+        strict: bool,
+    },
     /// Member `who` acknowledges its `k`-th held range (or an arbitrary
     /// range, which may be refused) with `t`.
     Ack {
@@ -43,7 +48,12 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (1u8..20, prop::bool::weighted(0.1)).prop_map(|(n, control)| Op::Append { n, control }),
-        4 => (0u8..3, 1u8..30, 1u8..8).prop_map(|(who, max, take)| Op::Acquire { who, max, take }),
+        4 => (0u8..3, 1u8..30, 1u8..8, any::<bool>()).prop_map(|(who, max, take, strict)| Op::Acquire {
+            who,
+            max,
+            take,
+            strict
+        }),
         5 => (0u8..3, any::<u8>(), 0u8..5, prop::option::weighted(0.15, (0u8..60, 0u8..10)))
             .prop_map(|(who, k, t, arbitrary)| Op::Ack { who, k, t, arbitrary }),
         1 => (1u16..300).prop_map(|ms| Op::Tick { ms }),
@@ -149,7 +159,12 @@ fn run(ops: Vec<Op>) {
                 });
                 m.log_end = last + 1;
             }
-            Op::Acquire { who, max, take } => {
+            Op::Acquire {
+                who,
+                max,
+                take,
+                strict,
+            } => {
                 // The batches a fetch would send: from the window's start
                 // (its Available records) on, as many as its budget takes.
                 let from = m.p.start();
@@ -160,8 +175,17 @@ fn run(ops: Vec<Op>) {
                     .take(take as usize)
                     .copied()
                     .collect();
+                let mode = if strict {
+                    AcquireMode::RecordLimit
+                } else {
+                    AcquireMode::BatchOptimized
+                };
                 let got =
-                    m.p.acquire(&Model::member(who), &batches, max as usize, m.now);
+                    m.p.acquire_in(&Model::member(who), &batches, max as usize, mode, m.now);
+                if strict {
+                    let n: u64 = got.iter().map(|a| a.last - a.first + 1).sum();
+                    assert!(n <= u64::from(max), "{n} acquired, {max} asked");
+                }
                 m.acquired(who, &got, &batches);
             }
             Op::Ack {

@@ -15,7 +15,9 @@
 //!
 //! **Acquisition** ([`SharePartition::acquire`]) hands a member, in offset
 //! order, first the Available records of the window (released, or whose
-//! lock expired), then whole batches of the log from the end offset. Each
+//! lock expired), then whole batches of the log from the end offset (in
+//! [`AcquireMode::RecordLimit`], KIP-1206, no more records than asked: the
+//! last batch in part, its rest left for the next fetch). Each
 //! acquisition counts a delivery. Control batches (transaction markers)
 //! are archived, never delivered; offsets between two batches (compacted
 //! away) are archived too.
@@ -102,6 +104,59 @@ impl RecordState {
     /// Done: the start offset may move past it.
     pub fn terminal(self) -> bool {
         matches!(self, RecordState::Acknowledged | RecordState::Archived)
+    }
+}
+
+/// How a fetch's `max_records` bounds what it acquires (Kafka's
+/// `share.acquire.mode`, KIP-1206).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AcquireMode {
+    /// `batch_optimized` (Kafka's default): records from the log are
+    /// acquired in whole batches, so a fetch may take past `max_records`
+    /// to the end of the batch it reached.
+    #[default]
+    BatchOptimized,
+    /// `record_limit`: at most `max_records` records; a batch is then
+    /// acquired in part and the rest of it stays for the next fetch (of
+    /// this member or another). The whole batch is still sent, so its
+    /// bytes may go to several members.
+    RecordLimit,
+}
+
+impl AcquireMode {
+    /// The mode of Kafka's byte (`ShareAcquireMode`: 0 batch_optimized,
+    /// 1 record_limit).
+    pub fn from_byte(b: u8) -> Option<AcquireMode> {
+        match b {
+            0 => Some(AcquireMode::BatchOptimized),
+            1 => Some(AcquireMode::RecordLimit),
+            _ => None,
+        }
+    }
+
+    /// Kafka's byte.
+    pub fn byte(self) -> u8 {
+        match self {
+            AcquireMode::BatchOptimized => 0,
+            AcquireMode::RecordLimit => 1,
+        }
+    }
+
+    /// Kafka's config value (`batch_optimized`, `record_limit`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AcquireMode::BatchOptimized => "batch_optimized",
+            AcquireMode::RecordLimit => "record_limit",
+        }
+    }
+
+    /// The mode named by Kafka's config value.
+    pub fn from_name(s: &str) -> Option<AcquireMode> {
+        match s {
+            "batch_optimized" => Some(AcquireMode::BatchOptimized),
+            "record_limit" => Some(AcquireMode::RecordLimit),
+            _ => None,
+        }
     }
 }
 
@@ -423,18 +478,39 @@ impl SharePartition {
             .min()
     }
 
-    /// Hands `member` up to about `max_records` records (whole log
-    /// batches: the last may take it past; the window's bound is never
-    /// passed, a batch is then acquired in part) of `batches`, the log's
-    /// batches the member is sent (in offset order): first the window's
-    /// Available records they hold, then records from the end offset on. Every
-    /// record acquired counts a delivery and is locked until
-    /// `now_ms + lock_ms`. Returns the ranges acquired, in offset order.
+    /// [`SharePartition::acquire_in`] with [`AcquireMode::BatchOptimized`].
     pub fn acquire(
         &mut self,
         member: &Rc<str>,
         batches: &[LogBatch],
         max_records: usize,
+        now_ms: i64,
+    ) -> Vec<Acquired> {
+        self.acquire_in(
+            member,
+            batches,
+            max_records,
+            AcquireMode::BatchOptimized,
+            now_ms,
+        )
+    }
+
+    /// Hands `member` up to `max_records` records of `batches`, the log's
+    /// batches the member is sent (in offset order): first the window's
+    /// Available records they hold, then records from the end offset on.
+    /// In [`AcquireMode::BatchOptimized`] the log's records are taken in
+    /// whole batches (the last may take it past `max_records`); in
+    /// [`AcquireMode::RecordLimit`] never more than `max_records`, the last
+    /// batch then in part. The window's bound is never passed (a batch is
+    /// then acquired in part). Every record acquired counts a delivery and
+    /// is locked until `now_ms + lock_ms`. Returns the ranges acquired, in
+    /// offset order.
+    pub fn acquire_in(
+        &mut self,
+        member: &Rc<str>,
+        batches: &[LogBatch],
+        max_records: usize,
+        mode: AcquireMode,
         now_ms: i64,
     ) -> Vec<Acquired> {
         let max_records = max_records.max(1);
@@ -495,9 +571,13 @@ impl SharePartition {
             // acquired offsets, as Kafka's clients do).
             let room = (self.config.max_in_flight - self.slots.len().min(self.config.max_in_flight))
                 as u64;
-            let last = b
+            let mut last = b
                 .last
                 .min(self.end().saturating_add(room).saturating_sub(1));
+            if mode == AcquireMode::RecordLimit && !b.control {
+                // `taken < max_records` here: at least one is left.
+                last = last.min(first.saturating_add((max_records - taken) as u64 - 1));
+            }
             if self.end() != first || room == 0 {
                 break;
             }
@@ -762,6 +842,48 @@ mod tests {
         assert_eq!((p.start(), p.end(), p.in_flight()), (30, 30, 0));
         // Nothing more to hand out until the log grows.
         assert!(p.acquire(&a, &log, 10, 2).is_empty());
+    }
+
+    #[test]
+    fn record_limit_takes_part_of_a_batch_and_leaves_the_rest_for_another_member() {
+        let mut p = SharePartition::new(0, ShareConfig::default());
+        let control = LogBatch {
+            base: 10,
+            last: 10,
+            control: true,
+        };
+        let log = [batch(0, 9), control, batch(11, 20)];
+        let (a, b) = (m("a"), m("b"));
+        let strict = AcquireMode::RecordLimit;
+        // a asks for 4: the first 4 of the first batch, no more.
+        assert_eq!(p.acquire_in(&a, &log, 4, strict, 0), [acq(0, 3, 1)]);
+        assert_eq!((p.end(), p.acquired()), (4, 4));
+        // b is sent the same batch and takes on from 4; the control batch
+        // is archived without counting, and the next batch is cut at 8
+        // records in all.
+        assert_eq!(
+            p.acquire_in(&b, &log, 8, strict, 0),
+            [acq(4, 9, 1), acq(11, 12, 1)]
+        );
+        assert_eq!((p.end(), p.acquired()), (13, 12));
+        // a releases 1..=2: they come first (Available in the window),
+        // then the log from the end, 3 in all.
+        assert_eq!(
+            p.acknowledge("a", &[ack(1, 2, AckType::Release)], 1),
+            Ok(true)
+        );
+        assert_eq!(
+            p.acquire_in(&b, &log, 3, strict, 1),
+            [acq(1, 2, 2), acq(13, 13, 1)]
+        );
+        // Batch-optimized from a batch taken in part: its rest, whole.
+        assert_eq!(p.acquire(&a, &log, 1, 1), [acq(14, 20, 1)]);
+        assert_eq!((p.end(), p.acquired()), (21, 20));
+        for mode in [AcquireMode::BatchOptimized, AcquireMode::RecordLimit] {
+            assert_eq!(AcquireMode::from_byte(mode.byte()), Some(mode));
+            assert_eq!(AcquireMode::from_name(mode.name()), Some(mode));
+        }
+        assert_eq!(AcquireMode::from_byte(2), None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use weir_proto::messages::{
     SharePartitionResult, TopicPartitions,
 };
 use weir_share::group::{Heartbeat, ShareGroupError};
-use weir_share::partition::{AckBatch, AckType, ShareError};
+use weir_share::partition::{AckBatch, AckType, AcquireMode, ShareError};
 
 use super::connection::Answer;
 use crate::shard::Core;
@@ -131,9 +131,18 @@ fn request_of(
 
 /// ShareFetch on this core.
 pub async fn fetch(core: &Rc<Core>, corr: u32, r: ShareFetchRequest) -> Answer {
+    let Some(acquire_mode) = AcquireMode::from_byte(r.acquire_mode) else {
+        // Refused before anything, its acknowledgements included, applies.
+        let e = ShareRefusal::InvalidRequest(format!(
+            "acquire mode {} is neither 0 (batch_optimized) nor 1 (record_limit)",
+            r.acquire_mode
+        ));
+        return refused(core, corr, &e);
+    };
     let (req, early) = request_of(r.group, r.member_id, r.session_epoch, r.partitions);
     let req = ShareRequest {
         forgotten: TopicPartitions::pairs(&r.forgotten).collect(),
+        acquire_mode,
         max_records: if r.max_records > 0 {
             r.max_records
         } else {
@@ -152,29 +161,36 @@ pub async fn acknowledge(core: &Rc<Core>, corr: u32, r: ShareAcknowledgeRequest)
     serve(core, corr, req, early).await
 }
 
+/// The group's record lock duration, as answered.
+fn lock_timeout_ms(core: &Core) -> u32 {
+    core.shared
+        .config
+        .share
+        .lock_ms
+        .clamp(0, i64::from(u32::MAX)) as u32
+}
+
+/// A request refused whole.
+fn refused(core: &Core, corr: u32, e: &ShareRefusal) -> Answer {
+    let body = ShareFetchResponse {
+        error: refusal_code(e).as_u16(),
+        message: Some(e.to_string()),
+        lock_timeout_ms: lock_timeout_ms(core),
+        partitions: Vec::new(),
+    };
+    answer(corr, &body, Vec::new())
+}
+
 async fn serve(
     core: &Rc<Core>,
     corr: u32,
     req: ShareRequest,
     mut partitions: Vec<SharePartitionResult>,
 ) -> Answer {
-    let lock_timeout_ms = core
-        .shared
-        .config
-        .share
-        .lock_ms
-        .clamp(0, i64::from(u32::MAX)) as u32;
+    let lock_timeout_ms = lock_timeout_ms(core);
     let answers = match crate::share::service::fetch(core, req).await {
         Ok(a) => a,
-        Err(e) => {
-            let body = ShareFetchResponse {
-                error: refusal_code(&e).as_u16(),
-                message: Some(e.to_string()),
-                lock_timeout_ms,
-                partitions: Vec::new(),
-            };
-            return answer(corr, &body, Vec::new());
-        }
+        Err(e) => return refused(core, corr, &e),
     };
     let mut pieces = Vec::new();
     let mut at: u64 = 0;

@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use weir_share::group::{Heartbeat, HeartbeatAnswer, ShareGroup, ShareGroupError};
 use weir_share::partition::{
-    AckBatch, Acquired, LogBatch, RecordState, ShareError, SharePartition,
+    AckBatch, AcquireMode, Acquired, LogBatch, RecordState, ShareError, SharePartition,
 };
 use weir_share::records::ShareKey;
 
@@ -122,8 +122,11 @@ pub struct ShareRequest {
     pub parts: Vec<PartRequest>,
     /// Partitions leaving the session (fetch only).
     pub forgotten: Vec<(String, u32)>,
-    /// Records to acquire, about (whole batches); 0: acknowledge only.
+    /// Records to acquire (about, or at most: `acquire_mode`); 0:
+    /// acknowledge only.
     pub max_records: usize,
+    /// How `max_records` bounds the records acquired.
+    pub acquire_mode: AcquireMode,
     /// Bytes to read per partition, at most.
     pub max_bytes: u64,
     /// How long to wait when nothing can be acquired.
@@ -146,6 +149,7 @@ impl ShareRequest {
             parts,
             forgotten: Vec::new(),
             max_records: 0,
+            acquire_mode: AcquireMode::BatchOptimized,
             max_bytes: 0,
             max_wait_ms: 0,
         }
@@ -634,7 +638,7 @@ async fn acquire_all(
             &req.group,
             member,
             (topic, *partition),
-            budget,
+            (budget, req.acquire_mode),
             req.max_bytes,
         )
         .await
@@ -654,14 +658,15 @@ async fn acquire_all(
     any
 }
 
-/// Acquires up to `max_records` of one partition: the Available records
+/// Acquires up to `max_records` of one partition (about, or at most:
+/// `mode`): the Available records
 /// of its window, then new batches from the log.
 async fn acquire_one(
     core: &Rc<Core>,
     group: &str,
     member: &Rc<str>,
     (topic, partition): (&str, u32),
-    max_records: usize,
+    (max_records, mode): (usize, AcquireMode),
     max_bytes: u64,
 ) -> Result<(Vec<Bytes>, Vec<Acquired>), BrokerError> {
     let k = ensure(core, group, topic, partition).await?;
@@ -699,7 +704,7 @@ async fn acquire_one(
         let Some((_, sp)) = parts.get_mut(&k) else {
             return Ok((Vec::new(), Vec::new()));
         };
-        sp.acquire(member, &bounds, max_records, now)
+        sp.acquire_in(member, &bounds, max_records, mode, now)
     };
     // The batches holding an acquired record, as they are.
     let out: Vec<Bytes> = batches

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 use weir_client::{
-    AcknowledgeType, AcknowledgementMode, Client, ErrorCode, Producer, ProducerConfig,
+    AcknowledgeType, AcknowledgementMode, AcquireMode, Client, ErrorCode, Producer, ProducerConfig,
     ProducerRecord, ShareConsumer, ShareConsumerConfig,
 };
 use weir_proto::messages::{
@@ -344,6 +344,7 @@ fn bad_share_acknowledgements_are_refused_and_change_nothing() {
             session_epoch: epoch,
             max_wait_ms: 500,
             max_records: u32::MAX,
+            acquire_mode: 0,
             max_bytes: u32::MAX,
             partitions: vec![part(acks)],
             forgotten: vec![],
@@ -401,6 +402,20 @@ fn bad_share_acknowledgements_are_refused_and_change_nothing() {
         assert_eq!(
             r.partitions[0].ack_error,
             ErrorCode::InvalidRecordState.as_u16()
+        );
+        // An unknown acquire mode refuses the whole request before its
+        // acknowledgements apply (and the session's epoch stays: m1's
+        // next request, at epoch 3, is taken below).
+        let mut bad_mode = fetch("m1", 3, vec![ack(0, 4, 1)]);
+        bad_mode.acquire_mode = 7;
+        let (r, _) = client.share_fetch(&bad_mode, Duration::ZERO).await.unwrap();
+        assert_eq!(r.error, ErrorCode::InvalidRequest.as_u16(), "{r:?}");
+        assert!(
+            r.message
+                .as_deref()
+                .unwrap_or("")
+                .contains("acquire mode 7"),
+            "{r:?}"
         );
         // A wrong session epoch refuses the whole request.
         let r = client
@@ -464,6 +479,133 @@ fn bad_share_acknowledgements_are_refused_and_change_nothing() {
 
 /// The share group's start offset of `topic`-0 (DescribeShareGroupOffsets
 /// at the group's coordinator, over the Kafka listener); -1: none stored.
+/// KIP-1206's `record_limit`: a fetch acquires at most `max_records`,
+/// part of a batch, and the rest of that batch goes to the next fetch —
+/// of the same member or another. Over the native protocol (raw, then
+/// two SDK members polling in turn): no poll returns more than asked,
+/// every record is delivered exactly once.
+#[test]
+fn record_limit_acquires_part_of_a_batch_and_leaves_the_rest_to_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_with(dir.path(), 1, &FLAGS);
+    let addr = b.listen;
+    runtime().block_on(async move {
+        let client = Client::connect(addr).await.unwrap();
+        client.create_topic("strict", 1, vec![]).await.unwrap();
+        // 100 records in one batch: sent under a long linger, then flushed.
+        let mut pc = ProducerConfig::default();
+        pc.linger_ms = 60_000;
+        let p = Producer::new(Client::connect(addr).await.unwrap(), pc);
+        let mut acks = Vec::new();
+        for i in 0..100u32 {
+            acks.push(
+                p.send(ProducerRecord::new("strict", Bytes::from(i.to_string())).partition(0))
+                    .await
+                    .unwrap(),
+            );
+        }
+        p.flush().await;
+        for a in acks {
+            a.await.unwrap();
+        }
+        p.close().await;
+        let hb = client
+            .share_group_heartbeat(&ShareGroupHeartbeatRequest {
+                group: "strict-g".into(),
+                member_id: "raw".into(),
+                member_epoch: 0,
+                topics: Some(vec!["strict".into()]),
+            })
+            .await
+            .unwrap();
+        assert_eq!(hb.error, 0, "{:?}", hb.message);
+        let req = ShareFetchRequest {
+            group: "strict-g".into(),
+            member_id: "raw".into(),
+            session_epoch: 0,
+            max_wait_ms: 500,
+            max_records: 7,
+            acquire_mode: 1,
+            max_bytes: 1 << 20,
+            partitions: vec![SharePartitionRequest {
+                topic: "strict".into(),
+                partition: 0,
+                acks: vec![],
+            }],
+            forgotten: vec![],
+        };
+        let (r, payload) = client.share_fetch(&req, Duration::ZERO).await.unwrap();
+        assert_eq!(r.error, 0, "{:?}", r.message);
+        let acquired: Vec<(u64, u64)> = r.partitions[0]
+            .acquired
+            .iter()
+            .map(|a| (a.first, a.last))
+            .collect();
+        assert_eq!(acquired, [(0, 6)], "{r:?}");
+        // The batch is sent whole: it holds the 100 records.
+        let h = weir_proto::batch::BatchHeader::peek(&payload).unwrap();
+        assert_eq!((h.base_offset, h.last_offset()), (0, 99));
+        // Accepted at once: the short lock of these tests never expires
+        // them into the members' polls below.
+        let r = client
+            .share_acknowledge(&ShareAcknowledgeRequest {
+                group: "strict-g".into(),
+                member_id: "raw".into(),
+                session_epoch: 1,
+                partitions: vec![SharePartitionRequest {
+                    topic: "strict".into(),
+                    partition: 0,
+                    acks: vec![ShareAckBatch {
+                        first: 0,
+                        last: 6,
+                        types: vec![1],
+                    }],
+                }],
+            })
+            .await
+            .unwrap();
+        assert_eq!(r.partitions[0].ack_error, 0, "{r:?}");
+        // Its rest goes to two SDK members, at most 7 per poll.
+        let mut members = Vec::new();
+        for _ in 0..2 {
+            let mut c = member("strict-g", false);
+            c.max_records = 7;
+            c.acquire_mode = AcquireMode::RecordLimit;
+            let mut m = ShareConsumer::new(Client::connect(addr).await.unwrap(), c);
+            m.subscribe(&["strict"]).unwrap();
+            members.push(m);
+        }
+        let mut got: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut by_member = [0usize; 2];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while got.len() < 93 {
+            assert!(Instant::now() < deadline, "{} of 93 delivered", got.len());
+            for (i, m) in members.iter_mut().enumerate() {
+                let records = m.poll(Duration::from_millis(200)).await.unwrap();
+                assert!(records.len() <= 7, "a poll of {} records", records.len());
+                by_member[i] += records.len();
+                for r in &records {
+                    assert!(
+                        got.insert(value(r), i).is_none(),
+                        "{} delivered twice",
+                        value(r)
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            got.keys().copied().collect::<Vec<_>>(),
+            (7..100).collect::<Vec<_>>()
+        );
+        assert!(by_member.iter().all(|n| *n > 0), "{by_member:?}");
+        for mut m in members {
+            m.commit_sync().await.unwrap();
+            m.close().await.unwrap();
+        }
+    });
+    b.stop();
+}
+
 fn share_start_offset(b: &Broker, group: &'static str, topic: &str) -> i64 {
     use kafka_protocol::messages::*;
     use kafka_protocol::protocol::StrBytes;

@@ -627,7 +627,8 @@ fn set_rejects_unknown_names() {
     assert!(!names.contains(&"driver".to_string()));
     assert!(names.contains(&"driver.otlpSpansPerExport".to_string()));
     assert!(names.contains(&"shareMaxRecords".to_string()));
-    assert_eq!(names.len(), 19 + 14);
+    assert!(names.contains(&"shareAcquireMode".to_string()));
+    assert_eq!(names.len(), 20 + 14);
 }
 
 #[test]
@@ -640,6 +641,7 @@ fn set_rejects_bad_values_and_leaves_the_workload_unchanged() {
         ("topics", "-1"),
         ("producerRate", "fast"),
         ("shareMaxRecords", "-1"),
+        ("shareAcquireMode", "strict"),
         ("useRandomizedPayloads", "yes"),
         ("keyDistributor", "BY_HASH"),
         ("driver.lingerMs", "soon"),
