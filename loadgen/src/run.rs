@@ -55,7 +55,9 @@ use weir_client::{
 
 use crate::report::{Interval, Machine, Percentiles, Report, Totals};
 use crate::stages;
-use crate::workload::{KeyDistributor, ShareAcquireMode, SubscriptionType, Workload};
+use crate::workload::{
+    KeyDistributor, ShareAcquireMode, SubscriptionType, UnkeyedPartitioner, Workload,
+};
 
 /// What to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -677,7 +679,8 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
                     .to_string(),
             )),
         };
-        let partition = if key.is_none() {
+        let partition = if key.is_none() && w.unkeyed_partitioner == UnkeyedPartitioner::RoundRobin
+        {
             Some(((k + index) % partitions as u64) as u32)
         } else {
             None

@@ -158,6 +158,15 @@ pub struct Workload {
     /// cost no work, the SDK's default (500) when they do.
     #[serde(default)]
     pub share_max_records: Option<u32>,
+    /// `unkeyedPartitioner` (Weir's): where `NO_KEY` records go —
+    /// `round_robin` (the default, and every figure in
+    /// docs/benchmarks.md unless it says otherwise: record k of a
+    /// producer to partition k + its index, modulo the partitions) or
+    /// `sticky` (no partition given: the client's own partitioner, as
+    /// OMB's `NO_KEY` does — the SDK's and Kafka's sticky partitioning,
+    /// librdkafka's `sticky.partitioning.linger.ms`).
+    #[serde(default)]
+    pub unkeyed_partitioner: UnkeyedPartitioner,
     /// `shareAcquireMode` (Kafka's `share.acquire.mode`): `batch_optimized`
     /// (the default: whole batches, a poll may pass `shareMaxRecords`) or
     /// `record_limit` (at most `shareMaxRecords` per poll, a batch taken in
@@ -477,6 +486,19 @@ pub enum SubscriptionType {
     Share,
 }
 
+/// Where records without a key go (`unkeyedPartitioner`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnkeyedPartitioner {
+    /// `round_robin` (the default): the tool spreads them over the
+    /// partitions in turn, each producer from its own.
+    #[default]
+    RoundRobin,
+    /// `sticky`: the client's partitioner picks (one partition until its
+    /// batch is sent, then another).
+    Sticky,
+}
+
 /// How a share-group member's poll is bounded (`shareAcquireMode`, Kafka's
 /// `share.acquire.mode` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -787,6 +809,7 @@ impl Workload {
             consumer_processing_micros: 0,
             share_max_records: None,
             share_acquire_mode: ShareAcquireMode::BatchOptimized,
+            unkeyed_partitioner: UnkeyedPartitioner::RoundRobin,
             producer_rate: 0.0,
             consumer_backlog_size_gb: 0.0,
             warmup_duration_minutes: 0.0,

@@ -628,7 +628,8 @@ fn set_rejects_unknown_names() {
     assert!(names.contains(&"driver.otlpSpansPerExport".to_string()));
     assert!(names.contains(&"shareMaxRecords".to_string()));
     assert!(names.contains(&"shareAcquireMode".to_string()));
-    assert_eq!(names.len(), 20 + 14);
+    assert!(names.contains(&"unkeyedPartitioner".to_string()));
+    assert_eq!(names.len(), 21 + 14);
 }
 
 #[test]
@@ -642,6 +643,7 @@ fn set_rejects_bad_values_and_leaves_the_workload_unchanged() {
         ("producerRate", "fast"),
         ("shareMaxRecords", "-1"),
         ("shareAcquireMode", "strict"),
+        ("unkeyedPartitioner", "random"),
         ("useRandomizedPayloads", "yes"),
         ("keyDistributor", "BY_HASH"),
         ("driver.lingerMs", "soon"),
