@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use crate::group_consumer::{GroupConsumer, GroupConsumerConfig};
 use crate::producer::{DefaultPartitioner, Partitioner, Producer, ProducerConfig};
-use crate::properties::{apply_client, apply_consumer, apply_producer, PropertyError};
+use crate::properties::{apply_client, apply_consumer, apply_producer, apply_share, PropertyError};
+use crate::share_consumer::{ShareConsumer, ShareConsumerConfig};
 use crate::transactional::TransactionalProducer;
 use crate::{Client, ClientConfig, ClientError, Consumer, ConsumerConfig, Result};
 
@@ -296,6 +297,131 @@ impl ConsumerBuilder {
         if !self.topics.is_empty() {
             let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
             member.subscribe(&topics).await?;
+        }
+        Ok(member)
+    }
+}
+
+/// Builds a [`ShareConsumer`], a member of a share group; from
+/// [`ShareConsumer::builder`].
+///
+/// ```no_run
+/// # async fn demo() -> weir_client::Result<()> {
+/// use weir_client::ShareConsumer;
+///
+/// let mut workers = ShareConsumer::builder()
+///     .bootstrap("localhost:9292")
+///     .topics(["events"])
+///     .from_config([
+///         ("group.id", "enrich"),
+///         ("share.acquire.mode", "record_limit"),
+///         ("max.poll.records", "50"),
+///     ])
+///     .build()
+///     .await?;
+/// for r in workers.poll(std::time::Duration::from_secs(1)).await? {
+///     println!("{:?}", r.record.value);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is awaited"]
+pub struct ShareConsumerBuilder {
+    bootstrap: Option<String>,
+    topics: Vec<String>,
+    client: ClientConfig,
+    share: ShareConsumerConfig,
+    error: Option<PropertyError>,
+}
+
+impl Default for ShareConsumerBuilder {
+    fn default() -> Self {
+        ShareConsumerBuilder {
+            bootstrap: None,
+            topics: Vec::new(),
+            client: ClientConfig::default(),
+            share: ShareConsumerConfig::new(""),
+            error: None,
+        }
+    }
+}
+
+impl ShareConsumerBuilder {
+    /// The bootstrap servers: `"host:port,host:port"` (see
+    /// [`crate::Bootstrap`]). Default [`BOOTSTRAP_DEFAULT`].
+    pub fn bootstrap(mut self, servers: impl Into<String>) -> Self {
+        self.bootstrap = Some(servers.into());
+        self
+    }
+
+    /// The topics the member subscribes to once built.
+    pub fn topics<T: Into<String>>(mut self, topics: impl IntoIterator<Item = T>) -> Self {
+        self.topics.extend(topics.into_iter().map(Into::into));
+        self
+    }
+
+    /// The share group (or `group.id`).
+    pub fn group_id(mut self, group: impl Into<String>) -> Self {
+        self.share.group_id = group.into();
+        self
+    }
+
+    /// Changes the share consumer's settings.
+    pub fn config(mut self, f: impl FnOnce(&mut ShareConsumerConfig)) -> Self {
+        f(&mut self.share);
+        self
+    }
+
+    /// Changes the connection settings.
+    pub fn client_config(mut self, f: impl FnOnce(&mut ClientConfig)) -> Self {
+        f(&mut self.client);
+        self
+    }
+
+    /// Applies settings by Kafka's property names (see
+    /// [`crate::properties`]): `bootstrap.servers`, the connection's, and
+    /// Kafka's `ShareConsumer` ones — `group.id`,
+    /// `share.acknowledgement.mode` (`implicit`, `explicit`),
+    /// `share.acquire.mode` (`batch_optimized`, `record_limit`),
+    /// `max.poll.records`, `fetch.max.wait.ms`,
+    /// `max.partition.fetch.bytes`; in name order. The first unknown or
+    /// invalid one makes `build` fail.
+    pub fn from_config<K: AsRef<str>, V: AsRef<str>>(
+        mut self,
+        properties: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.error = self.error.take().or_else(|| {
+            apply_all(
+                properties,
+                "share consumer",
+                &mut self.bootstrap,
+                &mut self.client,
+                |name, value| apply_share(&mut self.share, name, value),
+            )
+            .err()
+        });
+        self
+    }
+
+    /// Connects (retrying, see [`Client::bootstrap`]) and makes a member
+    /// of the share group set with [`ShareConsumerBuilder::group_id`] or
+    /// `group.id`, subscribed to the [`ShareConsumerBuilder::topics`] if
+    /// any were given (else call [`ShareConsumer::subscribe`]).
+    pub async fn build(self) -> Result<ShareConsumer> {
+        if let Some(e) = self.error {
+            return Err(ClientError::Config(e));
+        }
+        if self.share.group_id.is_empty() {
+            return Err(ClientError::InvalidArgument(
+                "a share consumer needs a group id (group_id or `group.id`)".into(),
+            ));
+        }
+        let servers = self.bootstrap.as_deref().unwrap_or(BOOTSTRAP_DEFAULT);
+        let client = Client::bootstrap(servers, self.client).await?;
+        let mut member = ShareConsumer::new(client, self.share);
+        if !self.topics.is_empty() {
+            let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+            member.subscribe(&topics)?;
         }
         Ok(member)
     }

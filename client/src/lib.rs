@@ -144,7 +144,7 @@ use weir_proto::messages::{
 
 pub use batches::{split_batches, FetchedBatches};
 pub use bootstrap::Bootstrap;
-pub use builder::{ConsumerBuilder, ProducerBuilder};
+pub use builder::{ConsumerBuilder, ProducerBuilder, ShareConsumerBuilder};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, OffsetReset};
 pub use error::{ClientError, Result};
 pub use group_consumer::{GroupAssignor, GroupConsumer, GroupConsumerConfig, RebalanceListener};

@@ -1,7 +1,8 @@
 //! Configuration by Kafka's property names (`linger.ms`, `acks`,
 //! `auto.offset.reset`, …) for the settings that mean the same thing here,
-//! as [`crate::ProducerBuilder::from_config`] and
-//! [`crate::ConsumerBuilder::from_config`] read them.
+//! as [`crate::ProducerBuilder::from_config`],
+//! [`crate::ConsumerBuilder::from_config`] and
+//! [`crate::ShareConsumerBuilder::from_config`] read them.
 //!
 //! Values are strings, as in a Java `.properties` file ([`Properties::parse`]
 //! reads one). An unknown name is an error rather than ignored, so a typo
@@ -16,6 +17,7 @@ use std::time::Duration;
 use crate::consumer::{ConsumerConfig, IsolationLevel};
 use crate::group_consumer::GroupConsumerConfig;
 use crate::producer::{Compression, ProducerConfig};
+use crate::share_consumer::{AcknowledgementMode, AcquireMode, ShareConsumerConfig};
 use crate::{Acks, ClientConfig, OffsetReset};
 
 /// Most properties one [`Properties`] holds (the number of names this
@@ -29,7 +31,7 @@ pub enum PropertyError {
     /// No setting of this role has this name.
     #[error("unknown {role} property `{name}`")]
     Unknown {
-        /// `producer` or `consumer`.
+        /// `producer`, `consumer` or `share consumer`.
         role: &'static str,
         /// The property's name.
         name: String,
@@ -284,9 +286,90 @@ pub(crate) fn apply_consumer(
     Ok(true)
 }
 
+/// Sets one share consumer setting by its Kafka name (Kafka's
+/// `ShareConsumer` configs); `Ok(false)` if the name is not one.
+pub(crate) fn apply_share(
+    c: &mut ShareConsumerConfig,
+    name: &str,
+    value: &str,
+) -> Result<bool, PropertyError> {
+    match name {
+        "group.id" => c.group_id = value.to_string(),
+        "share.acknowledgement.mode" => {
+            c.acknowledgement_mode = match value.to_ascii_lowercase().as_str() {
+                "implicit" => AcknowledgementMode::Implicit,
+                "explicit" => AcknowledgementMode::Explicit,
+                _ => return Err(invalid(name, value, "implicit or explicit")),
+            }
+        }
+        "share.acquire.mode" => {
+            c.acquire_mode = AcquireMode::from_name(&value.to_ascii_lowercase())
+                .ok_or_else(|| invalid(name, value, "batch_optimized or record_limit"))?
+        }
+        "max.poll.records" => {
+            c.max_records = match num(name, value)? {
+                0 => return Err(invalid(name, value, "at least 1")),
+                n => n,
+            }
+        }
+        "fetch.max.wait.ms" => c.max_wait = ms(name, value)?,
+        "max.partition.fetch.bytes" => {
+            c.max_partition_bytes = match num(name, value)? {
+                0 => return Err(invalid(name, value, "at least 1")),
+                n => n,
+            }
+        }
+        "client.id" | "key.deserializer" | "value.deserializer" => {}
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kafka_names_set_the_share_consumer_settings() {
+        let mut c = ShareConsumerConfig::new("");
+        for (k, v) in [
+            ("group.id", "workers"),
+            ("share.acknowledgement.mode", "EXPLICIT"),
+            ("share.acquire.mode", "record_limit"),
+            ("max.poll.records", "50"),
+            ("fetch.max.wait.ms", "250"),
+            ("max.partition.fetch.bytes", "65536"),
+            ("value.deserializer", "ignored"),
+        ] {
+            assert_eq!(apply_share(&mut c, k, v), Ok(true), "{k}");
+        }
+        assert_eq!(c.group_id, "workers");
+        assert_eq!(c.acknowledgement_mode, AcknowledgementMode::Explicit);
+        assert_eq!(c.acquire_mode, AcquireMode::RecordLimit);
+        assert_eq!(
+            (c.max_records, c.max_wait, c.max_partition_bytes),
+            (50, Duration::from_millis(250), 65536)
+        );
+        assert_eq!(
+            apply_share(&mut c, "auto.offset.reset", "earliest"),
+            Ok(false)
+        );
+        for (k, v) in [
+            ("share.acquire.mode", "strict"),
+            ("share.acknowledgement.mode", "auto"),
+            ("max.poll.records", "0"),
+            ("max.poll.records", "-1"),
+            ("max.partition.fetch.bytes", "0"),
+        ] {
+            let e = apply_share(&mut c, k, v).unwrap_err().to_string();
+            assert!(e.contains(k) && e.contains(v), "{e}");
+        }
+        // Refused values changed nothing.
+        assert_eq!(
+            (c.acquire_mode, c.max_records),
+            (AcquireMode::RecordLimit, 50)
+        );
+    }
 
     #[test]
     fn kafka_names_set_the_producer_settings() {

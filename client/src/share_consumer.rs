@@ -272,6 +272,12 @@ fn new_member_id() -> String {
 }
 
 impl ShareConsumer {
+    /// A builder: bootstrap servers and settings by Kafka's names
+    /// ([`crate::ShareConsumerBuilder`]).
+    pub fn builder() -> crate::ShareConsumerBuilder {
+        crate::ShareConsumerBuilder::default()
+    }
+
     /// A member of `config.group_id` through `client`'s broker (it joins
     /// on [`ShareConsumer::subscribe`]).
     pub fn new(client: impl Into<Arc<Client>>, config: ShareConsumerConfig) -> ShareConsumer {

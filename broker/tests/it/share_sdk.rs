@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 use weir_client::{
-    AcknowledgeType, AcknowledgementMode, AcquireMode, Client, ErrorCode, Producer, ProducerConfig,
+    AcknowledgeType, AcknowledgementMode, Client, ErrorCode, Producer, ProducerConfig,
     ProducerRecord, ShareConsumer, ShareConsumerConfig,
 };
 use weir_proto::messages::{
@@ -492,9 +492,11 @@ fn record_limit_acquires_part_of_a_batch_and_leaves_the_rest_to_others() {
     runtime().block_on(async move {
         let client = Client::connect(addr).await.unwrap();
         client.create_topic("strict", 1, vec![]).await.unwrap();
-        // 100 records in one batch: sent under a long linger, then flushed.
+        // 100 records in one batch: sent under a long linger (not the
+        // adaptive one, which sends a first record at once), then flushed.
         let mut pc = ProducerConfig::default();
         pc.linger_ms = 60_000;
+        pc.linger_adaptive = false;
         let p = Producer::new(Client::connect(addr).await.unwrap(), pc);
         let mut acks = Vec::new();
         for i in 0..100u32 {
@@ -566,15 +568,35 @@ fn record_limit_acquires_part_of_a_batch_and_leaves_the_rest_to_others() {
             .unwrap();
         assert_eq!(r.partitions[0].ack_error, 0, "{r:?}");
         // Its rest goes to two SDK members, at most 7 per poll.
+        // Set by Kafka's names (the builder), the way a Kafka
+        // ShareConsumer's properties would be.
         let mut members = Vec::new();
         for _ in 0..2 {
-            let mut c = member("strict-g", false);
-            c.max_records = 7;
-            c.acquire_mode = AcquireMode::RecordLimit;
-            let mut m = ShareConsumer::new(Client::connect(addr).await.unwrap(), c);
-            m.subscribe(&["strict"]).unwrap();
+            let m = ShareConsumer::builder()
+                .bootstrap(addr.to_string())
+                .topics(["strict"])
+                .from_config([
+                    ("group.id", "strict-g"),
+                    ("share.acquire.mode", "record_limit"),
+                    ("max.poll.records", "7"),
+                    ("fetch.max.wait.ms", "200"),
+                ])
+                .build()
+                .await
+                .unwrap();
             members.push(m);
         }
+        // A bad value fails the build, before any connection.
+        let e = match ShareConsumer::builder()
+            .bootstrap(addr.to_string())
+            .from_config([("group.id", "g"), ("share.acquire.mode", "strict")])
+            .build()
+            .await
+        {
+            Ok(_) => panic!("an unknown acquire mode was taken"),
+            Err(e) => e,
+        };
+        assert!(e.to_string().contains("share.acquire.mode"), "{e}");
         let mut got: BTreeMap<u32, usize> = BTreeMap::new();
         let mut by_member = [0usize; 2];
         let deadline = Instant::now() + Duration::from_secs(60);
