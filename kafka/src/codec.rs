@@ -45,6 +45,10 @@ use kafka_protocol::messages::{
     DescribeClientQuotasResponse,
 };
 use kafka_protocol::messages::{
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse,
+};
+use kafka_protocol::messages::{
     AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
     DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
@@ -267,6 +271,8 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (ApiKey::ShareAcknowledge as i16, 1, 1),
     (ApiKey::ShareGroupDescribe as i16, 1, 1),
     (ApiKey::DescribeShareGroupOffsets as i16, 0, 0),
+    (ApiKey::AlterShareGroupOffsets as i16, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets as i16, 0, 0),
 ];
 
 /// The advertised `(min, max)` versions of an API, if it is served.
@@ -516,6 +522,8 @@ kafka_apis! {
     ShareAcknowledge: ShareAcknowledgeRequest => ShareAcknowledgeResponse,
     ShareGroupDescribe: ShareGroupDescribeRequest => ShareGroupDescribeResponse,
     DescribeShareGroupOffsets: DescribeShareGroupOffsetsRequest => DescribeShareGroupOffsetsResponse,
+    AlterShareGroupOffsets: AlterShareGroupOffsetsRequest => AlterShareGroupOffsetsResponse,
+    DeleteShareGroupOffsets: DeleteShareGroupOffsetsRequest => DeleteShareGroupOffsetsResponse,
 }
 
 /// What identifies a request for its answer: readable from the first 8
@@ -1819,7 +1827,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), SUPPORTED.len(), "an api listed twice");
-        assert_eq!(SUPPORTED.len(), 47);
+        assert_eq!(SUPPORTED.len(), 49);
         for &(key, min, max) in SUPPORTED {
             let range = api(key).valid_versions();
             assert!(

@@ -83,6 +83,16 @@ pub enum DataRequest {
         /// [`PRODUCE_BYTES_MAX`]).
         payload_len: u32,
     },
+    /// A share partition (KIP-932) reset by an operator at the core that
+    /// owns its topic partition (Kafka's AlterShareGroupOffsets,
+    /// DeleteShareGroupOffsets): its start moved to `start`, or (`None`)
+    /// its state deleted; answered once stored.
+    ShareReset {
+        /// The share partition's `__share_group_state` key.
+        key: Vec<u8>,
+        /// The new start offset (`None`: delete the state).
+        start: Option<u64>,
+    },
 }
 
 /// Largest record batch one [`DataRequest::Produce`] may carry (a
@@ -166,6 +176,8 @@ pub enum DataResponse {
     ShareState(MarkerResult, Option<Vec<u8>>),
     /// A handed-on produce's outcome (error 0: appended and acknowledged).
     Produced(MarkerResult),
+    /// A share partition reset's outcome (error 0: stored).
+    ShareReset(MarkerResult),
 }
 
 /// One partition's answer, in request order.
@@ -291,6 +303,22 @@ impl DataLink {
             DataResponse::Refused(why) => Err(Error::FetchRefused { reason: why }),
             other => Err(Error::Unexpected {
                 message: format!("a verification answered with {other:?}"),
+            }),
+        }
+    }
+
+    /// Resets the share partition under `key` at the linked core (the
+    /// one owning its topic partition): its start moved to `start`, or
+    /// its state deleted; the outcome.
+    pub async fn share_reset(&self, key: Vec<u8>, start: Option<u64>) -> Result<MarkerResult> {
+        let (mut send, mut recv) = self.conn.open_bi().await.map_err(open_stream)?;
+        let req = DataRequest::ShareReset { key, start };
+        write_frame_with_payload(&mut send, &encode(&req), &[]).await?;
+        match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(malformed)? {
+            DataResponse::ShareReset(r) => Ok(r),
+            DataResponse::Refused(why) => Err(Error::FetchRefused { reason: why }),
+            other => Err(Error::Unexpected {
+                message: format!("a share reset answered with {other:?}"),
             }),
         }
     }
@@ -495,6 +523,7 @@ pub async fn accept_hello(conn: &quinn::Connection, cluster_id: &str) -> Result<
         | DataRequest::Markers(_)
         | DataRequest::VerifyTxn { .. }
         | DataRequest::ShareState { .. }
+        | DataRequest::ShareReset { .. }
         | DataRequest::Produce { .. } => {
             conn.close(1u32.into(), b"hello first");
             Err(Error::NoHello)

@@ -122,6 +122,10 @@ async fn accept_loop(core: Rc<Core>, endpoint: weir_replication::quinn::Endpoint
                                 .await;
                                 (DataResponse::Verified(r), Vec::new())
                             }
+                            Ok(DataRequest::ShareReset { key, start }) => {
+                                let r = crate::share::service::serve_reset(&core, key, start).await;
+                                (DataResponse::ShareReset(r), Vec::new())
+                            }
                             Ok(DataRequest::ShareState { key, value, write }) => {
                                 let (r, v) =
                                     crate::share::state::serve_remote(&core, key, value, write)

@@ -121,6 +121,10 @@ pub async fn handle(core: &Rc<Core>, msg: CoreMsg) {
             let r = crate::txns::admin::producers_local(core, &topic, partition);
             reply.send(&core.mesh, r).await;
         }
+        CoreMsg::ShareReset { key, start, reply } => {
+            let r = crate::share::service::reset_here(core, key, start).await;
+            reply.send(&core.mesh, r).await;
+        }
         CoreMsg::ShareState {
             partition,
             key,

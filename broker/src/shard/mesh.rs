@@ -158,6 +158,17 @@ pub enum CoreMsg {
         /// Where the answer goes.
         reply: ReplyTo<GroupResponse>,
     },
+    /// A share partition of a topic partition this core owns, reset by
+    /// an operator: its start moved to `start`, or (`None`) its state
+    /// deleted.
+    ShareReset {
+        /// The share partition.
+        key: weir_share::records::ShareKey,
+        /// The new start offset.
+        start: Option<u64>,
+        /// Where the answer goes.
+        reply: ReplyTo<Result<(), BrokerError>>,
+    },
     /// A share partition's durable state, read or stored in a
     /// `__share_group_state` partition this core leads.
     ShareState {

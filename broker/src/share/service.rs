@@ -10,13 +10,16 @@ use bytes::Bytes;
 use weir_share::group::{Heartbeat, HeartbeatAnswer, ShareGroup, ShareGroupError};
 use weir_share::partition::{
     AckBatch, AcquireMode, Acquired, LogBatch, RecordState, ShareError, SharePartition,
+    ShareSnapshot,
 };
 use weir_share::records::ShareKey;
 
 use super::registry::Session;
 use crate::error::BrokerError;
 use crate::metrics::ShareStage;
+use crate::shard::mesh::CoreMsg;
 use crate::shard::Core;
+use weir_proto::error_code::ErrorCode;
 
 /// How often a core looks for expired locks and sessions.
 pub const EXPIRY_CHECK_MS: u64 = 100;
@@ -423,6 +426,170 @@ pub async fn stored_starts(
         }));
     }
     out
+}
+
+/// Resets `group`'s share partition on `topic`-`partition` at the core
+/// owning that partition, on this node or another: its start moved to
+/// `start` (Kafka's AlterShareGroupOffsets), or (`None`) its state
+/// deleted, so it starts again as `--share-auto-offset-reset` says
+/// (DeleteShareGroupOffsets). The caller checks that the group has no
+/// members.
+pub async fn reset(
+    core: &Rc<Core>,
+    group: &str,
+    (topic, partition): (&str, u32),
+    start: Option<u64>,
+) -> Result<(), BrokerError> {
+    let k = key_of(group, topic, partition);
+    match core.locate(topic, partition) {
+        Ok(c) if c == core.id => reset_here(core, k, start).await,
+        Ok(c) => {
+            core.call(c, std::time::Duration::ZERO, |reply| CoreMsg::ShareReset {
+                key: k,
+                start,
+                reply,
+            })
+            .await?
+        }
+        Err(BrokerError::NotLeader { leader, .. })
+            if leader != 0 && leader != core.shared.config.cluster.node_id =>
+        {
+            let at = (topic.to_string(), partition);
+            let unavailable = |why: String| BrokerError::CoreUnavailable {
+                core: 0,
+                reason: format!("{topic}-{partition} on node {leader}: {why}"),
+            };
+            let link = crate::replica::link_to(core, leader, &at)
+                .await
+                .map_err(unavailable)?;
+            let r = link
+                .share_reset(weir_share::records::encode_key(&k), start)
+                .await
+                .map_err(|e| unavailable(e.chain().to_string()))?;
+            let message = r.message.unwrap_or_default();
+            match ErrorCode::from_u16(r.error) {
+                ErrorCode::None => Ok(()),
+                ErrorCode::OffsetOutOfRange => Err(BrokerError::Storage {
+                    kind: crate::error::StorageFailure::OffsetOutOfRange,
+                    message,
+                }),
+                ErrorCode::InvalidRequest => Err(BrokerError::InvalidRequest(message)),
+                _ => Err(unavailable(message)),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Another node's reset of a share partition of a topic partition this
+/// core owns ([`reset`]).
+pub async fn serve_reset(
+    core: &Rc<Core>,
+    key: Vec<u8>,
+    start: Option<u64>,
+) -> weir_replication::data::MarkerResult {
+    let r = match weir_share::records::decode_key(&key) {
+        Ok(k) => reset_here(core, k, start).await,
+        Err(why) => Err(BrokerError::InvalidRequest(format!(
+            "share state key: {why}"
+        ))),
+    };
+    match r {
+        Ok(()) => Default::default(),
+        Err(e) => weir_replication::data::MarkerResult {
+            error: e.code().as_u16(),
+            message: Some(e.to_string()),
+        },
+    }
+}
+
+/// [`reset`] at the core owning the partition: stores the new state
+/// (a start with nothing in flight and the state epoch bumped, or a
+/// tombstone) after the share partition's pending stores, and drops the
+/// copy this core serves, so the next fetch loads what was stored.
+/// Records members still held are theirs no more (their
+/// acknowledgements are refused).
+pub async fn reset_here(
+    core: &Rc<Core>,
+    k: ShareKey,
+    start: Option<u64>,
+) -> Result<(), BrokerError> {
+    let owner = core.locate(&k.topic, k.partition)?;
+    if owner != core.id {
+        return Err(crate::service::admin::not_owner(
+            core,
+            &k.topic,
+            k.partition,
+            owner,
+        ));
+    }
+    if let Some(r) = core.replication.get(&k.topic, k.partition) {
+        r.check_leader()?;
+    }
+    if let Some(at) = start {
+        let log = core.owned_log(&k.topic, k.partition)?;
+        let (first, end) = (
+            log_start(core, &log, &k.topic, k.partition),
+            log.high_watermark(),
+        );
+        if at < first || at > end {
+            return Err(BrokerError::Storage {
+                kind: crate::error::StorageFailure::OffsetOutOfRange,
+                message: format!(
+                    "start offset {at} is outside {}-{} ({first}..={end})",
+                    k.topic, k.partition
+                ),
+            });
+        }
+    }
+    let line = core.shares.store_line(&k);
+    let _one = line
+        .lock
+        .acquire_permit(1)
+        .await
+        .map_err(|_| unavailable(&k, BrokerError::TimedOut("store lock closed".into())))?;
+    let stored = super::state::load(core, &k)
+        .await
+        .map_err(|e| unavailable(&k, e))?;
+    let served = core
+        .shares
+        .parts
+        .borrow_mut()
+        .remove(&k)
+        .map(|(_, sp)| sp.state_epoch());
+    if start.is_none() && stored.is_none() && served.is_none() {
+        // Nothing to delete.
+        return Ok(());
+    }
+    let state_epoch = stored
+        .as_ref()
+        .map(|s| s.state_epoch)
+        .into_iter()
+        .chain(served)
+        .max()
+        .unwrap_or(0)
+        .wrapping_add(1)
+        .max(0);
+    let snapshot = start.map(|at| ShareSnapshot {
+        state_epoch,
+        start: at,
+        end: at,
+        runs: Vec::new(),
+    });
+    super::state::store(core, &k, snapshot.as_ref())
+        .await
+        .map_err(|e| unavailable(&k, e))?;
+    // A fetch may have loaded the old state while this one was stored.
+    core.shares.parts.borrow_mut().remove(&k);
+    core.shares.wake();
+    tracing::info!(
+        group = %k.group,
+        topic = %k.topic,
+        partition = k.partition,
+        start = ?start,
+        "share partition reset"
+    );
+    Ok(())
 }
 
 /// The session epoch after `e` (1 after the largest: 0 and -1 are

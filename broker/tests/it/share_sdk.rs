@@ -628,6 +628,144 @@ fn record_limit_acquires_part_of_a_batch_and_leaves_the_rest_to_others() {
     b.stop();
 }
 
+/// Kafka's AlterShareGroupOffsets and DeleteShareGroupOffsets: refused
+/// while the share group has members (NON_EMPTY_GROUP), for a consumer
+/// group (GROUP_ID_NOT_FOUND), out of the log (OFFSET_OUT_OF_RANGE) or
+/// for an unknown topic; once its members are gone, the start moves back
+/// (records past it are delivered again, those below never) and deleting
+/// the state starts the group over (`--share-auto-offset-reset
+/// earliest`).
+#[test]
+fn an_empty_share_groups_start_is_moved_and_its_state_deleted() {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::ResponseError as E;
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start_with(dir.path(), 2, &FLAGS);
+    let addr = b.listen;
+    let mut k = crate::common::KafkaConn::connect(b.kafka);
+    let alter = |k: &mut crate::common::KafkaConn, group: &'static str, start: i64| {
+        let req = AlterShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str(group)))
+            .with_topics(vec![
+                alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(TopicName(StrBytes::from_static_str("again")))
+                    .with_partitions(vec![
+                        alter_share_group_offsets_request::AlterShareGroupOffsetsRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_start_offset(start),
+                    ]),
+            ]);
+        k.send(ApiKey::AlterShareGroupOffsets, 0, &req);
+        let r: AlterShareGroupOffsetsResponse = k.read(0);
+        if r.error_code != 0 {
+            return r.error_code;
+        }
+        r.responses[0].partitions[0].error_code
+    };
+    let delete = |k: &mut crate::common::KafkaConn, topic: &'static str| {
+        let req = DeleteShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("redo")))
+            .with_topics(vec![
+                delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(TopicName(StrBytes::from_static_str(topic))),
+            ]);
+        k.send(ApiKey::DeleteShareGroupOffsets, 0, &req);
+        let r: DeleteShareGroupOffsetsResponse = k.read(0);
+        assert_eq!(r.error_code, 0, "{r:?}");
+        r.responses[0].error_code
+    };
+    let start = |k: &mut crate::common::KafkaConn| {
+        let req = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+            describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("redo")))
+                .with_topics(Some(vec![
+                    describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestTopic::default()
+                        .with_topic_name(TopicName(StrBytes::from_static_str("again")))
+                        .with_partitions(vec![0]),
+                ])),
+        ]);
+        k.send(ApiKey::DescribeShareGroupOffsets, 0, &req);
+        let r: DescribeShareGroupOffsetsResponse = k.read(0);
+        r.groups[0].topics[0].partitions[0].start_offset
+    };
+    // Reads all it can get (accepted), until `n` or 15 s.
+    let read = |n: usize| async move {
+        let mut c = ShareConsumer::new(Client::connect(addr).await.unwrap(), member("redo", false));
+        c.subscribe(&["again"]).unwrap();
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while got.len() < n && Instant::now() < deadline {
+            got.extend(
+                c.poll(Duration::from_millis(200))
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(value),
+            );
+        }
+        (c, got)
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let client = Client::connect(addr).await.unwrap();
+        client.create_topic("again", 1, vec![]).await.unwrap();
+        produce_over(addr, "again", 0, 10, 1).await;
+    });
+    let (mut c, got) = rt.block_on(read(10));
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    // A member holds the group: nothing moves.
+    assert_eq!(alter(&mut k, "redo", 0), E::NonEmptyGroup.code());
+    rt.block_on(async {
+        c.commit_sync().await.unwrap();
+        c.close().await.unwrap();
+    });
+    assert_eq!(start(&mut k), 10);
+    // Out of the log, or a consumer group's id: refused.
+    assert_eq!(alter(&mut k, "redo", 11), E::OffsetOutOfRange.code());
+    rt.block_on(async {
+        let client = Client::connect(addr).await.unwrap();
+        client
+            .commit_offsets(
+                "plain",
+                "",
+                -1,
+                vec![weir_proto::messages::CommitOffset {
+                    topic: "again".into(),
+                    partition: 0,
+                    offset: 1,
+                    metadata: None,
+                }],
+            )
+            .await
+            .unwrap();
+    });
+    assert_eq!(alter(&mut k, "plain", 0), E::GroupIdNotFound.code());
+    assert_eq!(start(&mut k), 10, "refusals change nothing");
+    // Back to 3: 3..=9 are delivered again (first deliveries of the new
+    // state), 0..=2 never.
+    assert_eq!(alter(&mut k, "redo", 3), 0);
+    assert_eq!(start(&mut k), 3);
+    let (mut c, got) = rt.block_on(read(7));
+    assert_eq!(got, (3..10).collect::<Vec<_>>());
+    rt.block_on(async {
+        c.commit_sync().await.unwrap();
+        c.close().await.unwrap();
+    });
+    assert_eq!(start(&mut k), 10);
+    // Deleted: the group starts over at the log's start.
+    assert_eq!(delete(&mut k, "nowhere"), E::UnknownTopicOrPartition.code());
+    assert_eq!(delete(&mut k, "again"), 0);
+    assert_eq!(start(&mut k), -1);
+    let (mut c, got) = rt.block_on(read(10));
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    rt.block_on(async {
+        c.commit_sync().await.unwrap();
+        c.close().await.unwrap();
+    });
+    b.stop();
+}
+
 fn share_start_offset(b: &Broker, group: &'static str, topic: &str) -> i64 {
     use kafka_protocol::messages::*;
     use kafka_protocol::protocol::StrBytes;

@@ -91,6 +91,22 @@ fn needs(body: &KafkaRequest, version: i16) -> Vec<(Op, Resource<'_>)> {
             .iter()
             .map(|g| group(Op::Describe, g.group_id.as_str()))
             .collect(),
+        // Kafka's: Read on the group and on each topic named (Delete on
+        // the group to delete).
+        R::AlterShareGroupOffsets(r) => std::iter::once(group(Op::Read, r.group_id.as_str()))
+            .chain(
+                r.topics
+                    .iter()
+                    .map(|t| (Op::Read, Resource::Topic(t.topic_name.as_str()))),
+            )
+            .collect(),
+        R::DeleteShareGroupOffsets(r) => std::iter::once(group(Op::Delete, r.group_id.as_str()))
+            .chain(
+                r.topics
+                    .iter()
+                    .map(|t| (Op::Read, Resource::Topic(t.topic_name.as_str()))),
+            )
+            .collect(),
         R::DeleteGroups(r) => r
             .groups_names
             .iter()

@@ -324,6 +324,14 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
             let resp = super::share::describe_offsets(&core, r).await;
             answer(&h, KafkaResponse::DescribeShareGroupOffsets(resp))
         }),
+        KafkaRequest::AlterShareGroupOffsets(r) => later(async move {
+            let resp = super::share::alter_offsets(&core, r).await;
+            answer(&h, KafkaResponse::AlterShareGroupOffsets(resp))
+        }),
+        KafkaRequest::DeleteShareGroupOffsets(r) => later(async move {
+            let resp = super::share::delete_offsets(&core, r).await;
+            answer(&h, KafkaResponse::DeleteShareGroupOffsets(resp))
+        }),
         KafkaRequest::ConsumerGroupHeartbeat(r) => later(async move {
             answer(
                 &h,

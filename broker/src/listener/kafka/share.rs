@@ -13,6 +13,10 @@ use kafka_protocol::messages::share_group_heartbeat_response::{
     Assignment as ShareAssignment, TopicPartitions as ShareTopicPartitions,
 };
 use kafka_protocol::messages::{
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse,
+};
+use kafka_protocol::messages::{
     DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, ShareAcknowledgeRequest,
     ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse, ShareGroupDescribeRequest,
     ShareGroupDescribeResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
@@ -539,4 +543,178 @@ pub(super) async fn describe_offsets(
         groups.push(d.with_topics(topics));
     }
     DescribeShareGroupOffsetsResponse::default().with_groups(groups)
+}
+
+/// Whether share group `g` may have its offsets reset: it has no members
+/// (Kafka's NON_EMPTY_GROUP otherwise). A group unknown to its
+/// coordinator is empty (share-group membership is not stored: once its
+/// members are gone only its share partitions' states remain); a consumer
+/// group's id is GROUP_ID_NOT_FOUND ("not a share group").
+async fn empty_share_group(core: &Rc<Core>, g: &str) -> Result<(), (i16, String)> {
+    let req = GroupRequest::Describe(weir_proto::messages::DescribeGroupRequest {
+        group: g.to_string(),
+    });
+    match super::groups::group(core, req).await {
+        GroupResponse::Describe(x) if x.error == 0 && x.kind == "share" => {
+            if x.members.is_empty() {
+                Ok(())
+            } else {
+                Err((
+                    E::NonEmptyGroup.code(),
+                    format!(
+                        "share group {g} has {} members: stop them first",
+                        x.members.len()
+                    ),
+                ))
+            }
+        }
+        GroupResponse::Describe(x) if x.error == 0 => Err((
+            E::GroupIdNotFound.code(),
+            format!("Group {g} is not a share group."),
+        )),
+        GroupResponse::Describe(x)
+            if weir_proto::error_code::ErrorCode::from_u16(x.error)
+                == weir_proto::error_code::ErrorCode::GroupIdNotFound =>
+        {
+            Ok(())
+        }
+        GroupResponse::Describe(x) => Err((group_code(x.error), x.message.unwrap_or_default())),
+        other => Err((super::groups::refused_code(&other), String::new())),
+    }
+}
+
+/// An error's code and message for an answer (0 and none: done).
+fn outcome(r: Result<(), BrokerError>) -> (i16, Option<StrBytes>) {
+    match r {
+        Ok(()) => (0, None),
+        Err(e) => (broker_error_code(&e), Some(s(e.to_string()))),
+    }
+}
+
+/// AlterShareGroupOffsets (v0, KIP-932): moves the start of an empty
+/// share group's partitions — records from there on are delivered again,
+/// those below never (Kafka's `kafka-share-groups.sh --reset-offsets`).
+/// Each start must lie in its partition's log (OFFSET_OUT_OF_RANGE).
+pub(super) async fn alter_offsets(
+    core: &Rc<Core>,
+    r: AlterShareGroupOffsetsRequest,
+) -> AlterShareGroupOffsetsResponse {
+    use kafka_protocol::messages::alter_share_group_offsets_response::{
+        AlterShareGroupOffsetsResponsePartition as Partition,
+        AlterShareGroupOffsetsResponseTopic as Topic,
+    };
+    let g = r.group_id.to_string();
+    let refused = |code: i16, why: String| {
+        AlterShareGroupOffsetsResponse::default()
+            .with_error_code(code)
+            .with_error_message(Some(s(why)))
+    };
+    let n: usize = r.topics.iter().map(|t| t.partitions.len()).sum();
+    let limit = crate::server::limits::REQUEST_PARTITIONS_MAX;
+    if n > limit {
+        return refused(
+            E::InvalidRequest.code(),
+            format!("{n} partitions named; at most {limit}"),
+        );
+    }
+    if let Err((code, why)) = empty_share_group(core, &g).await {
+        return refused(code, why);
+    }
+    let view = core.metadata();
+    let mut out = Vec::new();
+    for t in r.topics {
+        let name = t.topic_name.to_string();
+        let mut parts = Vec::new();
+        for p in t.partitions {
+            let r = if p.partition_index < 0 || p.start_offset < 0 {
+                Err(BrokerError::InvalidRequest(format!(
+                    "partition {} start offset {}: both must be 0 or more",
+                    p.partition_index, p.start_offset
+                )))
+            } else {
+                crate::share::service::reset(
+                    core,
+                    &g,
+                    (&name, p.partition_index as u32),
+                    Some(p.start_offset as u64),
+                )
+                .await
+            };
+            let (code, message) = outcome(r);
+            parts.push(
+                Partition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code)
+                    .with_error_message(message),
+            );
+        }
+        out.push(
+            Topic::default()
+                .with_topic_id(view.get(&name).map(uuid_of).unwrap_or_default())
+                .with_topic_name(t.topic_name)
+                .with_partitions(parts),
+        );
+    }
+    AlterShareGroupOffsetsResponse::default().with_responses(out)
+}
+
+/// DeleteShareGroupOffsets (v0, KIP-932): forgets an empty share group's
+/// state on every partition of the topics named; it then starts again as
+/// `--share-auto-offset-reset` says.
+pub(super) async fn delete_offsets(
+    core: &Rc<Core>,
+    r: DeleteShareGroupOffsetsRequest,
+) -> DeleteShareGroupOffsetsResponse {
+    use kafka_protocol::messages::delete_share_group_offsets_response::DeleteShareGroupOffsetsResponseTopic as Topic;
+    let g = r.group_id.to_string();
+    let refused = |code: i16, why: String| {
+        DeleteShareGroupOffsetsResponse::default()
+            .with_error_code(code)
+            .with_error_message(Some(s(why)))
+    };
+    let view = core.metadata();
+    let n: u64 = r
+        .topics
+        .iter()
+        .filter_map(|t| view.get(t.topic_name.as_str()))
+        .map(|t| u64::from(t.partitions()))
+        .sum();
+    let limit = crate::server::limits::REQUEST_PARTITIONS_MAX as u64;
+    if n > limit {
+        return refused(
+            E::InvalidRequest.code(),
+            format!("the topics named have {n} partitions; at most {limit}"),
+        );
+    }
+    if let Err((code, why)) = empty_share_group(core, &g).await {
+        return refused(code, why);
+    }
+    let mut out = Vec::new();
+    for t in r.topics {
+        let name = t.topic_name.to_string();
+        let topic = Topic::default().with_topic_name(t.topic_name.clone());
+        let Some(meta) = view.get(&name) else {
+            out.push(
+                topic
+                    .with_error_code(E::UnknownTopicOrPartition.code())
+                    .with_error_message(Some(s(format!("no topic `{name}`")))),
+            );
+            continue;
+        };
+        let mut first_error = Ok(());
+        for p in 0..meta.partitions() {
+            let r = crate::share::service::reset(core, &g, (&name, p), None).await;
+            if first_error.is_ok() {
+                first_error = r;
+            }
+        }
+        let (code, message) = outcome(first_error);
+        out.push(
+            topic
+                .with_topic_id(uuid_of(meta))
+                .with_error_code(code)
+                .with_error_message(message),
+        );
+    }
+    DeleteShareGroupOffsetsResponse::default().with_responses(out)
 }
