@@ -45,8 +45,18 @@ fn partition_leader(node: std::net::SocketAddr) -> (KafkaConn, uuid::Uuid) {
 /// The records member `member` acquires from `topic_id`-0 at `conn` with
 /// a new share session: (first, last, delivery count) ranges.
 fn acquire(conn: &mut KafkaConn, topic_id: uuid::Uuid, member: &str) -> Vec<(i64, i64, i16)> {
+    acquire_in(conn, "workers", topic_id, member)
+}
+
+/// [`acquire`] for the share group `group`.
+fn acquire_in(
+    conn: &mut KafkaConn,
+    group: &str,
+    topic_id: uuid::Uuid,
+    member: &str,
+) -> Vec<(i64, i64, i16)> {
     let req = ShareFetchRequest::default()
-        .with_group_id(Some(GroupId(StrBytes::from_static_str("workers"))))
+        .with_group_id(Some(GroupId(StrBytes::from_string(group.into()))))
         .with_member_id(Some(StrBytes::from_string(member.into())))
         .with_share_session_epoch(0)
         .with_max_wait_ms(500)
@@ -261,4 +271,64 @@ fn sdk_share_consumers_keep_acknowledgements_across_the_leaders_sigkill() {
     drop(rt);
     c.start(leader);
     c.isr_full("q", 3, Duration::from_secs(30));
+}
+
+/// AlterShareGroupOffsets asked of a node that does not lead the
+/// partition: the reset is done at the leader's owning core (node to
+/// node), which then hands out records from the new start; a start past
+/// the log is refused there with OFFSET_OUT_OF_RANGE.
+#[test]
+fn a_share_group_reset_asked_of_another_node_moves_the_leaders_share_partition() {
+    let _serial = serial();
+    let c = Cluster::three();
+    c.replicated_topic("q", 1);
+    let (leader, followers) = leader_and_followers(&c.partition_rows("q")[0]);
+    let values: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    let mut producer = KafkaConn::connect(c.nodes[&leader].kafka);
+    assert_eq!(
+        producer.produce("q", common::batch_of_values(&values, None), -1, None),
+        0
+    );
+    // A group coordinated by another node than the partition's leader:
+    // Kafka clients ask the coordinator, which resets at the leader.
+    let mut any = KafkaConn::connect(c.nodes[&followers[0]].kafka);
+    let (group, port) = (0..64)
+        .find_map(|i| {
+            let g = format!("workers-{i}");
+            let find = FindCoordinatorRequest::default()
+                .with_key_type(0)
+                .with_coordinator_keys(vec![StrBytes::from_string(g.clone())]);
+            any.send(ApiKey::FindCoordinator, 4, &find);
+            let found: FindCoordinatorResponse = any.read(4);
+            let at = &found.coordinators[0];
+            (at.error_code == 0 && at.node_id.0 as u64 != leader).then_some((g, at.port as u16))
+        })
+        .expect("a group coordinated away from the partition's leader");
+    let mut elsewhere = KafkaConn::connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    let alter = |conn: &mut KafkaConn, start: i64| {
+        let req = AlterShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+            .with_topics(vec![
+                alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(TopicName(StrBytes::from_static_str("q")))
+                    .with_partitions(vec![
+                        alter_share_group_offsets_request::AlterShareGroupOffsetsRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_start_offset(start),
+                    ]),
+            ]);
+        conn.send(ApiKey::AlterShareGroupOffsets, 0, &req);
+        let r: AlterShareGroupOffsetsResponse = conn.read(0);
+        assert_eq!(r.error_code, 0, "{r:?}");
+        r.responses[0].partitions[0].error_code
+    };
+    assert_eq!(
+        alter(&mut elsewhere, 101),
+        kafka_protocol::ResponseError::OffsetOutOfRange.code()
+    );
+    assert_eq!(alter(&mut elsewhere, 40), 0);
+    // Without the reset the group would start at the log's end (100).
+    let (mut conn, topic_id) = partition_leader(c.nodes[&leader].kafka);
+    assert_eq!(acquire_in(&mut conn, &group, topic_id, "m"), [(40, 99, 1)]);
 }
