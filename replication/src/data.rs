@@ -176,8 +176,9 @@ pub enum DataResponse {
     ShareState(MarkerResult, Option<Vec<u8>>),
     /// A handed-on produce's outcome (error 0: appended and acknowledged).
     Produced(MarkerResult),
-    /// A share partition reset's outcome (error 0: stored).
-    ShareReset(MarkerResult),
+    /// A share partition reset's outcome (error 0: stored), and whether
+    /// the group had state there.
+    ShareReset(MarkerResult, bool),
 }
 
 /// One partition's answer, in request order.
@@ -309,13 +310,17 @@ impl DataLink {
 
     /// Resets the share partition under `key` at the linked core (the
     /// one owning its topic partition): its start moved to `start`, or
-    /// its state deleted; the outcome.
-    pub async fn share_reset(&self, key: Vec<u8>, start: Option<u64>) -> Result<MarkerResult> {
+    /// its state deleted; the outcome, and whether there was state.
+    pub async fn share_reset(
+        &self,
+        key: Vec<u8>,
+        start: Option<u64>,
+    ) -> Result<(MarkerResult, bool)> {
         let (mut send, mut recv) = self.conn.open_bi().await.map_err(open_stream)?;
         let req = DataRequest::ShareReset { key, start };
         write_frame_with_payload(&mut send, &encode(&req), &[]).await?;
         match decode::<DataResponse>(&read_frame(&mut recv).await?).map_err(malformed)? {
-            DataResponse::ShareReset(r) => Ok(r),
+            DataResponse::ShareReset(r, had) => Ok((r, had)),
             DataResponse::Refused(why) => Err(Error::FetchRefused { reason: why }),
             other => Err(Error::Unexpected {
                 message: format!("a share reset answered with {other:?}"),

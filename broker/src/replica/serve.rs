@@ -123,8 +123,9 @@ async fn accept_loop(core: Rc<Core>, endpoint: weir_replication::quinn::Endpoint
                                 (DataResponse::Verified(r), Vec::new())
                             }
                             Ok(DataRequest::ShareReset { key, start }) => {
-                                let r = crate::share::service::serve_reset(&core, key, start).await;
-                                (DataResponse::ShareReset(r), Vec::new())
+                                let (r, had) =
+                                    crate::share::service::serve_reset(&core, key, start).await;
+                                (DataResponse::ShareReset(r, had), Vec::new())
                             }
                             Ok(DataRequest::ShareState { key, value, write }) => {
                                 let (r, v) =

@@ -166,8 +166,8 @@ pub enum CoreMsg {
         key: weir_share::records::ShareKey,
         /// The new start offset.
         start: Option<u64>,
-        /// Where the answer goes.
-        reply: ReplyTo<Result<(), BrokerError>>,
+        /// Where the answer goes: whether there was state.
+        reply: ReplyTo<Result<bool, BrokerError>>,
     },
     /// A share partition's durable state, read or stored in a
     /// `__share_group_state` partition this core leads.

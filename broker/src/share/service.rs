@@ -433,13 +433,13 @@ pub async fn stored_starts(
 /// `start` (Kafka's AlterShareGroupOffsets), or (`None`) its state
 /// deleted, so it starts again as `--share-auto-offset-reset` says
 /// (DeleteShareGroupOffsets). The caller checks that the group has no
-/// members.
+/// members. Whether the group had state there (or was served there).
 pub async fn reset(
     core: &Rc<Core>,
     group: &str,
     (topic, partition): (&str, u32),
     start: Option<u64>,
-) -> Result<(), BrokerError> {
+) -> Result<bool, BrokerError> {
     let k = key_of(group, topic, partition);
     match core.locate(topic, partition) {
         Ok(c) if c == core.id => reset_here(core, k, start).await,
@@ -462,13 +462,13 @@ pub async fn reset(
             let link = crate::replica::link_to(core, leader, &at)
                 .await
                 .map_err(unavailable)?;
-            let r = link
+            let (r, had) = link
                 .share_reset(weir_share::records::encode_key(&k), start)
                 .await
                 .map_err(|e| unavailable(e.chain().to_string()))?;
             let message = r.message.unwrap_or_default();
             match ErrorCode::from_u16(r.error) {
-                ErrorCode::None => Ok(()),
+                ErrorCode::None => Ok(had),
                 ErrorCode::OffsetOutOfRange => Err(BrokerError::Storage {
                     kind: crate::error::StorageFailure::OffsetOutOfRange,
                     message,
@@ -482,12 +482,12 @@ pub async fn reset(
 }
 
 /// Another node's reset of a share partition of a topic partition this
-/// core owns ([`reset`]).
+/// core owns ([`reset`]): the outcome, and whether there was state.
 pub async fn serve_reset(
     core: &Rc<Core>,
     key: Vec<u8>,
     start: Option<u64>,
-) -> weir_replication::data::MarkerResult {
+) -> (weir_replication::data::MarkerResult, bool) {
     let r = match weir_share::records::decode_key(&key) {
         Ok(k) => reset_here(core, k, start).await,
         Err(why) => Err(BrokerError::InvalidRequest(format!(
@@ -495,11 +495,14 @@ pub async fn serve_reset(
         ))),
     };
     match r {
-        Ok(()) => Default::default(),
-        Err(e) => weir_replication::data::MarkerResult {
-            error: e.code().as_u16(),
-            message: Some(e.to_string()),
-        },
+        Ok(had) => (Default::default(), had),
+        Err(e) => (
+            weir_replication::data::MarkerResult {
+                error: e.code().as_u16(),
+                message: Some(e.to_string()),
+            },
+            false,
+        ),
     }
 }
 
@@ -508,12 +511,12 @@ pub async fn serve_reset(
 /// tombstone) after the share partition's pending stores, and drops the
 /// copy this core serves, so the next fetch loads what was stored.
 /// Records members still held are theirs no more (their
-/// acknowledgements are refused).
+/// acknowledgements are refused). Whether there was state.
 pub async fn reset_here(
     core: &Rc<Core>,
     k: ShareKey,
     start: Option<u64>,
-) -> Result<(), BrokerError> {
+) -> Result<bool, BrokerError> {
     let owner = core.locate(&k.topic, k.partition)?;
     if owner != core.id {
         return Err(crate::service::admin::not_owner(
@@ -557,9 +560,10 @@ pub async fn reset_here(
         .borrow_mut()
         .remove(&k)
         .map(|(_, sp)| sp.state_epoch());
-    if start.is_none() && stored.is_none() && served.is_none() {
+    let had = stored.is_some() || served.is_some();
+    if start.is_none() && !had {
         // Nothing to delete.
-        return Ok(());
+        return Ok(false);
     }
     let state_epoch = stored
         .as_ref()
@@ -589,7 +593,7 @@ pub async fn reset_here(
         start = ?start,
         "share partition reset"
     );
-    Ok(())
+    Ok(had)
 }
 
 /// The session epoch after `e` (1 after the largest: 0 and -1 are

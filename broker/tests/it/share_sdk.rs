@@ -634,7 +634,7 @@ fn record_limit_acquires_part_of_a_batch_and_leaves_the_rest_to_others() {
 /// for an unknown topic; once its members are gone, the start moves back
 /// (records past it are delivered again, those below never) and deleting
 /// the state starts the group over (`--share-auto-offset-reset
-/// earliest`).
+/// earliest`); DeleteGroups deletes an empty share group's state.
 #[test]
 fn an_empty_share_groups_start_is_moved_and_its_state_deleted() {
     use kafka_protocol::messages::*;
@@ -759,10 +759,24 @@ fn an_empty_share_groups_start_is_moved_and_its_state_deleted() {
     assert_eq!(start(&mut k), -1);
     let (mut c, got) = rt.block_on(read(10));
     assert_eq!(got, (0..10).collect::<Vec<_>>());
+    // DeleteGroups of the share group: refused while it has a member,
+    // then its state is gone; a second delete finds nothing.
+    let delete_group = |k: &mut crate::common::KafkaConn| {
+        let req = DeleteGroupsRequest::default()
+            .with_groups_names(vec![GroupId(StrBytes::from_static_str("redo"))]);
+        k.send(ApiKey::DeleteGroups, 2, &req);
+        let r: DeleteGroupsResponse = k.read(2);
+        r.results[0].error_code
+    };
+    assert_eq!(delete_group(&mut k), E::NonEmptyGroup.code());
     rt.block_on(async {
         c.commit_sync().await.unwrap();
         c.close().await.unwrap();
     });
+    assert_eq!(start(&mut k), 10);
+    assert_eq!(delete_group(&mut k), 0);
+    assert_eq!(start(&mut k), -1);
+    assert_eq!(delete_group(&mut k), E::GroupIdNotFound.code());
     b.stop();
 }
 

@@ -584,9 +584,9 @@ async fn empty_share_group(core: &Rc<Core>, g: &str) -> Result<(), (i16, String)
 }
 
 /// An error's code and message for an answer (0 and none: done).
-fn outcome(r: Result<(), BrokerError>) -> (i16, Option<StrBytes>) {
+fn outcome<T>(r: Result<T, BrokerError>) -> (i16, Option<StrBytes>) {
     match r {
-        Ok(()) => (0, None),
+        Ok(_) => (0, None),
         Err(e) => (broker_error_code(&e), Some(s(e.to_string()))),
     }
 }
@@ -701,7 +701,7 @@ pub(super) async fn delete_offsets(
             );
             continue;
         };
-        let mut first_error = Ok(());
+        let mut first_error = Ok(false);
         for p in 0..meta.partitions() {
             let r = crate::share::service::reset(core, &g, (&name, p), None).await;
             if first_error.is_ok() {
@@ -717,4 +717,36 @@ pub(super) async fn delete_offsets(
         );
     }
     DeleteShareGroupOffsetsResponse::default().with_responses(out)
+}
+
+/// DeleteGroups of a share group (one its coordinator does not know as a
+/// consumer group): refused while it has members (NON_EMPTY_GROUP); else
+/// its state is forgotten on every partition where it has some — looked
+/// for on every partition of every topic (share-group state is not
+/// indexed by group), so on a cluster of many partitions it takes a
+/// while. GROUP_ID_NOT_FOUND if it had none anywhere.
+pub(super) async fn delete_group(core: &Rc<Core>, g: &str) -> i16 {
+    if let Err((code, why)) = empty_share_group(core, g).await {
+        tracing::debug!(group = g, why, "share group not deleted");
+        return code;
+    }
+    let view = core.metadata();
+    let mut found = false;
+    for (name, t) in view
+        .topics()
+        .iter()
+        .filter(|(n, _)| !crate::metadata::is_internal(n))
+    {
+        for p in 0..t.partitions() {
+            match crate::share::service::reset(core, g, (name, p), None).await {
+                Ok(had) => found |= had,
+                Err(e) => return broker_error_code(&e),
+            }
+        }
+    }
+    if found {
+        0
+    } else {
+        E::GroupIdNotFound.code()
+    }
 }
