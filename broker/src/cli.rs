@@ -18,7 +18,7 @@ use weir_client::{
     Acks, Client, Consumer, ConsumerConfig, ConsumerRecord, DeliveryFuture, GroupAssignor,
     GroupConsumer, GroupConsumerConfig, OffsetReset, ProducerConfig, ProducerRecord,
 };
-use weir_proto::messages::{CommitOffset, OffsetSpec};
+use weir_proto::messages::{CommitOffset, OffsetSpec, ShareStartChange};
 
 /// Where to find the broker, and how to talk to it.
 #[derive(Args, Debug, Clone)]
@@ -1144,6 +1144,11 @@ enum GroupCommand {
         topic: String,
         #[command(flatten)]
         to: ResetTo,
+        /// A share group's (KIP-932): move the start of its share
+        /// partitions — records from there on are delivered again, those
+        /// below never (Kafka's `kafka-share-groups.sh --reset-offsets`).
+        #[arg(long)]
+        share: bool,
         /// Apply the plan (without it: a dry run).
         #[arg(long)]
         execute: bool,
@@ -1215,11 +1220,12 @@ pub fn group(args: GroupArgs) -> Result<()> {
                 group,
                 topic,
                 to,
+                share,
                 execute,
                 conn,
             } => {
                 let c = connect(&conn).await?;
-                reset(&c, &group, &topic, &to, execute).await?;
+                reset(&c, &group, &topic, &to, share, execute).await?;
             }
             GroupCommand::Delete { group, conn } => {
                 connect(&conn).await?.delete_group(&group).await?;
@@ -1316,31 +1322,71 @@ fn describe_group_text(
 }
 
 /// `weir group reset`: computes the plan, prints it, applies it with
-/// `execute`.
-async fn reset(c: &Client, group: &str, topic: &str, to: &ResetTo, execute: bool) -> Result<()> {
+/// `execute` — a consumer group's committed offsets, or (`share`) a share
+/// group's share-partition starts.
+async fn reset(
+    c: &Client,
+    group: &str,
+    topic: &str,
+    to: &ResetTo,
+    share: bool,
+    execute: bool,
+) -> Result<()> {
     match c.describe_group(group).await {
         Ok(d) if !d.members.is_empty() => bail!(
             "group `{group}` has {} active members: stop them before resetting its offsets",
             d.members.len()
         ),
+        Ok(d) if share && d.kind != "share" => {
+            bail!("group `{group}` is a consumer group, not a share group: leave out --share")
+        }
+        Ok(d) if !share && d.kind == "share" => {
+            bail!("group `{group}` is a share group: add --share")
+        }
         Ok(_) => {}
         Err(e) if e.code() == Some(weir_proto::error_code::ErrorCode::GroupIdNotFound) => {}
         Err(e) => return Err(e.into()),
     }
     let count = c.topic_metadata(topic).await?.partitions.len() as u32;
-    let committed = c.committed_offsets(group, None).await?;
-    let at = |p: u32| {
-        committed
-            .iter()
-            .find(|o| o.topic == topic && o.partition == p)
-            .map(|o| o.offset)
+    // Where each partition is now: the committed offset, or the share
+    // partition's stored start.
+    let old: Vec<Option<u64>> = if share {
+        let all = (0..count)
+            .map(|partition| ShareStartChange {
+                partition,
+                start: None,
+            })
+            .collect();
+        let stored = c.alter_share_offsets(group, topic, all, true).await?;
+        let mut old = Vec::with_capacity(stored.len());
+        for r in stored {
+            if r.error != 0 {
+                bail!(
+                    "{topic}-{}: {}",
+                    r.partition,
+                    r.message.unwrap_or_else(|| format!("error {}", r.error))
+                );
+            }
+            old.push(r.old_start);
+        }
+        old
+    } else {
+        let committed = c.committed_offsets(group, None).await?;
+        (0..count)
+            .map(|p| {
+                committed
+                    .iter()
+                    .find(|o| o.topic == topic && o.partition == p)
+                    .map(|o| o.offset)
+            })
+            .collect()
     };
     let datetime = to.to_datetime.as_deref().map(parse_datetime).transpose()?;
     let mut rows = vec![["TOPIC", "PARTITION", "OLD", "NEW"]
         .map(String::from)
         .to_vec()];
-    let mut offsets = Vec::new();
-    for p in 0..count {
+    let mut plan = Vec::new();
+    for (p, old) in (0..count).zip(old) {
         let start = c
             .list_offsets(topic, p, OffsetSpec::Earliest)
             .await?
@@ -1349,7 +1395,6 @@ async fn reset(c: &Client, group: &str, topic: &str, to: &ResetTo, execute: bool
             .list_offsets(topic, p, OffsetSpec::Latest)
             .await?
             .unwrap_or(0);
-        let old = at(p);
         let new = if to.to_earliest {
             start
         } else if to.to_latest {
@@ -1372,19 +1417,43 @@ async fn reset(c: &Client, group: &str, topic: &str, to: &ResetTo, execute: bool
             old.map_or("-".into(), |o| o.to_string()),
             new.to_string(),
         ]);
-        offsets.push(CommitOffset {
-            topic: topic.to_string(),
-            partition: p,
-            offset: new,
-            metadata: None,
-        });
+        plan.push((p, new));
     }
     print!("{}", table(&rows));
-    if execute {
+    if !execute {
+        println!("dry run: nothing changed (add --execute to apply)");
+        return Ok(());
+    }
+    if share {
+        let changes = plan
+            .into_iter()
+            .map(|(partition, start)| ShareStartChange {
+                partition,
+                start: Some(start),
+            })
+            .collect();
+        for r in c.alter_share_offsets(group, topic, changes, false).await? {
+            if r.error != 0 {
+                bail!(
+                    "{topic}-{}: {}",
+                    r.partition,
+                    r.message.unwrap_or_else(|| format!("error {}", r.error))
+                );
+            }
+        }
+        println!("share-partition starts of share group {group} reset");
+    } else {
+        let offsets = plan
+            .into_iter()
+            .map(|(partition, offset)| CommitOffset {
+                topic: topic.to_string(),
+                partition,
+                offset,
+                metadata: None,
+            })
+            .collect();
         c.commit_offsets(group, "", -1, offsets).await?;
         println!("offsets of group {group} reset");
-    } else {
-        println!("dry run: nothing changed (add --execute to apply)");
     }
     Ok(())
 }

@@ -13,6 +13,9 @@ use std::time::Duration;
 use weir_proto::error_code::ErrorCode;
 use weir_proto::messages::Request;
 use weir_proto::messages::{
+    AlterShareOffsetsRequest, AlterShareOffsetsResponse, ShareStartChange, ShareStartResult,
+};
+use weir_proto::messages::{
     CommitOffset, CommittedOffset, DeleteGroupRequest, DescribeGroupRequest, DescribeGroupResponse,
     FetchPartition, FindCoordinatorRequest, FindCoordinatorResponse, GroupAssignment, GroupListing,
     GroupResult, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
@@ -81,7 +84,8 @@ group_answers!(
     DescribeGroupResponse,
     InitProducerIdResponse,
     TxnResult,
-    EndTxnResponse
+    EndTxnResponse,
+    AlterShareOffsetsResponse
 );
 
 /// Partitions as the wire lists them (grouped by topic, sorted).
@@ -363,6 +367,32 @@ impl Client {
             return Err(group_error(group, r.error, r.message));
         }
         Ok(r)
+    }
+
+    /// Moves (`Some`) or forgets (`None`) the share-partition starts of
+    /// share group `group`, which must have no members, on partitions of
+    /// `topic` (Kafka's AlterShareGroupOffsets / DeleteShareGroupOffsets:
+    /// records from a new start on are delivered again, those below
+    /// never); with `validate_only` only reads them. Per partition, in
+    /// order: the start stored before, or its refusal.
+    pub async fn alter_share_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        partitions: Vec<ShareStartChange>,
+        validate_only: bool,
+    ) -> Result<Vec<ShareStartResult>> {
+        let req = AlterShareOffsetsRequest {
+            group: group.to_string(),
+            topic: topic.to_string(),
+            partitions,
+            validate_only,
+        };
+        let r = self.group_call(group, &req, Duration::ZERO).await?;
+        if r.error != 0 {
+            return Err(group_error(group, r.error, r.message));
+        }
+        Ok(r.partitions)
     }
 
     /// Deletes a group without active members, with its committed offsets.

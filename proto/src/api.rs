@@ -115,11 +115,14 @@ pub enum ApiKey {
     /// Acknowledges acquired records (accept, release, reject) without
     /// acquiring more.
     ShareAcknowledge = 42,
+    /// Moves or forgets an empty share group's share-partition starts
+    /// (Kafka's AlterShareGroupOffsets / DeleteShareGroupOffsets).
+    AlterShareOffsets = 43,
 }
 
 impl ApiKey {
     /// Every API, in key order.
-    pub const ALL: [ApiKey; 43] = [
+    pub const ALL: [ApiKey; 44] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -163,6 +166,7 @@ impl ApiKey {
         ApiKey::ShareGroupHeartbeat,
         ApiKey::ShareFetch,
         ApiKey::ShareAcknowledge,
+        ApiKey::AlterShareOffsets,
     ];
 
     /// The key on the wire.
@@ -217,6 +221,7 @@ impl ApiKey {
             40 => ApiKey::ShareGroupHeartbeat,
             41 => ApiKey::ShareFetch,
             42 => ApiKey::ShareAcknowledge,
+            43 => ApiKey::AlterShareOffsets,
             _ => return None,
         })
     }
@@ -267,6 +272,7 @@ impl ApiKey {
             ApiKey::ShareGroupHeartbeat => "ShareGroupHeartbeat",
             ApiKey::ShareFetch => "ShareFetch",
             ApiKey::ShareAcknowledge => "ShareAcknowledge",
+            ApiKey::AlterShareOffsets => "AlterShareOffsets",
         }
     }
 

@@ -1701,6 +1701,59 @@ pub struct SharePartitionResult {
     pub payload_len: u32,
 }
 
+/// One partition's new share-partition start in an
+/// [`AlterShareOffsetsRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ShareStartChange {
+    /// The partition.
+    pub partition: u32,
+    /// Its new start offset (within the log); `None`: forget the group's
+    /// state there (it starts again as `--share-auto-offset-reset` says).
+    pub start: Option<u64>,
+}
+
+/// Moves (or forgets) the share-partition starts of a share group with no
+/// members on partitions of one topic — Kafka's AlterShareGroupOffsets
+/// and DeleteShareGroupOffsets; `weir group reset --share`. With
+/// `validate_only` nothing changes and the answer gives the starts as
+/// stored.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AlterShareOffsetsRequest {
+    /// The share group.
+    pub group: String,
+    /// The topic.
+    pub topic: String,
+    /// The partitions and their new starts.
+    pub partitions: Vec<ShareStartChange>,
+    /// Only read the stored starts.
+    pub validate_only: bool,
+}
+
+/// One partition of an [`AlterShareOffsetsResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ShareStartResult {
+    /// The partition.
+    pub partition: u32,
+    /// Error code (0: changed, or read with `validate_only`).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// The start stored before the change (`None`: nothing stored).
+    pub old_start: Option<u64>,
+}
+
+/// The answer to an [`AlterShareOffsetsRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
+pub struct AlterShareOffsetsResponse {
+    /// Error code of the whole request (`NonEmptyGroup` while the group
+    /// has members, `NotCoordinator`, …).
+    pub error: u16,
+    /// Why it failed, if it did.
+    pub message: Option<String>,
+    /// Per partition, in the request's order.
+    pub partitions: Vec<ShareStartResult>,
+}
+
 /// The answer to a [`ShareFetchRequest`] or [`ShareAcknowledgeRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Default, Archive, Serialize, Deserialize)]
 pub struct ShareFetchResponse {
@@ -1813,6 +1866,8 @@ impl_message!(
     ShareFetchRequest,
     ShareAcknowledgeRequest,
     ShareFetchResponse,
+    AlterShareOffsetsRequest,
+    AlterShareOffsetsResponse,
 );
 
 /// Defines the [`Request`] impls and the [`AnyRequest`] / [`AnyResponse`]
@@ -1946,4 +2001,5 @@ requests! {
     ShareGroupHeartbeat => ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse;
     ShareFetch => ShareFetchRequest, ShareFetchResponse;
     ShareAcknowledge => ShareAcknowledgeRequest, ShareFetchResponse;
+    AlterShareOffsets => AlterShareOffsetsRequest, AlterShareOffsetsResponse;
 }

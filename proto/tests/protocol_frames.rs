@@ -573,6 +573,7 @@ fn api_keys_are_pinned() {
         ("ShareGroupHeartbeat", 40),
         ("ShareFetch", 41),
         ("ShareAcknowledge", 42),
+        ("AlterShareOffsets", 43),
     ];
     assert_eq!(table.len(), ApiKey::ALL.len());
     for (&(name, n), key) in table.iter().zip(ApiKey::ALL) {
@@ -584,8 +585,8 @@ fn api_keys_are_pinned() {
         // (read_committed), FindCoordinator's, InitProducerId's and
         // Produce's (transactional ids): v1 only; DescribeConfigs' three
         // times (leader, replicas, ISR; a move's target; the local log
-        // start and the remote tier): v3 only;
-        // everything else is at v0.
+        // start and the remote tier): v3 only; ShareFetch's (the acquire
+        // mode): v1; everything else is at v0.
         let v = match key {
             ApiKey::DescribeGroup
             | ApiKey::CreateTopics
@@ -595,13 +596,15 @@ fn api_keys_are_pinned() {
             | ApiKey::InitProducerId
             | ApiKey::Produce => 1,
             ApiKey::DescribeConfigs => 3,
+            // The acquire mode (KIP-1206).
+            ApiKey::ShareFetch => 1,
             _ => 0,
         };
         assert!(key.supports(v));
         assert!(!key.supports(v + 1));
         assert_eq!(key.supports(0), v == 0);
     }
-    for n in 43..=u16::MAX {
+    for n in 44..=u16::MAX {
         assert_eq!(ApiKey::from_u16(n), None);
     }
     assert_eq!(<ProduceRequest as Request>::API_KEY, ApiKey::Produce);

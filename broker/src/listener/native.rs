@@ -209,6 +209,15 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Rc<Se
             }
             Err(e) => Pending::Ready(bad_body(corr, &e)),
         },
+        ApiKey::AlterShareOffsets => match frame::decode_body(body) {
+            Ok(req) => {
+                let core = core.clone();
+                Pending::Later(glommio::spawn_local(async move {
+                    super::native_share::alter_offsets(&core, corr, req).await
+                }))
+            }
+            Err(e) => Pending::Ready(bad_body(corr, &e)),
+        },
         _ => Pending::Ready(serve_other(core, corr, api, body, session).await),
     }
 }
@@ -339,6 +348,16 @@ fn needs(req: &AnyRequest) -> Vec<(Op, Resource<'_>)> {
         R::ShareAcknowledge(r) => std::iter::once((Op::Read, Resource::Group(r.group.as_str())))
             .chain(r.partitions.iter().map(|p| topic(Op::Read, &p.topic)))
             .collect(),
+        // Kafka's for AlterShareGroupOffsets (Read on the group; Delete
+        // to forget its state) and Read on the topic.
+        R::AlterShareOffsets(r) => {
+            let op = if r.partitions.iter().any(|p| p.start.is_none()) {
+                Op::Delete
+            } else {
+                Op::Read
+            };
+            vec![(op, Resource::Group(&r.group)), topic(Op::Read, &r.topic)]
+        }
         // An API added later: the most a request can need, until it says.
         _ => vec![(Op::Alter, Resource::Cluster)],
     }

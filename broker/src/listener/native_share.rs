@@ -13,6 +13,7 @@ use weir_proto::messages::{
     ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SharePartitionRequest,
     SharePartitionResult, TopicPartitions,
 };
+use weir_proto::messages::{AlterShareOffsetsRequest, AlterShareOffsetsResponse, ShareStartResult};
 use weir_share::group::{Heartbeat, ShareGroupError};
 use weir_share::partition::{AckBatch, AckType, AcquireMode, ShareError};
 
@@ -244,7 +245,7 @@ async fn serve(
     answer(corr, &body, pieces)
 }
 
-fn answer(corr: u32, body: &ShareFetchResponse, pieces: Vec<bytes::Bytes>) -> Answer {
+fn answer<T: weir_proto::frame::Message>(corr: u32, body: &T, pieces: Vec<bytes::Bytes>) -> Answer {
     let len: usize = pieces.iter().map(|p| p.len()).sum();
     match frame::encode_response(&ResponseHeader::ok(corr), body, len) {
         Ok(head) => Answer {
@@ -253,5 +254,107 @@ fn answer(corr: u32, body: &ShareFetchResponse, pieces: Vec<bytes::Bytes>) -> An
             close: false,
         },
         Err(e) => Answer::error(corr, e.error_code(), &e.to_string(), false),
+    }
+}
+
+/// AlterShareOffsets on this core: the group (asked of its coordinator)
+/// must have no members; the starts stored before are read, then (unless
+/// `validate_only`) each partition's share partition is reset at the core
+/// owning it.
+pub async fn alter_offsets(core: &Rc<Core>, corr: u32, r: AlterShareOffsetsRequest) -> Answer {
+    let refused = |error: ErrorCode, message: String| AlterShareOffsetsResponse {
+        error: error.as_u16(),
+        message: Some(message),
+        partitions: Vec::new(),
+    };
+    let limit = crate::server::limits::REQUEST_PARTITIONS_MAX;
+    let body = if r.partitions.len() > limit {
+        refused(
+            ErrorCode::InvalidRequest,
+            format!("{} partitions named; at most {limit}", r.partitions.len()),
+        )
+    } else {
+        match members(core, &r.group).await {
+            Err((code, why)) => refused(code, why),
+            Ok(n) if n > 0 && !r.validate_only => refused(
+                ErrorCode::GroupNotEmpty,
+                format!(
+                    "share group `{}` has {n} members: stop them before resetting it",
+                    r.group
+                ),
+            ),
+            Ok(_) => {
+                let wanted: Vec<(String, u32)> = r
+                    .partitions
+                    .iter()
+                    .map(|p| (r.topic.clone(), p.partition))
+                    .collect();
+                let old = crate::share::service::stored_starts(core, &r.group, &wanted).await;
+                let mut partitions = Vec::with_capacity(old.len());
+                for (p, old) in r.partitions.iter().zip(old) {
+                    let outcome = match old {
+                        Err(e) => Err(e),
+                        Ok(old) if r.validate_only => Ok(old),
+                        Ok(old) => crate::share::service::reset(
+                            core,
+                            &r.group,
+                            (&r.topic, p.partition),
+                            p.start,
+                        )
+                        .await
+                        .map(|_| old),
+                    };
+                    partitions.push(match outcome {
+                        Ok(old) => ShareStartResult {
+                            partition: p.partition,
+                            error: 0,
+                            message: None,
+                            old_start: old.map(|(start, _)| start),
+                        },
+                        Err(e) => ShareStartResult {
+                            partition: p.partition,
+                            error: e.code().as_u16(),
+                            message: Some(e.to_string()),
+                            old_start: None,
+                        },
+                    });
+                }
+                AlterShareOffsetsResponse {
+                    error: 0,
+                    message: None,
+                    partitions,
+                }
+            }
+        }
+    };
+    answer(corr, &body, Vec::new())
+}
+
+/// How many members share group `group` has, asked of its coordinator: 0
+/// for a group it does not know (share-group membership is not stored);
+/// a consumer group's id is refused.
+async fn members(core: &Rc<Core>, group: &str) -> Result<usize, (ErrorCode, String)> {
+    use crate::groups::api::{GroupRequest, GroupResponse};
+    let req = GroupRequest::Describe(weir_proto::messages::DescribeGroupRequest {
+        group: group.to_string(),
+    });
+    match crate::groups::coordinator::serve(core, req).await {
+        GroupResponse::Describe(x) if x.error == 0 && x.kind == "share" => Ok(x.members.len()),
+        GroupResponse::Describe(x) if x.error == 0 => Err((
+            ErrorCode::GroupIdNotFound,
+            format!("group `{group}` is a consumer group, not a share group"),
+        )),
+        GroupResponse::Describe(x)
+            if ErrorCode::from_u16(x.error) == ErrorCode::GroupIdNotFound =>
+        {
+            Ok(0)
+        }
+        GroupResponse::Describe(x) => {
+            Err((ErrorCode::from_u16(x.error), x.message.unwrap_or_default()))
+        }
+        other => Err((
+            ErrorCode::NotCoordinator,
+            format!("group `{group}`: {other:?}"),
+        )),
     }
 }

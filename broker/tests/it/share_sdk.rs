@@ -769,11 +769,66 @@ fn an_empty_share_groups_start_is_moved_and_its_state_deleted() {
         r.results[0].error_code
     };
     assert_eq!(delete_group(&mut k), E::NonEmptyGroup.code());
+    // `weir group reset --share` refuses too while the member is there.
+    let weir = |args: &[&str]| crate::common::weir(&b, args, b"");
+    let reset = [
+        "group",
+        "reset",
+        "redo",
+        "--topic",
+        "again",
+        "--share",
+        "--to-offset",
+        "6",
+    ];
+    let out = weir(&reset);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("active members"));
     rt.block_on(async {
         c.commit_sync().await.unwrap();
         c.close().await.unwrap();
     });
     assert_eq!(start(&mut k), 10);
+    // A dry run shows the plan and changes nothing; --execute moves it.
+    let out = weir(&reset);
+    let plan = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Vec<&str>> = plan
+        .lines()
+        .filter(|l| l.trim_start().starts_with("again"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows, [["again", "0", "10", "6"]], "{plan}");
+    assert_eq!(start(&mut k), 10, "a dry run changes nothing");
+    let mut exec = reset.to_vec();
+    exec.push("--execute");
+    let out = weir(&exec);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(start(&mut k), 6);
+    // A consumer group is not reset as a share group.
+    let out = weir(&[
+        "group",
+        "reset",
+        "plain",
+        "--topic",
+        "again",
+        "--share",
+        "--to-earliest",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a share group"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(delete_group(&mut k), 0);
     assert_eq!(start(&mut k), -1);
     assert_eq!(delete_group(&mut k), E::GroupIdNotFound.code());
