@@ -259,10 +259,14 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
             )
         }),
         KafkaRequest::DeleteGroups(r) => later(async move {
-            answer(
-                &h,
-                KafkaResponse::DeleteGroups(delete_groups(&core, r).await),
-            )
+            let mut resp = delete_groups(&core, r).await;
+            // Not a consumer group: a share group, perhaps.
+            for g in resp.results.iter_mut() {
+                if g.error_code == kafka_protocol::ResponseError::GroupIdNotFound.code() {
+                    g.error_code = super::share::delete_group(&core, g.group_id.as_str()).await;
+                }
+            }
+            answer(&h, KafkaResponse::DeleteGroups(resp))
         }),
         // The resources the principal may not touch are answered with the
         // authorization error; the others are served.

@@ -521,14 +521,10 @@ pub(super) async fn delete_groups(core: &Rc<Core>, r: DeleteGroupsRequest) -> De
         let req = GroupRequest::Delete(native::DeleteGroupRequest {
             group: g.to_string(),
         });
-        let mut error = match group(core, req).await {
+        let error = match group(core, req).await {
             GroupResponse::Result(x) => group_code(x.error),
             other => refused_code(&other),
         };
-        // Not a consumer group: a share group, perhaps.
-        if error == E::GroupIdNotFound.code() {
-            error = super::share::delete_group(core, g.as_str()).await;
-        }
         out.push(
             DeletableGroupResult::default()
                 .with_group_id(g)
