@@ -708,6 +708,8 @@ struct BatchOutcome {
     partition: u32,
     /// Set once: the base offset (`None` with acks=0) or the error.
     result: std::sync::OnceLock<std::result::Result<Option<u64>, ClientError>>,
+    /// When the outcome became known (set just before `result`).
+    completed: std::sync::OnceLock<SystemTime>,
     wakers: Mutex<Vec<std::task::Waker>>,
 }
 
@@ -717,11 +719,13 @@ impl BatchOutcome {
             topic,
             partition,
             result: std::sync::OnceLock::new(),
+            completed: std::sync::OnceLock::new(),
             wakers: Mutex::new(Vec::new()),
         })
     }
 
     fn set(&self, r: Result<Option<u64>>) {
+        let _ = self.completed.set(SystemTime::now());
         let _ = self.result.set(r);
         let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
         for w in wakers {
@@ -766,6 +770,15 @@ impl DeliveryFuture {
     /// The outcome, if it is known already, without waiting.
     pub fn try_outcome(&mut self) -> Option<Result<RecordMetadata>> {
         self.batch.record(self.index)
+    }
+
+    /// When the producer learned the outcome — its I/O task read the
+    /// broker's answer, or gave up — if it has: the time a Kafka
+    /// producer's send callback would run (how OMB measures publish
+    /// latency), whenever this future is looked at.
+    pub fn completed_at(&self) -> Option<SystemTime> {
+        self.batch.result.get()?;
+        self.batch.completed.get().copied()
     }
 }
 

@@ -294,6 +294,29 @@ async fn a_batch_is_sent_linger_ms_after_its_first_record() {
     assert_eq!(fake.batch_sizes(), vec![3]);
 }
 
+/// A delivery future tells when its outcome became known (a Kafka send
+/// callback's time): not before, a time between sending and looking
+/// after.
+#[tokio::test]
+async fn a_delivery_future_knows_when_it_was_acknowledged() {
+    let fake = Fake::new(1);
+    let mut c = config(20, 1 << 20);
+    c.linger_adaptive = false;
+    let p = producer(&fake, c);
+    let before = std::time::SystemTime::now();
+    let mut f = p
+        .send(ProducerRecord::new("t", value(0, 10)).partition(0))
+        .await
+        .unwrap();
+    assert_eq!(f.completed_at(), None, "lingering: not sent yet");
+    let m = (&mut f).await.unwrap();
+    assert_eq!(m.offset, Some(0));
+    let at = f.completed_at().expect("acknowledged");
+    assert!(before <= at && at <= std::time::SystemTime::now());
+    // At least the linger after sending.
+    assert!(at.duration_since(before).unwrap() >= Duration::from_millis(20));
+}
+
 /// With `linger_adaptive` (the default) a partition with nothing in
 /// flight sends its batch at once, whatever `linger_ms`; while that request
 /// is in flight the next records gather in one batch, sent when the answer
