@@ -1357,19 +1357,7 @@ async fn reset(
                 start: None,
             })
             .collect();
-        let stored = c.alter_share_offsets(group, topic, all, true).await?;
-        let mut old = Vec::with_capacity(stored.len());
-        for r in stored {
-            if r.error != 0 {
-                bail!(
-                    "{topic}-{}: {}",
-                    r.partition,
-                    r.message.unwrap_or_else(|| format!("error {}", r.error))
-                );
-            }
-            old.push(r.old_start);
-        }
-        old
+        share_starts(topic, c.alter_share_offsets(group, topic, all, true).await?)?
     } else {
         let committed = c.committed_offsets(group, None).await?;
         (0..count)
@@ -1432,15 +1420,10 @@ async fn reset(
                 start: Some(start),
             })
             .collect();
-        for r in c.alter_share_offsets(group, topic, changes, false).await? {
-            if r.error != 0 {
-                bail!(
-                    "{topic}-{}: {}",
-                    r.partition,
-                    r.message.unwrap_or_else(|| format!("error {}", r.error))
-                );
-            }
-        }
+        share_starts(
+            topic,
+            c.alter_share_offsets(group, topic, changes, false).await?,
+        )?;
         println!("share-partition starts of share group {group} reset");
     } else {
         let offsets = plan
@@ -1456,6 +1439,25 @@ async fn reset(
         println!("offsets of group {group} reset");
     }
     Ok(())
+}
+
+/// The stored starts an AlterShareOffsets answered, or its first
+/// partition's refusal.
+fn share_starts(
+    topic: &str,
+    answered: Vec<weir_proto::messages::ShareStartResult>,
+) -> Result<Vec<Option<u64>>> {
+    answered
+        .into_iter()
+        .map(|r| match r.error {
+            0 => Ok(r.old_start),
+            e => bail!(
+                "{topic}-{}: {}",
+                r.partition,
+                r.message.unwrap_or_else(|| format!("error {e}"))
+            ),
+        })
+        .collect()
 }
 
 /// Whether writing stdout failed because the reader went away (e.g.

@@ -200,12 +200,18 @@ const FAKETIME_SHM_DIR: &str = "/dev/shm";
 /// killed left two files in `/dev/shm`. Called once the process is reaped
 /// (the PID was this test's child a moment ago); absent files are fine.
 fn remove_faketime_leftovers(pid: u32) {
-    for name in [
-        format!("faketime_shm_{pid}"),
-        format!("sem.faketime_sem_{pid}"),
-    ] {
-        let _ = std::fs::remove_file(std::path::Path::new(FAKETIME_SHM_DIR).join(name));
+    for f in faketime_files(pid) {
+        let _ = std::fs::remove_file(f);
     }
+}
+
+/// The files libfaketime makes for process `pid`.
+fn faketime_files(pid: u32) -> [std::path::PathBuf; 2] {
+    let dir = std::path::Path::new(FAKETIME_SHM_DIR);
+    [
+        dir.join(format!("faketime_shm_{pid}")),
+        dir.join(format!("sem.faketime_sem_{pid}")),
+    ]
 }
 
 #[cfg(test)]
@@ -234,13 +240,7 @@ mod tests {
     #[test]
     fn a_reaped_process_leaves_no_faketime_files() {
         let p = sleeper();
-        let files: Vec<_> = [
-            format!("faketime_shm_{}", p.pid()),
-            format!("sem.faketime_sem_{}", p.pid()),
-        ]
-        .iter()
-        .map(|n| std::path::Path::new(FAKETIME_SHM_DIR).join(n))
-        .collect();
+        let files = faketime_files(p.pid());
         // What libfaketime would have made for it.
         for f in &files {
             std::fs::write(f, b"").unwrap();

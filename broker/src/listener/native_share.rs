@@ -262,22 +262,22 @@ fn answer<T: weir_proto::frame::Message>(corr: u32, body: &T, pieces: Vec<bytes:
 /// `validate_only`) each partition's share partition is reset at the core
 /// owning it.
 pub async fn alter_offsets(core: &Rc<Core>, corr: u32, r: AlterShareOffsetsRequest) -> Answer {
-    let refused = |error: ErrorCode, message: String| AlterShareOffsetsResponse {
-        error: error.as_u16(),
+    let whole = |error: u16, message: String| AlterShareOffsetsResponse {
+        error,
         message: Some(message),
         partitions: Vec::new(),
     };
     let limit = crate::server::limits::REQUEST_PARTITIONS_MAX;
     let body = if r.partitions.len() > limit {
-        refused(
-            ErrorCode::InvalidRequest,
+        whole(
+            ErrorCode::InvalidRequest.as_u16(),
             format!("{} partitions named; at most {limit}", r.partitions.len()),
         )
     } else {
-        match members(core, &r.group).await {
-            Err((code, why)) => refused(code, why),
-            Ok(n) if n > 0 && !r.validate_only => refused(
-                ErrorCode::GroupNotEmpty,
+        match crate::share::service::share_group_members(core, &r.group).await {
+            Err((code, why)) => whole(code, why),
+            Ok(n) if n > 0 && !r.validate_only => whole(
+                ErrorCode::GroupNotEmpty.as_u16(),
                 format!(
                     "share group `{}` has {n} members: stop them before resetting it",
                     r.group
@@ -328,33 +328,4 @@ pub async fn alter_offsets(core: &Rc<Core>, corr: u32, r: AlterShareOffsetsReque
         }
     };
     answer(corr, &body, Vec::new())
-}
-
-/// How many members share group `group` has, asked of its coordinator: 0
-/// for a group it does not know (share-group membership is not stored);
-/// a consumer group's id is refused.
-async fn members(core: &Rc<Core>, group: &str) -> Result<usize, (ErrorCode, String)> {
-    use crate::groups::api::{GroupRequest, GroupResponse};
-    let req = GroupRequest::Describe(weir_proto::messages::DescribeGroupRequest {
-        group: group.to_string(),
-    });
-    match crate::groups::coordinator::serve(core, req).await {
-        GroupResponse::Describe(x) if x.error == 0 && x.kind == "share" => Ok(x.members.len()),
-        GroupResponse::Describe(x) if x.error == 0 => Err((
-            ErrorCode::GroupIdNotFound,
-            format!("group `{group}` is a consumer group, not a share group"),
-        )),
-        GroupResponse::Describe(x)
-            if ErrorCode::from_u16(x.error) == ErrorCode::GroupIdNotFound =>
-        {
-            Ok(0)
-        }
-        GroupResponse::Describe(x) => {
-            Err((ErrorCode::from_u16(x.error), x.message.unwrap_or_default()))
-        }
-        other => Err((
-            ErrorCode::NotCoordinator,
-            format!("group `{group}`: {other:?}"),
-        )),
-    }
 }

@@ -428,6 +428,37 @@ pub async fn stored_starts(
     out
 }
 
+/// How many members share group `group` has, asked of its coordinator
+/// (before its offsets are reset or its state deleted): 0 for a group it
+/// does not know — share-group membership is not stored, so once its
+/// members are gone only its share partitions' states remain. A consumer
+/// group's id is `GroupIdNotFound` ("not a share group"); a refusal
+/// (`NotCoordinator`, …) is passed on.
+pub async fn share_group_members(core: &Rc<Core>, group: &str) -> Result<usize, (u16, String)> {
+    use crate::groups::api::{GroupRequest, GroupResponse};
+    let req = GroupRequest::Describe(weir_proto::messages::DescribeGroupRequest {
+        group: group.to_string(),
+    });
+    match crate::groups::coordinator::serve(core, req).await {
+        GroupResponse::Describe(x) if x.error == 0 && x.kind == "share" => Ok(x.members.len()),
+        GroupResponse::Describe(x) if x.error == 0 => Err((
+            ErrorCode::GroupIdNotFound.as_u16(),
+            format!("group `{group}` is a consumer group, not a share group"),
+        )),
+        GroupResponse::Describe(x)
+            if ErrorCode::from_u16(x.error) == ErrorCode::GroupIdNotFound =>
+        {
+            Ok(0)
+        }
+        GroupResponse::Describe(x) => Err((x.error, x.message.unwrap_or_default())),
+        GroupResponse::Refused(code, why) => Err((code, why)),
+        other => Err((
+            ErrorCode::NotCoordinator.as_u16(),
+            format!("group `{group}`: {other:?}"),
+        )),
+    }
+}
+
 /// Resets `group`'s share partition on `topic`-`partition` at the core
 /// owning that partition, on this node or another: its start moved to
 /// `start` (Kafka's AlterShareGroupOffsets), or (`None`) its state
@@ -545,6 +576,20 @@ pub async fn reset_here(
             });
         }
     }
+    // Deleting where the group has nothing (DeleteGroups looks on every
+    // partition) leaves no trace: no store line is made for it.
+    let nothing_here = || {
+        !core.shares.parts.borrow().contains_key(&k)
+            && !core.shares.store_lines.borrow().contains_key(&k)
+    };
+    if start.is_none() && nothing_here() {
+        let stored = super::state::load(core, &k)
+            .await
+            .map_err(|e| unavailable(&k, e))?;
+        if stored.is_none() && nothing_here() {
+            return Ok(false);
+        }
+    }
     let line = core.shares.store_line(&k);
     let _one = line
         .lock
@@ -585,6 +630,11 @@ pub async fn reset_here(
         .map_err(|e| unavailable(&k, e))?;
     // A fetch may have loaded the old state while this one was stored.
     core.shares.parts.borrow_mut().remove(&k);
+    if start.is_none() {
+        // Forgotten: its store line goes too (a store under way keeps its
+        // own handle).
+        core.shares.store_lines.borrow_mut().remove(&k);
+    }
     core.shares.wake();
     tracing::info!(
         group = %k.group,

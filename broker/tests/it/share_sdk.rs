@@ -832,6 +832,21 @@ fn an_empty_share_groups_start_is_moved_and_its_state_deleted() {
     assert_eq!(delete_group(&mut k), 0);
     assert_eq!(start(&mut k), -1);
     assert_eq!(delete_group(&mut k), E::GroupIdNotFound.code());
+    // Each group not known as a consumer group is looked for on every
+    // partition: a request looks for 16 at most.
+    let names: Vec<GroupId> = (0..17)
+        .map(|i| GroupId(StrBytes::from_string(format!("nobody-{i}"))))
+        .collect();
+    k.send(
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(names),
+    );
+    let r: DeleteGroupsResponse = k.read(2);
+    let codes: Vec<i16> = r.results.iter().map(|g| g.error_code).collect();
+    let mut want = vec![E::GroupIdNotFound.code(); 16];
+    want.push(E::InvalidRequest.code());
+    assert_eq!(codes, want);
     b.stop();
 }
 

@@ -260,11 +260,19 @@ async fn serve(core: &Rc<Core>, req: RequestFrame, ctx: Ctx, session: &Rc<Sessio
         }),
         KafkaRequest::DeleteGroups(r) => later(async move {
             let mut resp = delete_groups(&core, r).await;
-            // Not a consumer group: a share group, perhaps.
+            // Not a consumer group: a share group, perhaps — each looked
+            // for on every partition, so a request looks for a few only.
+            let mut sweeps = 0;
             for g in resp.results.iter_mut() {
-                if g.error_code == kafka_protocol::ResponseError::GroupIdNotFound.code() {
-                    g.error_code = super::share::delete_group(&core, g.group_id.as_str()).await;
+                if g.error_code != kafka_protocol::ResponseError::GroupIdNotFound.code() {
+                    continue;
                 }
+                sweeps += 1;
+                g.error_code = if sweeps > super::share::SHARE_GROUP_DELETES_MAX {
+                    kafka_protocol::ResponseError::InvalidRequest.code()
+                } else {
+                    super::share::delete_group(&core, g.group_id.as_str()).await
+                };
             }
             answer(&h, KafkaResponse::DeleteGroups(resp))
         }),

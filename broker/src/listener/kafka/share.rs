@@ -546,40 +546,16 @@ pub(super) async fn describe_offsets(
 }
 
 /// Whether share group `g` may have its offsets reset: it has no members
-/// (Kafka's NON_EMPTY_GROUP otherwise). A group unknown to its
-/// coordinator is empty (share-group membership is not stored: once its
-/// members are gone only its share partitions' states remain); a consumer
-/// group's id is GROUP_ID_NOT_FOUND ("not a share group").
+/// (Kafka's NON_EMPTY_GROUP otherwise; see
+/// [`crate::share::service::share_group_members`]).
 async fn empty_share_group(core: &Rc<Core>, g: &str) -> Result<(), (i16, String)> {
-    let req = GroupRequest::Describe(weir_proto::messages::DescribeGroupRequest {
-        group: g.to_string(),
-    });
-    match super::groups::group(core, req).await {
-        GroupResponse::Describe(x) if x.error == 0 && x.kind == "share" => {
-            if x.members.is_empty() {
-                Ok(())
-            } else {
-                Err((
-                    E::NonEmptyGroup.code(),
-                    format!(
-                        "share group {g} has {} members: stop them first",
-                        x.members.len()
-                    ),
-                ))
-            }
-        }
-        GroupResponse::Describe(x) if x.error == 0 => Err((
-            E::GroupIdNotFound.code(),
-            format!("Group {g} is not a share group."),
+    match crate::share::service::share_group_members(core, g).await {
+        Ok(0) => Ok(()),
+        Ok(n) => Err((
+            E::NonEmptyGroup.code(),
+            format!("share group {g} has {n} members: stop them first"),
         )),
-        GroupResponse::Describe(x)
-            if weir_proto::error_code::ErrorCode::from_u16(x.error)
-                == weir_proto::error_code::ErrorCode::GroupIdNotFound =>
-        {
-            Ok(())
-        }
-        GroupResponse::Describe(x) => Err((group_code(x.error), x.message.unwrap_or_default())),
-        other => Err((super::groups::refused_code(&other), String::new())),
+        Err((code, why)) => Err((group_code(code), why)),
     }
 }
 
@@ -718,6 +694,11 @@ pub(super) async fn delete_offsets(
     }
     DeleteShareGroupOffsetsResponse::default().with_responses(out)
 }
+
+/// Groups one DeleteGroups request looks for as share groups (each on
+/// every partition of every topic); the ones past it are refused
+/// (INVALID_REQUEST).
+pub(super) const SHARE_GROUP_DELETES_MAX: usize = 16;
 
 /// DeleteGroups of a share group (one its coordinator does not know as a
 /// consumer group): refused while it has members (NON_EMPTY_GROUP); else
