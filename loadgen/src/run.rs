@@ -614,18 +614,16 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
                     };
                     match outcome {
                         Ok(_) => {
-                            let done = match f.completed_at() {
-                                Some(t) if last_done.is_some_and(|(l, _)| l == t) => {
-                                    last_done.map_or(0, |(_, us)| us)
-                                }
-                                Some(t) => {
+                            let done = match (f.completed_at(), last_done) {
+                                (Some(t), Some((l, us))) if l == t => us,
+                                (Some(t), _) => {
                                     let us = t
                                         .duration_since(UNIX_EPOCH)
                                         .map_or_else(|_| now_us(), |d| d.as_micros() as u64);
                                     last_done = Some((t, us));
                                     us
                                 }
-                                None => now_us(),
+                                (None, _) => now_us(),
                             };
                             local.record(done.saturating_sub(intended), shared.measured());
                             ok += 1;

@@ -486,10 +486,7 @@ pub async fn reset(
             if leader != 0 && leader != core.shared.config.cluster.node_id =>
         {
             let at = (topic.to_string(), partition);
-            let unavailable = |why: String| BrokerError::CoreUnavailable {
-                core: 0,
-                reason: format!("{topic}-{partition} on node {leader}: {why}"),
-            };
+            let unavailable = super::state::on_node_failed(&at, leader);
             let link = crate::replica::link_to(core, leader, &at)
                 .await
                 .map_err(unavailable)?;

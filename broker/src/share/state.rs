@@ -203,10 +203,7 @@ async fn at_home(
         }
         Home::Node(node, q) => {
             let at = (SHARE_STATE_TOPIC.to_string(), q);
-            let unavailable = |why: String| BrokerError::CoreUnavailable {
-                core: 0,
-                reason: format!("{SHARE_STATE_TOPIC}-{q} on node {node}: {why}"),
-            };
+            let unavailable = on_node_failed(&at, node);
             let link = crate::replica::link_to(core, node, &at)
                 .await
                 .map_err(unavailable)?;
@@ -219,6 +216,18 @@ async fn at_home(
             }
             Ok(v)
         }
+    }
+}
+
+/// The error of a call to the node holding `topic`-`partition` that
+/// failed or was refused (`why`).
+pub(crate) fn on_node_failed(
+    (topic, partition): &(String, u32),
+    node: u64,
+) -> impl Fn(String) -> BrokerError + Copy + '_ {
+    move |why| BrokerError::CoreUnavailable {
+        core: 0,
+        reason: format!("{topic}-{partition} on node {node}: {why}"),
     }
 }
 

@@ -334,6 +334,35 @@ impl KafkaConn {
         R::decode(&mut b, version).unwrap()
     }
 
+    /// AlterShareGroupOffsets v0 of share group `group`: `topic`-`partition`'s
+    /// start moved to `start`; the whole answer.
+    pub fn alter_share_start(
+        &mut self,
+        group: &str,
+        (topic, partition): (&str, i32),
+        start: i64,
+    ) -> kafka_protocol::messages::AlterShareGroupOffsetsResponse {
+        use kafka_protocol::messages::alter_share_group_offsets_request::{
+            AlterShareGroupOffsetsRequestPartition as Partition,
+            AlterShareGroupOffsetsRequestTopic as Topic,
+        };
+        use kafka_protocol::messages::{AlterShareGroupOffsetsRequest, GroupId, TopicName};
+        use kafka_protocol::protocol::StrBytes;
+        let req = AlterShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_topics(vec![Topic::default()
+                .with_topic_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![Partition::default()
+                    .with_partition_index(partition)
+                    .with_start_offset(start)])]);
+        self.send(
+            kafka_protocol::messages::ApiKey::AlterShareGroupOffsets,
+            0,
+            &req,
+        );
+        self.read(0)
+    }
+
     /// Produce v9 of `data` to `topic`-0 with `acks` (as the
     /// transactional producer `transactional_id`, if given): the
     /// partition's error code.

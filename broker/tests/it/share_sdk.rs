@@ -645,19 +645,7 @@ fn an_empty_share_groups_start_is_moved_and_its_state_deleted() {
     let addr = b.listen;
     let mut k = crate::common::KafkaConn::connect(b.kafka);
     let alter = |k: &mut crate::common::KafkaConn, group: &'static str, start: i64| {
-        let req = AlterShareGroupOffsetsRequest::default()
-            .with_group_id(GroupId(StrBytes::from_static_str(group)))
-            .with_topics(vec![
-                alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic::default()
-                    .with_topic_name(TopicName(StrBytes::from_static_str("again")))
-                    .with_partitions(vec![
-                        alter_share_group_offsets_request::AlterShareGroupOffsetsRequestPartition::default()
-                            .with_partition_index(0)
-                            .with_start_offset(start),
-                    ]),
-            ]);
-        k.send(ApiKey::AlterShareGroupOffsets, 0, &req);
-        let r: AlterShareGroupOffsetsResponse = k.read(0);
+        let r = k.alter_share_start(group, ("again", 0), start);
         if r.error_code != 0 {
             return r.error_code;
         }

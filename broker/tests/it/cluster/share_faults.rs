@@ -307,19 +307,7 @@ fn a_share_group_reset_asked_of_another_node_moves_the_leaders_share_partition()
         .expect("a group coordinated away from the partition's leader");
     let mut elsewhere = KafkaConn::connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
     let alter = |conn: &mut KafkaConn, start: i64| {
-        let req = AlterShareGroupOffsetsRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(group.clone())))
-            .with_topics(vec![
-                alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic::default()
-                    .with_topic_name(TopicName(StrBytes::from_static_str("q")))
-                    .with_partitions(vec![
-                        alter_share_group_offsets_request::AlterShareGroupOffsetsRequestPartition::default()
-                            .with_partition_index(0)
-                            .with_start_offset(start),
-                    ]),
-            ]);
-        conn.send(ApiKey::AlterShareGroupOffsets, 0, &req);
-        let r: AlterShareGroupOffsetsResponse = conn.read(0);
+        let r = conn.alter_share_start(&group, ("q", 0), start);
         assert_eq!(r.error_code, 0, "{r:?}");
         r.responses[0].partitions[0].error_code
     };
