@@ -8,7 +8,7 @@
 //! on, uploads catch up afterwards and a remote read fails fast,
 //! retriable.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -44,18 +44,27 @@ impl S3Server {
             "{} is missing: run `bash .ci/object-store` (installs moto's S3 server)",
             bin.display()
         );
-        let port = free_port();
-        let child = Command::new(bin)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        // Port 0: moto binds a free port itself and names it on stderr
+        // (" * Running on http://127.0.0.1:PORT"), so no other process
+        // can take it between our choosing and its binding.
+        let mut child = Command::new(bin)
+            .args(["-H", "127.0.0.1", "-p", "0"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let s = S3Server {
+        let stderr = child.stderr.take().unwrap();
+        let mut s = S3Server {
             child,
-            endpoint: format!("http://127.0.0.1:{port}"),
+            endpoint: String::new(),
         };
-        let addr = listening(port, "moto's S3 server");
+        let addr = announced(
+            &mut s.child,
+            stderr,
+            "Running on http://",
+            "moto's S3 server",
+        );
+        s.endpoint = format!("http://{addr}");
         // CreateBucket: moto takes an unsigned PUT.
         let status = http_put(addr, &format!("/{bucket}"));
         assert!(status.starts_with("HTTP/1.1 200"), "{status}");
@@ -110,22 +119,29 @@ impl AzureServer {
             bin.display()
         );
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let child = Command::new(bin)
-            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+        // Port 0, as for moto: Azurite names the port it bound on stdout.
+        let mut child = Command::new(bin)
+            .args(["--blobHost", "127.0.0.1", "--blobPort", "0"])
             .arg("--location")
             .arg(dir.path())
             .args(["--silent", "--skipApiVersionCheck"])
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let s = AzureServer {
+        let stdout = child.stdout.take().unwrap();
+        let mut s = AzureServer {
             child,
-            endpoint: format!("http://127.0.0.1:{port}"),
+            endpoint: String::new(),
             _dir: dir,
         };
-        listening(port, "Azurite");
+        let addr = announced(
+            &mut s.child,
+            stdout,
+            "successfully listens on http://",
+            "Azurite",
+        );
+        s.endpoint = format!("http://{addr}");
         let out = Command::new("python3")
             .arg(root.join("broker/tests/object_store/azure_container.py"))
             .args([&s.endpoint, container])
@@ -169,23 +185,49 @@ impl Drop for AzureServer {
 }
 
 /// A loopback port free now (for a server the test starts).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Waits until `what` accepts connections on loopback `port`.
-fn listening(port: u16, what: &str) -> SocketAddr {
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_until(
-        Instant::now() + Duration::from_secs(30),
-        format!("{what} listens"),
-        || TcpStream::connect(addr).is_ok(),
-    );
-    addr
+/// Reads `out` (the stdout or stderr of `what`, the process `child`) up to
+/// the line where it says it listens — `marker` followed by
+/// `127.0.0.1:PORT` — and returns that address; the rest of the output is
+/// drained on a thread so the child never blocks on a full pipe. Panics,
+/// with what was read, if the child exits or closes `out` first, or says
+/// nothing within 30 s.
+fn announced(
+    child: &mut Child,
+    out: impl std::io::Read + Send + 'static,
+    marker: &str,
+    what: &str,
+) -> SocketAddr {
+    use std::io::BufRead;
+    let marker = marker.to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(out).lines();
+        let mut seen = String::new();
+        for line in lines.by_ref() {
+            let Ok(line) = line else { break };
+            if let Some(at) = line.find(&marker) {
+                let addr = line[at + marker.len()..]
+                    .split(|c: char| c.is_whitespace() || c == '/')
+                    .next()
+                    .and_then(|a| a.parse::<SocketAddr>().ok());
+                let _ = tx.send(addr.ok_or(line.clone()));
+                // Keep reading so the child never blocks on the pipe.
+                for _ in lines.by_ref() {}
+                return;
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        let _ = tx.send(Err(seen));
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(addr)) => addr,
+        Ok(Err(seen)) => panic!(
+            "{what} did not say where it listens (exit: {:?}); it said:\n{seen}",
+            child.try_wait()
+        ),
+        Err(_) => panic!("{what} did not say where it listens within 30 s"),
+    }
 }
 
 fn http_put(addr: SocketAddr, path: &str) -> String {
