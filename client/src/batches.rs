@@ -23,6 +23,10 @@ pub struct FetchedBatches {
     /// the producer's transactional batches from there up to its abort
     /// marker. Empty for a read_uncommitted fetch.
     pub aborted: Vec<(i64, u64)>,
+    /// The offset the partition was read from: the request's, or for a
+    /// [`FetchPartition::CONTINUE`](weir_proto::messages::FetchPartition::CONTINUE)
+    /// where the connection's previous fetch of it ended.
+    pub fetch_offset: u64,
 }
 
 impl FetchedBatches {

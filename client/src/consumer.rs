@@ -21,18 +21,25 @@
 //!
 //! ## Pipelining
 //!
-//! At most one fetch is out at a time, sent ahead on a spawned task. When
-//! `poll` takes its answer it sends the next one (from the offsets after
-//! the answer's last batch headers) before decoding, so the transfer
-//! overlaps the decoding; before returning, `poll` sends one if none is
-//! out. So the consumer holds at most about two fetches' worth of records
-//! ([`ConsumerConfig::fetch_max_bytes`] each). A fetch sent ahead never
-//! waits for data at the broker (the broker answers one connection's
-//! requests in order, so it would hold back the fetch of a `poll` after a
-//! seek); when it comes back empty, `poll` long-polls. A partition's part
-//! of an answer is dropped if the partition was sought, reset or
-//! reassigned meanwhile. Set [`ConsumerConfig::prefetch`] to `false` to
-//! fetch only inside `poll`.
+//! Fetches are sent ahead on spawned tasks, up to [`PREFETCH_DEPTH`] (2)
+//! at a time. Before returning, `poll` sends one if none is out. When
+//! `poll` takes an answer it sends the next fetch before decoding, so the
+//! transfer overlaps the decoding: by offset (after the answer's last
+//! batch headers) if none is out, else — while records are coming — one
+//! that *continues* where the fetch still out will end
+//! ([`FetchPartition::CONTINUE`]: the broker serves a connection's
+//! requests in order and remembers where its last fetch of each partition
+//! ended), so the broker has the next fetch in hand while the client reads
+//! and decodes the one before. The consumer holds at most about three
+//! fetches' worth of records ([`ConsumerConfig::fetch_max_bytes`] each).
+//! A fetch sent ahead never waits for data at the broker (it would hold
+//! back the fetch of a `poll` after a seek); when it comes back empty,
+//! `poll` long-polls. A partition's part of an answer is dropped if the
+//! partition was sought, reset or reassigned meanwhile; a continuing
+//! fetch whose part did not start at the partition's fetch offset (a
+//! seek, a reconnection, an error before it) is dropped with every one
+//! after it, and the next fetch is by offset. Set
+//! [`ConsumerConfig::prefetch`] to `false` to fetch only inside `poll`.
 //!
 //! ## Left out
 //!
@@ -226,10 +233,17 @@ pub struct Consumer {
     parts: Vec<PartitionState>,
     /// Partition `poll` drains first (rotates for fairness).
     next_drain: usize,
-    /// The fetch sent ahead, if any.
-    prefetch: Option<Prefetch>,
+    /// The fetches sent ahead, oldest first (at most [`PREFETCH_DEPTH`]).
+    prefetch: VecDeque<Prefetch>,
+    /// Fires once the newest fetch sent ahead has its place in its
+    /// connection's queue: the next one waits for it, so that a
+    /// continuing fetch goes out after the fetch it continues.
+    last_placed: Option<tokio::sync::oneshot::Receiver<()>>,
     stats: ConsumerStats,
 }
+
+/// Most fetches a [`Consumer`] keeps sent ahead (see the module docs).
+pub const PREFETCH_DEPTH: usize = 2;
 
 /// A [`Consumer`] as a [`futures_core::Stream`] of records; from
 /// [`Consumer::into_stream`].
@@ -312,7 +326,8 @@ impl futures_core::Stream for ConsumerStream {
 /// A fetch sent before `poll` needed it.
 struct Prefetch {
     /// (topic, partition, fetch offset) of each fetched partition, in
-    /// request order.
+    /// request order; the offsets are [`FetchPartition::CONTINUE`] for a
+    /// continuing fetch.
     targets: Vec<(String, u32, u64)>,
     task: tokio::task::JoinHandle<Result<Vec<Result<FetchedBatches>>>>,
 }
@@ -357,7 +372,8 @@ impl Consumer {
             config,
             parts: Vec::new(),
             next_drain: 0,
-            prefetch: None,
+            prefetch: VecDeque::new(),
+            last_placed: None,
             stats: ConsumerStats::default(),
         }
     }
@@ -397,7 +413,7 @@ impl Consumer {
             self.parts.push(state);
         }
         self.next_drain = 0;
-        self.prefetch = None;
+        self.drop_prefetched();
     }
 
     /// The assigned partitions, in assignment order.
@@ -608,32 +624,51 @@ impl Consumer {
                 return Ok(self.drain_and_prefetch());
             }
             self.ensure_positions().await?;
-            if let Some(pre) = self.prefetch.take() {
+            if let Some(pre) = self.prefetch.pop_front() {
                 // The fetch sent ahead: take what still matches the
                 // partitions' fetch offsets.
                 let left = deadline.saturating_duration_since(Instant::now());
                 let mut pre = pre;
                 match tokio::time::timeout(left, &mut pre.task).await {
                     Ok(Ok(Ok(results))) => {
-                        // Send the next fetch before decoding this one: its
-                        // offsets follow from the last batch headers, so the
-                        // transfer overlaps the decoding. (A partition whose
-                        // decoding fails or resets drops its part of it.)
-                        let next = pre
-                            .targets
+                        // Send the next fetch before decoding this one, so
+                        // the transfer overlaps the decoding: by offset
+                        // (after the last batch headers) if none is out,
+                        // and while records come, one continuing where the
+                        // last one out ends. (A partition whose decoding
+                        // fails or resets drops its part of them.)
+                        let flowing = results
                             .iter()
-                            .zip(&results)
-                            .map(|((t, p, o), r)| {
-                                let after = match r {
-                                    Ok(f) => f.next_offset().map_or(*o, |n| n.max(*o)),
-                                    Err(_) => *o,
-                                };
-                                (t.clone(), *p, after)
-                            })
-                            .collect();
+                            .any(|r| r.as_ref().is_ok_and(|f| !f.batches.is_empty()));
+                        if self.prefetch.is_empty() {
+                            // (A continuing part that failed has no offset
+                            // to go on from: then nothing is sent here.)
+                            let next: Option<Vec<_>> = pre
+                                .targets
+                                .iter()
+                                .zip(&results)
+                                .map(|((t, p, o), r)| {
+                                    let continued = *o == FetchPartition::CONTINUE;
+                                    let after = match r {
+                                        Ok(f) => {
+                                            let from = if continued { f.fetch_offset } else { *o };
+                                            f.next_offset().map_or(from, |n| n.max(from))
+                                        }
+                                        Err(_) if continued => return None,
+                                        Err(_) => *o,
+                                    };
+                                    Some((t.clone(), *p, after))
+                                })
+                                .collect();
+                            if let Some(next) = next {
+                                self.send_ahead(next);
+                            }
+                        }
+                        if flowing {
+                            self.send_continuing();
+                        }
                         let targets = std::mem::take(&mut pre.targets);
                         drop(pre);
-                        self.send_ahead(next);
                         self.take_prefetched(&targets, results).await?;
                     }
                     Ok(Ok(Err(e))) => return Err(e),
@@ -642,7 +677,7 @@ impl Consumer {
                     Err(_) => {
                         // Not answered within this poll's timeout: keep waiting
                         // for it in the next poll.
-                        self.prefetch = Some(pre);
+                        self.prefetch.push_front(pre);
                         return Ok(Vec::new());
                     }
                 }
@@ -664,11 +699,11 @@ impl Consumer {
         }
     }
 
-    /// [`Consumer::drain`], then sends the next fetch ahead if few records
-    /// are left buffered.
+    /// [`Consumer::drain`], then sends the next fetch ahead if none is
+    /// out.
     fn drain_and_prefetch(&mut self) -> Vec<ConsumerRecord> {
         let out = self.drain();
-        if self.prefetch.is_none() {
+        if self.prefetch.is_empty() {
             let targets = self
                 .parts
                 .iter()
@@ -679,10 +714,20 @@ impl Consumer {
         out
     }
 
+    /// Drops the fetches sent ahead (aborting their tasks).
+    fn drop_prefetched(&mut self) {
+        self.prefetch.clear();
+        self.last_placed = None;
+    }
+
     /// Sends a fetch of `targets` (topic, partition, offset) ahead, if
-    /// prefetching is on and every partition has a position.
+    /// prefetching is on, every partition has a position and fewer than
+    /// [`PREFETCH_DEPTH`] are out.
     fn send_ahead(&mut self, targets: Vec<(String, u32, u64)>) {
-        if !self.config.prefetch || !self.parts.iter().all(|p| p.position.is_some()) {
+        if !self.config.prefetch
+            || self.prefetch.len() >= PREFETCH_DEPTH
+            || !self.parts.iter().all(|p| p.position.is_some())
+        {
             return;
         }
         let max_bytes = self.config.max_partition_fetch_bytes;
@@ -701,10 +746,44 @@ impl Consumer {
         // `poll` after a seek. At the end of the log the fetch sent ahead
         // comes back empty at once, and `poll` then long-polls itself.
         let (max, isolation) = (self.config.fetch_max_bytes, self.config.isolation_level);
-        let task =
-            tokio::spawn(async move { backend.fetch_many(isolation, 0, max, request).await });
+        // In order on the wire: this fetch takes its place in its
+        // connection's queue after the one sent before it (a continuing
+        // fetch must follow the fetch it continues; if it does not, its
+        // answer starts elsewhere and is dropped).
+        let before = self.last_placed.take();
+        let (placed, placed_rx) = tokio::sync::oneshot::channel();
+        self.last_placed = Some(placed_rx);
+        let task = tokio::spawn(async move {
+            if let Some(before) = before {
+                let _ = before.await;
+            }
+            let mut fetch = std::pin::pin!(backend.fetch_many(isolation, 0, max, request));
+            let first = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(std::future::Future::poll(fetch.as_mut(), cx))
+            })
+            .await;
+            let _ = placed.send(());
+            match first {
+                std::task::Poll::Ready(r) => r,
+                std::task::Poll::Pending => fetch.await,
+            }
+        });
         self.stats.fetch();
-        self.prefetch = Some(Prefetch { targets, task });
+        self.prefetch.push_back(Prefetch { targets, task });
+    }
+
+    /// Sends ahead a fetch of every partition continuing where the last
+    /// fetch out ends ([`FetchPartition::CONTINUE`]), if one is out.
+    fn send_continuing(&mut self) {
+        if self.prefetch.is_empty() {
+            return;
+        }
+        let targets = self
+            .parts
+            .iter()
+            .map(|p| (p.topic.to_string(), p.partition, FetchPartition::CONTINUE))
+            .collect();
+        self.send_ahead(targets);
     }
 
     fn fetch_targets(&self) -> Vec<FetchPartition> {
@@ -740,7 +819,7 @@ impl Consumer {
             };
             let offset = self.lookup(&topic, partition, spec).await?;
             self.parts[i].set_position(offset);
-            self.prefetch = None;
+            self.drop_prefetched();
         }
         Ok(())
     }
@@ -761,6 +840,7 @@ impl Consumer {
             )));
         }
         let mut first_err = None;
+        let mut broken = false;
         for ((topic, partition, offset), r) in targets.iter().zip(results) {
             let Some(i) = self
                 .parts
@@ -769,6 +849,22 @@ impl Consumer {
             else {
                 continue;
             };
+            if *offset == FetchPartition::CONTINUE {
+                // A continuing part counts only if it starts where this
+                // partition's records end; else it and the fetches out
+                // after it (which continue it) are dropped. Its errors
+                // come back to the fetch by offset that follows.
+                match r {
+                    Ok(f) if f.fetch_offset == self.parts[i].fetch_offset => {
+                        self.stats.fetched(fetched_bytes(&f));
+                        if let Err(e) = decode_into(&mut self.parts[i], &f) {
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                    _ => broken = true,
+                }
+                continue;
+            }
             if self.parts[i].fetch_offset != *offset {
                 continue;
             }
@@ -785,6 +881,9 @@ impl Consumer {
             if let Err(e) = outcome {
                 first_err.get_or_insert(e);
             }
+        }
+        if broken || first_err.is_some() {
+            self.drop_prefetched();
         }
         first_err.map_or(Ok(()), Err)
     }
@@ -1087,6 +1186,7 @@ mod tests {
             log_start_offset: 0,
             last_stable_offset: 8,
             aborted: vec![(7, 1)],
+            fetch_offset: 0,
         };
         let mut p = state();
         decode_into(&mut p, &fetched).unwrap();

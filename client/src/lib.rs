@@ -1161,6 +1161,7 @@ impl Client {
                     .into_iter()
                     .map(|a| (a.producer_id, a.first_offset))
                     .collect(),
+                fetch_offset: r.fetch_offset,
             }));
         }
         Ok(out)

@@ -587,44 +587,64 @@ impl crate::consumer::ConsumerBackend for ShardRouter {
                 self.relearn(&partitions, answers.iter().enumerate());
                 return Ok(answers);
             }
-            let mut tasks = tokio::task::JoinSet::new();
-            for (route, idx) in groups {
+            // One fetch per route, polled together on this task, in route
+            // order: the first poll queues each on its connection, so two
+            // fetch_many calls reach every connection in the order they
+            // were first polled (a consumer's continuing fetch must follow
+            // the fetch it continues).
+            type RouteFetch<'f> = (
+                Vec<usize>,
+                BoxFuture<'f, Result<Vec<Result<crate::FetchedBatches>>>>,
+            );
+            let mut fetches: Vec<Option<RouteFetch<'_>>> = Vec::with_capacity(groups.len());
+            let mut routes: Vec<_> = groups.into_iter().collect();
+            routes.sort_by_key(|(_, idx)| idx[0]);
+            for (route, idx) in routes {
                 let client = self.client_for(route);
                 let parts: Vec<_> = idx.iter().map(|&i| partitions[i].clone()).collect();
-                tasks.spawn(async move {
-                    let r = client
+                let fetch: BoxFuture<'_, _> = Box::pin(async move {
+                    client
                         .fetch_many_at(isolation, max_wait_ms, max_bytes, parts)
-                        .await;
-                    (idx, r)
+                        .await
                 });
+                fetches.push(Some((idx, fetch)));
             }
             let mut out: Vec<Option<Result<crate::FetchedBatches>>> =
                 (0..partitions.len()).map(|_| None).collect();
-            let mut take = |(idx, r): (Vec<usize>, Result<Vec<Result<crate::FetchedBatches>>>)| {
-                // The node may be down: its partitions' leaders are learned
-                // again before the next fetch.
-                let answers =
-                    r.inspect_err(|_| self.forget_topics(idx.iter().map(|&i| &partitions[i])))?;
-                let mut worth = false;
-                for (i, a) in idx.into_iter().zip(answers) {
-                    worth |= a.as_ref().map_or(true, |f| !f.batches.is_empty());
-                    out[i] = Some(a);
-                }
-                Ok::<bool, ClientError>(worth)
-            };
-            while let Some(done) = tasks.join_next().await {
-                let done =
-                    done.map_err(|e| ClientError::InvalidResponse(format!("fetch task: {e}")))?;
-                if take(done)? {
-                    // Something to return: add what else has come back,
-                    // abandon the long polls still out.
-                    while let Some(Ok(done)) = tasks.try_join_next() {
-                        take(done)?;
+            let mut worth = false;
+            std::future::poll_fn(|cx| {
+                for slot in fetches.iter_mut() {
+                    let Some((_, fetch)) = slot else { continue };
+                    let Poll::Ready(r) = fetch.as_mut().poll(cx) else {
+                        continue;
+                    };
+                    let (idx, _) = slot.take().expect("polled");
+                    // The node may be down: its partitions' leaders are
+                    // learned again before the next fetch.
+                    let answers = match r {
+                        Ok(a) => a,
+                        Err(e) => {
+                            self.forget_topics(idx.iter().map(|&i| &partitions[i]));
+                            return Poll::Ready(Err(e));
+                        }
+                    };
+                    for (i, a) in idx.into_iter().zip(answers) {
+                        worth |= a.as_ref().map_or(true, |f| !f.batches.is_empty());
+                        out[i] = Some(a);
                     }
-                    tasks.abort_all();
-                    break;
                 }
-            }
+                // A long poll answers once something came back (what else
+                // has is added, the waits still out are abandoned); a
+                // fetch that does not wait takes every route's answer.
+                let done = fetches.iter().all(Option::is_none) || (worth && max_wait_ms > 0);
+                if done {
+                    Poll::Ready(Ok(()))
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await?;
+            drop(fetches);
             let answers: Vec<_> = out
                 .into_iter()
                 .map(|r| r.unwrap_or_else(|| Ok(crate::FetchedBatches::default())))

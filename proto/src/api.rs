@@ -283,12 +283,11 @@ impl ApiKey {
         match self {
             // DescribeGroup v1: members with epochs and revoking
             // partitions. CreateTopics v1: a replication factor per topic.
-            // Fetch/ListOffsets v1: read_committed, the last stable offset
-            // and the aborted transactions. FindCoordinator,
+            // ListOffsets v1: read_committed (the last stable offset).
+            // FindCoordinator,
             // InitProducerId and Produce v1: transactional ids.
             ApiKey::DescribeGroup
             | ApiKey::CreateTopics
-            | ApiKey::Fetch
             | ApiKey::ListOffsets
             | ApiKey::FindCoordinator
             | ApiKey::InitProducerId
@@ -299,6 +298,10 @@ impl ApiKey {
             ApiKey::DescribeConfigs => 3,
             // v1: the acquire mode (KIP-1206's record_limit).
             ApiKey::ShareFetch => 1,
+            // v1: read_committed, the last stable offset and the aborted
+            // transactions; v2: `FetchPartition::CONTINUE` and the offset
+            // each partition was read from.
+            ApiKey::Fetch => 2,
             _ => 0,
         }
     }

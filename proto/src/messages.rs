@@ -345,10 +345,21 @@ pub struct FetchPartition {
     pub topic: String,
     /// The partition's index.
     pub partition: u32,
-    /// First offset wanted.
+    /// First offset wanted, or [`FetchPartition::CONTINUE`].
     pub offset: u64,
     /// Most bytes of batches to return for this partition.
     pub max_bytes: u32,
+}
+
+impl FetchPartition {
+    /// v2: an `offset` that means "where this connection's previous fetch
+    /// of the partition ended" (after its last batch; where it was read
+    /// from if it found none). A connection's requests are served in
+    /// order, so a client can keep a second fetch of a partition in flight
+    /// before the first is answered. A partition the connection has not
+    /// fetched (or whose last fetch failed) is answered `InvalidRequest`;
+    /// [`FetchPartitionResult::fetch_offset`] says where it was read from.
+    pub const CONTINUE: u64 = u64::MAX;
 }
 
 /// Reads record batches.
@@ -403,6 +414,10 @@ pub struct FetchPartitionResult {
     /// v1, read_committed: the aborted transactions in the fetched range,
     /// by first offset (empty otherwise).
     pub aborted: Vec<AbortedTransaction>,
+    /// v2: the offset the partition was read from — the request's, or for
+    /// [`FetchPartition::CONTINUE`] where the connection's previous fetch
+    /// of it ended.
+    pub fetch_offset: u64,
 }
 
 /// One result per fetched partition; the batches are in the frame's

@@ -581,16 +581,16 @@ fn api_keys_are_pinned() {
         assert_eq!(key.as_u16(), n);
         assert_eq!(ApiKey::from_u16(n), Some(key));
         // DescribeGroup's body changed shape (members with epochs),
-        // CreateTopics' (replication factor), Fetch's and ListOffsets'
-        // (read_committed), FindCoordinator's, InitProducerId's and
+        // CreateTopics' (replication factor), ListOffsets' (read_committed),
+        // FindCoordinator's, InitProducerId's and
         // Produce's (transactional ids): v1 only; DescribeConfigs' three
         // times (leader, replicas, ISR; a move's target; the local log
         // start and the remote tier): v3 only; ShareFetch's (the acquire
-        // mode): v1; everything else is at v0.
+        // mode): v1; Fetch's twice (read_committed; CONTINUE and the offset
+        // read from): v2; everything else is at v0.
         let v = match key {
             ApiKey::DescribeGroup
             | ApiKey::CreateTopics
-            | ApiKey::Fetch
             | ApiKey::ListOffsets
             | ApiKey::FindCoordinator
             | ApiKey::InitProducerId
@@ -598,6 +598,7 @@ fn api_keys_are_pinned() {
             ApiKey::DescribeConfigs => 3,
             // The acquire mode (KIP-1206).
             ApiKey::ShareFetch => 1,
+            ApiKey::Fetch => 2,
             _ => 0,
         };
         assert!(key.supports(v));

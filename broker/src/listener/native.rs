@@ -25,7 +25,7 @@ use crate::service::auth::{Gate, Session, Step};
 use crate::service::fetch::{FetchParams, FetchPart};
 use crate::service::offsets::OffsetQuery;
 use crate::service::produce::ProducePart;
-use crate::service::{self, admin, topic_code, users, BrokerError, Ctx};
+use crate::service::{self, admin, topic_code, users, BrokerError, Ctx, FetchOk};
 use crate::shard::Core;
 
 /// The native protocol's codec.
@@ -149,9 +149,19 @@ pub async fn dispatch(core: &Rc<Core>, request: Bytes, ctx: Ctx, session: &Rc<Se
             Ok(req) => {
                 let core = core.clone();
                 let session = session.clone();
-                Pending::Later(glommio::spawn_local(async move {
-                    fetch(&core, corr, req, ctx, &session).await
-                }))
+                let seq = session.fetch_cursors.begin();
+                let continues = req
+                    .partitions
+                    .iter()
+                    .any(|p| p.offset == FetchPartition::CONTINUE);
+                let run = async move { fetch(&core, corr, req, ctx, &session, seq).await };
+                if continues {
+                    // From where the fetches before it ended: served once
+                    // they are all answered.
+                    Pending::AtTurn(Box::new(move || Box::pin(run)))
+                } else {
+                    Pending::Later(glommio::spawn_local(run))
+                }
             }
             Err(e) => Pending::Ready(bad_body(corr, &e)),
         },
@@ -1251,15 +1261,29 @@ async fn fetch(
     req: FetchRequest,
     ctx: Ctx,
     session: &Session,
+    seq: u64,
 ) -> Answer {
+    // Each partition's offset: the request's, or for CONTINUE where this
+    // connection's previous fetch of it ended (none: refused, unread).
+    let offsets: Vec<Option<u64>> = req
+        .partitions
+        .iter()
+        .map(|p| match p.offset {
+            FetchPartition::CONTINUE => session.fetch_cursors.resolve(&p.topic, p.partition),
+            offset => Some(offset),
+        })
+        .collect();
     let parts: Vec<FetchPart> = req
         .partitions
         .iter()
-        .map(|p| FetchPart {
-            topic: p.topic.clone(),
-            partition: p.partition,
-            offset: p.offset,
-            max_bytes: p.max_bytes,
+        .zip(&offsets)
+        .filter_map(|(p, offset)| {
+            Some(FetchPart {
+                topic: p.topic.clone(),
+                partition: p.partition,
+                offset: (*offset)?,
+                max_bytes: p.max_bytes,
+            })
         })
         .collect();
     let mut params = FetchParams {
@@ -1269,15 +1293,35 @@ async fn fetch(
         read_committed: req.read_committed,
     };
     service::quota::cap_fetch(core, session, &mut params);
-    let results = match service::fetch::fetch(core, &parts, params, ctx).await {
+    let read = match service::fetch::fetch(core, &parts, params, ctx).await {
         Ok(r) => r,
         Err(e) => return refused(corr, &e),
     };
+    let mut read = read.into_iter();
+    let results: Vec<service::Result<FetchOk>> = req
+        .partitions
+        .iter()
+        .zip(&offsets)
+        .map(|(p, offset)| match offset {
+            Some(offset) => {
+                let r = read.next().expect("one result per partition read");
+                let end = service::fetch::end_of(*offset, &r);
+                session.fetch_cursors.ended(seq, &p.topic, p.partition, end);
+                r
+            }
+            None => Err(BrokerError::InvalidRequest(format!(
+                "nothing to continue from: this connection has no fetch of {}-{} \
+                 that succeeded; fetch it by offset",
+                p.topic, p.partition
+            ))),
+        })
+        .collect();
     service::quota::spend_fetch(core, session, &results);
     let mut partitions = Vec::with_capacity(results.len());
     let mut pieces = Vec::new();
     let mut at: u64 = 0;
-    for (p, r) in req.partitions.into_iter().zip(results) {
+    for ((p, r), offset) in req.partitions.into_iter().zip(results).zip(offsets) {
+        let fetch_offset = offset.unwrap_or(p.offset);
         match r {
             Ok(f) => {
                 let start = at;
@@ -1306,6 +1350,7 @@ async fn fetch(
                     } else {
                         Vec::new()
                     },
+                    fetch_offset,
                 });
             }
             Err(e) => {
@@ -1321,6 +1366,7 @@ async fn fetch(
                     payload_len: 0,
                     last_stable_offset: 0,
                     aborted: Vec::new(),
+                    fetch_offset,
                 });
             }
         }

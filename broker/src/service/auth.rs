@@ -56,6 +56,8 @@ pub struct Session {
     bare_tokens: Cell<bool>,
     /// The client's quotas: its client id, its budgets, its mute.
     pub quotas: crate::shard::quotas::ClientQuotas,
+    /// Where this connection's native fetches of each partition ended.
+    pub fetch_cursors: crate::service::fetch::Cursors,
 }
 
 /// What a connection may do with a request, given its login.
@@ -119,6 +121,7 @@ impl Session {
             scram: RefCell::new(None),
             bare_tokens: Cell::new(false),
             quotas: Default::default(),
+            fetch_cursors: Default::default(),
         })
     }
 

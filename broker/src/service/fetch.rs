@@ -12,9 +12,13 @@
 //! **Long polls** wait at most [`FETCH_WAIT_MS_MAX`]; the waits are tasks
 //! owned by the request, so a request dropped because its connection
 //! closed stops waiting at once.
+//!
+//! **Continuing** ([`Cursors`]): a native fetch may ask for a partition
+//! from where the connection's previous fetch of it ended, so a client
+//! keeps a second fetch in flight before the first is answered.
 
-use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -50,6 +54,75 @@ pub struct FetchParams {
     /// Only what is committed: batches below the last stable offset
     /// (Kafka's `isolation.level=read_committed`).
     pub read_committed: bool,
+}
+
+/// Where a connection's fetches of each partition ended, for native
+/// Fetch v2's `FetchPartition::CONTINUE` ("from where the previous fetch of
+/// this partition on this connection ended"). A fetch takes a sequence
+/// number when it is read ([`Cursors::begin`]) and records its ends when
+/// answered ([`Cursors::ended`]); a later-numbered record wins, so fetches
+/// served concurrently leave the end of the last one read. A continuing
+/// fetch is served at its turn to be answered (after every earlier
+/// answer), so the fetches before it have all recorded theirs.
+#[derive(Debug, Default)]
+pub struct Cursors {
+    next: Cell<u64>,
+    ends: RefCell<HashMap<(String, u32), End>>,
+}
+
+/// Where the last-read fetch of a partition ended: (its sequence number,
+/// the end offset — `None` if it failed).
+type End = (u64, Option<u64>);
+
+impl Cursors {
+    /// A fetch was read: its sequence number.
+    pub fn begin(&self) -> u64 {
+        let n = self.next.get();
+        self.next.set(n + 1);
+        n
+    }
+
+    /// Fetch `seq` of `topic`-`partition` ended at `end` (the offset after
+    /// its last batch, or where it was read from if it found none; `None`
+    /// if it failed). Bounded: a connection that fetched more than
+    /// [`REQUEST_PARTITIONS_MAX`] partitions forgets the others (their
+    /// continuing fetches are refused, and the client fetches by offset).
+    pub fn ended(&self, seq: u64, topic: &str, partition: u32, end: Option<u64>) {
+        let mut ends = self.ends.borrow_mut();
+        let key = (topic.to_string(), partition);
+        match ends.get_mut(&key) {
+            Some(e) if e.0 > seq => {}
+            Some(e) => *e = (seq, end),
+            None => {
+                if ends.len() >= REQUEST_PARTITIONS_MAX {
+                    ends.clear();
+                }
+                ends.insert(key, (seq, end));
+            }
+        }
+    }
+
+    /// Where the connection's last fetch of `topic`-`partition` ended, if
+    /// it has one that did not fail.
+    pub fn resolve(&self, topic: &str, partition: u32) -> Option<u64> {
+        self.ends
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .and_then(|e| e.1)
+    }
+}
+
+/// Where a fetch of a partition from `offset` that answered `r` ends: after
+/// its last batch, or at `offset` if it found none; `None` if it failed.
+pub fn end_of(offset: u64, r: &Result<FetchOk>) -> Option<u64> {
+    let f = r.as_ref().ok()?;
+    let Some(last) = f.batches.last() else {
+        return Some(offset);
+    };
+    let h = weir_proto::batch::BatchHeader::peek(last).ok()?;
+    u64::try_from(h.last_offset() + 1)
+        .ok()
+        .map(|e| e.max(offset))
 }
 
 /// Reads the partitions (one result each, in order), waiting up to

@@ -521,3 +521,106 @@ fn producer_ids_start_past_an_earlier_versions_counter_and_never_repeat() {
         b.kill();
     }
 }
+
+/// Fetch v2's `FetchPartition::CONTINUE`: a connection's fetch of a
+/// partition goes on from where its previous one ended, so fetches sent
+/// before any is answered read consecutive ranges; a fetch by offset
+/// moves the point; a partition the connection never fetched, or whose
+/// last fetch failed, is refused (InvalidRequest) while the request's
+/// other partitions are served.
+#[test]
+fn a_continuing_fetch_reads_on_from_where_the_connections_last_fetch_ended() {
+    use weir_proto::frame::{self, RequestHeader};
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    let mut c = b.client();
+    assert_eq!(c.create_topic("cont", 2, &[]).error, 0);
+    let one = records_batch("b0", 10, 1_000).len() as u32;
+    for i in 0..6 {
+        let batch = records_batch(&format!("b{i}"), 10, 1_000);
+        let r = produce(&mut c, "cont", &[(0, &batch[..])], -1);
+        assert_eq!(r.partitions[0].error, 0);
+    }
+    let request = |parts: &[(u32, u64)]| FetchRequest {
+        read_committed: false,
+        max_wait_ms: 0,
+        min_bytes: 1,
+        max_bytes: 1 << 20,
+        partitions: parts
+            .iter()
+            .map(|&(partition, offset)| FetchPartition {
+                topic: "cont".into(),
+                partition,
+                offset,
+                max_bytes: one,
+            })
+            .collect(),
+    };
+    let answer = |c: &mut Client, corr: u32| {
+        let f = c.read_frame().unwrap();
+        let (rh, body, payload) = frame::decode_response(&f).unwrap();
+        assert_eq!(rh.correlation_id, corr);
+        let r = frame::decode_body::<FetchResponse>(body).unwrap();
+        let payload = payload.to_vec();
+        r.partitions
+            .into_iter()
+            .map(|p| {
+                let data = &payload
+                    [p.payload_offset as usize..(p.payload_offset + p.payload_len) as usize];
+                let offsets: Vec<u64> = values(data).into_iter().map(|(o, _)| o).collect();
+                (p, offsets)
+            })
+            .collect::<Vec<_>>()
+    };
+    let send = |c: &mut Client, corr: u32, parts: &[(u32, u64)]| {
+        let h = RequestHeader::of::<FetchRequest>(corr);
+        let wire = frame::encode_request_with_payload(&h, &request(parts), &[]).unwrap();
+        c.send_raw(&wire).unwrap();
+    };
+
+    // One by offset and two continuing, all sent before any is answered:
+    // one batch of ten each, back to back.
+    let mut wire = Vec::new();
+    for (corr, offset) in [
+        (101, 0),
+        (102, FetchPartition::CONTINUE),
+        (103, FetchPartition::CONTINUE),
+    ] {
+        let h = RequestHeader::of::<FetchRequest>(corr);
+        wire.extend(frame::encode_request_with_payload(&h, &request(&[(0, offset)]), &[]).unwrap());
+    }
+    c.send_raw(&wire).unwrap();
+    for (corr, from) in [(101, 0u64), (102, 10), (103, 20)] {
+        let got = answer(&mut c, corr);
+        let (p, offsets) = &got[0];
+        assert_eq!((p.error, p.fetch_offset), (0, from), "{:?}", p.message);
+        assert_eq!(*offsets, (from..from + 10).collect::<Vec<_>>());
+    }
+
+    // A fetch by offset moves the point; at the end a continuing fetch
+    // comes back empty, from the end.
+    let (p, _) = fetch(&mut c, "cont", 0, 50, 0);
+    assert_eq!((p.error, p.fetch_offset), (0, 50));
+    send(&mut c, 104, &[(0, FetchPartition::CONTINUE)]);
+    let got = answer(&mut c, 104);
+    assert_eq!((got[0].0.error, got[0].0.fetch_offset), (0, 60));
+    assert!(got[0].1.is_empty());
+
+    // Another connection has nothing to continue from: refused for that
+    // partition, the other one served.
+    let mut fresh = b.client();
+    send(&mut fresh, 7, &[(0, FetchPartition::CONTINUE), (1, 0)]);
+    let got = answer(&mut fresh, 7);
+    assert_eq!(got[0].0.error, ErrorCode::InvalidRequest.as_u16());
+    let message = got[0].0.message.clone().unwrap_or_default();
+    assert!(message.contains("nothing to continue from"), "{message}");
+    assert!(got[0].1.is_empty());
+    assert_eq!((got[1].0.error, got[1].0.fetch_offset), (0, 0));
+
+    // A failed fetch leaves nothing to continue from.
+    let (p, _) = fetch(&mut c, "cont", 0, 1_000, 0);
+    assert_eq!(p.error, OFFSET_OUT_OF_RANGE);
+    send(&mut c, 105, &[(0, FetchPartition::CONTINUE)]);
+    let got = answer(&mut c, 105);
+    assert_eq!(got[0].0.error, ErrorCode::InvalidRequest.as_u16());
+}

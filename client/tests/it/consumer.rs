@@ -62,11 +62,14 @@ struct Log {
     batches: Vec<Bytes>,
 }
 
-/// An in-memory broker: per-partition logs, recorded fetches.
+/// An in-memory broker: per-partition logs, recorded fetches, and where
+/// the last fetch of each partition ended (for `FetchPartition::CONTINUE`,
+/// as the broker keeps per connection).
 #[derive(Default)]
 struct Fake {
     logs: Mutex<HashMap<u32, Log>>,
     fetches: Mutex<Vec<Vec<FetchPartition>>>,
+    ends: Mutex<HashMap<u32, u64>>,
 }
 
 impl Fake {
@@ -124,6 +127,20 @@ impl ConsumerBackend for Fake {
                 .map(|t| {
                     let empty = Log::default();
                     let log = logs.get(&t.partition).unwrap_or(&empty);
+                    let mut ends = self.ends.lock().unwrap();
+                    let mut t = t.clone();
+                    if t.offset == FetchPartition::CONTINUE {
+                        let Some(&end) = ends.get(&t.partition) else {
+                            return Err(ClientError::Partition {
+                                topic: t.topic.clone(),
+                                partition: t.partition,
+                                code: ErrorCode::InvalidRequest,
+                                message: "nothing to continue from".into(),
+                            });
+                        };
+                        t.offset = end;
+                    }
+                    ends.remove(&t.partition);
                     if t.offset < log.start || t.offset > log.end {
                         return Err(ClientError::Partition {
                             topic: t.topic.clone(),
@@ -141,12 +158,15 @@ impl ConsumerBackend for Fake {
                         size += b.len();
                         batches.push(b.clone());
                     }
+                    let end = batches.last().map_or(t.offset, |b| last_offset(b) + 1);
+                    ends.insert(t.partition, end.max(t.offset));
                     Ok(FetchedBatches {
                         batches,
                         high_watermark: log.end,
                         log_start_offset: log.start,
                         last_stable_offset: log.end,
                         aborted: Vec::new(),
+                        fetch_offset: t.offset,
                     })
                 })
                 .collect();
@@ -368,6 +388,56 @@ async fn the_next_fetch_is_sent_while_the_application_works() {
     assert_eq!(ids(&c.poll(WAIT).await.unwrap())[0], (0, 2));
 }
 
+/// While records flow the consumer keeps a second fetch out that
+/// continues where the first ends (`FetchPartition::CONTINUE`): every
+/// record comes once, in order, per partition; a seek in the middle drops
+/// the continuing fetches out (their answers start elsewhere) and reading
+/// goes on from the sought offset, nothing skipped or repeated.
+#[tokio::test]
+async fn continuing_fetches_keep_order_and_yield_to_a_seek() {
+    let fake = Fake::new();
+    for _ in 0..30 {
+        fake.append(0, 5, Compression::None);
+        fake.append(1, 5, Compression::Lz4);
+    }
+    let mut cfg = config(OffsetReset::Earliest);
+    // One batch per partition per fetch, a few records per poll.
+    cfg.max_partition_fetch_bytes = 1;
+    cfg.max_poll_records = 3;
+    let mut c = consumer(&fake, cfg, &[0, 1]);
+    let mut got: HashMap<u32, Vec<u64>> = HashMap::new();
+    let mut sought = false;
+    while got.values().map(Vec::len).sum::<usize>() < 300 + 40 {
+        let records = c.poll(WAIT).await.unwrap();
+        assert!(!records.is_empty(), "records stopped coming: {got:?}");
+        check_contents(&records);
+        for (p, o) in ids(&records) {
+            got.entry(p).or_default().push(o);
+        }
+        if !sought && got.get(&0).is_some_and(|v| v.len() >= 60) {
+            // Partition 0 goes back 40 records.
+            let at = *got[&0].last().unwrap() + 1 - 40;
+            c.seek(T, 0, at).unwrap();
+            sought = true;
+        }
+    }
+    let p0 = &got[&0];
+    let back = p0.windows(2).position(|w| w[1] != w[0] + 1).unwrap();
+    assert_eq!(p0[..=back], (0..=p0[back]).collect::<Vec<_>>()[..]);
+    assert_eq!(p0[back + 1], p0[back] + 1 - 40, "read on from the seek");
+    assert!(p0[back + 1..].windows(2).all(|w| w[1] == w[0] + 1));
+    assert_eq!(*p0.last().unwrap(), 149);
+    assert_eq!(got[&1], (0..150).collect::<Vec<_>>());
+    let continuing = fake
+        .fetches
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|f| f.iter().all(|p| p.offset == FetchPartition::CONTINUE))
+        .count();
+    assert!(continuing >= 20, "{continuing} continuing fetches");
+}
+
 #[tokio::test]
 async fn auto_offset_reset_without_a_position() {
     let fake = Fake::new();
@@ -543,6 +613,7 @@ async fn through_a_client() {
                             payload_len: served.len() as u32,
                             last_stable_offset: 8,
                             aborted: Vec::new(),
+                            fetch_offset: 5,
                         }],
                     };
                     frame::encode_response_with_payload(&rh, &res, &[&served])

@@ -329,6 +329,7 @@ async fn fetch_many_slices_each_partitions_batches() {
             payload_len: len as u32,
             last_stable_offset: 15,
             aborted: Vec::new(),
+            fetch_offset: 0,
         };
         let n01 = e0.len() + e1.len();
         let body = FetchResponse {

@@ -357,6 +357,7 @@ pub fn fetch_response() -> impl Strategy<Value = (FetchResponse, Vec<u8>)> {
                             producer_id: partition as i64,
                             first_offset: log_start_offset,
                         }],
+                        fetch_offset: high_watermark ^ log_start_offset,
                     },
                 )
                 .collect();
