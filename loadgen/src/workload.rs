@@ -154,8 +154,7 @@ pub struct Workload {
     #[serde(default)]
     pub consumer_processing_micros: u64,
     /// `shareMaxRecords` (Weir's): records a share-group member takes per
-    /// poll, 1 to [`SHARE_MAX_RECORDS_MAX`]; default 1000 when records
-    /// cost no work, the SDK's default (500) when they do.
+    /// poll, 1 to [`SHARE_MAX_RECORDS_MAX`]; default the SDK's (500).
     #[serde(default)]
     pub share_max_records: Option<u32>,
     /// `unkeyedPartitioner` (Weir's): where `NO_KEY` records go —
