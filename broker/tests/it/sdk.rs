@@ -467,3 +467,66 @@ fn shard_aware_producer_talks_to_owning_cores_and_core_ports_refuse_others() {
         assert_eq!(got.len(), 800);
     });
 }
+
+/// The consumer's continuing fetches (Fetch v2) against a real broker:
+/// two partitions on the two cores (one connection each), one batch per
+/// fetch, a seek back in the middle — every record once, in order per
+/// partition, from the sought offset on.
+#[test]
+fn continuing_fetches_keep_order_across_cores_and_a_seek() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(dir.path(), 2);
+    runtime().block_on(async {
+        let admin = Client::connect(b.listen).await.unwrap();
+        admin.create_topic("cf", 2, vec![]).await.unwrap();
+        // Small batches: many fetches of one batch each.
+        let mut pc = producer_config();
+        pc.batch_size = 512;
+        let p = Producer::new(Client::connect(b.listen).await.unwrap(), pc);
+        let mut futures = Vec::new();
+        for i in 0..4000u32 {
+            let r = ProducerRecord::new("cf", format!("{}:{i}", i % 2)).partition(i % 2);
+            futures.push(p.send(r).await.unwrap());
+        }
+        p.flush().await;
+        for f in futures {
+            f.await.unwrap();
+        }
+        p.close().await;
+        let mut c = ConsumerConfig::default();
+        c.auto_offset_reset = OffsetReset::Earliest;
+        c.max_partition_fetch_bytes = 1;
+        c.max_poll_records = 50;
+        let mut consumer = Consumer::new(Client::connect(b.listen).await.unwrap(), c);
+        consumer.assign(all_partitions("cf", 2));
+        let mut got: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        let mut sought = false;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while got.values().map(Vec::len).sum::<usize>() < 4000 + 500 {
+            assert!(tokio::time::Instant::now() < deadline, "read {got:?}");
+            for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
+                assert_eq!(
+                    text(&r.value),
+                    format!("{}:{}", r.partition, r.offset * 2 + u64::from(r.partition))
+                );
+                got.entry(r.partition).or_default().push(r.offset);
+            }
+            if !sought && got.get(&0).is_some_and(|v| v.len() >= 1000) {
+                let at = *got[&0].last().unwrap() + 1 - 500;
+                consumer.seek("cf", 0, at).unwrap();
+                sought = true;
+            }
+        }
+        let p0 = &got[&0];
+        let back = p0.windows(2).position(|w| w[1] != w[0] + 1).unwrap();
+        assert_eq!(p0[..=back], (0..=p0[back]).collect::<Vec<_>>()[..]);
+        assert_eq!(p0[back + 1], p0[back] + 1 - 500, "read on from the seek");
+        assert_eq!(p0[back + 1..], (p0[back + 1]..2000).collect::<Vec<_>>()[..]);
+        assert_eq!(got[&1], (0..2000).collect::<Vec<_>>());
+        assert!(
+            consumer.statistics().fetches > 20,
+            "{:?}",
+            consumer.statistics()
+        );
+    });
+}
