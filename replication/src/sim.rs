@@ -859,12 +859,12 @@ impl tracing_subscriber::fmt::time::FormatTime for SimTime {
 
 /// The seeds run in CI, split over [`PARTS`] tests so that the test
 /// runner spreads them over the cores.
-const SEEDS: u64 = 120;
+const SEEDS: u64 = 96;
 const PARTS: u64 = 4;
 
 /// Runs part `part` of the seeds (every [`PARTS`]th from the base;
 /// `WEIR_SIM_SEEDS=<n>` for more, `WEIR_SIM_SEED=<seed>` for one, run by
-/// part 0). The first seed of each part runs twice and must run the same.
+/// part 0). Part 0's first seed runs twice and must run the same.
 fn run_part(part: u64) {
     if let Ok(filter) = std::env::var("WEIR_SIM_LOG") {
         let _ = tracing_subscriber::fmt()
@@ -891,7 +891,7 @@ fn run_part(part: u64) {
     let (mut acked, mut faults, mut elections, mut changes) = (0, 0, 0, 0);
     for (k, seed) in seeds.iter().enumerate() {
         let report = run_seed(*seed, certs.path());
-        if k == 0 {
+        if k == 0 && part == 0 {
             // Replayable: the same seed again gives the same run.
             let again = run_seed(*seed, certs.path());
             assert_eq!(
