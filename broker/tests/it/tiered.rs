@@ -47,24 +47,16 @@ impl S3Server {
         // Port 0: moto binds a free port itself and names it on stderr
         // (" * Running on http://127.0.0.1:PORT"), so no other process
         // can take it between our choosing and its binding.
-        let mut child = Command::new(bin)
-            .args(["-H", "127.0.0.1", "-p", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let mut s = S3Server {
-            child,
-            endpoint: String::new(),
-        };
-        let addr = announced(
-            &mut s.child,
-            stderr,
+        let (child, addr) = spawn_announcing(
+            Command::new(bin).args(["-H", "127.0.0.1", "-p", "0"]),
+            Announces::OnStderr,
             "Running on http://",
             "moto's S3 server",
         );
-        s.endpoint = format!("http://{addr}");
+        let s = S3Server {
+            child,
+            endpoint: format!("http://{addr}"),
+        };
         // CreateBucket: moto takes an unsigned PUT.
         let status = http_put(addr, &format!("/{bucket}"));
         assert!(status.starts_with("HTTP/1.1 200"), "{status}");
@@ -120,28 +112,21 @@ impl AzureServer {
         );
         let dir = tempfile::tempdir().unwrap();
         // Port 0, as for moto: Azurite names the port it bound on stdout.
-        let mut child = Command::new(bin)
-            .args(["--blobHost", "127.0.0.1", "--blobPort", "0"])
-            .arg("--location")
-            .arg(dir.path())
-            .args(["--silent", "--skipApiVersionCheck"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut s = AzureServer {
-            child,
-            endpoint: String::new(),
-            _dir: dir,
-        };
-        let addr = announced(
-            &mut s.child,
-            stdout,
+        let (child, addr) = spawn_announcing(
+            Command::new(bin)
+                .args(["--blobHost", "127.0.0.1", "--blobPort", "0"])
+                .arg("--location")
+                .arg(dir.path())
+                .args(["--silent", "--skipApiVersionCheck"]),
+            Announces::OnStdout,
             "successfully listens on http://",
             "Azurite",
         );
-        s.endpoint = format!("http://{addr}");
+        let s = AzureServer {
+            child,
+            endpoint: format!("http://{addr}"),
+            _dir: dir,
+        };
         let out = Command::new("python3")
             .arg(root.join("broker/tests/object_store/azure_container.py"))
             .args([&s.endpoint, container])
@@ -185,19 +170,35 @@ impl Drop for AzureServer {
 }
 
 /// A loopback port free now (for a server the test starts).
-/// Reads `out` (the stdout or stderr of `what`, the process `child`) up to
-/// the line where it says it listens — `marker` followed by
-/// `127.0.0.1:PORT` — and returns that address; the rest of the output is
-/// drained on a thread so the child never blocks on a full pipe. Panics,
-/// with what was read, if the child exits or closes `out` first, or says
-/// nothing within 30 s.
-fn announced(
-    child: &mut Child,
-    out: impl std::io::Read + Send + 'static,
+/// Which of its streams a server names its address on.
+#[derive(Clone, Copy)]
+enum Announces {
+    OnStdout,
+    OnStderr,
+}
+
+/// Spawns `cmd` (the server `what`) with the stream it `announces` on
+/// piped (the other to null), and reads that stream up to the line where
+/// it says it listens — `marker` followed by `127.0.0.1:PORT`; the rest of
+/// the output is drained on a thread so the server never blocks on a full
+/// pipe. Kills the server and panics, with what it said, if it exits,
+/// closes the stream or says nothing within 30 s first.
+fn spawn_announcing(
+    cmd: &mut Command,
+    announces: Announces,
     marker: &str,
     what: &str,
-) -> SocketAddr {
-    use std::io::BufRead;
+) -> (Child, SocketAddr) {
+    use std::io::{BufRead, Read};
+    let (stdout, stderr) = match announces {
+        Announces::OnStdout => (Stdio::piped(), Stdio::null()),
+        Announces::OnStderr => (Stdio::null(), Stdio::piped()),
+    };
+    let mut child = cmd.stdout(stdout).stderr(stderr).spawn().unwrap();
+    let out: Box<dyn Read + Send> = match announces {
+        Announces::OnStdout => Box::new(child.stdout.take().unwrap()),
+        Announces::OnStderr => Box::new(child.stderr.take().unwrap()),
+    };
     let marker = marker.to_string();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -220,14 +221,14 @@ fn announced(
         }
         let _ = tx.send(Err(seen));
     });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(Ok(addr)) => addr,
-        Ok(Err(seen)) => panic!(
-            "{what} did not say where it listens (exit: {:?}); it said:\n{seen}",
-            child.try_wait()
-        ),
-        Err(_) => panic!("{what} did not say where it listens within 30 s"),
-    }
+    let said = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(addr)) => return (child, addr),
+        Ok(Err(seen)) => seen,
+        Err(_) => "nothing within 30 s".to_string(),
+    };
+    let _ = child.kill();
+    let status = child.wait();
+    panic!("{what} did not say where it listens (exit: {status:?}); it said:\n{said}")
 }
 
 fn http_put(addr: SocketAddr, path: &str) -> String {
