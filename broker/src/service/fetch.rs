@@ -67,7 +67,11 @@ pub struct FetchParams {
 #[derive(Debug, Default)]
 pub struct Cursors {
     next: Cell<u64>,
-    ends: RefCell<HashMap<(String, u32), End>>,
+    /// Topic → partition → end: looked up by `&str`, so recording and
+    /// resolving allocate nothing once a topic is known.
+    ends: RefCell<HashMap<String, HashMap<u32, End>>>,
+    /// Partitions in `ends`.
+    len: Cell<usize>,
 }
 
 /// Where the last-read fetch of a partition ended: (its sequence number,
@@ -89,26 +93,28 @@ impl Cursors {
     /// continuing fetches are refused, and the client fetches by offset).
     pub fn ended(&self, seq: u64, topic: &str, partition: u32, end: Option<u64>) {
         let mut ends = self.ends.borrow_mut();
-        let key = (topic.to_string(), partition);
-        match ends.get_mut(&key) {
-            Some(e) if e.0 > seq => {}
-            Some(e) => *e = (seq, end),
-            None => {
-                if ends.len() >= REQUEST_PARTITIONS_MAX {
-                    ends.clear();
-                }
-                ends.insert(key, (seq, end));
+        if let Some(e) = ends.get_mut(topic).and_then(|t| t.get_mut(&partition)) {
+            if e.0 <= seq {
+                *e = (seq, end);
             }
+            return;
         }
+        if self.len.get() >= REQUEST_PARTITIONS_MAX {
+            ends.clear();
+            self.len.set(0);
+        }
+        let partitions = match ends.get_mut(topic) {
+            Some(t) => t,
+            None => ends.entry(topic.to_string()).or_default(),
+        };
+        partitions.insert(partition, (seq, end));
+        self.len.set(self.len.get() + 1);
     }
 
     /// Where the connection's last fetch of `topic`-`partition` ended, if
     /// it has one that did not fail.
     pub fn resolve(&self, topic: &str, partition: u32) -> Option<u64> {
-        self.ends
-            .borrow()
-            .get(&(topic.to_string(), partition))
-            .and_then(|e| e.1)
+        self.ends.borrow().get(topic)?.get(&partition)?.1
     }
 }
 
