@@ -34,6 +34,7 @@ pub mod error;
 pub mod log;
 pub mod offset_index;
 pub mod producer_state;
+pub mod read_streams;
 pub mod segment;
 pub mod shard;
 mod sync_group;

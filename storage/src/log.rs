@@ -352,8 +352,9 @@ pub(crate) struct LogInner {
     read_ahead: RefCell<Option<ReadAheadRun>>,
     /// Read-aheads started (numbers them).
     read_ahead_runs: Cell<u64>,
-    /// Where the last read ended: a read starting there is sequential.
-    last_read_end: Cell<u64>,
+    /// The streams of reads followed: a read continuing one is
+    /// sequential (its read-ahead may start).
+    read_streams: RefCell<crate::read_streams::ReadStreams>,
     /// Tiered storage: the offset below which every record is in the
     /// remote tier (committed remote metadata); with
     /// `remote.storage.enable`, local retention deletes only segments
@@ -695,7 +696,7 @@ impl PartitionLog {
             cache_gen: Cell::new(0),
             read_ahead: RefCell::new(None),
             read_ahead_runs: Cell::new(0),
-            last_read_end: Cell::new(u64::MAX),
+            read_streams: RefCell::default(),
             remote_end: Cell::new(0),
             state: RefCell::new(LogState {
                 config,
@@ -1447,7 +1448,10 @@ impl PartitionLog {
                 }
             }
         };
-        let sequential = inner.last_read_end.replace(out.next_offset) == offset;
+        let sequential = inner
+            .read_streams
+            .borrow_mut()
+            .read(offset, out.next_offset);
         if sequential && !out.batches.is_empty() {
             self.read_ahead_after(out.next_offset);
         }
