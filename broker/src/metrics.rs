@@ -37,7 +37,7 @@ pub enum Stage {
     Replicate = 3,
 }
 /// Share-fetch stages timed on the share partitions' core, per request.
-pub const SHARE_FETCH_STAGES: [&str; 3] = ["acquire", "wait", "store"];
+pub const SHARE_FETCH_STAGES: [&str; 4] = ["acquire", "wait", "store", "store_later"];
 /// Index of a stage in [`SHARE_FETCH_STAGES`].
 #[derive(Debug, Clone, Copy)]
 pub enum ShareStage {
@@ -48,6 +48,9 @@ pub enum ShareStage {
     /// Waiting for the stores of the acknowledgements the request carried
     /// to be durable, past what ran beside the acquisition.
     Store = 2,
+    /// A fetch answered before its acknowledgements were stored
+    /// (`acks_later`): their whole store, which no request waited for.
+    StoreLater = 3,
 }
 /// Number of API keys counted.
 pub const APIS: usize = ApiKey::ALL.len();

@@ -16,9 +16,15 @@
 //!
 //! A record not acknowledged before its lock expires (the member died,
 //! or is too slow) becomes available to the others. Acknowledgements are
-//! stored by the partition's leader before they are answered: a leader
-//! failover or restart loses none, and delivers again only records that
-//! were acquired and not acknowledged.
+//! stored by the partition's leader before `commit_sync` (or `close`) is
+//! answered: a leader failover or restart loses none of those, and
+//! delivers again only records that were acquired and not acknowledged.
+//! Acknowledgements that travel with a poll's fetch do not hold its
+//! records back: the broker answers the fetch at once and stores them
+//! meanwhile (native ShareFetch v2's `acks_later`); a store that fails is
+//! reported by a later poll, and a failover before they are stored may
+//! deliver those records again (at least once). Call `commit_sync` where
+//! that matters.
 //!
 //! ## Implicit and explicit acknowledgement
 //!
@@ -30,7 +36,8 @@
 //! acknowledge stays acquired until its lock expires.
 //!
 //! Acknowledgements travel with the next fetch (or with `commit_sync`,
-//! which waits for the broker's answer and reports a refusal).
+//! which waits until they and every earlier one are stored, and reports a
+//! refusal).
 //!
 //! ## Connections
 //!
@@ -203,6 +210,10 @@ struct Session {
     client: Arc<Client>,
     epoch: i32,
     partitions: BTreeSet<TopicPartition>,
+    /// Acknowledgements sent with a fetch, answered before the broker
+    /// stored them: `commit_sync` waits for them (a ShareAcknowledge
+    /// answers once they are stored).
+    unstored: bool,
 }
 
 /// A share group member. See the [module docs](self).
@@ -603,6 +614,7 @@ impl ShareConsumer {
                 client: client.clone(),
                 epoch: 0,
                 partitions: BTreeSet::new(),
+                unstored: false,
             });
             let mut ack_parts = acks.remove(&addr).unwrap_or_default();
             // A new session names all its partitions; a running one those
@@ -620,6 +632,7 @@ impl ShareConsumer {
             for a in &ack_parts {
                 named.remove(&(a.topic.clone(), a.partition));
             }
+            session.unstored |= ack_parts.iter().any(|p| !p.acks.is_empty());
             ack_parts.extend(
                 named
                     .into_iter()
@@ -637,6 +650,9 @@ impl ShareConsumer {
                 max_records: per_core,
                 acquire_mode: self.config.acquire_mode.byte(),
                 max_bytes: self.config.max_partition_bytes,
+                // A poll's acknowledgements do not hold its records back:
+                // `commit_sync` is what waits for them to be stored.
+                acks_later: true,
                 partitions: ack_parts,
                 forgotten: TopicPartitions::group(forgotten.iter()),
             };
@@ -851,7 +867,7 @@ impl ShareConsumer {
             // once their locks expire.
             return Err(ClientError::Disconnected);
         };
-        if session.epoch == 0 || (partitions.is_empty() && !close) {
+        if session.epoch == 0 || (partitions.is_empty() && !close && !session.unstored) {
             return Ok(());
         }
         let req = ShareAcknowledgeRequest {
@@ -867,6 +883,11 @@ impl ShareConsumer {
         }
         match client.share_acknowledge(&req).await {
             Ok(body) => {
+                // Answered: everything acknowledged before is stored (or
+                // its failure named in this answer).
+                if let Some(s) = self.sessions.get_mut(&addr) {
+                    s.unstored = false;
+                }
                 let mut ignored = Vec::new();
                 self.take_answer(addr, body, &bytes::Bytes::new(), &mut ignored, true)
             }
@@ -878,13 +899,21 @@ impl ShareConsumer {
     }
 
     /// Sends the acknowledgements given (in implicit mode, the acceptance
-    /// of every record returned) and waits until the broker stored them;
-    /// the first refusal is returned (`InvalidRecordState`: the records'
+    /// of every record returned) and waits until the broker stored them
+    /// and those earlier polls sent (a poll's fetch is answered before
+    /// its acknowledgements are stored); the first refusal is returned (`InvalidRecordState`: the records'
     /// lock expired, or they were never this member's).
     pub async fn commit_sync(&mut self) -> Result<()> {
         self.settle_out().await?;
         self.accept_implicitly();
-        let acks = self.take_acks();
+        let mut acks = self.take_acks();
+        // Sessions whose fetches carried acknowledgements not yet stored
+        // are asked too (with none of their own).
+        for (addr, s) in &self.sessions {
+            if s.unstored {
+                acks.entry(*addr).or_default();
+            }
+        }
         let mut first = None;
         for (addr, parts) in acks {
             if let Err(e) = self.acknowledge_at(addr, parts, false).await {

@@ -296,8 +296,9 @@ impl ApiKey {
             // target of a reassignment under way; v3: the local log start
             // and the remote tier's bytes and segments (tiered storage).
             ApiKey::DescribeConfigs => 3,
-            // v1: the acquire mode (KIP-1206's record_limit).
-            ApiKey::ShareFetch => 1,
+            // v1: the acquire mode (KIP-1206's record_limit); v2:
+            // acknowledgements answered later (`acks_later`).
+            ApiKey::ShareFetch => 2,
             // v1: read_committed, the last stable offset and the aborted
             // transactions; v2: `FetchPartition::CONTINUE` and the offset
             // each partition was read from.

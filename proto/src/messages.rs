@@ -1658,6 +1658,13 @@ pub struct ShareFetchRequest {
     pub acquire_mode: u8,
     /// Bytes to read per partition, at most.
     pub max_bytes: u32,
+    /// (v2) Answer without waiting for this request's acknowledgements
+    /// to be stored: the records acquired come back at once, a store
+    /// that fails is named in a later answer of the session (that
+    /// partition's `ack_error`), and a ShareAcknowledge — or the
+    /// session's close — is answered only once all of them are stored.
+    /// Until then a failover may deliver those records again.
+    pub acks_later: bool,
     /// Partitions named (added to the session), with acknowledgements.
     pub partitions: Vec<SharePartitionRequest>,
     /// Partitions leaving the session.

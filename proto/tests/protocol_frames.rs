@@ -585,8 +585,8 @@ fn api_keys_are_pinned() {
         // FindCoordinator's, InitProducerId's and
         // Produce's (transactional ids): v1 only; DescribeConfigs' three
         // times (leader, replicas, ISR; a move's target; the local log
-        // start and the remote tier): v3 only; ShareFetch's (the acquire
-        // mode): v1; Fetch's twice (read_committed; CONTINUE and the offset
+        // start and the remote tier): v3 only; ShareFetch's twice (the
+        // acquire mode; acknowledgements answered later): v2; Fetch's twice (read_committed; CONTINUE and the offset
         // read from): v2; everything else is at v0.
         let v = match key {
             ApiKey::DescribeGroup
@@ -596,8 +596,8 @@ fn api_keys_are_pinned() {
             | ApiKey::InitProducerId
             | ApiKey::Produce => 1,
             ApiKey::DescribeConfigs => 3,
-            // The acquire mode (KIP-1206).
-            ApiKey::ShareFetch => 1,
+            // The acquire mode (KIP-1206); acks_later.
+            ApiKey::ShareFetch => 2,
             ApiKey::Fetch => 2,
             _ => 0,
         };

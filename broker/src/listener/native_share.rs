@@ -151,6 +151,7 @@ pub async fn fetch(core: &Rc<Core>, corr: u32, r: ShareFetchRequest) -> Answer {
         } as usize,
         max_bytes: u64::from(r.max_bytes.clamp(1, MAX_BYTES_MAX)),
         max_wait_ms: r.max_wait_ms,
+        acks_later: r.acks_later,
         ..req
     };
     serve(core, corr, req, early).await

@@ -14,10 +14,14 @@
 //! [`registry`] is the state a core holds; [`service`] acts on it.
 //!
 //! A share partition's state is durable in `__share_group_state`
-//! ([`state`]): stored before an acknowledgement is answered, loaded
-//! when a core first serves the share partition (after a restart or a
-//! change of leader). Membership is not stored: members join again.
+//! ([`state`]): stored before an acknowledgement is answered (a native
+//! fetch may ask to be answered first; its session's next ShareAcknowledge
+//! then waits for the store), loaded when a core first serves the share
+//! partition (after a restart or a change of leader). Membership is not
+//! stored: members join again.
 
 pub mod registry;
 pub mod service;
 pub mod state;
+
+pub use service::STORE_GATE_ENV;

@@ -13,6 +13,7 @@ use weir_share::partition::{SharePartition, ShareSnapshot};
 use weir_share::records::ShareKey;
 
 use crate::coordinator::hosting::Hosting;
+use crate::error::BrokerError;
 
 /// A member's share session with one core: the partitions it fetches
 /// here and the epoch its next request must carry.
@@ -24,6 +25,13 @@ pub struct Session {
     pub partitions: BTreeSet<(String, u32)>,
     /// When it was last used (ms since the epoch).
     pub used_ms: i64,
+    /// Acknowledgements answered before they were stored (fetches that
+    /// asked for it, `acks_later`), by share partition: the change a
+    /// store must cover and the partition's leader epoch then. A request
+    /// that only acknowledges, and the session's close, wait for them.
+    pub unstored: HashMap<ShareKey, (u64, u32)>,
+    /// Stores of those that failed, named in the session's next answer.
+    pub store_failures: HashMap<ShareKey, BrokerError>,
 }
 
 /// What one core holds of share groups.

@@ -2,7 +2,7 @@
 //! share fetches and acknowledgements, expiry ([`super`] says where each
 //! runs).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -134,6 +134,11 @@ pub struct ShareRequest {
     pub max_bytes: u64,
     /// How long to wait when nothing can be acquired.
     pub max_wait_ms: u32,
+    /// Answer a fetch without waiting for its acknowledgements to be
+    /// stored (the native ShareFetch v2's `acks_later`): a store that
+    /// fails is named in the session's next answer, and a request that
+    /// only acknowledges (or closes the session) waits for them all.
+    pub acks_later: bool,
 }
 
 impl ShareRequest {
@@ -155,6 +160,7 @@ impl ShareRequest {
             acquire_mode: AcquireMode::BatchOptimized,
             max_bytes: 0,
             max_wait_ms: 0,
+            acks_later: false,
         }
     }
 }
@@ -206,6 +212,12 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
         .iter()
         .map(|p| (p.topic.clone(), p.partition))
         .collect();
+    // A request that only acknowledges, or closes the session, answers
+    // once the acknowledgements its fetches answered early are stored.
+    let acks_only = req.max_records == 0 || req.epoch == -1;
+    let mut unstored = Vec::new();
+    // The failures a closing session had not named yet.
+    let mut close_failures = None;
     let partitions = {
         let mut sessions = core.shares.sessions.borrow_mut();
         match req.epoch {
@@ -215,13 +227,23 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                         "{SESSIONS_MAX} share sessions on this core: retry later"
                     )));
                 }
+                // A session opened again keeps what the old one had not
+                // stored yet.
+                let old = sessions.remove(&key).unwrap_or_default();
                 let s = Session {
                     epoch: 1,
                     partitions: named.iter().cloned().collect(),
                     used_ms: core.storage.now_ms(),
+                    unstored: old.unstored,
+                    store_failures: old.store_failures,
                 };
                 let all = s.partitions.clone();
                 sessions.insert(key.clone(), s);
+                if acks_only {
+                    if let Some(s) = sessions.get_mut(&key) {
+                        unstored = s.unstored.drain().collect();
+                    }
+                }
                 all
             }
             e => {
@@ -261,8 +283,12 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                 s.epoch = next_epoch(s.epoch);
                 s.used_ms = core.storage.now_ms();
                 let all = s.partitions.clone();
+                if acks_only {
+                    unstored = s.unstored.drain().collect();
+                }
                 if e == -1 {
-                    sessions.remove(&key);
+                    let gone = sessions.remove(&key).unwrap_or_default();
+                    close_failures = Some(gone.store_failures);
                 }
                 all
             }
@@ -310,15 +336,20 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                                 "share acknowledgement refused");
                             a.ack_error = Some(e);
                         }
-                        // Durable before it is answered.
+                        // Durable before it is answered (or, asked so, before
+                        // the session's next acknowledgement is).
                         Ok(true) => {
                             let seq = core.shares.changed(&k);
                             let epoch = core.shares.parts.borrow().get(&k).map_or(0, |(e, _)| *e);
-                            let (core, key) = (core.clone(), k.clone());
-                            let task = glommio::spawn_local(async move {
-                                persist(&core, &key, seq, epoch).await
-                            });
-                            stores.push((k, task));
+                            if req.acks_later && !acks_only {
+                                store_later(core, &key, k, seq, epoch);
+                            } else {
+                                let (core, key) = (core.clone(), k.clone());
+                                let task = glommio::spawn_local(async move {
+                                    persist(&core, &key, seq, epoch).await
+                                });
+                                stores.push((k, task));
+                            }
                         }
                         Ok(false) => {}
                     }
@@ -336,8 +367,10 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
     if !released.is_empty() {
         core.shares.wake();
     }
-    if closing || req.max_records == 0 {
+    if acks_only {
         settle(stores, &mut answers).await;
+        let stored = settle_unstored(core, unstored, &mut answers).await;
+        name_store_failures(core, &key, close_failures, &stored, &mut answers);
         return Ok(answers);
     }
     let timed = |stage: ShareStage, since: Instant| {
@@ -365,6 +398,7 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
         settle(stores, &mut answers).await;
         timed(ShareStage::Store, at);
     }
+    name_store_failures(core, &key, None, &[], &mut answers);
     if req.epoch == 0 {
         // A new session answers every partition it holds.
         for (topic, partition) in &partitions {
@@ -381,6 +415,108 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
         }
     }
     Ok(answers)
+}
+
+/// Stores share partition `k`'s change `seq` (acknowledgements of
+/// `session`, answered before they are stored) in a task of its own: the
+/// session notes the change unstored until then, and the failure if the
+/// store fails.
+fn store_later(core: &Rc<Core>, session: &(String, String), k: ShareKey, seq: u64, epoch: u32) {
+    if let Some(s) = core.shares.sessions.borrow_mut().get_mut(session) {
+        let e = s.unstored.entry(k.clone()).or_insert((seq, epoch));
+        *e = (e.0.max(seq), epoch);
+    }
+    let (core, session) = (core.clone(), session.clone());
+    glommio::spawn_local(async move {
+        let started = Instant::now();
+        let outcome = persist(&core, &k, seq, epoch).await;
+        core.metrics
+            .share_stage(ShareStage::StoreLater, started.elapsed());
+        let mut sessions = core.shares.sessions.borrow_mut();
+        let Some(s) = sessions.get_mut(&session) else {
+            return;
+        };
+        match outcome {
+            Ok(()) => {
+                // Stored, and every change of the partition before it
+                // (a failed store's too): unless a later change waits.
+                s.store_failures.remove(&k);
+                if s.unstored.get(&k).is_some_and(|(covers, _)| *covers <= seq) {
+                    s.unstored.remove(&k);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(share_partition = ?k, error = %e,
+                    "acknowledgements answered early could not be stored");
+                s.store_failures.insert(k, e);
+            }
+        }
+    })
+    .detach();
+}
+
+/// Waits for the stores of acknowledgements a session's fetches answered
+/// early (`unstored`, taken from the session), storing what no store
+/// covers yet; a failure is noted on its partition's answer. Answers the
+/// share partitions now stored.
+async fn settle_unstored(
+    core: &Rc<Core>,
+    unstored: Vec<(ShareKey, (u64, u32))>,
+    answers: &mut Vec<PartAnswer>,
+) -> Vec<ShareKey> {
+    let mut stored = Vec::new();
+    for (k, (seq, epoch)) in unstored {
+        match persist(core, &k, seq, epoch).await {
+            Ok(()) => stored.push(k),
+            Err(e) => note_store_failure(answers, &k, e),
+        }
+    }
+    stored
+}
+
+/// Names in `answers` the stores of early-answered acknowledgements that
+/// failed since the session's last answer (`closed`: those of the
+/// session this request closed), but those `stored` since.
+fn name_store_failures(
+    core: &Core,
+    session: &(String, String),
+    closed: Option<HashMap<ShareKey, BrokerError>>,
+    stored: &[ShareKey],
+    answers: &mut Vec<PartAnswer>,
+) {
+    let failures = closed.or_else(|| {
+        core.shares
+            .sessions
+            .borrow_mut()
+            .get_mut(session)
+            .map(|s| std::mem::take(&mut s.store_failures))
+    });
+    for (k, e) in failures.into_iter().flatten() {
+        if stored.contains(&k) {
+            continue;
+        }
+        note_store_failure(answers, &k, e);
+    }
+}
+
+/// Notes on share partition `k`'s answer (added if there is none) that
+/// acknowledgements applied there could not be stored.
+fn note_store_failure(answers: &mut Vec<PartAnswer>, k: &ShareKey, e: BrokerError) {
+    match answers
+        .iter_mut()
+        .find(|a| a.topic == k.topic && a.partition == k.partition)
+    {
+        Some(a) => {
+            a.store_error.get_or_insert(e);
+        }
+        None => answers.push(PartAnswer {
+            topic: k.topic.clone(),
+            partition: k.partition,
+            store_error: Some(e),
+            acked: true,
+            ..Default::default()
+        }),
+    }
 }
 
 /// Waits for the stores of acknowledged state, noting a failed one on
@@ -759,6 +895,24 @@ fn unavailable(k: &ShareKey, e: BrokerError) -> BrokerError {
     }
 }
 
+/// The share-store test hook: while the file this variable names
+/// exists, every store of a share partition's state waits before it
+/// writes (holding that partition's store line). For tests of what a
+/// share request waits for; without the variable it costs nothing (read
+/// once). Never set it on a production broker.
+pub const STORE_GATE_ENV: &str = "WEIR_TEST_SHARE_STORE_GATE";
+
+/// Waits while the share-store test hook's file exists ([`STORE_GATE_ENV`]).
+async fn store_gate() {
+    static GATE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let Some(gate) = GATE.get_or_init(|| std::env::var_os(STORE_GATE_ENV).map(Into::into)) else {
+        return;
+    };
+    while gate.exists() {
+        glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// Stores share partition `k`'s state, unless a store that finished
 /// since covers change `seq` (then that store made it durable). The
 /// snapshot is taken under the partition's store lock, so stores land in
@@ -800,6 +954,7 @@ async fn persist(core: &Rc<Core>, k: &ShareKey, seq: u64, epoch: u32) -> Result<
         .borrow()
         .get(k)
         .map(|(_, sp)| sp.snapshot());
+    store_gate().await;
     if let Some(s) = snap {
         super::state::store(core, k, Some(&s))
             .await

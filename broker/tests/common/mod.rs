@@ -37,6 +37,24 @@ impl Broker {
         )
     }
 
+    /// [`Broker::start_with`] with environment variables set (the test
+    /// hooks').
+    pub fn start_with_env(
+        dir: &Path,
+        cores: usize,
+        extra: &[&str],
+        env: &[(&str, &Path)],
+    ) -> Broker {
+        let mut b = Node::builder(env!("CARGO_BIN_EXE_weir"))
+            .data_dir(dir)
+            .cores(cores)
+            .args(extra);
+        for (k, v) in env {
+            b = b.env(k, v);
+        }
+        Broker(b.start())
+    }
+
     /// [`Broker::start_with`], with the OTLP receivers on free ports.
     pub fn start_otlp(dir: &Path, cores: usize, extra: &[&str]) -> Broker {
         Broker::start_otlp_on(dir, cores, ("127.0.0.1:0", "127.0.0.1:0"), extra)

@@ -116,13 +116,17 @@ fn eight_sdk_share_consumers_get_every_record_exactly_once_whoever_wrote_it() {
         produce(addr, "sdk-made", 0, 2_000).await;
     });
     // The broker timed the fetches' stages: acquisitions, and the stores
-    // of the acceptances they carried.
+    // of the acceptances they carried (answered before them: the SDK's
+    // polls ask so).
     let text = crate::common::scrape(b.metrics);
     let count = |stage: &str| {
         let prefix = format!("weir_share_fetch_stage_seconds_count{{stage=\"{stage}\",");
         crate::common::samples(&text, &prefix)
     };
-    assert!(count("acquire") > 0.0 && count("store") > 0.0, "{text}");
+    assert!(
+        count("acquire") > 0.0 && count("store_later") > 0.0,
+        "{text}"
+    );
     let out = python_script("share.py", &[&kafka, "sdk-made", "read", "2000"]);
     assert!(out.contains("\ndone"), "{out}");
     b.stop();
@@ -346,6 +350,7 @@ fn bad_share_acknowledgements_are_refused_and_change_nothing() {
             max_records: u32::MAX,
             acquire_mode: 0,
             max_bytes: u32::MAX,
+            acks_later: false,
             partitions: vec![part(acks)],
             forgotten: vec![],
         };
@@ -529,6 +534,7 @@ fn record_limit_acquires_part_of_a_batch_and_leaves_the_rest_to_others() {
             max_records: 7,
             acquire_mode: 1,
             max_bytes: 1 << 20,
+            acks_later: false,
             partitions: vec![SharePartitionRequest {
                 topic: "strict".into(),
                 partition: 0,
@@ -1006,5 +1012,129 @@ fn transaction_markers_do_not_hold_back_a_share_groups_start_offset() {
         assert_eq!(share_start_offset(&b, "gaps", "txed"), 33);
         c.close().await.unwrap();
     });
+    b.stop();
+}
+
+/// A fetch that asks for its acknowledgements to be answered later
+/// (native ShareFetch v2's `acks_later`, what the SDK's polls send) gets
+/// its records while the share state's store is held back (the broker's
+/// share-store test hook); the session's next ShareAcknowledge — empty,
+/// as `commit_sync` sends when a poll carried everything — is answered
+/// only once that store is done; and then the acknowledgements survive
+/// the broker's SIGKILL: a new member is handed exactly the records not
+/// acknowledged.
+#[test]
+fn acknowledgements_answered_later_are_stored_before_the_sessions_next_acknowledgement() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = tempfile::tempdir().unwrap();
+    let gate = hooks.path().join("share-store-gate");
+    let env = [(weir_broker::share::STORE_GATE_ENV, gate.as_path())];
+    let b = Broker::start_with_env(dir.path(), 1, &FLAGS, &env);
+    let addr = b.listen;
+    let rt = runtime();
+    rt.block_on(async {
+        let client = Arc::new(Client::connect(addr).await.unwrap());
+        client.create_topic("later", 1, vec![]).await.unwrap();
+        produce_over(addr, "later", 0, 20, 1).await;
+        let hb = client
+            .share_group_heartbeat(&ShareGroupHeartbeatRequest {
+                group: "later-g".into(),
+                member_id: "m1".into(),
+                member_epoch: 0,
+                topics: Some(vec!["later".into()]),
+            })
+            .await
+            .unwrap();
+        assert_eq!(hb.error, 0, "{:?}", hb.message);
+        let fetch = |epoch: i32, acks: Vec<ShareAckBatch>| ShareFetchRequest {
+            group: "later-g".into(),
+            member_id: "m1".into(),
+            session_epoch: epoch,
+            max_wait_ms: 500,
+            max_records: 10,
+            acquire_mode: 1,
+            max_bytes: 1 << 20,
+            acks_later: true,
+            partitions: vec![SharePartitionRequest {
+                topic: "later".into(),
+                partition: 0,
+                acks,
+            }],
+            forgotten: vec![],
+        };
+        let ranges = |r: &weir_proto::messages::ShareFetchResponse| -> Vec<(u64, u64)> {
+            r.partitions
+                .iter()
+                .flat_map(|p| p.acquired.iter().map(|a| (a.first, a.last)))
+                .collect()
+        };
+        let (r, _) = client
+            .share_fetch(&fetch(0, vec![]), Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!((r.error, ranges(&r)), (0, vec![(0, 9)]), "{r:?}");
+        // Stores held back: the fetch that accepts 0..=9 is answered with
+        // the next ten all the same.
+        std::fs::write(&gate, b"").unwrap();
+        let accept = vec![ShareAckBatch {
+            first: 0,
+            last: 9,
+            types: vec![1],
+        }];
+        let (r, _) = tokio::time::timeout(
+            Duration::from_secs(20),
+            client.share_fetch(&fetch(1, accept), Duration::ZERO),
+        )
+        .await
+        .expect("a fetch with acks_later is answered while its store waits")
+        .unwrap();
+        assert_eq!((r.error, ranges(&r)), (0, vec![(10, 19)]), "{r:?}");
+        assert_eq!(r.partitions[0].ack_error, 0, "{r:?}");
+        // The session's acknowledgement waits for the store.
+        let acking = {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .share_acknowledge(&ShareAcknowledgeRequest {
+                        group: "later-g".into(),
+                        member_id: "m1".into(),
+                        session_epoch: 2,
+                        partitions: vec![],
+                    })
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!acking.is_finished(), "answered before the store was done");
+        std::fs::remove_file(&gate).unwrap();
+        let r = acking.await.unwrap().unwrap();
+        assert_eq!(r.error, 0, "{r:?}");
+        assert!(r.partitions.iter().all(|p| p.ack_error == 0), "{r:?}");
+    });
+    b.kill();
+    let b = Broker::start_with(dir.path(), 1, &FLAGS);
+    let addr = b.listen;
+    let got = rt.block_on(async {
+        let mut m2 = ShareConsumer::new(
+            Client::connect(addr).await.unwrap(),
+            member("later-g", false),
+        );
+        m2.subscribe(&["later"]).unwrap();
+        let mut got = BTreeSet::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got.len() < 10 && Instant::now() < deadline {
+            for r in m2.poll(Duration::from_millis(500)).await.unwrap() {
+                assert!(got.insert(r.record.offset), "{} twice", r.record.offset);
+            }
+        }
+        // Nothing more comes.
+        m2.commit_sync().await.unwrap();
+        for r in m2.poll(Duration::from_millis(500)).await.unwrap() {
+            got.insert(r.record.offset);
+        }
+        m2.close().await.unwrap();
+        got
+    });
+    assert_eq!(got, (10..20).collect::<BTreeSet<u64>>());
     b.stop();
 }
