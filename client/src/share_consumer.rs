@@ -21,10 +21,13 @@
 //! delivers again only records that were acquired and not acknowledged.
 //! Acknowledgements that travel with a poll's fetch do not hold its
 //! records back: the broker answers the fetch at once and stores them
-//! meanwhile (native ShareFetch v2's `acks_later`); a store that fails is
-//! reported by a later poll, and a failover before they are stored may
-//! deliver those records again (at least once). Call `commit_sync` where
-//! that matters.
+//! meanwhile (native ShareFetch v2's `acks_later`); a store that fails
+//! meanwhile is named in a later fetch's answer (a poll that brings no
+//! records returns it; one that does logs it), and a failover before they
+//! are stored may deliver those records again (at least once).
+//! `commit_sync` waits until every acknowledgement so far is stored
+//! (storing again what failed) and returns a failure: call it where that
+//! matters.
 //!
 //! ## Implicit and explicit acknowledgement
 //!
