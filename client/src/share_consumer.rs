@@ -243,6 +243,10 @@ pub struct ShareConsumer {
     /// Records fetched and not yet handed out (a fetch `commit_sync`
     /// waited for).
     buffered: Vec<(SocketAddr, ShareRecord)>,
+    /// Cores whose session was lost (an error) while acknowledgements it
+    /// carried were not known to be stored: the next `commit_sync` (or
+    /// `close`) says so instead of answering that all is stored.
+    unconfirmed: BTreeSet<SocketAddr>,
 }
 
 /// Each core's answer to a round of fetches.
@@ -310,6 +314,7 @@ impl ShareConsumer {
             lock_timeout: Duration::from_secs(30),
             out: None,
             buffered: Vec::new(),
+            unconfirmed: BTreeSet::new(),
         }
     }
 
@@ -704,7 +709,7 @@ impl ShareConsumer {
                 Err(e) => {
                     // Whether the broker served it is unknown: a new
                     // session; and where its partitions live is asked again.
-                    if let Some(s) = self.sessions.remove(&addr) {
+                    if let Some(s) = self.drop_session(addr) {
                         for (topic, _) in &s.partitions {
                             self.router.forget_topic(topic);
                         }
@@ -736,7 +741,7 @@ impl ShareConsumer {
         if body.error != 0 {
             // The whole request was refused (its acknowledgements too);
             // a new session is opened by the next fetch.
-            self.sessions.remove(&addr);
+            self.drop_session(addr);
             return Err(group_error(&self.config.group_id, body.error, body.message));
         }
         if body.lock_timeout_ms > 0 {
@@ -886,26 +891,63 @@ impl ShareConsumer {
         }
         match client.share_acknowledge(&req).await {
             Ok(body) => {
-                // Answered: everything acknowledged before is stored (or
-                // its failure named in this answer).
-                if let Some(s) = self.sessions.get_mut(&addr) {
-                    s.unstored = false;
+                // Answered without a failure: everything acknowledged
+                // before is stored (a failure named here is stored again
+                // by the next acknowledgement).
+                if body.error == 0 && body.partitions.iter().all(|p| p.ack_error == 0) {
+                    if let Some(s) = self.sessions.get_mut(&addr) {
+                        s.unstored = false;
+                    }
                 }
                 let mut ignored = Vec::new();
                 self.take_answer(addr, body, &bytes::Bytes::new(), &mut ignored, true)
             }
             Err(e) => {
-                self.sessions.remove(&addr);
+                self.drop_session(addr);
                 Err(e)
             }
         }
     }
 
+    /// Forgets the session with `addr` (a new one is opened by the next
+    /// fetch there), noting when acknowledgements it carried were not
+    /// known to be stored.
+    fn drop_session(&mut self, addr: SocketAddr) -> Option<Session> {
+        let s = self.sessions.remove(&addr)?;
+        if s.unstored {
+            self.unconfirmed.insert(addr);
+        }
+        Some(s)
+    }
+
+    /// The error for sessions lost with acknowledgements not known to be
+    /// stored (once: they are forgotten).
+    fn take_unconfirmed(&mut self) -> Option<ClientError> {
+        if self.unconfirmed.is_empty() {
+            return None;
+        }
+        let lost: Vec<String> = std::mem::take(&mut self.unconfirmed)
+            .iter()
+            .map(SocketAddr::to_string)
+            .collect();
+        Some(ClientError::Group {
+            group: self.config.group_id.clone(),
+            code: ErrorCode::ShareSessionNotFound,
+            message: format!(
+                "acknowledgements sent with earlier polls to {} may not be stored: that share \
+                 session was lost; their records may be delivered again",
+                lost.join(", ")
+            ),
+        })
+    }
+
     /// Sends the acknowledgements given (in implicit mode, the acceptance
     /// of every record returned) and waits until the broker stored them
     /// and those earlier polls sent (a poll's fetch is answered before
-    /// its acknowledgements are stored); the first refusal is returned (`InvalidRecordState`: the records'
-    /// lock expired, or they were never this member's).
+    /// its acknowledgements are stored); the first refusal or failure is
+    /// returned (`InvalidRecordState`: the records' lock expired, or they
+    /// were never this member's; `ShareSessionNotFound`: a session that
+    /// carried acknowledgements was lost before they were known stored).
     pub async fn commit_sync(&mut self) -> Result<()> {
         self.settle_out().await?;
         self.accept_implicitly();
@@ -923,7 +965,9 @@ impl ShareConsumer {
                 first.get_or_insert(e);
             }
         }
-        first.map_or(Ok(()), Err)
+        first
+            .or_else(|| self.take_unconfirmed())
+            .map_or(Ok(()), Err)
     }
 
     /// Leaves the group: acknowledges what was given (implicit mode:
@@ -950,7 +994,9 @@ impl ShareConsumer {
             let _ = h.await;
         }
         settled?;
-        first.map_or(Ok(()), Err)
+        first
+            .or_else(|| self.take_unconfirmed())
+            .map_or(Ok(()), Err)
     }
 }
 

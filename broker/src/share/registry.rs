@@ -26,12 +26,14 @@ pub struct Session {
     /// When it was last used (ms since the epoch).
     pub used_ms: i64,
     /// Acknowledgements answered before they were stored (fetches that
-    /// asked for it, `acks_later`), by share partition: the change a
-    /// store must cover and the partition's leader epoch then. A request
-    /// that only acknowledges, and the session's close, wait for them.
-    pub unstored: HashMap<ShareKey, (u64, u32)>,
+    /// asked for it, `acks_later`), by share partition and the
+    /// partition's leader epoch they were made under: the change a store
+    /// must cover. A request that only acknowledges, and the session's
+    /// close, wait for them (a change of another epoch is not covered by
+    /// this epoch's stores: kept apart, it fails alone).
+    pub unstored: HashMap<(ShareKey, u32), u64>,
     /// Stores of those that failed, named in the session's next answer.
-    pub store_failures: HashMap<ShareKey, BrokerError>,
+    pub store_failures: HashMap<(ShareKey, u32), BrokerError>,
 }
 
 /// What one core holds of share groups.
@@ -78,6 +80,11 @@ pub(crate) struct StoreLine {
     pub(crate) changed: Cell<u64>,
     /// Changes covered by a finished store.
     pub(crate) stored: Cell<u64>,
+    /// A store of acknowledgements answered early waits for the lock and
+    /// has not taken its snapshot yet: it will cover changes made until
+    /// then, so no other is queued (stores do not pile up while one is
+    /// slow or failing).
+    pub(crate) later_queued: Cell<bool>,
 }
 
 impl Shares {
@@ -91,6 +98,7 @@ impl Shares {
                     lock: glommio::sync::Semaphore::new(1),
                     changed: Cell::new(0),
                     stored: Cell::new(0),
+                    later_queued: Cell::new(false),
                 })
             })
             .clone()

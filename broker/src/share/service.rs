@@ -346,7 +346,7 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                             } else {
                                 let (core, key) = (core.clone(), k.clone());
                                 let task = glommio::spawn_local(async move {
-                                    persist(&core, &key, seq, epoch).await
+                                    persist(&core, &key, seq, epoch, false).await
                                 });
                                 stores.push((k, task));
                             }
@@ -369,7 +369,8 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
     }
     if acks_only {
         settle(stores, &mut answers).await;
-        let stored = settle_unstored(core, unstored, &mut answers).await;
+        let requeue = (!closing).then_some(&key);
+        let stored = settle_unstored(core, unstored, requeue, &mut answers).await;
         name_store_failures(core, &key, close_failures, &stored, &mut answers);
         return Ok(answers);
     }
@@ -420,35 +421,41 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
 /// Stores share partition `k`'s change `seq` (acknowledgements of
 /// `session`, answered before they are stored) in a task of its own: the
 /// session notes the change unstored until then, and the failure if the
-/// store fails.
+/// store fails. A store of such changes already waiting for the
+/// partition's store line covers this one too: none is queued behind it.
 fn store_later(core: &Rc<Core>, session: &(String, String), k: ShareKey, seq: u64, epoch: u32) {
     if let Some(s) = core.shares.sessions.borrow_mut().get_mut(session) {
-        let e = s.unstored.entry(k.clone()).or_insert((seq, epoch));
-        *e = (e.0.max(seq), epoch);
+        let e = s.unstored.entry((k.clone(), epoch)).or_insert(seq);
+        *e = (*e).max(seq);
+    }
+    let line = core.shares.store_line(&k);
+    if line.later_queued.replace(true) {
+        return;
     }
     let (core, session) = (core.clone(), session.clone());
     glommio::spawn_local(async move {
         let started = Instant::now();
-        let outcome = persist(&core, &k, seq, epoch).await;
+        let outcome = persist(&core, &k, seq, epoch, true).await;
         core.metrics
             .share_stage(ShareStage::StoreLater, started.elapsed());
         let mut sessions = core.shares.sessions.borrow_mut();
         let Some(s) = sessions.get_mut(&session) else {
             return;
         };
+        let at = (k, epoch);
         match outcome {
             Ok(()) => {
-                // Stored, and every change of the partition before it
-                // (a failed store's too): unless a later change waits.
-                s.store_failures.remove(&k);
-                if s.unstored.get(&k).is_some_and(|(covers, _)| *covers <= seq) {
-                    s.unstored.remove(&k);
+                // Stored, and every change of the partition at this epoch
+                // before it (a failed store's too): unless a later one waits.
+                s.store_failures.remove(&at);
+                if s.unstored.get(&at).is_some_and(|covers| *covers <= seq) {
+                    s.unstored.remove(&at);
                 }
             }
             Err(e) => {
-                tracing::debug!(share_partition = ?k, error = %e,
+                tracing::debug!(share_partition = ?at.0, error = %e,
                     "acknowledgements answered early could not be stored");
-                s.store_failures.insert(k, e);
+                s.store_failures.insert(at, e);
             }
         }
     })
@@ -457,18 +464,29 @@ fn store_later(core: &Rc<Core>, session: &(String, String), k: ShareKey, seq: u6
 
 /// Waits for the stores of acknowledgements a session's fetches answered
 /// early (`unstored`, taken from the session), storing what no store
-/// covers yet; a failure is noted on its partition's answer. Answers the
-/// share partitions now stored.
+/// covers yet; a failure is noted on its partition's answer and, unless
+/// the session closed (`requeue`: the session), noted unstored again for
+/// its next acknowledgement to store. Answers the share partitions now
+/// stored.
 async fn settle_unstored(
     core: &Rc<Core>,
-    unstored: Vec<(ShareKey, (u64, u32))>,
+    unstored: Vec<((ShareKey, u32), u64)>,
+    requeue: Option<&(String, String)>,
     answers: &mut Vec<PartAnswer>,
-) -> Vec<ShareKey> {
+) -> Vec<(ShareKey, u32)> {
     let mut stored = Vec::new();
-    for (k, (seq, epoch)) in unstored {
-        match persist(core, &k, seq, epoch).await {
-            Ok(()) => stored.push(k),
-            Err(e) => note_store_failure(answers, &k, e),
+    for ((k, epoch), seq) in unstored {
+        match persist(core, &k, seq, epoch, false).await {
+            Ok(()) => stored.push((k, epoch)),
+            Err(e) => {
+                note_store_failure(answers, &k, e);
+                if let Some(r) = requeue {
+                    if let Some(s) = core.shares.sessions.borrow_mut().get_mut(r) {
+                        let at = s.unstored.entry((k.clone(), epoch)).or_insert(seq);
+                        *at = (*at).max(seq);
+                    }
+                }
+            }
         }
     }
     stored
@@ -480,8 +498,8 @@ async fn settle_unstored(
 fn name_store_failures(
     core: &Core,
     session: &(String, String),
-    closed: Option<HashMap<ShareKey, BrokerError>>,
-    stored: &[ShareKey],
+    closed: Option<HashMap<(ShareKey, u32), BrokerError>>,
+    stored: &[(ShareKey, u32)],
     answers: &mut Vec<PartAnswer>,
 ) {
     let failures = closed.or_else(|| {
@@ -491,11 +509,11 @@ fn name_store_failures(
             .get_mut(session)
             .map(|s| std::mem::take(&mut s.store_failures))
     });
-    for (k, e) in failures.into_iter().flatten() {
-        if stored.contains(&k) {
+    for (at, e) in failures.into_iter().flatten() {
+        if stored.contains(&at) {
             continue;
         }
-        note_store_failure(answers, &k, e);
+        note_store_failure(answers, &at.0, e);
     }
 }
 
@@ -917,13 +935,21 @@ async fn store_gate() {
 /// since covers change `seq` (then that store made it durable). The
 /// snapshot is taken under the partition's store lock, so stores land in
 /// the order of the changes.
-async fn persist(core: &Rc<Core>, k: &ShareKey, seq: u64, epoch: u32) -> Result<(), BrokerError> {
+async fn persist(
+    core: &Rc<Core>,
+    k: &ShareKey,
+    seq: u64,
+    epoch: u32,
+    later: bool,
+) -> Result<(), BrokerError> {
     let line = core.shares.store_line(k);
-    let _one = line
-        .lock
-        .acquire_permit(1)
-        .await
-        .map_err(|_| unavailable(k, BrokerError::TimedOut("store lock closed".into())))?;
+    let one = line.lock.acquire_permit(1).await;
+    if later {
+        // From here on a change needs another store.
+        line.later_queued.set(false);
+    }
+    let _one =
+        one.map_err(|_| unavailable(k, BrokerError::TimedOut("store lock closed".into())))?;
     // The change was made under the partition's leader epoch `epoch`: if
     // this core no longer leads it, or the share partition was loaded
     // again since (another leader served it meanwhile), its state is not

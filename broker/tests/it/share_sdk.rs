@@ -1107,7 +1107,11 @@ fn acknowledgements_answered_later_are_stored_before_the_sessions_next_acknowled
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!acking.is_finished(), "answered before the store was done");
         std::fs::remove_file(&gate).unwrap();
-        let r = acking.await.unwrap().unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(20), acking)
+            .await
+            .expect("answered once the store is done")
+            .unwrap()
+            .unwrap();
         assert_eq!(r.error, 0, "{r:?}");
         assert!(r.partitions.iter().all(|p| p.ack_error == 0), "{r:?}");
     });
@@ -1136,5 +1140,90 @@ fn acknowledgements_answered_later_are_stored_before_the_sessions_next_acknowled
         got
     });
     assert_eq!(got, (10..20).collect::<BTreeSet<u64>>());
+    b.stop();
+}
+
+/// The SDK's side of acknowledgements answered later: a poll carries the
+/// last poll's acceptances and is answered while their store is held
+/// back; `commit_sync` (with no acknowledgement of its own left) waits
+/// for that store; after it, the broker's SIGKILL loses none of them.
+#[test]
+fn sdk_commit_sync_waits_for_the_acknowledgements_its_polls_carried() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = tempfile::tempdir().unwrap();
+    let gate = hooks.path().join("share-store-gate");
+    let env = [(weir_broker::share::STORE_GATE_ENV, gate.as_path())];
+    let b = Broker::start_with_env(dir.path(), 1, &FLAGS, &env);
+    let addr = b.listen;
+    let rt = runtime();
+    rt.block_on(async {
+        Client::connect(addr)
+            .await
+            .unwrap()
+            .create_topic("later-sdk", 1, vec![])
+            .await
+            .unwrap();
+        produce_over(addr, "later-sdk", 0, 20, 1).await;
+        let mut c = ShareConsumer::new(
+            Client::connect(addr).await.unwrap(),
+            member("later-sdk-g", false),
+        );
+        c.subscribe(&["later-sdk"]).unwrap();
+        let mut got = 0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got < 20 && Instant::now() < deadline {
+            got += c.poll(Duration::from_millis(500)).await.unwrap().len();
+        }
+        assert_eq!(got, 20);
+        // This poll's fetch accepts the 20; their store is held back and
+        // the poll is answered all the same.
+        std::fs::write(&gate, b"").unwrap();
+        let more =
+            tokio::time::timeout(Duration::from_secs(20), c.poll(Duration::from_millis(200)))
+                .await
+                .expect("a poll is not held back by its acknowledgements' store")
+                .unwrap();
+        assert!(more.is_empty(), "{more:?}");
+        let committing = tokio::spawn(async move {
+            let r = c.commit_sync().await;
+            (c, r)
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !committing.is_finished(),
+            "commit_sync returned before the store was done"
+        );
+        std::fs::remove_file(&gate).unwrap();
+        let (c, r) = tokio::time::timeout(Duration::from_secs(20), committing)
+            .await
+            .expect("commit_sync returns once the store is done")
+            .unwrap();
+        r.unwrap();
+        // Dropped without a goodbye: nothing is left to store.
+        drop(c);
+    });
+    b.kill();
+    let b = Broker::start_with(dir.path(), 1, &FLAGS);
+    let addr = b.listen;
+    let again = rt.block_on(async {
+        let mut c = ShareConsumer::new(
+            Client::connect(addr).await.unwrap(),
+            member("later-sdk-g", false),
+        );
+        c.subscribe(&["later-sdk"]).unwrap();
+        // A record written after the restart: once it comes, anything
+        // of the first 20 would have come before it.
+        produce_over(addr, "later-sdk", 20, 21, 1).await;
+        let mut again = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !again.contains(&20) && Instant::now() < deadline {
+            for r in c.poll(Duration::from_millis(500)).await.unwrap() {
+                again.push(r.record.offset);
+            }
+        }
+        c.close().await.unwrap();
+        again
+    });
+    assert_eq!(again, vec![20], "only the new record, none delivered again");
     b.stop();
 }
