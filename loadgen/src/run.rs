@@ -855,7 +855,8 @@ fn share_poll_records(configured: Option<u32>) -> u32 {
 
 /// One member of a share-group subscription: joins (counted once its
 /// assignment is its share of the group's, at most `fair` partitions),
-/// waits until all `members` have, then reads and accepts records. With
+/// waits until all `members` have (a drain: until it is measured), then
+/// reads and accepts records. With
 /// `open_first` (producers start once every member joined) its first
 /// poll, before it counts as joined, opens its share sessions: they
 /// start the share partitions at the log's end before a record is sent.
@@ -899,7 +900,17 @@ async fn consume_share(
         first = consumer.poll(Duration::from_millis(100)).await?;
     }
     shared.consumers_joined.fetch_add(1, Ordering::Relaxed);
-    while shared.consumers_joined.load(Ordering::Relaxed) < members && Instant::now() < deadline {
+    // A drain (`open_first` off: `--mode consume`) starts when it is
+    // measured from — records taken before would be counted before its
+    // start and worked on inside it; otherwise once every member joined.
+    let go = |s: &Shared| {
+        if open_first {
+            s.consumers_joined.load(Ordering::Relaxed) >= members
+        } else {
+            s.measured()
+        }
+    };
+    while !go(&shared) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     while !shared.stop_consuming.load(Ordering::Relaxed) {
