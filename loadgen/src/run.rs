@@ -855,11 +855,13 @@ fn share_poll_records(configured: Option<u32>) -> u32 {
 
 /// One member of a share-group subscription: joins (counted once its
 /// assignment is its share of the group's, at most `fair` partitions),
-/// waits until all `members` have (a drain: until it is measured), then
-/// reads and accepts records. With
-/// `open_first` (producers start once every member joined) its first
-/// poll, before it counts as joined, opens its share sessions: they
-/// start the share partitions at the log's end before a record is sent.
+/// then reads and accepts records — in a drain (`open_first` off:
+/// `--mode consume`) not before the drain is measured from, since
+/// records taken earlier would be counted before its start and worked on
+/// inside it. With `open_first` (producers start once every member
+/// joined) its first poll, before it counts as joined, opens its share
+/// sessions: they start the share partitions at the log's end before a
+/// record is sent.
 ///
 /// A member's assignment moves only with its heartbeats (every 5 s by
 /// default): the first members to join hold more partitions than their
@@ -875,7 +877,7 @@ async fn consume_share(
     bootstrap: SocketAddr,
     processing_us: u64,
     (max_records, mode): (Option<u32>, ShareAcquireMode),
-    (fair, members, open_first): (usize, u64, bool),
+    (fair, open_first): (usize, bool),
     shared: Arc<Shared>,
 ) -> anyhow::Result<()> {
     let client = Client::connect_with(bootstrap, shared.client.clone()).await?;
@@ -900,17 +902,7 @@ async fn consume_share(
         first = consumer.poll(Duration::from_millis(100)).await?;
     }
     shared.consumers_joined.fetch_add(1, Ordering::Relaxed);
-    // A drain (`open_first` off: `--mode consume`) starts when it is
-    // measured from — records taken before would be counted before its
-    // start and worked on inside it; otherwise once every member joined.
-    let go = |s: &Shared| {
-        if open_first {
-            s.consumers_joined.load(Ordering::Relaxed) >= members
-        } else {
-            s.measured()
-        }
-    };
-    while !go(&shared) && Instant::now() < deadline {
+    while !open_first && !shared.measured() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     while !shared.stop_consuming.load(Ordering::Relaxed) {
@@ -1188,9 +1180,6 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                             (
                                 (w.partitions_per_topic as usize)
                                     .div_ceil(w.consumer_per_subscription.max(1) as usize),
-                                u64::from(w.consumer_per_subscription.max(1))
-                                    * u64::from(w.subscriptions_per_topic)
-                                    * topics.len() as u64,
                                 opts.mode != Mode::Consume,
                             ),
                             shared,

@@ -340,8 +340,19 @@ pub const FDATASYNC_EIO_ENV: &str = "WEIR_FAULT_FDATASYNC_EIO";
 /// Whether the fdatasync fault hook is armed now ([`FDATASYNC_EIO_ENV`]).
 pub(crate) fn fdatasync_fails() -> bool {
     static TRIGGER: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
-    TRIGGER
-        .get_or_init(|| std::env::var_os(FDATASYNC_EIO_ENV).map(std::path::PathBuf::from))
+    file_hook_armed(&TRIGGER, FDATASYNC_EIO_ENV)
+}
+
+/// Whether a file-triggered test hook is armed now: the environment
+/// variable `env` names a file (read once, into `trigger`); the hook is
+/// armed while that file exists. Without the variable it costs one
+/// `OnceLock` read.
+pub fn file_hook_armed(
+    trigger: &'static std::sync::OnceLock<Option<std::path::PathBuf>>,
+    env: &str,
+) -> bool {
+    trigger
+        .get_or_init(|| std::env::var_os(env).map(std::path::PathBuf::from))
         .as_ref()
         .is_some_and(|t| t.exists())
 }

@@ -36,6 +36,15 @@ pub struct Session {
     pub store_failures: HashMap<(ShareKey, u32), BrokerError>,
 }
 
+impl Session {
+    /// Notes share partition `k`'s change `seq` (made at leader epoch
+    /// `epoch`) answered before it was stored.
+    pub fn note_unstored(&mut self, k: &ShareKey, epoch: u32, seq: u64) {
+        let at = self.unstored.entry((k.clone(), epoch)).or_insert(seq);
+        *at = (*at).max(seq);
+    }
+}
+
 /// What one core holds of share groups.
 #[derive(Default)]
 pub struct Shares {

@@ -229,7 +229,10 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                 }
                 // A session opened again keeps what the old one had not
                 // stored yet.
-                let old = sessions.remove(&key).unwrap_or_default();
+                let mut old = sessions.remove(&key).unwrap_or_default();
+                if acks_only {
+                    unstored = old.unstored.drain().collect();
+                }
                 let s = Session {
                     epoch: 1,
                     partitions: named.iter().cloned().collect(),
@@ -239,11 +242,6 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
                 };
                 let all = s.partitions.clone();
                 sessions.insert(key.clone(), s);
-                if acks_only {
-                    if let Some(s) = sessions.get_mut(&key) {
-                        unstored = s.unstored.drain().collect();
-                    }
-                }
                 all
             }
             e => {
@@ -425,8 +423,7 @@ pub async fn fetch(core: &Rc<Core>, req: ShareRequest) -> Result<Vec<PartAnswer>
 /// partition's store line covers this one too: none is queued behind it.
 fn store_later(core: &Rc<Core>, session: &(String, String), k: ShareKey, seq: u64, epoch: u32) {
     if let Some(s) = core.shares.sessions.borrow_mut().get_mut(session) {
-        let e = s.unstored.entry((k.clone(), epoch)).or_insert(seq);
-        *e = (*e).max(seq);
+        s.note_unstored(&k, epoch, seq);
     }
     let line = core.shares.store_line(&k);
     if line.later_queued.replace(true) {
@@ -482,8 +479,7 @@ async fn settle_unstored(
                 note_store_failure(answers, &k, e);
                 if let Some(r) = requeue {
                     if let Some(s) = core.shares.sessions.borrow_mut().get_mut(r) {
-                        let at = s.unstored.entry((k.clone(), epoch)).or_insert(seq);
-                        *at = (*at).max(seq);
+                        s.note_unstored(&k, epoch, seq);
                     }
                 }
             }
@@ -923,10 +919,7 @@ pub const STORE_GATE_ENV: &str = "WEIR_TEST_SHARE_STORE_GATE";
 /// Waits while the share-store test hook's file exists ([`STORE_GATE_ENV`]).
 async fn store_gate() {
     static GATE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
-    let Some(gate) = GATE.get_or_init(|| std::env::var_os(STORE_GATE_ENV).map(Into::into)) else {
-        return;
-    };
-    while gate.exists() {
+    while weir_storage::testing::file_hook_armed(&GATE, STORE_GATE_ENV) {
         glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
     }
 }

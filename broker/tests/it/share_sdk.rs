@@ -1015,6 +1015,49 @@ fn transaction_markers_do_not_hold_back_a_share_groups_start_offset() {
     b.stop();
 }
 
+/// The broker's share-store test hook, as a test holds it: while shut,
+/// every store of a share partition's state waits.
+struct StoreGate {
+    file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl StoreGate {
+    /// Holds every share-state store from now on.
+    fn shut(&self) {
+        std::fs::write(&self.file, b"").unwrap();
+    }
+
+    /// Asserts `task` (answered only once the stores held are done) is
+    /// still waiting a moment after the gate shut, opens it, and returns
+    /// what the task gives then.
+    async fn hold_then_open<T>(&self, task: tokio::task::JoinHandle<T>, what: &str) -> T {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !task.is_finished(),
+            "{what} answered before the store was done"
+        );
+        std::fs::remove_file(&self.file).unwrap();
+        tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .unwrap_or_else(|_| panic!("{what} answered once the store is done"))
+            .unwrap()
+    }
+}
+
+/// A one-core broker over `dir` with the share-store test hook (open).
+fn start_gated(dir: &std::path::Path) -> (Broker, StoreGate) {
+    let hooks = tempfile::tempdir().unwrap();
+    let file = hooks.path().join("share-store-gate");
+    let b = Broker::start_with_env(
+        dir,
+        1,
+        &FLAGS,
+        &[(weir_broker::share::STORE_GATE_ENV, file.as_path())],
+    );
+    (b, StoreGate { file, _dir: hooks })
+}
+
 /// A fetch that asks for its acknowledgements to be answered later
 /// (native ShareFetch v2's `acks_later`, what the SDK's polls send) gets
 /// its records while the share state's store is held back (the broker's
@@ -1026,10 +1069,7 @@ fn transaction_markers_do_not_hold_back_a_share_groups_start_offset() {
 #[test]
 fn acknowledgements_answered_later_are_stored_before_the_sessions_next_acknowledgement() {
     let dir = tempfile::tempdir().unwrap();
-    let hooks = tempfile::tempdir().unwrap();
-    let gate = hooks.path().join("share-store-gate");
-    let env = [(weir_broker::share::STORE_GATE_ENV, gate.as_path())];
-    let b = Broker::start_with_env(dir.path(), 1, &FLAGS, &env);
+    let (b, gate) = start_gated(dir.path());
     let addr = b.listen;
     let rt = runtime();
     rt.block_on(async {
@@ -1075,7 +1115,7 @@ fn acknowledgements_answered_later_are_stored_before_the_sessions_next_acknowled
         assert_eq!((r.error, ranges(&r)), (0, vec![(0, 9)]), "{r:?}");
         // Stores held back: the fetch that accepts 0..=9 is answered with
         // the next ten all the same.
-        std::fs::write(&gate, b"").unwrap();
+        gate.shut();
         let accept = vec![ShareAckBatch {
             first: 0,
             last: 9,
@@ -1104,13 +1144,9 @@ fn acknowledgements_answered_later_are_stored_before_the_sessions_next_acknowled
                     .await
             })
         };
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!acking.is_finished(), "answered before the store was done");
-        std::fs::remove_file(&gate).unwrap();
-        let r = tokio::time::timeout(Duration::from_secs(20), acking)
+        let r = gate
+            .hold_then_open(acking, "the session's acknowledgement")
             .await
-            .expect("answered once the store is done")
-            .unwrap()
             .unwrap();
         assert_eq!(r.error, 0, "{r:?}");
         assert!(r.partitions.iter().all(|p| p.ack_error == 0), "{r:?}");
@@ -1150,10 +1186,7 @@ fn acknowledgements_answered_later_are_stored_before_the_sessions_next_acknowled
 #[test]
 fn sdk_commit_sync_waits_for_the_acknowledgements_its_polls_carried() {
     let dir = tempfile::tempdir().unwrap();
-    let hooks = tempfile::tempdir().unwrap();
-    let gate = hooks.path().join("share-store-gate");
-    let env = [(weir_broker::share::STORE_GATE_ENV, gate.as_path())];
-    let b = Broker::start_with_env(dir.path(), 1, &FLAGS, &env);
+    let (b, gate) = start_gated(dir.path());
     let addr = b.listen;
     let rt = runtime();
     rt.block_on(async {
@@ -1177,7 +1210,7 @@ fn sdk_commit_sync_waits_for_the_acknowledgements_its_polls_carried() {
         assert_eq!(got, 20);
         // This poll's fetch accepts the 20; their store is held back and
         // the poll is answered all the same.
-        std::fs::write(&gate, b"").unwrap();
+        gate.shut();
         let more =
             tokio::time::timeout(Duration::from_secs(20), c.poll(Duration::from_millis(200)))
                 .await
@@ -1188,16 +1221,7 @@ fn sdk_commit_sync_waits_for_the_acknowledgements_its_polls_carried() {
             let r = c.commit_sync().await;
             (c, r)
         });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(
-            !committing.is_finished(),
-            "commit_sync returned before the store was done"
-        );
-        std::fs::remove_file(&gate).unwrap();
-        let (c, r) = tokio::time::timeout(Duration::from_secs(20), committing)
-            .await
-            .expect("commit_sync returns once the store is done")
-            .unwrap();
+        let (c, r) = gate.hold_then_open(committing, "commit_sync").await;
         r.unwrap();
         // Dropped without a goodbye: nothing is left to store.
         drop(c);
