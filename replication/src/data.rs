@@ -16,7 +16,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -375,8 +375,10 @@ impl DataLink {
         }
     }
 
-    /// Sends a fetch; returns each partition's answer with its batches.
-    pub async fn fetch(&self, req: &ReplicaFetch) -> Result<Vec<(FetchedPart, Bytes)>> {
+    /// Sends a fetch; returns each partition's answer with its batches
+    /// (copied once, out of QUIC's packets: a batch the caller splits off
+    /// with [`BytesMut::split_to`] is its own buffer without another copy).
+    pub async fn fetch(&self, req: &ReplicaFetch) -> Result<Vec<(FetchedPart, BytesMut)>> {
         let (mut send, mut recv) = self.conn.open_bi().await.map_err(open_stream)?;
         write_frame_with_payload(&mut send, &encode(&DataRequest::Fetch(req.clone())), &[]).await?;
         let parts =
@@ -391,14 +393,23 @@ impl DataLink {
             };
         let mut out = Vec::with_capacity(parts.len());
         for p in parts {
-            let mut buf = vec![0u8; p.payload_len as usize];
-            recv.read_exact(&mut buf)
-                .await
-                .map_err(|source| Error::Read {
+            let len = p.payload_len as usize;
+            let mut buf = BytesMut::with_capacity(len);
+            while buf.len() < len {
+                let source = match recv.read_chunk(len - buf.len(), true).await {
+                    Ok(Some(chunk)) => {
+                        buf.extend_from_slice(&chunk.bytes);
+                        continue;
+                    }
+                    Ok(None) => quinn::ReadExactError::FinishedEarly(buf.len()),
+                    Err(e) => quinn::ReadExactError::ReadError(e),
+                };
+                return Err(Error::Read {
                     action: "reading fetched batches",
                     source,
-                })?;
-            out.push((p, Bytes::from(buf)));
+                });
+            }
+            out.push((p, buf));
         }
         Ok(out)
     }

@@ -65,22 +65,25 @@ pub async fn write_frame(send: &mut quinn::SendStream, body: &[u8]) -> Result<()
 }
 
 /// Writes one frame, then `payload` raw (the data plane's batches), and
-/// finishes the stream.
+/// finishes the stream. The payload's buffers go to QUIC as they are
+/// (held until acknowledged), not copied: a leader's answer is the cached
+/// batches themselves.
 pub async fn write_frame_with_payload(
     send: &mut quinn::SendStream,
     body: &[u8],
     payload: &[bytes::Bytes],
 ) -> Result<()> {
-    let mut header = [0u8; HEADER_LEN];
-    header[0] = MAGIC;
-    header[1] = VERSION;
-    header[4..8].copy_from_slice(&(body.len() as u32).to_le_bytes());
-    let write = |source| Error::Write { source };
-    send.write_all(&header).await.map_err(write)?;
-    send.write_all(body).await.map_err(write)?;
-    for p in payload {
-        send.write_all(p).await.map_err(write)?;
-    }
+    let mut head = bytes::BytesMut::with_capacity(HEADER_LEN + body.len());
+    // The header: magic, version, two bytes reserved, the body's length.
+    head.extend_from_slice(&[MAGIC, VERSION, 0, 0]);
+    head.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    head.extend_from_slice(body);
+    let mut chunks = Vec::with_capacity(1 + payload.len());
+    chunks.push(head.freeze());
+    chunks.extend(payload.iter().cloned());
+    send.write_all_chunks(&mut chunks)
+        .await
+        .map_err(|source| Error::Write { source })?;
     send.finish().map_err(|source| Error::Finish { source })?;
     Ok(())
 }

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use weir_proto::batch::BatchHeader;
 use weir_proto::error_code::ErrorCode;
 use weir_replication::data::{DataLink, FetchPart, ReplicaFetch, FETCH_PARTITIONS_MAX};
@@ -233,27 +233,24 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
 /// already holds is skipped.
 async fn append_all(
     r: &Replica,
-    bytes: Bytes,
+    mut bytes: BytesMut,
     follows: &dyn Fn(&Replica) -> bool,
 ) -> Result<(), StorageError> {
-    let mut at = 0usize;
-    while at < bytes.len() {
-        let h = BatchHeader::parse_framed(&bytes[at..]).map_err(|source| {
-            StorageError::InvalidBatch {
-                partition: format!("{}-{}", r.topic, r.partition),
-                source,
-            }
+    while !bytes.is_empty() {
+        let h = BatchHeader::parse_framed(&bytes).map_err(|source| StorageError::InvalidBatch {
+            partition: format!("{}-{}", r.topic, r.partition),
+            source,
         })?;
-        let len = h.total_len();
-        let batch = &bytes[at..at + len];
-        at += len;
+        // Split off, not copied: the batch keeps a share of the answer's
+        // buffer.
+        let batch = bytes.split_to(h.total_len());
         if (h.last_offset() as u64) < r.log.log_end_offset() {
             continue;
         }
         if !follows(r) {
             return Ok(());
         }
-        r.log.append_replica(BytesMut::from(batch)).await?;
+        r.log.append_replica(batch).await?;
     }
     Ok(())
 }
