@@ -221,6 +221,8 @@ pub(crate) struct LogState {
     force_sync: bool,
     recovery_point: u64,
     waiters: Vec<Waiter>,
+    /// [`PartitionLog::wait_appended`]'s waiters: (log end awaited, waker).
+    append_waiters: Vec<(u64, oneshot::Sender<Result<()>>)>,
     mode: Mode,
     /// `delete` ran (or runs): a second one does nothing (the directory
     /// may hold a new log by then).
@@ -713,6 +715,7 @@ impl PartitionLog {
                 force_sync: false,
                 recovery_point,
                 waiters: Vec::new(),
+                append_waiters: Vec::new(),
                 mode: Mode::Open,
                 deleted: false,
                 producers: ProducerStateTable::new(),
@@ -1332,6 +1335,16 @@ impl PartitionLog {
             let end = st.next_offset;
             st.take_snapshot(end);
         }
+        if !st.append_waiters.is_empty() {
+            let end = st.next_offset;
+            let (ready, waiting) = std::mem::take(&mut st.append_waiters)
+                .into_iter()
+                .partition::<Vec<_>, _>(|(upto, _)| *upto <= end);
+            st.append_waiters = waiting;
+            for (_, tx) in ready {
+                let _ = tx.send(Ok(()));
+            }
+        }
         drop(st);
         inner
             .shard
@@ -1391,6 +1404,59 @@ impl PartitionLog {
     /// Waits until every batch below `upto` is fdatasync'd.
     pub async fn wait_durable(&self, upto: u64) -> Result<()> {
         self.inner.wait(upto, true).await
+    }
+
+    /// Waits until the log ends past `upto - 1` (a batch holding it is
+    /// appended, not necessarily written), or the log fails or closes.
+    pub async fn wait_appended(&self, upto: u64) -> Result<()> {
+        let inner = &self.inner;
+        let rx = {
+            let mut st = inner.state.borrow_mut();
+            if st.next_offset >= upto {
+                return Ok(());
+            }
+            drop(st);
+            inner.check_mode()?;
+            st = inner.state.borrow_mut();
+            let (tx, rx) = oneshot::channel();
+            st.append_waiters.retain(|(_, tx)| !tx.is_canceled());
+            st.append_waiters.push((upto, tx));
+            rx
+        };
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(inner.closed()),
+        }
+    }
+
+    /// A follower's read: as [`PartitionLog::read`], but batches appended
+    /// and not yet written are served too, from the cache every append
+    /// goes into — so a follower writes its copy beside the leader's own
+    /// write instead of after it (Kafka's followers read the leader's page
+    /// cache the same way). A batch no longer cached is read once written.
+    ///
+    /// What is served here may never be written: a failed write rolls the
+    /// log back to its written offset, and a leader that went on after
+    /// that in the same leader epoch would leave such a follower with
+    /// batches it cannot tell apart from the leader's later ones. So only
+    /// a log whose failed writes stop the process
+    /// ([`crate::ShardConfig::on_write_failure`]) may serve this.
+    ///
+    /// Below the written offset this is [`PartitionLog::read`] (what is
+    /// written first, with its read-ahead: a follower catching up reads
+    /// as any sequential reader does); from there on, the cache.
+    pub async fn read_appended(&self, offset: u64, max_bytes: u64) -> Result<ReadResult> {
+        let end = self.log_end_offset();
+        if offset >= self.high_watermark() && offset < end {
+            if let Some(out) = self.read_cached_below(offset, max_bytes, Some(end))? {
+                if !out.batches.is_empty() {
+                    return Ok(out);
+                }
+            }
+            // No longer cached: served once written.
+            self.wait_written(offset + 1).await?;
+        }
+        self.read(offset, max_bytes).await
     }
 
     /// Makes everything appended so far durable; returns the durable offset.
@@ -1553,9 +1619,20 @@ impl PartitionLog {
 
     /// What the cache holds from `offset` on (`None`: a miss at `offset`).
     fn read_cached(&self, offset: u64, max_bytes: u64) -> Result<Option<ReadResult>> {
+        self.read_cached_below(offset, max_bytes, None)
+    }
+
+    /// [`PartitionLog::read_cached`] up to `limit` (the written offset
+    /// when `None`).
+    fn read_cached_below(
+        &self,
+        offset: u64,
+        max_bytes: u64,
+        limit: Option<u64>,
+    ) -> Result<Option<ReadResult>> {
         let inner = &self.inner;
         let mut out = inner.nothing_read(offset);
-        let hw = out.high_watermark;
+        let hw = limit.unwrap_or(out.high_watermark);
         if offset < out.log_start_offset || offset > hw {
             return Err(inner.out_of_range(offset));
         }
@@ -2324,9 +2401,18 @@ impl LogInner {
     }
 
     fn fail_waiters(&self, e: &StorageError) {
-        let waiters = std::mem::take(&mut self.state.borrow_mut().waiters);
+        let (waiters, appends) = {
+            let mut st = self.state.borrow_mut();
+            (
+                std::mem::take(&mut st.waiters),
+                std::mem::take(&mut st.append_waiters),
+            )
+        };
         for x in waiters {
             let _ = x.tx.send(Err(e.clone()));
+        }
+        for (_, tx) in appends {
+            let _ = tx.send(Err(e.clone()));
         }
     }
 
@@ -2351,16 +2437,15 @@ impl LogInner {
         bump(&self.shard.counters.io_errors, 1);
         match e {
             RoundError::Write(e) => {
+                if let Some(stop) = self.shard.config.on_write_failure {
+                    tracing::error!(partition = %self.name, error = %e, "write failed");
+                    stop(&e);
+                }
                 tracing::error!(partition = %self.name, error = %e, "write failed; rolling back to the last written offset");
                 self.state.borrow_mut().mode = Mode::Recovering;
                 self.fail_waiters(&e);
                 let me = self.clone();
                 glommio::spawn_local(async move { me.roll_back().await }).detach();
-                if e.is_disk_full() {
-                    if let Some(stop) = self.shard.config.on_disk_full {
-                        stop(&e);
-                    }
-                }
             }
             RoundError::Sync(e) => {
                 tracing::error!(partition = %self.name, error = %e, "fdatasync failed; taking the log offline");

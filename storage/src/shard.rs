@@ -75,12 +75,16 @@ pub struct ShardConfig {
     /// data the disk never got, so a broker stops here rather than carry
     /// on. `None`: the log stays offline, the rest of the shard serves.
     pub on_sync_failure: Option<fn(&StorageError)>,
-    /// Called when a log's write (or preallocation) fails because the disk
-    /// is full, after the log rolled back to what it had written. `None`:
-    /// the log refuses each append that needs space it cannot get, and
-    /// serves reads (a one-node broker); a broker in a cluster stops
-    /// instead, so that other replicas lead its partitions.
-    pub on_disk_full: Option<fn(&StorageError)>,
+    /// Called when a log's write (or preallocation) fails — the disk is
+    /// full, an I/O error — before the log rolls back to what it had
+    /// written. `None`: the log rolls back and goes on, refusing each
+    /// append that needs space it cannot get and serving reads (a one-node
+    /// broker). A broker in a cluster stops instead: other replicas lead
+    /// its partitions, and its followers, which may have been served
+    /// batches appended after the written offset
+    /// ([`crate::PartitionLog::read_appended`]), never see this log go on
+    /// in the same leader epoch without them.
+    pub on_write_failure: Option<fn(&StorageError)>,
     /// The files a core's flush rounds ask to sync at about the same time
     /// share one sync: one fdatasync for one file, one `syncfs(2)` for
     /// several (`crate::sync_group`). Off: each file is fdatasync'd on its
@@ -101,7 +105,7 @@ impl Default for ShardConfig {
             cleaner_read_chunk_bytes: crate::cleaner::READ_CHUNK_BYTES_DEFAULT,
             write_through_bytes_min: WRITE_THROUGH_BYTES_MIN_DEFAULT,
             on_sync_failure: None,
-            on_disk_full: None,
+            on_write_failure: None,
             sync_group: true,
         }
     }

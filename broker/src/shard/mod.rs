@@ -121,18 +121,34 @@ fn stop_for_storage(e: &weir_storage::StorageError, why: &str) -> ! {
     std::process::exit(EXIT_SYNC_FAILED);
 }
 
-/// A full data disk stops a broker of a cluster (as Kafka halts when its
+/// A failed write stops a broker of a cluster (as Kafka halts when its
 /// last log directory fails): its partitions cannot take a write, and
 /// while it runs it would keep leading them; stopped, it is fenced and
-/// other in-sync replicas lead. Free space, then restart it. (A one-node
-/// broker stays up: it refuses the appends that need space and serves
-/// reads.)
-fn stop_on_disk_full(e: &weir_storage::StorageError) {
+/// other in-sync replicas lead. Its followers may hold batches it served
+/// before writing them (`PartitionLog::read_appended`): a leader that
+/// rolled back and went on in the same epoch would leave them diverged
+/// unknowingly. Free space or mend the disk, then restart it. (A one-node
+/// broker stays up: its log rolls back, refuses the appends that need
+/// space and serves reads.)
+fn stop_on_write_failure(e: &weir_storage::StorageError) {
     stop_for_storage(
         e,
-        "the data disk is full: stopping the broker so that other replicas lead its partitions; \
-         free space, then restart it",
+        if e.is_disk_full() {
+            "the data disk is full: stopping the broker so that other replicas lead its partitions; \
+             free space, then restart it"
+        } else {
+            "a write to the data disk failed: stopping the broker so that other replicas lead its \
+             partitions; check the disk, then restart it"
+        },
     );
+}
+
+/// Whether this broker is a node of a configured cluster (`--voters`):
+/// it may lead replicated partitions, so a failed write stops it
+/// ([`stop_on_write_failure`]) and its followers may be served batches
+/// not yet written.
+pub(crate) fn in_cluster(config: &BrokerConfig) -> bool {
+    !config.cluster.voters.is_empty()
 }
 
 /// One core's state.
@@ -199,8 +215,7 @@ impl Core {
             write_through_bytes_min: shared.config.log_write_through_bytes,
             sync_group: shared.config.log_sync_group,
             on_sync_failure: Some(stop_on_sync_failure),
-            on_disk_full: (shared.config.cluster.voters.len() > 1)
-                .then_some(stop_on_disk_full as fn(&_)),
+            on_write_failure: in_cluster(&shared.config).then_some(stop_on_write_failure as fn(&_)),
             ..ShardConfig::default()
         });
         let producer_ids = producer_ids::ProducerIds::load(&shared.config.data_dir)?;

@@ -237,3 +237,66 @@ fn a_log_created_at_an_offset_takes_the_leaders_batches_from_there() {
         assert_eq!(all_batches(&again).await, all_batches(&leader).await);
     });
 }
+
+#[test]
+fn a_follower_may_read_what_is_appended_before_it_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let shard = StorageShard::new(ShardConfig::default());
+        let (leader, follower) = pair(&shard, &root).await;
+        leader.set_leader_epoch(Some(1));
+        leader
+            .append_acked(batch(2, &payload(0, 50), 10))
+            .await
+            .unwrap();
+
+        // A follower's long poll waits for the next append, not for it to
+        // be written.
+        let waiting = {
+            let leader = leader.clone();
+            glommio::spawn_local(async move { leader.wait_appended(3).await })
+        };
+        let appended = batch(3, &payload(1, 50), 10);
+        let info = leader.append(appended).await.unwrap();
+        assert_eq!((info.base_offset, info.last_offset), (2, 4));
+        // Nothing yielded since the append: the round that writes it has
+        // not run, and a reader of written data sees nothing past offset 2.
+        assert_eq!(leader.high_watermark(), 2, "the batch is not written yet");
+        assert!(leader.read(2, 1 << 20).await.unwrap().batches.is_empty());
+        let r = leader.read_appended(2, 1 << 20).await.unwrap();
+        assert_eq!(r.batches.len(), 1, "the appended batch is served");
+        assert_eq!(r.next_offset, 5);
+        waiting.await.unwrap();
+
+        // The follower takes it as it takes written ones; the leader's
+        // write and its own then both complete.
+        follower
+            .append_replica(bytes::BytesMut::from(&all_batches(&leader).await[0][..]))
+            .await
+            .unwrap();
+        follower
+            .append_replica(bytes::BytesMut::from(&r.batches[0][..]))
+            .await
+            .unwrap();
+        leader.wait_acked(&info).await.unwrap();
+        follower.flush().await.unwrap();
+        assert_eq!(all_batches(&follower).await, all_batches(&leader).await);
+
+        // At the log end there is nothing to serve; a wait past it ends
+        // with an error when the log closes.
+        assert!(leader
+            .read_appended(5, 1 << 20)
+            .await
+            .unwrap()
+            .batches
+            .is_empty());
+        let waiting = {
+            let leader = leader.clone();
+            glommio::spawn_local(async move { leader.wait_appended(6).await })
+        };
+        futures_lite::future::yield_now().await;
+        leader.close().await.unwrap();
+        assert!(waiting.await.is_err(), "a closed log ends the wait");
+    });
+}
