@@ -3,7 +3,8 @@
 //! byte, truncates a divergent tail when the leader says so, and reports
 //! in each fetch what it has fdatasync'd. A fetch long-polls at the leader
 //! only when everything fetched so far is durable here; otherwise it asks
-//! without waiting, or waits for its own fdatasync first, so the leader
+//! without waiting (while the leader had more than it sent), or waits for
+//! its own fdatasync first (it has all the leader had), so the leader
 //! learns of each durable batch at once (that is what moves the high
 //! watermark and answers `acks=all`).
 
@@ -165,6 +166,9 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
         let mut got = 0u64;
         let mut errors = 0usize;
         behind = false;
+        // Some partition was still short of the leader's log end when the
+        // leader answered.
+        let mut short = false;
         let follows = |r: &Replica| {
             r.role()
                 == Role::Follower {
@@ -210,6 +214,7 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
                 let gap = part.log_end_offset.saturating_sub(end);
                 let per_offset = len / end.saturating_sub(end_before).max(1);
                 behind |= gap > 0 && (per_offset == 0 || gap * per_offset > CATCH_UP_GAP_BYTES);
+                short |= gap > 0;
             }
         }
         core.metrics.replication_in(got);
@@ -217,9 +222,11 @@ async fn run(core: Rc<Core>, target: (u64, u32)) {
             // Refused partitions (an epoch not applied yet, a log start
             // past ours): do not spin on them.
             glommio::timer::sleep(RETRY_BACKOFF).await;
-        } else if got == 0 && !all_durable {
-            // Nothing new: let the leader know as soon as what is here is
-            // durable.
+        } else if (got == 0 && !all_durable) || (got > 0 && !short) {
+            // Nothing new, or everything the leader had: let the leader know
+            // as soon as what is here is durable — the next fetch says so
+            // (and long-polls for more). Asking again at once would mostly
+            // come back empty, one more round trip per batch on both nodes.
             for r in &parts {
                 let _ = r.log.wait_durable(r.log.log_end_offset()).await;
             }
