@@ -275,8 +275,8 @@ pub async fn fetch(core: &Rc<Core>, req: ReplicaFetch) -> (Vec<FetchedPart>, Vec
 
 /// Whether followers are served batches appended and not yet written
 /// (`PartitionLog::read_appended`): their write then runs beside this
-/// log's own instead of after it (at most −0.5 ms of an acks=all produce's
-/// median at 20 MB/s on one machine, docs/benchmarks.md). Only where a
+/// log's own instead of after it (an acks=all produce's median, RF 3 at
+/// 20 MB/s on one machine: −0.5 ms, docs/benchmarks.md). Only where a
 /// failed write stops the broker (a node of a configured cluster):
 /// otherwise the log would roll back and go on in the same leader epoch,
 /// and a follower holding what it rolled back could not tell.
