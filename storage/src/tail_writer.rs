@@ -367,6 +367,13 @@ impl WriteJob {
             bufs.push((at, len, buf));
             at += len;
         }
+        if testing::write_fails() {
+            return Err(StorageError::Io {
+                op: "write",
+                path: self.path.clone(),
+                source: std::sync::Arc::new(std::io::Error::from_raw_os_error(libc::EIO)),
+            });
+        }
         let tasks: Vec<_> = bufs
             .into_iter()
             .map(|(at, len, buf)| {

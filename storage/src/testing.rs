@@ -343,6 +343,18 @@ pub(crate) fn fdatasync_fails() -> bool {
     file_hook_armed(&TRIGGER, FDATASYNC_EIO_ENV)
 }
 
+/// The environment variable of the write fault hook: a file path; while
+/// that file exists, every segment write of this process fails with EIO
+/// (a dying disk). For fault tests of whole processes, as
+/// [`FDATASYNC_EIO_ENV`].
+pub const WRITE_EIO_ENV: &str = "WEIR_FAULT_WRITE_EIO";
+
+/// Whether the write fault hook is armed now ([`WRITE_EIO_ENV`]).
+pub(crate) fn write_fails() -> bool {
+    static TRIGGER: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    file_hook_armed(&TRIGGER, WRITE_EIO_ENV)
+}
+
 /// Whether a file-triggered test hook is armed now: the environment
 /// variable `env` names a file (read once, into `trigger`); the hook is
 /// armed while that file exists. Without the variable it costs one

@@ -592,11 +592,18 @@ fn eio_trigger(log: &Path) -> PathBuf {
     log.with_extension("eio")
 }
 
+/// Where the write fault hook of the node logging to `log` looks: while
+/// this file exists, that node's segment writes fail with EIO.
+fn write_eio_trigger(log: &Path) -> PathBuf {
+    log.with_extension("weio")
+}
+
 fn node(config: &Path, log: &Path) -> NodeBuilder {
     Node::builder(env!("CARGO_BIN_EXE_weir"))
         .config(config)
         .cores(CORES as usize)
         .env(weir_storage::testing::FDATASYNC_EIO_ENV, eio_trigger(log))
+        .env(weir_storage::testing::WRITE_EIO_ENV, write_eio_trigger(log))
         .env(
             "WEIR_LOG",
             std::env::var("TEST_WEIR_LOG").unwrap_or_else(|_| "info,openraft=error".into()),
@@ -2023,6 +2030,26 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
 /// restarted on a healthy disk, catches up into the ISR.
 #[test]
 fn a_failed_fdatasync_stops_the_leader_and_nothing_acknowledged_is_lost() {
+    disk_fault_stops_the_leader(eio_trigger, "fdatasync failed: stopping the broker");
+}
+
+/// A segment write failing with EIO on a partition's leader stops that
+/// node too (it does not roll back and go on leading: its followers may
+/// hold batches it served before writing them); the same checks as
+/// fsyncgate's.
+#[test]
+fn a_failed_write_stops_the_leader_and_nothing_acknowledged_is_lost() {
+    disk_fault_stops_the_leader(
+        write_eio_trigger,
+        "a write to the data disk failed: stopping the broker",
+    );
+}
+
+/// The leader's disk starts failing (the hook `trigger` names for its
+/// log): it stops with exit status 74 and `says` so in its log; what
+/// [`a_failed_fdatasync_stops_the_leader_and_nothing_acknowledged_is_lost`]
+/// says follows.
+fn disk_fault_stops_the_leader(trigger: fn(&Path) -> PathBuf, says: &str) {
     use weir_client::{Client, Producer, ProducerConfig, ProducerRecord};
 
     let _serial = serial();
@@ -2062,21 +2089,21 @@ fn a_failed_fdatasync_stops_the_leader_and_nothing_acknowledged_is_lost() {
         (acked_count() >= 50).then_some(()).ok_or(())
     })
     .expect("records acknowledged before the fault");
-    // The leader's disk starts failing its fdatasyncs.
-    std::fs::write(eio_trigger(&c.log_path(leader)), b"").unwrap();
+    // The leader's disk starts failing.
+    std::fs::write(trigger(&c.log_path(leader)), b"").unwrap();
     let before_fault = acked_count();
     let status = {
         let n = c.nodes.get_mut(&leader).unwrap();
         poll_until(Instant::now() + Duration::from_secs(20), || {
             n.try_wait().ok_or(())
         })
-        .expect("the leader stopped after its fdatasync failed")
+        .expect("the leader stopped after its disk failed")
     };
     assert_eq!(status.code(), Some(74), "exit status of node {leader}");
     let log = c.log(leader);
     assert!(
-        log.contains("fdatasync failed: stopping the broker"),
-        "node {leader}'s log says why it stopped:\n{log}"
+        log.contains(says),
+        "node {leader}'s log says why it stopped ({says}):\n{log}"
     );
     // Another leader takes over; the producer goes on.
     poll_until(Instant::now() + Duration::from_secs(30), || {
@@ -2091,7 +2118,7 @@ fn a_failed_fdatasync_stops_the_leader_and_nothing_acknowledged_is_lost() {
     stop.store(true, Ordering::Release);
     let failed = rt.block_on(producer).unwrap();
     // The disk is healthy again: restarted, the node recovers and catches up.
-    std::fs::remove_file(eio_trigger(&c.log_path(leader))).unwrap();
+    std::fs::remove_file(trigger(&c.log_path(leader))).unwrap();
     c.nodes.remove(&leader);
     c.start(leader);
     c.converged(&[1, 2, 3], Duration::from_secs(20));
