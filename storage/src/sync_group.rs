@@ -183,11 +183,7 @@ async fn sync_group_of_files(shard: &ShardInner, files: &[File]) -> Result<()> {
         return crate::tail_writer::fdatasync(&first.file, &first.path).await;
     }
     if testing::fdatasync_fails() {
-        return Err(StorageError::Io {
-            op: "syncfs",
-            path: first.path.clone(),
-            source: std::sync::Arc::new(std::io::Error::from_raw_os_error(libc::EIO)),
-        });
+        return Err(testing::injected_eio("syncfs", first.path.clone()));
     }
     let issued = testing::issue_point();
     let fd = {

@@ -235,11 +235,7 @@ impl TailWriter {
 /// fdatasyncs a file (recorded for power-loss tests, see [`crate::testing`]).
 pub async fn fdatasync(file: &DmaFile, path: &Path) -> Result<()> {
     if testing::fdatasync_fails() {
-        return Err(StorageError::Io {
-            op: "fdatasync",
-            path: path.to_path_buf(),
-            source: std::sync::Arc::new(std::io::Error::from_raw_os_error(libc::EIO)),
-        });
+        return Err(testing::injected_eio("fdatasync", path.to_path_buf()));
     }
     let issued = testing::issue_point();
     file.fdatasync()
@@ -368,11 +364,7 @@ impl WriteJob {
             at += len;
         }
         if testing::write_fails() {
-            return Err(StorageError::Io {
-                op: "write",
-                path: self.path.clone(),
-                source: std::sync::Arc::new(std::io::Error::from_raw_os_error(libc::EIO)),
-            });
+            return Err(testing::injected_eio("write", self.path.clone()));
         }
         let tasks: Vec<_> = bufs
             .into_iter()

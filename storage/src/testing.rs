@@ -355,6 +355,14 @@ pub(crate) fn write_fails() -> bool {
     file_hook_armed(&TRIGGER, WRITE_EIO_ENV)
 }
 
+/// The error an armed fault hook answers for `op` on `path`: EIO.
+pub(crate) fn injected_eio(
+    op: &'static str,
+    path: impl Into<std::path::PathBuf>,
+) -> crate::StorageError {
+    crate::StorageError::io(op, path, std::io::Error::from_raw_os_error(libc::EIO))
+}
+
 /// Whether a file-triggered test hook is armed now: the environment
 /// variable `env` names a file (read once, into `trigger`); the hook is
 /// armed while that file exists. Without the variable it costs one
