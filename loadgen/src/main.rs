@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use weir_loadgen::run::{Driver, Mode, RunOptions};
+use weir_loadgen::run::{Driver, Mode, Pacing, RunOptions};
 use weir_loadgen::workload::Workload;
 
 /// The workloads shipped in `loadgen/workloads/`, built into the binary.
@@ -160,6 +160,12 @@ struct Args {
     /// Write SVG charts into this directory.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
+    /// How a rate-limited producer waits for its next record: sleep (on a
+    /// thread of its own; leaves the CPUs to a broker on the same machine)
+    /// or spin (yielding each turn; for a load generator given CPUs of its
+    /// own with taskset).
+    #[arg(long, default_value = "sleep")]
+    pacing: Pacing,
     /// No live progress line.
     #[arg(long)]
     no_progress: bool,
@@ -305,7 +311,11 @@ fn real_main() -> anyhow::Result<()> {
         };
         (resolve(b, "--bootstrap")?, b.clone())
     };
-    let target = format!("{target}, driver {}", args.driver.name());
+    let target = format!(
+        "{target}, driver {}, pacing {}",
+        args.driver.name(),
+        args.pacing.name()
+    );
     let mut kafka_config = Vec::new();
     for kv in &args.kafka_config {
         kafka_config.push(pair(kv, "--kafka-config", "NAME=VALUE")?);
@@ -353,6 +363,7 @@ fn real_main() -> anyhow::Result<()> {
         client,
         broker_metrics,
         replication_factor: args.replication_factor,
+        pacing: args.pacing,
         mode,
         driver: args.driver,
         bootstrap,

@@ -142,6 +142,47 @@ pub struct RunOptions {
     /// Connection settings of the Weir SDK (driver weir): TLS
     /// (`--command-config`).
     pub client: weir_client::ClientConfig,
+    /// How a rate-limited producer waits for its next record's time.
+    pub pacing: Pacing,
+}
+
+/// How a rate-limited producer waits between records due less than 1 ms
+/// apart (longer waits are timer sleeps either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pacing {
+    /// The producer runs on a thread of its own and sleeps (a precise
+    /// `nanosleep`, 1 µs timer slack) until its next record is due: it
+    /// leaves the CPUs to whatever shares them — the broker, when both run
+    /// on one machine. A halted vCPU takes a while to wake on some VMs;
+    /// that shows in the latencies, as it would for any sleeping client.
+    #[default]
+    Sleep,
+    /// The producer spins until its next record is due, giving the CPU to
+    /// any other runnable thread on each turn (`sched_yield`): the lowest
+    /// latencies when the load generator has CPUs of its own (`taskset`),
+    /// a whole CPU taken from anything it shares one with.
+    Spin,
+}
+
+impl Pacing {
+    /// The name `--pacing` takes and the report prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pacing::Sleep => "sleep",
+            Pacing::Spin => "spin",
+        }
+    }
+}
+
+impl std::str::FromStr for Pacing {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sleep" => Ok(Pacing::Sleep),
+            "spin" => Ok(Pacing::Spin),
+            _ => Err(format!("unknown pacing {s:?}: sleep or spin")),
+        }
+    }
 }
 
 /// Microseconds since the Unix epoch.
@@ -428,7 +469,7 @@ impl Sender {
                     }),
                 )?;
                 if id.is_some() {
-                    tokio::task::block_in_place(|| p.init_transactions())
+                    blocking(|| p.init_transactions())
                         .with_context(|| format!("init_transactions to {bootstrap}"))?;
                 }
                 Sender::Kafka(p, tally)
@@ -477,7 +518,7 @@ impl Sender {
                 // librdkafka's commit blocks its thread until the records
                 // are delivered and the transaction has ended (and begins
                 // the next unless `last`).
-                let r = tokio::task::block_in_place(|| p.commit_transaction(last));
+                let r = blocking(|| p.commit_transaction(last));
                 tally.flush();
                 r.map_err(|e| e.to_string())
             }
@@ -494,8 +535,7 @@ impl Sender {
                     Sender::WeirTxn(p) => p.abort_transaction().await.map_err(|e| e.to_string()),
                     // librdkafka's abort begins the next transaction.
                     Sender::Kafka(p, _) if !last => {
-                        tokio::task::block_in_place(|| p.abort_transaction())
-                            .map_err(|e| e.to_string())
+                        blocking(|| p.abort_transaction()).map_err(|e| e.to_string())
                     }
                     _ => Ok(()),
                 };
@@ -518,7 +558,7 @@ impl Sender {
             Sender::WeirTxn(p) => p.flush().await,
             Sender::Kafka(p, tally) => {
                 // librdkafka's flush blocks its thread.
-                let _ = tokio::task::block_in_place(|| p.flush());
+                let _ = blocking(|| p.flush());
                 tally.flush();
             }
             Sender::Otlp(p, tally) => {
@@ -550,12 +590,53 @@ struct ProducerJob {
     shared: Arc<Shared>,
     /// Distinguishes producers (spreads their partitions and keys).
     index: u64,
+    /// How the rate loop waits (`rate` > 0).
+    pacing: Pacing,
     /// Stop after this many bytes of values (backlog preparation).
     limit_bytes: Option<u64>,
 }
 
 /// Records per chunk handed from a producer to its acker.
 const CHUNK: usize = 512;
+
+/// Runs librdkafka's blocking calls: off the runtime's workers on the
+/// run's (multi-thread) runtime, in place on a producer's own thread.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+/// Starts a producer: a task of the run's runtime, or — rate-limited with
+/// [`Pacing::Sleep`] — a thread of its own with a one-thread runtime, so
+/// that its sleeps between records block nothing else.
+fn spawn_producer(job: ProducerJob) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    if job.rate <= 0.0 || job.pacing != Pacing::Sleep {
+        return tokio::spawn(produce(job));
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("weir-bench-producer".into())
+        .spawn(move || {
+            // Sleeps end when due, not up to 50 µs later (the default
+            // timer slack): at 50 000 records/s they are 20 µs apart.
+            // SAFETY: prctl(PR_SET_TIMERSLACK) only sets this thread's
+            // timer slack; it reads no memory of ours.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+            let outcome = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting a producer's runtime")
+                .and_then(|rt| rt.block_on(produce(job)));
+            let _ = tx.send(outcome);
+        });
+    tokio::spawn(async move {
+        thread.context("starting a producer's thread")?;
+        rx.await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("a producer's thread panicked")))
+    })
+}
 
 /// One producer: sends `rate` records/s (0: as fast as possible) until
 /// told to stop; an acker task records when each was acknowledged.
@@ -570,6 +651,7 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
         kafka_config,
         shared,
         index,
+        pacing,
         limit_bytes,
     } = job;
     let partitions = w.partitions_per_topic;
@@ -669,11 +751,18 @@ async fn produce(job: ProducerJob) -> anyhow::Result<()> {
             let due = start + at;
             let now = Instant::now();
             if due > now {
-                // Sleep in steps of at least 1 ms (the timer's resolution);
-                // records due meanwhile are sent back to back.
+                // Waits of 1 ms or more are the runtime's timer (its
+                // resolution); shorter ones as `pacing` says. Records due
+                // meanwhile are sent back to back.
                 if due - now >= Duration::from_millis(1) {
                     tokio::time::sleep_until(due.into()).await;
                 } else {
+                    match pacing {
+                        // On the producer's own thread (`spawn_producer`).
+                        Pacing::Sleep => std::thread::sleep(due - now),
+                        Pacing::Spin => std::thread::yield_now(),
+                    }
+                    // Whatever else this runtime runs gets its turn.
                     tokio::task::yield_now().await;
                 }
                 if Instant::now() < due {
@@ -1144,6 +1233,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                     kafka_config: kafka_config.clone(),
                     shared: shared.clone(),
                     index: (ti as u64) << 16 | pi as u64,
+                    pacing: opts.pacing,
                     limit_bytes: Some(per),
                 })));
             }
@@ -1230,7 +1320,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
     if opts.mode != Mode::Consume {
         for (ti, t) in topics.iter().enumerate() {
             for pi in 0..w.producers_per_topic {
-                producers.push(tokio::spawn(produce(ProducerJob {
+                producers.push(spawn_producer(ProducerJob {
                     w: w.clone(),
                     topic: t.as_str().into(),
                     rate: per_producer_rate,
@@ -1240,8 +1330,9 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> anyhow::Result<Report> {
                     kafka_config: kafka_config.clone(),
                     shared: shared.clone(),
                     index: (ti as u64) << 16 | pi as u64,
+                    pacing: opts.pacing,
                     limit_bytes: None,
-                })));
+                }));
             }
         }
     }

@@ -10,7 +10,7 @@ use weir_client::Client;
 use weir_loadgen::discard::{DiscardBroker, Stall};
 use weir_loadgen::embedded::Embedded;
 use weir_loadgen::report::Report;
-use weir_loadgen::run::{run, Driver, Mode, RunOptions};
+use weir_loadgen::run::{run, Driver, Mode, Pacing, RunOptions};
 use weir_loadgen::workload::Workload;
 use weir_testkit::runtime;
 
@@ -48,6 +48,7 @@ fn options(mode: Mode, bootstrap: std::net::SocketAddr, id: &str) -> RunOptions 
         workload_dir: std::env::temp_dir(),
         broker_metrics: None,
         replication_factor: 1,
+        pacing: Pacing::default(),
     }
 }
 
@@ -253,7 +254,16 @@ fn the_weir_driver_commits_transactions_and_reads_them_committed() {
 }
 
 #[test]
-fn rate_limited_producers_hold_the_rate() {
+fn rate_limited_producers_hold_the_rate_sleeping() {
+    producers_hold_the_rate(Pacing::Sleep);
+}
+
+#[test]
+fn rate_limited_producers_hold_the_rate_spinning() {
+    producers_hold_the_rate(Pacing::Spin);
+}
+
+fn producers_hold_the_rate(pacing: Pacing) {
     let rt = runtime();
     let report = rt.block_on(async {
         let d = DiscardBroker::start(None).await.unwrap();
@@ -262,9 +272,9 @@ fn rate_limited_producers_hold_the_rate() {
             ("producerRate", "20000"),
             ("testDurationMinutes", "0.05"),
         ]);
-        let r = run(&w, &options(Mode::Produce, d.addr, "rate"))
-            .await
-            .unwrap();
+        let mut opts = options(Mode::Produce, d.addr, "rate");
+        opts.pacing = pacing;
+        let r = run(&w, &opts).await.unwrap();
         assert_eq!(
             d.received.records.load(Ordering::Relaxed),
             r.totals.acknowledged_all,
@@ -275,7 +285,7 @@ fn rate_limited_producers_hold_the_rate() {
     let rate = report.totals.publish_rate;
     assert!(
         (rate - 20_000.0).abs() / 20_000.0 < 0.05,
-        "configured 20000/s, measured {rate:.0}/s"
+        "{pacing:?}: configured 20000/s, measured {rate:.0}/s"
     );
 }
 
