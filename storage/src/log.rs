@@ -2501,6 +2501,16 @@ impl LogInner {
             && !self.write_through_off.get()
     }
 
+    /// Whether a round's `len` bytes of the active segment are written
+    /// through: at least [`crate::ShardConfig::write_through_bytes_min`],
+    /// or fewer than [`crate::ShardConfig::write_through_alone_bytes_max`]
+    /// when the core's round writes this log alone.
+    fn through_len(&self, len: u64) -> bool {
+        let c = &self.shard.config;
+        len >= c.write_through_bytes_min
+            || (self.shard.round_logs.get() <= 1 && len < c.write_through_alone_bytes_max)
+    }
+
     /// Opens the active segment's `O_DSYNC` descriptor before the first
     /// round large enough to be written through it.
     async fn prepare_write_through(&self) {
@@ -2512,9 +2522,7 @@ impl LogInner {
             let Some(seg) = st.segments.values().next_back() else {
                 return;
             };
-            if seg.log_write_through.is_some()
-                || seg.log.queued_bytes() < self.shard.config.write_through_bytes_min
-            {
+            if seg.log_write_through.is_some() || !self.through_len(seg.log.queued_bytes()) {
                 return;
             }
             (seg.base, seg.log.path().clone())
@@ -2550,7 +2558,6 @@ impl LogInner {
             return (jobs, left, durable);
         };
         let through = self.writes_through(st.config.flush_messages);
-        let min = self.shard.config.write_through_bytes_min;
         for seg in st.segments.values_mut() {
             let max = if seg.base == active {
                 ROUND_LOG_BYTES_MAX
@@ -2563,7 +2570,7 @@ impl LogInner {
             for (k, mut j) in js {
                 if let (true, true, FileKind::Log, Some(f)) = (
                     through && clean && seg.base == active,
-                    j.len() >= min,
+                    self.through_len(j.len()),
                     k,
                     &seg.log_write_through,
                 ) {

@@ -39,6 +39,9 @@ pub const FSYNC_BUCKETS_US: [u64; 10] = [
 /// Default [`ShardConfig::write_through_bytes_min`].
 pub const WRITE_THROUGH_BYTES_MIN_DEFAULT: u64 = 512 << 10;
 
+/// Default [`ShardConfig::write_through_alone_bytes_max`].
+pub const WRITE_THROUGH_ALONE_BYTES_MAX_DEFAULT: u64 = 128 << 10;
+
 /// Default preallocation step of segment files.
 pub const PREALLOC_STEP_DEFAULT: u64 = 32 << 20;
 
@@ -69,6 +72,16 @@ pub struct ShardConfig {
     /// in flight), small ones keep write + fdatasync, which is faster for
     /// them (docs/benchmarks.md, issue 35). 0: never.
     pub write_through_bytes_min: u64,
+    /// With `write_through_bytes_min` above 0, a flush round of the core
+    /// that writes one log only, of fewer bytes than this, is written
+    /// through too: one I/O instead of a write and an fdatasync (through
+    /// io_uring's worker) — the lower latency for a partition alone on its
+    /// core at a moderate rate. Rounds between this and
+    /// `write_through_bytes_min` keep write + fdatasync, whose sync the
+    /// next round's writes overlap; rounds of several logs keep the
+    /// threshold, one shared sync (`sync_group`) beating a device flush
+    /// per log. 0: off.
+    pub write_through_alone_bytes_max: u64,
     /// Called when a log's fdatasync fails, after the log is taken
     /// offline. A failed fdatasync may have dropped the dirty pages it
     /// was to write ("fsyncgate"): retrying it can report success for
@@ -104,6 +117,7 @@ impl Default for ShardConfig {
             ),
             cleaner_read_chunk_bytes: crate::cleaner::READ_CHUNK_BYTES_DEFAULT,
             write_through_bytes_min: WRITE_THROUGH_BYTES_MIN_DEFAULT,
+            write_through_alone_bytes_max: WRITE_THROUGH_ALONE_BYTES_MAX_DEFAULT,
             on_sync_failure: None,
             on_write_failure: None,
             sync_group: true,
@@ -198,6 +212,9 @@ pub(crate) struct ShardInner {
     next_id: Cell<u64>,
     /// The core's syncs, grouped.
     pub(crate) syncs: crate::sync_group::SyncGroup,
+    /// Logs in the committer's current round
+    /// (`write_through_alone_bytes_max`).
+    pub(crate) round_logs: Cell<usize>,
 }
 
 /// One core's storage. Cheap to clone (a reference).
@@ -238,6 +255,7 @@ impl StorageShard {
             wake: tx,
             next_id: Cell::new(1),
             syncs: Default::default(),
+            round_logs: Cell::new(0),
         });
         glommio::spawn_local(committer(Rc::downgrade(&inner), rx)).detach();
         StorageShard { inner }
@@ -367,6 +385,7 @@ async fn committer(shard: Weak<ShardInner>, rx: LocalReceiver<()>) {
             continue;
         }
         bump(&s.counters.flush_rounds, 1);
+        s.round_logs.set(logs.len());
         drop(s);
         // Each log's round signals when its writes are done; its fdatasync
         // may still be in flight while the next round's writes start.

@@ -317,6 +317,14 @@ pub struct BrokerArgs {
     /// [default: 524288].
     #[arg(long, env = "WEIR_LOG_WRITE_THROUGH_BYTES")]
     pub log_write_through_bytes: Option<u64>,
+    /// A flush round of a core that writes one log only (one partition
+    /// busy on the core), of fewer bytes than this, is written through
+    /// O_DSYNC too: one I/O instead of a write and an fdatasync; rounds of
+    /// several logs, and rounds between this and --log-write-through-bytes,
+    /// keep write + fdatasync. Needs --log-write-through-bytes above 0;
+    /// 0 = off [default: 131072].
+    #[arg(long, env = "WEIR_LOG_WRITE_THROUGH_ALONE_BYTES")]
+    pub log_write_through_alone_bytes: Option<u64>,
     /// The fdatasyncs a core's flush round asks for at about the same time
     /// share one sync: one file is fdatasync'd, several are made durable
     /// by one syncfs(2) of their file system; false = each file its own
@@ -511,6 +519,7 @@ struct FileConfig {
     log_cleaner_io_max_bytes_per_second: Option<u64>,
     log_cleaner_io_busy_bytes_per_second: Option<u64>,
     log_write_through_bytes: Option<u64>,
+    log_write_through_alone_bytes: Option<u64>,
     log_sync_group: Option<bool>,
     offsets_partitions: Option<u32>,
     offsets_replication_factor: Option<u32>,
@@ -718,6 +727,9 @@ pub struct BrokerConfig {
     pub log_cleaner_io_busy_bytes_per_second: Option<u64>,
     /// Rounds at least this large are written through O_DSYNC (0: never).
     pub log_write_through_bytes: u64,
+    /// A round of a core that writes one log only, smaller than this, is
+    /// written through (0: off).
+    pub log_write_through_alone_bytes: u64,
     /// A core's syncs of several files share one syncfs.
     pub log_sync_group: bool,
     /// Partitions of `__consumer_offsets` when it is created.
@@ -923,6 +935,8 @@ impl BrokerConfig {
                 weir_storage::cleaner::CLEANER_IO_BUSY_BYTES_PER_SEC_DEFAULT,
             ),
             log_write_through_bytes: weir_storage::shard::WRITE_THROUGH_BYTES_MIN_DEFAULT,
+            log_write_through_alone_bytes:
+                weir_storage::shard::WRITE_THROUGH_ALONE_BYTES_MAX_DEFAULT,
             log_sync_group: true,
             offsets_partitions: OFFSETS_PARTITIONS_DEFAULT,
             offsets_replication_factor: 3,
@@ -1359,6 +1373,10 @@ impl BrokerConfig {
                 .log_write_through_bytes
                 .or(file.log_write_through_bytes)
                 .unwrap_or(weir_storage::shard::WRITE_THROUGH_BYTES_MIN_DEFAULT),
+            log_write_through_alone_bytes: args
+                .log_write_through_alone_bytes
+                .or(file.log_write_through_alone_bytes)
+                .unwrap_or(weir_storage::shard::WRITE_THROUGH_ALONE_BYTES_MAX_DEFAULT),
             log_sync_group: args.log_sync_group.or(file.log_sync_group).unwrap_or(true),
             log_cleaner_io_busy_bytes_per_second: Some(
                 args.log_cleaner_io_busy_bytes_per_second

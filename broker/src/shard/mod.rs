@@ -213,6 +213,7 @@ impl Core {
             cleaner_io_max_bytes_per_sec: shared.config.log_cleaner_io_max_bytes_per_second,
             cleaner_io_busy_bytes_per_sec: shared.config.log_cleaner_io_busy_bytes_per_second,
             write_through_bytes_min: shared.config.log_write_through_bytes,
+            write_through_alone_bytes_max: shared.config.log_write_through_alone_bytes,
             sync_group: shared.config.log_sync_group,
             on_sync_failure: Some(stop_on_sync_failure),
             on_write_failure: in_cluster(&shared.config).then_some(stop_on_write_failure as fn(&_)),

@@ -2030,7 +2030,14 @@ fn acknowledged_records_survive_leader_kills_and_replicas_end_identical() {
 /// restarted on a healthy disk, catches up into the ISR.
 #[test]
 fn a_failed_fdatasync_stops_the_leader_and_nothing_acknowledged_is_lost() {
-    disk_fault_stops_the_leader(eio_trigger, "fdatasync failed: stopping the broker");
+    // The producer's rounds are small and its partition alone on its
+    // core: by default they are written through O_DSYNC, with no
+    // fdatasync to fail. Here every round is written, then fdatasync'd.
+    disk_fault_stops_the_leader(
+        eio_trigger,
+        "fdatasync failed: stopping the broker",
+        &[("WEIR_LOG_WRITE_THROUGH_ALONE_BYTES", "0")],
+    );
 }
 
 /// A segment write failing with EIO on a partition's leader stops that
@@ -2039,21 +2046,29 @@ fn a_failed_fdatasync_stops_the_leader_and_nothing_acknowledged_is_lost() {
 /// fsyncgate's.
 #[test]
 fn a_failed_write_stops_the_leader_and_nothing_acknowledged_is_lost() {
+    // (The rounds are written through O_DSYNC: the write is the sync.)
     disk_fault_stops_the_leader(
         write_eio_trigger,
         "a write to the data disk failed: stopping the broker",
+        &[],
     );
 }
 
 /// The leader's disk starts failing (the hook `trigger` names for its
 /// log): it stops with exit status 74 and `says` so in its log; what
 /// [`a_failed_fdatasync_stops_the_leader_and_nothing_acknowledged_is_lost`]
-/// says follows.
-fn disk_fault_stops_the_leader(trigger: fn(&Path) -> PathBuf, says: &str) {
+/// says follows. `env`: more environment of every node.
+fn disk_fault_stops_the_leader(trigger: fn(&Path) -> PathBuf, says: &str, env: &[(&str, &str)]) {
     use weir_client::{Client, Producer, ProducerConfig, ProducerRecord};
 
     let _serial = serial();
-    let mut c = Cluster::three();
+    let mut c = Cluster::new(3);
+    c.env = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    c.start_all();
+    c.converged(&[1, 2, 3], Duration::from_secs(20));
     c.replicated_topic("eio", 1);
     let leader = c.agreed_leader("eio");
     let other = *c.nodes.keys().find(|n| **n != leader).unwrap();

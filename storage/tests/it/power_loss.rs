@@ -865,6 +865,57 @@ fn rounds_written_through_o_dsync_keep_every_acknowledged_batch() {
     check_cuts(&run, &case).expect("no acknowledged batch lost");
 }
 
+/// A log alone on its core (no neighbour) writes its small rounds
+/// through `O_DSYNC` (`ShardConfig::write_through_alone_bytes_max`, 128
+/// KiB, where the threshold for every log is 512 KiB): sixteen appenders,
+/// each batch acknowledged once durable; the journal shows small writes
+/// through the `O_DSYNC` descriptor and at most one fdatasync per segment
+/// (where it is rolled), not one per round; every cut keeps every
+/// acknowledged batch.
+#[test]
+fn small_rounds_of_a_log_alone_are_written_through_and_keep_every_acknowledged_batch() {
+    let case = sixteen_appenders(
+        256 << 10,
+        None,
+        weir_storage::shard::WRITE_THROUGH_BYTES_MIN_DEFAULT,
+    );
+    let run = run_case(&case, false);
+    let through: Vec<usize> = run
+        .ops
+        .iter()
+        .filter_map(|(_, op)| match op {
+            IoOp::DurableWrite { path, data, .. }
+                if path.extension().is_some_and(|e| e == "log") =>
+            {
+                Some(data.len())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!through.is_empty(), "no round was written through O_DSYNC");
+    assert!(
+        through
+            .iter()
+            .all(|&n| (n as u64) < weir_storage::shard::WRITE_THROUGH_BYTES_MIN_DEFAULT),
+        "every round here is below the threshold: {through:?}"
+    );
+    let log_syncs = run
+        .ops
+        .iter()
+        .filter(|(_, op)| matches!(op, IoOp::Sync { path, .. } if path.extension().is_some_and(|e| e == "log")))
+        .count();
+    let segments = run
+        .ops
+        .iter()
+        .filter(|(_, op)| matches!(op, IoOp::Create { path } if path.extension().is_some_and(|e| e == "log")))
+        .count();
+    assert!(
+        log_syncs <= segments,
+        "{log_syncs} fdatasyncs of {segments} segments: rounds were synced, not written through"
+    );
+    check_cuts(&run, &case).expect("no acknowledged batch lost");
+}
+
 /// Rounds that sync the case's log together with another log of the same
 /// core: the core's sync group makes both files durable with one
 /// `syncfs` (the journal notes it as a sync of each file, issued when the
