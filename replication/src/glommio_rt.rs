@@ -329,3 +329,94 @@ impl AsyncUdpSocket for UdpSocket {
         self.state.gro_segments()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn on_a_core(
+        name: &str,
+        f: impl FnOnce() -> Pin<Box<dyn Future<Output = ()>>> + Send + 'static,
+    ) {
+        glommio::LocalExecutorBuilder::default()
+            .name(name)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    /// A quinn timer fires at its deadline, not before, follows resets
+    /// (later, then earlier after firing), and leaves nothing in the
+    /// core's table once dropped.
+    #[test]
+    fn timers_fire_at_their_deadline_and_follow_resets() {
+        on_a_core("timers", || {
+            Box::pin(async {
+                let rt = GlommioRuntime::new(1452);
+                let start = Instant::now();
+                let mut t = rt.new_timer(start + Duration::from_millis(10));
+                t.as_mut().reset(start + Duration::from_millis(30));
+                std::future::poll_fn(|cx| t.as_mut().poll(cx)).await;
+                assert!(
+                    start.elapsed() >= Duration::from_millis(30),
+                    "fired before its reset deadline"
+                );
+                let again = Instant::now();
+                t.as_mut().reset(again + Duration::from_millis(5));
+                std::future::poll_fn(|cx| t.as_mut().poll(cx)).await;
+                let waited = again.elapsed();
+                assert!(
+                    waited >= Duration::from_millis(5),
+                    "fired early: {waited:?}"
+                );
+                // Armed again, then dropped: its glommio timer goes too.
+                t.as_mut().reset(Instant::now() + Duration::from_secs(60));
+                assert!(std::future::poll_fn(|cx| Poll::Ready(t.as_mut().poll(cx)))
+                    .await
+                    .is_pending());
+                assert_eq!(LOCAL.with_borrow(|l| l.timers.len()), 1);
+                drop(t);
+                assert_eq!(LOCAL.with_borrow(|l| l.timers.len()), 0);
+            })
+        });
+    }
+
+    /// A socket with nothing queued waits through the core's io_uring and
+    /// wakes when a datagram arrives, which it then reads whole; dropped,
+    /// it leaves nothing in the core's table.
+    #[test]
+    fn a_socket_waits_for_a_datagram_and_reads_it() {
+        on_a_core("socket", || {
+            Box::pin(async {
+                let rt = GlommioRuntime::new(1452);
+                let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                let addr = sock.local_addr().unwrap();
+                let sock = rt.wrap_udp_socket(sock).unwrap();
+                let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                let mut buf = vec![0u8; 65_536];
+                let mut meta = [RecvMeta::default()];
+                let mut waited = false;
+                let n = std::future::poll_fn(|cx| {
+                    let mut bufs = [io::IoSliceMut::new(&mut buf)];
+                    let r = sock.poll_recv(cx, &mut bufs, &mut meta);
+                    if r.is_pending() && !waited {
+                        // The wait is in place: now the datagram comes.
+                        waited = true;
+                        sender.send_to(b"hello", addr).unwrap();
+                    }
+                    r
+                })
+                .await
+                .unwrap();
+                assert!(waited, "the socket never waited");
+                assert_eq!(n, 1);
+                assert_eq!(&buf[..meta[0].len], b"hello");
+                assert_eq!(LOCAL.with_borrow(|l| l.readable.len()), 1);
+                drop(sock);
+                assert_eq!(LOCAL.with_borrow(|l| l.readable.len()), 0);
+            })
+        });
+    }
+}
