@@ -403,8 +403,18 @@ fn flush_messages_acks_on_write_and_syncs_every_n_records() {
             // Acknowledged = written (readable, safe from a process crash).
             assert!(log.high_watermark() > info.last_offset);
         }
-        // Synced once at least 10 records accumulated (acknowledged on
-        // write: the second sync may still be in flight now).
+        // Synced once at least 10 records accumulated. Acknowledged on
+        // write, the syncs run behind the appends (on a loaded machine the
+        // first may not be done when the 25th record is acknowledged):
+        // wait for the first; the second may still be in flight.
+        let synced =
+            futures_lite::future::or(async { log.wait_durable(10).await.map(|()| true) }, async {
+                glommio::timer::sleep(std::time::Duration::from_secs(30)).await;
+                Ok(false)
+            })
+            .await
+            .unwrap();
+        assert!(synced, "the first 10 records were never synced");
         let syncs = shard.stats().fdatasyncs;
         assert!(
             (1..=2).contains(&syncs),
