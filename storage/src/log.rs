@@ -737,7 +737,7 @@ impl PartitionLog {
         if needs_round {
             // Make recovery's cuts durable before new data lands on them.
             log.inner.state.borrow_mut().force_sync = true;
-            log.inner.flush_round(oneshot::channel().0).await;
+            log.inner.flush_round(oneshot::channel().0, false).await;
             log.inner.check_mode()?;
         }
         if recovery_point != ckpt.recovery_point {
@@ -1944,7 +1944,7 @@ impl PartitionLog {
         let _files = inner.lock_files().await?;
         inner.check_mode()?;
         inner.state.borrow_mut().force_sync = true;
-        if let Err(e) = inner.round_locked(None).await {
+        if let Err(e) = inner.round_locked(None, false).await {
             inner.fail(e);
             return inner.check_mode();
         }
@@ -2421,14 +2421,19 @@ impl LogInner {
     /// `writes_done` is signalled (or dropped) once this round's writes are
     /// done and the next round may start: the committer then begins the
     /// next round's writes while this one's fdatasync is in flight.
-    pub(crate) async fn flush_round(self: &Rc<Self>, writes_done: oneshot::Sender<()>) {
+    /// `alone`: the committer's round writes this log only.
+    pub(crate) async fn flush_round(
+        self: &Rc<Self>,
+        writes_done: oneshot::Sender<()>,
+        alone: bool,
+    ) {
         let Ok(io) = self.io_lock.acquire_permit(1).await else {
             return;
         };
         if self.state.borrow().mode != Mode::Open {
             return;
         }
-        if let Err(e) = self.round_locked(Some((io, writes_done))).await {
+        if let Err(e) = self.round_locked(Some((io, writes_done)), alone).await {
             self.fail(e);
         }
     }
@@ -2483,7 +2488,7 @@ impl LogInner {
 
     /// Writes every pending byte (used under both locks before truncation).
     async fn write_pending_locked(self: &Rc<Self>) -> Result<()> {
-        match self.round_locked(None).await {
+        match self.round_locked(None, false).await {
             Ok(()) => Ok(()),
             Err(RoundError::Write(e)) | Err(RoundError::Sync(e)) => {
                 self.fail(RoundError::Write(e.clone()));
@@ -2504,16 +2509,15 @@ impl LogInner {
     /// Whether a round's `len` bytes of the active segment are written
     /// through: at least [`crate::ShardConfig::write_through_bytes_min`],
     /// or fewer than [`crate::ShardConfig::write_through_alone_bytes_max`]
-    /// when the core's round writes this log alone.
-    fn through_len(&self, len: u64) -> bool {
+    /// when the core's round writes this log `alone`.
+    fn through_len(&self, len: u64, alone: bool) -> bool {
         let c = &self.shard.config;
-        len >= c.write_through_bytes_min
-            || (self.shard.round_logs.get() <= 1 && len < c.write_through_alone_bytes_max)
+        len >= c.write_through_bytes_min || (alone && len < c.write_through_alone_bytes_max)
     }
 
     /// Opens the active segment's `O_DSYNC` descriptor before the first
     /// round large enough to be written through it.
-    async fn prepare_write_through(&self) {
+    async fn prepare_write_through(&self, alone: bool) {
         let (base, path) = {
             let st = self.state.borrow();
             if !self.writes_through(st.config.flush_messages) {
@@ -2522,7 +2526,7 @@ impl LogInner {
             let Some(seg) = st.segments.values().next_back() else {
                 return;
             };
-            if seg.log_write_through.is_some() || !self.through_len(seg.log.queued_bytes()) {
+            if seg.log_write_through.is_some() || !self.through_len(seg.log.queued_bytes(), alone) {
                 return;
             }
             (seg.base, seg.log.path().clone())
@@ -2548,7 +2552,10 @@ impl LogInner {
     /// segment, at least `write_through_bytes_min` bytes, nothing of it
     /// unsynced before this round).
     #[allow(clippy::type_complexity)]
-    fn take_all_jobs(&self) -> (Vec<(u64, FileKind, WriteJob)>, Option<u64>, Option<u64>) {
+    fn take_all_jobs(
+        &self,
+        alone: bool,
+    ) -> (Vec<(u64, FileKind, WriteJob)>, Option<u64>, Option<u64>) {
         let mut st = self.state.borrow_mut();
         let mut jobs = Vec::new();
         let mut left = None;
@@ -2570,7 +2577,7 @@ impl LogInner {
             for (k, mut j) in js {
                 if let (true, true, FileKind::Log, Some(f)) = (
                     through && clean && seg.base == active,
-                    self.through_len(j.len()),
+                    self.through_len(j.len(), alone),
                     k,
                     &seg.log_write_through,
                 ) {
@@ -2614,13 +2621,14 @@ impl LogInner {
     async fn round_locked(
         self: &Rc<Self>,
         pipeline: Option<(glommio::sync::Permit<'_>, oneshot::Sender<()>)>,
+        alone: bool,
     ) -> Result<(), RoundError> {
         let (mut target, mut target_records) = {
             let st = self.state.borrow();
             (st.next_offset, st.appended_records)
         };
-        self.prepare_write_through().await;
-        let (jobs, left, durable) = self.take_all_jobs();
+        self.prepare_write_through(alone).await;
+        let (jobs, left, durable) = self.take_all_jobs(alone);
         if let Some(upto) = left {
             // Batches were left for the next round: this one covers less,
             // and its records are not counted as synced (a sync too many is

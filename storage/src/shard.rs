@@ -212,9 +212,6 @@ pub(crate) struct ShardInner {
     next_id: Cell<u64>,
     /// The core's syncs, grouped.
     pub(crate) syncs: crate::sync_group::SyncGroup,
-    /// Logs in the committer's current round
-    /// (`write_through_alone_bytes_max`).
-    pub(crate) round_logs: Cell<usize>,
 }
 
 /// One core's storage. Cheap to clone (a reference).
@@ -255,7 +252,6 @@ impl StorageShard {
             wake: tx,
             next_id: Cell::new(1),
             syncs: Default::default(),
-            round_logs: Cell::new(0),
         });
         glommio::spawn_local(committer(Rc::downgrade(&inner), rx)).detach();
         StorageShard { inner }
@@ -385,16 +381,18 @@ async fn committer(shard: Weak<ShardInner>, rx: LocalReceiver<()>) {
             continue;
         }
         bump(&s.counters.flush_rounds, 1);
-        s.round_logs.set(logs.len());
         drop(s);
         // Each log's round signals when its writes are done; its fdatasync
         // may still be in flight while the next round's writes start.
+        // A round of one log alone may write small rounds through
+        // (`write_through_alone_bytes_max`).
+        let alone = logs.len() == 1;
         let writes_done: Vec<_> = logs
             .into_iter()
             .map(|l| {
                 l.in_dirty.set(false);
                 let (tx, rx) = futures_channel::oneshot::channel();
-                glommio::spawn_local(async move { l.flush_round(tx).await }).detach();
+                glommio::spawn_local(async move { l.flush_round(tx, alone).await }).detach();
                 rx
             })
             .collect();
