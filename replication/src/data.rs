@@ -391,10 +391,21 @@ impl DataLink {
                     })
                 }
             };
+        if parts.len() != req.partitions.len() {
+            return Err(malformed(format!(
+                "a fetch of {} partitions answered for {}",
+                req.partitions.len(),
+                parts.len()
+            )));
+        }
+        // Room is made for what arrives, not for what the answer claims:
+        // at most what the fetch asked for at first (a partition's answer
+        // may pass it by a batch; the buffer grows as the bytes come).
+        let asked = req.max_bytes.max(1) as usize;
         let mut out = Vec::with_capacity(parts.len());
         for p in parts {
             let len = p.payload_len as usize;
-            let mut buf = BytesMut::with_capacity(len);
+            let mut buf = BytesMut::with_capacity(len.min(asked));
             while buf.len() < len {
                 let source = match recv.read_chunk(len - buf.len(), true).await {
                     Ok(Some(chunk)) => {

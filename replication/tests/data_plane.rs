@@ -3,7 +3,9 @@
 //! TLS, hello, one stream per fetch); another cluster, and a node claiming
 //! another node's id, are refused.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use bytes::Bytes;
@@ -38,6 +40,30 @@ fn leader(
     addr_tx: mpsc::Sender<SocketAddr>,
     payload: Bytes,
 ) -> glommio::ExecutorJoinHandle<()> {
+    answering(tls, cluster, addr_tx, move |f| {
+        let parts: Vec<FetchedPart> = f
+            .partitions
+            .iter()
+            .map(|p| FetchedPart {
+                leader_epoch: p.leader_epoch,
+                high_watermark: p.fetch_offset,
+                payload_len: payload.len() as u32,
+                ..FetchedPart::default()
+            })
+            .collect();
+        let payloads = vec![payload.clone(); parts.len()];
+        (parts, payloads)
+    })
+}
+
+/// A leader core whose answers `answer` makes (what they claim need not be
+/// what they carry); a follower that gives up on a stream is not an error.
+fn answering(
+    tls: NodeTls,
+    cluster: &'static str,
+    addr_tx: mpsc::Sender<SocketAddr>,
+    answer: impl Fn(&ReplicaFetch) -> (Vec<FetchedPart>, Vec<Bytes>) + Send + 'static,
+) -> glommio::ExecutorJoinHandle<()> {
     executor("leader", move || {
         Box::pin(async move {
             let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap(), UDP).unwrap();
@@ -52,21 +78,9 @@ fn leader(
                     let DataRequest::Fetch(f) = decode::<DataRequest>(&body).unwrap() else {
                         panic!("not a fetch")
                     };
-                    let parts: Vec<FetchedPart> = f
-                        .partitions
-                        .iter()
-                        .map(|p| FetchedPart {
-                            leader_epoch: p.leader_epoch,
-                            high_watermark: p.fetch_offset,
-                            payload_len: payload.len() as u32,
-                            ..FetchedPart::default()
-                        })
-                        .collect();
-                    let payloads = vec![payload.clone(); parts.len()];
+                    let (parts, payloads) = answer(&f);
                     let answer = encode(&DataResponse::Fetched(parts));
-                    write_frame_with_payload(&mut send, &answer, &payloads)
-                        .await
-                        .unwrap();
+                    let _ = write_frame_with_payload(&mut send, &answer, &payloads).await;
                 }
                 return;
             }
@@ -161,6 +175,113 @@ fn a_follower_core_fetches_raw_batches_from_a_leader_core() {
             }
             let path = link.stats().path;
             assert!(path.current_mtu > 1452, "the MTU fell back: {path:?}");
+            endpoint.close(0u32.into(), b"done");
+            endpoint.wait_idle().await;
+        })
+    });
+    client.join().unwrap();
+    server.join().unwrap();
+}
+
+/// The largest single allocation made in this test binary.
+static LARGEST_ALLOCATION: AtomicUsize = AtomicUsize::new(0);
+
+/// The system allocator, noting [`LARGEST_ALLOCATION`].
+struct Noting;
+
+// SAFETY: every call is passed to the system allocator unchanged.
+unsafe impl GlobalAlloc for Noting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LARGEST_ALLOCATION.fetch_max(layout.size(), Ordering::Relaxed);
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LARGEST_ALLOCATION.fetch_max(layout.size(), Ordering::Relaxed);
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LARGEST_ALLOCATION.fetch_max(new_size, Ordering::Relaxed);
+        System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Noting = Noting;
+
+/// A follower makes room for what a leader's answer brings, not for what
+/// it claims: 4 GiB claimed and 100 bytes sent fail as a short read
+/// without a 4 GiB buffer. An answer past the fetch's size by a batch
+/// (one batch larger than asked, or a batch on each of several
+/// partitions) is read whole; one answering fewer partitions than asked
+/// is refused.
+#[test]
+fn a_follower_makes_room_for_what_an_answer_brings_not_what_it_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    generate_cluster(dir.path(), 2).unwrap();
+    const ASKED: u32 = 64 << 10;
+    let big = Bytes::from(vec![7u8; 200 << 10]);
+    let sent = big.clone();
+    let (tx, rx) = mpsc::channel();
+    let server = answering(NodeTls::load(dir.path(), 1).unwrap(), "c1", tx, move |f| {
+        let part = |len: usize| FetchedPart {
+            payload_len: len as u32,
+            ..FetchedPart::default()
+        };
+        let n = f.partitions.len();
+        match f.partitions[0].fetch_offset {
+            0 => (vec![part(sent.len())], vec![sent.clone()]),
+            1 => (vec![part(sent.len()); n], vec![sent.clone(); n]),
+            2 => (
+                vec![part(u32::MAX as usize)],
+                vec![Bytes::from(vec![1u8; 100])],
+            ),
+            _ => (Vec::new(), Vec::new()),
+        }
+    });
+    let addr = rx.recv().unwrap();
+    let tls = NodeTls::load(dir.path(), 2).unwrap();
+    let client = executor("follower", move || {
+        Box::pin(async move {
+            let endpoint = core_endpoint(&tls, "127.0.0.1:0".parse().unwrap(), UDP).unwrap();
+            let link = DataLink::connect(&endpoint, 1, addr, "c1", 2)
+                .await
+                .unwrap();
+            let fetch = |case: u64, partitions: u32| ReplicaFetch {
+                replica: 2,
+                max_wait_ms: 0,
+                max_bytes: ASKED,
+                partitions: (0..partitions)
+                    .map(|p| FetchPart {
+                        topic: "t".into(),
+                        partition: p,
+                        leader_epoch: 1,
+                        fetch_offset: case,
+                        last_fetched_epoch: None,
+                        durable_offset: 0,
+                    })
+                    .collect(),
+            };
+            let got = link.fetch(&fetch(0, 1)).await.unwrap();
+            assert_eq!(got[0].1, big);
+            let got = link.fetch(&fetch(1, 3)).await.unwrap();
+            assert!(got.iter().all(|(_, b)| *b == big));
+            let e = link.fetch(&fetch(2, 1)).await.unwrap_err();
+            assert!(
+                format!("{e:#}").contains("reading fetched batches"),
+                "{e:#}"
+            );
+            let largest = LARGEST_ALLOCATION.load(Ordering::Relaxed);
+            assert!(largest < 1 << 30, "{largest} bytes allocated at once");
+            let e = link.fetch(&fetch(3, 2)).await.unwrap_err();
+            assert!(
+                format!("{e:#}").contains("a fetch of 2 partitions answered for 0"),
+                "{e:#}"
+            );
+            // The connection stays usable after refused answers.
+            assert_eq!(link.fetch(&fetch(0, 1)).await.unwrap()[0].1, big);
             endpoint.close(0u32.into(), b"done");
             endpoint.wait_idle().await;
         })
