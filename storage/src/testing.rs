@@ -318,6 +318,38 @@ pub(crate) fn blocking_call(what: &'static str) {
     }
 }
 
+/// Removals held back by [`hold_removals`], and how many wait.
+static REMOVALS: std::sync::Mutex<(bool, usize)> = std::sync::Mutex::new((false, 0));
+static REMOVALS_RELEASED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// With `true`, every file removal of this process (they run on the
+/// blocking pool) waits until it is called with `false` — a slow unlink,
+/// to see what waits behind one.
+pub fn hold_removals(hold: bool) {
+    REMOVALS.lock().unwrap_or_else(|e| e.into_inner()).0 = hold;
+    if !hold {
+        REMOVALS_RELEASED.notify_all();
+    }
+}
+
+/// How many removals wait in [`hold_removals`] now.
+pub fn removals_held() -> usize {
+    REMOVALS.lock().unwrap_or_else(|e| e.into_inner()).1
+}
+
+/// Waits while removals are held ([`hold_removals`]).
+pub(crate) fn removal_gate() {
+    let mut r = REMOVALS.lock().unwrap_or_else(|e| e.into_inner());
+    if !r.0 {
+        return;
+    }
+    r.1 += 1;
+    while r.0 {
+        r = REMOVALS_RELEASED.wait(r).unwrap_or_else(|e| e.into_inner());
+    }
+    r.1 -= 1;
+}
+
 /// **Breaks durability on purpose.** With `true`, the flush rounds of logs
 /// on the calling thread skip their fdatasync but still advance the durable
 /// offset and acknowledge — the defect a power-loss test must catch.

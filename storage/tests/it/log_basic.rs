@@ -203,6 +203,64 @@ fn bad_batches_are_rejected_and_nothing_is_written() {
     });
 }
 
+/// Retention removes the deleted segments' files without holding the
+/// log's I/O: an append is written and made durable while those removals
+/// wait (held here, as a slow unlink — with `discard` one can take tens of
+/// milliseconds, and appends used to wait behind it).
+#[test]
+fn retention_removes_files_without_holding_appends_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-9");
+    run(move || async move {
+        let shard = StorageShard::new(ShardConfig::default());
+        let mut cfg = small_segments();
+        cfg.set("retention.bytes", "0").unwrap();
+        let (log, _) = PartitionLog::open(&shard, &path, cfg).await.unwrap();
+        for i in 0..40u64 {
+            log.append_acked(batch(1, &payload(i, 1000), 1_000_000))
+                .await
+                .unwrap();
+        }
+        weir_storage::testing::hold_removals(true);
+        let retention = glommio::spawn_local({
+            let log = log.clone();
+            async move { log.enforce_retention().await }
+        });
+        // Until retention is in its removals (they run on another thread).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while weir_storage::testing::removals_held() == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "retention never reached its removals"
+            );
+            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let appended = futures_lite::future::or(
+            async {
+                Some(
+                    log.append_acked(batch(1, &payload(40, 1000), 1_000_000))
+                        .await
+                        .unwrap(),
+                )
+            },
+            async {
+                glommio::timer::sleep(std::time::Duration::from_secs(30)).await;
+                None
+            },
+        )
+        .await;
+        weir_storage::testing::hold_removals(false);
+        let report = retention.await.unwrap();
+        assert!(
+            appended.is_some(),
+            "the append waited for retention's file removals"
+        );
+        assert!(report.segments_deleted > 0);
+        assert_eq!(log.log_start_offset(), report.log_start_offset);
+        assert!(log.durable_offset() > 40);
+    });
+}
+
 #[test]
 fn retention_by_time_and_size_deletes_closed_segments_only() {
     let dir = tempfile::tempdir().unwrap();
