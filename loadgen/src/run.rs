@@ -148,7 +148,7 @@ pub struct RunOptions {
 
 /// How a rate-limited producer waits between records due less than 1 ms
 /// apart (longer waits are timer sleeps either way).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Pacing {
     /// The producer runs on a thread of its own and sleeps (a precise
     /// `nanosleep`, 1 µs timer slack) until its next record is due: it
@@ -165,22 +165,12 @@ pub enum Pacing {
 }
 
 impl Pacing {
-    /// The name `--pacing` takes and the report prints.
+    /// The name the report prints (`--pacing` takes the same, through
+    /// clap's `ValueEnum`).
     pub fn name(self) -> &'static str {
         match self {
             Pacing::Sleep => "sleep",
             Pacing::Spin => "spin",
-        }
-    }
-}
-
-impl std::str::FromStr for Pacing {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "sleep" => Ok(Pacing::Sleep),
-            "spin" => Ok(Pacing::Spin),
-            _ => Err(format!("unknown pacing {s:?}: sleep or spin")),
         }
     }
 }

@@ -28,7 +28,7 @@ use std::io;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::thread::ThreadId;
@@ -81,7 +81,7 @@ impl Runtime for GlommioRuntime {
             max_segments: self.max_segments,
             state: UdpSocketState::new((&sock).into())?,
             io: Async::new_nonblocking(sock)?,
-            blocked: std::sync::atomic::AtomicBool::new(false),
+            blocked: AtomicBool::new(false),
             key: next_key(),
             thread: std::thread::current().id(),
         }))
@@ -179,7 +179,7 @@ struct UdpSocket {
     io: Async<std::net::UdpSocket>,
     state: UdpSocketState,
     /// A send found the socket's buffer full: wait for writability.
-    blocked: std::sync::atomic::AtomicBool,
+    blocked: AtomicBool,
     /// See [`GlommioRuntime::max_segments`].
     max_segments: usize,
     /// Its readiness in [`LOCAL`] of `thread`.
@@ -258,7 +258,6 @@ impl std::fmt::Debug for Writable {
 
 impl UdpPoller for Writable {
     fn poll_writable(mut self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
-        use std::sync::atomic::Ordering;
         // quinn asks before every send: the socket is writable unless a
         // send said otherwise (asking the reactor each time costs a
         // round trip through its thread per datagram).
@@ -289,8 +288,7 @@ impl AsyncUdpSocket for UdpSocket {
     fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
         let r = self.state.send((&self.io).into(), transmit);
         if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
-            self.blocked
-                .store(true, std::sync::atomic::Ordering::Release);
+            self.blocked.store(true, Ordering::Release);
         }
         r
     }
